@@ -1,0 +1,177 @@
+//! Row 4: memory of the root per queued task, and how long queueing takes, for one
+//! big array and for as many single-task jobs. The pilot has no agents, so every
+//! task stays queued and nothing but the queue grows.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use saker_pilot::spec::{ArraySpec, JobRequest, TaskSpec};
+
+use super::{Setup, client_runtime};
+use crate::options::Benchmark;
+use crate::pilot::{PilotShape, RunningPilot};
+use crate::process::resident_bytes;
+use crate::report::{Measure, Row, Target, Unit};
+
+/// Single-task jobs per submit request (what `saker submit` sends per request).
+const SINGLES_PER_REQUEST: u64 = 10_000;
+
+/// Submitting singles stops after this long; the row then covers what was queued.
+const SINGLES_BUDGET: Duration = Duration::from_secs(180);
+
+const QUEUE_ONLY: PilotShape = PilotShape {
+    agents: 0,
+    slots: None,
+    sync: false,
+};
+
+fn true_spec() -> TaskSpec {
+    TaskSpec::new(vec!["/bin/true".to_owned()])
+}
+
+/// What one memory measurement found.
+#[derive(Debug)]
+struct Queued {
+    tasks: u64,
+    submit: Duration,
+    rss_before: u64,
+    rss_after: u64,
+}
+
+impl Queued {
+    fn bytes_per_task(&self) -> f64 {
+        (self.rss_after as f64 - self.rss_before as f64) / self.tasks as f64
+    }
+
+    fn rss_detail(&self) -> String {
+        let mebibytes = |bytes: u64| bytes as f64 / f64::from(1u32 << 20);
+        format!(
+            "RSS {:.1} -> {:.1} MiB",
+            mebibytes(self.rss_before),
+            mebibytes(self.rss_after)
+        )
+    }
+}
+
+pub fn run_array(setup: &Setup) -> Result<Vec<Row>> {
+    let count = setup.sizes.memory_array_tasks;
+    let array: ArraySpec = format!("1-{count}").parse().context("array spec")?;
+    let queued = with_queue_only_pilot(setup, async move |pilot: &RunningPilot| {
+        let request = JobRequest {
+            spec: true_spec(),
+            array: Some(array),
+            inline_output: None,
+        };
+        let rss_before = resident_bytes(pilot.root_pid())?;
+        let started = Instant::now();
+        pilot.client.submit(vec![request]).await?;
+        let submit = started.elapsed();
+        let rss_after = resident_bytes(pilot.root_pid())?;
+        check_queued(pilot, count).await?;
+        Ok(Queued {
+            tasks: count,
+            submit,
+            rss_before,
+            rss_after,
+        })
+    })?;
+    Ok(vec![
+        Row {
+            benchmark: Benchmark::MemoryArray,
+            name: format!("memory, array of {count}"),
+            saker: Measure::new(queued.bytes_per_task(), Unit::BytesPerTask)
+                .with_detail(queued.rss_detail()),
+            baseline: None,
+            target: Target::AtMost(150.0),
+        },
+        Row {
+            benchmark: Benchmark::MemoryArray,
+            name: format!("submit, array of {count}"),
+            saker: Measure::new(queued.submit.as_secs_f64(), Unit::Seconds),
+            baseline: None,
+            target: Target::AtMost(1.0),
+        },
+    ])
+}
+
+pub fn run_singles(setup: &Setup) -> Result<Vec<Row>> {
+    let wanted = setup.sizes.memory_single_tasks;
+    let queued = with_queue_only_pilot(setup, async move |pilot: &RunningPilot| {
+        let rss_before = resident_bytes(pilot.root_pid())?;
+        let mut submit = Duration::ZERO;
+        let mut tasks = 0;
+        while tasks < wanted && submit < SINGLES_BUDGET {
+            let batch = SINGLES_PER_REQUEST.min(wanted - tasks);
+            let requests: Vec<JobRequest> = (0..batch)
+                .map(|_| JobRequest::single(true_spec()))
+                .collect();
+            let started = Instant::now();
+            pilot.client.submit(requests).await?;
+            submit += started.elapsed();
+            tasks += batch;
+        }
+        let rss_after = resident_bytes(pilot.root_pid())?;
+        check_queued(pilot, tasks).await?;
+        Ok(Queued {
+            tasks,
+            submit,
+            rss_before,
+            rss_after,
+        })
+    })?;
+    let tasks = queued.tasks;
+    let mut submit_detail = format!(
+        "{} requests, {:.0} tasks/s",
+        tasks.div_ceil(SINGLES_PER_REQUEST),
+        tasks as f64 / queued.submit.as_secs_f64()
+    );
+    if tasks < wanted {
+        submit_detail.push_str(&format!(", stopped after {SINGLES_BUDGET:?} of {wanted}"));
+    }
+    Ok(vec![
+        Row {
+            benchmark: Benchmark::MemorySingles,
+            name: format!("memory, {tasks} single jobs"),
+            saker: Measure::new(queued.bytes_per_task(), Unit::BytesPerTask)
+                .with_detail(queued.rss_detail()),
+            baseline: None,
+            target: Target::None,
+        },
+        Row {
+            benchmark: Benchmark::MemorySingles,
+            name: format!("submit, {tasks} single jobs"),
+            saker: Measure::new(queued.submit.as_secs_f64(), Unit::Seconds)
+                .with_detail(submit_detail),
+            baseline: None,
+            target: Target::None,
+        },
+    ])
+}
+
+/// Starts a root without agents, runs `measure` against it, and always stops it.
+fn with_queue_only_pilot<F>(setup: &Setup, measure: F) -> Result<Queued>
+where
+    F: AsyncFnOnce(&RunningPilot) -> Result<Queued>,
+{
+    client_runtime()?.block_on(async {
+        let pilot = RunningPilot::start(&setup.saker, "memory", QUEUE_ONLY).await?;
+        let outcome = measure(&pilot).await;
+        let stopped = pilot.shutdown().await;
+        let queued = outcome?;
+        stopped?;
+        Ok(queued)
+    })
+}
+
+/// Checks that the pilot holds exactly `tasks` queued tasks, none started.
+async fn check_queued(pilot: &RunningPilot, tasks: u64) -> Result<()> {
+    let status = pilot.client.status().await?;
+    if status.queued != tasks || status.running != 0 {
+        bail!(
+            "expected {tasks} queued tasks, the pilot reports {} queued and {} running",
+            status.queued,
+            status.running
+        );
+    }
+    Ok(())
+}

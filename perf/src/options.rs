@@ -1,0 +1,157 @@
+//! Command-line options (clap) and the names of the rows.
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "saker-perf",
+    about = "Benchmarks of saker, each beside a baseline measured in the same run",
+    long_about = None,
+)]
+pub struct Options {
+    /// The saker binary to measure (default: `saker` next to this binary, i.e.
+    /// target/release/saker).
+    #[arg(long, env = "SAKER_BIN")]
+    pub saker: Option<PathBuf>,
+    /// Smaller counts for a fast smoke run (CI).
+    #[arg(long)]
+    pub quick: bool,
+    /// Run only this benchmark (repeatable).
+    #[arg(long, value_enum)]
+    pub only: Vec<Benchmark>,
+    /// Print one JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One benchmark; each adds one or more lines to the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
+pub enum Benchmark {
+    /// `/bin/true` tasks per second through `saker run --no-sync`.
+    Throughput,
+    /// As `throughput`, with the journal fsynced.
+    ThroughputSync,
+    /// Submit→result latency of single tasks, journal not synced.
+    Latency,
+    /// As `latency`, with the journal fsynced.
+    LatencySync,
+    /// Makespan efficiency of 10 ms sleep tasks on 16 slots.
+    #[value(name = "efficiency-10ms")]
+    Efficiency10ms,
+    /// Makespan efficiency of 100 ms sleep tasks on 16 slots.
+    #[value(name = "efficiency-100ms")]
+    Efficiency100ms,
+    /// Root memory per queued task of one million-task array.
+    MemoryArray,
+    /// Root memory per queued task of a million single-task jobs.
+    MemorySingles,
+}
+
+impl Benchmark {
+    pub const ALL: [Benchmark; 8] = [
+        Benchmark::Throughput,
+        Benchmark::ThroughputSync,
+        Benchmark::Latency,
+        Benchmark::LatencySync,
+        Benchmark::Efficiency10ms,
+        Benchmark::Efficiency100ms,
+        Benchmark::MemoryArray,
+        Benchmark::MemorySingles,
+    ];
+
+    /// The name used on the command line and in the JSON output.
+    pub fn id(self) -> &'static str {
+        match self {
+            Benchmark::Throughput => "throughput",
+            Benchmark::ThroughputSync => "throughput-sync",
+            Benchmark::Latency => "latency",
+            Benchmark::LatencySync => "latency-sync",
+            Benchmark::Efficiency10ms => "efficiency-10ms",
+            Benchmark::Efficiency100ms => "efficiency-100ms",
+            Benchmark::MemoryArray => "memory-array",
+            Benchmark::MemorySingles => "memory-singles",
+        }
+    }
+
+    /// The benchmarks to run for `--only` values (all when none was given), in table
+    /// order and without repeats.
+    pub fn selection(only: &[Benchmark]) -> Vec<Benchmark> {
+        Benchmark::ALL
+            .into_iter()
+            .filter(|benchmark| only.is_empty() || only.contains(benchmark))
+            .collect()
+    }
+}
+
+/// Sizes of one run: full, or `--quick`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizes {
+    /// `/bin/true` tasks in the throughput rows.
+    pub throughput_tasks: u64,
+    /// Sequential single tasks in the latency rows.
+    pub latency_samples: u64,
+    /// Ideal makespan of the efficiency rows, in milliseconds.
+    pub efficiency_makespan_ms: u64,
+    /// Tasks of the array in the memory row.
+    pub memory_array_tasks: u64,
+    /// Single-task jobs in the second memory row.
+    pub memory_single_tasks: u64,
+}
+
+impl Sizes {
+    pub fn new(quick: bool) -> Self {
+        if quick {
+            Sizes {
+                throughput_tasks: 2_000,
+                latency_samples: 200,
+                efficiency_makespan_ms: 500,
+                memory_array_tasks: 1_000_000,
+                memory_single_tasks: 100_000,
+            }
+        } else {
+            Sizes {
+                throughput_tasks: 20_000,
+                latency_samples: 2_000,
+                efficiency_makespan_ms: 2_000,
+                memory_array_tasks: 1_000_000,
+                memory_single_tasks: 1_000_000,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selection_keeps_table_order_and_drops_repeats() {
+        assert_eq!(Benchmark::selection(&[]), Benchmark::ALL.to_vec());
+        assert_eq!(
+            Benchmark::selection(&[
+                Benchmark::MemoryArray,
+                Benchmark::Latency,
+                Benchmark::MemoryArray
+            ]),
+            vec![Benchmark::Latency, Benchmark::MemoryArray]
+        );
+    }
+
+    #[test]
+    fn ids_are_the_command_line_names() {
+        for benchmark in Benchmark::ALL {
+            let parsed = Benchmark::from_str(benchmark.id(), false).expect("a listed id parses");
+            assert_eq!(parsed, benchmark);
+        }
+    }
+
+    #[test]
+    fn quick_run_is_smaller() {
+        let (quick, full) = (Sizes::new(true), Sizes::new(false));
+        assert!(quick.throughput_tasks < full.throughput_tasks);
+        assert!(quick.latency_samples < full.latency_samples);
+        assert!(quick.efficiency_makespan_ms < full.efficiency_makespan_ms);
+    }
+}

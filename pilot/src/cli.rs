@@ -1,0 +1,215 @@
+//! Command-line definition (clap). Parsing only: `main` wires, the library works.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "saker",
+    version,
+    about = "Run many tasks inside one allocation: an actor-based pilot-job runtime",
+    long_about = None,
+)]
+pub struct Cli {
+    /// Log filter for diagnostics on stderr (e.g. `info`, `saker=debug`).
+    #[arg(long, global = true, env = "SAKER_LOG", default_value = "warn")]
+    pub log: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start a pilot on this machine, run the given tasks, wait for all, exit.
+    ///
+    /// Non-zero exit if any task failed. Give a command after `--` (with `--array` for
+    /// one task per index), or a task FILE (one command per line, or JSON lines).
+    Run(RunArgs),
+    /// Start a long-lived pilot that serves clients (`saker submit`, `status`, …).
+    Pilot(PilotArgs),
+    /// Submit tasks to a running pilot.
+    Submit(SubmitArgs),
+    /// Wait until the pilot's tasks (or the given jobs) have finished.
+    Wait(WaitArgs),
+    /// Show the pilot's counters, agents and rate.
+    Status(DirArgs),
+    /// Cancel jobs: queued tasks never start, running ones are killed.
+    Cancel(CancelArgs),
+    /// List task results (from the live pilot, or from the journal if it has stopped).
+    Results(ResultsArgs),
+    /// Ask a running pilot to stop.
+    Shutdown(DirArgs),
+    /// Internal: one agent process (started by the pilot, not by users).
+    #[command(hide = true)]
+    Agent(AgentArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DirArgs {
+    /// The pilot directory.
+    #[arg(long, env = "SAKER_DIR")]
+    pub dir: PathBuf,
+}
+
+/// The shape of the embedded pilot.
+#[derive(Debug, Clone, Args)]
+pub struct ShapeArgs {
+    /// Agent processes to start (default: 1 on a single machine).
+    #[arg(long)]
+    pub agents: Option<u32>,
+    /// Total executor slots across all agents (default: the number of cores).
+    #[arg(long)]
+    pub slots: Option<u32>,
+    /// Children per node of the agent tree.
+    #[arg(long, default_value_t = 16)]
+    pub fanout: u32,
+}
+
+/// Options that shape every task of a submission.
+#[derive(Debug, Clone, Args)]
+pub struct TaskArgs {
+    /// One task per index: `1-100000`, `0-99:2`, `1,3,5-7`. `{index}` in arguments is
+    /// replaced by the index; tasks see `SAKER_ARRAY_INDEX` and `SAKER_TASK_ID`.
+    #[arg(long)]
+    pub array: Option<String>,
+    /// Cores per task.
+    #[arg(long, default_value_t = 1)]
+    pub cores: u32,
+    /// Higher runs first.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub priority: i32,
+    /// Further attempts after a task's own failure.
+    #[arg(long, default_value_t = 0)]
+    pub retries: u32,
+    /// Wall-clock limit per attempt: `90s`, `5m`, `1h30m`, `H:MM:SS`.
+    #[arg(long)]
+    pub time_limit: Option<String>,
+    /// Environment override `KEY=VALUE` (repeatable); the rest is inherited.
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// Working directory of the tasks.
+    #[arg(long)]
+    pub cwd: Option<PathBuf>,
+    /// Label for the tasks (repeatable).
+    #[arg(long = "tag")]
+    pub tags: Vec<String>,
+    /// Run the command through `/bin/sh -c` (one string after `--`).
+    #[arg(long)]
+    pub shell: bool,
+    /// A task file: one command per line, or JSON task specs, one per line.
+    #[arg(conflicts_with = "command")]
+    pub file: Option<PathBuf>,
+    /// The command to run, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProgressMode {
+    /// A bar on a terminal, periodic lines otherwise.
+    Auto,
+    Bar,
+    Lines,
+    None,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Keep the pilot directory here (journal, results, spilled output); default: a
+    /// temporary directory removed at exit.
+    #[arg(long, env = "SAKER_DIR")]
+    pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub shape: ShapeArgs,
+    #[command(flatten)]
+    pub task: TaskArgs,
+    #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
+    pub progress: ProgressMode,
+    /// Bytes of each task's stdout/stderr kept inline in its result.
+    #[arg(long, default_value_t = 4096)]
+    pub inline_output: u32,
+    /// Skip fsync of the journal (faster, not crash-safe).
+    #[arg(long)]
+    pub no_sync: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PilotArgs {
+    #[arg(long, env = "SAKER_DIR")]
+    pub dir: PathBuf,
+    #[command(flatten)]
+    pub shape: ShapeArgs,
+    /// Skip fsync of the journal (faster, not crash-safe).
+    #[arg(long)]
+    pub no_sync: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    pub dir: DirArgs,
+    #[command(flatten)]
+    pub task: TaskArgs,
+    /// Bytes of each task's stdout/stderr kept inline in its result.
+    #[arg(long, default_value_t = 4096)]
+    pub inline_output: u32,
+    /// Wait for the submitted jobs to finish; exit non-zero if a task failed.
+    #[arg(long)]
+    pub wait: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WaitArgs {
+    #[command(flatten)]
+    pub dir: DirArgs,
+    /// Only these jobs (default: everything submitted so far).
+    #[arg(long = "job")]
+    pub jobs: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CancelArgs {
+    #[command(flatten)]
+    pub dir: DirArgs,
+    /// Job ids to cancel.
+    #[arg(required = true)]
+    pub jobs: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ResultsFormat {
+    Jsonl,
+    Table,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ResultsArgs {
+    #[command(flatten)]
+    pub dir: DirArgs,
+    #[arg(long, value_enum, default_value_t = ResultsFormat::Table)]
+    pub format: ResultsFormat,
+    /// Keep streaming results as they arrive (live pilot only).
+    #[arg(long)]
+    pub follow: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AgentArgs {
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// This agent's node id (0-based; its place in the tree).
+    #[arg(long)]
+    pub node: u32,
+    #[arg(long)]
+    pub fanout: u32,
+    /// Executor slots (one core each) on this agent.
+    #[arg(long)]
+    pub cores: u32,
+    /// Address to accept child agents on.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub bind: std::net::SocketAddr,
+    /// Hostname to report (default: this machine's).
+    #[arg(long)]
+    pub hostname: Option<String>,
+}

@@ -1,0 +1,136 @@
+//! `client.json` in the pilot directory: where a running pilot's client socket is.
+//!
+//! Written by the root once its socket listens (mode 0600, atomically, through
+//! [`PilotDir::write_secret_file`]); read by every client before connecting.
+
+use std::path::PathBuf;
+
+use saker_transport::{DirError, PilotDir};
+use serde::{Deserialize, Serialize};
+
+/// File name of the endpoint file inside the pilot directory.
+pub const CLIENT_ENDPOINT_FILE_NAME: &str = "client.json";
+
+/// Contents of `client.json`:
+/// `{"addr": "10.1.2.3:40123", "protocol": 1, "pid": 4242, "pilot_id": "…"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientEndpoint {
+    /// `host:port` to connect to: an address other nodes (the login node) can reach,
+    /// not the wildcard the socket may be bound to. IPv6 hosts are in brackets.
+    pub addr: String,
+    /// Client protocol version the pilot speaks.
+    pub protocol: u32,
+    /// Process id of the root, for diagnostics (the root may be on another host).
+    pub pid: u32,
+    #[serde(default)]
+    pub pilot_id: String,
+}
+
+impl ClientEndpoint {
+    /// Reads the endpoint file of `pilot_dir`.
+    pub fn read(pilot_dir: &PilotDir) -> Result<Self, EndpointError> {
+        let path = pilot_dir.file_path(CLIENT_ENDPOINT_FILE_NAME);
+        let text = std::fs::read(&path).map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound => EndpointError::NotRunning { path: path.clone() },
+            _ => EndpointError::Read {
+                path: path.clone(),
+                source,
+            },
+        })?;
+        serde_json::from_slice(&text).map_err(|source| EndpointError::Parse { path, source })
+    }
+
+    /// Writes this endpoint into `pilot_dir`, replacing any previous one.
+    pub fn write(&self, pilot_dir: &PilotDir) -> Result<PathBuf, EndpointError> {
+        // Serializing a struct of strings and integers cannot fail.
+        let mut text = serde_json::to_vec_pretty(self).unwrap_or_default();
+        text.push(b'\n');
+        pilot_dir
+            .write_secret_file(CLIENT_ENDPOINT_FILE_NAME, &text)
+            .map_err(EndpointError::Write)
+    }
+
+    /// Removes the endpoint file (pilot shutdown); a missing file is not an error.
+    pub fn remove(pilot_dir: &PilotDir) -> Result<(), EndpointError> {
+        let path = pilot_dir.file_path(CLIENT_ENDPOINT_FILE_NAME);
+        match std::fs::remove_file(&path) {
+            Err(source) if source.kind() != std::io::ErrorKind::NotFound => {
+                Err(EndpointError::Remove { path, source })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The endpoint file could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    #[error("no pilot is serving clients from this directory ({path} does not exist)")]
+    NotRunning { path: PathBuf },
+    #[error("cannot read {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not a valid endpoint file")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("cannot write the endpoint file")]
+    Write(#[source] DirError),
+    #[error("cannot remove {path}")]
+    Remove {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn endpoint_file_round_trips_with_private_mode() {
+        let temporary = tempfile::tempdir().unwrap();
+        let pilot_dir = PilotDir::create(temporary.path().join("pilot")).unwrap();
+        assert!(matches!(
+            ClientEndpoint::read(&pilot_dir),
+            Err(EndpointError::NotRunning { .. })
+        ));
+        let endpoint = ClientEndpoint {
+            addr: "127.0.0.1:4567".to_owned(),
+            protocol: 1,
+            pid: 42,
+            pilot_id: pilot_dir.pilot_id().to_string(),
+        };
+        let path = endpoint.write(&pilot_dir).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(ClientEndpoint::read(&pilot_dir).unwrap(), endpoint);
+        ClientEndpoint::remove(&pilot_dir).unwrap();
+        ClientEndpoint::remove(&pilot_dir).unwrap();
+        assert!(matches!(
+            ClientEndpoint::read(&pilot_dir),
+            Err(EndpointError::NotRunning { .. })
+        ));
+    }
+
+    #[test]
+    fn garbage_endpoint_file_is_a_parse_error() {
+        let temporary = tempfile::tempdir().unwrap();
+        let pilot_dir = PilotDir::create(temporary.path().join("pilot")).unwrap();
+        pilot_dir
+            .write_secret_file(CLIENT_ENDPOINT_FILE_NAME, b"{\"addr\": 5}")
+            .unwrap();
+        assert!(matches!(
+            ClientEndpoint::read(&pilot_dir),
+            Err(EndpointError::Parse { .. })
+        ));
+    }
+}

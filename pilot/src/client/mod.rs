@@ -1,0 +1,33 @@
+//! The client protocol: newline-delimited JSON over TLS, for the CLI, Python and Parsl.
+//!
+//! `docs/protocol.md` is the specification a client in another language follows.
+//! Here: [`protocol`] defines the messages, [`server`] accepts connections and turns
+//! requests into [`ClientRequest`]s on a channel the root owns, [`Client`] is the Rust
+//! client, [`ClientEndpoint`] is the `client.json` file that says where the socket is.
+//!
+//! Design: the server never calls into the root. It parses and validates a request,
+//! sends it with a oneshot reply (or a bounded sink for result streams) into the
+//! root's mpsc, and writes the answer when it comes. The root actor therefore consumes
+//! client requests like any other message in its loop, and a slow or malicious client
+//! can cost the root nothing but a channel send.
+
+mod codec;
+pub mod connection;
+pub mod endpoint;
+pub mod protocol;
+pub mod server;
+
+#[cfg(test)]
+mod tests;
+
+pub use codec::{DEFAULT_MAX_LINE_BYTES, ReadLineError};
+pub use connection::{Client, ClientError, ResultStream};
+pub use endpoint::{CLIENT_ENDPOINT_FILE_NAME, ClientEndpoint, EndpointError};
+pub use protocol::{
+    CancelReport, ErrorKind, PROTOCOL_VERSION, RequestError, RequestId, StatusReport, StreamEnd,
+    SubmitReply, SubmittedJob, WaitReport, Welcome,
+};
+pub use server::{
+    ClientRequest, ConnectionError, Reply, ResultSink, ResultsItem, ServerConfig, serve,
+    serve_connection,
+};

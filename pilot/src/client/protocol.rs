@@ -1,0 +1,264 @@
+//! The messages of the client protocol (see `docs/protocol.md` for the byte-level
+//! description a non-Rust client follows).
+//!
+//! Every message is one JSON object on one line. Apart from the `id`, an object has
+//! exactly one key, which names the message (`"submit"`, `"ok"`, `"result"`…); its
+//! value is the body. Request bodies are parsed strictly (unknown fields are refused,
+//! so a field a newer client relies on is never silently ignored by an older pilot);
+//! response bodies leniently (unknown fields are ignored, so a newer pilot can add
+//! fields).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::results::{JobId, TaskId};
+use crate::spec::JobRequest;
+
+/// Version of the client protocol, exchanged in the hello. Bumped on any incompatible
+/// change; compatible additions (new optional fields, new requests) keep it.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Correlates a response with its request; chosen by the client, echoed by the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RequestId(pub u64);
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(formatter)
+    }
+}
+
+/// First message of a connection, client to server: `{"hello": {...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub protocol: u32,
+    /// Free text naming the client program, for logs (`"saker 0.1.0"`, `"parsl …"`).
+    #[serde(default)]
+    pub client: String,
+}
+
+/// The server's answer to an accepted hello: `{"ok": {...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Welcome {
+    pub protocol: u32,
+    pub pilot_id: String,
+    /// Free text naming the server program (`"saker 0.1.0"`).
+    #[serde(default)]
+    pub server: String,
+}
+
+/// A request after the hello, with its body. The message key is the variant name in
+/// snake case (`{"id": 1, "submit": {...}}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    Submit(SubmitRequest),
+    Status(StatusRequest),
+    Wait(WaitRequest),
+    Cancel(CancelRequest),
+    Results(ResultsRequest),
+    Shutdown(ShutdownRequest),
+}
+
+impl Request {
+    /// The message key of this request.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Submit(_) => "submit",
+            Request::Status(_) => "status",
+            Request::Wait(_) => "wait",
+            Request::Cancel(_) => "cancel",
+            Request::Results(_) => "results",
+            Request::Shutdown(_) => "shutdown",
+        }
+    }
+}
+
+/// `submit`: a batch of jobs, accepted all together or not at all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    pub jobs: Vec<JobRequest>,
+}
+
+/// `status`: no parameters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusRequest {}
+
+/// `wait`: until every task of `jobs` (all jobs submitted so far when absent) is
+/// terminal.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitRequest {
+    #[serde(default)]
+    pub jobs: Option<Vec<JobId>>,
+}
+
+/// `cancel`: every task of these jobs that is not yet terminal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelRequest {
+    pub jobs: Vec<JobId>,
+}
+
+/// `results`: accepted results with journal sequence number `>= from`, in sequence
+/// order; with `follow`, new results keep coming as they are accepted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResultsRequest {
+    #[serde(default)]
+    pub from: u64,
+    #[serde(default)]
+    pub follow: bool,
+}
+
+/// `shutdown`: stop the pilot. Queued tasks are not started; running ones finish
+/// (or are killed with `kill_running`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShutdownRequest {
+    #[serde(default)]
+    pub kill_running: bool,
+}
+
+/// `ok` body of `submit`: one entry per submitted job, in request order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitReply {
+    pub jobs: Vec<SubmittedJob>,
+}
+
+/// Tasks `first_task .. first_task + count` belong to `job`; with an array, task
+/// `first_task + k` runs array index `ArraySpec::index_at(k)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmittedJob {
+    pub job: JobId,
+    pub first_task: TaskId,
+    pub count: u64,
+}
+
+/// `ok` body of `status`: a snapshot of the pilot.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StatusReport {
+    pub pilot_id: String,
+    /// Tasks waiting for a slot (including retries waiting to run again).
+    pub queued: u64,
+    pub running: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    /// Results received for tasks that already had an accepted result (speculation,
+    /// replays): counted, not accepted.
+    pub duplicates: u64,
+    /// Connected agents (nodes).
+    pub agents: u32,
+    /// Cores offered by all agents.
+    pub slots: u32,
+    /// Cores running tasks now.
+    pub busy_slots: u32,
+    /// Tasks finished per second, averaged over the last few seconds.
+    pub rate: f64,
+    pub jobs: u64,
+}
+
+/// `ok` body of `wait`: terminal counts over the tasks waited for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WaitReport {
+    pub succeeded: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+}
+
+/// `ok` body of `cancel`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CancelReport {
+    /// Tasks that were not yet terminal and are now cancelled.
+    pub cancelled: u64,
+}
+
+/// `end` body closing a `results` stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamEnd {
+    /// The sequence number to pass as `from` to continue where this stream stopped.
+    pub next: u64,
+}
+
+/// The `error` body: what went wrong with one request (or with the connection, when
+/// the id is `null`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct RequestError {
+    pub kind: ErrorKind,
+    /// Human text; match on `kind`, not on this.
+    pub message: String,
+}
+
+impl RequestError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        RequestError {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// Machine-readable error category (`"kind"` in JSON, snake case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The line is not JSON, not an object of the expected shape, has no integer `id`,
+    /// or its body does not match the request. The connection continues.
+    Malformed,
+    /// A well-formed message whose key is not a known request. The connection
+    /// continues.
+    UnknownRequest,
+    /// The first message was not a `hello`. The connection closes.
+    ExpectedHello,
+    /// The hello asked for a protocol version the server does not speak. The
+    /// connection closes.
+    ProtocolMismatch,
+    /// A line exceeded the server's maximum line length. The connection closes.
+    LineTooLong,
+    /// A submitted spec failed validation; the message names the job. Nothing of
+    /// the batch was submitted.
+    InvalidSpec,
+    /// A job id the pilot does not know.
+    UnknownJob,
+    /// The pilot is shutting down and no longer takes this request.
+    ShuttingDown,
+    /// The pilot could not take the request (overloaded, or it went away).
+    Unavailable,
+    /// A bug in the pilot.
+    Internal,
+    /// A kind this client does not know (sent by a newer server).
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Malformed => "malformed",
+            ErrorKind::UnknownRequest => "unknown_request",
+            ErrorKind::ExpectedHello => "expected_hello",
+            ErrorKind::ProtocolMismatch => "protocol_mismatch",
+            ErrorKind::LineTooLong => "line_too_long",
+            ErrorKind::InvalidSpec => "invalid_spec",
+            ErrorKind::UnknownJob => "unknown_job",
+            ErrorKind::ShuttingDown => "shutting_down",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Internal => "internal",
+            ErrorKind::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,164 @@
+//! The client-side commands: `submit`, `wait`, `status`, `cancel`, `results`,
+//! `shutdown`. Each connects to a running pilot through its directory.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+
+use crate::cli::{CancelArgs, DirArgs, ResultsArgs, ResultsFormat, SubmitArgs, WaitArgs};
+use crate::client::{Client, WaitReport};
+use crate::pilot::JOURNAL_DIR;
+use crate::records::Record;
+use crate::results::{JobId, ResultRecord, TableWriter, write_jsonl};
+use crate::submission::requests_from;
+
+const CLIENT_NAME: &str = concat!("saker-cli/", env!("CARGO_PKG_VERSION"));
+
+async fn connect(dir: &DirArgs) -> Result<Client> {
+    Client::connect(&dir.dir, CLIENT_NAME)
+        .await
+        .with_context(|| format!("connecting to the pilot in {}", dir.dir.display()))
+}
+
+fn exit_for(report: &WaitReport) -> ExitCode {
+    if report.failed == 0 && report.cancelled == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+pub async fn submit(args: SubmitArgs) -> Result<ExitCode> {
+    let requests = requests_from(&args.task, args.inline_output)?;
+    let client = connect(&args.dir).await?;
+    let mut jobs = Vec::new();
+    for batch in requests.chunks(10_000) {
+        jobs.extend(client.submit(batch.to_vec()).await?);
+    }
+    let mut out = std::io::stdout().lock();
+    for job in &jobs {
+        writeln!(
+            out,
+            "job {} tasks {} first_task {}",
+            job.job, job.count, job.first_task
+        )?;
+    }
+    drop(out);
+    if args.wait {
+        let report = client
+            .wait(Some(jobs.iter().map(|j| j.job).collect()))
+            .await?;
+        print_wait(&report);
+        return Ok(exit_for(&report));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_wait(report: &WaitReport) {
+    println!(
+        "succeeded {} failed {} cancelled {}",
+        report.succeeded, report.failed, report.cancelled
+    );
+}
+
+pub async fn wait(args: WaitArgs) -> Result<ExitCode> {
+    let client = connect(&args.dir).await?;
+    let jobs = (!args.jobs.is_empty()).then(|| args.jobs.iter().map(|j| JobId(*j)).collect());
+    let report = client.wait(jobs).await?;
+    print_wait(&report);
+    Ok(exit_for(&report))
+}
+
+pub async fn status(args: DirArgs) -> Result<ExitCode> {
+    let client = connect(&args).await?;
+    let status = client.status().await?;
+    println!("pilot     {}", status.pilot_id);
+    println!(
+        "agents    {} ({} slots, {} busy)",
+        status.agents, status.slots, status.busy_slots
+    );
+    println!("jobs      {}", status.jobs);
+    println!(
+        "tasks     queued {}  running {}  succeeded {}  failed {}  cancelled {}",
+        status.queued, status.running, status.succeeded, status.failed, status.cancelled
+    );
+    println!("rate      {:.1} tasks/s", status.rate);
+    println!("duplicates dropped {}", status.duplicates);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn cancel(args: CancelArgs) -> Result<ExitCode> {
+    let client = connect(&args.dir).await?;
+    let report = client
+        .cancel(args.jobs.iter().map(|j| JobId(*j)).collect())
+        .await?;
+    println!("cancelled {} tasks", report.cancelled);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn shutdown(args: DirArgs) -> Result<ExitCode> {
+    let client = connect(&args).await?;
+    client.shutdown(true).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Results from the live pilot if one answers, else from the journal it left.
+pub async fn results(args: ResultsArgs) -> Result<ExitCode> {
+    let mut sink = ResultsSink::new(args.format);
+    match Client::connect(&args.dir.dir, CLIENT_NAME).await {
+        Ok(client) => {
+            let mut stream = client.results(1, args.follow).await?;
+            while let Some(record) = stream.next().await? {
+                sink.write(&record)?;
+            }
+        }
+        Err(live_error) => {
+            let journal = args.dir.dir.join(JOURNAL_DIR);
+            if !journal.is_dir() {
+                return Err(anyhow::Error::new(live_error).context(format!(
+                    "{} has no live pilot and no journal",
+                    args.dir.dir.display()
+                )));
+            }
+            let outcome = saker_journal::read_all::<Record>(&journal)
+                .with_context(|| format!("reading the journal in {}", journal.display()))?;
+            for record in outcome.records {
+                if let Record::Result(result) = record {
+                    sink.write(&result)?;
+                }
+            }
+        }
+    }
+    sink.finish()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+enum ResultsSink {
+    Jsonl(std::io::BufWriter<std::io::Stdout>),
+    Table(TableWriter<std::io::BufWriter<std::io::Stdout>>),
+}
+
+impl ResultsSink {
+    fn new(format: ResultsFormat) -> Self {
+        let out = std::io::BufWriter::new(std::io::stdout());
+        match format {
+            ResultsFormat::Jsonl => ResultsSink::Jsonl(out),
+            ResultsFormat::Table => ResultsSink::Table(TableWriter::new(out)),
+        }
+    }
+
+    fn write(&mut self, record: &ResultRecord) -> std::io::Result<()> {
+        match self {
+            ResultsSink::Jsonl(out) => write_jsonl(out, record),
+            ResultsSink::Table(table) => table.write(record),
+        }
+    }
+
+    fn finish(self) -> std::io::Result<()> {
+        match self {
+            ResultsSink::Jsonl(mut out) => out.flush(),
+            ResultsSink::Table(table) => table.into_inner().flush(),
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! Local mode: the agents of an embedded pilot are child processes of this one,
+//! linked to the root over QUIC on loopback exactly as they would be across nodes.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::cli::ShapeArgs;
+
+/// How many agents, with how many slots each, in a tree of what fan-out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shape {
+    pub slots_per_agent: Vec<u32>,
+    pub fanout: u32,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ShapeError {
+    #[error("--agents must be at least 1")]
+    NoAgents,
+    #[error("--slots {slots} is fewer than --agents {agents}: every agent needs a slot")]
+    TooFewSlots { slots: u32, agents: u32 },
+    #[error("--fanout must be at least 1")]
+    NoFanout,
+}
+
+impl Shape {
+    /// Defaults from the machine: one agent with one slot per core.
+    pub fn from_args(args: &ShapeArgs) -> Result<Self, ShapeError> {
+        Self::build(args, false)
+    }
+
+    /// As [`Shape::from_args`], but `--agents 0` is allowed: a root that only queues
+    /// (agents may join later, or the pilot is measured without any).
+    pub fn from_args_allowing_none(args: &ShapeArgs) -> Result<Self, ShapeError> {
+        Self::build(args, true)
+    }
+
+    fn build(args: &ShapeArgs, allow_none: bool) -> Result<Self, ShapeError> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        let agents = args.agents.unwrap_or(1);
+        if agents == 0 {
+            if allow_none {
+                return Ok(Shape {
+                    slots_per_agent: Vec::new(),
+                    fanout: args.fanout.max(1),
+                });
+            }
+            return Err(ShapeError::NoAgents);
+        }
+        if args.fanout == 0 {
+            return Err(ShapeError::NoFanout);
+        }
+        let slots = args.slots.unwrap_or_else(|| cores.max(agents));
+        if slots < agents {
+            return Err(ShapeError::TooFewSlots { slots, agents });
+        }
+        let base = slots / agents;
+        let extra = slots % agents;
+        Ok(Shape {
+            slots_per_agent: (0..agents).map(|i| base + u32::from(i < extra)).collect(),
+            fanout: args.fanout,
+        })
+    }
+
+    pub fn agents(&self) -> u32 {
+        self.slots_per_agent.len() as u32
+    }
+
+    pub fn slots(&self) -> u32 {
+        self.slots_per_agent.iter().sum()
+    }
+}
+
+/// The agent processes of a local pilot.
+#[derive(Debug)]
+pub struct AgentProcesses {
+    children: Vec<tokio::process::Child>,
+}
+
+/// Starts one `saker agent` process per agent of `shape`. Their diagnostics go to
+/// `DIR/logs/agent-N.log` so they never garble a progress bar.
+pub fn spawn_agents(exe: &Path, dir: &Path, shape: &Shape) -> std::io::Result<AgentProcesses> {
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs)?;
+    let mut children = Vec::with_capacity(shape.slots_per_agent.len());
+    for (node, slots) in shape.slots_per_agent.iter().enumerate() {
+        let log = std::fs::File::create(logs.join(format!("agent-{node}.log")))?;
+        let child = tokio::process::Command::new(exe)
+            .arg("agent")
+            .arg("--dir")
+            .arg(dir)
+            .args(["--node", &node.to_string()])
+            .args(["--fanout", &shape.fanout.to_string()])
+            .args(["--cores", &slots.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()?;
+        children.push(child);
+    }
+    Ok(AgentProcesses { children })
+}
+
+impl AgentProcesses {
+    /// Waits for every agent to exit (after a shutdown), killing stragglers.
+    pub async fn wait(mut self, grace: Duration) {
+        for child in &mut self.children {
+            if tokio::time::timeout(grace, child.wait()).await.is_err() {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+            }
+        }
+    }
+
+    /// Process ids, for tests that kill agents.
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().filter_map(|c| c.id()).collect()
+    }
+}
+
+/// The binary to start agents from: this executable.
+pub fn agent_executable() -> std::io::Result<PathBuf> {
+    std::env::current_exe()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(agents: Option<u32>, slots: Option<u32>, fanout: u32) -> ShapeArgs {
+        ShapeArgs {
+            agents,
+            slots,
+            fanout,
+        }
+    }
+
+    #[test]
+    fn slots_are_spread_evenly_with_the_remainder_first() {
+        let shape = Shape::from_args(&args(Some(3), Some(8), 4)).unwrap();
+        assert_eq!(shape.slots_per_agent, vec![3, 3, 2]);
+        assert_eq!(shape.slots(), 8);
+    }
+
+    #[test]
+    fn bad_shapes_are_refused_with_the_reason() {
+        assert_eq!(
+            Shape::from_args(&args(Some(0), None, 4)),
+            Err(ShapeError::NoAgents)
+        );
+        assert_eq!(
+            Shape::from_args(&args(Some(4), Some(2), 4)),
+            Err(ShapeError::TooFewSlots {
+                slots: 2,
+                agents: 4
+            })
+        );
+        assert_eq!(
+            Shape::from_args(&args(None, None, 0)),
+            Err(ShapeError::NoFanout)
+        );
+    }
+}

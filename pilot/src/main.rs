@@ -1,0 +1,59 @@
+//! `saker`: parses the command line, wires logging, runs the command, maps the exit
+//! code. The library does the work.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use saker_pilot::cli::{Cli, Command};
+use saker_pilot::{agent, commands, run};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&cli.log)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("saker: cannot start the async runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let outcome = runtime.block_on(async move {
+        match cli.command {
+            Command::Run(args) => run::run(args).await,
+            Command::Pilot(args) => run::pilot(args).await,
+            Command::Submit(args) => commands::submit(args).await,
+            Command::Wait(args) => commands::wait(args).await,
+            Command::Status(args) => commands::status(args).await,
+            Command::Cancel(args) => commands::cancel(args).await,
+            Command::Results(args) => commands::results(args).await,
+            Command::Shutdown(args) => commands::shutdown(args).await,
+            Command::Agent(args) => agent::agent(args).await,
+        }
+    });
+    match outcome {
+        Ok(code) => code,
+        // A closed pipe (`saker results | head`) is the reader's choice, not an error.
+        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("saker: error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

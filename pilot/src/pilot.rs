@@ -1,0 +1,281 @@
+//! Starting and stopping a pilot's root process: pilot directory and credentials,
+//! journal, the QUIC endpoint agents link to, the client socket, and (locally) the
+//! agent processes.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use ractor::{Actor, ActorRef};
+use saker_actors::link::spawn_writer;
+use saker_actors::node::{Position, address_file, next_link_id, publish_address};
+use saker_journal::{JournalWriter, SyncMode, WriterOptions};
+use saker_transport::credentials::{Credentials, Role};
+use saker_transport::pilot_dir::PilotDir;
+use saker_transport::quic;
+use saker_transport::stream::{FrameReader, FrameWriter};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::client::{self, ClientEndpoint, ClientRequest};
+use crate::local::{AgentProcesses, Shape, agent_executable, spawn_agents};
+use crate::records::Record;
+use crate::results::Timestamp;
+use crate::root::{Root, RootArgs, RootMsg};
+
+/// Name of the journal directory inside the pilot directory.
+pub const JOURNAL_DIR: &str = "journal";
+
+#[derive(Debug, Clone)]
+pub struct PilotOptions {
+    pub dir: PathBuf,
+    pub shape: Shape,
+    pub sync: bool,
+    /// Address agents and clients connect to.
+    pub bind: std::net::IpAddr,
+}
+
+/// A running pilot: the root actor plus everything it needs.
+#[derive(Debug)]
+pub struct Pilot {
+    pub root: ActorRef<RootMsg>,
+    root_done: JoinHandle<()>,
+    pub dir: PilotDir,
+    endpoint: quinn::Endpoint,
+    client_server: JoinHandle<()>,
+    agents: Option<AgentProcesses>,
+    shutdown: Arc<tokio::sync::Notify>,
+}
+
+impl Pilot {
+    /// Creates the pilot directory, starts the root and the local agents.
+    pub async fn start(options: PilotOptions) -> Result<Pilot> {
+        saker_transport::crypto::install_crypto_provider()
+            .context("installing the rustls crypto provider")?;
+        let journal_dir = options.dir.join(JOURNAL_DIR);
+        if journal_dir.exists() {
+            bail!(
+                "{} already holds a pilot's journal; use a new directory \
+                 (resuming a pilot directory is not supported yet)",
+                options.dir.display()
+            );
+        }
+        let dir = PilotDir::create(&options.dir)
+            .with_context(|| format!("preparing pilot directory {}", options.dir.display()))?;
+        Credentials::generate_into(&dir).context("generating the pilot's certificates")?;
+        let credentials =
+            Credentials::load(&dir, Role::Root).context("loading root credentials")?;
+        let pilot_id = dir.pilot_id().to_string();
+
+        let journal = JournalWriter::<Record>::open(
+            &journal_dir,
+            WriterOptions {
+                sync: if options.sync {
+                    SyncMode::Fsync
+                } else {
+                    SyncMode::None
+                },
+                ..WriterOptions::default()
+            },
+        )
+        .context("opening the journal")?;
+        journal
+            .append_blocking(vec![Record::PilotStarted {
+                pilot_id: pilot_id.clone(),
+                saker_version: env!("CARGO_PKG_VERSION").to_string(),
+                started_unix_us: Timestamp::now().unix_micros(),
+            }])
+            .context("writing the first journal record")?;
+
+        let shutdown = Arc::new(tokio::sync::Notify::new());
+        let (root, root_done) = Actor::spawn(
+            None,
+            Root,
+            RootArgs {
+                pilot_id: pilot_id.clone(),
+                journal,
+                core: saker_core::CoreConfig::default(),
+                shutdown: shutdown.clone(),
+            },
+        )
+        .await
+        .context("starting the root actor")?;
+
+        let timeouts = quic::LinkTimeouts::default();
+        let endpoint = quic::bind_endpoint(
+            SocketAddr::new(options.bind, 0),
+            Some(quic::server_config(&credentials, &timeouts)?),
+            quic::client_config(&credentials, &timeouts)?,
+        )?;
+        tokio::spawn(accept_agents(endpoint.clone(), root.clone()));
+        let root_file = address_file(dir.path(), Position::Root);
+        publish_address(&root_file, endpoint.local_addr()?)
+            .with_context(|| format!("publishing {}", root_file.display()))?;
+
+        let client_server =
+            start_client_server(&dir, &credentials, &pilot_id, options.bind, root.clone()).await?;
+
+        let agents = spawn_agents(&agent_executable()?, dir.path(), &options.shape)
+            .context("starting agent processes")?;
+        Ok(Pilot {
+            root,
+            root_done: tokio::spawn(async move {
+                let _ = root_done.await;
+            }),
+            dir,
+            endpoint,
+            client_server,
+            agents: Some(agents),
+            shutdown,
+        })
+    }
+
+    /// Sends a request to the root as a client would.
+    pub fn request(&self, request: ClientRequest) -> Result<()> {
+        self.root
+            .send_message(RootMsg::Client(request))
+            .map_err(|_| anyhow::anyhow!("the root actor has stopped"))
+    }
+
+    /// Resolves once a shutdown has been requested (by a client or [`Self::request_shutdown`]).
+    pub fn stopped(&self) -> impl Future<Output = ()> + use<> {
+        let shutdown = self.shutdown.clone();
+        async move { shutdown.notified().await }
+    }
+
+    /// Asks the root to shut down without waiting for it.
+    pub fn request_shutdown(&self) {
+        let (reply, _) = oneshot::channel();
+        let _ = self.request(ClientRequest::Shutdown {
+            kill_running: true,
+            reply,
+        });
+    }
+
+    pub fn agent_pids(&self) -> Vec<u32> {
+        self.agents
+            .as_ref()
+            .map(AgentProcesses::pids)
+            .unwrap_or_default()
+    }
+
+    /// Asks every agent to stop, waits for them, stops the root and closes the
+    /// journal.
+    pub async fn shutdown(mut self) -> Result<()> {
+        let (reply, answer) = oneshot::channel();
+        if self
+            .request(ClientRequest::Shutdown {
+                kill_running: true,
+                reply,
+            })
+            .is_ok()
+        {
+            let _ = answer.await;
+        }
+        self.wait_stopped().await
+    }
+
+    /// After a shutdown was requested: waits for agents, then stops the root.
+    pub async fn wait_stopped(&mut self) -> Result<()> {
+        if let Some(agents) = self.agents.take() {
+            agents.wait(Duration::from_secs(10)).await;
+        }
+        self.client_server.abort();
+        let _ = ClientEndpoint::remove(&self.dir);
+        self.root.stop(None);
+        (&mut self.root_done).await.ok();
+        self.endpoint.close(0u32.into(), b"pilot stopped");
+        Ok(())
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+async fn start_client_server(
+    dir: &PilotDir,
+    credentials: &Credentials,
+    pilot_id: &str,
+    bind: std::net::IpAddr,
+    root: ActorRef<RootMsg>,
+) -> Result<JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(bind, 0))
+        .await
+        .context("binding the client socket")?;
+    let address = listener.local_addr()?;
+    let tls =
+        tokio_rustls::TlsAcceptor::from(saker_transport::tls::tls_server_config(credentials)?);
+    let (requests, mut incoming) = mpsc::channel::<ClientRequest>(1024);
+    tokio::spawn(async move {
+        while let Some(request) = incoming.recv().await {
+            if root.send_message(RootMsg::Client(request)).is_err() {
+                return;
+            }
+        }
+    });
+    let config = Arc::new(client::ServerConfig::new(pilot_id));
+    let server = tokio::spawn(client::serve(listener, tls, config, requests));
+    ClientEndpoint {
+        addr: address.to_string(),
+        protocol: client::PROTOCOL_VERSION,
+        pid: std::process::id(),
+        pilot_id: pilot_id.to_string(),
+    }
+    .write(dir)
+    .context("writing the client endpoint file")?;
+    Ok(server)
+}
+
+/// Accepts agent links: each becomes a writer task plus a reader loop that hands
+/// frames to the root.
+async fn accept_agents(endpoint: quinn::Endpoint, root: ActorRef<RootMsg>) {
+    while let Some(incoming) = endpoint.accept().await {
+        let root = root.clone();
+        tokio::spawn(async move {
+            let link = next_link_id();
+            let reason = match serve_agent_link(incoming, link, &root).await {
+                Ok(()) => "agent closed the link".to_string(),
+                Err(reason) => reason,
+            };
+            let _ = root.send_message(RootMsg::LinkDown { link, reason });
+        });
+    }
+}
+
+async fn serve_agent_link(
+    incoming: quinn::Incoming,
+    link: saker_actors::link::LinkId,
+    root: &ActorRef<RootMsg>,
+) -> std::result::Result<(), String> {
+    let connection = incoming
+        .await
+        .map_err(|e| format!("agent handshake failed: {e}"))?;
+    let (send, recv) = connection
+        .accept_bi()
+        .await
+        .map_err(|e| format!("agent opened no stream: {e}"))?;
+    let mut reader = FrameReader::new(recv);
+    reader.read_preamble().await.map_err(|e| e.to_string())?;
+    let mut writer = FrameWriter::new(send);
+    writer.write_preamble().await.map_err(|e| e.to_string())?;
+    let (tx, _writer) = spawn_writer(writer);
+    root.send_message(RootMsg::LinkUp { link, tx })
+        .map_err(|_| "root stopped".to_string())?;
+    loop {
+        match reader.read_frame().await {
+            Ok(Some(frame)) => {
+                if root
+                    .send_message(RootMsg::AgentFrame { link, frame })
+                    .is_err()
+                {
+                    return Err("root stopped".to_string());
+                }
+            }
+            Ok(None) => return Ok(()),
+            Err(error) => return Err(format!("agent link failed: {error}")),
+        }
+    }
+}

@@ -1,0 +1,560 @@
+//! The result of one task as the outside world sees it: [`ResultRecord`], shared by
+//! the journal, the client protocol (`results` stream) and `saker results`, plus its
+//! two output formats (JSON lines and an aligned human table).
+//!
+//! Times are [`Timestamp`]s: exact unix microseconds in memory, RFC 3339 UTC strings
+//! with six fractional digits on the wire (`"2025-01-31T12:00:00.000250Z"`), readable
+//! in a `jq` pipeline and parsed by Python's `datetime.fromisoformat` (3.11+, or after
+//! replacing `Z` by `+00:00`).
+
+use std::fmt;
+use std::io::{self, Write};
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A submitted job (one [`crate::spec::JobRequest`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobId(pub u32);
+
+/// One task; a job's tasks have consecutive ids starting at its `first_task`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TaskId(pub u64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(formatter)
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(formatter)
+    }
+}
+
+/// The accepted terminal state of a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TerminalState {
+    Succeeded,
+    /// Non-zero exit, signal, time limit or spawn failure, after all retries.
+    Failed,
+    Cancelled,
+}
+
+impl TerminalState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TerminalState::Succeeded => "succeeded",
+            TerminalState::Failed => "failed",
+            TerminalState::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// The first accepted terminal result of one task. One JSON object per line in
+/// `saker results --format jsonl`, the payload of a `result` message in the client
+/// protocol, and the journal's result record. Every field is always written (`null`
+/// when absent), so consumers see a fixed set of keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultRecord {
+    pub task: TaskId,
+    pub job: JobId,
+    /// Array index, `null` for a job without an array.
+    pub index: Option<u32>,
+    pub state: TerminalState,
+    /// Exit status when the program exited; `null` when killed by a signal or never run.
+    pub exit_code: Option<i32>,
+    /// Signal number when the program was killed by one.
+    pub signal: Option<i32>,
+    /// Why, when the exit status alone does not say (spawn failure, time limit,
+    /// cancellation, lost node): human text, not for matching.
+    pub reason: Option<String>,
+    /// Attempts made, including the accepted one (0 when cancelled while queued).
+    pub attempts: u32,
+    /// Hostname of the node that ran the accepted attempt.
+    pub node: Option<String>,
+    /// Executor (slot) index on that node.
+    pub executor: Option<u32>,
+    pub submit_time: Timestamp,
+    pub start_time: Option<Timestamp>,
+    pub end_time: Timestamp,
+    /// Captured output, lossy UTF-8: everything when small, else the first inline bytes
+    /// (the whole stream is then in `stdout_path`).
+    pub stdout: String,
+    pub stderr: String,
+    pub stdout_path: Option<String>,
+    pub stderr_path: Option<String>,
+    /// Journal sequence number: resume a `results` stream with `from = seq + 1`.
+    pub seq: u64,
+}
+
+impl ResultRecord {
+    /// Run time of the accepted attempt, when it started.
+    pub fn run_time(&self) -> Option<Duration> {
+        let start = self.start_time?;
+        Some(Duration::from_micros(
+            self.end_time
+                .unix_micros()
+                .saturating_sub(start.unix_micros()),
+        ))
+    }
+}
+
+/// Captured bytes as text for a [`ResultRecord`]: invalid UTF-8 becomes U+FFFD.
+pub fn lossy_text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A point in time with microsecond precision; RFC 3339 UTC text in JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Timestamp(u64);
+
+const MICROS_PER_SECOND: u64 = 1_000_000;
+const SECONDS_PER_DAY: u64 = 86_400;
+
+impl Timestamp {
+    pub fn from_unix_micros(micros: u64) -> Self {
+        Timestamp(micros)
+    }
+
+    pub fn unix_micros(self) -> u64 {
+        self.0
+    }
+
+    pub fn now() -> Self {
+        let since_epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO);
+        Timestamp(u64::try_from(since_epoch.as_micros()).unwrap_or(u64::MAX))
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let seconds = self.0 / MICROS_PER_SECOND;
+        let micros = self.0 % MICROS_PER_SECOND;
+        let days = seconds / SECONDS_PER_DAY;
+        let second_of_day = seconds % SECONDS_PER_DAY;
+        let (year, month, day) = civil_from_days(days);
+        write!(
+            formatter,
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z",
+            second_of_day / 3600,
+            second_of_day / 60 % 60,
+            second_of_day % 60
+        )
+    }
+}
+
+/// Year, month, day of the `days`-th day after 1970-01-01 (Hinnant's algorithm).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let shifted = days + 719_468;
+    let era = shifted / 146_097;
+    let day_of_era = shifted % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+/// Days from 1970-01-01 to the given date (Hinnant's algorithm); dates from 1970 on.
+fn days_from_civil(year: u64, month: u64, day: u64) -> Option<u64> {
+    let year = if month <= 2 {
+        year.checked_sub(1)?
+    } else {
+        year
+    };
+    let era = year / 400;
+    let year_of_era = year % 400;
+    let month_index = if month > 2 { month - 3 } else { month + 9 };
+    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    (era * 146_097 + day_of_era).checked_sub(719_468)
+}
+
+/// Parses what [`Timestamp`] writes: `YYYY-MM-DDTHH:MM:SS[.fraction]Z` (or `+00:00`),
+/// from 1970 on; fractions beyond microseconds are truncated.
+impl FromStr for Timestamp {
+    type Err = TimestampError;
+
+    fn from_str(text: &str) -> Result<Self, TimestampError> {
+        let invalid = || TimestampError {
+            text: text.to_owned(),
+        };
+        let body = text
+            .strip_suffix('Z')
+            .or_else(|| text.strip_suffix("+00:00"))
+            .ok_or_else(invalid)?;
+        let (date, time) = body.split_once(['T', 't', ' ']).ok_or_else(invalid)?;
+        let field = |part: &str, digits: usize| -> Result<u64, TimestampError> {
+            if part.len() != digits || !part.bytes().all(|byte| byte.is_ascii_digit()) {
+                return Err(invalid());
+            }
+            part.parse().map_err(|_| invalid())
+        };
+        let mut date_parts = date.split('-');
+        let (Some(year), Some(month), Some(day), None) = (
+            date_parts.next(),
+            date_parts.next(),
+            date_parts.next(),
+            date_parts.next(),
+        ) else {
+            return Err(invalid());
+        };
+        let (year, month, day) = (field(year, 4)?, field(month, 2)?, field(day, 2)?);
+        let (clock, fraction) = time.split_once('.').unwrap_or((time, ""));
+        let mut clock_parts = clock.split(':');
+        let (Some(hour), Some(minute), Some(second), None) = (
+            clock_parts.next(),
+            clock_parts.next(),
+            clock_parts.next(),
+            clock_parts.next(),
+        ) else {
+            return Err(invalid());
+        };
+        let (hour, minute, second) = (field(hour, 2)?, field(minute, 2)?, field(second, 2)?);
+        if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+            return Err(invalid());
+        }
+        if second > 60 || !fraction.bytes().all(|byte| byte.is_ascii_digit()) {
+            return Err(invalid());
+        }
+        let mut micros = 0u64;
+        for position in 0..6 {
+            let digit = fraction
+                .as_bytes()
+                .get(position)
+                .map_or(0, |byte| byte - b'0');
+            micros = micros * 10 + u64::from(digit);
+        }
+        let days = days_from_civil(year, month, day).ok_or_else(invalid)?;
+        let seconds = days * SECONDS_PER_DAY + hour * 3600 + minute * 60 + second;
+        seconds
+            .checked_mul(MICROS_PER_SECOND)
+            .and_then(|total| total.checked_add(micros))
+            .map(Timestamp)
+            .ok_or_else(invalid)
+    }
+}
+
+/// A timestamp string that is not RFC 3339 UTC.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid timestamp {text:?}: expected RFC 3339 UTC like 2025-01-31T12:00:00.000000Z")]
+pub struct TimestampError {
+    pub text: String,
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Output format of `saker results` (and of `saker run`'s report).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ResultFormat {
+    /// One JSON object per line: a [`ResultRecord`].
+    Jsonl,
+    /// Aligned columns for people.
+    #[default]
+    Table,
+}
+
+/// Writes `record` as one JSON line.
+pub fn write_jsonl(out: &mut impl Write, record: &ResultRecord) -> io::Result<()> {
+    serde_json::to_writer(&mut *out, record)?;
+    out.write_all(b"\n")
+}
+
+const COLUMNS: [&str; 9] = [
+    "TASK", "INDEX", "STATE", "EXIT", "ATTEMPTS", "NODE", "EXECUTOR", "DURATION", "OUTPUT",
+];
+
+/// The table cells of one record, in [`COLUMNS`] order.
+fn cells(record: &ResultRecord) -> [String; 9] {
+    let dash = || "-".to_owned();
+    let exit = match (record.exit_code, record.signal) {
+        (Some(code), _) => code.to_string(),
+        (None, Some(signal)) => signal_name(signal),
+        (None, None) => dash(),
+    };
+    let output = match (&record.stdout_path, &record.stderr_path) {
+        (Some(out), Some(err)) => format!("{out} {err}"),
+        (Some(path), None) | (None, Some(path)) => path.clone(),
+        (None, None) if !record.stdout.is_empty() || !record.stderr.is_empty() => {
+            "inline".to_owned()
+        }
+        (None, None) => dash(),
+    };
+    [
+        record.task.to_string(),
+        record.index.map_or_else(dash, |index| index.to_string()),
+        record.state.as_str().to_owned(),
+        exit,
+        record.attempts.to_string(),
+        record.node.clone().unwrap_or_else(dash),
+        record
+            .executor
+            .map_or_else(dash, |executor| executor.to_string()),
+        record.run_time().map_or_else(dash, format_run_time),
+        output,
+    ]
+}
+
+fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        _ => return format!("SIG{signal}"),
+    };
+    name.to_owned()
+}
+
+/// `0.012s`, `59.900s`, `12m03s`, `5h07m`.
+fn format_run_time(run_time: Duration) -> String {
+    let seconds = run_time.as_secs();
+    if seconds < 60 {
+        format!("{:.3}s", run_time.as_secs_f64())
+    } else if seconds < 3600 {
+        format!("{}m{:02}s", seconds / 60, seconds % 60)
+    } else {
+        format!("{}h{:02}m", seconds / 3600, seconds / 60 % 60)
+    }
+}
+
+fn write_row(out: &mut impl Write, widths: &[usize; 9], row: &[String; 9]) -> io::Result<()> {
+    let mut line = String::new();
+    for (column, (cell, width)) in row.iter().zip(widths).enumerate() {
+        if column + 1 == row.len() {
+            line.push_str(cell);
+        } else {
+            line.push_str(&format!("{cell:<width$}  "));
+        }
+    }
+    writeln!(out, "{}", line.trim_end())
+}
+
+/// Renders `records` as a table with columns as wide as their widest cell.
+pub fn render_table(records: &[ResultRecord]) -> String {
+    let rows: Vec<[String; 9]> = records.iter().map(cells).collect();
+    let mut widths = COLUMNS.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = Vec::new();
+    let header = COLUMNS.map(str::to_owned);
+    // Writing into a Vec cannot fail.
+    for row in std::iter::once(&header).chain(&rows) {
+        let _ = write_row(&mut out, &widths, row);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A table written row by row as results stream in (`saker results --follow`): the
+/// header comes first; a column widens when a cell does not fit, later rows align to
+/// the new width.
+#[derive(Debug)]
+pub struct TableWriter<W> {
+    out: W,
+    widths: [usize; 9],
+    header_written: bool,
+}
+
+impl<W: Write> TableWriter<W> {
+    pub fn new(out: W) -> Self {
+        // Room for typical values so that most streams never re-align.
+        let mut widths = COLUMNS.map(str::len);
+        widths[0] = widths[0].max(8);
+        widths[2] = widths[2].max("succeeded".len());
+        widths[5] = widths[5].max(12);
+        widths[7] = widths[7].max(9);
+        TableWriter {
+            out,
+            widths,
+            header_written: false,
+        }
+    }
+
+    pub fn write(&mut self, record: &ResultRecord) -> io::Result<()> {
+        if !self.header_written {
+            write_row(&mut self.out, &self.widths, &COLUMNS.map(str::to_owned))?;
+            self.header_written = true;
+        }
+        let row = cells(record);
+        for (width, cell) in self.widths.iter_mut().zip(&row) {
+            *width = (*width).max(cell.chars().count());
+        }
+        write_row(&mut self.out, &self.widths, &row)
+    }
+
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}
+
+/// A plausible succeeded record, for tests across the crate.
+#[cfg(test)]
+pub(crate) fn sample_record(task: u64) -> ResultRecord {
+    ResultRecord {
+        task: TaskId(task),
+        job: JobId(1),
+        index: Some(task as u32),
+        state: TerminalState::Succeeded,
+        exit_code: Some(0),
+        signal: None,
+        reason: None,
+        attempts: 1,
+        node: Some("node001".to_owned()),
+        executor: Some(3),
+        submit_time: Timestamp::from_unix_micros(1_700_000_000_000_000),
+        start_time: Some(Timestamp::from_unix_micros(1_700_000_000_500_000)),
+        end_time: Timestamp::from_unix_micros(1_700_000_001_750_000),
+        stdout: "hello\n".to_owned(),
+        stderr: String::new(),
+        stdout_path: None,
+        stderr_path: None,
+        seq: task + 100,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(task: u64) -> ResultRecord {
+        sample_record(task)
+    }
+
+    #[test]
+    fn timestamps_format_as_rfc3339_and_parse_back() {
+        let cases = [
+            (0, "1970-01-01T00:00:00.000000Z"),
+            (951_782_400_000_001, "2000-02-29T00:00:00.000001Z"),
+            (1_700_000_000_123_456, "2023-11-14T22:13:20.123456Z"),
+            (4_102_444_799_999_999, "2099-12-31T23:59:59.999999Z"),
+        ];
+        for (micros, text) in cases {
+            let timestamp = Timestamp::from_unix_micros(micros);
+            assert_eq!(timestamp.to_string(), text);
+            assert_eq!(text.parse::<Timestamp>(), Ok(timestamp));
+        }
+        assert_eq!(
+            "2023-11-14T22:13:20+00:00".parse::<Timestamp>(),
+            Ok(Timestamp::from_unix_micros(1_700_000_000_000_000))
+        );
+        for bad in [
+            "2023-11-14T22:13:20",
+            "2023-13-01T00:00:00Z",
+            "1969-12-31T23:59:59Z",
+            "2023-11-14T22:13:20.12x4Z",
+            "yesterday",
+        ] {
+            assert!(bad.parse::<Timestamp>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_day_of_four_centuries_round_trips() {
+        for days in (0..146_097 * 2).step_by(7) {
+            let (year, month, day) = civil_from_days(days);
+            assert_eq!(days_from_civil(year, month, day), Some(days));
+        }
+    }
+
+    #[test]
+    fn record_json_has_every_key_and_round_trips() {
+        let record = sample(7);
+        let mut line = Vec::new();
+        write_jsonl(&mut line, &record).unwrap();
+        let text = String::from_utf8(line).unwrap();
+        assert!(text.ends_with('\n') && text.matches('\n').count() == 1);
+        let object: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(object["state"], "succeeded");
+        assert_eq!(object["start_time"], "2023-11-14T22:13:20.500000Z");
+        assert!(object["signal"].is_null() && object["stdout_path"].is_null());
+        assert_eq!(object.as_object().unwrap().len(), 18);
+        assert_eq!(serde_json::from_str::<ResultRecord>(&text).unwrap(), record);
+    }
+
+    #[test]
+    fn table_aligns_columns() {
+        let mut failed = sample(12345);
+        failed.state = TerminalState::Failed;
+        failed.exit_code = None;
+        failed.signal = Some(9);
+        failed.node = Some("a-much-longer-hostname".to_owned());
+        failed.stdout_path = Some("/out/12345.out".to_owned());
+        let mut queued_cancel = sample(2);
+        queued_cancel.state = TerminalState::Cancelled;
+        queued_cancel.index = None;
+        (
+            queued_cancel.exit_code,
+            queued_cancel.node,
+            queued_cancel.executor,
+        ) = (None, None, None);
+        queued_cancel.start_time = None;
+        queued_cancel.stdout.clear();
+        let table = render_table(&[sample(1), failed, queued_cancel]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 4);
+        let state_column = lines[0].find("STATE").unwrap();
+        let node_column = lines[0].find("NODE").unwrap();
+        assert_eq!(&lines[1][state_column..state_column + 9], "succeeded");
+        assert_eq!(&lines[2][node_column..node_column + 6], "a-much");
+        assert!(lines[2].contains("SIGKILL") && lines[2].ends_with("/out/12345.out"));
+        assert!(lines[1].contains("1.250s") && lines[1].ends_with("inline"));
+        assert!(lines[3].contains("cancelled") && lines[3].ends_with('-'));
+    }
+
+    #[test]
+    fn streaming_table_writes_header_once() {
+        let mut writer = TableWriter::new(Vec::new());
+        writer.write(&sample(1)).unwrap();
+        writer.write(&sample(2)).unwrap();
+        let text = String::from_utf8(writer.into_inner()).unwrap();
+        assert_eq!(text.matches("TASK").count(), 1);
+        assert_eq!(text.lines().count(), 3);
+    }
+
+    #[test]
+    fn run_times_are_short_and_readable() {
+        assert_eq!(format_run_time(Duration::from_millis(12)), "0.012s");
+        assert_eq!(format_run_time(Duration::from_secs(723)), "12m03s");
+        assert_eq!(
+            format_run_time(Duration::from_secs(5 * 3600 + 7 * 60)),
+            "5h07m"
+        );
+    }
+}

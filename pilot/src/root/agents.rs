@@ -1,0 +1,268 @@
+//! The root's side of the agent tree: registration, reports, losses.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use saker_actors::link::{LinkId, LinkTx};
+use saker_core::{AttemptId, AttemptOutcome, Disposition, NodeId, TerminalState as CoreState};
+use saker_wire::messages::{FromAgent, Hello, Outcome, Report, ToAgent, Welcome};
+
+use super::state::{Detail, NodeEntry, RootState};
+use crate::results::{JobId, ResultRecord, TaskId, TerminalState, Timestamp, lossy_text};
+
+impl RootState {
+    pub(super) fn on_link_up(&mut self, link: LinkId, tx: LinkTx) {
+        self.links.insert(link, tx);
+    }
+
+    pub(super) fn on_link_down(&mut self, link: LinkId, reason: &str) {
+        self.links.remove(&link);
+        let lost: Vec<u32> = {
+            let mut lost: Vec<u32> = self
+                .nodes
+                .iter()
+                .filter(|(_, n)| n.link == link)
+                .map(|(id, _)| *id)
+                .collect();
+            lost.sort_unstable();
+            lost
+        };
+        for node in lost {
+            self.lose_node(node, reason);
+        }
+    }
+
+    fn lose_node(&mut self, node: u32, reason: &str) {
+        if self.nodes.remove(&node).is_none() {
+            return;
+        }
+        if !self.shutting_down {
+            tracing::warn!(node, %reason, "agent lost; its work is replayed");
+        }
+        let now = self.now();
+        match self.core.handle_node_lost(NodeId(node), now) {
+            Ok(loss) => tracing::info!(node, ?loss, "node lost"),
+            Err(error) => tracing::debug!(node, %error, "node was not registered with the core"),
+        }
+    }
+
+    pub(super) fn on_agent_frame(&mut self, link: LinkId, route: u32, payload: &[u8]) {
+        let message = match saker_wire::frame::decode_from_agent(payload) {
+            Ok(message) => message,
+            Err(error) => {
+                // A peer that sends garbage loses its link; everything behind it is
+                // replayed. Nothing else is affected.
+                tracing::error!(%error, route, "invalid frame from an agent; closing its link");
+                self.on_link_down(link, "invalid frame");
+                return;
+            }
+        };
+        match message {
+            FromAgent::Hello(hello) => self.on_hello(link, hello),
+            FromAgent::Report(report) => {
+                if report.node != route {
+                    tracing::error!(route, node = report.node, "report routed from another node");
+                    return;
+                }
+                self.on_report(report)
+            }
+            FromAgent::Goodbye { node, reason } => self.lose_node(node, &reason),
+            FromAgent::NodesLost { nodes, reason } => {
+                for node in nodes {
+                    self.lose_node(node, &reason);
+                }
+            }
+        }
+    }
+
+    fn on_hello(&mut self, link: LinkId, hello: Hello) {
+        let refuse = if hello.pilot_id != self.pilot_id {
+            Some(format!(
+                "agent belongs to pilot {}, not {}",
+                hello.pilot_id, self.pilot_id
+            ))
+        } else if self.nodes.contains_key(&hello.node) {
+            Some(format!("node {} is already registered", hello.node))
+        } else {
+            None
+        };
+        if let Some(reason) = refuse {
+            tracing::error!(node = hello.node, %reason, "refusing agent");
+            self.send_to(link, hello.node, &ToAgent::Refused { reason });
+            return;
+        }
+        let now = self.now();
+        if let Err(error) = self
+            .core
+            .handle_node_joined(NodeId(hello.node), hello.cores, now)
+        {
+            self.send_to(
+                link,
+                hello.node,
+                &ToAgent::Refused {
+                    reason: error.to_string(),
+                },
+            );
+            return;
+        }
+        tracing::info!(node = hello.node, host = %hello.hostname, cores = hello.cores, "agent joined");
+        self.nodes.insert(
+            hello.node,
+            NodeEntry {
+                link,
+                hostname: hello.hostname,
+                cores: hello.cores,
+                known_jobs: HashSet::new(),
+                running: 0,
+            },
+        );
+        let welcome = ToAgent::Welcome(Welcome {
+            node: hello.node,
+            pilot_id: self.pilot_id.clone(),
+        });
+        self.send_to(link, hello.node, &welcome);
+        if self.shutting_down {
+            self.send_to(link, hello.node, &shutdown_message());
+        }
+    }
+
+    fn on_report(&mut self, report: Report) {
+        let now = self.now();
+        if !self.nodes.contains_key(&report.node) {
+            return; // a node already declared lost; its attempts were replayed
+        }
+        for started in &report.started {
+            let _ = self.core.handle_started(AttemptId(started.attempt), now);
+        }
+        for result in report.results {
+            if let Some(node) = self.nodes.get_mut(&report.node) {
+                node.running = node.running.saturating_sub(1);
+            }
+            let outcome = match &result.outcome {
+                Outcome::Exited { code: 0 } => AttemptOutcome::Succeeded,
+                Outcome::Exited { .. }
+                | Outcome::Signaled { .. }
+                | Outcome::TimedOut
+                | Outcome::SpawnFailed { .. } => AttemptOutcome::Failed,
+                Outcome::Lost { .. } => AttemptOutcome::Lost,
+                Outcome::Cancelled => AttemptOutcome::Cancelled,
+            };
+            let task = result.task;
+            if let Disposition::Accepted { .. } =
+                self.core
+                    .handle_result(AttemptId(result.attempt), outcome, now)
+            {
+                self.details.insert(
+                    task,
+                    Detail {
+                        node: report.node,
+                        result,
+                    },
+                );
+            }
+        }
+        if report.credit > 0 {
+            let _ = self
+                .core
+                .handle_credit(NodeId(report.node), report.credit, now);
+        }
+    }
+
+    /// Builds the result record of a task the core has just finished.
+    pub(super) fn finish_task(
+        &mut self,
+        task: u64,
+        job: u32,
+        offset: u32,
+        state: CoreState,
+        attempts: u32,
+        detail: Option<Detail>,
+    ) {
+        let Some(entry) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let state = match state {
+            CoreState::Succeeded => TerminalState::Succeeded,
+            CoreState::Failed => {
+                entry.failed += 1;
+                TerminalState::Failed
+            }
+            CoreState::Cancelled => {
+                entry.cancelled += 1;
+                TerminalState::Cancelled
+            }
+        };
+        let index = entry.array_index(offset);
+        let submit_time = Timestamp::from_unix_micros(entry.submitted_us);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let mut record = ResultRecord {
+            task: TaskId(task),
+            job: JobId(job),
+            index,
+            state,
+            exit_code: None,
+            signal: None,
+            reason: None,
+            attempts,
+            node: None,
+            executor: None,
+            submit_time,
+            start_time: None,
+            end_time: Timestamp::now(),
+            stdout: String::new(),
+            stderr: String::new(),
+            stdout_path: None,
+            stderr_path: None,
+            seq,
+        };
+        match detail {
+            Some(Detail { node, result }) => {
+                record.node = Some(self.hostname_of(node));
+                record.executor = (result.executor != u32::MAX).then_some(result.executor);
+                record.start_time = Some(Timestamp::from_unix_micros(result.start_unix_us));
+                record.end_time = Timestamp::from_unix_micros(result.end_unix_us);
+                match result.outcome {
+                    Outcome::Exited { code } => record.exit_code = Some(code),
+                    Outcome::Signaled { signal } => {
+                        record.signal = Some(signal);
+                        record.reason = Some(format!("killed by signal {signal}"));
+                    }
+                    Outcome::TimedOut => record.reason = Some("time limit exceeded".into()),
+                    Outcome::SpawnFailed { reason } => record.reason = Some(reason),
+                    Outcome::Lost { reason } => record.reason = Some(format!("lost: {reason}")),
+                    Outcome::Cancelled => record.reason = Some("cancelled".into()),
+                }
+                record.stdout = lossy_text(&result.stdout.inline);
+                record.stderr = lossy_text(&result.stderr.inline);
+                record.stdout_path = result.stdout.spill_path;
+                record.stderr_path = result.stderr.spill_path;
+            }
+            None if state == TerminalState::Cancelled => {
+                record.reason = Some("cancelled before it started".into());
+            }
+            None => record.reason = Some("no attempt result".into()),
+        }
+        self.unjournaled.push(Arc::new(record));
+    }
+
+    fn hostname_of(&self, node: u32) -> String {
+        self.nodes
+            .get(&node)
+            .map_or_else(|| format!("node-{node}"), |n| n.hostname.clone())
+    }
+
+    pub(super) fn broadcast_shutdown(&mut self) {
+        let targets: Vec<(LinkId, u32)> = self.nodes.iter().map(|(id, n)| (n.link, *id)).collect();
+        for (link, node) in targets {
+            self.send_to(link, node, &shutdown_message());
+        }
+    }
+}
+
+fn shutdown_message() -> ToAgent {
+    ToAgent::Shutdown {
+        reason: "pilot shutting down".into(),
+        kill_running: true,
+    }
+}

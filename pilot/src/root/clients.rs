@@ -1,0 +1,329 @@
+//! The root's side of clients: submissions, waits, cancels, result streams, status.
+//!
+//! The root never awaits a client. Replies are oneshots; a results stream is fed by a
+//! small task of its own (history first, then live results from an unbounded
+//! channel the root pushes to), so a slow reader slows only itself.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use saker_core::{JobId as CoreJobId, JobSpec};
+use saker_wire::messages::{EnvVar, JobDef};
+use tokio::sync::mpsc;
+
+use super::state::{JobEntry, RootState};
+use crate::client::{
+    CancelReport, ClientRequest, ErrorKind, Reply, RequestError, ResultSink, ResultsItem,
+    StatusReport, StreamEnd, SubmitReply, SubmittedJob, WaitReport,
+};
+use crate::records::Record;
+use crate::results::{JobId, ResultRecord, TaskId, Timestamp};
+use crate::spec::JobRequest;
+
+/// Inline output kept per stream when a request does not say.
+pub const DEFAULT_INLINE_OUTPUT: u32 = 4096;
+
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    jobs: Option<Vec<u32>>,
+    reply: Reply<WaitReport>,
+}
+
+/// Recent completions, for the rate shown by `status`.
+#[derive(Debug, Default)]
+pub(crate) struct RateWindow {
+    samples: VecDeque<(Instant, u64)>,
+}
+
+impl RateWindow {
+    fn record(&mut self, now: Instant, done: u64) {
+        self.samples.push_back((now, done));
+        while self
+            .samples
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t).as_secs_f64() > 5.0)
+        {
+            self.samples.pop_front();
+        }
+    }
+
+    fn rate(&self) -> f64 {
+        match (self.samples.front(), self.samples.back()) {
+            (Some((t0, d0)), Some((t1, d1))) if t1 > t0 => {
+                (d1 - d0) as f64 / t1.duration_since(*t0).as_secs_f64()
+            }
+            _ => 0.0,
+        }
+    }
+}
+
+fn error(kind: ErrorKind, message: impl Into<String>) -> RequestError {
+    RequestError::new(kind, message)
+}
+
+impl RootState {
+    pub(super) fn on_client(&mut self, request: ClientRequest) {
+        match request {
+            ClientRequest::Submit { jobs, reply } => self.on_submit(jobs, reply),
+            ClientRequest::Status { reply } => {
+                let _ = reply.send(Ok(self.status()));
+            }
+            ClientRequest::Wait { jobs, reply } => {
+                if let Some(unknown) = jobs
+                    .iter()
+                    .flatten()
+                    .find(|j| !self.jobs.contains_key(&j.0))
+                {
+                    let message = format!("unknown job {unknown}");
+                    let _ = reply.send(Err(error(ErrorKind::UnknownJob, message)));
+                    return;
+                }
+                let jobs = jobs.map(|jobs| jobs.into_iter().map(|j| j.0).collect());
+                self.waiters.push(Waiter { jobs, reply });
+                self.check_waiters();
+            }
+            ClientRequest::Cancel { jobs, reply } => self.on_cancel(jobs, reply),
+            ClientRequest::Results { from, follow, sink } => self.on_results(from, follow, sink),
+            ClientRequest::Shutdown {
+                kill_running: _,
+                reply,
+            } => {
+                self.on_shutdown();
+                let _ = reply.send(Ok(()));
+            }
+        }
+    }
+
+    fn on_submit(&mut self, requests: Vec<JobRequest>, reply: Reply<SubmitReply>) {
+        if self.shutting_down {
+            let _ = reply.send(Err(error(
+                ErrorKind::Unavailable,
+                "the pilot is shutting down",
+            )));
+            return;
+        }
+        // Accepted whole or not at all.
+        for (position, request) in requests.iter().enumerate() {
+            if let Err(problem) = request.validate() {
+                let message = format!("job {position} of the submission: {problem}");
+                let _ = reply.send(Err(error(ErrorKind::InvalidSpec, message)));
+                return;
+            }
+            if request.task_count() > u64::from(u32::MAX) {
+                let message =
+                    format!("job {position} of the submission has more than 2^32-1 tasks");
+                let _ = reply.send(Err(error(ErrorKind::InvalidSpec, message)));
+                return;
+            }
+        }
+        let now = self.now();
+        let submitted_us = Timestamp::now().unix_micros();
+        let mut submitted = Vec::with_capacity(requests.len());
+        let mut records = Vec::with_capacity(requests.len());
+        for request in requests {
+            let spec = &request.spec;
+            let count = request.task_count() as u32;
+            let job_spec = JobSpec {
+                count,
+                cores: spec.cores,
+                priority: spec.priority,
+                max_retries: spec.max_retries,
+                max_replays: None,
+            };
+            let job = match self.core.handle_submit(job_spec, now) {
+                Ok(job) => job,
+                Err(problem) => {
+                    // Jobs earlier in this submission are already queued; they are
+                    // journaled below so they are not lost, and the client is told.
+                    tracing::error!(%problem, "submission refused by the core");
+                    break;
+                }
+            };
+            let def = JobDef {
+                job: job.job.0,
+                argv: spec.command().into_owned(),
+                env: spec
+                    .env
+                    .iter()
+                    .map(|(key, value)| EnvVar {
+                        key: key.clone(),
+                        value: value.clone(),
+                    })
+                    .collect(),
+                cwd: spec.cwd.as_ref().map(|p| p.display().to_string()),
+                cores: spec.cores,
+                time_limit_ms: spec.time_limit.map_or(0, |t| t.as_millis().max(1) as u64),
+                inline_output_bytes: request.inline_output.unwrap_or(DEFAULT_INLINE_OUTPUT),
+                is_array: request.array.is_some(),
+            };
+            self.jobs.insert(
+                job.job.0,
+                JobEntry {
+                    def: Arc::new(def),
+                    array: request.array.clone(),
+                    submitted_us,
+                    count,
+                    durable: 0,
+                    failed: 0,
+                    cancelled: 0,
+                },
+            );
+            submitted.push(SubmittedJob {
+                job: JobId(job.job.0),
+                first_task: TaskId(job.first_task.0),
+                count: u64::from(count),
+            });
+            records.push(Record::Submit {
+                job: job.job.0,
+                first_task: job.first_task.0,
+                count,
+                submitted_unix_us: submitted_us,
+                request,
+            });
+        }
+        // Acknowledged only once durable: an acknowledged submission survives a crash.
+        self.append(records, move |outcome| {
+            let answer = outcome
+                .map(|()| SubmitReply { jobs: submitted })
+                .map_err(|reason| error(ErrorKind::Internal, format!("journal failed: {reason}")));
+            let _ = reply.send(answer);
+            None
+        });
+    }
+
+    pub(super) fn on_durable(&mut self, results: Vec<Arc<ResultRecord>>) {
+        let now = Instant::now();
+        for record in results {
+            if let Some(job) = self.jobs.get_mut(&record.job.0) {
+                job.durable += 1;
+            }
+            self.followers
+                .retain(|sink| sink.send(record.clone()).is_ok());
+            self.results.push(record);
+        }
+        self.rate.record(now, self.results.len() as u64);
+        self.check_waiters();
+    }
+
+    pub(super) fn check_waiters(&mut self) {
+        let mut index = 0;
+        while index < self.waiters.len() {
+            if self.waiters[index].reply.is_closed() {
+                self.waiters.swap_remove(index);
+                continue;
+            }
+            let covered: Vec<u32> = match &self.waiters[index].jobs {
+                Some(jobs) => jobs.clone(),
+                None => self.jobs.keys().copied().collect(),
+            };
+            // Jobs were checked to exist when the wait arrived.
+            if covered
+                .iter()
+                .all(|j| self.jobs.get(j).is_none_or(JobEntry::is_done))
+            {
+                let waiter = self.waiters.swap_remove(index);
+                let mut report = WaitReport::default();
+                for job in covered.iter().filter_map(|j| self.jobs.get(j)) {
+                    report.failed += u64::from(job.failed);
+                    report.cancelled += u64::from(job.cancelled);
+                    report.succeeded += u64::from(job.count - job.failed - job.cancelled);
+                }
+                let _ = waiter.reply.send(Ok(report));
+            } else {
+                index += 1;
+            }
+        }
+    }
+
+    fn on_cancel(&mut self, jobs: Vec<JobId>, reply: Reply<CancelReport>) {
+        if let Some(unknown) = jobs.iter().find(|j| !self.jobs.contains_key(&j.0)) {
+            let _ = reply.send(Err(error(
+                ErrorKind::UnknownJob,
+                format!("unknown job {unknown}"),
+            )));
+            return;
+        }
+        let now = self.now();
+        let mut cancelled = 0;
+        let mut records = Vec::new();
+        for job in jobs {
+            match self.core.handle_cancel_job(CoreJobId(job.0), now) {
+                Ok(summary) => cancelled += summary.cancelled + summary.attempts_signalled,
+                Err(problem) => tracing::warn!(%problem, job = job.0, "cancel"),
+            }
+            records.push(Record::Cancel {
+                job: job.0,
+                unix_us: Timestamp::now().unix_micros(),
+            });
+        }
+        self.append(records, |_| None);
+        let _ = reply.send(Ok(CancelReport { cancelled }));
+    }
+
+    fn on_results(&mut self, from: u64, follow: bool, sink: ResultSink) {
+        let start = from.saturating_sub(1) as usize;
+        let history: Vec<Arc<ResultRecord>> = self.results.iter().skip(start).cloned().collect();
+        let next = self.results.len() as u64 + 1;
+        let live = follow.then(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            self.followers.push(tx);
+            rx
+        });
+        tokio::spawn(feed_results(history, live, next, sink));
+    }
+
+    pub(super) fn on_shutdown(&mut self) {
+        self.shutting_down = true;
+        self.shutdown_signal.notify_one();
+        self.broadcast_shutdown();
+        // Dropping the live senders ends follow streams with `end`.
+        self.followers.clear();
+    }
+
+    pub(super) fn status(&self) -> StatusReport {
+        let counts = self.core.counts();
+        let (failed, cancelled) = self.jobs.values().fold((0u64, 0u64), |(f, c), j| {
+            (f + u64::from(j.failed), c + u64::from(j.cancelled))
+        });
+        let durable = self.results.len() as u64;
+        StatusReport {
+            pilot_id: self.pilot_id.clone(),
+            queued: counts.queued + counts.delayed,
+            running: counts.assigned + counts.running,
+            succeeded: durable.saturating_sub(failed + cancelled),
+            failed,
+            cancelled,
+            duplicates: counts.duplicates,
+            agents: self.nodes.len() as u32,
+            slots: self.nodes.values().map(|n| n.cores).sum(),
+            busy_slots: self.nodes.values().map(|n| n.running.min(n.cores)).sum(),
+            rate: self.rate.rate(),
+            jobs: self.jobs.len() as u64,
+        }
+    }
+}
+
+/// Feeds one results stream: the history snapshot, then live results until the
+/// client or the pilot goes away, then `end`.
+async fn feed_results(
+    history: Vec<Arc<ResultRecord>>,
+    live: Option<mpsc::UnboundedReceiver<Arc<ResultRecord>>>,
+    mut next: u64,
+    sink: ResultSink,
+) {
+    for record in history {
+        if sink.send(ResultsItem::Record(record)).await.is_err() {
+            return;
+        }
+    }
+    if let Some(mut live) = live {
+        while let Some(record) = live.recv().await {
+            next = record.seq + 1;
+            if sink.send(ResultsItem::Record(record)).await.is_err() {
+                return;
+            }
+        }
+    }
+    let _ = sink.send(ResultsItem::End(StreamEnd { next })).await;
+}

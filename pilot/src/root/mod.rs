@@ -1,0 +1,115 @@
+//! The root: the pilot's top supervisor. It owns the scheduling core, the journal and
+//! the node table; every other part talks to it by message.
+//!
+//! Its loop is thin: a message comes in (a frame from an agent, a client request, a
+//! journal acknowledgement, a timer), the matching `on_*` function feeds the core,
+//! then [`RootState::drain`] turns the core's outputs into frames, journal records
+//! and replies. Results become visible to clients only after the journal reports them
+//! durable, so nothing a client has seen can be lost by a crash.
+
+mod agents;
+mod clients;
+mod state;
+
+use std::sync::Arc;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use saker_journal::JournalWriter;
+pub use state::RootState;
+
+use crate::client::ClientRequest;
+use crate::records::Record;
+use crate::results::ResultRecord;
+use saker_actors::link::LinkId;
+use saker_actors::link::LinkTx;
+
+#[derive(Debug)]
+pub enum RootMsg {
+    LinkUp {
+        link: LinkId,
+        tx: LinkTx,
+    },
+    /// One frame from a direct child link (its route field names the origin node).
+    AgentFrame {
+        link: LinkId,
+        frame: saker_transport::stream::Frame,
+    },
+    LinkDown {
+        link: LinkId,
+        reason: String,
+    },
+    /// A request from a client (over the socket, or in-process from `saker run`).
+    Client(ClientRequest),
+    /// The journal made these results durable.
+    Durable {
+        results: Vec<Arc<ResultRecord>>,
+    },
+    JournalFailed {
+        reason: String,
+    },
+    /// The core asked to be woken at or after some time.
+    Timer,
+}
+
+#[derive(Debug)]
+pub struct RootArgs {
+    pub pilot_id: String,
+    pub journal: JournalWriter<Record>,
+    pub core: saker_core::CoreConfig,
+    /// Signalled once a shutdown is requested, so the pilot process can wind down.
+    pub shutdown: Arc<tokio::sync::Notify>,
+}
+
+#[derive(Debug, Default)]
+pub struct Root;
+
+impl Actor for Root {
+    type Msg = RootMsg;
+    type State = RootState;
+    type Arguments = RootArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(RootState::new(myself, args))
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            RootMsg::LinkUp { link, tx } => state.on_link_up(link, tx),
+            RootMsg::AgentFrame { link, frame } => {
+                state.on_agent_frame(link, frame.route(), frame.payload())
+            }
+            RootMsg::LinkDown { link, reason } => state.on_link_down(link, &reason),
+            RootMsg::Client(request) => state.on_client(request),
+            RootMsg::Durable { results } => state.on_durable(results),
+            RootMsg::JournalFailed { reason } => {
+                // Without a journal nothing more can be acknowledged durably: stop the
+                // pilot rather than pretend. Running tasks are killed by the agents.
+                tracing::error!(%reason, "journal failed; stopping the pilot");
+                state.on_shutdown();
+                myself.stop(Some(format!("journal failed: {reason}")));
+                return Ok(());
+            }
+            RootMsg::Timer => state.on_timer(),
+        }
+        state.drain();
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.close_journal();
+        Ok(())
+    }
+}

@@ -1,0 +1,259 @@
+//! The root's state and the translation of core outputs into actions.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::ActorRef;
+use saker_actors::link::{LinkId, LinkTx};
+use saker_core::{Core, Event, Time};
+use saker_journal::JournalWriter;
+use saker_wire::messages::{Assignment, Dispatch, JobDef, TaskResult, ToAgent};
+use tokio::sync::mpsc;
+
+use super::clients::{RateWindow, Waiter};
+use super::{RootArgs, RootMsg};
+use crate::records::Record;
+use crate::results::ResultRecord;
+use crate::spec::ArraySpec;
+
+/// A submitted job as the root keeps it.
+#[derive(Debug)]
+pub(super) struct JobEntry {
+    pub def: Arc<JobDef>,
+    pub array: Option<ArraySpec>,
+    pub submitted_us: u64,
+    pub count: u32,
+    /// Terminal results made durable so far.
+    pub durable: u32,
+    pub failed: u32,
+    pub cancelled: u32,
+}
+
+impl JobEntry {
+    pub fn is_done(&self) -> bool {
+        self.durable >= self.count
+    }
+
+    /// The user-visible array index of task offset `offset`.
+    pub fn array_index(&self, offset: u32) -> Option<u32> {
+        self.array
+            .as_ref()
+            .and_then(|a| a.index_at(u64::from(offset)))
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct NodeEntry {
+    pub link: LinkId,
+    pub hostname: String,
+    pub cores: u32,
+    /// Jobs whose definition this node already has.
+    pub known_jobs: HashSet<u32>,
+    pub running: u32,
+}
+
+/// Details of an accepted attempt, kept until the core reports the task finished.
+#[derive(Debug)]
+pub(super) struct Detail {
+    pub node: u32,
+    pub result: TaskResult,
+}
+
+#[derive(Debug)]
+pub struct RootState {
+    pub(super) myself: ActorRef<RootMsg>,
+    pub(super) pilot_id: String,
+    pub(super) core: Core,
+    epoch: Instant,
+    pub(super) jobs: HashMap<u32, JobEntry>,
+    pub(super) nodes: HashMap<u32, NodeEntry>,
+    pub(super) links: HashMap<LinkId, LinkTx>,
+    pub(super) details: HashMap<u64, Detail>,
+    pub(super) journal: Option<JournalWriter<Record>>,
+    /// Records accepted in this turn, journaled together at the end of it.
+    pub(super) unjournaled: Vec<Arc<ResultRecord>>,
+    pub(super) next_seq: u64,
+    /// Durable results in sequence order (seq = position + 1).
+    pub(super) results: Vec<Arc<ResultRecord>>,
+    pub(super) followers: Vec<mpsc::UnboundedSender<Arc<ResultRecord>>>,
+    pub(super) rate: RateWindow,
+    pub(super) waiters: Vec<Waiter>,
+    pub(super) shutting_down: bool,
+    pub(super) shutdown_signal: Arc<tokio::sync::Notify>,
+    timer_at: Option<Time>,
+}
+
+impl RootState {
+    pub(super) fn new(myself: ActorRef<RootMsg>, args: RootArgs) -> Self {
+        RootState {
+            myself,
+            pilot_id: args.pilot_id,
+            core: Core::new(args.core),
+            epoch: Instant::now(),
+            jobs: HashMap::new(),
+            nodes: HashMap::new(),
+            links: HashMap::new(),
+            details: HashMap::new(),
+            journal: Some(args.journal),
+            unjournaled: Vec::new(),
+            next_seq: 1,
+            results: Vec::new(),
+            followers: Vec::new(),
+            rate: RateWindow::default(),
+            waiters: Vec::new(),
+            shutting_down: false,
+            shutdown_signal: args.shutdown,
+            timer_at: None,
+        }
+    }
+
+    pub(super) fn now(&self) -> Time {
+        Time::from_micros(self.epoch.elapsed().as_micros() as u64)
+    }
+
+    pub(super) fn on_timer(&mut self) {
+        self.timer_at = None;
+        let now = self.now();
+        self.core.handle_timeout(now);
+    }
+
+    /// Turns everything the core wants done into actions. Called after every message.
+    pub(super) fn drain(&mut self) {
+        // Events first (the core's documented order): cancels go out before new work.
+        while let Some(event) = self.core.poll_event() {
+            self.on_core_event(event);
+        }
+        while let Some(dispatch) = self.core.poll_dispatch() {
+            self.send_dispatch(dispatch);
+        }
+        self.journal_accepted();
+        self.arm_timer();
+    }
+
+    fn arm_timer(&mut self) {
+        let Some(at) = self.core.poll_timeout() else {
+            return;
+        };
+        if self.timer_at.is_some_and(|armed| armed <= at) {
+            return;
+        }
+        self.timer_at = Some(at);
+        let delay = Duration::from_micros(at.as_micros().saturating_sub(self.now().as_micros()));
+        self.myself.send_after(delay, || RootMsg::Timer);
+    }
+
+    fn send_dispatch(&mut self, dispatch: saker_core::Dispatch) {
+        let node_id = dispatch.node.0;
+        let Some(node) = self.nodes.get_mut(&node_id) else {
+            return;
+        };
+        let mut jobs = Vec::new();
+        let mut tasks = Vec::with_capacity(dispatch.assignments.len());
+        for assignment in &dispatch.assignments {
+            let job_id = assignment.job.0;
+            let Some(job) = self.jobs.get(&job_id) else {
+                continue;
+            };
+            if node.known_jobs.insert(job_id) {
+                jobs.push(JobDef::clone(&job.def));
+            }
+            tasks.push(Assignment {
+                task: assignment.task.0,
+                attempt: assignment.attempt.0,
+                job: job_id,
+                index: job.array_index(assignment.index).unwrap_or(0),
+            });
+        }
+        node.running += tasks.len() as u32;
+        let message = ToAgent::Dispatch(Dispatch { jobs, tasks });
+        let link = node.link;
+        self.send_to(link, node_id, &message);
+    }
+
+    /// Encodes and sends a message to `node` over `link`. A link that is gone will be
+    /// reported by its reader; the core then replays what was sent here.
+    pub(super) fn send_to(&self, link: LinkId, node: u32, message: &ToAgent) {
+        let Some(tx) = self.links.get(&link) else {
+            return;
+        };
+        match saker_wire::frame::encode(node, message) {
+            Ok(frame) => {
+                let _ = tx.send(frame);
+            }
+            Err(error) => tracing::error!(%error, node, "could not encode a message for an agent"),
+        }
+    }
+
+    fn on_core_event(&mut self, event: Event) {
+        match event {
+            Event::TaskFinished {
+                task,
+                job,
+                index,
+                state,
+                attempts,
+            } => {
+                let detail = self.details.remove(&task.0);
+                self.finish_task(task.0, job.0, index, state, attempts, detail);
+            }
+            Event::CancelAttempt { node, attempt } => {
+                if let Some(entry) = self.nodes.get(&node.0) {
+                    let message = ToAgent::Cancel {
+                        attempts: vec![attempt.0],
+                    };
+                    self.send_to(entry.link, node.0, &message);
+                }
+            }
+            Event::JobFinished { .. } => {}
+        }
+    }
+
+    /// Journals this turn's accepted results as one group; they reach clients when the
+    /// journal calls back.
+    fn journal_accepted(&mut self) {
+        if self.unjournaled.is_empty() {
+            return;
+        }
+        let results = std::mem::take(&mut self.unjournaled);
+        let records = results
+            .iter()
+            .map(|r| Record::Result(ResultRecord::clone(r)))
+            .collect();
+        self.append(records, move |outcome| {
+            Some(match outcome {
+                Ok(()) => RootMsg::Durable { results },
+                Err(reason) => RootMsg::JournalFailed { reason },
+            })
+        });
+    }
+
+    /// Appends records; once they are durable (or the journal failed) `then` runs on
+    /// the journal's thread and may hand the root a message.
+    pub(super) fn append(
+        &self,
+        records: Vec<Record>,
+        then: impl FnOnce(Result<(), String>) -> Option<RootMsg> + Send + 'static,
+    ) {
+        let myself = self.myself.clone();
+        let Some(journal) = &self.journal else {
+            if let Some(message) = then(Err("journal is closed".into())) {
+                let _ = myself.send_message(message);
+            }
+            return;
+        };
+        journal.append(records, move |outcome| {
+            if let Some(message) = then(outcome.map_err(|error| error.to_string())) {
+                let _ = myself.send_message(message);
+            }
+        });
+    }
+
+    pub(super) fn close_journal(&mut self) {
+        if let Some(journal) = self.journal.take()
+            && let Err(error) = journal.close()
+        {
+            tracing::error!(%error, "closing the journal failed");
+        }
+    }
+}

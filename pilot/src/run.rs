@@ -1,0 +1,187 @@
+//! `saker run`: an embedded pilot on this machine that runs the given tasks and exits.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::cli::RunArgs;
+use crate::client::{ClientRequest, ResultsItem, StatusReport, WaitReport};
+use crate::local::Shape;
+use crate::pilot::{Pilot, PilotOptions};
+use crate::progress::Progress;
+use crate::results::TerminalState;
+use crate::submission::requests_from;
+
+/// Jobs per submit request when a task file holds many lines.
+const SUBMIT_BATCH: usize = 10_000;
+
+pub async fn run(args: RunArgs) -> Result<ExitCode> {
+    let shape = Shape::from_args(&args.shape)?;
+    let requests = requests_from(&args.task, args.inline_output)?;
+    let (dir, temporary) = match &args.dir {
+        Some(dir) => (dir.clone(), false),
+        None => (temporary_dir(), true),
+    };
+    let started = Instant::now();
+    let pilot = Pilot::start(PilotOptions {
+        dir: dir.clone(),
+        shape: shape.clone(),
+        sync: !args.no_sync,
+        bind: std::net::Ipv4Addr::LOCALHOST.into(),
+    })
+    .await?;
+
+    let outcome = drive(&pilot, requests, &args, &shape, started).await;
+    pilot.shutdown().await?;
+    if temporary {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let report = outcome?;
+    Ok(if report.failed == 0 && report.cancelled == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn drive(
+    pilot: &Pilot,
+    requests: Vec<crate::spec::JobRequest>,
+    args: &RunArgs,
+    shape: &Shape,
+    started: Instant,
+) -> Result<WaitReport> {
+    let total: u64 = requests.iter().map(|r| r.task_count()).sum();
+    let mut batches = requests.into_iter().peekable();
+    while batches.peek().is_some() {
+        let batch: Vec<_> = batches.by_ref().take(SUBMIT_BATCH).collect();
+        let (reply, answer) = oneshot::channel();
+        pilot.request(ClientRequest::Submit { jobs: batch, reply })?;
+        answer
+            .await
+            .context("the root dropped a submission")?
+            .context("submission refused")?;
+    }
+
+    let mut progress = Progress::new(args.progress, total);
+    let (reply, mut waiting) = oneshot::channel();
+    pilot.request(ClientRequest::Wait { jobs: None, reply })?;
+    let report = loop {
+        tokio::select! {
+            answer = &mut waiting => break answer.context("the root stopped")??,
+            () = tokio::time::sleep(progress.interval()) => {
+                progress.update(&status(pilot).await?);
+            }
+        }
+    };
+    let final_status = status(pilot).await?;
+    progress.finish(&final_status);
+    let elapsed = started.elapsed();
+    eprintln!(
+        "saker: {total} tasks on {} slots: {} succeeded, {} failed, {} cancelled in {:.2?} ({:.0} tasks/s)",
+        shape.slots(),
+        report.succeeded,
+        report.failed,
+        report.cancelled,
+        elapsed,
+        total as f64 / elapsed.as_secs_f64().max(1e-9),
+    );
+    if report.failed > 0 {
+        print_failures(pilot, 10).await?;
+    }
+    if let Some(dir) = &args.dir {
+        eprintln!("saker: results: saker results --dir {}", dir.display());
+    }
+    Ok(report)
+}
+
+async fn status(pilot: &Pilot) -> Result<StatusReport> {
+    let (reply, answer) = oneshot::channel();
+    pilot.request(ClientRequest::Status { reply })?;
+    Ok(answer.await.context("the root stopped")??)
+}
+
+/// Prints the first `limit` failed tasks with their reason.
+async fn print_failures(pilot: &Pilot, limit: usize) -> Result<()> {
+    let (sink, mut items) = mpsc::channel(1024);
+    pilot.request(ClientRequest::Results {
+        from: 1,
+        follow: false,
+        sink,
+    })?;
+    let mut shown = 0;
+    while let Some(item) = items.recv().await {
+        let ResultsItem::Record(record) = item else {
+            break;
+        };
+        if record.state != TerminalState::Failed {
+            continue;
+        }
+        if shown < limit {
+            let what = match (record.exit_code, record.signal, &record.reason) {
+                (_, _, Some(reason)) => reason.clone(),
+                (Some(code), _, None) => format!("exit code {code}"),
+                (None, Some(signal), None) => format!("signal {signal}"),
+                (None, None, None) => "failed".to_string(),
+            };
+            let index = record
+                .index
+                .map(|i| format!(" (index {i})"))
+                .unwrap_or_default();
+            let stderr = record.stderr.lines().last().unwrap_or("");
+            eprintln!(
+                "saker: task {}{index} failed: {what}{}",
+                record.task,
+                if stderr.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {stderr}")
+                }
+            );
+        }
+        shown += 1;
+    }
+    if shown > limit {
+        eprintln!("saker: … and {} more failed tasks", shown - limit);
+    }
+    Ok(())
+}
+
+fn temporary_dir() -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    std::env::temp_dir().join(format!("saker-run-{}-{nanos}", std::process::id()))
+}
+
+/// Interval helper for callers that poll.
+pub fn poll_interval() -> Duration {
+    Duration::from_millis(200)
+}
+
+/// `saker pilot`: a long-lived local pilot serving clients until `saker shutdown`
+/// or a signal.
+pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
+    let shape = Shape::from_args_allowing_none(&args.shape)?;
+    let mut pilot = Pilot::start(PilotOptions {
+        dir: args.dir.clone(),
+        shape,
+        sync: !args.no_sync,
+        bind: std::net::Ipv4Addr::LOCALHOST.into(),
+    })
+    .await?;
+    eprintln!("saker: pilot running in {}", args.dir.display());
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    let stopped = pilot.stopped();
+    tokio::select! {
+        () = stopped => {}
+        _ = tokio::signal::ctrl_c() => pilot.request_shutdown(),
+        _ = terminate.recv() => pilot.request_shutdown(),
+    }
+    pilot.wait_stopped().await?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,445 @@
+//! The user-facing task spec: what one command task is, as written in JSON by a client,
+//! a task file line or the CLI.
+//!
+//! [`TaskSpec`] is one command; [`JobRequest`] is a spec plus an optional
+//! [`ArraySpec`] (Slurm-like `1-100000`, `0-9:2`, `1,3,5-7`) that turns it into one
+//! task per array index. An array is kept as a handful of arithmetic ranges, never as
+//! a list of indices: a million-task array costs a few dozen bytes here, and the task
+//! for array offset `k` is found by [`ArraySpec::index_at`].
+//!
+//! Everything that arrives from outside goes through [`TaskSpec::validate`] (the
+//! protocol server and the task file reader call it), so the root and the agents can
+//! rely on a validated spec: non-empty argv without NUL bytes, positive cores, sane
+//! environment keys, UTF-8 working directory.
+
+mod array;
+mod duration;
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use array::{ArraySpec, IndexRange, MAX_ARRAY_TASKS};
+pub use duration::parse_duration;
+use duration::time_limit_serde;
+
+/// Program run for a spec with `shell: true`.
+pub const SHELL_PROGRAM: &str = "/bin/sh";
+
+/// Largest `inline_output` a job may ask for: results travel inline through the tree,
+/// the journal and client lines (64 MiB), so big outputs belong in spill files.
+pub const MAX_INLINE_OUTPUT: u32 = 16 << 20;
+
+/// Placeholder replaced by the array index in the arguments of an array task.
+pub const INDEX_PLACEHOLDER: &str = "{index}";
+
+/// One command task.
+///
+/// JSON form (every field but `argv` may be omitted):
+/// `{"argv": ["python", "sim.py", "{index}"], "env": {"OMP_NUM_THREADS": "1"},
+///   "cwd": "/scratch/run", "cores": 1, "priority": 0, "max_retries": 0,
+///   "time_limit": "1h", "tags": ["sweep"], "shell": false}`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSpec {
+    /// Program and arguments, executed directly (no shell) unless `shell` is set.
+    pub argv: Vec<String>,
+    /// Overrides on top of the environment the agent inherited from the allocation,
+    /// so site modules and Slurm variables stay visible to tasks.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory; `None` runs in the agent's working directory.
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// Cores reserved for each task of the job.
+    #[serde(default = "default_cores")]
+    pub cores: u32,
+    /// Higher runs first among ready tasks.
+    #[serde(default)]
+    pub priority: i32,
+    /// Further attempts after the task's own failure (non-zero exit, signal, time
+    /// limit). Infrastructure losses are replayed without counting against this.
+    #[serde(default)]
+    pub max_retries: u32,
+    /// Wall-clock limit per attempt. JSON: seconds as a number, or a string with
+    /// units (`"90s"`, `"5m"`, `"1h30m"`, `"2d"`, `"500ms"`) or `"H:MM:SS"`.
+    #[serde(default, with = "time_limit_serde")]
+    pub time_limit: Option<Duration>,
+    /// Free-form labels, reported by status and kept in the journal.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Run `argv[0]` as a script with `/bin/sh -c`; `argv` must then hold exactly one
+    /// element. Off by default so arguments are never re-interpreted by a shell.
+    #[serde(default)]
+    pub shell: bool,
+}
+
+fn default_cores() -> u32 {
+    1
+}
+
+impl TaskSpec {
+    /// A spec for `argv` with every other field at its default.
+    pub fn new(argv: Vec<String>) -> Self {
+        SpecDefaults::default().to_spec(argv)
+    }
+
+    /// Checks everything the root and agents rely on; call on any spec from outside.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if self.argv.is_empty() {
+            return Err(SpecError::EmptyArgv);
+        }
+        if self.argv[0].is_empty() {
+            return Err(SpecError::EmptyProgram);
+        }
+        if let Some(position) = self.argv.iter().position(|arg| arg.contains('\0')) {
+            return Err(SpecError::NulInArgument { position });
+        }
+        if self.shell && self.argv.len() != 1 {
+            return Err(SpecError::ShellNeedsOneScript {
+                count: self.argv.len(),
+            });
+        }
+        if self.cores == 0 {
+            return Err(SpecError::ZeroCores);
+        }
+        for (key, value) in &self.env {
+            validate_env(key, value)?;
+        }
+        if let Some(cwd) = &self.cwd {
+            let Some(text) = cwd.to_str() else {
+                return Err(SpecError::CwdNotUtf8 { cwd: cwd.clone() });
+            };
+            if text.is_empty() || text.contains('\0') {
+                return Err(SpecError::InvalidCwd { cwd: cwd.clone() });
+            }
+        }
+        if self.time_limit == Some(Duration::ZERO) {
+            return Err(SpecError::ZeroTimeLimit);
+        }
+        Ok(())
+    }
+
+    /// The argv the agent executes: `argv` itself, or `/bin/sh -c SCRIPT` for a shell
+    /// spec.
+    pub fn command(&self) -> Cow<'_, [String]> {
+        if self.shell {
+            let script = self.argv.first().cloned().unwrap_or_default();
+            Cow::Owned(vec![SHELL_PROGRAM.to_owned(), "-c".to_owned(), script])
+        } else {
+            Cow::Borrowed(&self.argv)
+        }
+    }
+}
+
+fn validate_env(key: &str, value: &str) -> Result<(), SpecError> {
+    if key.is_empty() || key.contains('=') || key.contains('\0') {
+        return Err(SpecError::InvalidEnvKey {
+            key: key.to_owned(),
+        });
+    }
+    if value.contains('\0') {
+        return Err(SpecError::NulInEnvValue {
+            key: key.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// Everything of a [`TaskSpec`] but the command: the CLI options (`--cores`,
+/// `--priority`, `--retries`, `--time-limit`, `--env`, `--cwd`, `--tag`) that apply to
+/// every plain line of a task file or to a command given on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecDefaults {
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<PathBuf>,
+    pub cores: u32,
+    pub priority: i32,
+    pub max_retries: u32,
+    pub time_limit: Option<Duration>,
+    pub tags: Vec<String>,
+}
+
+impl Default for SpecDefaults {
+    fn default() -> Self {
+        SpecDefaults {
+            env: BTreeMap::new(),
+            cwd: None,
+            cores: default_cores(),
+            priority: 0,
+            max_retries: 0,
+            time_limit: None,
+            tags: Vec::new(),
+        }
+    }
+}
+
+impl SpecDefaults {
+    /// A spec running `argv` directly (no shell) with these defaults.
+    pub fn to_spec(&self, argv: Vec<String>) -> TaskSpec {
+        TaskSpec {
+            argv,
+            env: self.env.clone(),
+            cwd: self.cwd.clone(),
+            cores: self.cores,
+            priority: self.priority,
+            max_retries: self.max_retries,
+            time_limit: self.time_limit,
+            tags: self.tags.clone(),
+            shell: false,
+        }
+    }
+
+    /// Parses a CLI `KEY=VALUE` environment override and adds it.
+    pub fn add_env_assignment(&mut self, assignment: &str) -> Result<(), SpecError> {
+        let Some((key, value)) = assignment.split_once('=') else {
+            return Err(SpecError::EnvAssignmentWithoutEquals {
+                text: assignment.to_owned(),
+            });
+        };
+        validate_env(key, value)?;
+        self.env.insert(key.to_owned(), value.to_owned());
+        Ok(())
+    }
+}
+
+/// One submission: a spec, run once, or once per index of `array`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRequest {
+    pub spec: TaskSpec,
+    #[serde(default)]
+    pub array: Option<ArraySpec>,
+    /// Bytes of each task's stdout and stderr kept inline in its result (the rest is
+    /// spilled to a file under the pilot directory). Default 4096.
+    #[serde(default)]
+    pub inline_output: Option<u32>,
+}
+
+impl JobRequest {
+    pub fn single(spec: TaskSpec) -> Self {
+        JobRequest {
+            spec,
+            array: None,
+            inline_output: None,
+        }
+    }
+
+    /// Number of tasks this job creates.
+    pub fn task_count(&self) -> u64 {
+        self.array.as_ref().map_or(1, ArraySpec::count)
+    }
+
+    /// Validates the spec and the output limit (the array was validated when it was
+    /// parsed).
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if let Some(bytes) = self.inline_output
+            && bytes > MAX_INLINE_OUTPUT
+        {
+            return Err(SpecError::InlineOutputTooLarge { bytes });
+        }
+        self.spec.validate()
+    }
+}
+
+/// Replaces every `{index}` in `arg` by `index`. Substitution happens on the agent;
+/// this is the agent's implementation, re-exported so the rule has one home.
+pub use saker_actors::launch::expand_index;
+
+/// A task spec or array that cannot be accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("argv is empty: a task needs a program to run")]
+    EmptyArgv,
+    #[error("the program (argv[0]) is an empty string")]
+    EmptyProgram,
+    #[error("argv[{position}] contains a NUL byte")]
+    NulInArgument { position: usize },
+    #[error("a shell task needs exactly one argv element (the script), got {count}")]
+    ShellNeedsOneScript { count: usize },
+    #[error("cores must be at least 1")]
+    ZeroCores,
+    #[error("invalid environment variable name {key:?}: must be non-empty without '=' or NUL")]
+    InvalidEnvKey { key: String },
+    #[error("the value of environment variable {key:?} contains a NUL byte")]
+    NulInEnvValue { key: String },
+    #[error("environment override {text:?} is not of the form KEY=VALUE")]
+    EnvAssignmentWithoutEquals { text: String },
+    #[error("working directory {cwd:?} is not valid UTF-8")]
+    CwdNotUtf8 { cwd: PathBuf },
+    #[error("working directory {cwd:?} is empty or contains a NUL byte")]
+    InvalidCwd { cwd: PathBuf },
+    #[error("time limit must be positive")]
+    ZeroTimeLimit,
+    #[error(
+        "invalid duration {text:?}: expected e.g. \"90s\", \"5m\", \"1h30m\", \"2d\" or \"H:MM:SS\""
+    )]
+    InvalidDuration { text: String },
+    #[error("duration {text:?} has no unit: write e.g. \"{text}s\" or \"{text}m\"")]
+    DurationWithoutUnit { text: String },
+    #[error("array spec is empty")]
+    EmptyArray,
+    #[error("invalid array item {item:?}: expected N, A-B or A-B:STEP")]
+    InvalidArrayItem { item: String },
+    #[error("array item {item:?} has an index above {max}", max = u32::MAX)]
+    ArrayIndexTooLarge { item: String },
+    #[error("array range {item:?} ends before it starts")]
+    ReversedArrayRange { item: String },
+    #[error("array range {item:?} has step 0")]
+    ZeroArrayStep { item: String },
+    #[error(
+        "array item {item:?} overlaps or precedes the one before it: ranges must be increasing and disjoint"
+    )]
+    UnorderedArrayRange { item: String },
+    #[error("array of {count} or more tasks exceeds the limit of {MAX_ARRAY_TASKS}")]
+    ArrayTooLarge { count: u64 },
+    #[error("inline output of {bytes} bytes exceeds the limit of {MAX_INLINE_OUTPUT}")]
+    InlineOutputTooLarge { bytes: u32 },
+    #[error("array throttle '%' in {text:?} is not supported")]
+    ArrayThrottleUnsupported { text: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(argv: &[&str]) -> TaskSpec {
+        TaskSpec::new(argv.iter().map(|arg| arg.to_string()).collect())
+    }
+
+    #[test]
+    fn minimal_json_spec_takes_defaults() {
+        let parsed: TaskSpec = serde_json::from_str(r#"{"argv": ["echo", "hi"]}"#).unwrap();
+        assert_eq!(parsed, spec(&["echo", "hi"]));
+        assert_eq!(parsed.cores, 1);
+        assert!(parsed.validate().is_ok());
+    }
+
+    #[test]
+    fn json_spec_round_trips_all_fields() {
+        let text = r#"{"argv":["sh"],"env":{"A":"1"},"cwd":"/tmp","cores":4,"priority":-2,
+            "max_retries":3,"time_limit":"1h30m","tags":["x"],"shell":true}"#;
+        let parsed: TaskSpec = serde_json::from_str(text).unwrap();
+        assert_eq!(parsed.time_limit, Some(Duration::from_secs(5400)));
+        assert_eq!(parsed.priority, -2);
+        let again: TaskSpec =
+            serde_json::from_str(&serde_json::to_string(&parsed).unwrap()).unwrap();
+        assert_eq!(again, parsed);
+        assert!(
+            serde_json::to_string(&parsed)
+                .unwrap()
+                .contains(r#""time_limit":5400"#)
+        );
+    }
+
+    #[test]
+    fn unknown_spec_field_is_refused() {
+        let error = serde_json::from_str::<TaskSpec>(r#"{"argv":["a"],"core":2}"#).unwrap_err();
+        assert!(error.to_string().contains("core"), "{error}");
+    }
+
+    #[test]
+    fn time_limit_accepts_numbers_and_strings() {
+        let limit = |json: &str| {
+            serde_json::from_str::<TaskSpec>(&format!(r#"{{"argv":["a"],"time_limit":{json}}}"#))
+                .map(|spec| spec.time_limit)
+        };
+        assert_eq!(limit("90").unwrap(), Some(Duration::from_secs(90)));
+        assert_eq!(limit("1.5").unwrap(), Some(Duration::from_millis(1500)));
+        assert_eq!(limit(r#""5m""#).unwrap(), Some(Duration::from_secs(300)));
+        assert_eq!(limit("null").unwrap(), None);
+        assert!(limit("-1").is_err());
+        assert!(limit(r#""90""#).is_err());
+    }
+
+    #[test]
+    fn validation_rejects_bad_specs() {
+        assert_eq!(spec(&[]).validate(), Err(SpecError::EmptyArgv));
+        assert_eq!(spec(&[""]).validate(), Err(SpecError::EmptyProgram));
+        assert_eq!(
+            spec(&["a", "b\0c"]).validate(),
+            Err(SpecError::NulInArgument { position: 1 })
+        );
+        let mut zero_cores = spec(&["a"]);
+        zero_cores.cores = 0;
+        assert_eq!(zero_cores.validate(), Err(SpecError::ZeroCores));
+        for key in ["A=B", "", "A\0"] {
+            let mut bad_env = spec(&["a"]);
+            bad_env.env.insert(key.to_owned(), "v".to_owned());
+            assert!(
+                matches!(bad_env.validate(), Err(SpecError::InvalidEnvKey { .. })),
+                "{key:?}"
+            );
+        }
+        let mut nul_value = spec(&["a"]);
+        nul_value.env.insert("K".to_owned(), "v\0".to_owned());
+        assert!(matches!(
+            nul_value.validate(),
+            Err(SpecError::NulInEnvValue { .. })
+        ));
+        let mut shell = spec(&["echo a", "b"]);
+        shell.shell = true;
+        assert_eq!(
+            shell.validate(),
+            Err(SpecError::ShellNeedsOneScript { count: 2 })
+        );
+        let mut zero_limit = spec(&["a"]);
+        zero_limit.time_limit = Some(Duration::ZERO);
+        assert_eq!(zero_limit.validate(), Err(SpecError::ZeroTimeLimit));
+    }
+
+    #[test]
+    fn shell_spec_runs_through_sh() {
+        let mut script = spec(&["echo $HOME | wc"]);
+        script.shell = true;
+        assert_eq!(
+            script.command().as_ref(),
+            ["/bin/sh", "-c", "echo $HOME | wc"]
+        );
+        assert_eq!(spec(&["ls", "-l"]).command().as_ref(), ["ls", "-l"]);
+    }
+
+    #[test]
+    fn env_assignment_from_cli() {
+        let mut defaults = SpecDefaults::default();
+        defaults.add_env_assignment("A=b=c").unwrap();
+        assert_eq!(defaults.env["A"], "b=c");
+        assert!(defaults.add_env_assignment("novalue").is_err());
+        assert!(defaults.add_env_assignment("=x").is_err());
+    }
+
+    #[test]
+    fn job_request_json_with_array() {
+        let request: JobRequest =
+            serde_json::from_str(r#"{"spec":{"argv":["run","{index}"]},"array":"0-99"}"#).unwrap();
+        assert_eq!(request.task_count(), 100);
+        let error = serde_json::from_str::<JobRequest>(r#"{"spec":{"argv":["a"]},"array":"3-1"}"#)
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("ends before it starts"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn inline_output_is_bounded() {
+        let mut request = JobRequest::single(spec(&["a"]));
+        request.inline_output = Some(MAX_INLINE_OUTPUT);
+        assert_eq!(request.validate(), Ok(()));
+        request.inline_output = Some(MAX_INLINE_OUTPUT + 1);
+        assert!(matches!(
+            request.validate(),
+            Err(SpecError::InlineOutputTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn expand_index_replaces_every_placeholder() {
+        assert_eq!(expand_index("in/{index}.dat", 7), "in/7.dat");
+        assert_eq!(expand_index("{index}-{index}", 12), "12-12");
+        assert!(matches!(expand_index("plain", 3), Cow::Borrowed("plain")));
+    }
+}

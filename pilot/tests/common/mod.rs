@@ -1,0 +1,42 @@
+//! Helpers for end-to-end tests: they run the real `saker` binary as a user would.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// The binary under test: `SAKER_BIN` (the release build, in CI) or this build's.
+pub fn saker() -> Command {
+    let bin = std::env::var_os("SAKER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_saker")));
+    let mut command = Command::new(bin);
+    command.env_remove("SAKER_DIR");
+    command
+}
+
+pub fn run(command: &mut Command) -> Output {
+    let output = command.output().expect("saker runs");
+    if !output.stderr.is_empty() {
+        eprintln!(
+            "--- saker stderr ---\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    output
+}
+
+/// All result lines of a pilot directory, parsed.
+pub fn results(dir: &Path) -> Vec<Value> {
+    let output = run(saker()
+        .args(["results", "--format", "jsonl", "--dir"])
+        .arg(dir));
+    assert!(output.status.success(), "saker results failed");
+    String::from_utf8(output.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a json result line"))
+        .collect()
+}

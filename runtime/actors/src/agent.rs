@@ -1,0 +1,727 @@
+//! The agent: one per node, a supervisor actor over the node's executors.
+//!
+//! It keeps a small local queue (the prefetch window), starts attempts on idle
+//! executors, and reports starts and results upward together with new credit: each
+//! finished attempt hands its cores back as credit, so the root only ever sends work
+//! that this node asked for (pull-based dispatch).
+//!
+//! Reports are coalesced without a timer: the first pending item schedules a `Flush`
+//! message to this actor itself; everything that arrives before the mailbox reaches it
+//! rides in the same frame. Under load that batches many results per frame; when idle
+//! it adds no latency.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
+use saker_wire::messages::{
+    Assignment, FromAgent, Hello, JobDef, Outcome, Output, Report, Started, TaskResult, ToAgent,
+};
+
+use crate::executor::{AttemptDone, DoneSink, Executor, ExecutorArgs, ExecutorMsg};
+use crate::launch::build_launch;
+use crate::link::{FrameBuf, LinkTx};
+use crate::process::unix_micros;
+
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub node: u32,
+    pub hostname: String,
+    pub cores: u32,
+    /// Cores of extra work to hold queued locally so executors never wait a round trip.
+    pub prefetch: u32,
+    pub pilot_id: String,
+    /// Where task output that exceeds the inline limit is written.
+    pub spill_dir: PathBuf,
+    /// Executor restarts allowed within `restart_window` before the agent gives up.
+    pub max_restarts: u32,
+    pub restart_window: Duration,
+}
+
+#[derive(Debug)]
+pub enum AgentMsg {
+    /// A message from the root addressed to this node.
+    Down(ToAgent),
+    Done(AttemptDone),
+    Flush,
+    /// A child link closed: its whole subtree is reported lost upward.
+    ChildLost {
+        nodes: Vec<u32>,
+        reason: String,
+    },
+    /// The link to the parent closed; without reattachment (a later capability) the
+    /// agent stops its work and exits.
+    ParentClosed {
+        reason: String,
+    },
+}
+
+/// How the agent's actor ended, for the process exit code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentExit {
+    Shutdown,
+    ParentLost(String),
+    Failed(String),
+}
+
+#[derive(Debug, Clone)]
+struct AgentSink(ActorRef<AgentMsg>);
+
+impl DoneSink for AgentSink {
+    fn attempt_done(&self, done: AttemptDone) {
+        // If the agent is gone the process is exiting; nothing is left to report to.
+        let _ = self.0.send_message(AgentMsg::Done(done));
+    }
+}
+
+#[derive(Debug)]
+struct Slot {
+    actor: ActorRef<ExecutorMsg>,
+    running: Option<Running>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Running {
+    assignment: Assignment,
+    cores: u32,
+    started_us: u64,
+}
+
+#[derive(Debug)]
+pub struct AgentState {
+    config: AgentConfig,
+    parent: LinkTx,
+    jobs: HashMap<u32, Arc<JobDef>>,
+    queue: VecDeque<Assignment>,
+    slots: Vec<Slot>,
+    free_cores: u32,
+    pending: Report,
+    flush_scheduled: bool,
+    restarts: VecDeque<Instant>,
+    exit: Option<AgentExit>,
+    exit_tx: Option<tokio::sync::oneshot::Sender<AgentExit>>,
+}
+
+#[derive(Debug, Default)]
+pub struct Agent;
+
+#[derive(Debug)]
+pub struct AgentArgs {
+    pub config: AgentConfig,
+    pub parent: LinkTx,
+    /// Receives how the agent ended, once it has stopped.
+    pub exit: Option<tokio::sync::oneshot::Sender<AgentExit>>,
+}
+
+impl Actor for Agent {
+    type Msg = AgentMsg;
+    type State = AgentState;
+    type Arguments = AgentArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let config = args.config;
+        let executors = config.cores.max(1);
+        let mut slots = Vec::with_capacity(executors as usize);
+        for id in 0..executors {
+            slots.push(Slot {
+                actor: spawn_executor(&myself, id).await?,
+                running: None,
+            });
+        }
+        let hello = FromAgent::Hello(Hello {
+            node: config.node,
+            hostname: config.hostname.clone(),
+            cores: config.cores,
+            executors,
+            pid: std::process::id(),
+            pilot_id: config.pilot_id.clone(),
+        });
+        send_up(&args.parent, config.node, &hello)?;
+        let pending = Report {
+            node: config.node,
+            credit: config.cores + config.prefetch,
+            started: Vec::new(),
+            results: Vec::new(),
+        };
+        let state = AgentState {
+            free_cores: config.cores,
+            config,
+            parent: args.parent,
+            jobs: HashMap::new(),
+            queue: VecDeque::new(),
+            slots,
+            pending,
+            flush_scheduled: false,
+            restarts: VecDeque::new(),
+            exit: None,
+            exit_tx: args.exit,
+        };
+        myself.send_message(AgentMsg::Flush)?;
+        Ok(AgentState {
+            flush_scheduled: true,
+            ..state
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            AgentMsg::Down(message) => on_down(&myself, state, message)?,
+            AgentMsg::Done(done) => on_done(state, done),
+            AgentMsg::Flush => {
+                state.flush_scheduled = false;
+                flush(state)?;
+                return Ok(());
+            }
+            AgentMsg::ChildLost { nodes, reason } => {
+                let lost = FromAgent::NodesLost { nodes, reason };
+                send_up(&state.parent, state.config.node, &lost)?;
+            }
+            AgentMsg::ParentClosed { reason } => {
+                tracing::warn!(%reason, "link to parent closed; stopping");
+                stop_all(state);
+                state.exit = Some(AgentExit::ParentLost(reason));
+                myself.stop(None);
+                return Ok(());
+            }
+        }
+        start_queued(state);
+        schedule_flush(&myself, state)?;
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(sender) = state.exit_tx.take() {
+            let exit = state.exit.clone().unwrap_or(AgentExit::Shutdown);
+            let _ = sender.send(exit);
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let (cell, reason) = match event {
+            SupervisionEvent::ActorFailed(cell, error) => {
+                (cell, format!("executor crashed: {error}"))
+            }
+            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+                if state.exit.is_some() {
+                    return Ok(()); // stopping on purpose
+                }
+                (
+                    cell,
+                    format!("executor stopped: {}", reason.unwrap_or_default()),
+                )
+            }
+            _ => return Ok(()),
+        };
+        on_executor_died(&myself, state, &cell, reason).await?;
+        start_queued(state);
+        schedule_flush(&myself, state)?;
+        Ok(())
+    }
+}
+
+async fn spawn_executor(
+    agent: &ActorRef<AgentMsg>,
+    id: u32,
+) -> Result<ActorRef<ExecutorMsg>, ActorProcessingErr> {
+    let (actor, _) = Actor::spawn_linked(
+        None,
+        Executor::<AgentSink>::default(),
+        ExecutorArgs {
+            id,
+            sink: AgentSink(agent.clone()),
+        },
+        agent.get_cell(),
+    )
+    .await?;
+    Ok(actor)
+}
+
+/// Restart strategy: one-for-one, bounded intensity. The crashed executor's attempt is
+/// reported lost (the root decides whether to replay it) and a fresh executor takes
+/// the slot. More than `max_restarts` within `restart_window` means something is wrong
+/// with the node itself, so the agent fails and its parent sees the node lost.
+async fn on_executor_died(
+    myself: &ActorRef<AgentMsg>,
+    state: &mut AgentState,
+    cell: &ActorCell,
+    reason: String,
+) -> Result<(), ActorProcessingErr> {
+    let Some(index) = state
+        .slots
+        .iter()
+        .position(|s| s.actor.get_id() == cell.get_id())
+    else {
+        return Ok(());
+    };
+    tracing::warn!(executor = index, %reason, "restarting executor");
+    let now = Instant::now();
+    state.restarts.push_back(now);
+    while state
+        .restarts
+        .front()
+        .is_some_and(|t| now.duration_since(*t) > state.config.restart_window)
+    {
+        state.restarts.pop_front();
+    }
+    if state.restarts.len() as u32 > state.config.max_restarts {
+        return Err(format!(
+            "{} executor restarts within {:?}; giving up on this node",
+            state.restarts.len(),
+            state.config.restart_window
+        )
+        .into());
+    }
+    if let Some(running) = state.slots[index].running.take() {
+        state.free_cores += running.cores;
+        state.pending.credit += running.cores;
+        state.pending.results.push(TaskResult {
+            task: running.assignment.task,
+            attempt: running.assignment.attempt,
+            executor: index as u32,
+            outcome: Outcome::Lost { reason },
+            start_unix_us: running.started_us,
+            end_unix_us: unix_micros(),
+            stdout: Output::default(),
+            stderr: Output::default(),
+        });
+    }
+    state.slots[index].actor = spawn_executor(myself, index as u32).await?;
+    Ok(())
+}
+
+fn on_down(
+    myself: &ActorRef<AgentMsg>,
+    state: &mut AgentState,
+    message: ToAgent,
+) -> Result<(), ActorProcessingErr> {
+    match message {
+        ToAgent::Welcome(welcome) => {
+            tracing::debug!(node = welcome.node, "registered with the root");
+        }
+        ToAgent::Refused { reason } => {
+            return Err(format!("the root refused this agent: {reason}").into());
+        }
+        ToAgent::Dispatch(dispatch) => {
+            for job in dispatch.jobs {
+                state.jobs.insert(job.job, Arc::new(job));
+            }
+            state.queue.extend(dispatch.tasks);
+        }
+        ToAgent::Cancel { attempts } => {
+            for attempt in attempts {
+                cancel(state, attempt);
+            }
+        }
+        ToAgent::Shutdown {
+            reason,
+            kill_running,
+        } => {
+            tracing::info!(%reason, "shutdown requested");
+            if kill_running {
+                stop_all(state);
+            }
+            let goodbye = FromAgent::Goodbye {
+                node: state.config.node,
+                reason,
+            };
+            flush(state)?;
+            send_up(&state.parent, state.config.node, &goodbye)?;
+            state.exit = Some(AgentExit::Shutdown);
+            myself.stop(None);
+        }
+    }
+    Ok(())
+}
+
+fn cancel(state: &mut AgentState, attempt: u64) {
+    if let Some(position) = state.queue.iter().position(|a| a.attempt == attempt) {
+        let Some(assignment) = state.queue.remove(position) else {
+            return;
+        };
+        let cores = state.jobs.get(&assignment.job).map_or(1, |j| j.cores);
+        state.pending.credit += cores;
+        let now = unix_micros();
+        state.pending.results.push(TaskResult {
+            task: assignment.task,
+            attempt,
+            executor: u32::MAX,
+            outcome: Outcome::Cancelled,
+            start_unix_us: now,
+            end_unix_us: now,
+            stdout: Output::default(),
+            stderr: Output::default(),
+        });
+        return;
+    }
+    for slot in &state.slots {
+        if slot
+            .running
+            .is_some_and(|r| r.assignment.attempt == attempt)
+        {
+            let _ = slot.actor.send_message(ExecutorMsg::Cancel { attempt });
+        }
+    }
+}
+
+fn on_done(state: &mut AgentState, done: AttemptDone) {
+    let Some(slot) = state.slots.get_mut(done.executor as usize) else {
+        return;
+    };
+    // A result from an attempt this slot no longer runs (its executor crashed and the
+    // attempt was already reported lost) is dropped here.
+    let Some(running) = slot
+        .running
+        .filter(|r| r.assignment.attempt == done.attempt)
+    else {
+        return;
+    };
+    slot.running = None;
+    state.free_cores += running.cores;
+    state.pending.credit += running.cores;
+    state.pending.results.push(TaskResult {
+        task: running.assignment.task,
+        attempt: done.attempt,
+        executor: done.executor,
+        outcome: done.finished.outcome,
+        start_unix_us: done.finished.start_unix_us,
+        end_unix_us: done.finished.end_unix_us,
+        stdout: done.finished.stdout,
+        stderr: done.finished.stderr,
+    });
+}
+
+fn start_queued(state: &mut AgentState) {
+    if state.exit.is_some() {
+        return;
+    }
+    while let Some(assignment) = state.queue.front().copied() {
+        let Some(job) = state.jobs.get(&assignment.job).cloned() else {
+            // The root always sends a job's definition before or with its first task; a
+            // task without one is a protocol error, failed here rather than dropped.
+            state.queue.pop_front();
+            push_failure(
+                state,
+                &assignment,
+                format!("unknown job {}", assignment.job),
+            );
+            continue;
+        };
+        let cores = job.cores.max(1);
+        if cores > state.free_cores {
+            break;
+        }
+        let Some(index) = state.slots.iter().position(|s| s.running.is_none()) else {
+            break;
+        };
+        state.queue.pop_front();
+        let launch = build_launch(&job, &assignment, &state.config.spill_dir);
+        let started_us = unix_micros();
+        let slot = &mut state.slots[index];
+        if slot
+            .actor
+            .send_message(ExecutorMsg::Run {
+                attempt: assignment.attempt,
+                launch: Box::new(launch),
+            })
+            .is_err()
+        {
+            // The executor is dying; its supervision event will follow. Keep the task.
+            state.queue.push_front(assignment);
+            break;
+        }
+        slot.running = Some(Running {
+            assignment,
+            cores,
+            started_us,
+        });
+        state.free_cores -= cores;
+        state.pending.started.push(Started {
+            task: assignment.task,
+            attempt: assignment.attempt,
+            executor: index as u32,
+            at_unix_us: started_us,
+        });
+    }
+}
+
+fn push_failure(state: &mut AgentState, assignment: &Assignment, reason: String) {
+    let now = unix_micros();
+    state.pending.credit += 1;
+    state.pending.results.push(TaskResult {
+        task: assignment.task,
+        attempt: assignment.attempt,
+        executor: u32::MAX,
+        outcome: Outcome::SpawnFailed { reason },
+        start_unix_us: now,
+        end_unix_us: now,
+        stdout: Output::default(),
+        stderr: Output::default(),
+    });
+}
+
+fn stop_all(state: &mut AgentState) {
+    state.queue.clear();
+    for slot in &state.slots {
+        if let Some(running) = slot.running {
+            let _ = slot.actor.send_message(ExecutorMsg::Cancel {
+                attempt: running.assignment.attempt,
+            });
+        }
+    }
+}
+
+fn schedule_flush(
+    myself: &ActorRef<AgentMsg>,
+    state: &mut AgentState,
+) -> Result<(), ActorProcessingErr> {
+    let has_news = state.pending.credit > 0
+        || !state.pending.started.is_empty()
+        || !state.pending.results.is_empty();
+    if has_news && !state.flush_scheduled {
+        state.flush_scheduled = true;
+        myself.send_message(AgentMsg::Flush)?;
+    }
+    Ok(())
+}
+
+fn flush(state: &mut AgentState) -> Result<(), ActorProcessingErr> {
+    let has_news = state.pending.credit > 0
+        || !state.pending.started.is_empty()
+        || !state.pending.results.is_empty();
+    if !has_news {
+        return Ok(());
+    }
+    let report = Report {
+        node: state.config.node,
+        credit: std::mem::take(&mut state.pending.credit),
+        started: std::mem::take(&mut state.pending.started),
+        results: std::mem::take(&mut state.pending.results),
+    };
+    send_up(&state.parent, state.config.node, &FromAgent::Report(report))
+}
+
+fn send_up(parent: &LinkTx, node: u32, message: &FromAgent) -> Result<(), ActorProcessingErr> {
+    let frame: FrameBuf = saker_wire::frame::encode(node, message)?;
+    parent.send(frame)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::link::{FrameBuf, channel};
+    use saker_wire::messages::{Dispatch, EnvVar};
+    use tokio::sync::mpsc::UnboundedReceiver;
+
+    fn decode(frame: &FrameBuf) -> FromAgent {
+        let len = u32::from_le_bytes(frame[0..4].try_into().unwrap()) as usize;
+        saker_wire::frame::decode_from_agent(&frame[8..8 + len]).unwrap()
+    }
+
+    /// Collects reports until `done` has seen what it waits for.
+    async fn until(
+        rx: &mut UnboundedReceiver<FrameBuf>,
+        mut done: impl FnMut(&Report) -> bool,
+    ) -> Vec<Report> {
+        let mut seen = Vec::new();
+        loop {
+            let frame = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+                .await
+                .expect("agent went silent")
+                .expect("agent closed its link");
+            if let FromAgent::Report(report) = decode(&frame) {
+                let stop = done(&report);
+                seen.push(report);
+                if stop {
+                    return seen;
+                }
+            }
+        }
+    }
+
+    fn job(id: u32, argv: &[&str]) -> JobDef {
+        JobDef {
+            job: id,
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            env: vec![EnvVar {
+                key: "X".into(),
+                value: "1".into(),
+            }],
+            cwd: None,
+            cores: 1,
+            time_limit_ms: 0,
+            inline_output_bytes: 1024,
+            is_array: false,
+        }
+    }
+
+    fn task(task: u64, job: u32) -> Assignment {
+        Assignment {
+            task,
+            attempt: task * 10,
+            job,
+            index: 0,
+        }
+    }
+
+    async fn start_agent(
+        cores: u32,
+    ) -> (
+        ActorRef<AgentMsg>,
+        UnboundedReceiver<FrameBuf>,
+        tempfile::TempDir,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let (parent, mut rx) = channel();
+        let config = AgentConfig {
+            node: 3,
+            hostname: "test-host".into(),
+            cores,
+            prefetch: cores,
+            pilot_id: "p".into(),
+            spill_dir: dir.path().to_path_buf(),
+            max_restarts: 2,
+            restart_window: Duration::from_secs(60),
+        };
+        let (agent, _) = Actor::spawn(
+            None,
+            Agent,
+            AgentArgs {
+                config,
+                parent,
+                exit: None,
+            },
+        )
+        .await
+        .unwrap();
+        let hello = decode(&rx.recv().await.unwrap());
+        assert!(
+            matches!(hello, FromAgent::Hello(Hello { node: 3, cores: offered, .. }) if offered == cores)
+        );
+        let first = until(&mut rx, |r| r.credit > 0).await;
+        assert_eq!(
+            first.last().unwrap().credit,
+            2 * cores,
+            "initial credit = slots + prefetch"
+        );
+        (agent, rx, dir)
+    }
+
+    #[tokio::test]
+    async fn runs_tasks_and_returns_their_cores_as_credit() {
+        let (agent, mut rx, _dir) = start_agent(2).await;
+        let dispatch = Dispatch {
+            jobs: vec![job(1, &["sh", "-c", "echo $X"])],
+            tasks: vec![task(1, 1), task(2, 1), task(3, 1)],
+        };
+        agent
+            .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
+            .unwrap();
+        let mut results = Vec::new();
+        let mut credit = 0;
+        until(&mut rx, |r| {
+            results.extend(r.results.clone());
+            credit += r.credit;
+            results.len() == 3
+        })
+        .await;
+        assert!(
+            results
+                .iter()
+                .all(|r| r.outcome == Outcome::Exited { code: 0 })
+        );
+        assert!(results.iter().all(|r| r.stdout.inline == b"1\n"));
+        assert_eq!(credit, 3, "each finished task hands back its core");
+        agent.stop(None);
+    }
+
+    #[tokio::test]
+    async fn a_panicking_executor_is_restarted_and_its_attempt_reported_lost() {
+        let (agent, mut rx, _dir) = start_agent(1).await;
+        let dispatch = Dispatch {
+            jobs: vec![job(1, &["sleep", "30"])],
+            tasks: vec![task(1, 1)],
+        };
+        agent
+            .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
+            .unwrap();
+        until(&mut rx, |r| r.started.iter().any(|s| s.attempt == 10)).await;
+
+        let executor = agent
+            .get_children()
+            .into_iter()
+            .next()
+            .expect("one executor");
+        executor.send_message(ExecutorMsg::Panic).unwrap();
+        let reports = until(&mut rx, |r| !r.results.is_empty()).await;
+        let lost = &reports.last().unwrap().results[0];
+        assert_eq!(lost.attempt, 10);
+        assert!(
+            matches!(&lost.outcome, Outcome::Lost { reason } if reason.contains("executor crashed")),
+            "{:?}",
+            lost.outcome
+        );
+
+        // The slot works again with a fresh executor.
+        let dispatch = Dispatch {
+            jobs: vec![job(2, &["true"])],
+            tasks: vec![task(2, 2)],
+        };
+        agent
+            .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
+            .unwrap();
+        let reports = until(&mut rx, |r| r.results.iter().any(|x| x.attempt == 20)).await;
+        let done = reports
+            .last()
+            .unwrap()
+            .results
+            .iter()
+            .find(|x| x.attempt == 20)
+            .unwrap();
+        assert_eq!(done.outcome, Outcome::Exited { code: 0 });
+        assert_eq!(agent.get_children().len(), 1);
+        agent.stop(None);
+    }
+
+    #[tokio::test]
+    async fn too_many_restarts_fail_the_agent_instead_of_looping() {
+        let (agent, mut rx, _dir) = start_agent(1).await;
+        for _ in 0..3 {
+            let executor = agent
+                .get_children()
+                .into_iter()
+                .next()
+                .expect("an executor");
+            executor.send_message(ExecutorMsg::Panic).unwrap();
+            // Let the supervisor handle the failure before the next one.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let closed = tokio::time::timeout(Duration::from_secs(10), async {
+            while rx.recv().await.is_some() {}
+        })
+        .await;
+        assert!(closed.is_ok(), "the agent should stop, closing its link");
+        assert_eq!(agent.get_status(), ractor::ActorStatus::Stopped);
+    }
+}

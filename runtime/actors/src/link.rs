@@ -1,0 +1,160 @@
+//! Links: one long-lived QUIC bi-directional stream per parent–child pair.
+//!
+//! Outgoing frames go through a [`LinkTx`] (an unbounded channel) to a writer task
+//! that drains everything queued and writes it with one call, so a burst of frames
+//! becomes one QUIC write. Incoming frames are read by a reader task owned by the role
+//! (agent or root) because what to do with a frame — decode it, or forward its raw
+//! bytes — depends on the role.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use saker_transport::stream::{FrameWriter, StreamError};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// One encoded frame (header + 8-aligned payload), ready to write.
+pub type FrameBuf = rkyv::util::AlignedVec;
+
+/// Identifies a link within one process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LinkId(pub u64);
+
+/// The sending half of a link. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct LinkTx {
+    sender: mpsc::UnboundedSender<FrameBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("link closed")]
+pub struct LinkClosed;
+
+impl LinkTx {
+    pub fn send(&self, frame: FrameBuf) -> Result<(), LinkClosed> {
+        self.sender.send(frame).map_err(|_| LinkClosed)
+    }
+
+    /// Copies an already-framed byte run (e.g. a relayed frame) onto the link.
+    pub fn send_raw(&self, raw: &[u8]) -> Result<(), LinkClosed> {
+        let mut frame = FrameBuf::with_capacity(raw.len());
+        frame.extend_from_slice(raw);
+        self.send(frame)
+    }
+}
+
+/// A link whose frames land in a channel; used by tests and in-process wiring.
+pub fn channel() -> (LinkTx, mpsc::UnboundedReceiver<FrameBuf>) {
+    let (sender, receiver) = mpsc::unbounded_channel();
+    (LinkTx { sender }, receiver)
+}
+
+/// Starts the writer task of a link and returns its sending half.
+pub fn spawn_writer(mut writer: FrameWriter) -> (LinkTx, JoinHandle<Result<(), StreamError>>) {
+    let (tx, mut rx) = channel();
+    let task = tokio::spawn(async move {
+        let mut batch: Vec<u8> = Vec::with_capacity(64 * 1024);
+        while let Some(first) = rx.recv().await {
+            batch.clear();
+            batch.extend_from_slice(&first);
+            // Coalesce whatever else is already queued, up to a sane write size.
+            while batch.len() < 1 << 20 {
+                match rx.try_recv() {
+                    Ok(next) => batch.extend_from_slice(&next),
+                    Err(_) => break,
+                }
+            }
+            writer.write_frames(&batch).await?;
+        }
+        writer.finish().await
+    });
+    (tx, task)
+}
+
+/// Which child link leads to which node, learned from the route field (origin node) of
+/// upward frames, so no payload needs decoding to build it.
+#[derive(Debug, Default)]
+pub struct Router {
+    inner: Mutex<RouterInner>,
+}
+
+#[derive(Debug, Default)]
+struct RouterInner {
+    via: HashMap<u32, LinkId>,
+    links: HashMap<LinkId, LinkTx>,
+}
+
+impl Router {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    pub fn add_link(&self, link: LinkId, tx: LinkTx) {
+        self.lock().links.insert(link, tx);
+    }
+
+    /// Records that `node` is reached through `link`.
+    pub fn learn(&self, node: u32, link: LinkId) {
+        let mut inner = self.lock();
+        if inner.via.get(&node) != Some(&link) {
+            inner.via.insert(node, link);
+        }
+    }
+
+    /// The link towards `node`, if known.
+    pub fn route(&self, node: u32) -> Option<LinkTx> {
+        let inner = self.lock();
+        inner
+            .via
+            .get(&node)
+            .and_then(|l| inner.links.get(l))
+            .cloned()
+    }
+
+    /// Forgets a closed link; returns the nodes that were reached through it, sorted.
+    pub fn remove_link(&self, link: LinkId) -> Vec<u32> {
+        let mut inner = self.lock();
+        inner.links.remove(&link);
+        let mut lost: Vec<u32> = inner
+            .via
+            .iter()
+            .filter(|(_, l)| **l == link)
+            .map(|(n, _)| *n)
+            .collect();
+        for node in &lost {
+            inner.via.remove(node);
+        }
+        lost.sort_unstable();
+        lost
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, RouterInner> {
+        // A panic while holding this lock cannot leave the maps half-updated in a way
+        // that matters (each operation is a single insert/remove), so recover the guard.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn router_learns_routes_and_reports_lost_subtrees() {
+        let router = Router::new();
+        let (a, _ra) = channel();
+        let (b, _rb) = channel();
+        router.add_link(LinkId(1), a);
+        router.add_link(LinkId(2), b);
+        router.learn(5, LinkId(1));
+        router.learn(9, LinkId(1));
+        router.learn(7, LinkId(2));
+        assert!(router.route(5).is_some());
+        assert!(router.route(8).is_none());
+        assert_eq!(router.remove_link(LinkId(1)), vec![5, 9]);
+        assert!(router.route(5).is_none());
+        assert!(router.route(7).is_some());
+    }
+}

@@ -1,0 +1,164 @@
+//! Configuration of the core and of one job submission.
+
+/// Exponential backoff before a failed task is retried: the `n`-th retry of a task
+/// waits `min(base_micros * factor^(n-1), max_micros)`.
+///
+/// Integer arithmetic on purpose: the delay is part of the core's deterministic
+/// output, and an integer factor is all retry policies need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    /// Delay before the first retry, in microseconds.
+    pub base_micros: u64,
+    /// Multiplier per further retry (1 = constant delay).
+    pub factor: u32,
+    /// Upper bound of the delay, in microseconds.
+    pub max_micros: u64,
+}
+
+impl Backoff {
+    /// No delay at all: a failed task is requeued at once.
+    pub const NONE: Backoff = Backoff {
+        base_micros: 0,
+        factor: 1,
+        max_micros: 0,
+    };
+
+    /// The delay before retry number `retry` (1-based; 0 is treated as 1). A factor
+    /// of 0 is treated as 1.
+    pub fn delay_micros(&self, retry: u32) -> u64 {
+        let exponent = retry.saturating_sub(1);
+        let growth = u64::from(self.factor.max(1)).checked_pow(exponent);
+        let delay = growth.map_or(u64::MAX, |growth| self.base_micros.saturating_mul(growth));
+        let delay = if self.base_micros == 0 { 0 } else { delay };
+        delay.min(self.max_micros)
+    }
+}
+
+impl Default for Backoff {
+    /// One second, doubling, at most one minute.
+    fn default() -> Self {
+        Backoff {
+            base_micros: 1_000_000,
+            factor: 2,
+            max_micros: 60_000_000,
+        }
+    }
+}
+
+/// Policy knobs of a [`Core`](crate::Core).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoreConfig {
+    /// Most assignments carried by one [`Dispatch`](crate::Dispatch). Bounds the size of
+    /// one frame to an agent; 0 is treated as 1.
+    pub max_bundle: u32,
+    /// Delay before a task's own failure is retried.
+    pub retry_backoff: Backoff,
+    /// Replays (infrastructure losses) a task survives when its job does not say.
+    pub default_max_replays: u32,
+}
+
+impl Default for CoreConfig {
+    fn default() -> Self {
+        CoreConfig {
+            max_bundle: 1024,
+            retry_backoff: Backoff::default(),
+            default_max_replays: 3,
+        }
+    }
+}
+
+/// What a submission asks for. One spec describes `count` identical tasks (an array
+/// when `count > 1`); the driver keeps the per-index payloads, the core only schedules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobSpec {
+    /// Number of tasks (at least 1).
+    pub count: u32,
+    /// Cores each task occupies on its node (at least 1).
+    pub cores: u32,
+    /// Higher runs first; equal priorities run in submission order.
+    pub priority: i32,
+    /// Failures of the task's own making that are retried; one more fails the task.
+    pub max_retries: u32,
+    /// Infrastructure losses that are replayed; one more fails the task.
+    /// `None` takes [`CoreConfig::default_max_replays`].
+    pub max_replays: Option<u32>,
+}
+
+impl JobSpec {
+    /// One single-core task, priority 0, no retries, default replays.
+    pub const fn single() -> JobSpec {
+        JobSpec {
+            count: 1,
+            cores: 1,
+            priority: 0,
+            max_retries: 0,
+            max_replays: None,
+        }
+    }
+
+    /// An array of `count` single-core tasks, otherwise like [`JobSpec::single`].
+    pub const fn array(count: u32) -> JobSpec {
+        JobSpec {
+            count,
+            ..JobSpec::single()
+        }
+    }
+
+    /// This spec with `cores` cores per task.
+    pub const fn with_cores(self, cores: u32) -> JobSpec {
+        JobSpec { cores, ..self }
+    }
+
+    /// This spec with `priority`.
+    pub const fn with_priority(self, priority: i32) -> JobSpec {
+        JobSpec { priority, ..self }
+    }
+
+    /// This spec with `max_retries`.
+    pub const fn with_max_retries(self, max_retries: u32) -> JobSpec {
+        JobSpec {
+            max_retries,
+            ..self
+        }
+    }
+
+    /// This spec with an explicit replay bound.
+    pub const fn with_max_replays(self, max_replays: u32) -> JobSpec {
+        JobSpec {
+            max_replays: Some(max_replays),
+            ..self
+        }
+    }
+}
+
+impl Default for JobSpec {
+    fn default() -> Self {
+        JobSpec::single()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_exponentially_and_caps() {
+        let backoff = Backoff {
+            base_micros: 100,
+            factor: 3,
+            max_micros: 1_000,
+        };
+        assert_eq!(backoff.delay_micros(0), 100);
+        assert_eq!(backoff.delay_micros(1), 100);
+        assert_eq!(backoff.delay_micros(2), 300);
+        assert_eq!(backoff.delay_micros(3), 900);
+        assert_eq!(backoff.delay_micros(4), 1_000);
+        assert_eq!(backoff.delay_micros(u32::MAX), 1_000);
+        assert_eq!(Backoff::NONE.delay_micros(7), 0);
+        let constant = Backoff {
+            factor: 1,
+            ..backoff
+        };
+        assert_eq!(constant.delay_micros(u32::MAX), 100);
+    }
+}

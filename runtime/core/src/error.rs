@@ -1,0 +1,76 @@
+//! Errors of the core's inputs. None of them changes state: a rejected input is as if
+//! it had not been made.
+
+use crate::ids::{AttemptId, JobId, NodeId};
+
+/// A submission was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// `count` was zero.
+    #[error("a job must have at least one task")]
+    EmptyJob,
+    /// `cores` was zero.
+    #[error("a task must use at least one core")]
+    ZeroCores,
+    /// Every job id has been used.
+    #[error("job ids exhausted")]
+    JobIdsExhausted,
+    /// Task ids would overflow.
+    #[error("task ids exhausted: cannot allocate {count} more")]
+    TaskIdsExhausted {
+        /// The job's task count.
+        count: u32,
+    },
+}
+
+/// A node input was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeError {
+    /// The node is live already; it must be lost before it joins again.
+    #[error("node {node} has already joined")]
+    AlreadyJoined {
+        /// The node.
+        node: NodeId,
+    },
+    /// The node is not live (never joined, or lost).
+    #[error("unknown node {node}")]
+    UnknownNode {
+        /// The node.
+        node: NodeId,
+    },
+    /// A node must offer at least one core.
+    #[error("node {node} offers no cores")]
+    ZeroCapacity {
+        /// The node.
+        node: NodeId,
+    },
+}
+
+/// An attempt report (other than a result) was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AttemptError {
+    /// The attempt id was never issued.
+    #[error("unknown attempt {attempt}")]
+    Unknown {
+        /// The attempt.
+        attempt: AttemptId,
+    },
+    /// The attempt was issued but is no longer live (superseded or finished): a late
+    /// report, safe to ignore.
+    #[error("attempt {attempt} is no longer live")]
+    Stale {
+        /// The attempt.
+        attempt: AttemptId,
+    },
+}
+
+/// A cancellation was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CancelError {
+    /// No such job was submitted.
+    #[error("unknown job {job}")]
+    UnknownJob {
+        /// The job.
+        job: JobId,
+    },
+}

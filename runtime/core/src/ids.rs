@@ -1,0 +1,126 @@
+//! Identifier newtypes and the core's notion of time.
+//!
+//! Ids are plain integers wrapped so that a task id can never be passed where an
+//! attempt id is expected. They print as bare numbers so that error messages read
+//! "unknown node 7", not "unknown node NodeId(7)".
+
+use std::fmt;
+use std::time::Duration;
+
+macro_rules! id_newtype {
+    ($(#[$meta:meta])* $name:ident($inner:ty)) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(pub $inner);
+
+        impl fmt::Display for $name {
+            fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(&self.0, formatter)
+            }
+        }
+    };
+}
+
+id_newtype!(
+    /// One task: one element of a job. Assigned by the core, strictly increasing from 1;
+    /// the tasks of a job are contiguous.
+    TaskId(u64)
+);
+id_newtype!(
+    /// One submission (a single task or an array). Assigned by the core from 1.
+    JobId(u32)
+);
+id_newtype!(
+    /// One execution of a task. Every (re)dispatch gets a fresh id; ids increase
+    /// globally from 1, so an id below the next one to be issued that is no longer live
+    /// was superseded (its result is a duplicate), and one at or above it was never
+    /// issued (its result is unknown).
+    AttemptId(u64)
+);
+id_newtype!(
+    /// One agent (node). Chosen by the driver; a lost node may join again under the
+    /// same id and is then a fresh node.
+    NodeId(u32)
+);
+
+/// A point on the driver's monotonic clock, in microseconds from an origin the driver
+/// chooses (pilot start, say). The core never reads a clock; every input carries one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Time(pub u64);
+
+impl Time {
+    /// The clock's origin.
+    pub const ZERO: Time = Time(0);
+    /// The far future; never reached by a real clock.
+    pub const MAX: Time = Time(u64::MAX);
+
+    /// `micros` microseconds after the origin.
+    pub const fn from_micros(micros: u64) -> Time {
+        Time(micros)
+    }
+
+    /// `millis` milliseconds after the origin (saturating).
+    pub const fn from_millis(millis: u64) -> Time {
+        Time(millis.saturating_mul(1_000))
+    }
+
+    /// `secs` seconds after the origin (saturating).
+    pub const fn from_secs(secs: u64) -> Time {
+        Time(secs.saturating_mul(1_000_000))
+    }
+
+    /// Microseconds since the origin.
+    pub const fn as_micros(self) -> u64 {
+        self.0
+    }
+
+    /// This time plus `micros` microseconds, saturating at [`Time::MAX`].
+    pub const fn saturating_add_micros(self, micros: u64) -> Time {
+        Time(self.0.saturating_add(micros))
+    }
+
+    /// This time plus `duration` (microsecond resolution, saturating).
+    pub fn saturating_add(self, duration: Duration) -> Time {
+        let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
+        self.saturating_add_micros(micros)
+    }
+
+    /// How long after `earlier` this time is; zero if `earlier` is later.
+    pub const fn saturating_duration_since(self, earlier: Time) -> Duration {
+        Duration::from_micros(self.0.saturating_sub(earlier.0))
+    }
+}
+
+impl fmt::Display for Time {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "{}us", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_arithmetic_saturates() {
+        assert_eq!(Time::from_millis(3), Time(3_000));
+        assert_eq!(Time::from_secs(2).as_micros(), 2_000_000);
+        assert_eq!(Time::MAX.saturating_add_micros(1), Time::MAX);
+        assert_eq!(
+            Time(5).saturating_add(Duration::from_millis(1)),
+            Time(1_005)
+        );
+        assert_eq!(Time(5).saturating_duration_since(Time(9)), Duration::ZERO);
+        assert_eq!(
+            Time(9).saturating_duration_since(Time(5)),
+            Duration::from_micros(4)
+        );
+    }
+
+    #[test]
+    fn ids_display_as_bare_numbers() {
+        assert_eq!(TaskId(12).to_string(), "12");
+        assert_eq!(NodeId(3).to_string(), "3");
+        assert_eq!(Time(7).to_string(), "7us");
+    }
+}

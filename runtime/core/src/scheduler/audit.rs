@@ -1,0 +1,235 @@
+//! An O(state) self-check of the core's redundant bookkeeping, and a heap estimate.
+//! Both are for tests and debugging; neither is needed to drive the core.
+
+use std::collections::BTreeMap;
+
+use super::{Core, PendingEvent};
+use crate::ids::{AttemptId, JobId, TaskId, Time};
+use crate::output::Counts;
+use crate::task::{AttemptRecord, JobRecord, Phase, TaskRecord};
+
+/// Two pieces of the core's bookkeeping disagree: a bug in the core.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConsistencyError {
+    /// A counter differs from what the records add up to.
+    #[error("{what}: records add up to {counted}, counter says {recorded}")]
+    CountMismatch {
+        /// Which counter.
+        what: &'static str,
+        /// What the records add up to.
+        counted: u64,
+        /// What the counter says.
+        recorded: u64,
+    },
+    /// A task record contradicts the rest of the state.
+    #[error("task {task}: {problem}")]
+    Task {
+        /// The task.
+        task: TaskId,
+        /// What is wrong.
+        problem: &'static str,
+    },
+    /// A live attempt contradicts the rest of the state.
+    #[error("attempt {attempt}: {problem}")]
+    Attempt {
+        /// The attempt.
+        attempt: AttemptId,
+        /// What is wrong.
+        problem: &'static str,
+    },
+}
+
+fn expect_equal(what: &'static str, counted: u64, recorded: u64) -> Result<(), ConsistencyError> {
+    if counted == recorded {
+        Ok(())
+    } else {
+        Err(ConsistencyError::CountMismatch {
+            what,
+            counted,
+            recorded,
+        })
+    }
+}
+
+/// Rough heap bytes of a BTreeMap/BTreeSet with `len` entries of `entry` bytes: leaves
+/// hold up to 11 entries and are on average about two thirds full.
+fn btree_bytes(len: usize, entry: usize) -> usize {
+    len * (entry * 3 / 2 + 8)
+}
+
+impl Core {
+    /// Checks that the counters, task records, live attempts, node attempt sets, retry
+    /// timers, ready queue and finished bitsets agree. O(jobs + records + tasks/64).
+    pub fn check_consistency(&self) -> Result<(), ConsistencyError> {
+        let mut total = Counts::default();
+        let mut per_job: BTreeMap<JobId, Counts> = BTreeMap::new();
+        for (task, record) in &self.tasks {
+            let Some((job, index)) = self.locate(*task) else {
+                return Err(ConsistencyError::Task {
+                    task: *task,
+                    problem: "record for a task never submitted",
+                });
+            };
+            if index != record.index || job.first_task.0 + u64::from(index) != task.0 {
+                return Err(ConsistencyError::Task {
+                    task: *task,
+                    problem: "record names the wrong job or index",
+                });
+            }
+            if job.is_finished_index(index) {
+                return Err(ConsistencyError::Task {
+                    task: *task,
+                    problem: "record for a finished task",
+                });
+            }
+            let counts = per_job.entry(record.job).or_default();
+            match record.phase {
+                Phase::Queued => counts.queued += 1,
+                Phase::Delayed { not_before } => {
+                    counts.delayed += 1;
+                    if !self.retry_timers.contains(&(not_before, *task)) {
+                        return Err(ConsistencyError::Task {
+                            task: *task,
+                            problem: "delayed without a timer",
+                        });
+                    }
+                }
+                Phase::InFlight { attempt, started } => {
+                    if started {
+                        counts.running += 1;
+                    } else {
+                        counts.assigned += 1;
+                    }
+                    self.check_attempt(attempt, *task)?;
+                }
+            }
+        }
+        expect_equal(
+            "retry timers",
+            self.retry_timers.len() as u64,
+            self.counts.delayed,
+        )?;
+        let node_attempts: usize = self.nodes.iter().map(|(_, node)| node.attempts.len()).sum();
+        expect_equal(
+            "node attempts",
+            node_attempts as u64,
+            self.attempts.len() as u64,
+        )?;
+        expect_equal(
+            "live attempts",
+            self.attempts.len() as u64,
+            self.counts.assigned + self.counts.running,
+        )?;
+        for (node, record) in self.nodes.iter() {
+            for attempt in &record.attempts {
+                match self.attempts.get(attempt) {
+                    Some(live) if live.node == node => {}
+                    _ => {
+                        return Err(ConsistencyError::Attempt {
+                            attempt: *attempt,
+                            problem: "node holds an attempt that is not live there",
+                        });
+                    }
+                }
+            }
+        }
+        let credit: u64 = self
+            .nodes
+            .iter()
+            .map(|(_, node)| u64::from(node.credit))
+            .sum();
+        expect_equal("credit", credit, self.nodes.total_credit())?;
+        expect_equal("queued tasks", self.queue.tasks(), self.counts.queued)?;
+        for (position, job) in self.jobs.iter().enumerate() {
+            let id = JobId(position as u32 + 1);
+            let records = per_job.get(&id).copied().unwrap_or_default();
+            let counts = job.counts;
+            expect_equal("job delayed", records.delayed, u64::from(counts.delayed))?;
+            expect_equal("job assigned", records.assigned, u64::from(counts.assigned))?;
+            expect_equal("job running", records.running, u64::from(counts.running))?;
+            if records.queued > u64::from(counts.queued) {
+                return Err(ConsistencyError::CountMismatch {
+                    what: "job queued records",
+                    counted: records.queued,
+                    recorded: u64::from(counts.queued),
+                });
+            }
+            let partition = counts.queued
+                + counts.delayed
+                + counts.assigned
+                + counts.running
+                + counts.terminal();
+            expect_equal(
+                "job partition",
+                u64::from(partition),
+                u64::from(counts.count),
+            )?;
+            expect_equal(
+                "job finished bits",
+                u64::from(job.finished_count()),
+                u64::from(counts.terminal()),
+            )?;
+            total.queued += u64::from(counts.queued);
+            total.delayed += u64::from(counts.delayed);
+            total.assigned += u64::from(counts.assigned);
+            total.running += u64::from(counts.running);
+            total.succeeded += u64::from(counts.succeeded);
+            total.failed += u64::from(counts.failed);
+            total.cancelled += u64::from(counts.cancelled);
+            total.submitted += u64::from(counts.count);
+        }
+        expect_equal("submitted", total.submitted, self.counts.submitted)?;
+        expect_equal("queued", total.queued, self.counts.queued)?;
+        expect_equal("delayed", total.delayed, self.counts.delayed)?;
+        expect_equal("assigned", total.assigned, self.counts.assigned)?;
+        expect_equal("running", total.running, self.counts.running)?;
+        expect_equal("succeeded", total.succeeded, self.counts.succeeded)?;
+        expect_equal("failed", total.failed, self.counts.failed)?;
+        expect_equal("cancelled", total.cancelled, self.counts.cancelled)?;
+        Ok(())
+    }
+
+    fn check_attempt(&self, attempt: AttemptId, task: TaskId) -> Result<(), ConsistencyError> {
+        let Some(live) = self.attempts.get(&attempt) else {
+            return Err(ConsistencyError::Task {
+                task,
+                problem: "in flight under an attempt that is not live",
+            });
+        };
+        if live.task != task {
+            return Err(ConsistencyError::Attempt {
+                attempt,
+                problem: "live attempt names another task",
+            });
+        }
+        match self.nodes.get(live.node) {
+            Some(node) if node.attempts.contains(&attempt) => Ok(()),
+            _ => Err(ConsistencyError::Attempt {
+                attempt,
+                problem: "live attempt missing from its node",
+            }),
+        }
+    }
+
+    /// A rough estimate of the heap the core holds, in bytes: collections' capacities
+    /// times element sizes, B-trees at an assumed fill. For memory tests and metrics.
+    pub fn heap_estimate(&self) -> usize {
+        let jobs = self.jobs.capacity() * size_of::<JobRecord>()
+            + self.jobs.iter().map(JobRecord::heap_bytes).sum::<usize>();
+        let tasks = btree_bytes(
+            self.tasks.len(),
+            size_of::<TaskId>() + size_of::<TaskRecord>(),
+        );
+        let attempts =
+            self.attempts.capacity() * (size_of::<AttemptId>() + size_of::<AttemptRecord>() + 1);
+        let timers = btree_bytes(self.retry_timers.len(), size_of::<(Time, TaskId)>());
+        let events = self.events.capacity() * size_of::<PendingEvent>();
+        jobs + tasks
+            + attempts
+            + timers
+            + events
+            + self.queue.heap_bytes()
+            + self.nodes.heap_bytes()
+            + self.scratch.capacity() * size_of::<crate::queue::Taken>()
+    }
+}

@@ -1,0 +1,284 @@
+//! The `handle_*` inputs of [`Core`].
+
+use super::{Core, PendingEvent, slot};
+use crate::config::JobSpec;
+use crate::error::{AttemptError, CancelError, NodeError, SubmitError};
+use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
+use crate::output::{
+    AttemptOutcome, CancelSummary, Disposition, Event, NodeLoss, SubmittedJob, TerminalState,
+};
+use crate::queue::{FreshRange, ReturnedTask};
+use crate::task::{Bucket, JobRecord, Phase};
+
+impl Core {
+    /// Accepts a job of `spec.count` tasks, queued at once. Task ids are contiguous.
+    ///
+    /// Errors: `count == 0`, `cores == 0`, or id exhaustion; nothing changes then.
+    pub fn handle_submit(&mut self, spec: JobSpec, now: Time) -> Result<SubmittedJob, SubmitError> {
+        self.observe(now);
+        if spec.count == 0 {
+            return Err(SubmitError::EmptyJob);
+        }
+        if spec.cores == 0 {
+            return Err(SubmitError::ZeroCores);
+        }
+        let job = u32::try_from(self.jobs.len() + 1)
+            .map(JobId)
+            .map_err(|_| SubmitError::JobIdsExhausted)?;
+        let first_task = TaskId(self.next_task);
+        self.next_task = self
+            .next_task
+            .checked_add(u64::from(spec.count))
+            .ok_or(SubmitError::TaskIdsExhausted { count: spec.count })?;
+        let max_replays = spec.max_replays.unwrap_or(self.config.default_max_replays);
+        self.jobs
+            .push(JobRecord::new(spec, max_replays, first_task));
+        self.counts.submitted += u64::from(spec.count);
+        self.counts.queued += u64::from(spec.count);
+        self.queue.push_fresh(
+            spec.priority,
+            FreshRange {
+                job,
+                next: 0,
+                end: spec.count,
+                cores: spec.cores,
+            },
+        );
+        Ok(SubmittedJob {
+            job,
+            first_task,
+            count: spec.count,
+        })
+    }
+
+    /// A node joined with `cores` cores of capacity. It gets no work until it grants
+    /// credit ([`Core::handle_credit`]).
+    ///
+    /// Errors: the node is live already, or offers zero cores.
+    pub fn handle_node_joined(
+        &mut self,
+        node: NodeId,
+        cores: u32,
+        now: Time,
+    ) -> Result<(), NodeError> {
+        self.observe(now);
+        self.nodes.join(node, cores)
+    }
+
+    /// The node asks for `cores` more cores of work (added to its unused credit,
+    /// saturating). Typically capacity plus a prefetch margin at first, then the cores
+    /// of each finished attempt.
+    ///
+    /// Errors: the node is not live (a late message from a lost node).
+    pub fn handle_credit(&mut self, node: NodeId, cores: u32, now: Time) -> Result<(), NodeError> {
+        self.observe(now);
+        self.nodes.add_credit(node, cores)
+    }
+
+    /// The node started `attempt` (assigned → running; informational, idempotent).
+    ///
+    /// Errors: the attempt was never issued, or is no longer live (a late report).
+    pub fn handle_started(&mut self, attempt: AttemptId, now: Time) -> Result<(), AttemptError> {
+        self.observe(now);
+        let Some(live) = self.attempts.get(&attempt) else {
+            return Err(self.attempt_error(attempt));
+        };
+        // Invariant: a live attempt's task has an in-flight record.
+        let record = self
+            .tasks
+            .get_mut(&live.task)
+            .expect("live attempt has a task");
+        let Phase::InFlight { started, .. } = &mut record.phase else {
+            return Ok(());
+        };
+        if !*started {
+            *started = true;
+            let job = &mut self.jobs[slot(record.job)];
+            job.shift(&mut self.counts, Bucket::Assigned, Bucket::Running, 1);
+        }
+        Ok(())
+    }
+
+    /// An attempt ended with `outcome`. Only the live attempt of a non-terminal task
+    /// changes state; anything else is dropped and counted. If the task's job was
+    /// cancelled, any outcome makes the task `Cancelled`.
+    pub fn handle_result(
+        &mut self,
+        attempt: AttemptId,
+        outcome: AttemptOutcome,
+        now: Time,
+    ) -> Disposition {
+        self.observe(now);
+        let Some(live) = self.attempts.remove(&attempt) else {
+            return match self.attempt_error(attempt) {
+                AttemptError::Stale { .. } => {
+                    self.counts.duplicates += 1;
+                    Disposition::Duplicate
+                }
+                AttemptError::Unknown { .. } => {
+                    self.counts.unknown_attempts += 1;
+                    Disposition::UnknownAttempt
+                }
+            };
+        };
+        let (task, from) = self.end_attempt(attempt, live);
+        // Invariant: end_attempt returns a task that has a record.
+        let job = self.tasks[&task].job;
+        if self.jobs[slot(job)].counts.cancel_requested {
+            return self.finish(task, from, TerminalState::Cancelled);
+        }
+        match outcome {
+            AttemptOutcome::Succeeded => self.finish(task, from, TerminalState::Succeeded),
+            AttemptOutcome::Failed => self.retry_or_fail(task, from),
+            AttemptOutcome::Lost | AttemptOutcome::Cancelled => self.replay_or_fail(task, from),
+        }
+    }
+
+    /// The node is gone (connection closed, heartbeats missed). Its credit vanishes and
+    /// every live attempt on it is replayed (or fails past its replay bound, or becomes
+    /// `Cancelled` if its job was cancelled). The id may join again later as a new node.
+    ///
+    /// Errors: the node is not live.
+    pub fn handle_node_lost(&mut self, node: NodeId, now: Time) -> Result<NodeLoss, NodeError> {
+        self.observe(now);
+        let record = self
+            .nodes
+            .remove(node)
+            .ok_or(NodeError::UnknownNode { node })?;
+        let mut loss = NodeLoss {
+            attempts: u32::try_from(record.attempts.len()).unwrap_or(u32::MAX),
+            credit_dropped: record.credit,
+            ..NodeLoss::default()
+        };
+        for attempt in record.attempts {
+            // Invariant: a node's attempt set holds live attempts only.
+            let live = self
+                .attempts
+                .remove(&attempt)
+                .expect("node attempt is live");
+            let (task, from) = self.end_attempt(attempt, live);
+            // Invariant: end_attempt returns a task that has a record.
+            let job = self.tasks[&task].job;
+            if self.jobs[slot(job)].counts.cancel_requested {
+                self.finish(task, from, TerminalState::Cancelled);
+                loss.cancelled += 1;
+                continue;
+            }
+            match self.replay_or_fail(task, from) {
+                Disposition::WillReplay { .. } => loss.replayed += 1,
+                _ => loss.failed += 1,
+            }
+        }
+        Ok(loss)
+    }
+
+    /// Cancels a job: its queued and retry-waiting tasks become `Cancelled` now, each
+    /// live attempt gets an [`Event::CancelAttempt`] and its task becomes `Cancelled`
+    /// when the result arrives. Idempotent.
+    ///
+    /// Errors: no such job.
+    pub fn handle_cancel_job(
+        &mut self,
+        job: JobId,
+        now: Time,
+    ) -> Result<CancelSummary, CancelError> {
+        self.observe(now);
+        let record = self.job(job).ok_or(CancelError::UnknownJob { job })?;
+        let mut summary = CancelSummary {
+            already_terminal: u64::from(record.counts.terminal()),
+            ..CancelSummary::default()
+        };
+        if record.counts.cancel_requested {
+            summary.already_cancelled = true;
+            return Ok(summary);
+        }
+        let (priority, first_task, count) =
+            (record.spec.priority, record.first_task, record.spec.count);
+        self.job_mut(job).counts.cancel_requested = true;
+        let (fresh, returned) = self.queue.remove_job(job, priority);
+        let end_task = TaskId(first_task.0 + u64::from(count));
+        let records: Vec<(TaskId, Phase)> = self
+            .tasks
+            .range(first_task..end_task)
+            .map(|(task, record)| (*task, record.phase))
+            .collect();
+        debug_assert_eq!(
+            returned.len(),
+            records
+                .iter()
+                .filter(|(_, phase)| *phase == Phase::Queued)
+                .count()
+        );
+        for (task, phase) in records {
+            match phase {
+                Phase::Queued => {
+                    self.finish(task, Bucket::Queued, TerminalState::Cancelled);
+                    summary.cancelled += 1;
+                }
+                Phase::Delayed { not_before } => {
+                    self.retry_timers.remove(&(not_before, task));
+                    self.finish(task, Bucket::Delayed, TerminalState::Cancelled);
+                    summary.cancelled += 1;
+                }
+                Phase::InFlight { attempt, .. } => {
+                    // Invariant: an in-flight record's attempt is live.
+                    let node = self.attempts.get(&attempt).expect("live attempt").node;
+                    self.events
+                        .push_back(PendingEvent::Ready(Event::CancelAttempt { node, attempt }));
+                    summary.attempts_signalled += 1;
+                }
+            }
+        }
+        if let Some(range) = fresh {
+            let amount = range.end - range.next;
+            let counts = &mut self.counts;
+            let record = &mut self.jobs[slot(job)];
+            record.mark_range_finished(range.next, range.end);
+            record.shift(counts, Bucket::Queued, Bucket::Cancelled, amount);
+            self.events.push_back(PendingEvent::CancelledRange {
+                job,
+                first_task,
+                next: range.next,
+                end: range.end,
+            });
+            summary.cancelled += u64::from(amount);
+            self.finish_job_if_done(job);
+        }
+        Ok(summary)
+    }
+
+    /// Releases every retry whose backoff ended at or before `now` into the queue
+    /// (ahead of fresh work of its priority, in `(not_before, task)` order).
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.observe(now);
+        while let Some(&(not_before, task)) = self.retry_timers.first() {
+            if not_before > self.now {
+                break;
+            }
+            self.retry_timers.pop_first();
+            // Invariant: a timer exists only for a delayed task with a record.
+            let record = self.tasks.get_mut(&task).expect("timer task has a record");
+            record.phase = Phase::Queued;
+            let job_id = record.job;
+            let job = &mut self.jobs[slot(job_id)];
+            job.shift(&mut self.counts, Bucket::Delayed, Bucket::Queued, 1);
+            let (priority, cores) = (job.spec.priority, job.spec.cores);
+            self.queue.push_returned(
+                priority,
+                ReturnedTask {
+                    task,
+                    job: job_id,
+                    cores,
+                },
+            );
+        }
+    }
+
+    fn attempt_error(&self, attempt: AttemptId) -> AttemptError {
+        if attempt.0 >= 1 && attempt.0 < self.next_attempt {
+            AttemptError::Stale { attempt }
+        } else {
+            AttemptError::Unknown { attempt }
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! The [`Core`] state machine: its state, constructor and queries. Inputs are in
+//! `inputs.rs`, outputs in `outputs.rs`, the self-check in `audit.rs`.
+
+mod audit;
+mod inputs;
+mod outputs;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+pub use audit::ConsistencyError;
+
+use crate::config::{CoreConfig, JobSpec};
+use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
+use crate::node::Nodes;
+use crate::output::{Counts, Disposition, Event, JobCounts, TaskStatus, TerminalState};
+use crate::queue::{ReadyQueue, ReturnedTask, Taken};
+use crate::task::{AttemptRecord, Bucket, JobRecord, Phase, TaskRecord};
+
+/// The pure scheduling core of a pilot: job and task state, the ready queue, node
+/// credit, retry/replay policy and exactly-once result acceptance.
+///
+/// # Driving it
+///
+/// The core does no I/O and reads no clock; like quinn-proto's `Connection` it is
+/// driven from outside by one owner (the root actor):
+///
+/// * **Inputs** are the `handle_*` methods. Each takes `now`, the driver's monotonic
+///   clock ([`Time`], microseconds). `now` must never go backwards; a smaller value than
+///   one seen before is treated as the latest one seen (the core never panics on it).
+///   Inputs that come from peers (credit, started, results) are validated: a bad one
+///   returns an error or a [`Disposition`] and changes nothing.
+/// * **Outputs** are the `poll_*` methods. After **every** `handle_*` call the driver
+///   drains [`Core::poll_event`] until it returns `None` (journal and forward the
+///   events), then [`Core::poll_dispatch`] until it returns `None` (send each
+///   [`Dispatch`](crate::Dispatch) as one frame to its node). Nothing is lost if the
+///   driver batches several inputs before draining; it only delays work.
+/// * **Timers**: [`Core::poll_timeout`] says when the core next has something to do on
+///   its own (a retry whose backoff ends); the driver calls [`Core::handle_timeout`] at
+///   or after that time, then drains as above. Call `poll_timeout` again after every
+///   input: inputs can move the deadline.
+///
+/// A typical agent message carrying results and new credit is applied as
+/// `handle_result` for each result, then `handle_credit`, then one drain. Credit is
+/// never returned implicitly by a result: the agent says how much work it wants.
+///
+/// # Guarantees
+///
+/// * Every submitted task ends in exactly one [`TerminalState`] and produces exactly
+///   one [`Event::TaskFinished`]; results for attempts that are no longer live are
+///   dropped ([`Disposition::Duplicate`]).
+/// * A node is never sent more cores of work than the credit it granted.
+/// * Same inputs in the same order produce the same outputs: no hash order leaks.
+///
+/// # Dispatch policy
+///
+/// Work is offered to nodes with credit in round-robin order (the order their credit
+/// arrived; a node served goes to the back). A node receives, in queue order, the tasks
+/// that fit its *capacity*, up to its credit and [`CoreConfig::max_bundle`]. If the
+/// first task it could run needs more cores than its current credit, it receives
+/// nothing now (no backfill of narrower tasks past it, so wide tasks are not starved)
+/// and other nodes are tried. Such a node is *parked*: it is offered work again when
+/// its credit grows, or when every node in the rotation has been served and its
+/// credit covers what the queue's head now needs. A task wider than every live node's
+/// capacity is skipped by every node and stays queued until a wide enough node joins
+/// (or its job is cancelled); it does not block narrower work behind it, and the core
+/// is not quiescent while it waits.
+#[derive(Debug)]
+pub struct Core {
+    config: CoreConfig,
+    /// Latest time seen; inputs with an earlier time are clamped to it.
+    now: Time,
+    /// Index `i` holds job `i + 1`; jobs are never removed (a finished job keeps its
+    /// counts, its bitset is released).
+    jobs: Vec<JobRecord>,
+    next_task: u64,
+    next_attempt: u64,
+    /// Tasks that left the queue at least once and are not terminal. Ordered so a
+    /// job's records are one range (cancellation) and iteration is deterministic.
+    tasks: BTreeMap<TaskId, TaskRecord>,
+    /// Live attempts only; an issued id missing here was superseded or finished.
+    /// A hash map: only looked up, never iterated into an output.
+    attempts: HashMap<AttemptId, AttemptRecord>,
+    /// (not_before, task) of tasks waiting for their retry backoff.
+    retry_timers: BTreeSet<(Time, TaskId)>,
+    queue: ReadyQueue,
+    nodes: Nodes,
+    events: VecDeque<PendingEvent>,
+    counts: Counts,
+    /// Reused buffer for [`ReadyQueue::take`].
+    scratch: Vec<Taken>,
+}
+
+/// An event waiting to be polled. A cancelled queued range is kept as a range and
+/// expanded one `TaskFinished` per poll, so cancelling a million queued tasks costs no
+/// per-task memory.
+#[derive(Debug)]
+enum PendingEvent {
+    Ready(Event),
+    CancelledRange {
+        job: JobId,
+        first_task: TaskId,
+        next: u32,
+        end: u32,
+    },
+}
+
+/// Where job `job` lives in `Core::jobs`. Only for ids taken from the core's own
+/// records (assignments, task records, queue entries), which are in range by
+/// construction; ids from outside go through `Core::job`.
+fn slot(job: JobId) -> usize {
+    job.0 as usize - 1
+}
+
+impl Core {
+    /// An empty core: no jobs, no nodes.
+    pub fn new(config: CoreConfig) -> Core {
+        Core {
+            config,
+            now: Time::ZERO,
+            jobs: Vec::new(),
+            next_task: 1,
+            next_attempt: 1,
+            tasks: BTreeMap::new(),
+            attempts: HashMap::new(),
+            retry_timers: BTreeSet::new(),
+            queue: ReadyQueue::default(),
+            nodes: Nodes::default(),
+            events: VecDeque::new(),
+            counts: Counts::default(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The configuration the core was built with.
+    pub fn config(&self) -> &CoreConfig {
+        &self.config
+    }
+
+    /// The latest time any input carried.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// Task counters over all jobs, plus live nodes and outstanding credit.
+    pub fn counts(&self) -> Counts {
+        Counts {
+            nodes: self.nodes.len() as u64,
+            credit: self.nodes.total_credit(),
+            ..self.counts
+        }
+    }
+
+    /// Counters of one job, `None` if it was never submitted.
+    pub fn job_counts(&self, job: JobId) -> Option<JobCounts> {
+        self.job(job).map(|record| record.counts)
+    }
+
+    /// The spec a job was submitted with (`max_replays` as given), `None` if unknown.
+    pub fn job_spec(&self, job: JobId) -> Option<&JobSpec> {
+        self.job(job).map(|record| &record.spec)
+    }
+
+    /// Every submitted task is terminal (pending events may still wait to be polled).
+    pub fn is_quiescent(&self) -> bool {
+        self.counts.terminal() == self.counts.submitted
+    }
+
+    /// Where `task` stands, `None` if it was never submitted.
+    pub fn task_status(&self, task: TaskId) -> Option<TaskStatus> {
+        if let Some(record) = self.tasks.get(&task) {
+            return Some(match record.phase {
+                Phase::Queued => TaskStatus::Queued,
+                Phase::Delayed { not_before } => TaskStatus::Delayed { not_before },
+                Phase::InFlight { attempt, started } => {
+                    // Invariant: an in-flight record's attempt is live.
+                    let node = self.attempts.get(&attempt).expect("live attempt").node;
+                    if started {
+                        TaskStatus::Running { node, attempt }
+                    } else {
+                        TaskStatus::Assigned { node, attempt }
+                    }
+                }
+            });
+        }
+        let (job, index) = self.locate(task)?;
+        if job.is_finished_index(index) {
+            Some(TaskStatus::Finished)
+        } else {
+            Some(TaskStatus::Queued)
+        }
+    }
+
+    /// Live node capacity and unused credit, `None` if the node is not live.
+    pub fn node_credit(&self, node: NodeId) -> Option<(u32, u32)> {
+        self.nodes
+            .get(node)
+            .map(|record| (record.capacity, record.credit))
+    }
+
+    /// Entries in the ready queue: one per job with fresh tasks plus one per returned
+    /// task. O(jobs), not O(tasks).
+    pub fn ready_queue_entries(&self) -> usize {
+        self.queue.entries()
+    }
+
+    /// Pending events, counting a cancelled range as one.
+    pub fn pending_events(&self) -> usize {
+        self.events.len()
+    }
+
+    fn job(&self, job: JobId) -> Option<&JobRecord> {
+        let index = usize::try_from(job.0).ok()?.checked_sub(1)?;
+        self.jobs.get(index)
+    }
+
+    fn job_mut(&mut self, job: JobId) -> &mut JobRecord {
+        &mut self.jobs[slot(job)]
+    }
+
+    /// The job holding `task` and its index within it.
+    fn locate(&self, task: TaskId) -> Option<(&JobRecord, u32)> {
+        let after = self.jobs.partition_point(|job| job.first_task <= task);
+        let job = self.jobs.get(after.checked_sub(1)?)?;
+        let index = u32::try_from(task.0 - job.first_task.0).ok()?;
+        (index < job.spec.count).then_some((job, index))
+    }
+
+    fn observe(&mut self, now: Time) {
+        self.now = self.now.max(now);
+    }
+
+    /// Makes `task` (a record in bucket `from`) terminal in `state` and emits its event.
+    fn finish(&mut self, task: TaskId, from: Bucket, state: TerminalState) -> Disposition {
+        // Invariant: callers pass a task that has a record.
+        let record = self
+            .tasks
+            .remove(&task)
+            .expect("finishing task has a record");
+        let job = &mut self.jobs[slot(record.job)];
+        if !job.mark_finished(record.index) {
+            // A record for a finished task would be a bug; never accept twice.
+            debug_assert!(false, "task {task} finished twice");
+            self.counts.duplicates += 1;
+            return Disposition::Duplicate;
+        }
+        job.shift(&mut self.counts, from, Bucket::from(state), 1);
+        self.events
+            .push_back(PendingEvent::Ready(Event::TaskFinished {
+                task,
+                job: record.job,
+                index: record.index,
+                state,
+                attempts: record.attempts,
+            }));
+        self.finish_job_if_done(record.job);
+        Disposition::Accepted {
+            task,
+            job: record.job,
+            index: record.index,
+            state,
+            attempts: record.attempts,
+        }
+    }
+
+    fn finish_job_if_done(&mut self, job: JobId) {
+        if self.job_mut(job).release_if_finished() {
+            self.events
+                .push_back(PendingEvent::Ready(Event::JobFinished { job }));
+        }
+    }
+
+    /// A task (record in bucket `from`) failed on its own: retry after backoff, or fail.
+    fn retry_or_fail(&mut self, task: TaskId, from: Bucket) -> Disposition {
+        // Invariant: callers pass a task that has a record.
+        let record = self
+            .tasks
+            .get_mut(&task)
+            .expect("retried task has a record");
+        record.failures += 1;
+        let failures = record.failures;
+        let job_id = record.job;
+        let job = &mut self.jobs[slot(job_id)];
+        if failures > job.spec.max_retries {
+            return self.finish(task, from, TerminalState::Failed);
+        }
+        self.counts.retries += 1;
+        let delay = self.config.retry_backoff.delay_micros(failures);
+        let not_before = self.now.saturating_add_micros(delay);
+        if delay == 0 {
+            job.shift(&mut self.counts, from, Bucket::Queued, 1);
+            let (priority, cores) = (job.spec.priority, job.spec.cores);
+            record.phase = Phase::Queued;
+            self.queue.push_returned(
+                priority,
+                ReturnedTask {
+                    task,
+                    job: job_id,
+                    cores,
+                },
+            );
+        } else {
+            job.shift(&mut self.counts, from, Bucket::Delayed, 1);
+            record.phase = Phase::Delayed { not_before };
+            self.retry_timers.insert((not_before, task));
+        }
+        Disposition::WillRetry { task, not_before }
+    }
+
+    /// A task's attempt was lost: queue it again ahead of fresh work, or fail it.
+    fn replay_or_fail(&mut self, task: TaskId, from: Bucket) -> Disposition {
+        // Invariant: callers pass a task that has a record.
+        let record = self
+            .tasks
+            .get_mut(&task)
+            .expect("replayed task has a record");
+        record.replays += 1;
+        let replays = record.replays;
+        let job_id = record.job;
+        let job = &mut self.jobs[slot(job_id)];
+        if replays > job.max_replays {
+            return self.finish(task, from, TerminalState::Failed);
+        }
+        self.counts.replays += 1;
+        job.shift(&mut self.counts, from, Bucket::Queued, 1);
+        let (priority, cores) = (job.spec.priority, job.spec.cores);
+        record.phase = Phase::Queued;
+        self.queue.push_returned(
+            priority,
+            ReturnedTask {
+                task,
+                job: job_id,
+                cores,
+            },
+        );
+        Disposition::WillReplay { task }
+    }
+
+    /// Ends the live attempt `attempt`: forgets it and returns its task and bucket.
+    fn end_attempt(&mut self, attempt: AttemptId, record: AttemptRecord) -> (TaskId, Bucket) {
+        if let Some(node) = self.nodes.get_mut(record.node) {
+            node.attempts.remove(&attempt);
+        }
+        // Invariant: a live attempt's task has an in-flight record.
+        let task = self
+            .tasks
+            .get(&record.task)
+            .expect("live attempt has a task");
+        let bucket = match task.phase {
+            Phase::InFlight { started: true, .. } => Bucket::Running,
+            _ => Bucket::Assigned,
+        };
+        (record.task, bucket)
+    }
+}

@@ -1,0 +1,177 @@
+//! The `poll_*` outputs of [`Core`].
+
+use super::{Core, PendingEvent, slot};
+use crate::ids::{AttemptId, NodeId, TaskId, Time};
+use crate::output::{Assignment, Dispatch, Event, TerminalState};
+use crate::queue::Taken;
+use crate::task::{AttemptRecord, Bucket, Phase, TaskRecord};
+
+impl Core {
+    /// The next event to act on, in the order the core produced them.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        let Some(front) = self.events.front_mut() else {
+            // Give back the memory of a burst (a mass cancellation, say).
+            if self.events.capacity() > 4096 {
+                self.events.shrink_to(256);
+            }
+            return None;
+        };
+        match front {
+            PendingEvent::Ready(_) => match self.events.pop_front() {
+                Some(PendingEvent::Ready(event)) => Some(event),
+                _ => unreachable!("front was a ready event"),
+            },
+            PendingEvent::CancelledRange {
+                job,
+                first_task,
+                next,
+                end,
+            } => {
+                let index = *next;
+                let event = Event::TaskFinished {
+                    task: TaskId(first_task.0 + u64::from(index)),
+                    job: *job,
+                    index,
+                    state: TerminalState::Cancelled,
+                    attempts: 0,
+                };
+                *next += 1;
+                if *next == *end {
+                    self.events.pop_front();
+                }
+                Some(event)
+            }
+        }
+    }
+
+    /// When [`Core::handle_timeout`] next has work: the earliest retry backoff end.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.retry_timers.first().map(|&(not_before, _)| not_before)
+    }
+
+    /// The next bundle of work for one node, or `None` when no node with credit can take
+    /// anything now. Call until `None` after every input. See [`Core`] for the policy.
+    pub fn poll_dispatch(&mut self) -> Option<Dispatch> {
+        if self.queue.is_empty() {
+            return None;
+        }
+        let limit = self.config.max_bundle.max(1) as usize;
+        let mut taken = std::mem::take(&mut self.scratch);
+        let mut dispatch = None;
+        loop {
+            let node = match self.nodes.next_in_rotation() {
+                Some(node) => node,
+                None => {
+                    let queue = &self.queue;
+                    let Some(node) = self.nodes.unpark_one(|capacity| queue.need(capacity)) else {
+                        break;
+                    };
+                    node
+                }
+            };
+            // Invariant: next_in_rotation returns live nodes.
+            let record = self.nodes.get(node).expect("rotation node is live");
+            taken.clear();
+            let used = self
+                .queue
+                .take(record.capacity, record.credit, limit, &mut taken);
+            if taken.is_empty() {
+                self.nodes.park(node);
+                continue;
+            }
+            self.nodes.served(node, used);
+            let assignments = self.assign(node, &taken);
+            dispatch = Some(Dispatch { node, assignments });
+            break;
+        }
+        taken.clear();
+        self.scratch = taken;
+        dispatch
+    }
+
+    /// Creates one attempt per taken task on `node`.
+    fn assign(&mut self, node: NodeId, taken: &[Taken]) -> Vec<Assignment> {
+        let total: usize = taken
+            .iter()
+            .map(|taken| match *taken {
+                Taken::Returned(_) => 1,
+                Taken::Fresh { start, end, .. } => (end - start) as usize,
+            })
+            .sum();
+        let mut assignments = Vec::with_capacity(total);
+        // Invariant: the caller just served this live node.
+        let node_record = self.nodes.get_mut(node).expect("assigned node is live");
+        for taken in taken {
+            match *taken {
+                Taken::Returned(returned) => {
+                    let attempt = AttemptId(self.next_attempt);
+                    self.next_attempt += 1;
+                    // Invariant: a returned task has a queued record.
+                    let record = self
+                        .tasks
+                        .get_mut(&returned.task)
+                        .expect("returned task has a record");
+                    record.attempts += 1;
+                    record.phase = Phase::InFlight {
+                        attempt,
+                        started: false,
+                    };
+                    let index = record.index;
+                    let job = &mut self.jobs[slot(returned.job)];
+                    job.shift(&mut self.counts, Bucket::Queued, Bucket::Assigned, 1);
+                    self.attempts.insert(
+                        attempt,
+                        AttemptRecord {
+                            task: returned.task,
+                            node,
+                        },
+                    );
+                    node_record.attempts.insert(attempt);
+                    assignments.push(Assignment {
+                        task: returned.task,
+                        attempt,
+                        job: returned.job,
+                        index,
+                    });
+                }
+                Taken::Fresh { job, start, end } => {
+                    let record = &mut self.jobs[slot(job)];
+                    record.shift(
+                        &mut self.counts,
+                        Bucket::Queued,
+                        Bucket::Assigned,
+                        end - start,
+                    );
+                    for index in start..end {
+                        let task = record.task(index);
+                        let attempt = AttemptId(self.next_attempt);
+                        self.next_attempt += 1;
+                        self.tasks.insert(
+                            task,
+                            TaskRecord {
+                                job,
+                                index,
+                                attempts: 1,
+                                failures: 0,
+                                replays: 0,
+                                phase: Phase::InFlight {
+                                    attempt,
+                                    started: false,
+                                },
+                            },
+                        );
+                        self.attempts.insert(attempt, AttemptRecord { task, node });
+                        node_record.attempts.insert(attempt);
+                        assignments.push(Assignment {
+                            task,
+                            attempt,
+                            job,
+                            index,
+                        });
+                    }
+                }
+            }
+        }
+        assignments
+    }
+}

@@ -1,0 +1,184 @@
+//! Per-job and per-task bookkeeping.
+//!
+//! A job record exists for every submitted job and costs a fixed size plus one bit per
+//! task (the finished bitset, released when the job finishes). A task record exists
+//! only while the task is in flight, waiting for a retry, or queued again after an
+//! attempt: a never-dispatched task and a finished task have none.
+
+use crate::config::JobSpec;
+use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
+use crate::output::{Counts, JobCounts, TerminalState};
+
+/// Which partition of [`Counts`] a task is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bucket {
+    Queued,
+    Delayed,
+    Assigned,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl From<TerminalState> for Bucket {
+    fn from(state: TerminalState) -> Bucket {
+        match state {
+            TerminalState::Succeeded => Bucket::Succeeded,
+            TerminalState::Failed => Bucket::Failed,
+            TerminalState::Cancelled => Bucket::Cancelled,
+        }
+    }
+}
+
+pub(crate) fn count_mut(counts: &mut Counts, bucket: Bucket) -> &mut u64 {
+    match bucket {
+        Bucket::Queued => &mut counts.queued,
+        Bucket::Delayed => &mut counts.delayed,
+        Bucket::Assigned => &mut counts.assigned,
+        Bucket::Running => &mut counts.running,
+        Bucket::Succeeded => &mut counts.succeeded,
+        Bucket::Failed => &mut counts.failed,
+        Bucket::Cancelled => &mut counts.cancelled,
+    }
+}
+
+fn job_count_mut(counts: &mut JobCounts, bucket: Bucket) -> &mut u32 {
+    match bucket {
+        Bucket::Queued => &mut counts.queued,
+        Bucket::Delayed => &mut counts.delayed,
+        Bucket::Assigned => &mut counts.assigned,
+        Bucket::Running => &mut counts.running,
+        Bucket::Succeeded => &mut counts.succeeded,
+        Bucket::Failed => &mut counts.failed,
+        Bucket::Cancelled => &mut counts.cancelled,
+    }
+}
+
+/// One submitted job.
+#[derive(Debug)]
+pub(crate) struct JobRecord {
+    pub(crate) spec: JobSpec,
+    /// `spec.max_replays` resolved against the config at submission.
+    pub(crate) max_replays: u32,
+    pub(crate) first_task: TaskId,
+    /// One bit per task, set when the task becomes terminal: the last line of defence
+    /// for exactly-once acceptance. Emptied when the whole job is finished (the counts
+    /// then say every bit would be set).
+    finished: Vec<u64>,
+    pub(crate) counts: JobCounts,
+}
+
+impl JobRecord {
+    pub(crate) fn new(spec: JobSpec, max_replays: u32, first_task: TaskId) -> JobRecord {
+        let words = spec.count.div_ceil(64) as usize;
+        JobRecord {
+            spec,
+            max_replays,
+            first_task,
+            finished: vec![0; words],
+            counts: JobCounts {
+                count: spec.count,
+                queued: spec.count,
+                ..JobCounts::default()
+            },
+        }
+    }
+
+    pub(crate) fn task(&self, index: u32) -> TaskId {
+        TaskId(self.first_task.0 + u64::from(index))
+    }
+
+    /// Moves `amount` tasks between partitions of this job's and the global counters.
+    pub(crate) fn shift(&mut self, global: &mut Counts, from: Bucket, to: Bucket, amount: u32) {
+        *job_count_mut(&mut self.counts, from) -= amount;
+        *job_count_mut(&mut self.counts, to) += amount;
+        *count_mut(global, from) -= u64::from(amount);
+        *count_mut(global, to) += u64::from(amount);
+    }
+
+    pub(crate) fn is_finished_index(&self, index: u32) -> bool {
+        if self.counts.is_finished() {
+            return true;
+        }
+        let word = self.finished[(index / 64) as usize];
+        word & (1 << (index % 64)) != 0
+    }
+
+    /// Marks one task finished; false if it already was (a bug upstream, refused).
+    pub(crate) fn mark_finished(&mut self, index: u32) -> bool {
+        if self.is_finished_index(index) {
+            return false;
+        }
+        self.finished[(index / 64) as usize] |= 1 << (index % 64);
+        true
+    }
+
+    /// Marks `start..end` finished (all must be unfinished).
+    pub(crate) fn mark_range_finished(&mut self, start: u32, end: u32) {
+        let mut index = start;
+        while index < end {
+            let bit = index % 64;
+            if bit == 0 && end - index >= 64 {
+                self.finished[(index / 64) as usize] = u64::MAX;
+                index += 64;
+            } else {
+                self.finished[(index / 64) as usize] |= 1 << bit;
+                index += 1;
+            }
+        }
+    }
+
+    /// Releases the bitset once every task is terminal.
+    pub(crate) fn release_if_finished(&mut self) -> bool {
+        if self.counts.is_finished() && !self.finished.is_empty() {
+            self.finished = Vec::new();
+            return true;
+        }
+        false
+    }
+
+    /// Tasks marked finished (popcount of the bitset).
+    pub(crate) fn finished_count(&self) -> u32 {
+        if self.counts.is_finished() {
+            return self.counts.count;
+        }
+        self.finished.iter().map(|word| word.count_ones()).sum()
+    }
+
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.finished.capacity() * size_of::<u64>()
+    }
+}
+
+/// Where a task with a record stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// In the ready queue's return lane.
+    Queued,
+    /// Waiting for its retry backoff.
+    Delayed { not_before: Time },
+    /// Dispatched; `started` once its node said so.
+    InFlight { attempt: AttemptId, started: bool },
+}
+
+/// A task that has left the queue at least once and is not terminal.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TaskRecord {
+    pub(crate) job: JobId,
+    pub(crate) index: u32,
+    /// Attempts dispatched so far.
+    pub(crate) attempts: u32,
+    /// Own failures so far (retries taken = failures while not failed).
+    pub(crate) failures: u32,
+    /// Infrastructure losses so far.
+    pub(crate) replays: u32,
+    pub(crate) phase: Phase,
+}
+
+/// A live attempt.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AttemptRecord {
+    pub(crate) task: TaskId,
+    pub(crate) node: NodeId,
+}

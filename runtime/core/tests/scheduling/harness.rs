@@ -1,0 +1,156 @@
+//! A driver for tests: applies inputs, drains outputs after each, and checks the core's
+//! consistency every time.
+
+use saker_core::{
+    AttemptId, AttemptOutcome, Backoff, Core, CoreConfig, Dispatch, Disposition, Event, JobSpec,
+    NodeId, NodeLoss, SubmittedJob, Time,
+};
+
+/// Config with a small, visible backoff (100 us, doubling, at most 1 ms).
+pub fn test_config() -> CoreConfig {
+    CoreConfig {
+        max_bundle: 1024,
+        retry_backoff: Backoff {
+            base_micros: 100,
+            factor: 2,
+            max_micros: 1_000,
+        },
+        default_max_replays: 3,
+    }
+}
+
+#[derive(Debug)]
+pub struct Harness {
+    pub core: Core,
+    pub now: Time,
+    events: Vec<Event>,
+    dispatches: Vec<Dispatch>,
+}
+
+impl Harness {
+    pub fn new() -> Harness {
+        Harness::with_config(test_config())
+    }
+
+    pub fn with_config(config: CoreConfig) -> Harness {
+        Harness {
+            core: Core::new(config),
+            now: Time::ZERO,
+            events: Vec::new(),
+            dispatches: Vec::new(),
+        }
+    }
+
+    /// Drains both outputs into the harness buffers and checks consistency.
+    pub fn drain(&mut self) {
+        while let Some(event) = self.core.poll_event() {
+            self.events.push(event);
+        }
+        while let Some(dispatch) = self.core.poll_dispatch() {
+            assert!(!dispatch.assignments.is_empty(), "empty dispatch");
+            self.dispatches.push(dispatch);
+        }
+        if let Err(error) = self.core.check_consistency() {
+            panic!("core inconsistent: {error}");
+        }
+    }
+
+    pub fn advance_to(&mut self, now: Time) {
+        self.now = now;
+    }
+
+    pub fn submit(&mut self, spec: JobSpec) -> SubmittedJob {
+        let job = self.core.handle_submit(spec, self.now).expect("valid spec");
+        self.drain();
+        job
+    }
+
+    pub fn join(&mut self, node: u32, cores: u32) {
+        self.core
+            .handle_node_joined(NodeId(node), cores, self.now)
+            .expect("fresh node");
+        self.drain();
+    }
+
+    pub fn credit(&mut self, node: u32, cores: u32) {
+        self.core
+            .handle_credit(NodeId(node), cores, self.now)
+            .expect("live node");
+        self.drain();
+    }
+
+    /// Joins a node and grants credit equal to its capacity.
+    pub fn join_with_credit(&mut self, node: u32, cores: u32) {
+        self.join(node, cores);
+        self.credit(node, cores);
+    }
+
+    pub fn started(&mut self, attempt: AttemptId) {
+        self.core
+            .handle_started(attempt, self.now)
+            .expect("live attempt");
+        self.drain();
+    }
+
+    pub fn result(&mut self, attempt: AttemptId, outcome: AttemptOutcome) -> Disposition {
+        let disposition = self.core.handle_result(attempt, outcome, self.now);
+        self.drain();
+        disposition
+    }
+
+    pub fn lose(&mut self, node: u32) -> NodeLoss {
+        let loss = self
+            .core
+            .handle_node_lost(NodeId(node), self.now)
+            .expect("live node");
+        self.drain();
+        loss
+    }
+
+    pub fn cancel(&mut self, job: saker_core::JobId) -> saker_core::CancelSummary {
+        let summary = self
+            .core
+            .handle_cancel_job(job, self.now)
+            .expect("known job");
+        self.drain();
+        summary
+    }
+
+    pub fn timeout(&mut self) {
+        self.core.handle_timeout(self.now);
+        self.drain();
+    }
+
+    pub fn take_dispatches(&mut self) -> Vec<Dispatch> {
+        std::mem::take(&mut self.dispatches)
+    }
+
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// All dispatched assignments since the last take, as (node, task index, job) in order.
+    pub fn take_assigned(&mut self) -> Vec<(u32, u32, u32)> {
+        self.take_dispatches()
+            .into_iter()
+            .flat_map(|dispatch| {
+                dispatch
+                    .assignments
+                    .into_iter()
+                    .map(move |assignment| (dispatch.node.0, assignment.index, assignment.job.0))
+            })
+            .collect()
+    }
+
+    /// The single assignment dispatched since the last take.
+    pub fn take_one(&mut self) -> saker_core::Assignment {
+        let dispatches = self.take_dispatches();
+        assert_eq!(dispatches.len(), 1, "expected one dispatch: {dispatches:?}");
+        assert_eq!(
+            dispatches[0].assignments.len(),
+            1,
+            "expected one assignment"
+        );
+        dispatches[0].assignments[0]
+    }
+}

@@ -1,0 +1,11 @@
+//! Unit-level tests of the core through its public API, driven by [`harness::Harness`]
+//! exactly as the root actor drives it: input, then drain events and dispatches. The
+//! harness checks the core's internal consistency after every input.
+
+mod harness;
+
+mod cancel;
+mod dispatch;
+mod failures;
+mod memory;
+mod nodes;

@@ -1,0 +1,382 @@
+//! The simulator's independent record of every task, kept from the core's outputs
+//! alone, and the invariants checked against it.
+//!
+//! Per-step checks are O(1) or O(size of the input just applied); [`Ledger::sweep`]
+//! compares every task against the core (O(tasks)) and runs every K steps and at the end.
+
+use std::collections::{HashMap, HashSet};
+
+use saker_core::{
+    AttemptError, AttemptId, Core, Counts, Dispatch, Disposition, Event, JobId, NodeId, NodeLoss,
+    SubmittedJob, TaskId, TaskStatus, TerminalState,
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Queued or waiting for a retry in the core.
+    Waiting,
+    InFlight(AttemptId),
+    Terminal,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct TaskEntry {
+    state: State,
+    /// Attempts dispatched.
+    attempts: u32,
+    /// TaskFinished events seen (must end at exactly 1).
+    finished_events: u8,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct JobEntry {
+    first_task: TaskId,
+    count: u32,
+    cores: u32,
+    cancelled: bool,
+    finished_tasks: u32,
+    job_finished: bool,
+}
+
+/// Per node: attempts live on it and credit balance (granted minus dispatched cores).
+#[derive(Debug, Default)]
+struct NodeEntry {
+    live: HashSet<AttemptId>,
+    balance: i64,
+}
+
+#[derive(Debug, Default)]
+pub struct Ledger {
+    tasks: Vec<TaskEntry>,
+    jobs: Vec<JobEntry>,
+    nodes: HashMap<NodeId, NodeEntry>,
+    attempts: HashMap<AttemptId, (NodeId, TaskId)>,
+    last_attempt: u64,
+    waiting: u64,
+    in_flight: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    pub duplicates: u64,
+    pub unknown: u64,
+}
+
+impl Ledger {
+    pub fn total_tasks(&self) -> u64 {
+        self.tasks.len() as u64
+    }
+
+    pub fn terminal(&self) -> u64 {
+        self.succeeded + self.failed + self.cancelled
+    }
+
+    pub fn job_cores(&self, job: JobId) -> u32 {
+        self.jobs[job.0 as usize - 1].cores
+    }
+
+    fn task_mut(&mut self, task: TaskId) -> &mut TaskEntry {
+        &mut self.tasks[task.0 as usize - 1]
+    }
+
+    pub fn submitted(&mut self, job: SubmittedJob, cores: u32) {
+        assert_eq!(job.job.0 as usize, self.jobs.len() + 1, "job ids are dense");
+        assert_eq!(
+            job.first_task.0 as usize,
+            self.tasks.len() + 1,
+            "task ids are dense"
+        );
+        self.jobs.push(JobEntry {
+            first_task: job.first_task,
+            count: job.count,
+            cores,
+            cancelled: false,
+            finished_tasks: 0,
+            job_finished: false,
+        });
+        let entry = TaskEntry {
+            state: State::Waiting,
+            attempts: 0,
+            finished_events: 0,
+        };
+        self.tasks
+            .extend(std::iter::repeat_n(entry, job.count as usize));
+        self.waiting += u64::from(job.count);
+    }
+
+    pub fn joined(&mut self, node: NodeId) {
+        let previous = self.nodes.insert(node, NodeEntry::default());
+        assert!(previous.is_none(), "node {node} joined twice");
+    }
+
+    pub fn credited(&mut self, node: NodeId, cores: u32) {
+        let entry = self.nodes.get_mut(&node).expect("credit for a live node");
+        entry.balance += i64::from(cores);
+    }
+
+    /// Checks the core's view of a node's credit equals the ledger's balance.
+    pub fn check_credit(&self, core: &Core, node: NodeId) {
+        let Some(entry) = self.nodes.get(&node) else {
+            assert_eq!(core.node_credit(node), None, "core knows lost node {node}");
+            return;
+        };
+        let (_, credit) = core.node_credit(node).expect("ledger node is live in core");
+        let balance = entry.balance.min(i64::from(u32::MAX));
+        assert_eq!(i64::from(credit), balance, "credit of node {node}");
+    }
+
+    pub fn dispatched(&mut self, dispatch: &Dispatch, capacity: u32) {
+        let node = dispatch.node;
+        let mut cores = 0i64;
+        for assignment in &dispatch.assignments {
+            assert!(
+                assignment.attempt.0 > self.last_attempt,
+                "attempt ids must increase"
+            );
+            self.last_attempt = assignment.attempt.0;
+            let job = self.jobs[assignment.job.0 as usize - 1];
+            assert_eq!(
+                assignment.task.0,
+                job.first_task.0 + u64::from(assignment.index),
+                "task id matches job and index"
+            );
+            assert!(job.cores <= capacity, "task wider than its node");
+            assert!(!job.cancelled, "dispatched a task of a cancelled job");
+            cores += i64::from(job.cores);
+            let entry = self.task_mut(assignment.task);
+            assert_eq!(
+                entry.state,
+                State::Waiting,
+                "task {} dispatched while not waiting",
+                assignment.task
+            );
+            entry.state = State::InFlight(assignment.attempt);
+            entry.attempts += 1;
+            self.attempts
+                .insert(assignment.attempt, (node, assignment.task));
+            self.waiting -= 1;
+            self.in_flight += 1;
+            let live = &mut self
+                .nodes
+                .get_mut(&node)
+                .expect("dispatch to live node")
+                .live;
+            live.insert(assignment.attempt);
+        }
+        let entry = self.nodes.get_mut(&node).expect("dispatch to live node");
+        entry.balance -= cores;
+        assert!(
+            entry.balance >= 0,
+            "node {node} sent work beyond its credit"
+        );
+    }
+
+    pub fn started(&mut self, attempt: AttemptId, result: Result<(), AttemptError>) {
+        if self.attempts.contains_key(&attempt) {
+            assert_eq!(result, Ok(()), "started for live attempt {attempt}");
+        } else {
+            assert_eq!(result, Err(AttemptError::Stale { attempt }));
+        }
+    }
+
+    /// Ends a live attempt in the ledger: its task waits again (a terminal outcome is
+    /// recorded from the TaskFinished event).
+    fn end_attempt(&mut self, attempt: AttemptId) -> Option<TaskId> {
+        let (node, task) = self.attempts.remove(&attempt)?;
+        if let Some(entry) = self.nodes.get_mut(&node) {
+            entry.live.remove(&attempt);
+        }
+        let entry = self.task_mut(task);
+        assert_eq!(entry.state, State::InFlight(attempt));
+        entry.state = State::Waiting;
+        self.in_flight -= 1;
+        self.waiting += 1;
+        Some(task)
+    }
+
+    pub fn result(&mut self, attempt: AttemptId, disposition: Disposition) {
+        let Some(task) = self.end_attempt(attempt) else {
+            match disposition {
+                Disposition::Duplicate => {
+                    assert!(attempt.0 <= self.last_attempt && attempt.0 > 0);
+                    self.duplicates += 1;
+                }
+                Disposition::UnknownAttempt => {
+                    assert!(attempt.0 > self.last_attempt || attempt.0 == 0);
+                    self.unknown += 1;
+                }
+                other => panic!("result of dead attempt {attempt} changed state: {other:?}"),
+            }
+            return;
+        };
+        let job = self.job_of(task);
+        match disposition {
+            Disposition::Accepted {
+                task: accepted,
+                state,
+                ..
+            } => {
+                assert_eq!(accepted, task);
+                if job.cancelled {
+                    assert_eq!(state, TerminalState::Cancelled);
+                }
+            }
+            Disposition::WillRetry { task: retried, .. }
+            | Disposition::WillReplay { task: retried } => {
+                assert_eq!(retried, task);
+                assert!(!job.cancelled, "cancelled job's task requeued");
+            }
+            other => panic!("live attempt {attempt} dropped: {other:?}"),
+        }
+    }
+
+    fn job_of(&self, task: TaskId) -> JobEntry {
+        let index = self.jobs.partition_point(|job| job.first_task <= task) - 1;
+        self.jobs[index]
+    }
+
+    pub fn node_lost(&mut self, node: NodeId, loss: NodeLoss) {
+        let entry = self.nodes.remove(&node).expect("lost node was live");
+        assert_eq!(
+            loss.attempts as usize,
+            entry.live.len(),
+            "attempts on lost node"
+        );
+        assert_eq!(
+            loss.replayed + loss.failed + loss.cancelled,
+            loss.attempts,
+            "every attempt of a lost node is accounted for"
+        );
+        assert_eq!(
+            i64::from(loss.credit_dropped),
+            entry.balance.min(i64::from(u32::MAX))
+        );
+        for attempt in entry.live {
+            self.end_attempt(attempt);
+        }
+    }
+
+    pub fn cancel_requested(&mut self, job: JobId) {
+        self.jobs[job.0 as usize - 1].cancelled = true;
+    }
+
+    /// Returns the attempt to cancel on its node, for CancelAttempt events.
+    pub fn event(&mut self, event: Event) {
+        match event {
+            Event::TaskFinished {
+                task,
+                job,
+                index,
+                state,
+                attempts,
+            } => {
+                let job_entry = &mut self.jobs[job.0 as usize - 1];
+                assert_eq!(task.0, job_entry.first_task.0 + u64::from(index));
+                if job_entry.cancelled {
+                    assert_eq!(state, TerminalState::Cancelled);
+                } else {
+                    assert_ne!(
+                        state,
+                        TerminalState::Cancelled,
+                        "cancelled without a cancel"
+                    );
+                }
+                job_entry.finished_tasks += 1;
+                let entry = self.task_mut(task);
+                entry.finished_events += 1;
+                assert_eq!(entry.finished_events, 1, "task {task} finished twice");
+                assert_eq!(entry.attempts, attempts, "attempt count of task {task}");
+                assert_eq!(
+                    entry.state,
+                    State::Waiting,
+                    "task {task} finished while in flight"
+                );
+                entry.state = State::Terminal;
+                self.waiting -= 1;
+                match state {
+                    TerminalState::Succeeded => self.succeeded += 1,
+                    TerminalState::Failed => self.failed += 1,
+                    TerminalState::Cancelled => self.cancelled += 1,
+                }
+            }
+            Event::CancelAttempt { node, attempt } => {
+                let (live_node, _) = self.attempts[&attempt];
+                assert_eq!(live_node, node, "cancel sent to the attempt's node");
+            }
+            Event::JobFinished { job } => {
+                let entry = &mut self.jobs[job.0 as usize - 1];
+                assert_eq!(
+                    entry.finished_tasks, entry.count,
+                    "job {job} finished early"
+                );
+                assert!(!entry.job_finished, "job {job} finished twice");
+                entry.job_finished = true;
+            }
+        }
+    }
+
+    /// O(1) checks after every step (outputs drained).
+    pub fn check_counts(&self, counts: &Counts) {
+        assert_eq!(counts.submitted, self.total_tasks(), "submitted");
+        assert_eq!(
+            counts.queued + counts.delayed,
+            self.waiting,
+            "waiting tasks"
+        );
+        assert_eq!(
+            counts.assigned + counts.running,
+            self.in_flight,
+            "in-flight tasks"
+        );
+        assert_eq!(counts.succeeded, self.succeeded, "succeeded");
+        assert_eq!(counts.failed, self.failed, "failed");
+        assert_eq!(counts.cancelled, self.cancelled, "cancelled");
+        assert_eq!(counts.duplicates, self.duplicates, "duplicates");
+        assert_eq!(counts.unknown_attempts, self.unknown, "unknown attempts");
+        assert_eq!(counts.nodes, self.nodes.len() as u64, "live nodes");
+    }
+
+    /// O(tasks) comparison of every task and node with the core.
+    pub fn sweep(&self, core: &Core) {
+        if let Err(error) = core.check_consistency() {
+            panic!("core inconsistent: {error}");
+        }
+        for (position, entry) in self.tasks.iter().enumerate() {
+            let task = TaskId(position as u64 + 1);
+            let status = core.task_status(task).expect("submitted task is known");
+            let agrees = match (entry.state, status) {
+                (State::Waiting, TaskStatus::Queued | TaskStatus::Delayed { .. }) => true,
+                (State::InFlight(attempt), TaskStatus::Assigned { attempt: live, .. })
+                | (State::InFlight(attempt), TaskStatus::Running { attempt: live, .. }) => {
+                    attempt == live
+                }
+                (State::Terminal, TaskStatus::Finished) => true,
+                _ => false,
+            };
+            assert!(
+                agrees,
+                "task {task}: ledger {:?}, core {status:?}",
+                entry.state
+            );
+        }
+        for node in self.nodes.keys() {
+            self.check_credit(core, *node);
+        }
+    }
+
+    /// End of run: every task finished exactly once, every job finished.
+    pub fn check_final(&self, core: &Core) {
+        self.sweep(core);
+        assert!(
+            core.is_quiescent(),
+            "core not quiescent: {:?}",
+            core.counts()
+        );
+        assert_eq!(self.terminal(), self.total_tasks(), "every task terminal");
+        assert!(self.tasks.iter().all(|entry| entry.finished_events == 1));
+        assert!(
+            self.jobs.iter().all(|job| job.job_finished),
+            "every job finished"
+        );
+        assert_eq!((self.waiting, self.in_flight), (0, 0));
+    }
+}

@@ -1,0 +1,704 @@
+//! The simulated pilot: a root driving the core, agents running tasks, links with
+//! latency, crashes, on a virtual clock.
+//!
+//! Events are ordered by (virtual time, sequence number), so equal times run in the
+//! order they were scheduled and a seed fixes the whole run. Each link direction is
+//! FIFO (a QUIC stream): a message never overtakes an earlier one on the same link.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Instant;
+
+use rand::rngs::Xoshiro256PlusPlus;
+use rand::{RngExt, SeedableRng};
+use saker_core::{
+    AttemptId, AttemptOutcome, Backoff, Core, CoreConfig, Dispatch, Disposition, JobId, JobSpec,
+    NodeId, Time,
+};
+
+use crate::ledger::Ledger;
+
+/// Knobs of one run.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub seed: u64,
+    pub nodes: u32,
+    pub cores_per_node: u32,
+    /// Extra credit an agent asks for beyond its capacity (local prefetch).
+    pub prefetch: u32,
+    pub tasks: u64,
+    pub max_array: u32,
+    /// Probability that a job is a single task rather than an array.
+    pub single_fraction: f64,
+    /// Cores per task, drawn uniformly from this list per job.
+    pub core_choices: Vec<u32>,
+    pub duration_micros: (u64, u64),
+    pub latency_micros: (u64, u64),
+    /// Submissions are spread over this window from time 0.
+    pub submit_window_micros: u64,
+    pub fail_probability: f64,
+    pub lost_probability: f64,
+    pub max_retries: u32,
+    /// Node crashes, at uniform random times in the submission window and after.
+    pub crashes: u32,
+    /// Partitions: the root declares a node lost while its agent keeps running and
+    /// reporting (late results must come back as duplicates), then it reconnects.
+    pub partitions: u32,
+    pub detect_delay_micros: u64,
+    pub rejoin_delay_micros: u64,
+    /// Jobs cancelled at random times.
+    pub cancels: u32,
+    pub max_bundle: u32,
+    /// Full O(tasks) sweep every this many steps (and at the end).
+    pub sweep_every: u64,
+}
+
+/// What one run did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Summary {
+    pub steps: u64,
+    pub makespan: Time,
+    pub tasks: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    pub retries: u64,
+    pub replays: u64,
+    pub duplicates: u64,
+    pub dispatches: u64,
+    pub sweeps: u64,
+    /// FNV-1a over every output of the core, for determinism checks.
+    pub trace: u64,
+}
+
+#[derive(Debug)]
+enum Action {
+    Submit(JobSpec),
+    /// Root receives an agent's hello: join + initial credit.
+    Hello {
+        node: NodeId,
+        incarnation: u64,
+    },
+    /// Agent receives work.
+    Work {
+        node: NodeId,
+        incarnation: u64,
+        work: Vec<(AttemptId, u32)>,
+    },
+    /// Agent is told to stop an attempt.
+    Stop {
+        node: NodeId,
+        incarnation: u64,
+        attempt: AttemptId,
+    },
+    /// An attempt's process ends on the agent.
+    Done {
+        node: NodeId,
+        incarnation: u64,
+        attempt: AttemptId,
+    },
+    /// Root receives "started".
+    Started {
+        attempt: AttemptId,
+    },
+    /// Root receives a result with the credit it frees.
+    Report {
+        node: NodeId,
+        incarnation: u64,
+        attempt: AttemptId,
+        outcome: AttemptOutcome,
+        credit: u32,
+    },
+    Crash {
+        node: NodeId,
+    },
+    Partition {
+        node: NodeId,
+    },
+    Detect {
+        node: NodeId,
+    },
+    Rejoin {
+        node: NodeId,
+    },
+    Cancel {
+        job: JobId,
+    },
+}
+
+/// The virtual clock's agenda: actions grouped by due time, FIFO within a time (so
+/// ties run in scheduling order). Popping the earliest time touches the B-tree's first
+/// leaf only, which is cheaper than a binary heap of a million entries.
+#[derive(Debug, Default)]
+struct Agenda {
+    due: BTreeMap<u64, VecDeque<Action>>,
+}
+
+impl Agenda {
+    fn push(&mut self, time: u64, action: Action) {
+        self.due.entry(time).or_default().push_back(action);
+    }
+
+    fn next_time(&self) -> Option<u64> {
+        self.due.first_key_value().map(|(time, _)| *time)
+    }
+
+    fn pop(&mut self) -> Option<(u64, Action)> {
+        let mut entry = self.due.first_entry()?;
+        let time = *entry.key();
+        let action = entry.get_mut().pop_front().expect("no empty time is kept");
+        if entry.get().is_empty() {
+            entry.remove();
+        }
+        Some((time, action))
+    }
+}
+
+#[derive(Debug)]
+struct Agent {
+    incarnation: u64,
+    alive: bool,
+    /// Received, not started: (attempt, cores).
+    local: VecDeque<(AttemptId, u32)>,
+    /// Started: attempt -> cores.
+    running: BTreeMap<AttemptId, u32>,
+    /// Cores of the started work.
+    running_cores: u32,
+    /// Cores of work held (local + running): the core's credit discipline bounds it by
+    /// capacity + prefetch.
+    held: u32,
+    /// Last delivery time on the agent -> root and root -> agent links.
+    up_clock: u64,
+    down_clock: u64,
+}
+
+pub struct World {
+    config: SimConfig,
+    rng: Xoshiro256PlusPlus,
+    now: u64,
+    agenda: Agenda,
+    core: Core,
+    ledger: Ledger,
+    agents: Vec<Agent>,
+    /// The incarnation the root (core) currently has joined for each node.
+    root_view: Vec<Option<u64>>,
+    next_incarnation: u64,
+    summary: Summary,
+}
+
+impl World {
+    pub fn new(config: SimConfig) -> World {
+        let core = Core::new(CoreConfig {
+            max_bundle: config.max_bundle,
+            retry_backoff: Backoff {
+                base_micros: 500,
+                factor: 2,
+                max_micros: 20_000,
+            },
+            default_max_replays: 8,
+        });
+        let agents = (0..config.nodes)
+            .map(|_| Agent {
+                incarnation: 0,
+                alive: false,
+                local: VecDeque::new(),
+                running: BTreeMap::new(),
+                held: 0,
+                running_cores: 0,
+                up_clock: 0,
+                down_clock: 0,
+            })
+            .collect();
+        let mut world = World {
+            rng: Xoshiro256PlusPlus::seed_from_u64(config.seed),
+            now: 0,
+            agenda: Agenda::default(),
+            core,
+            ledger: Ledger::default(),
+            agents,
+            root_view: vec![None; config.nodes as usize],
+            next_incarnation: 0,
+            summary: Summary {
+                steps: 0,
+                makespan: Time::ZERO,
+                tasks: 0,
+                succeeded: 0,
+                failed: 0,
+                cancelled: 0,
+                retries: 0,
+                replays: 0,
+                duplicates: 0,
+                dispatches: 0,
+                sweeps: 0,
+                trace: 0xcbf2_9ce4_8422_2325,
+            },
+            config,
+        };
+        world.plan();
+        world
+    }
+
+    fn schedule(&mut self, time: u64, action: Action) {
+        self.agenda.push(time, action);
+    }
+
+    fn latency(&mut self) -> u64 {
+        let (low, high) = self.config.latency_micros;
+        self.rng.random_range(low..=high)
+    }
+
+    /// Delivery time of a message sent now on a FIFO link whose last delivery was `clock`.
+    fn deliver_at(&mut self, clock: u64) -> u64 {
+        (self.now + self.latency()).max(clock)
+    }
+
+    fn trace(&mut self, values: &[u64]) {
+        for value in values {
+            for byte in value.to_le_bytes() {
+                self.summary.trace ^= u64::from(byte);
+                self.summary.trace = self.summary.trace.wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+    }
+
+    fn trace_event(&mut self, event: saker_core::Event) {
+        use saker_core::Event;
+        match event {
+            Event::TaskFinished {
+                task,
+                state,
+                attempts,
+                ..
+            } => self.trace(&[2, task.0, state as u64, u64::from(attempts)]),
+            Event::CancelAttempt { node, attempt } => {
+                self.trace(&[8, u64::from(node.0), attempt.0]);
+            }
+            Event::JobFinished { job } => self.trace(&[9, u64::from(job.0)]),
+        }
+    }
+
+    fn trace_disposition(&mut self, attempt: AttemptId, disposition: Disposition) {
+        let values = match disposition {
+            Disposition::Accepted { task, state, .. } => [10, task.0, state as u64],
+            Disposition::WillRetry { task, not_before } => [11, task.0, not_before.0],
+            Disposition::WillReplay { task } => [12, task.0, 0],
+            Disposition::Duplicate => [13, 0, 0],
+            Disposition::UnknownAttempt => [14, 0, 0],
+        };
+        self.trace(&[attempt.0]);
+        self.trace(&values);
+    }
+
+    /// Schedules submissions, agent start-up, crashes and cancellations.
+    fn plan(&mut self) {
+        let mut remaining = self.config.tasks;
+        let mut jobs = 0u32;
+        while remaining > 0 {
+            let single = self.rng.random_bool(self.config.single_fraction);
+            let count = if single {
+                1
+            } else {
+                self.rng.random_range(2..=self.config.max_array.max(2))
+            };
+            let count = count.min(u32::try_from(remaining).unwrap_or(u32::MAX));
+            remaining -= u64::from(count);
+            let choice = self.rng.random_range(0..self.config.core_choices.len());
+            let spec = JobSpec {
+                count,
+                cores: self.config.core_choices[choice],
+                priority: self.rng.random_range(0..3),
+                max_retries: self.config.max_retries,
+                max_replays: None,
+            };
+            let at = self.rng.random_range(0..=self.config.submit_window_micros);
+            self.schedule(at, Action::Submit(spec));
+            jobs += 1;
+        }
+        for node in 0..self.config.nodes {
+            self.rejoin(NodeId(node));
+        }
+        let horizon = self.config.submit_window_micros * 2 + self.config.duration_micros.1;
+        for _ in 0..self.config.crashes {
+            let node = NodeId(self.rng.random_range(0..self.config.nodes));
+            let at = self.rng.random_range(1..=horizon);
+            self.schedule(at, Action::Crash { node });
+        }
+        for _ in 0..self.config.partitions {
+            let node = NodeId(self.rng.random_range(0..self.config.nodes));
+            let at = self.rng.random_range(1..=horizon);
+            self.schedule(at, Action::Partition { node });
+        }
+        for _ in 0..self.config.cancels {
+            let job = JobId(self.rng.random_range(1..=jobs));
+            let at = self.rng.random_range(0..=horizon);
+            self.schedule(at, Action::Cancel { job });
+        }
+    }
+
+    /// A (new incarnation of a) node starts and says hello.
+    fn rejoin(&mut self, node: NodeId) {
+        self.next_incarnation += 1;
+        let incarnation = self.next_incarnation;
+        let agent = &mut self.agents[node.0 as usize];
+        agent.incarnation = incarnation;
+        agent.alive = true;
+        agent.local.clear();
+        agent.running.clear();
+        agent.held = 0;
+        agent.running_cores = 0;
+        let clock = agent.up_clock;
+        let at = self.deliver_at(clock);
+        self.agents[node.0 as usize].up_clock = at;
+        self.schedule(at, Action::Hello { node, incarnation });
+    }
+
+    /// Runs to completion and returns the summary; panics on any violated invariant.
+    pub fn run(mut self) -> Summary {
+        let wall = Instant::now();
+        loop {
+            let next_action = self.agenda.next_time();
+            let next_timer = self.core.poll_timeout().map(Time::as_micros);
+            match (next_action, next_timer) {
+                (None, None) => break,
+                (Some(action), Some(timer)) if timer < action => self.fire_timer(timer),
+                (None, Some(timer)) => self.fire_timer(timer),
+                _ => {
+                    // Invariant: the match above covers next_action == None.
+                    let (time, action) = self.agenda.pop().expect("an action is due");
+                    self.now = self.now.max(time);
+                    self.apply(action);
+                }
+            }
+            self.after_step();
+        }
+        self.ledger.check_final(&self.core);
+        self.summary.sweeps += 1;
+        let counts = self.core.counts();
+        self.summary.makespan = Time(self.now);
+        self.summary.tasks = self.ledger.total_tasks();
+        self.summary.succeeded = counts.succeeded;
+        self.summary.failed = counts.failed;
+        self.summary.cancelled = counts.cancelled;
+        self.summary.retries = counts.retries;
+        self.summary.replays = counts.replays;
+        self.summary.duplicates = counts.duplicates;
+        for agent in &self.agents {
+            assert!(
+                agent.running.is_empty() && agent.local.is_empty(),
+                "agent left with work"
+            );
+        }
+        println!(
+            "sim seed={} nodes={}x{} tasks={} steps={} dispatches={} makespan={:.3}s wall={:.2?} \
+             succeeded={} failed={} cancelled={} retries={} replays={} duplicates={} sweeps={}",
+            self.config.seed,
+            self.config.nodes,
+            self.config.cores_per_node,
+            self.summary.tasks,
+            self.summary.steps,
+            self.summary.dispatches,
+            self.now as f64 / 1e6,
+            wall.elapsed(),
+            self.summary.succeeded,
+            self.summary.failed,
+            self.summary.cancelled,
+            self.summary.retries,
+            self.summary.replays,
+            self.summary.duplicates,
+            self.summary.sweeps,
+        );
+        self.summary
+    }
+
+    fn fire_timer(&mut self, timer: u64) {
+        self.now = self.now.max(timer);
+        self.core.handle_timeout(Time(self.now));
+        self.trace(&[1, self.now]);
+    }
+
+    fn after_step(&mut self) {
+        self.drain();
+        self.summary.steps += 1;
+        self.ledger.check_counts(&self.core.counts());
+        if self.summary.steps.is_multiple_of(self.config.sweep_every) {
+            self.ledger.sweep(&self.core);
+            self.summary.sweeps += 1;
+        }
+    }
+
+    /// Drains events, then dispatches, as the root actor does after every input.
+    fn drain(&mut self) {
+        while let Some(event) = self.core.poll_event() {
+            self.trace_event(event);
+            self.ledger.event(event);
+            if let saker_core::Event::CancelAttempt { node, attempt } = event {
+                self.send_down(node, |incarnation| Action::Stop {
+                    node,
+                    incarnation,
+                    attempt,
+                });
+            }
+        }
+        while let Some(dispatch) = self.core.poll_dispatch() {
+            self.summary.dispatches += 1;
+            self.on_dispatch(dispatch);
+        }
+    }
+
+    fn on_dispatch(&mut self, dispatch: Dispatch) {
+        let node = dispatch.node;
+        self.ledger
+            .dispatched(&dispatch, self.config.cores_per_node);
+        self.ledger.check_credit(&self.core, node);
+        let work: Vec<(AttemptId, u32)> = dispatch
+            .assignments
+            .iter()
+            .map(|assignment| (assignment.attempt, self.ledger.job_cores(assignment.job)))
+            .collect();
+        let first = dispatch.assignments[0];
+        self.trace(&[
+            3,
+            u64::from(node.0),
+            first.attempt.0,
+            first.task.0,
+            work.len() as u64,
+        ]);
+        self.send_down(node, |incarnation| Action::Work {
+            node,
+            incarnation,
+            work,
+        });
+    }
+
+    /// Sends a root -> agent message to the incarnation the root knows.
+    fn send_down(&mut self, node: NodeId, action: impl FnOnce(u64) -> Action) {
+        // Invariant: the core only names nodes the root has joined.
+        let incarnation = self.root_view[node.0 as usize].expect("root knows the node");
+        let clock = self.agents[node.0 as usize].down_clock;
+        let at = self.deliver_at(clock);
+        self.agents[node.0 as usize].down_clock = at;
+        self.schedule(at, action(incarnation));
+    }
+
+    /// Sends an agent -> root message.
+    fn send_up(&mut self, node: NodeId, action: Action) {
+        let clock = self.agents[node.0 as usize].up_clock;
+        let at = self.deliver_at(clock);
+        self.agents[node.0 as usize].up_clock = at;
+        self.schedule(at, action);
+    }
+
+    fn agent_current(&self, node: NodeId, incarnation: u64) -> bool {
+        let agent = &self.agents[node.0 as usize];
+        agent.alive && agent.incarnation == incarnation
+    }
+
+    fn apply(&mut self, action: Action) {
+        let now = Time(self.now);
+        match action {
+            Action::Submit(spec) => {
+                let job = self.core.handle_submit(spec, now).expect("valid spec");
+                self.ledger.submitted(job, spec.cores);
+                self.trace(&[4, u64::from(job.job.0), job.first_task.0]);
+            }
+            Action::Hello { node, incarnation } => {
+                if !self.agent_current(node, incarnation) {
+                    return;
+                }
+                if self.root_view[node.0 as usize].take().is_some() {
+                    // A reconnect supersedes the old connection: its node is lost.
+                    let loss = self.core.handle_node_lost(node, now).expect("live node");
+                    self.ledger.node_lost(node, loss);
+                }
+                self.core
+                    .handle_node_joined(node, self.config.cores_per_node, now)
+                    .expect("node joins once per life");
+                self.ledger.joined(node);
+                self.root_view[node.0 as usize] = Some(incarnation);
+                let credit = self.config.cores_per_node + self.config.prefetch;
+                self.core
+                    .handle_credit(node, credit, now)
+                    .expect("just joined");
+                self.ledger.credited(node, credit);
+            }
+            Action::Work {
+                node,
+                incarnation,
+                work,
+            } => {
+                if !self.agent_current(node, incarnation) {
+                    return;
+                }
+                let limit = self.config.cores_per_node + self.config.prefetch;
+                let agent = &mut self.agents[node.0 as usize];
+                agent.held += work.iter().map(|(_, cores)| cores).sum::<u32>();
+                assert!(
+                    agent.held <= limit,
+                    "node {node} holds more work than it asked for"
+                );
+                agent.local.extend(work);
+                self.start_local(node);
+            }
+            Action::Stop {
+                node,
+                incarnation,
+                attempt,
+            } => {
+                if !self.agent_current(node, incarnation) {
+                    return;
+                }
+                let agent = &mut self.agents[node.0 as usize];
+                let cores = if let Some(position) = agent
+                    .local
+                    .iter()
+                    .position(|(queued, _)| *queued == attempt)
+                {
+                    agent.local.remove(position).map(|(_, cores)| cores)
+                } else if let Some(cores) = agent.running.remove(&attempt) {
+                    agent.running_cores -= cores;
+                    Some(cores)
+                } else {
+                    None
+                };
+                if let Some(cores) = cores {
+                    self.agents[node.0 as usize].held -= cores;
+                    self.report(node, incarnation, attempt, AttemptOutcome::Cancelled, cores);
+                    self.start_local(node);
+                }
+            }
+            Action::Done {
+                node,
+                incarnation,
+                attempt,
+            } => {
+                if !self.agent_current(node, incarnation) {
+                    return;
+                }
+                let agent = &mut self.agents[node.0 as usize];
+                let Some(cores) = agent.running.remove(&attempt) else {
+                    return; // stopped earlier
+                };
+                agent.held -= cores;
+                agent.running_cores -= cores;
+                let roll: f64 = self.rng.random();
+                let outcome = if roll < self.config.fail_probability {
+                    AttemptOutcome::Failed
+                } else if roll < self.config.fail_probability + self.config.lost_probability {
+                    AttemptOutcome::Lost
+                } else {
+                    AttemptOutcome::Succeeded
+                };
+                self.report(node, incarnation, attempt, outcome, cores);
+                self.start_local(node);
+            }
+            Action::Started { attempt } => {
+                let result = self.core.handle_started(attempt, now);
+                self.ledger.started(attempt, result);
+            }
+            Action::Report {
+                node,
+                incarnation,
+                attempt,
+                outcome,
+                credit,
+            } => {
+                let disposition = self.core.handle_result(attempt, outcome, now);
+                self.ledger.result(attempt, disposition);
+                self.trace_disposition(attempt, disposition);
+                // Credit belongs to the connection: a lost incarnation's is dropped.
+                if self.root_view[node.0 as usize] == Some(incarnation) {
+                    self.core
+                        .handle_credit(node, credit, now)
+                        .expect("live node");
+                    self.ledger.credited(node, credit);
+                }
+            }
+            Action::Crash { node } => {
+                let agent = &mut self.agents[node.0 as usize];
+                if !agent.alive {
+                    return;
+                }
+                agent.alive = false;
+                agent.local.clear();
+                agent.running.clear();
+                agent.held = 0;
+                agent.running_cores = 0;
+                let at = self.now + self.config.detect_delay_micros;
+                self.schedule(at, Action::Detect { node });
+            }
+            Action::Partition { node } => {
+                let at = self.now + self.config.detect_delay_micros;
+                self.schedule(at, Action::Detect { node });
+            }
+            Action::Detect { node } => {
+                if self.root_view[node.0 as usize].take().is_some() {
+                    let loss = self.core.handle_node_lost(node, now).expect("live node");
+                    self.ledger.node_lost(node, loss);
+                    self.trace(&[6, u64::from(node.0), u64::from(loss.replayed)]);
+                }
+                let at = self.now + self.config.rejoin_delay_micros;
+                self.schedule(at, Action::Rejoin { node });
+            }
+            Action::Rejoin { node } => self.rejoin(node),
+            Action::Cancel { job } => {
+                if self.core.job_counts(job).is_none() {
+                    return; // not submitted yet
+                }
+                self.ledger.cancel_requested(job);
+                self.core.handle_cancel_job(job, now).expect("known job");
+                self.trace(&[7, u64::from(job.0)]);
+            }
+        }
+    }
+
+    fn report(
+        &mut self,
+        node: NodeId,
+        incarnation: u64,
+        attempt: AttemptId,
+        outcome: AttemptOutcome,
+        credit: u32,
+    ) {
+        self.send_up(
+            node,
+            Action::Report {
+                node,
+                incarnation,
+                attempt,
+                outcome,
+                credit,
+            },
+        );
+    }
+
+    /// Starts locally queued work in FIFO order while it fits the idle cores.
+    fn start_local(&mut self, node: NodeId) {
+        loop {
+            let agent = &mut self.agents[node.0 as usize];
+            let Some(&(attempt, cores)) = agent.local.front() else {
+                return;
+            };
+            if agent.running_cores + cores > self.config.cores_per_node {
+                return;
+            }
+            agent.local.pop_front();
+            agent.running.insert(attempt, cores);
+            let incarnation = agent.incarnation;
+            agent.running_cores += cores;
+            assert!(
+                agent.running_cores <= self.config.cores_per_node,
+                "node {node} over capacity"
+            );
+            let (low, high) = self.config.duration_micros;
+            let duration = self.rng.random_range(low..=high);
+            self.schedule(
+                self.now + duration,
+                Action::Done {
+                    node,
+                    incarnation,
+                    attempt,
+                },
+            );
+            self.send_up(node, Action::Started { attempt });
+        }
+    }
+}

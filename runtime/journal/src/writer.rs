@@ -1,0 +1,332 @@
+//! The public writer handle: opening a journal, appending, closing.
+
+mod committer;
+mod files;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{self, SendError, Sender};
+use std::thread::JoinHandle;
+
+use serde::Serialize;
+
+use self::committer::{Command, Committer, Completion};
+use self::files::{ActiveSegment, create_segment, repair_last_segment, sync_directory};
+use crate::JournalError;
+use crate::format::{DEFAULT_MAX_SEGMENT_BYTES, SegmentNumber};
+use crate::segment::list_segments;
+use crate::stats::{Counters, WriterStats};
+
+/// When a group counts as durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    /// `fdatasync` after every group write, and `fsync` of the directory after every new
+    /// segment. A callback reporting success means the records survive a power loss.
+    #[default]
+    Fsync,
+    /// No syncs until `close`: a callback only means the bytes reached the page cache
+    /// (they survive a crash of the process, not of the machine). For measuring what the
+    /// syncs cost; never for a real pilot.
+    None,
+}
+
+/// How a [`JournalWriter`] writes.
+#[derive(Debug, Clone)]
+pub struct WriterOptions {
+    /// When a group counts as durable; see [`SyncMode`].
+    pub sync: SyncMode,
+    /// A new segment is started before an append that would take the current one past
+    /// this size. A segment always holds at least one append, so one larger append makes
+    /// one larger segment.
+    pub max_segment_bytes: u64,
+    /// The writer stops taking queued appends into a group once its encoded size reaches
+    /// this, bounding the buffer and the latency of the first callback in a group.
+    pub max_group_bytes: usize,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        Self {
+            sync: SyncMode::Fsync,
+            max_segment_bytes: DEFAULT_MAX_SEGMENT_BYTES,
+            max_group_bytes: 8 * 1024 * 1024,
+        }
+    }
+}
+
+/// Appends records of type `R` to a journal directory with group commit.
+///
+/// Each [`append`](Self::append) is queued to one writer thread and its callback runs on
+/// that thread once the records are durable (see [`SyncMode`]) or can no longer be
+/// written. Callbacks run in the order the appends were queued; a callback must be quick
+/// (complete a oneshot, send on a channel) because the next group waits for it. It must
+/// not call [`append_blocking`](Self::append_blocking), which would wait for itself.
+///
+/// After the first write, sync or segment-creation failure the writer is failed for good:
+/// the appends of the failing group get that error, every later one
+/// [`JournalError::WriterFailed`] with it as the cause.
+pub struct JournalWriter<R> {
+    directory: PathBuf,
+    first_segment: SegmentNumber,
+    queue: Option<Sender<Command<R>>>,
+    thread: Option<JoinHandle<Result<WriterStats, JournalError>>>,
+    counters: Arc<Counters>,
+}
+
+impl<R> std::fmt::Debug for JournalWriter<R> {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("JournalWriter")
+            .field("directory", &self.directory)
+            .field("first_segment", &self.first_segment)
+            .field("stats", &self.counters.snapshot())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Serialize + Send + 'static> JournalWriter<R> {
+    /// Opens the journal in `directory` for appending, creating the directory if needed.
+    ///
+    /// Existing segments are kept; if the last one ends in a torn tail, the tail is cut off
+    /// (it was never acknowledged), and corruption anywhere in the last segment is an error.
+    /// The writer then starts a new segment numbered after the last one, so it never
+    /// appends to a file a crashed writer left behind.
+    ///
+    /// Only one writer may have a directory open at a time; the pilot directory's owner
+    /// (the root) is responsible for that.
+    pub fn open(directory: &Path, options: WriterOptions) -> Result<Self, JournalError> {
+        let counters = Arc::new(Counters::default());
+        if !directory.is_dir() {
+            std::fs::create_dir_all(directory).map_err(|source| JournalError::CreateDirectory {
+                path: directory.to_path_buf(),
+                source: source.into(),
+            })?;
+            // Make the new directory's own entry durable too (its parent is usually the
+            // pilot directory, which the pilot created and synced).
+            let parent = directory
+                .parent()
+                .filter(|parent| !parent.as_os_str().is_empty());
+            if let (SyncMode::Fsync, Some(parent)) = (options.sync, parent) {
+                sync_directory(parent)?;
+                Counters::add(&counters.directory_syncs, 1);
+            }
+        }
+        let segments = list_segments(directory)?;
+        let number = match segments.last() {
+            Some(last) => {
+                repair_last_segment(last)?;
+                last.number.next()
+            }
+            None => SegmentNumber(1),
+        };
+        let segment = create_segment(directory, number, options.sync, &counters)?;
+        Self::start(directory, segment, options, counters)
+    }
+
+    fn start(
+        directory: &Path,
+        segment: ActiveSegment,
+        options: WriterOptions,
+        counters: Arc<Counters>,
+    ) -> Result<Self, JournalError> {
+        let (queue, receiver) = mpsc::channel();
+        let first_segment = segment.number;
+        let committer = Committer::new(directory.to_path_buf(), options, segment, counters.clone());
+        let thread = std::thread::Builder::new()
+            .name("saker-journal-writer".into())
+            .spawn(move || committer.run(receiver))
+            .map_err(|source| JournalError::SpawnWriter {
+                source: source.into(),
+            })?;
+        Ok(Self {
+            directory: directory.to_path_buf(),
+            first_segment,
+            queue: Some(queue),
+            thread: Some(thread),
+            counters,
+        })
+    }
+
+    /// Queues `records` for the next group and returns at once. `on_durable` runs on the
+    /// writer thread exactly once: with `Ok(())` after the group holding these records was
+    /// written and synced, or with the error that prevented it. The records of one append
+    /// are encoded (to JSON, on the writer thread) all or nothing: if one fails to encode,
+    /// none is written and the callback gets [`JournalError::EncodeRecord`].
+    ///
+    /// The queue is unbounded; bound your appends in flight (see
+    /// [`WriterStats::appends_in_flight`]) if the producer can outrun the disk.
+    pub fn append(
+        &self,
+        records: Vec<R>,
+        on_durable: impl FnOnce(Result<(), JournalError>) + Send + 'static,
+    ) {
+        Counters::add(&self.counters.appends_submitted, 1);
+        let command = Command {
+            records,
+            completion: Completion::new(Box::new(on_durable)),
+        };
+        let unsent = match &self.queue {
+            Some(queue) => queue.send(command).err().map(|SendError(command)| command),
+            None => Some(command),
+        };
+        // The writer thread is gone: dropping the completion runs the callback with
+        // `WriterStopped`, here on the caller's thread.
+        drop(unsent);
+    }
+
+    /// Appends `records` and waits until they are durable. Never call it from inside an
+    /// append callback (it would wait for the thread it runs on).
+    pub fn append_blocking(&self, records: Vec<R>) -> Result<(), JournalError> {
+        let (sender, receiver) = mpsc::sync_channel(1);
+        self.append(records, move |result| {
+            // The receiver lives until this callback has sent; a failed send cannot happen.
+            let _ = sender.send(result);
+        });
+        receiver.recv().unwrap_or(Err(JournalError::WriterStopped))
+    }
+}
+
+impl<R> JournalWriter<R> {
+    /// The journal directory.
+    pub fn directory(&self) -> &Path {
+        &self.directory
+    }
+
+    /// The segment this writer started with (the one it created at open).
+    pub fn first_segment(&self) -> SegmentNumber {
+        self.first_segment
+    }
+
+    /// What the writer has done so far.
+    pub fn stats(&self) -> WriterStats {
+        self.counters.snapshot()
+    }
+
+    /// Commits everything queued, syncs, stops the writer thread and waits for it.
+    /// Returns the final stats, or the failure that stopped the writer earlier.
+    pub fn close(mut self) -> Result<WriterStats, JournalError> {
+        self.shut_down()
+    }
+
+    fn shut_down(&mut self) -> Result<WriterStats, JournalError> {
+        // Closing the queue ends the writer's loop once it has committed what is queued.
+        drop(self.queue.take());
+        let Some(thread) = self.thread.take() else {
+            return Ok(self.counters.snapshot());
+        };
+        if thread.thread().id() == std::thread::current().id() {
+            // Dropped from inside a callback: the thread cannot wait for itself. It still
+            // commits everything queued and then exits on its own.
+            tracing::warn!("journal writer closed from its own callback; not waiting for it");
+            return Ok(self.counters.snapshot());
+        }
+        thread.join().unwrap_or(Err(JournalError::WriterStopped))
+    }
+}
+
+impl<R> Drop for JournalWriter<R> {
+    fn drop(&mut self) {
+        if self.thread.is_none() {
+            return;
+        }
+        if let Err(error) = self.shut_down() {
+            tracing::error!(error = %error, "journal writer stopped with an error while being dropped");
+        }
+    }
+}
+
+#[cfg(test)]
+impl<R: Serialize + Send + 'static> JournalWriter<R> {
+    /// A writer whose active segment is `file` (already past its header), e.g. `/dev/full`
+    /// to simulate a full disk.
+    pub(crate) fn with_segment_file(
+        directory: &Path,
+        path: &Path,
+        file: std::fs::File,
+        options: WriterOptions,
+    ) -> Result<Self, JournalError> {
+        let segment = ActiveSegment {
+            number: SegmentNumber(1),
+            path: path.to_path_buf(),
+            file,
+            length: crate::format::FILE_HEADER_BYTES,
+        };
+        Self::start(directory, segment, options, Arc::new(Counters::default()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::ErrorKind;
+    use std::path::Path;
+    use std::sync::mpsc;
+
+    use super::*;
+
+    #[test]
+    fn full_disk_error_reaches_every_callback_without_panic() {
+        let directory = tempfile::tempdir().expect("temporary directory");
+        let full = Path::new("/dev/full");
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(full)
+            .expect("/dev/full exists on Linux");
+        let writer = JournalWriter::with_segment_file(
+            directory.path(),
+            full,
+            file,
+            WriterOptions::default(),
+        )
+        .expect("writer starts");
+
+        let error = writer.append_blocking(vec![1u32, 2, 3]).unwrap_err();
+        assert!(
+            matches!(&error, JournalError::WriteSegment { path, offset: 16, .. } if path == full),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.io_error().map(|io| io.kind()),
+            Some(ErrorKind::StorageFull)
+        );
+
+        let (sender, results) = mpsc::channel();
+        for _ in 0..3 {
+            let sender = sender.clone();
+            writer.append(vec![4], move |result| {
+                sender.send(result).expect("test is listening")
+            });
+        }
+        drop(sender);
+        let later: Vec<_> = results.iter().collect();
+        assert_eq!(later.len(), 3);
+        for result in later {
+            let error = result.unwrap_err();
+            assert!(
+                matches!(error, JournalError::WriterFailed { .. }),
+                "{error:?}"
+            );
+            assert_eq!(
+                error.io_error().map(|io| io.kind()),
+                Some(ErrorKind::StorageFull)
+            );
+        }
+        let closed = writer.close().unwrap_err();
+        assert_eq!(
+            closed.io_error().map(|io| io.kind()),
+            Some(ErrorKind::StorageFull)
+        );
+        let message = closed.to_string();
+        assert!(message.contains("/dev/full"), "{message}");
+    }
+
+    #[test]
+    fn a_dropped_completion_reports_writer_stopped() {
+        let (sender, result) = mpsc::channel();
+        let completion = Completion::new(Box::new(move |outcome| {
+            sender.send(outcome).expect("test is listening");
+        }));
+        drop(completion);
+        let outcome = result.recv().expect("the callback ran on drop");
+        assert!(matches!(outcome, Err(JournalError::WriterStopped)));
+    }
+}

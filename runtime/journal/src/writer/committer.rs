@@ -1,0 +1,255 @@
+//! The writer thread: group commit.
+//!
+//! The loop blocks for one append, then takes whatever else is already queued (up to
+//! `max_group_bytes`), encodes it into one buffer, writes the buffer with one `write`,
+//! makes it durable with one `fdatasync`, and only then runs the group's callbacks, in
+//! the order the appends were queued.
+
+use std::io::Write;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::Receiver;
+
+use serde::Serialize;
+
+use super::files::{ActiveSegment, create_segment};
+use crate::format::{FILE_HEADER_BYTES, encode_record};
+use crate::stats::{Counters, WriterStats};
+use crate::{JournalError, SyncMode, WriterOptions};
+
+/// What an append's caller is told once its records are durable (or cannot be).
+pub(crate) type Callback = Box<dyn FnOnce(Result<(), JournalError>) + Send + 'static>;
+
+/// Owns an append's callback and guarantees it runs exactly once: if the completion is
+/// dropped unrun (the writer thread died, or the queue was dropped with it still inside),
+/// the callback is told [`JournalError::WriterStopped`].
+pub(crate) struct Completion {
+    callback: Option<Callback>,
+}
+
+impl Completion {
+    pub(crate) fn new(callback: Callback) -> Self {
+        Self {
+            callback: Some(callback),
+        }
+    }
+
+    fn complete(mut self, result: Result<(), JournalError>) {
+        if let Some(callback) = self.callback.take() {
+            run_callback(callback, result);
+        }
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        if let Some(callback) = self.callback.take() {
+            run_callback(callback, Err(JournalError::WriterStopped));
+        }
+    }
+}
+
+impl std::fmt::Debug for Completion {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Completion")
+            .field("pending", &self.callback.is_some())
+            .finish()
+    }
+}
+
+/// A panicking callback must not take the writer thread (and every later callback) down.
+fn run_callback(callback: Callback, result: Result<(), JournalError>) {
+    if catch_unwind(AssertUnwindSafe(move || callback(result))).is_err() {
+        tracing::error!("a journal durability callback panicked; the writer carries on");
+    }
+}
+
+/// One queued append.
+#[derive(Debug)]
+pub(crate) struct Command<R> {
+    pub(crate) records: Vec<R>,
+    pub(crate) completion: Completion,
+}
+
+/// State of the writer thread.
+#[derive(Debug)]
+pub(crate) struct Committer {
+    directory: PathBuf,
+    options: WriterOptions,
+    segment: ActiveSegment,
+    /// Encoded records of the group being built, not yet written.
+    group: Vec<u8>,
+    group_records: u64,
+    /// One append's records, encoded before deciding whether they fit the segment.
+    scratch: Vec<u8>,
+    /// Callbacks of the group being built, in queue order, with what each will be told
+    /// if the group commits (an append that failed to encode keeps its own error).
+    waiting: Vec<(Completion, Result<(), JournalError>)>,
+    /// Set by the first write, sync or segment-creation failure; the writer accepts
+    /// nothing afterwards.
+    failure: Option<Arc<JournalError>>,
+    counters: Arc<Counters>,
+}
+
+impl Committer {
+    pub(crate) fn new(
+        directory: PathBuf,
+        options: WriterOptions,
+        segment: ActiveSegment,
+        counters: Arc<Counters>,
+    ) -> Self {
+        Self {
+            directory,
+            options,
+            segment,
+            group: Vec::new(),
+            group_records: 0,
+            scratch: Vec::new(),
+            waiting: Vec::new(),
+            failure: None,
+            counters,
+        }
+    }
+
+    /// Runs until every sender is gone and the queue is drained; returns the final stats,
+    /// or the failure that stopped the writer.
+    pub(crate) fn run<R: Serialize>(
+        mut self,
+        queue: Receiver<Command<R>>,
+    ) -> Result<WriterStats, JournalError> {
+        while let Ok(first) = queue.recv() {
+            self.handle_append(first);
+            while self.group.len() < self.options.max_group_bytes {
+                match queue.try_recv() {
+                    Ok(command) => self.handle_append(command),
+                    Err(_) => break,
+                }
+            }
+            self.commit();
+        }
+        self.finish()
+    }
+
+    fn handle_append<R: Serialize>(&mut self, command: Command<R>) {
+        let Command {
+            records,
+            completion,
+        } = command;
+        if let Some(cause) = &self.failure {
+            let cause = Arc::clone(cause);
+            self.complete(completion, Err(JournalError::WriterFailed { cause }));
+            return;
+        }
+        self.scratch.clear();
+        for record in &records {
+            if let Err(error) = encode_record(&mut self.scratch, record) {
+                // The whole append is refused; its callback still runs in queue order.
+                self.waiting.push((completion, Err(error)));
+                return;
+            }
+        }
+        let segment_used = self.segment.length + self.group.len() as u64;
+        let overflows = segment_used + self.scratch.len() as u64 > self.options.max_segment_bytes;
+        // A segment always takes at least one append, however large.
+        if overflows && segment_used > FILE_HEADER_BYTES && !self.scratch.is_empty() {
+            self.commit();
+            if let Some(cause) = &self.failure {
+                let cause = Arc::clone(cause);
+                self.complete(completion, Err(JournalError::WriterFailed { cause }));
+                return;
+            }
+            self.waiting.push((completion, Ok(())));
+            if let Err(error) = self.rotate() {
+                self.fail(error);
+                return;
+            }
+        } else {
+            self.waiting.push((completion, Ok(())));
+        }
+        self.group.extend_from_slice(&self.scratch);
+        self.group_records += records.len() as u64;
+    }
+
+    fn rotate(&mut self) -> Result<(), JournalError> {
+        let number = self.segment.number.next();
+        self.segment = create_segment(&self.directory, number, self.options.sync, &self.counters)?;
+        Ok(())
+    }
+
+    /// Writes and syncs the group, then runs its callbacks in order.
+    fn commit(&mut self) {
+        if !self.group.is_empty() {
+            let offset = self.segment.length;
+            if let Err(source) = self.segment.file.write_all(&self.group) {
+                let error = JournalError::WriteSegment {
+                    path: self.segment.path.clone(),
+                    offset,
+                    source: source.into(),
+                };
+                return self.fail(error);
+            }
+            if self.options.sync == SyncMode::Fsync {
+                if let Err(source) = self.segment.file.sync_data() {
+                    let error = JournalError::SyncSegment {
+                        path: self.segment.path.clone(),
+                        source: source.into(),
+                    };
+                    return self.fail(error);
+                }
+                Counters::add(&self.counters.data_syncs, 1);
+            }
+            let bytes = self.group.len() as u64;
+            self.segment.length += bytes;
+            let counters = &self.counters;
+            Counters::add(&counters.records_written, self.group_records);
+            Counters::add(&counters.bytes_written, bytes);
+            Counters::add(&counters.groups_committed, 1);
+            Counters::raise(&counters.largest_group_records, self.group_records);
+            Counters::raise(&counters.largest_group_bytes, bytes);
+            self.group.clear();
+            self.group_records = 0;
+        }
+        for (completion, result) in std::mem::take(&mut self.waiting) {
+            self.complete(completion, result);
+        }
+    }
+
+    /// Stops the writer: the group being built is dropped unwritten and every waiting
+    /// callback is told why.
+    fn fail(&mut self, error: JournalError) {
+        tracing::error!(error = %error, cause = ?std::error::Error::source(&error), "journal writer failed");
+        self.group.clear();
+        self.group_records = 0;
+        for (completion, result) in std::mem::take(&mut self.waiting) {
+            // An append that could not even be encoded keeps its own, more precise error.
+            let result = result.and(Err(error.clone()));
+            self.complete(completion, result);
+        }
+        self.failure = Some(Arc::new(error));
+    }
+
+    fn complete(&self, completion: Completion, result: Result<(), JournalError>) {
+        Counters::add(&self.counters.appends_completed, 1);
+        completion.complete(result);
+    }
+
+    fn finish(self) -> Result<WriterStats, JournalError> {
+        if let Some(failure) = self.failure {
+            return Err(JournalError::clone(&failure));
+        }
+        if self.options.sync == SyncMode::None {
+            // Without per-group syncs, at least leave a closed journal durable.
+            self.segment
+                .file
+                .sync_data()
+                .map_err(|source| JournalError::SyncSegment {
+                    path: self.segment.path.clone(),
+                    source: source.into(),
+                })?;
+            Counters::add(&self.counters.data_syncs, 1);
+        }
+        Ok(self.counters.snapshot())
+    }
+}

@@ -1,0 +1,165 @@
+//! QUIC links between root, agents and Rust clients.
+//!
+//! Start here: [`server_config`] and [`client_config`] turn [`Credentials`]
+//! into quinn configs (mutual TLS 1.3 against the pilot CA, ALPN
+//! [`ALPN`](crate::ALPN), keep-alives on), [`bind_endpoint`] opens a UDP socket,
+//! and [`connect`] dials a peer. Streams carry frames through
+//! [`FrameReader`](crate::FrameReader) and [`FrameWriter`](crate::FrameWriter).
+//!
+//! Everything here needs a tokio runtime (quinn's I/O driver runs on it).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+
+use crate::config::{self, ConfigError};
+use crate::credentials::{Credentials, SERVER_NAME};
+
+/// Liveness settings of a link.
+///
+/// The keep-alive makes an idle but healthy link send a packet every
+/// `keep_alive_interval`; a link that hears nothing for `max_idle_timeout`
+/// is closed with [`quinn::ConnectionError::TimedOut`]. That is how a lost
+/// node is noticed even when no request is outstanding. QUIC uses the
+/// smaller of the two peers' idle timeouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkTimeouts {
+    /// How often an idle link sends a keep-alive (default 2 s).
+    pub keep_alive_interval: Duration,
+    /// How long a silent link lives (default 15 s); must exceed the keep-alive.
+    pub max_idle_timeout: Duration,
+}
+
+impl Default for LinkTimeouts {
+    fn default() -> Self {
+        LinkTimeouts {
+            keep_alive_interval: Duration::from_secs(2),
+            max_idle_timeout: Duration::from_secs(15),
+        }
+    }
+}
+
+impl LinkTimeouts {
+    fn transport_config(&self) -> Result<Arc<quinn::TransportConfig>, ConfigError> {
+        if self.keep_alive_interval >= self.max_idle_timeout {
+            return Err(ConfigError::KeepAliveNotBelowIdleTimeout {
+                keep_alive_interval: self.keep_alive_interval,
+                max_idle_timeout: self.max_idle_timeout,
+            });
+        }
+        let idle_timeout =
+            quinn::IdleTimeout::try_from(self.max_idle_timeout).map_err(|source| {
+                ConfigError::IdleTimeout {
+                    timeout: self.max_idle_timeout,
+                    source,
+                }
+            })?;
+        let mut transport = quinn::TransportConfig::default();
+        transport
+            .keep_alive_interval(Some(self.keep_alive_interval))
+            .max_idle_timeout(Some(idle_timeout));
+        Ok(Arc::new(transport))
+    }
+}
+
+/// A quinn server config: presents `credentials` (root or agent) and accepts
+/// only clients whose certificate is signed by the pilot CA.
+pub fn server_config(
+    credentials: &Credentials,
+    timeouts: &LinkTimeouts,
+) -> Result<quinn::ServerConfig, ConfigError> {
+    let tls = config::server_config(credentials, &[&rustls::version::TLS13])?;
+    let quic = QuicServerConfig::try_from(Arc::new(tls)).map_err(ConfigError::QuicCipherSuite)?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(quic));
+    server.transport_config(timeouts.transport_config()?);
+    Ok(server)
+}
+
+/// A quinn client config: presents `credentials` and accepts only a server
+/// certificate signed by the pilot CA for [`SERVER_NAME`].
+pub fn client_config(
+    credentials: &Credentials,
+    timeouts: &LinkTimeouts,
+) -> Result<quinn::ClientConfig, ConfigError> {
+    let tls = config::client_config(credentials, &[&rustls::version::TLS13])?;
+    let quic = QuicClientConfig::try_from(Arc::new(tls)).map_err(ConfigError::QuicCipherSuite)?;
+    let mut client = quinn::ClientConfig::new(Arc::new(quic));
+    client.transport_config(timeouts.transport_config()?);
+    Ok(client)
+}
+
+/// Errors binding an endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    /// The UDP socket could not be bound (or no tokio runtime is running).
+    #[error("cannot bind a quic endpoint on {address}")]
+    Bind {
+        /// The requested address.
+        address: SocketAddr,
+        /// The underlying failure.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Errors connecting to a peer.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// quinn refused to start the connection (bad address, endpoint stopping…).
+    #[error("cannot start a connection to {address}")]
+    Start {
+        /// The peer's address.
+        address: SocketAddr,
+        /// The underlying failure.
+        #[source]
+        source: quinn::ConnectError,
+    },
+    /// The handshake failed: peer unreachable, refused our certificate, or
+    /// presented one not signed by the pilot CA.
+    #[error("connection to {address} failed during the handshake")]
+    Handshake {
+        /// The peer's address.
+        address: SocketAddr,
+        /// The underlying failure.
+        #[source]
+        source: quinn::ConnectionError,
+    },
+}
+
+/// Binds a UDP endpoint on `address` (port 0 picks a free port; read it back
+/// with [`quinn::Endpoint::local_addr`]). With `server` it also accepts
+/// connections; `client` is used for every outgoing [`connect`].
+///
+/// Must be called inside a tokio runtime.
+pub fn bind_endpoint(
+    address: SocketAddr,
+    server: Option<quinn::ServerConfig>,
+    client: quinn::ClientConfig,
+) -> Result<quinn::Endpoint, EndpointError> {
+    let bound = match server {
+        Some(server) => quinn::Endpoint::server(server, address),
+        None => quinn::Endpoint::client(address),
+    };
+    let mut endpoint = bound.map_err(|source| EndpointError::Bind { address, source })?;
+    endpoint.set_default_client_config(client);
+    Ok(endpoint)
+}
+
+/// Connects to the peer at `address` and completes the handshake.
+///
+/// With TLS 1.3 the server checks the client's certificate after the client
+/// considers the handshake done, so a server refusing *our* certificate may
+/// surface on first use of the connection rather than here.
+pub async fn connect(
+    endpoint: &quinn::Endpoint,
+    address: SocketAddr,
+) -> Result<quinn::Connection, ConnectError> {
+    let connecting = endpoint
+        .connect(address, SERVER_NAME)
+        .map_err(|source| ConnectError::Start { address, source })?;
+    connecting
+        .await
+        .map_err(|source| ConnectError::Handshake { address, source })
+}

@@ -1,0 +1,204 @@
+//! The message schema of the agent tree.
+//!
+//! Two enums, named by direction: [`ToAgent`] flows down from the root, [`FromAgent`]
+//! flows up. Interior agents relay frames for their subtree by the frame header's
+//! route field alone (see [`crate::frame`]), so most relayed payloads are never decoded.
+//!
+//! Tasks travel as compact [`Assignment`]s (task, attempt, job, array index); the
+//! command line and environment travel once per job and agent as a [`JobDef`]. A batch
+//! of a thousand array tasks is therefore ~24 KB, not a thousand copies of an argv.
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+/// Bumped on any change to the schema or framing. Checked in the stream preamble
+/// before any rkyv payload is read, so a mismatched peer gets a clear error.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Route value for a frame addressed to whichever agent reads it (the link peer).
+pub const ROUTE_PEER: u32 = u32::MAX;
+
+/// Messages from the root (or a relaying ancestor) to an agent.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub enum ToAgent {
+    /// Answer to [`Hello`]: the agent is registered and may start asking for work.
+    Welcome(Welcome),
+    /// The root refuses this agent (duplicate node id, bad version); the link closes.
+    Refused { reason: String },
+    /// Tasks for this agent's executors, with any job definitions it has not seen.
+    Dispatch(Dispatch),
+    /// Stop these attempts (task cancelled, or a speculative copy lost the race).
+    Cancel { attempts: Vec<u64> },
+    /// Finish or kill running work and exit.
+    Shutdown { reason: String, kill_running: bool },
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub struct Welcome {
+    pub node: u32,
+    /// Pilot identity, so an agent started for another pilot cannot be mixed in.
+    pub pilot_id: String,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub struct Dispatch {
+    pub jobs: Vec<JobDef>,
+    pub tasks: Vec<Assignment>,
+}
+
+/// Everything an agent needs to run any task of one submitted job.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub struct JobDef {
+    pub job: u32,
+    /// Program and arguments. For array jobs `{index}` in an argument is replaced by
+    /// the array index on the agent.
+    pub argv: Vec<String>,
+    /// Overrides on top of the agent's inherited environment.
+    pub env: Vec<EnvVar>,
+    pub cwd: Option<String>,
+    pub cores: u32,
+    /// 0 means no limit.
+    pub time_limit_ms: u64,
+    /// Bytes of stdout and of stderr kept inline in the result; the rest is spilled.
+    pub inline_output_bytes: u32,
+    pub is_array: bool,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub struct EnvVar {
+    pub key: String,
+    pub value: String,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct Assignment {
+    pub task: u64,
+    pub attempt: u64,
+    pub job: u32,
+    pub index: u32,
+}
+
+/// Messages from an agent to the root, relayed unchanged by interior agents.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub enum FromAgent {
+    Hello(Hello),
+    /// Results and starts since the last report, plus new credit (pull-based dispatch:
+    /// results piggy-back on the request for more work).
+    Report(Report),
+    /// The agent is leaving on purpose (shutdown, fatal local error).
+    Goodbye {
+        node: u32,
+        reason: String,
+    },
+    /// An interior agent lost the link to a child: every node of that subtree is gone.
+    NodesLost {
+        nodes: Vec<u32>,
+        reason: String,
+    },
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub struct Hello {
+    pub node: u32,
+    pub hostname: String,
+    /// Cores this agent offers; equals the sum of its executors' slots.
+    pub cores: u32,
+    pub executors: u32,
+    pub pid: u32,
+    pub pilot_id: String,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub struct Report {
+    pub node: u32,
+    /// Additional cores of work the agent asks for (incremental, like flow-control
+    /// window updates, so in-flight dispatches never race with it).
+    pub credit: u32,
+    pub started: Vec<Started>,
+    pub results: Vec<TaskResult>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct Started {
+    pub task: u64,
+    pub attempt: u64,
+    pub executor: u32,
+    pub at_unix_us: u64,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub struct TaskResult {
+    pub task: u64,
+    pub attempt: u64,
+    pub executor: u32,
+    pub outcome: Outcome,
+    pub start_unix_us: u64,
+    pub end_unix_us: u64,
+    pub stdout: Output,
+    pub stderr: Output,
+}
+
+/// How an attempt ended, as seen by the agent.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub enum Outcome {
+    Exited {
+        code: i32,
+    },
+    Signaled {
+        signal: i32,
+    },
+    TimedOut,
+    /// The program could not be started (not found, not executable, bad cwd).
+    SpawnFailed {
+        reason: String,
+    },
+    /// Infrastructure failure on the agent (executor crashed); the root may replay.
+    Lost {
+        reason: String,
+    },
+    Cancelled,
+}
+
+/// Captured output of one stream of one attempt.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[rkyv(derive(Debug))]
+pub struct Output {
+    /// The first `inline_output_bytes` bytes.
+    pub inline: Vec<u8>,
+    pub total_bytes: u64,
+    /// Where the whole stream was written when it exceeded the inline limit.
+    pub spill_path: Option<String>,
+}
+
+// Frames put payloads on 8-byte boundaries only (see `crate::frame`), and rkyv aligns
+// archived values by their absolute position in the send buffer, where a payload may
+// start at 8 mod 16. Both are sound only while no archived type needs more than 8.
+// Add every new archived type here.
+const _: () = {
+    use core::mem::align_of;
+    const MAX: usize = crate::frame::FRAME_ALIGNMENT;
+    assert!(align_of::<ArchivedToAgent>() <= MAX);
+    assert!(align_of::<ArchivedWelcome>() <= MAX);
+    assert!(align_of::<ArchivedDispatch>() <= MAX);
+    assert!(align_of::<ArchivedJobDef>() <= MAX);
+    assert!(align_of::<ArchivedEnvVar>() <= MAX);
+    assert!(align_of::<ArchivedAssignment>() <= MAX);
+    assert!(align_of::<ArchivedFromAgent>() <= MAX);
+    assert!(align_of::<ArchivedHello>() <= MAX);
+    assert!(align_of::<ArchivedReport>() <= MAX);
+    assert!(align_of::<ArchivedStarted>() <= MAX);
+    assert!(align_of::<ArchivedTaskResult>() <= MAX);
+    assert!(align_of::<ArchivedOutcome>() <= MAX);
+    assert!(align_of::<ArchivedOutput>() <= MAX);
+};

@@ -1,0 +1,199 @@
+//! Sample messages and helpers shared by the integration tests.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use saker_wire::{
+    Assignment, Dispatch, EnvVar, Frame, FrameDecoder, FromAgent, Hello, JobDef, Outcome, Output,
+    Report, Started, TaskResult, ToAgent, Welcome, WireError,
+};
+
+pub fn rng(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed)
+}
+
+pub fn job_def(job: u32) -> JobDef {
+    JobDef {
+        job,
+        argv: vec![
+            "/usr/bin/simulate".to_owned(),
+            "--input=data/{index}.h5".to_owned(),
+            "ünïcode-arg".to_owned(),
+        ],
+        env: vec![
+            EnvVar {
+                key: "OMP_NUM_THREADS".to_owned(),
+                value: "4".to_owned(),
+            },
+            EnvVar {
+                key: "EMPTY".to_owned(),
+                value: String::new(),
+            },
+        ],
+        cwd: Some("/scratch/user/run-42".to_owned()),
+        cores: 4,
+        time_limit_ms: 3_600_000,
+        inline_output_bytes: 4096,
+        is_array: true,
+    }
+}
+
+pub fn dispatch(jobs: u32, tasks: u32) -> Dispatch {
+    Dispatch {
+        jobs: (0..jobs).map(job_def).collect(),
+        tasks: (0..tasks)
+            .map(|index| Assignment {
+                task: 1_000_000 + u64::from(index),
+                attempt: u64::from(index % 3),
+                job: index % jobs.max(1),
+                index,
+            })
+            .collect(),
+    }
+}
+
+/// One of every `ToAgent` variant, with optional and empty fields exercised.
+pub fn to_agent_samples() -> Vec<ToAgent> {
+    let mut minimal_job = job_def(9);
+    minimal_job.cwd = None;
+    minimal_job.env.clear();
+    minimal_job.is_array = false;
+    vec![
+        ToAgent::Welcome(Welcome {
+            node: 17,
+            pilot_id: "pilot-7f3a9c".to_owned(),
+        }),
+        ToAgent::Refused {
+            reason: "duplicate node id 17".to_owned(),
+        },
+        ToAgent::Refused {
+            reason: String::new(),
+        },
+        ToAgent::Dispatch(dispatch(2, 64)),
+        ToAgent::Dispatch(Dispatch {
+            jobs: vec![minimal_job],
+            tasks: Vec::new(),
+        }),
+        ToAgent::Dispatch(Dispatch {
+            jobs: Vec::new(),
+            tasks: Vec::new(),
+        }),
+        ToAgent::Cancel {
+            attempts: vec![1, u64::MAX, 0, 42],
+        },
+        ToAgent::Cancel {
+            attempts: Vec::new(),
+        },
+        ToAgent::Shutdown {
+            reason: "allocation ends in 60 s".to_owned(),
+            kill_running: true,
+        },
+        ToAgent::Shutdown {
+            reason: "done".to_owned(),
+            kill_running: false,
+        },
+    ]
+}
+
+fn task_result(task: u64, outcome: Outcome) -> TaskResult {
+    TaskResult {
+        task,
+        attempt: 2,
+        executor: 3,
+        outcome,
+        start_unix_us: 1_700_000_000_000_000,
+        end_unix_us: 1_700_000_000_500_000,
+        stdout: Output {
+            inline: b"hello\n\xff\x00binary ok".to_vec(),
+            total_bytes: 1 << 33,
+            spill_path: Some("/scratch/pilot/out/task-1.stdout".to_owned()),
+        },
+        stderr: Output::default(),
+    }
+}
+
+/// One of every `FromAgent` variant, and a report with every `Outcome` variant.
+pub fn from_agent_samples() -> Vec<FromAgent> {
+    vec![
+        FromAgent::Hello(Hello {
+            node: 3,
+            hostname: "nid001234".to_owned(),
+            cores: 128,
+            executors: 32,
+            pid: 4242,
+            pilot_id: "pilot-7f3a9c".to_owned(),
+        }),
+        FromAgent::Report(Report {
+            node: 3,
+            credit: 16,
+            started: vec![
+                Started {
+                    task: 1,
+                    attempt: 0,
+                    executor: 0,
+                    at_unix_us: 5,
+                },
+                Started {
+                    task: u64::MAX,
+                    attempt: u64::MAX,
+                    executor: u32::MAX,
+                    at_unix_us: u64::MAX,
+                },
+            ],
+            results: vec![
+                task_result(1, Outcome::Exited { code: 0 }),
+                task_result(2, Outcome::Exited { code: -1 }),
+                task_result(3, Outcome::Signaled { signal: 9 }),
+                task_result(4, Outcome::TimedOut),
+                task_result(
+                    5,
+                    Outcome::SpawnFailed {
+                        reason: "no such file: /usr/bin/simulate".to_owned(),
+                    },
+                ),
+                task_result(
+                    6,
+                    Outcome::Lost {
+                        reason: "executor 3 panicked".to_owned(),
+                    },
+                ),
+                task_result(7, Outcome::Cancelled),
+            ],
+        }),
+        FromAgent::Report(Report {
+            node: 0,
+            credit: 0,
+            started: Vec::new(),
+            results: Vec::new(),
+        }),
+        FromAgent::Goodbye {
+            node: 3,
+            reason: "shutdown requested".to_owned(),
+        },
+    ]
+}
+
+/// Feeds `bytes` to `decoder` in random chunks (including empty ones) and collects
+/// every frame, stopping at the first error.
+pub fn feed_in_chunks(
+    decoder: &mut FrameDecoder,
+    bytes: &[u8],
+    rng: &mut StdRng,
+    max_chunk: usize,
+) -> Result<Vec<Frame>, WireError> {
+    let mut frames = Vec::new();
+    let mut rest = bytes;
+    loop {
+        let take = rng.random_range(0..=max_chunk).min(rest.len());
+        let (chunk, tail) = rest.split_at(take);
+        decoder.push(chunk);
+        rest = tail;
+        while let Some(frame) = decoder.next_frame()? {
+            frames.push(frame);
+        }
+        if rest.is_empty() {
+            return Ok(frames);
+        }
+    }
+}

@@ -1,0 +1,170 @@
+#!/bin/bash
+# test.sh - the project's one test command (CI runs it through .ci/run).
+#
+# Steps, each logged with a timestamp and its duration:
+#   1. packages  Debian packages the tests need; apt only runs when one is missing
+#                (build-essential, pkg-config, python3-venv, and through
+#                scripts/slurm-cluster/up.sh the Slurm cluster's packages)
+#   2. venv      Python venv at <repo>/.venv; installs python/requirements-test.txt if present
+#   3. slurm     local multi-node Slurm cluster (up.sh + smoke.sh); exports SLURM_CONF.
+#                Stopped at exit (down.sh) unless SAKER_KEEP_CLUSTER=1.
+#   4. fmt, clippy, build (release), test (nextest, or cargo test without it)
+#   5. fuzz      bounded cargo-fuzz run of runtime/wire's frame_decoder, if cargo-fuzz is installed
+#
+# Environment:
+#   SAKER_SKIP_CARGO=1     skip steps 4 and 5 (check the set-up steps alone)
+#   SAKER_KEEP_CLUSTER=1   leave the Slurm cluster running at exit
+#   SAKER_FUZZ_SECONDS=N   fuzzing time budget (default 30; 0 skips fuzzing)
+#   CI=true                nextest runs with `--profile ci` (.config/nextest.toml)
+# The set-up steps stop the run at the first failure; the check steps (4, 5) all run,
+# and the script exits non-zero if any of them failed.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+CLUSTER=$REPO/scripts/slurm-cluster
+export SLURM_ROOT=${SLURM_ROOT:-$REPO/.slurm-cluster}
+VENV=$REPO/.venv
+TEST_PKGS="build-essential pkg-config python3-venv"
+
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+log() { echo "[test.sh $(date +%T)] $*"; }
+T0=$(now_ms)
+SUMMARY=()
+FAILED=()
+
+# step FATAL NAME COMMAND...: run COMMAND, log its duration, record the result.
+# FATAL=1 ends the run on failure (set-up steps); FATAL=0 records it and goes on.
+# COMMAND runs in a subshell with `set -e` in force (bash ignores -e in a function
+# called as `f || ...`), so it cannot set variables of this script.
+step() {
+  local fatal=$1 name=$2; shift 2
+  local start rc secs
+  start=$(now_ms)
+  log "==> $name"
+  set +e
+  (set -e; "$@")
+  rc=$?
+  set -e
+  secs=$(awk -v ms=$(( $(now_ms) - start )) 'BEGIN { printf "%.1f", ms / 1000 }')
+  if [ "$rc" = 0 ]; then
+    log "<== $name: ok (${secs}s)"
+    SUMMARY+=("$name ok ${secs}s")
+  else
+    log "<== $name: FAILED with exit code $rc (${secs}s)"
+    SUMMARY+=("$name FAILED ${secs}s")
+    FAILED+=("$name")
+    [ "$fatal" = 1 ] && exit "$rc"
+  fi
+  return 0
+}
+skip() { log "--- $1: skipped ($2)"; SUMMARY+=("$1 skipped"); }
+
+CLUSTER_STARTED=0
+finish() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ "$CLUSTER_STARTED" = 1 ]; then
+    if [ "${SAKER_KEEP_CLUSTER:-0}" = 1 ]; then
+      log "SAKER_KEEP_CLUSTER=1: Slurm cluster left running (SLURM_CONF=$SLURM_ROOT/etc/slurm.conf)"
+    else
+      bash "$CLUSTER/down.sh" || log "warning: down.sh failed"
+    fi
+  fi
+  local total
+  total=$(awk -v ms=$(( $(now_ms) - T0 )) 'BEGIN { printf "%.1f", ms / 1000 }')
+  local joined="" entry
+  for entry in "${SUMMARY[@]}"; do joined+="${joined:+; }$entry"; done
+  log "steps: ${joined:-none}"
+  if [ "$rc" = 0 ]; then
+    log "SUMMARY: all passed in ${total}s"
+  else
+    log "SUMMARY: FAILED (${FAILED[*]:-interrupted}) after ${total}s, exit code $rc"
+  fi
+  exit "$rc"
+}
+trap finish EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ------------------------------------------------------------------ 1. packages
+install_packages() {
+  # up.sh --packages-only installs the Slurm packages; the test packages ride along
+  # in SLURM_EXTRA_PKGS so that one `apt-get update` covers both (and none when
+  # everything is installed).
+  SLURM_EXTRA_PKGS="${SLURM_EXTRA_PKGS-libclang-dev} $TEST_PKGS" \
+    bash "$CLUSTER/up.sh" --packages-only
+}
+step 1 packages install_packages
+
+# ------------------------------------------------------------------ 2. python venv
+python_venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    log "creating $VENV"
+    python3 -m venv "$VENV"
+  fi
+  local requirements=$REPO/python/requirements-test.txt stamp=$VENV/.requirements-test.sha256
+  if [ -f "$requirements" ]; then
+    if [ -f "$stamp" ] && sha256sum --status -c "$stamp" 2>/dev/null; then
+      log "python/requirements-test.txt unchanged since last install"
+    else
+      "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+      sha256sum "$requirements" > "$stamp"
+    fi
+  else
+    log "no python/requirements-test.txt; nothing to install"
+  fi
+}
+step 1 venv python_venv
+export VIRTUAL_ENV=$VENV
+export PATH=$VENV/bin:$PATH
+
+# ------------------------------------------------------------------ 3. slurm cluster
+start_cluster() {
+  bash "$CLUSTER/up.sh"
+  timeout 180 bash "$CLUSTER/smoke.sh" > "$SLURM_ROOT/smoke.log" 2>&1 \
+    || { cat "$SLURM_ROOT/smoke.log"; log "smoke test of the cluster failed; logs in $SLURM_ROOT/log"; return 1; }
+  tail -n 1 "$SLURM_ROOT/smoke.log"
+}
+CLUSTER_STARTED=1   # set before up.sh so that a half-started cluster is stopped too
+step 1 slurm start_cluster
+# shellcheck source=/dev/null
+source "$SLURM_ROOT/env.sh"
+export SLURM_CONF
+log "SLURM_CONF=$SLURM_CONF"
+
+# ------------------------------------------------------------------ 4. cargo checks
+if [ "${SAKER_SKIP_CARGO:-0}" = 1 ]; then
+  for name in fmt clippy build test fuzz; do skip "$name" "SAKER_SKIP_CARGO=1"; done
+else
+  export SAKER_BIN=$REPO/target/release/saker   # end-to-end tests run this binary
+  step 0 fmt cargo fmt --all -- --check
+  step 0 clippy cargo clippy --workspace --all-targets -- -D warnings
+  step 0 build cargo build --release --workspace
+  if cargo nextest --version >/dev/null 2>&1; then
+    profile=()
+    [ "${CI:-}" = true ] && profile=(--profile ci)
+    step 0 test cargo nextest run "${profile[@]}" --workspace --no-fail-fast
+  else
+    log "cargo-nextest not installed; falling back to cargo test"
+    step 0 test cargo test --workspace --no-fail-fast
+  fi
+
+  # ---------------------------------------------------------------- 5. fuzz smoke
+  fuzz_seconds=${SAKER_FUZZ_SECONDS:-30}
+  if [ ! -d "$REPO/runtime/wire/fuzz" ]; then
+    skip fuzz "runtime/wire/fuzz does not exist"
+  elif [ "$fuzz_seconds" = 0 ]; then
+    skip fuzz "SAKER_FUZZ_SECONDS=0"
+  elif ! cargo fuzz --version >/dev/null 2>&1; then
+    skip fuzz "cargo-fuzz not installed (cargo install cargo-fuzz)"
+  else
+    run_fuzz() {
+      (cd "$REPO/runtime/wire" &&
+        RUSTC_BOOTSTRAP=1 cargo fuzz run frame_decoder -- -max_total_time="$fuzz_seconds")
+    }
+    step 0 fuzz run_fuzz
+  fi
+fi
+
+[ "${#FAILED[@]}" = 0 ] || exit 1
