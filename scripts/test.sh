@@ -131,6 +131,8 @@ step 1 slurm start_cluster
 # shellcheck source=/dev/null
 source "$SLURM_ROOT/env.sh"
 export SLURM_CONF
+# The cluster is up: tests that need it must run, not skip.
+export SAKER_REQUIRE_SLURM=1
 log "SLURM_CONF=$SLURM_CONF"
 
 # ------------------------------------------------------------------ 4. cargo checks

@@ -1,31 +1,110 @@
-//! `saker agent`: one agent process (started by the pilot).
+//! `saker agent`: one agent process, started by the pilot — as a child process on a
+//! single machine, or by one `srun` step across the nodes of a Slurm allocation.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use saker_actors::agent::{AgentConfig, AgentExit};
 use saker_actors::node::{AgentOptions, run_agent};
 use saker_transport::pilot_dir::PilotDir;
 
 use crate::cli::AgentArgs;
 
+/// Where this agent sits and what it offers, from flags or from Slurm's step
+/// environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub node: u32,
+    pub cores: u32,
+    pub hostname: String,
+    pub bind: SocketAddr,
+    pub in_slurm: bool,
+}
+
+impl Placement {
+    pub fn resolve(args: &AgentArgs, env: impl Fn(&str) -> Option<String>) -> Result<Placement> {
+        let in_slurm = env("SLURM_STEP_ID").is_some() && env("SLURM_NODEID").is_some();
+        let from_env = |name: &str| -> Result<Option<u32>> {
+            env(name)
+                .map(|v| {
+                    v.trim()
+                        .parse::<u32>()
+                        .with_context(|| format!("{name}={v:?}"))
+                })
+                .transpose()
+        };
+        let node = match args.node {
+            Some(node) => node,
+            None => from_env("SLURM_NODEID")?
+                .context("--node is required outside a Slurm step (SLURM_NODEID is unset)")?,
+        };
+        let cores = match args.cores {
+            Some(cores) => cores,
+            None => from_env("SLURM_CPUS_ON_NODE")?.context(
+                "--cores is required outside a Slurm step (SLURM_CPUS_ON_NODE is unset)",
+            )?,
+        };
+        if cores == 0 {
+            bail!("an agent needs at least one core");
+        }
+        let hostname = args
+            .hostname
+            .clone()
+            .or_else(|| env("SLURMD_NODENAME"))
+            .or_else(|| {
+                nix::unistd::gethostname()
+                    .ok()
+                    .and_then(|h| h.into_string().ok())
+            })
+            .unwrap_or_else(|| "localhost".to_string());
+        let default_ip = if in_slurm {
+            Ipv4Addr::UNSPECIFIED
+        } else {
+            Ipv4Addr::LOCALHOST
+        };
+        let bind = args
+            .bind
+            .unwrap_or(SocketAddr::new(IpAddr::V4(default_ip), 0));
+        Ok(Placement {
+            node,
+            cores,
+            hostname,
+            bind,
+            in_slurm,
+        })
+    }
+}
+
+/// The address of `hostname` as other nodes would dial it.
+pub async fn host_address(hostname: &str) -> Result<IpAddr> {
+    let mut addresses = tokio::net::lookup_host((hostname, 0))
+        .await
+        .with_context(|| format!("resolving this node's host name {hostname:?}"))?;
+    addresses
+        .find(|a| a.is_ipv4())
+        .map(|a| a.ip())
+        .with_context(|| format!("{hostname:?} has no IPv4 address"))
+}
+
 pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
     let dir = PilotDir::open(&args.dir)
         .with_context(|| format!("opening pilot directory {}", args.dir.display()))?;
-    let hostname = match args.hostname {
-        Some(name) => name,
-        None => nix::unistd::gethostname()
-            .ok()
-            .and_then(|h| h.into_string().ok())
-            .unwrap_or_else(|| "localhost".to_string()),
+    let placement = Placement::resolve(&args, |name| std::env::var(name).ok())?;
+    let advertise = match args.advertise {
+        Some(ip) => Some(ip),
+        None if placement.bind.ip().is_unspecified() => {
+            Some(host_address(&placement.hostname).await?)
+        }
+        None => None,
     };
     let options = AgentOptions {
         config: AgentConfig {
-            node: args.node,
-            hostname,
-            cores: args.cores.max(1),
-            prefetch: args.cores.max(1),
+            node: placement.node,
+            hostname: placement.hostname.clone(),
+            cores: placement.cores,
+            prefetch: placement.cores,
             pilot_id: dir.pilot_id().to_string(),
             spill_dir: dir.path().join("output"),
             max_restarts: 10,
@@ -33,8 +112,9 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
         },
         pilot_dir: args.dir.clone(),
         fanout: args.fanout,
-        bind: args.bind,
-        parent_wait: Duration::from_secs(60),
+        bind: placement.bind,
+        advertise,
+        parent_wait: Duration::from_secs(120),
     };
     match run_agent(options).await? {
         AgentExit::Shutdown => Ok(ExitCode::SUCCESS),
@@ -42,5 +122,53 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
             tracing::error!(%reason, "agent stopped");
             Ok(ExitCode::from(3))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(extra: &[&str]) -> AgentArgs {
+        let mut argv = vec!["saker", "agent", "--dir", "/tmp/x", "--fanout", "4"];
+        argv.extend_from_slice(extra);
+        match crate::cli::Cli::parse_from(argv).command {
+            crate::cli::Command::Agent(args) => args,
+            other => panic!("parsed {other:?}"),
+        }
+    }
+
+    #[test]
+    fn inside_a_slurm_step_placement_comes_from_the_environment() {
+        let env = |name: &str| match name {
+            "SLURM_STEP_ID" => Some("0".to_string()),
+            "SLURM_NODEID" => Some("2".to_string()),
+            "SLURM_CPUS_ON_NODE" => Some("8".to_string()),
+            "SLURMD_NODENAME" => Some("n3".to_string()),
+            _ => None,
+        };
+        let placement = Placement::resolve(&args(&[]), env).unwrap();
+        assert_eq!(placement.node, 2);
+        assert_eq!(placement.cores, 8);
+        assert_eq!(placement.hostname, "n3");
+        assert!(placement.in_slurm);
+        assert!(
+            placement.bind.ip().is_unspecified(),
+            "other nodes must reach it"
+        );
+    }
+
+    #[test]
+    fn flags_win_and_outside_slurm_they_are_required() {
+        let none = |_: &str| None;
+        let placement = Placement::resolve(&args(&["--node", "1", "--cores", "3"]), none).unwrap();
+        assert_eq!((placement.node, placement.cores), (1, 3));
+        assert!(placement.bind.ip().is_loopback());
+        let error = Placement::resolve(&args(&[]), none).unwrap_err();
+        assert!(
+            format!("{error:#}").contains("--node is required"),
+            "{error:#}"
+        );
     }
 }

@@ -64,6 +64,13 @@ pub struct ShapeArgs {
     /// Children per node of the agent tree.
     #[arg(long, default_value_t = 16)]
     pub fanout: u32,
+    /// Inside a Slurm allocation: executor slots per node (default: the CPUs the
+    /// allocation holds on each node).
+    #[arg(long)]
+    pub slots_per_node: Option<u32>,
+    /// Run on this machine only, even inside a Slurm allocation.
+    #[arg(long)]
+    pub local: bool,
 }
 
 /// Options that shape every task of a submission.
@@ -198,17 +205,23 @@ pub struct ResultsArgs {
 pub struct AgentArgs {
     #[arg(long)]
     pub dir: PathBuf,
-    /// This agent's node id (0-based; its place in the tree).
+    /// This agent's node id (0-based; its place in the tree). Inside a Slurm step:
+    /// `SLURM_NODEID` by default.
     #[arg(long)]
-    pub node: u32,
+    pub node: Option<u32>,
     #[arg(long)]
     pub fanout: u32,
-    /// Executor slots (one core each) on this agent.
+    /// Executor slots (one core each) on this agent. Inside a Slurm step: the CPUs
+    /// allocated on this node (`SLURM_CPUS_ON_NODE`) by default.
     #[arg(long)]
-    pub cores: u32,
-    /// Address to accept child agents on.
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub bind: std::net::SocketAddr,
+    pub cores: Option<u32>,
+    /// Address to accept child agents on (default: loopback on a single machine, all
+    /// interfaces inside a Slurm step).
+    #[arg(long)]
+    pub bind: Option<std::net::SocketAddr>,
+    /// Address other nodes reach this one at (default: this host name's address).
+    #[arg(long)]
+    pub advertise: Option<std::net::IpAddr>,
     /// Hostname to report (default: this machine's).
     #[arg(long)]
     pub hostname: Option<String>,

@@ -24,6 +24,7 @@ pub mod records;
 pub mod results;
 pub mod root;
 pub mod run;
+pub mod slurm;
 pub mod spec;
 pub mod submission;
 pub mod taskfile;

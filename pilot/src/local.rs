@@ -104,6 +104,22 @@ pub fn spawn_agents(exe: &Path, dir: &Path, shape: &Shape) -> std::io::Result<Ag
 }
 
 impl AgentProcesses {
+    /// Agent processes started some other way (e.g. one `srun` step for all nodes).
+    pub fn from_children(children: Vec<tokio::process::Child>) -> Self {
+        AgentProcesses { children }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.children.is_empty()
+    }
+
+    /// Whether any agent process (or the step that runs them) is still running.
+    pub fn any_running(&mut self) -> bool {
+        self.children
+            .iter_mut()
+            .any(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
     /// Waits for every agent to exit (after a shutdown), killing stragglers.
     pub async fn wait(mut self, grace: Duration) {
         for child in &mut self.children {
@@ -134,6 +150,8 @@ mod tests {
             agents,
             slots,
             fanout,
+            slots_per_node: None,
+            local: false,
         }
     }
 

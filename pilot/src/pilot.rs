@@ -2,7 +2,7 @@
 //! journal, the QUIC endpoint agents link to, the client socket, and (locally) the
 //! agent processes.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use ractor::{Actor, ActorRef};
 use saker_actors::link::spawn_writer;
-use saker_actors::node::{Position, address_file, next_link_id, publish_address};
+use saker_actors::node::{Position, address_file, next_link_id, publish_address, reachable};
 use saker_journal::{JournalWriter, SyncMode, WriterOptions};
 use saker_transport::credentials::{Credentials, Role};
 use saker_transport::pilot_dir::PilotDir;
@@ -19,22 +19,60 @@ use saker_transport::stream::{FrameReader, FrameWriter};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use crate::cli::ShapeArgs;
 use crate::client::{self, ClientEndpoint, ClientRequest};
 use crate::local::{AgentProcesses, Shape, agent_executable, spawn_agents};
 use crate::records::Record;
 use crate::results::Timestamp;
 use crate::root::{Root, RootArgs, RootMsg};
+use crate::slurm::{Allocation, srun_agents};
 
 /// Name of the journal directory inside the pilot directory.
 pub const JOURNAL_DIR: &str = "journal";
 
+/// How the agents of a pilot are started.
+#[derive(Debug, Clone)]
+pub enum Agents {
+    /// Child processes on this machine.
+    Local(Shape),
+    /// One agent per node of the current Slurm allocation, by one `srun` step.
+    Slurm {
+        allocation: Allocation,
+        fanout: u32,
+        slots_per_node: Option<u32>,
+    },
+}
+
+impl Agents {
+    /// Slurm mode inside an allocation (unless `--local`), else local processes.
+    pub fn from_args(args: &ShapeArgs, allow_no_agents: bool) -> Result<Agents> {
+        if !args.local
+            && let Some(allocation) = Allocation::from_process_env()
+        {
+            return Ok(Agents::Slurm {
+                allocation,
+                fanout: args.fanout.max(1),
+                slots_per_node: args.slots_per_node,
+            });
+        }
+        let shape = if allow_no_agents {
+            Shape::from_args_allowing_none(args)?
+        } else {
+            Shape::from_args(args)?
+        };
+        Ok(Agents::Local(shape))
+    }
+
+    fn in_slurm(&self) -> bool {
+        matches!(self, Agents::Slurm { .. })
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct PilotOptions {
     pub dir: PathBuf,
-    pub shape: Shape,
+    pub agents: Agents,
     pub sync: bool,
-    /// Address agents and clients connect to.
-    pub bind: std::net::IpAddr,
 }
 
 /// A running pilot: the root actor plus everything it needs.
@@ -103,22 +141,48 @@ impl Pilot {
         .await
         .context("starting the root actor")?;
 
+        // On one machine everything stays on loopback; across nodes, listen on every
+        // interface and publish the address this host's name resolves to.
+        let (bind, advertise) = if options.agents.in_slurm() {
+            let host = nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+                .unwrap_or_else(|| "localhost".to_string());
+            let ip = crate::agent::host_address(&host).await?;
+            (IpAddr::V4(Ipv4Addr::UNSPECIFIED), Some(ip))
+        } else {
+            (IpAddr::V4(Ipv4Addr::LOCALHOST), None)
+        };
         let timeouts = quic::LinkTimeouts::default();
         let endpoint = quic::bind_endpoint(
-            SocketAddr::new(options.bind, 0),
+            SocketAddr::new(bind, 0),
             Some(quic::server_config(&credentials, &timeouts)?),
             quic::client_config(&credentials, &timeouts)?,
         )?;
         tokio::spawn(accept_agents(endpoint.clone(), root.clone()));
         let root_file = address_file(dir.path(), Position::Root);
-        publish_address(&root_file, endpoint.local_addr()?)
+        publish_address(&root_file, reachable(endpoint.local_addr()?, advertise))
             .with_context(|| format!("publishing {}", root_file.display()))?;
 
         let client_server =
-            start_client_server(&dir, &credentials, &pilot_id, options.bind, root.clone()).await?;
+            start_client_server(&dir, &credentials, &pilot_id, bind, advertise, root.clone())
+                .await?;
 
-        let agents = spawn_agents(&agent_executable()?, dir.path(), &options.shape)
-            .context("starting agent processes")?;
+        let exe = agent_executable()?;
+        let agents = match &options.agents {
+            Agents::Local(shape) => {
+                spawn_agents(&exe, dir.path(), shape).context("starting agent processes")?
+            }
+            Agents::Slurm {
+                allocation,
+                fanout,
+                slots_per_node,
+            } => {
+                let step = srun_agents(&exe, dir.path(), allocation, *fanout, *slots_per_node)
+                    .context("starting the agents' srun step")?;
+                AgentProcesses::from_children(vec![step])
+            }
+        };
         Ok(Pilot {
             root,
             root_done: tokio::spawn(async move {
@@ -161,6 +225,15 @@ impl Pilot {
             .unwrap_or_default()
     }
 
+    /// False once every agent process (or the agents' `srun` step) has exited: no
+    /// work can run any more. A pilot started with no agents counts as running.
+    pub fn agents_running(&mut self) -> bool {
+        match &mut self.agents {
+            Some(agents) if !agents.is_empty() => agents.any_running(),
+            _ => true,
+        }
+    }
+
     /// Asks every agent to stop, waits for them, stops the root and closes the
     /// journal.
     pub async fn shutdown(mut self) -> Result<()> {
@@ -199,13 +272,14 @@ async fn start_client_server(
     dir: &PilotDir,
     credentials: &Credentials,
     pilot_id: &str,
-    bind: std::net::IpAddr,
+    bind: IpAddr,
+    advertise: Option<IpAddr>,
     root: ActorRef<RootMsg>,
 ) -> Result<JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(bind, 0))
         .await
         .context("binding the client socket")?;
-    let address = listener.local_addr()?;
+    let address = reachable(listener.local_addr()?, advertise);
     let tls =
         tokio_rustls::TlsAcceptor::from(saker_transport::tls::tls_server_config(credentials)?);
     let (requests, mut incoming) = mpsc::channel::<ClientRequest>(1024);

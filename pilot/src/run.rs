@@ -9,8 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::cli::RunArgs;
 use crate::client::{ClientRequest, ResultsItem, StatusReport, WaitReport};
-use crate::local::Shape;
-use crate::pilot::{Pilot, PilotOptions};
+use crate::pilot::{Agents, Pilot, PilotOptions};
 use crate::progress::Progress;
 use crate::results::TerminalState;
 use crate::submission::requests_from;
@@ -19,22 +18,21 @@ use crate::submission::requests_from;
 const SUBMIT_BATCH: usize = 10_000;
 
 pub async fn run(args: RunArgs) -> Result<ExitCode> {
-    let shape = Shape::from_args(&args.shape)?;
+    let agents = Agents::from_args(&args.shape, false)?;
     let requests = requests_from(&args.task, args.inline_output)?;
     let (dir, temporary) = match &args.dir {
         Some(dir) => (dir.clone(), false),
         None => (temporary_dir(), true),
     };
     let started = Instant::now();
-    let pilot = Pilot::start(PilotOptions {
+    let mut pilot = Pilot::start(PilotOptions {
         dir: dir.clone(),
-        shape: shape.clone(),
+        agents,
         sync: !args.no_sync,
-        bind: std::net::Ipv4Addr::LOCALHOST.into(),
     })
     .await?;
 
-    let outcome = drive(&pilot, requests, &args, &shape, started).await;
+    let outcome = drive(&mut pilot, requests, &args, started).await;
     pilot.shutdown().await?;
     if temporary {
         let _ = std::fs::remove_dir_all(&dir);
@@ -48,10 +46,9 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
 }
 
 async fn drive(
-    pilot: &Pilot,
+    pilot: &mut Pilot,
     requests: Vec<crate::spec::JobRequest>,
     args: &RunArgs,
-    shape: &Shape,
     started: Instant,
 ) -> Result<WaitReport> {
     let total: u64 = requests.iter().map(|r| r.task_count()).sum();
@@ -74,6 +71,12 @@ async fn drive(
             answer = &mut waiting => break answer.context("the root stopped")??,
             () = tokio::time::sleep(progress.interval()) => {
                 progress.update(&status(pilot).await?);
+                if !pilot.agents_running() {
+                    anyhow::bail!(
+                        "every agent has exited with work left; see {}",
+                        pilot.path().join("logs").display()
+                    );
+                }
             }
         }
     };
@@ -82,7 +85,7 @@ async fn drive(
     let elapsed = started.elapsed();
     eprintln!(
         "saker: {total} tasks on {} slots: {} succeeded, {} failed, {} cancelled in {:.2?} ({:.0} tasks/s)",
-        shape.slots(),
+        final_status.slots,
         report.succeeded,
         report.failed,
         report.cancelled,
@@ -165,12 +168,10 @@ pub fn poll_interval() -> Duration {
 /// `saker pilot`: a long-lived local pilot serving clients until `saker shutdown`
 /// or a signal.
 pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
-    let shape = Shape::from_args_allowing_none(&args.shape)?;
     let mut pilot = Pilot::start(PilotOptions {
         dir: args.dir.clone(),
-        shape,
+        agents: Agents::from_args(&args.shape, true)?,
         sync: !args.no_sync,
-        bind: std::net::Ipv4Addr::LOCALHOST.into(),
     })
     .await?;
     eprintln!("saker: pilot running in {}", args.dir.display());

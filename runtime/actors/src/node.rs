@@ -112,7 +112,18 @@ pub struct AgentOptions {
     pub fanout: u32,
     /// Address to accept children on (port 0: any free port).
     pub bind: SocketAddr,
+    /// The address children should dial; needed when `bind` is a wildcard.
+    pub advertise: Option<std::net::IpAddr>,
     pub parent_wait: Duration,
+}
+
+/// The address to publish for an endpoint bound to `local`: the advertised IP when the
+/// socket is bound to a wildcard (other nodes cannot dial 0.0.0.0), else `local`.
+pub fn reachable(local: SocketAddr, advertise: Option<std::net::IpAddr>) -> SocketAddr {
+    match advertise {
+        Some(ip) if local.ip().is_unspecified() => SocketAddr::new(ip, local.port()),
+        _ => local,
+    }
 }
 
 static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
@@ -146,9 +157,11 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
     let local = endpoint.local_addr().map_err(transport)?;
     let node = options.config.node;
     let own_file = address_file(&options.pilot_dir, Position::Agent(node));
-    publish_address(&own_file, local).map_err(|source| NodeError::Publish {
-        path: own_file.clone(),
-        source,
+    publish_address(&own_file, reachable(local, options.advertise)).map_err(|source| {
+        NodeError::Publish {
+            path: own_file.clone(),
+            source,
+        }
     })?;
 
     let parent_file = address_file(&options.pilot_dir, parent_of(node, options.fanout));

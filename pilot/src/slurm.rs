@@ -1,0 +1,151 @@
+//! Running inside a Slurm allocation: one agent per node, all started by a single
+//! `srun` step (never one step per task: `srun` launches slowly and loads the
+//! controller).
+
+use std::path::Path;
+use std::process::Stdio;
+
+/// The allocation this process runs in, from Slurm's batch environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocation {
+    pub job_id: String,
+    pub nodes: u32,
+    pub node_list: String,
+}
+
+impl Allocation {
+    /// The allocation, if this process runs inside one (`SLURM_JOB_ID` and a node
+    /// count are set).
+    pub fn detect(env: impl Fn(&str) -> Option<String>) -> Option<Allocation> {
+        let job_id = env("SLURM_JOB_ID")?;
+        let nodes = env("SLURM_JOB_NUM_NODES")
+            .or_else(|| env("SLURM_NNODES"))
+            .and_then(|n| n.trim().parse().ok())?;
+        let node_list = env("SLURM_JOB_NODELIST")
+            .or_else(|| env("SLURM_NODELIST"))
+            .unwrap_or_default();
+        Some(Allocation {
+            job_id,
+            nodes,
+            node_list,
+        })
+    }
+
+    pub fn from_process_env() -> Option<Allocation> {
+        Allocation::detect(|name| std::env::var(name).ok())
+    }
+}
+
+/// The `srun` command line that starts one agent on every node of `allocation`.
+///
+/// `--overlap` lets later steps (e.g. MPI jobs) share the nodes with the agents;
+/// `--whole` gives the step every CPU the job holds on each node, so tasks the agent
+/// starts are not confined to a share of them; `--mem=0` keeps the step from claiming
+/// the node's memory; `--kill-on-bad-exit=0` keeps one agent's failure from killing
+/// the others (the root handles a lost node).
+pub fn srun_arguments(
+    exe: &Path,
+    dir: &Path,
+    allocation: &Allocation,
+    fanout: u32,
+    slots_per_node: Option<u32>,
+) -> Vec<String> {
+    let mut args = vec![
+        "--overlap".to_string(),
+        "--whole".to_string(),
+        format!("--nodes={}", allocation.nodes),
+        "--ntasks-per-node=1".to_string(),
+        "--mem=0".to_string(),
+        "--kill-on-bad-exit=0".to_string(),
+        "--job-name=saker-agents".to_string(),
+        format!(
+            "--output={}",
+            dir.join("logs").join("agent-%n.log").display()
+        ),
+        exe.display().to_string(),
+        "agent".to_string(),
+        "--dir".to_string(),
+        dir.display().to_string(),
+        "--fanout".to_string(),
+        fanout.to_string(),
+    ];
+    if let Some(slots) = slots_per_node {
+        args.push("--cores".to_string());
+        args.push(slots.to_string());
+    }
+    args
+}
+
+/// Starts the agents' `srun` step.
+pub fn srun_agents(
+    exe: &Path,
+    dir: &Path,
+    allocation: &Allocation,
+    fanout: u32,
+    slots_per_node: Option<u32>,
+) -> std::io::Result<tokio::process::Child> {
+    std::fs::create_dir_all(dir.join("logs"))?;
+    let srun = std::env::var_os("SAKER_SRUN").unwrap_or_else(|| "srun".into());
+    tokio::process::Command::new(srun)
+        .args(srun_arguments(exe, dir, allocation, fanout, slots_per_node))
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_allocation_is_read_from_the_batch_environment() {
+        let env = |name: &str| match name {
+            "SLURM_JOB_ID" => Some("42".to_string()),
+            "SLURM_JOB_NUM_NODES" => Some("3".to_string()),
+            "SLURM_JOB_NODELIST" => Some("n[1-3]".to_string()),
+            _ => None,
+        };
+        let allocation = Allocation::detect(env).unwrap();
+        assert_eq!(
+            allocation,
+            Allocation {
+                job_id: "42".into(),
+                nodes: 3,
+                node_list: "n[1-3]".into()
+            }
+        );
+        assert_eq!(Allocation::detect(|_| None), None);
+    }
+
+    #[test]
+    fn one_overlapping_step_runs_one_agent_per_node() {
+        let allocation = Allocation {
+            job_id: "7".into(),
+            nodes: 3,
+            node_list: "n[1-3]".into(),
+        };
+        let args = srun_arguments(
+            Path::new("/bin/saker"),
+            Path::new("/p"),
+            &allocation,
+            4,
+            None,
+        );
+        for expected in [
+            "--overlap",
+            "--nodes=3",
+            "--ntasks-per-node=1",
+            "--mem=0",
+            "agent",
+        ] {
+            assert!(
+                args.iter().any(|a| a == expected),
+                "{expected} missing from {args:?}"
+            );
+        }
+        assert!(
+            !args.iter().any(|a| a == "--cores"),
+            "cores come from each node's allocation"
+        );
+    }
+}

@@ -1,0 +1,119 @@
+//! On a real Slurm cluster (scripts/slurm-cluster/up.sh; CI's test script starts it
+//! and exports SLURM_CONF): batch scripts from sbatch-templates/ obtain nodes with
+//! `sbatch`, and the pilot spans them.
+//!
+//! Without a cluster (`SLURM_CONF` unset) these tests report that they did not run and
+//! pass, unless `SAKER_REQUIRE_SLURM=1` (set by scripts/test.sh), where they fail.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::results;
+
+fn cluster() -> bool {
+    if std::env::var_os("SLURM_CONF").is_some() {
+        return true;
+    }
+    assert!(
+        std::env::var("SAKER_REQUIRE_SLURM").as_deref() != Ok("1"),
+        "SAKER_REQUIRE_SLURM=1 but SLURM_CONF is unset: start scripts/slurm-cluster/up.sh"
+    );
+    eprintln!("skipped: no Slurm cluster (start scripts/slurm-cluster/up.sh)");
+    false
+}
+
+fn saker_bin() -> PathBuf {
+    std::env::var_os("SAKER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_saker")))
+}
+
+fn template(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../sbatch-templates").join(name)
+}
+
+/// Submits a template; returns the job id.
+fn sbatch(template: &Path, nodes: u32, env: &[(&str, &Path)], log: &Path) -> String {
+    let mut command = Command::new("sbatch");
+    command
+        .arg("--parsable")
+        .arg(format!("--nodes={nodes}"))
+        .arg(format!("--output={}", log.display()))
+        .arg(template)
+        .env("SAKER", saker_bin());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().expect("sbatch runs");
+    assert!(output.status.success(), "sbatch: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap().trim().split(';').next().unwrap().to_string()
+}
+
+/// `scontrol show job` fields of a job.
+fn job_fields(job: &str) -> BTreeMap<String, String> {
+    let output = Command::new("scontrol").args(["show", "job", "--oneliner", job]).output().unwrap();
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn wait_for_state(job: &str, timeout: Duration, log: &Path) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let state = job_fields(job).get("JobState").cloned().unwrap_or_default();
+        if ["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"]
+            .contains(&state.as_str())
+        {
+            return state;
+        }
+        if Instant::now() > deadline {
+            let _ = Command::new("scancel").arg(job).status();
+            panic!(
+                "job {job} still {state} after {timeout:?}; its output:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn the_mtc_template_spans_three_nodes_and_runs_every_task_once() {
+    if !cluster() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = dir.path().join("tasks.txt");
+    let lines: String = (1..=10_000).map(|i| format!("sh -c 'echo {i} $SLURMD_NODENAME'\n")).collect();
+    std::fs::write(&tasks, lines).unwrap();
+    let pilot = dir.path().join("pilot");
+    let log = dir.path().join("job.log");
+    let job = sbatch(&template("mtc.sbatch"), 3, &[("TASKS", &tasks), ("PILOT", &pilot)], &log);
+    let state = wait_for_state(&job, Duration::from_secs(600), &log);
+    assert_eq!(state, "COMPLETED", "job log:\n{}", std::fs::read_to_string(&log).unwrap());
+
+    // From outside the allocation, as a user on the login node would.
+    let records = results(&pilot);
+    assert_eq!(records.len(), 10_000);
+    let tasks: BTreeSet<u64> = records.iter().map(|r| r["task"].as_u64().unwrap()).collect();
+    assert_eq!(tasks.len(), 10_000, "exactly one result per task");
+    assert!(records.iter().all(|r| r["state"] == "succeeded"));
+    let hosts: BTreeSet<&str> = records.iter().map(|r| r["node"].as_str().unwrap()).collect();
+    assert_eq!(hosts.len(), 3, "tasks ran on every node: {hosts:?}");
+    let allocated = job_fields(&job)["NodeList"].clone();
+    let expanded = Command::new("scontrol").args(["show", "hostnames", &allocated]).output().unwrap();
+    let allocated: BTreeSet<String> =
+        String::from_utf8_lossy(&expanded.stdout).lines().map(str::to_string).collect();
+    assert_eq!(hosts.iter().map(|h| h.to_string()).collect::<BTreeSet<_>>(), allocated);
+    // Each task really ran where its result says: it printed the node Slurm gave it.
+    for record in &records {
+        let printed = record["stdout"].as_str().unwrap().split_whitespace().nth(1).unwrap().to_string();
+        assert_eq!(printed, record["node"].as_str().unwrap());
+    }
+}
