@@ -85,6 +85,30 @@ pub async fn status(args: DirArgs) -> Result<ExitCode> {
     );
     println!("rate      {:.1} tasks/s", status.rate);
     println!("duplicates dropped {}", status.duplicates);
+    if let Some(allocation) = &status.allocation {
+        let left = match allocation.seconds_left {
+            Some(seconds) => format!(
+                "{}:{:02}:{:02} left",
+                seconds / 3600,
+                seconds / 60 % 60,
+                seconds % 60
+            ),
+            None => "end time unknown".to_string(),
+        };
+        println!(
+            "slurm     job {} on {} nodes ({}), {left}",
+            allocation.job_id, allocation.nodes, allocation.node_list
+        );
+    }
+    if !status.nodes.is_empty() {
+        println!("{:<6} {:<20} {:>5} {:>5}", "NODE", "HOST", "CORES", "BUSY");
+        for node in &status.nodes {
+            println!(
+                "{:<6} {:<20} {:>5} {:>5}",
+                node.node, node.hostname, node.cores, node.busy
+            );
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

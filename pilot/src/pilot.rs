@@ -63,6 +63,20 @@ impl Agents {
         Ok(Agents::Local(shape))
     }
 
+    /// What `status` reports about the allocation.
+    fn allocation_status(&self) -> Option<crate::client::AllocationStatus> {
+        let Agents::Slurm { allocation, .. } = self else {
+            return None;
+        };
+        Some(crate::client::AllocationStatus {
+            job_id: allocation.job_id.clone(),
+            node_list: allocation.node_list.clone(),
+            nodes: allocation.nodes,
+            end_time: allocation.end_unix_us.map(Timestamp::from_unix_micros),
+            seconds_left: None,
+        })
+    }
+
     fn in_slurm(&self) -> bool {
         matches!(self, Agents::Slurm { .. })
     }
@@ -136,6 +150,7 @@ impl Pilot {
                 journal,
                 core: saker_core::CoreConfig::default(),
                 shutdown: shutdown.clone(),
+                allocation: options.agents.allocation_status(),
             },
         )
         .await

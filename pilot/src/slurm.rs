@@ -11,6 +11,8 @@ pub struct Allocation {
     pub job_id: String,
     pub nodes: u32,
     pub node_list: String,
+    /// When Slurm ends the allocation (unix µs), from libslurm when available.
+    pub end_unix_us: Option<u64>,
 }
 
 impl Allocation {
@@ -28,6 +30,7 @@ impl Allocation {
             job_id,
             nodes,
             node_list,
+            end_unix_us: None,
         })
     }
 
@@ -111,7 +114,8 @@ mod tests {
             Allocation {
                 job_id: "42".into(),
                 nodes: 3,
-                node_list: "n[1-3]".into()
+                node_list: "n[1-3]".into(),
+                end_unix_us: None,
             }
         );
         assert_eq!(Allocation::detect(|_| None), None);
@@ -123,6 +127,7 @@ mod tests {
             job_id: "7".into(),
             nodes: 3,
             node_list: "n[1-3]".into(),
+            end_unix_us: None,
         };
         let args = srun_arguments(
             Path::new("/bin/saker"),

@@ -33,7 +33,9 @@ fn saker_bin() -> PathBuf {
 }
 
 fn template(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../sbatch-templates").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../sbatch-templates")
+        .join(name)
 }
 
 /// Submits a template; returns the job id.
@@ -49,13 +51,26 @@ fn sbatch(template: &Path, nodes: u32, env: &[(&str, &Path)], log: &Path) -> Str
         command.env(key, value);
     }
     let output = command.output().expect("sbatch runs");
-    assert!(output.status.success(), "sbatch: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8(output.stdout).unwrap().trim().split(';').next().unwrap().to_string()
+    assert!(
+        output.status.success(),
+        "sbatch: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .trim()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string()
 }
 
 /// `scontrol show job` fields of a job.
 fn job_fields(job: &str) -> BTreeMap<String, String> {
-    let output = Command::new("scontrol").args(["show", "job", "--oneliner", job]).output().unwrap();
+    let output = Command::new("scontrol")
+        .args(["show", "job", "--oneliner", job])
+        .output()
+        .unwrap();
     String::from_utf8_lossy(&output.stdout)
         .split_whitespace()
         .filter_map(|pair| pair.split_once('='))
@@ -67,8 +82,15 @@ fn wait_for_state(job: &str, timeout: Duration, log: &Path) -> String {
     let deadline = Instant::now() + timeout;
     loop {
         let state = job_fields(job).get("JobState").cloned().unwrap_or_default();
-        if ["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"]
-            .contains(&state.as_str())
+        if [
+            "COMPLETED",
+            "FAILED",
+            "CANCELLED",
+            "TIMEOUT",
+            "NODE_FAIL",
+            "OUT_OF_MEMORY",
+        ]
+        .contains(&state.as_str())
         {
             return state;
         }
@@ -90,30 +112,136 @@ fn the_mtc_template_spans_three_nodes_and_runs_every_task_once() {
     }
     let dir = tempfile::tempdir().unwrap();
     let tasks = dir.path().join("tasks.txt");
-    let lines: String = (1..=10_000).map(|i| format!("sh -c 'echo {i} $SLURMD_NODENAME'\n")).collect();
+    let lines: String = (1..=10_000)
+        .map(|i| format!("sh -c 'echo {i} $SLURMD_NODENAME'\n"))
+        .collect();
     std::fs::write(&tasks, lines).unwrap();
     let pilot = dir.path().join("pilot");
     let log = dir.path().join("job.log");
-    let job = sbatch(&template("mtc.sbatch"), 3, &[("TASKS", &tasks), ("PILOT", &pilot)], &log);
+    let job = sbatch(
+        &template("mtc.sbatch"),
+        3,
+        &[("TASKS", &tasks), ("PILOT", &pilot)],
+        &log,
+    );
     let state = wait_for_state(&job, Duration::from_secs(600), &log);
-    assert_eq!(state, "COMPLETED", "job log:\n{}", std::fs::read_to_string(&log).unwrap());
+    assert_eq!(
+        state,
+        "COMPLETED",
+        "job log:\n{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
 
     // From outside the allocation, as a user on the login node would.
     let records = results(&pilot);
     assert_eq!(records.len(), 10_000);
-    let tasks: BTreeSet<u64> = records.iter().map(|r| r["task"].as_u64().unwrap()).collect();
+    let tasks: BTreeSet<u64> = records
+        .iter()
+        .map(|r| r["task"].as_u64().unwrap())
+        .collect();
     assert_eq!(tasks.len(), 10_000, "exactly one result per task");
     assert!(records.iter().all(|r| r["state"] == "succeeded"));
-    let hosts: BTreeSet<&str> = records.iter().map(|r| r["node"].as_str().unwrap()).collect();
+    let hosts: BTreeSet<&str> = records
+        .iter()
+        .map(|r| r["node"].as_str().unwrap())
+        .collect();
     assert_eq!(hosts.len(), 3, "tasks ran on every node: {hosts:?}");
     let allocated = job_fields(&job)["NodeList"].clone();
-    let expanded = Command::new("scontrol").args(["show", "hostnames", &allocated]).output().unwrap();
-    let allocated: BTreeSet<String> =
-        String::from_utf8_lossy(&expanded.stdout).lines().map(str::to_string).collect();
-    assert_eq!(hosts.iter().map(|h| h.to_string()).collect::<BTreeSet<_>>(), allocated);
+    let expanded = Command::new("scontrol")
+        .args(["show", "hostnames", &allocated])
+        .output()
+        .unwrap();
+    let allocated: BTreeSet<String> = String::from_utf8_lossy(&expanded.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        hosts.iter().map(|h| h.to_string()).collect::<BTreeSet<_>>(),
+        allocated
+    );
     // Each task really ran where its result says: it printed the node Slurm gave it.
     for record in &records {
-        let printed = record["stdout"].as_str().unwrap().split_whitespace().nth(1).unwrap().to_string();
+        let printed = record["stdout"]
+            .as_str()
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .to_string();
         assert_eq!(printed, record["node"].as_str().unwrap());
     }
+}
+
+fn saker() -> Command {
+    Command::new(saker_bin())
+}
+
+#[test]
+fn the_service_template_takes_work_from_outside_until_shut_down() {
+    if !cluster() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let log = dir.path().join("job.log");
+    let job = sbatch(&template("service.sbatch"), 2, &[("PILOT", &pilot)], &log);
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        let status = saker()
+            .args(["status", "--dir"])
+            .arg(&pilot)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&status.stdout).to_string();
+        if text.contains("agents    2") {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the service pilot never had 2 agents; job log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        status.contains(&format!("slurm     job {job} on 2 nodes")),
+        "{status}"
+    );
+
+    let submit = saker()
+        .args(["submit", "--wait", "--array", "1-200", "--dir"])
+        .arg(&pilot)
+        .args(["--", "sh", "-c", "echo {index}"])
+        .output()
+        .unwrap();
+    assert!(
+        submit.status.success(),
+        "{}",
+        String::from_utf8_lossy(&submit.stderr)
+    );
+    assert!(String::from_utf8_lossy(&submit.stdout).contains("succeeded 200 failed 0"));
+
+    let mut follow = saker()
+        .args(["results", "--format", "jsonl", "--dir"])
+        .arg(&pilot)
+        .output()
+        .unwrap();
+    assert!(follow.status.success());
+    follow.stdout.retain(|b| *b != b'\r');
+    assert_eq!(String::from_utf8_lossy(&follow.stdout).lines().count(), 200);
+
+    let shutdown = saker()
+        .args(["shutdown", "--dir"])
+        .arg(&pilot)
+        .output()
+        .unwrap();
+    assert!(shutdown.status.success());
+    let state = wait_for_state(&job, Duration::from_secs(60), &log);
+    assert_eq!(
+        state,
+        "COMPLETED",
+        "job log:\n{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
 }

@@ -24,8 +24,8 @@ pub use codec::{DEFAULT_MAX_LINE_BYTES, ReadLineError};
 pub use connection::{Client, ClientError, ResultStream};
 pub use endpoint::{CLIENT_ENDPOINT_FILE_NAME, ClientEndpoint, EndpointError};
 pub use protocol::{
-    CancelReport, ErrorKind, PROTOCOL_VERSION, RequestError, RequestId, StatusReport, StreamEnd,
-    SubmitReply, SubmittedJob, WaitReport, Welcome,
+    AllocationStatus, CancelReport, ErrorKind, NodeLoad, PROTOCOL_VERSION, RequestError, RequestId,
+    StatusReport, StreamEnd, SubmitReply, SubmittedJob, WaitReport, Welcome,
 };
 pub use server::{
     ClientRequest, ConnectionError, Reply, ResultSink, ResultsItem, ServerConfig, serve,

@@ -161,6 +161,35 @@ pub struct StatusReport {
     /// Tasks finished per second, averaged over the last few seconds.
     pub rate: f64,
     pub jobs: u64,
+    /// The batch allocation the pilot runs in; absent on a single machine.
+    pub allocation: Option<AllocationStatus>,
+    /// Load per node (agent), ordered by node id.
+    pub nodes: Vec<NodeLoad>,
+}
+
+/// The Slurm allocation of a pilot.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AllocationStatus {
+    pub job_id: String,
+    /// The allocation's node list in Slurm's compact form (`n[1-3]`).
+    pub node_list: String,
+    pub nodes: u32,
+    /// When Slurm ends the allocation, if known.
+    pub end_time: Option<crate::results::Timestamp>,
+    /// Seconds left until `end_time`.
+    pub seconds_left: Option<u64>,
+}
+
+/// One node's share of the work.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeLoad {
+    pub node: u32,
+    pub hostname: String,
+    pub cores: u32,
+    /// Cores busy with tasks (dispatched to the node and not yet finished).
+    pub busy: u32,
 }
 
 /// `ok` body of `wait`: terminal counts over the tasks waited for.

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use super::state::{JobEntry, RootState};
 use crate::client::{
-    CancelReport, ClientRequest, ErrorKind, Reply, RequestError, ResultSink, ResultsItem,
+    CancelReport, ClientRequest, ErrorKind, NodeLoad, Reply, RequestError, ResultSink, ResultsItem,
     StatusReport, StreamEnd, SubmitReply, SubmittedJob, WaitReport,
 };
 use crate::records::Record;
@@ -300,7 +300,32 @@ impl RootState {
             busy_slots: self.nodes.values().map(|n| n.running.min(n.cores)).sum(),
             rate: self.rate.rate(),
             jobs: self.jobs.len() as u64,
+            allocation: self.allocation.clone().map(|mut allocation| {
+                let now = Timestamp::now().unix_micros();
+                allocation.seconds_left = allocation
+                    .end_time
+                    .map(|end| end.unix_micros().saturating_sub(now) / 1_000_000);
+                allocation
+            }),
+            nodes: self.node_loads(),
         }
+    }
+}
+
+impl RootState {
+    fn node_loads(&self) -> Vec<NodeLoad> {
+        let mut loads: Vec<NodeLoad> = self
+            .nodes
+            .iter()
+            .map(|(id, node)| NodeLoad {
+                node: *id,
+                hostname: node.hostname.clone(),
+                cores: node.cores,
+                busy: node.running.min(node.cores),
+            })
+            .collect();
+        loads.sort_by_key(|load| load.node);
+        loads
     }
 }
 

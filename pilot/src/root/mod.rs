@@ -58,6 +58,8 @@ pub struct RootArgs {
     pub core: saker_core::CoreConfig,
     /// Signalled once a shutdown is requested, so the pilot process can wind down.
     pub shutdown: Arc<tokio::sync::Notify>,
+    /// The batch allocation the pilot runs in, if any (for `status`).
+    pub allocation: Option<crate::client::AllocationStatus>,
 }
 
 #[derive(Debug, Default)]

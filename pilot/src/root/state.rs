@@ -81,6 +81,7 @@ pub struct RootState {
     pub(super) waiters: Vec<Waiter>,
     pub(super) shutting_down: bool,
     pub(super) shutdown_signal: Arc<tokio::sync::Notify>,
+    pub(super) allocation: Option<crate::client::AllocationStatus>,
     timer_at: Option<Time>,
 }
 
@@ -104,6 +105,7 @@ impl RootState {
             waiters: Vec::new(),
             shutting_down: false,
             shutdown_signal: args.shutdown,
+            allocation: args.allocation,
             timer_at: None,
         }
     }
