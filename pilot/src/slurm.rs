@@ -34,8 +34,23 @@ impl Allocation {
         })
     }
 
+    /// The allocation of this process, with its end time from libslurm when that is
+    /// available (Slurm's environment does not carry it in 22.05).
     pub fn from_process_env() -> Option<Allocation> {
-        Allocation::detect(|name| std::env::var(name).ok())
+        let mut allocation = Allocation::detect(|name| std::env::var(name).ok())?;
+        match saker_slurm::current_job() {
+            Ok(job) => {
+                allocation.end_unix_us = job.end_time.and_then(|end| {
+                    end.duration_since(std::time::UNIX_EPOCH)
+                        .ok()
+                        .map(|d| d.as_micros() as u64)
+                });
+            }
+            Err(error) => {
+                tracing::warn!(%error, "allocation end time unknown; walltime limits not enforced");
+            }
+        }
+        Some(allocation)
     }
 }
 
