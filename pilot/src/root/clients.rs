@@ -117,67 +117,28 @@ impl RootState {
                 return;
             }
         }
-        let now = self.now();
         let submitted_us = Timestamp::now().unix_micros();
         let mut submitted = Vec::with_capacity(requests.len());
         let mut records = Vec::with_capacity(requests.len());
         for request in requests {
-            let spec = &request.spec;
-            let count = request.task_count() as u32;
-            let job_spec = JobSpec {
-                count,
-                cores: spec.cores,
-                priority: spec.priority,
-                max_retries: spec.max_retries,
-                max_replays: None,
-            };
-            let job = match self.core.handle_submit(job_spec, now) {
+            let job = match self.register_job(&request, submitted_us) {
                 Ok(job) => job,
                 Err(problem) => {
                     // Jobs earlier in this submission are already queued; they are
-                    // journaled below so they are not lost, and the client is told.
+                    // journaled below so they are not lost.
                     tracing::error!(%problem, "submission refused by the core");
                     break;
                 }
             };
-            let def = JobDef {
-                job: job.job.0,
-                argv: spec.command().into_owned(),
-                env: spec
-                    .env
-                    .iter()
-                    .map(|(key, value)| EnvVar {
-                        key: key.clone(),
-                        value: value.clone(),
-                    })
-                    .collect(),
-                cwd: spec.cwd.as_ref().map(|p| p.display().to_string()),
-                cores: spec.cores,
-                time_limit_ms: spec.time_limit.map_or(0, |t| t.as_millis().max(1) as u64),
-                inline_output_bytes: request.inline_output.unwrap_or(DEFAULT_INLINE_OUTPUT),
-                is_array: request.array.is_some(),
-            };
-            self.jobs.insert(
-                job.job.0,
-                JobEntry {
-                    def: Arc::new(def),
-                    array: request.array.clone(),
-                    submitted_us,
-                    count,
-                    durable: 0,
-                    failed: 0,
-                    cancelled: 0,
-                },
-            );
             submitted.push(SubmittedJob {
                 job: JobId(job.job.0),
                 first_task: TaskId(job.first_task.0),
-                count: u64::from(count),
+                count: u64::from(job.count),
             });
             records.push(Record::Submit {
                 job: job.job.0,
                 first_task: job.first_task.0,
-                count,
+                count: job.count,
                 submitted_unix_us: submitted_us,
                 request,
             });
@@ -190,6 +151,57 @@ impl RootState {
             let _ = reply.send(answer);
             None
         });
+    }
+
+    /// Queues a validated job in the core and keeps what agents need to run it. The
+    /// one path for new submissions and for jobs restored from the journal, so both
+    /// get the same ids in the same order.
+    pub(super) fn register_job(
+        &mut self,
+        request: &JobRequest,
+        submitted_us: u64,
+    ) -> Result<saker_core::SubmittedJob, saker_core::SubmitError> {
+        let spec = &request.spec;
+        let count = request.task_count() as u32;
+        let job_spec = JobSpec {
+            count,
+            cores: spec.cores,
+            priority: spec.priority,
+            max_retries: spec.max_retries,
+            max_replays: None,
+            time_limit: spec.time_limit.map(|t| t.as_micros() as u64),
+        };
+        let job = self.core.handle_submit(job_spec, self.now())?;
+        let def = JobDef {
+            job: job.job.0,
+            argv: spec.command().into_owned(),
+            env: spec
+                .env
+                .iter()
+                .map(|(key, value)| EnvVar {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            cwd: spec.cwd.as_ref().map(|p| p.display().to_string()),
+            cores: spec.cores,
+            time_limit_ms: spec.time_limit.map_or(0, |t| t.as_millis().max(1) as u64),
+            inline_output_bytes: request.inline_output.unwrap_or(DEFAULT_INLINE_OUTPUT),
+            is_array: request.array.is_some(),
+        };
+        self.jobs.insert(
+            job.job.0,
+            JobEntry {
+                def: Arc::new(def),
+                array: request.array.clone(),
+                submitted_us,
+                count,
+                durable: 0,
+                failed: 0,
+                cancelled: 0,
+            },
+        );
+        Ok(job)
     }
 
     pub(super) fn on_durable(&mut self, results: Vec<Arc<ResultRecord>>) {

@@ -82,10 +82,15 @@ pub struct JobSpec {
     /// Infrastructure losses that are replayed; one more fails the task.
     /// `None` takes [`CoreConfig::default_max_replays`].
     pub max_replays: Option<u32>,
+    /// Longest one attempt may run, in microseconds (the driver enforces it; the core
+    /// only plans with it). `None`: unknown or unbounded. Once a deadline is set
+    /// ([`Core::handle_deadline`](crate::Core::handle_deadline)), an attempt starts
+    /// only if it can finish by then, and a task without a limit only before it.
+    pub time_limit: Option<u64>,
 }
 
 impl JobSpec {
-    /// One single-core task, priority 0, no retries, default replays.
+    /// One single-core task, priority 0, no retries, default replays, no time limit.
     pub const fn single() -> JobSpec {
         JobSpec {
             count: 1,
@@ -93,6 +98,7 @@ impl JobSpec {
             priority: 0,
             max_retries: 0,
             max_replays: None,
+            time_limit: None,
         }
     }
 
@@ -126,6 +132,14 @@ impl JobSpec {
     pub const fn with_max_replays(self, max_replays: u32) -> JobSpec {
         JobSpec {
             max_replays: Some(max_replays),
+            ..self
+        }
+    }
+
+    /// This spec with a time limit per attempt of `micros` microseconds.
+    pub const fn with_time_limit_micros(self, micros: u64) -> JobSpec {
+        JobSpec {
+            time_limit: Some(micros),
             ..self
         }
     }

@@ -1,5 +1,6 @@
 //! Errors of the core's inputs. None of them changes state: a rejected input is as if
-//! it had not been made.
+//! it had not been made, except that its `now` still advances the core's clock (and
+//! with it what fits the deadline).
 
 use crate::ids::{AttemptId, JobId, NodeId};
 

@@ -3,7 +3,8 @@
 //!
 //! **Owns**: job and task state machines, the ready queue (priority, FIFO, retry
 //! backoff), node credit and capacity accounting, bundled credit-based dispatch,
-//! retry/replay policy, cancellation, and exactly-once acceptance of results.
+//! retry/replay policy, cancellation, the allocation's end (which attempts can still
+//! finish in time, draining), and exactly-once acceptance of results.
 //!
 //! **Must never**: do I/O, read a clock, spawn threads, depend on tokio, or let hash
 //! iteration order reach its outputs. Time arrives as an argument; effects leave as
@@ -12,9 +13,10 @@
 //!
 //! **Start reading** at [`Core`]: its doc says how to drive it (inputs `handle_*`,
 //! outputs `poll_*`, monotonic `now`). Then `queue.rs` (ready-queue order), `node.rs`
-//! (credit, round-robin, parking), `task.rs` (per-job and per-task records). The
-//! simulator in `tests/sim/` drives 10,000 virtual nodes through the public API and
-//! checks the guarantees after every step.
+//! (credit, round-robin, parking), `task.rs` (per-job and per-task records),
+//! `horizon.rs` (the deadline and the work it holds back). The simulator in
+//! `tests/sim/` drives 10,000 virtual nodes through the public API and checks the
+//! guarantees after every step.
 //!
 //! **Key decision: state per task is paid only while a task is in motion.** A pilot
 //! exists to run millions of small tasks, so the dominant state is *queued* work. A
@@ -45,9 +47,18 @@
 //!   otherwise). One [`Event::JobFinished`] per job, after its last `TaskFinished`.
 //! * **Credit**: a node is never sent more cores than it granted; see [`Core`] for the
 //!   dispatch policy and its head-of-line rule.
+//! * **Deadline** ([`Core::handle_deadline`]): an attempt is dispatched at `now` only
+//!   if `now + time_limit <= deadline` ([`JobSpec::time_limit`]); without a limit only
+//!   if `now < deadline`. Work that no longer fits stays queued, *held* out of the
+//!   queue's order so it blocks nothing that fits (whatever its priority), and is never
+//!   failed for it: [`Counts::beyond_deadline`] counts it, [`Core::unstarted`] lists
+//!   what did not run per job. A new deadline, or `None`, puts it back.
+//! * **Drain** ([`Core::handle_drain`]): no dispatch at all from then on; results,
+//!   losses and cancellations are still processed.
 
 mod config;
 mod error;
+mod horizon;
 mod ids;
 mod node;
 mod output;
@@ -60,6 +71,6 @@ pub use error::{AttemptError, CancelError, NodeError, SubmitError};
 pub use ids::{AttemptId, JobId, NodeId, TaskId, Time};
 pub use output::{
     Assignment, AttemptOutcome, CancelSummary, Counts, Dispatch, Disposition, Event, JobCounts,
-    NodeLoss, SubmittedJob, TaskStatus, TerminalState,
+    NodeLoss, SubmittedJob, TaskStatus, TerminalState, UnstartedSummary,
 };
 pub use scheduler::{ConsistencyError, Core};

@@ -231,6 +231,10 @@ pub struct Counts {
     pub nodes: u64,
     /// Credit (cores) granted by live nodes and not yet used by a dispatch.
     pub credit: u64,
+    /// Queued tasks (part of `queued`) held back because they cannot finish by the
+    /// deadline ([`Core::handle_deadline`](crate::Core::handle_deadline)). They wait for
+    /// a later deadline or a continuation allocation; they are not failed.
+    pub beyond_deadline: u64,
 }
 
 impl Counts {
@@ -243,6 +247,16 @@ impl Counts {
     pub fn in_flight(&self) -> u64 {
         self.assigned + self.running
     }
+}
+
+/// What has not run, from [`Core::unstarted`](crate::Core::unstarted): tasks queued
+/// (never dispatched, or queued again after an attempt) or waiting for a retry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UnstartedSummary {
+    /// Such tasks over all jobs (`queued + delayed` of [`Counts`]).
+    pub tasks: u64,
+    /// (job, its such tasks) for every job that has any, in job id order.
+    pub jobs: Vec<(JobId, u64)>,
 }
 
 /// Task counters of one job; the same partition as [`Counts`].

@@ -242,6 +242,86 @@ impl ReadyQueue {
         (fresh, returned)
     }
 
+    /// Removes every entry, queued at `priority`, of the jobs `matches` selects: their
+    /// fresh ranges and returned tasks, each in queue order. One pass over the level,
+    /// however many jobs match, so holding back many jobs at one instant stays linear.
+    pub(crate) fn remove_jobs(
+        &mut self,
+        priority: i32,
+        mut matches: impl FnMut(JobId) -> bool,
+    ) -> (Vec<FreshRange>, Vec<ReturnedTask>) {
+        let key = Reverse(priority);
+        let Some(level) = self.levels.get_mut(&key) else {
+            return (Vec::new(), Vec::new());
+        };
+        let mut returned = Vec::new();
+        level.returned.retain(|task| {
+            let keep = !matches(task.job);
+            if !keep {
+                returned.push(*task);
+            }
+            keep
+        });
+        let mut fresh = Vec::new();
+        level.fresh.retain(|range| {
+            let keep = !matches(range.job);
+            if !keep {
+                fresh.push(*range);
+            }
+            keep
+        });
+        if level.is_empty() {
+            self.levels.remove(&key);
+        }
+        self.entries -= returned.len() + fresh.len();
+        self.tasks -= returned.len() as u64
+            + fresh
+                .iter()
+                .map(|range| u64::from(range.end - range.next))
+                .sum::<u64>();
+        (fresh, returned)
+    }
+
+    /// Puts back entries that [`ReadyQueue::remove_jobs`] took out of level `priority`:
+    /// fresh ranges at their submission place (the fresh lane is in job order, as jobs
+    /// are pushed in id order), returned tasks behind those already in the return
+    /// lane, in the order given.
+    pub(crate) fn restore(
+        &mut self,
+        priority: i32,
+        fresh: Vec<FreshRange>,
+        returned: Vec<ReturnedTask>,
+    ) {
+        if fresh.is_empty() && returned.is_empty() {
+            return;
+        }
+        self.entries += fresh.len() + returned.len();
+        self.tasks += returned.len() as u64
+            + fresh
+                .iter()
+                .map(|range| u64::from(range.end - range.next))
+                .sum::<u64>();
+        let level = self.levels.entry(Reverse(priority)).or_default();
+        level.returned.extend(returned);
+        if !fresh.is_empty() {
+            level.fresh.extend(fresh);
+            // Two sorted runs: the stable sort merges them in linear time.
+            level.fresh.make_contiguous().sort_by_key(|range| range.job);
+        }
+    }
+
+    /// Calls `visit(priority, job, fresh)` for every entry, in queue order (for the audit).
+    pub(crate) fn for_each_entry(&self, mut visit: impl FnMut(i32, JobId, bool)) {
+        for (Reverse(priority), level) in &self.levels {
+            for task in &level.returned {
+                visit(*priority, task.job, false);
+            }
+            for range in &level.fresh {
+                visit(*priority, range.job, true);
+            }
+        }
+    }
+
     /// Rough heap footprint, for memory tests.
     pub(crate) fn heap_bytes(&self) -> usize {
         let per_level = size_of::<Level>() + size_of::<Reverse<i32>>() + 16;
@@ -361,5 +441,41 @@ mod tests {
         assert_eq!(queue.tasks(), 10);
         assert_eq!(queue.entries(), 1);
         assert_eq!(queue.remove_job(JobId(1), 1), (None, Vec::new()));
+    }
+
+    #[test]
+    fn removed_jobs_are_restored_in_submission_order() {
+        let mut queue = ReadyQueue::default();
+        for job in 1..=5 {
+            queue.push_fresh(0, fresh(job, 2, 1));
+        }
+        let returned = ReturnedTask {
+            task: TaskId(50),
+            job: JobId(2),
+            cores: 1,
+        };
+        queue.push_returned(0, returned);
+        let (ranges, tasks) = queue.remove_jobs(0, |job| job.0 % 2 == 0);
+        assert_eq!(ranges, vec![fresh(2, 2, 1), fresh(4, 2, 1)]);
+        assert_eq!(tasks, vec![returned]);
+        assert_eq!((queue.entries(), queue.tasks()), (3, 6));
+        queue.restore(0, ranges, tasks);
+        assert_eq!((queue.entries(), queue.tasks()), (6, 11));
+        let mut order = Vec::new();
+        queue.for_each_entry(|_, job, fresh| order.push((job.0, fresh)));
+        assert_eq!(
+            order,
+            vec![
+                (2, false),
+                (1, true),
+                (2, true),
+                (3, true),
+                (4, true),
+                (5, true)
+            ]
+        );
+        let (ranges, tasks) = queue.remove_jobs(0, |_| true);
+        assert_eq!((ranges.len(), tasks.len()), (5, 1));
+        assert!(queue.is_empty() && queue.levels.is_empty());
     }
 }

@@ -1,9 +1,10 @@
 //! An O(state) self-check of the core's redundant bookkeeping, and a heap estimate.
 //! Both are for tests and debugging; neither is needed to drive the core.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Core, PendingEvent};
+use super::{Core, PendingEvent, slot};
+use crate::horizon::last_start;
 use crate::ids::{AttemptId, JobId, TaskId, Time};
 use crate::output::Counts;
 use crate::task::{AttemptRecord, JobRecord, Phase, TaskRecord};
@@ -26,6 +27,14 @@ pub enum ConsistencyError {
     Task {
         /// The task.
         task: TaskId,
+        /// What is wrong.
+        problem: &'static str,
+    },
+    /// A job's place relative to the deadline contradicts the rest of the state.
+    #[error("job {job}: {problem}")]
+    Job {
+        /// The job.
+        job: JobId,
         /// What is wrong.
         problem: &'static str,
     },
@@ -139,7 +148,12 @@ impl Core {
             .map(|(_, node)| u64::from(node.credit))
             .sum();
         expect_equal("credit", credit, self.nodes.total_credit())?;
-        expect_equal("queued tasks", self.queue.tasks(), self.counts.queued)?;
+        expect_equal(
+            "queued tasks",
+            self.queue.tasks() + self.horizon.held_tasks(),
+            self.counts.queued,
+        )?;
+        self.check_horizon()?;
         for (position, job) in self.jobs.iter().enumerate() {
             let id = JobId(position as u32 + 1);
             let records = per_job.get(&id).copied().unwrap_or_default();
@@ -189,6 +203,85 @@ impl Core {
         Ok(())
     }
 
+    /// The ready queue holds only work that fits the deadline, the horizon holds the
+    /// rest, and every job with queued work is tracked or held as its limit says.
+    fn check_horizon(&self) -> Result<(), ConsistencyError> {
+        let job_error = |job, problem| Err(ConsistencyError::Job { job, problem });
+        let deadline = self.horizon.deadline();
+        let fits = |job: JobId| {
+            deadline.is_none_or(|deadline| {
+                last_start(deadline, self.jobs[slot(job)].spec.time_limit)
+                    .is_some_and(|last| self.now <= last)
+            })
+        };
+        let mut tracked = BTreeSet::new();
+        for (last, job) in self.horizon.boundaries() {
+            let Some(deadline) = deadline else {
+                return job_error(job, "tracked without a deadline");
+            };
+            if last_start(deadline, self.jobs[slot(job)].spec.time_limit) != Some(last) {
+                return job_error(job, "tracked under the wrong last start");
+            }
+            if !fits(job) || self.horizon.is_held(job) {
+                return job_error(job, "tracked but does not fit");
+            }
+            tracked.insert(job);
+        }
+        let mut held_tasks = 0;
+        for (job, held) in self.horizon.held() {
+            if fits(job) {
+                return job_error(job, "held but fits the deadline");
+            }
+            if held.tasks() != u64::from(self.jobs[slot(job)].counts.queued) {
+                return job_error(job, "held entries differ from its queued tasks");
+            }
+            if held.fresh.is_some_and(|range| range.job != job)
+                || held.returned.iter().any(|task| {
+                    task.job != job
+                        || self
+                            .tasks
+                            .get(&task.task)
+                            .is_none_or(|record| record.phase != Phase::Queued)
+                })
+            {
+                return job_error(job, "held entry of another job or not queued");
+            }
+            held_tasks += held.tasks();
+        }
+        expect_equal("held tasks", held_tasks, self.horizon.held_tasks())?;
+        let mut problem = None;
+        let mut last_fresh: BTreeMap<i32, JobId> = BTreeMap::new();
+        self.queue.for_each_entry(|priority, job, fresh| {
+            if problem.is_some() {
+                return;
+            }
+            if self.horizon.is_held(job) || !fits(job) {
+                problem = Some((job, "queued but does not fit the deadline"));
+            } else if self.jobs[slot(job)].spec.priority != priority {
+                problem = Some((job, "queued at another priority"));
+            } else if fresh
+                && last_fresh
+                    .insert(priority, job)
+                    .is_some_and(|last| last >= job)
+            {
+                problem = Some((job, "fresh lane out of submission order"));
+            }
+        });
+        if let Some((job, problem)) = problem {
+            return job_error(job, problem);
+        }
+        if deadline.is_some() {
+            for (position, record) in self.jobs.iter().enumerate() {
+                let job = JobId(position as u32 + 1);
+                let waiting = record.counts.queued + record.counts.delayed;
+                if waiting > 0 && !tracked.contains(&job) && !self.horizon.is_held(job) {
+                    return job_error(job, "has queued work but is neither tracked nor held");
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn check_attempt(&self, attempt: AttemptId, task: TaskId) -> Result<(), ConsistencyError> {
         let Some(live) = self.attempts.get(&attempt) else {
             return Err(ConsistencyError::Task {
@@ -229,6 +322,7 @@ impl Core {
             + timers
             + events
             + self.queue.heap_bytes()
+            + self.horizon.heap_bytes()
             + self.nodes.heap_bytes()
             + self.scratch.capacity() * size_of::<crate::queue::Taken>()
     }

@@ -11,7 +11,8 @@ use crate::queue::{FreshRange, ReturnedTask};
 use crate::task::{Bucket, JobRecord, Phase};
 
 impl Core {
-    /// Accepts a job of `spec.count` tasks, queued at once. Task ids are contiguous.
+    /// Accepts a job of `spec.count` tasks, queued at once (held back at once if a
+    /// deadline is set and the job cannot finish by it). Task ids are contiguous.
     ///
     /// Errors: `count == 0`, `cores == 0`, or id exhaustion; nothing changes then.
     pub fn handle_submit(&mut self, spec: JobSpec, now: Time) -> Result<SubmittedJob, SubmitError> {
@@ -35,7 +36,11 @@ impl Core {
             .push(JobRecord::new(spec, max_replays, first_task));
         self.counts.submitted += u64::from(spec.count);
         self.counts.queued += u64::from(spec.count);
-        self.queue.push_fresh(
+        if !self.horizon.track(job, spec.time_limit, self.now) {
+            self.horizon.hold(job);
+        }
+        self.horizon.push_fresh(
+            &mut self.queue,
             spec.priority,
             FreshRange {
                 job,
@@ -195,7 +200,10 @@ impl Core {
         let (priority, first_task, count) =
             (record.spec.priority, record.first_task, record.spec.count);
         self.job_mut(job).counts.cancel_requested = true;
-        let (fresh, returned) = self.queue.remove_job(job, priority);
+        let (fresh, returned) = match self.horizon.take_held(job) {
+            Some(held) => (held.fresh, held.returned),
+            None => self.queue.remove_job(job, priority),
+        };
         let end_task = TaskId(first_task.0 + u64::from(count));
         let records: Vec<(TaskId, Phase)> = self
             .tasks
@@ -248,7 +256,9 @@ impl Core {
     }
 
     /// Releases every retry whose backoff ended at or before `now` into the queue
-    /// (ahead of fresh work of its priority, in `(not_before, task)` order).
+    /// (ahead of fresh work of its priority, in `(not_before, task)` order), and holds
+    /// back the jobs that stopped fitting the deadline (every input does the latter;
+    /// this one exists for the instants [`Core::poll_timeout`] names).
     pub fn handle_timeout(&mut self, now: Time) {
         self.observe(now);
         while let Some(&(not_before, task)) = self.retry_timers.first() {
@@ -263,7 +273,8 @@ impl Core {
             let job = &mut self.jobs[slot(job_id)];
             job.shift(&mut self.counts, Bucket::Delayed, Bucket::Queued, 1);
             let (priority, cores) = (job.spec.priority, job.spec.cores);
-            self.queue.push_returned(
+            self.horizon.push_returned(
+                &mut self.queue,
                 priority,
                 ReturnedTask {
                     task,

@@ -2,6 +2,7 @@
 //! `inputs.rs`, outputs in `outputs.rs`, the self-check in `audit.rs`.
 
 mod audit;
+mod deadline;
 mod inputs;
 mod outputs;
 
@@ -10,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 pub use audit::ConsistencyError;
 
 use crate::config::{CoreConfig, JobSpec};
+use crate::horizon::Horizon;
 use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
 use crate::node::Nodes;
 use crate::output::{Counts, Disposition, Event, JobCounts, TaskStatus, TerminalState};
@@ -35,9 +37,17 @@ use crate::task::{AttemptRecord, Bucket, JobRecord, Phase, TaskRecord};
 ///   [`Dispatch`](crate::Dispatch) as one frame to its node). Nothing is lost if the
 ///   driver batches several inputs before draining; it only delays work.
 /// * **Timers**: [`Core::poll_timeout`] says when the core next has something to do on
-///   its own (a retry whose backoff ends); the driver calls [`Core::handle_timeout`] at
-///   or after that time, then drains as above. Call `poll_timeout` again after every
-///   input: inputs can move the deadline.
+///   its own (a retry whose backoff ends, or a job that stops fitting the deadline);
+///   the driver calls [`Core::handle_timeout`] at or after that time, then drains as
+///   above. Call `poll_timeout` again after every input: inputs can move it.
+/// * **Allocation end**: when the driver learns when its allocation ends it calls
+///   [`Core::handle_deadline`] with that end minus a safety margin (covering the delay
+///   from dispatch to start on the node, and the time to report and persist). The core
+///   has no clock, so [`Core::poll_dispatch`] judges fit at [`Core::now`], the latest
+///   time any input carried; the timer above keeps that time fresh when no messages
+///   arrive. To stop for good (the allocation is about to end, or the user asked),
+///   [`Core::handle_drain`]; then wait for the in-flight work and report
+///   [`Core::unstarted`].
 ///
 /// A typical agent message carrying results and new credit is applied as
 /// `handle_result` for each result, then `handle_credit`, then one drain. Credit is
@@ -64,6 +74,12 @@ use crate::task::{AttemptRecord, Bucket, JobRecord, Phase, TaskRecord};
 /// capacity is skipped by every node and stays queued until a wide enough node joins
 /// (or its job is cancelled); it does not block narrower work behind it, and the core
 /// is not quiescent while it waits.
+///
+/// With a deadline set, only work that can finish by it is in the queue at all: a job
+/// that stops fitting is taken out whole (held) and the order above applies to the
+/// rest, so a long high-priority job past its last start neither runs nor stands in
+/// front of short work. Time only moves forward, so under one deadline a held job
+/// never fits again and holding it cannot starve anything that still fits.
 #[derive(Debug)]
 pub struct Core {
     config: CoreConfig,
@@ -83,6 +99,10 @@ pub struct Core {
     /// (not_before, task) of tasks waiting for their retry backoff.
     retry_timers: BTreeSet<(Time, TaskId)>,
     queue: ReadyQueue,
+    /// The deadline, and the queued work of jobs that no longer fit it.
+    horizon: Horizon,
+    /// Set by [`Core::handle_drain`]: nothing is dispatched any more.
+    draining: bool,
     nodes: Nodes,
     events: VecDeque<PendingEvent>,
     counts: Counts,
@@ -124,6 +144,8 @@ impl Core {
             attempts: HashMap::new(),
             retry_timers: BTreeSet::new(),
             queue: ReadyQueue::default(),
+            horizon: Horizon::default(),
+            draining: false,
             nodes: Nodes::default(),
             events: VecDeque::new(),
             counts: Counts::default(),
@@ -141,11 +163,13 @@ impl Core {
         self.now
     }
 
-    /// Task counters over all jobs, plus live nodes and outstanding credit.
+    /// Task counters over all jobs, plus live nodes, outstanding credit and the queued
+    /// tasks that cannot start before the deadline.
     pub fn counts(&self) -> Counts {
         Counts {
             nodes: self.nodes.len() as u64,
             credit: self.nodes.total_credit(),
+            beyond_deadline: self.horizon.held_tasks(),
             ..self.counts
         }
     }
@@ -225,8 +249,15 @@ impl Core {
         (index < job.spec.count).then_some((job, index))
     }
 
+    /// Advances the clock to `now` (never back) and holds the jobs that stopped fitting
+    /// the deadline on the way.
     fn observe(&mut self, now: Time) {
         self.now = self.now.max(now);
+        if self.horizon.has_expired(self.now) {
+            let mut expired = Vec::new();
+            self.horizon.pop_expired(self.now, &mut expired);
+            self.hold_jobs(expired);
+        }
     }
 
     /// Makes `task` (a record in bucket `from`) terminal in `state` and emits its event.
@@ -264,6 +295,8 @@ impl Core {
 
     fn finish_job_if_done(&mut self, job: JobId) {
         if self.job_mut(job).release_if_finished() {
+            let time_limit = self.jobs[slot(job)].spec.time_limit;
+            self.horizon.forget(job, time_limit);
             self.events
                 .push_back(PendingEvent::Ready(Event::JobFinished { job }));
         }
@@ -290,7 +323,8 @@ impl Core {
             job.shift(&mut self.counts, from, Bucket::Queued, 1);
             let (priority, cores) = (job.spec.priority, job.spec.cores);
             record.phase = Phase::Queued;
-            self.queue.push_returned(
+            self.horizon.push_returned(
+                &mut self.queue,
                 priority,
                 ReturnedTask {
                     task,
@@ -324,7 +358,8 @@ impl Core {
         job.shift(&mut self.counts, from, Bucket::Queued, 1);
         let (priority, cores) = (job.spec.priority, job.spec.cores);
         record.phase = Phase::Queued;
-        self.queue.push_returned(
+        self.horizon.push_returned(
+            &mut self.queue,
             priority,
             ReturnedTask {
                 task,

@@ -44,15 +44,24 @@ impl Core {
         }
     }
 
-    /// When [`Core::handle_timeout`] next has work: the earliest retry backoff end.
+    /// When [`Core::handle_timeout`] next has work: the earliest of the retry backoff
+    /// ends and, with a deadline set, the next instant at which a job stops fitting it
+    /// (so that its queued work is held and the work behind it reaches nodes waiting
+    /// for it, and [`Counts::beyond_deadline`](crate::Counts::beyond_deadline) is
+    /// current, without waiting for the next message).
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.retry_timers.first().map(|&(not_before, _)| not_before)
+        let retry = self.retry_timers.first().map(|&(not_before, _)| not_before);
+        match (retry, self.horizon.next_change()) {
+            (Some(retry), Some(change)) => Some(retry.min(change)),
+            (retry, change) => retry.or(change),
+        }
     }
 
     /// The next bundle of work for one node, or `None` when no node with credit can take
-    /// anything now. Call until `None` after every input. See [`Core`] for the policy.
+    /// anything now (always `None` once draining). Call until `None` after every input.
+    /// See [`Core`] for the policy; only work that fits the deadline is in the queue.
     pub fn poll_dispatch(&mut self) -> Option<Dispatch> {
-        if self.queue.is_empty() {
+        if self.draining || self.queue.is_empty() {
             return None;
         }
         let limit = self.config.max_bundle.max(1) as usize;

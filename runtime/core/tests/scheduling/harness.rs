@@ -121,6 +121,17 @@ impl Harness {
         self.drain();
     }
 
+    pub fn set_deadline(&mut self, deadline: Option<Time>) {
+        self.core.handle_deadline(deadline, self.now);
+        self.drain();
+    }
+
+    /// Tells the core to stop dispatching (`handle_drain`).
+    pub fn stop_dispatch(&mut self) {
+        self.core.handle_drain(self.now);
+        self.drain();
+    }
+
     pub fn take_dispatches(&mut self) -> Vec<Dispatch> {
         std::mem::take(&mut self.dispatches)
     }

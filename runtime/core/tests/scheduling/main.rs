@@ -5,6 +5,7 @@
 mod harness;
 
 mod cancel;
+mod deadline;
 mod dispatch;
 mod failures;
 mod memory;

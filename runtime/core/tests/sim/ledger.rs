@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 
 use saker_core::{
     AttemptError, AttemptId, Core, Counts, Dispatch, Disposition, Event, JobId, NodeId, NodeLoss,
-    SubmittedJob, TaskId, TaskStatus, TerminalState,
+    SubmittedJob, TaskId, TaskStatus, TerminalState, Time,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +33,7 @@ struct JobEntry {
     first_task: TaskId,
     count: u32,
     cores: u32,
+    time_limit: Option<u64>,
     cancelled: bool,
     finished_tasks: u32,
     job_finished: bool,
@@ -52,6 +53,9 @@ pub struct Ledger {
     nodes: HashMap<NodeId, NodeEntry>,
     attempts: HashMap<AttemptId, (NodeId, TaskId)>,
     last_attempt: u64,
+    /// The deadline the root passed last, and whether it drained.
+    deadline: Option<Time>,
+    draining: bool,
     waiting: u64,
     in_flight: u64,
     pub succeeded: u64,
@@ -78,7 +82,19 @@ impl Ledger {
         &mut self.tasks[task.0 as usize - 1]
     }
 
-    pub fn submitted(&mut self, job: SubmittedJob, cores: u32) {
+    pub fn job_time_limit(&self, job: JobId) -> Option<u64> {
+        self.jobs[job.0 as usize - 1].time_limit
+    }
+
+    pub fn deadline(&mut self, deadline: Option<Time>) {
+        self.deadline = deadline;
+    }
+
+    pub fn drain(&mut self) {
+        self.draining = true;
+    }
+
+    pub fn submitted(&mut self, job: SubmittedJob, cores: u32, time_limit: Option<u64>) {
         assert_eq!(job.job.0 as usize, self.jobs.len() + 1, "job ids are dense");
         assert_eq!(
             job.first_task.0 as usize,
@@ -89,6 +105,7 @@ impl Ledger {
             first_task: job.first_task,
             count: job.count,
             cores,
+            time_limit,
             cancelled: false,
             finished_tasks: 0,
             job_finished: false,
@@ -124,7 +141,11 @@ impl Ledger {
         assert_eq!(i64::from(credit), balance, "credit of node {node}");
     }
 
-    pub fn dispatched(&mut self, dispatch: &Dispatch, capacity: u32) {
+    /// A dispatch at `now`: every attempt in it must be able to finish by the deadline
+    /// (start + limit <= deadline; before the deadline without a limit), none after a
+    /// drain, none beyond credit.
+    pub fn dispatched(&mut self, dispatch: &Dispatch, capacity: u32, now: Time) {
+        assert!(!self.draining, "dispatch after drain");
         let node = dispatch.node;
         let mut cores = 0i64;
         for assignment in &dispatch.assignments {
@@ -141,6 +162,17 @@ impl Ledger {
             );
             assert!(job.cores <= capacity, "task wider than its node");
             assert!(!job.cancelled, "dispatched a task of a cancelled job");
+            if let Some(deadline) = self.deadline {
+                let fits = match job.time_limit {
+                    Some(limit) => now.as_micros().saturating_add(limit) <= deadline.as_micros(),
+                    None => now < deadline,
+                };
+                assert!(
+                    fits,
+                    "task {} (limit {:?}) started at {now}, cannot finish by {deadline}",
+                    assignment.task, job.time_limit
+                );
+            }
             cores += i64::from(job.cores);
             let entry = self.task_mut(assignment.task);
             assert_eq!(
@@ -333,6 +365,13 @@ impl Ledger {
         assert_eq!(counts.duplicates, self.duplicates, "duplicates");
         assert_eq!(counts.unknown_attempts, self.unknown, "unknown attempts");
         assert_eq!(counts.nodes, self.nodes.len() as u64, "live nodes");
+        assert!(
+            counts.beyond_deadline <= counts.queued,
+            "held tasks are queued"
+        );
+        if self.deadline.is_none() {
+            assert_eq!(counts.beyond_deadline, 0, "held without a deadline");
+        }
     }
 
     /// O(tasks) comparison of every task and node with the core.
@@ -363,20 +402,56 @@ impl Ledger {
         }
     }
 
-    /// End of run: every task finished exactly once, every job finished.
+    /// End of run: nothing in flight; every task finished exactly once, except those
+    /// that never ran (deadline or drain), which the core lists per job; a job is
+    /// finished exactly when all its tasks are. Without a drain, everything left is
+    /// held by the deadline: nothing that fits was left behind.
     pub fn check_final(&self, core: &Core) {
         self.sweep(core);
-        assert!(
-            core.is_quiescent(),
-            "core not quiescent: {:?}",
-            core.counts()
+        let counts = core.counts();
+        assert_eq!(self.in_flight, 0, "work in flight at the end");
+        let unstarted = core.unstarted();
+        assert_eq!(unstarted.tasks, self.waiting, "unstarted tasks");
+        assert_eq!(
+            unstarted.tasks + self.terminal() + self.in_flight,
+            self.total_tasks(),
+            "unstarted + terminal + in flight = all tasks"
         );
-        assert_eq!(self.terminal(), self.total_tasks(), "every task terminal");
-        assert!(self.tasks.iter().all(|entry| entry.finished_events == 1));
-        assert!(
-            self.jobs.iter().all(|job| job.job_finished),
-            "every job finished"
-        );
-        assert_eq!((self.waiting, self.in_flight), (0, 0));
+        let mut expected = Vec::new();
+        for (position, job) in self.jobs.iter().enumerate() {
+            let first = job.first_task.0 as usize - 1;
+            let tasks = &self.tasks[first..first + job.count as usize];
+            let waiting = tasks
+                .iter()
+                .filter(|entry| entry.state == State::Waiting)
+                .count() as u64;
+            assert!(
+                tasks
+                    .iter()
+                    .all(|entry| entry.finished_events == u8::from(entry.state == State::Terminal)),
+                "job {}: a task finished other than once",
+                position + 1
+            );
+            assert_eq!(
+                job.job_finished,
+                waiting == 0,
+                "job {} finished",
+                position + 1
+            );
+            if waiting > 0 {
+                expected.push((JobId(position as u32 + 1), waiting));
+            }
+        }
+        assert_eq!(unstarted.jobs, expected, "unstarted tasks per job");
+        if self.deadline.is_none() && !self.draining {
+            assert!(core.is_quiescent(), "core not quiescent: {counts:?}");
+        }
+        if !self.draining {
+            assert_eq!(counts.delayed, 0, "a retry never released");
+            assert_eq!(
+                counts.beyond_deadline, counts.queued,
+                "queued work that fits the deadline was left behind"
+            );
+        }
     }
 }

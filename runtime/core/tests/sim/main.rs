@@ -11,7 +11,7 @@
 mod ledger;
 mod world;
 
-use world::{SimConfig, Summary, World};
+use world::{DeadlinePlan, SimConfig, Summary, World};
 
 fn small(seed: u64) -> SimConfig {
     SimConfig {
@@ -36,8 +36,27 @@ fn small(seed: u64) -> SimConfig {
         cancels: 4,
         max_bundle: 16,
         sweep_every: 97,
+        time_limits: Vec::new(),
+        deadline: None,
     }
 }
+
+/// `small`, with time limits per job (some longer than what is left of the
+/// allocation when its end becomes known) and a deadline learned mid-run.
+fn with_deadline(seed: u64, plan: DeadlinePlan) -> SimConfig {
+    SimConfig {
+        time_limits: vec![None, Some(5_000), Some(2_000), Some(20_000), Some(50_000)],
+        deadline: Some(plan),
+        ..small(seed)
+    }
+}
+
+const MID_RUN: DeadlinePlan = DeadlinePlan {
+    set_at: Some(25_000),
+    deadline: 70_000,
+    cleared_at: None,
+    drain_at: None,
+};
 
 #[test]
 fn small_runs_with_node_losses_keep_every_invariant() {
@@ -84,6 +103,58 @@ fn the_same_seed_gives_the_same_run() {
     assert_ne!(first.trace, other.trace, "different seeds, different runs");
 }
 
+/// The ledger checks at every dispatch that the attempt can finish by the deadline,
+/// and at the end that unstarted + terminal + in flight = all tasks, with everything
+/// unstarted held by the deadline.
+#[test]
+fn a_deadline_mid_run_starts_only_attempts_that_finish_by_it() {
+    for seed in 1..=8 {
+        let summary = World::new(with_deadline(seed, MID_RUN)).run();
+        assert!(
+            summary.succeeded > 0 && summary.unstarted > 0,
+            "{summary:?}"
+        );
+        assert_eq!(
+            summary.succeeded + summary.failed + summary.cancelled + summary.unstarted,
+            summary.tasks
+        );
+    }
+}
+
+#[test]
+fn lifting_the_deadline_lets_every_task_finish() {
+    for seed in 20..=23 {
+        let summary = World::new(with_deadline(
+            seed,
+            DeadlinePlan {
+                cleared_at: Some(90_000),
+                ..MID_RUN
+            },
+        ))
+        .run();
+        assert_eq!(summary.unstarted, 0, "{summary:?}");
+        assert_eq!(
+            summary.succeeded + summary.failed + summary.cancelled,
+            summary.tasks
+        );
+    }
+}
+
+#[test]
+fn draining_mid_run_dispatches_nothing_more() {
+    for seed in 30..=33 {
+        let summary = World::new(with_deadline(
+            seed,
+            DeadlinePlan {
+                drain_at: Some(40_000),
+                ..MID_RUN
+            },
+        ))
+        .run();
+        assert!(summary.unstarted > 0, "{summary:?}");
+    }
+}
+
 /// 10,000 agents x 64 cores, 1,000,000 tasks (arrays and singles, failures, a few
 /// crashes and cancellations).
 #[test]
@@ -110,6 +181,8 @@ fn ten_thousand_nodes_one_million_tasks() {
         cancels: 3,
         max_bundle: 1024,
         sweep_every: 1_500_000,
+        time_limits: Vec::new(),
+        deadline: None,
     })
     .run();
     assert_eq!(summary.tasks, 1_000_000);

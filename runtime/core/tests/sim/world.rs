@@ -50,6 +50,25 @@ pub struct SimConfig {
     pub max_bundle: u32,
     /// Full O(tasks) sweep every this many steps (and at the end).
     pub sweep_every: u64,
+    /// Time limit per job, drawn uniformly from this list (empty: none, and no draw,
+    /// so runs without limits stay as they were). A task never runs longer than its
+    /// job's limit.
+    pub time_limits: Vec<Option<u64>>,
+    /// The allocation's end, if the run has one.
+    pub deadline: Option<DeadlinePlan>,
+}
+
+/// When the root learns the allocation's end, and what it does about it.
+#[derive(Clone, Copy, Debug)]
+pub struct DeadlinePlan {
+    /// When `handle_deadline` is called (`None`: never).
+    pub set_at: Option<u64>,
+    /// The deadline passed.
+    pub deadline: u64,
+    /// When the deadline is lifted again (`handle_deadline(None)`), if ever.
+    pub cleared_at: Option<u64>,
+    /// When the root drains (`handle_drain`), if ever.
+    pub drain_at: Option<u64>,
 }
 
 /// What one run did.
@@ -65,6 +84,8 @@ pub struct Summary {
     pub replays: u64,
     pub duplicates: u64,
     pub dispatches: u64,
+    /// Tasks that never ran to a terminal state (deadline or drain).
+    pub unstarted: u64,
     pub sweeps: u64,
     /// FNV-1a over every output of the core, for determinism checks.
     pub trace: u64,
@@ -82,7 +103,7 @@ enum Action {
     Work {
         node: NodeId,
         incarnation: u64,
-        work: Vec<(AttemptId, u32)>,
+        work: Vec<Work>,
     },
     /// Agent is told to stop an attempt.
     Stop {
@@ -123,6 +144,17 @@ enum Action {
     Cancel {
         job: JobId,
     },
+    Deadline(Option<Time>),
+    Drain,
+}
+
+/// One attempt as an agent holds it.
+#[derive(Clone, Copy, Debug)]
+struct Work {
+    attempt: AttemptId,
+    cores: u32,
+    /// Longest the attempt may run (its job's time limit, else the longest duration).
+    max_duration: u64,
 }
 
 /// The virtual clock's agenda: actions grouped by due time, FIFO within a time (so
@@ -157,8 +189,8 @@ impl Agenda {
 struct Agent {
     incarnation: u64,
     alive: bool,
-    /// Received, not started: (attempt, cores).
-    local: VecDeque<(AttemptId, u32)>,
+    /// Received, not started.
+    local: VecDeque<Work>,
     /// Started: attempt -> cores.
     running: BTreeMap<AttemptId, u32>,
     /// Cores of the started work.
@@ -228,6 +260,7 @@ impl World {
                 replays: 0,
                 duplicates: 0,
                 dispatches: 0,
+                unstarted: 0,
                 sweeps: 0,
                 trace: 0xcbf2_9ce4_8422_2325,
             },
@@ -302,12 +335,19 @@ impl World {
             let count = count.min(u32::try_from(remaining).unwrap_or(u32::MAX));
             remaining -= u64::from(count);
             let choice = self.rng.random_range(0..self.config.core_choices.len());
+            let time_limit = if self.config.time_limits.is_empty() {
+                None
+            } else {
+                let choice = self.rng.random_range(0..self.config.time_limits.len());
+                self.config.time_limits[choice]
+            };
             let spec = JobSpec {
                 count,
                 cores: self.config.core_choices[choice],
                 priority: self.rng.random_range(0..3),
                 max_retries: self.config.max_retries,
                 max_replays: None,
+                time_limit,
             };
             let at = self.rng.random_range(0..=self.config.submit_window_micros);
             self.schedule(at, Action::Submit(spec));
@@ -326,6 +366,18 @@ impl World {
             let node = NodeId(self.rng.random_range(0..self.config.nodes));
             let at = self.rng.random_range(1..=horizon);
             self.schedule(at, Action::Partition { node });
+        }
+        if let Some(plan) = self.config.deadline {
+            let deadline = Some(Time(plan.deadline));
+            if let Some(at) = plan.set_at {
+                self.schedule(at, Action::Deadline(deadline));
+            }
+            if let Some(at) = plan.cleared_at {
+                self.schedule(at, Action::Deadline(None));
+            }
+            if let Some(at) = plan.drain_at {
+                self.schedule(at, Action::Drain);
+            }
         }
         for _ in 0..self.config.cancels {
             let job = JobId(self.rng.random_range(1..=jobs));
@@ -381,6 +433,7 @@ impl World {
         self.summary.retries = counts.retries;
         self.summary.replays = counts.replays;
         self.summary.duplicates = counts.duplicates;
+        self.summary.unstarted = self.core.unstarted().tasks;
         for agent in &self.agents {
             assert!(
                 agent.running.is_empty() && agent.local.is_empty(),
@@ -389,7 +442,8 @@ impl World {
         }
         println!(
             "sim seed={} nodes={}x{} tasks={} steps={} dispatches={} makespan={:.3}s wall={:.2?} \
-             succeeded={} failed={} cancelled={} retries={} replays={} duplicates={} sweeps={}",
+             succeeded={} failed={} cancelled={} unstarted={} retries={} replays={} duplicates={} \
+             sweeps={}",
             self.config.seed,
             self.config.nodes,
             self.config.cores_per_node,
@@ -401,6 +455,7 @@ impl World {
             self.summary.succeeded,
             self.summary.failed,
             self.summary.cancelled,
+            self.summary.unstarted,
             self.summary.retries,
             self.summary.replays,
             self.summary.duplicates,
@@ -447,12 +502,20 @@ impl World {
     fn on_dispatch(&mut self, dispatch: Dispatch) {
         let node = dispatch.node;
         self.ledger
-            .dispatched(&dispatch, self.config.cores_per_node);
+            .dispatched(&dispatch, self.config.cores_per_node, Time(self.now));
         self.ledger.check_credit(&self.core, node);
-        let work: Vec<(AttemptId, u32)> = dispatch
+        let longest = self.config.duration_micros.1;
+        let work: Vec<Work> = dispatch
             .assignments
             .iter()
-            .map(|assignment| (assignment.attempt, self.ledger.job_cores(assignment.job)))
+            .map(|assignment| Work {
+                attempt: assignment.attempt,
+                cores: self.ledger.job_cores(assignment.job),
+                max_duration: self
+                    .ledger
+                    .job_time_limit(assignment.job)
+                    .map_or(longest, |limit| limit.min(longest)),
+            })
             .collect();
         let first = dispatch.assignments[0];
         self.trace(&[
@@ -497,7 +560,7 @@ impl World {
         match action {
             Action::Submit(spec) => {
                 let job = self.core.handle_submit(spec, now).expect("valid spec");
-                self.ledger.submitted(job, spec.cores);
+                self.ledger.submitted(job, spec.cores, spec.time_limit);
                 self.trace(&[4, u64::from(job.job.0), job.first_task.0]);
             }
             Action::Hello { node, incarnation } => {
@@ -530,7 +593,7 @@ impl World {
                 }
                 let limit = self.config.cores_per_node + self.config.prefetch;
                 let agent = &mut self.agents[node.0 as usize];
-                agent.held += work.iter().map(|(_, cores)| cores).sum::<u32>();
+                agent.held += work.iter().map(|work| work.cores).sum::<u32>();
                 assert!(
                     agent.held <= limit,
                     "node {node} holds more work than it asked for"
@@ -547,12 +610,10 @@ impl World {
                     return;
                 }
                 let agent = &mut self.agents[node.0 as usize];
-                let cores = if let Some(position) = agent
-                    .local
-                    .iter()
-                    .position(|(queued, _)| *queued == attempt)
+                let cores = if let Some(position) =
+                    agent.local.iter().position(|work| work.attempt == attempt)
                 {
-                    agent.local.remove(position).map(|(_, cores)| cores)
+                    agent.local.remove(position).map(|work| work.cores)
                 } else if let Some(cores) = agent.running.remove(&attempt) {
                     agent.running_cores -= cores;
                     Some(cores)
@@ -647,6 +708,16 @@ impl World {
                 self.core.handle_cancel_job(job, now).expect("known job");
                 self.trace(&[7, u64::from(job.0)]);
             }
+            Action::Deadline(deadline) => {
+                self.core.handle_deadline(deadline, now);
+                self.ledger.deadline(deadline);
+                self.trace(&[15, deadline.map_or(0, Time::as_micros)]);
+            }
+            Action::Drain => {
+                self.core.handle_drain(now);
+                self.ledger.drain();
+                self.trace(&[16]);
+            }
         }
     }
 
@@ -674,7 +745,12 @@ impl World {
     fn start_local(&mut self, node: NodeId) {
         loop {
             let agent = &mut self.agents[node.0 as usize];
-            let Some(&(attempt, cores)) = agent.local.front() else {
+            let Some(&Work {
+                attempt,
+                cores,
+                max_duration,
+            }) = agent.local.front()
+            else {
                 return;
             };
             if agent.running_cores + cores > self.config.cores_per_node {
@@ -689,7 +765,9 @@ impl World {
                 "node {node} over capacity"
             );
             let (low, high) = self.config.duration_micros;
-            let duration = self.rng.random_range(low..=high);
+            let duration = self
+                .rng
+                .random_range(low.min(max_duration)..=high.min(max_duration));
             self.schedule(
                 self.now + duration,
                 Action::Done {
