@@ -139,6 +139,10 @@ pub struct RunArgs {
     /// Skip fsync of the journal (faster, not crash-safe).
     #[arg(long)]
     pub no_sync: bool,
+    /// Continue the pilot in --dir from its journal: finished tasks stay finished,
+    /// everything else runs (no task arguments needed, extra ones are added).
+    #[arg(long, requires = "dir")]
+    pub resume: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -150,6 +154,10 @@ pub struct PilotArgs {
     /// Skip fsync of the journal (faster, not crash-safe).
     #[arg(long)]
     pub no_sync: bool,
+    /// Continue the pilot in --dir from its journal (after a crash, or in a
+    /// continuation allocation).
+    #[arg(long)]
+    pub resume: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -87,6 +87,8 @@ pub struct PilotOptions {
     pub dir: PathBuf,
     pub agents: Agents,
     pub sync: bool,
+    /// Continue the pilot whose journal is in `dir` instead of starting a new one.
+    pub resume: bool,
 }
 
 /// A running pilot: the root actor plus everything it needs.
@@ -107,16 +109,34 @@ impl Pilot {
         saker_transport::crypto::install_crypto_provider()
             .context("installing the rustls crypto provider")?;
         let journal_dir = options.dir.join(JOURNAL_DIR);
-        if journal_dir.exists() {
-            bail!(
-                "{} already holds a pilot's journal; use a new directory \
-                 (resuming a pilot directory is not supported yet)",
-                options.dir.display()
-            );
-        }
-        let dir = PilotDir::create(&options.dir)
-            .with_context(|| format!("preparing pilot directory {}", options.dir.display()))?;
-        Credentials::generate_into(&dir).context("generating the pilot's certificates")?;
+        let (dir, history) = if options.resume {
+            let dir = PilotDir::open(&options.dir).with_context(|| {
+                format!(
+                    "opening pilot directory {} to resume",
+                    options.dir.display()
+                )
+            })?;
+            let history = saker_journal::read_all::<Record>(&journal_dir)
+                .with_context(|| format!("reading the journal in {}", journal_dir.display()))?;
+            if let Some(torn) = &history.torn_tail {
+                tracing::warn!(segment = %torn.segment.display(), offset = torn.offset,
+                    "ignoring a torn last journal record (the previous root stopped mid-write)");
+            }
+            // Addresses of the previous root and agents are stale.
+            let _ = std::fs::remove_dir_all(dir.path().join("addr"));
+            (dir, history.records)
+        } else {
+            if journal_dir.exists() {
+                bail!(
+                    "{} already holds a pilot's journal; resume it with --resume, or use a new directory",
+                    options.dir.display()
+                );
+            }
+            let dir = PilotDir::create(&options.dir)
+                .with_context(|| format!("preparing pilot directory {}", options.dir.display()))?;
+            Credentials::generate_into(&dir).context("generating the pilot's certificates")?;
+            (dir, Vec::new())
+        };
         let credentials =
             Credentials::load(&dir, Role::Root).context("loading root credentials")?;
         let pilot_id = dir.pilot_id().to_string();
@@ -142,6 +162,7 @@ impl Pilot {
             .context("writing the first journal record")?;
 
         let shutdown = Arc::new(tokio::sync::Notify::new());
+        let (restored_tx, restored_rx) = oneshot::channel();
         let (root, root_done) = Actor::spawn(
             None,
             Root,
@@ -151,10 +172,24 @@ impl Pilot {
                 core: saker_core::CoreConfig::default(),
                 shutdown: shutdown.clone(),
                 allocation: options.agents.allocation_status(),
+                restore: history,
+                restored: Some(restored_tx),
             },
         )
         .await
-        .context("starting the root actor")?;
+        .context("starting the root actor (restoring the journal)")?;
+        if let Ok(summary) = restored_rx.await
+            && options.resume
+        {
+            tracing::info!(?summary, "resumed from the journal");
+            eprintln!(
+                "saker: resumed {} jobs ({} tasks, {} already finished) from {}",
+                summary.jobs,
+                summary.tasks,
+                summary.finished,
+                journal_dir.display()
+            );
+        }
 
         // On one machine everything stays on loopback; across nodes, listen on every
         // interface and publish the address this host's name resolves to.

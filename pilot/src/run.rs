@@ -19,7 +19,11 @@ const SUBMIT_BATCH: usize = 10_000;
 
 pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let agents = Agents::from_args(&args.shape, false)?;
-    let requests = requests_from(&args.task, args.inline_output)?;
+    let requests = if args.resume && args.task.file.is_none() && args.task.command.is_empty() {
+        Vec::new()
+    } else {
+        requests_from(&args.task, args.inline_output)?
+    };
     let (dir, temporary) = match &args.dir {
         Some(dir) => (dir.clone(), false),
         None => (temporary_dir(), true),
@@ -29,6 +33,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         dir: dir.clone(),
         agents,
         sync: !args.no_sync,
+        resume: args.resume,
     })
     .await?;
 
@@ -63,6 +68,15 @@ async fn drive(
             .context("submission refused")?;
     }
 
+    // After a resume the pilot holds more than this submission.
+    let snapshot = status(pilot).await?;
+    let total = total.max(
+        snapshot.queued
+            + snapshot.running
+            + snapshot.succeeded
+            + snapshot.failed
+            + snapshot.cancelled,
+    );
     let mut progress = Progress::new(args.progress, total);
     let (reply, mut waiting) = oneshot::channel();
     pilot.request(ClientRequest::Wait { jobs: None, reply })?;
@@ -172,6 +186,7 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
         dir: args.dir.clone(),
         agents: Agents::from_args(&args.shape, true)?,
         sync: !args.no_sync,
+        resume: args.resume,
     })
     .await?;
     eprintln!("saker: pilot running in {}", args.dir.display());

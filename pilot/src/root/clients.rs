@@ -153,27 +153,22 @@ impl RootState {
         });
     }
 
-    /// Queues a validated job in the core and keeps what agents need to run it. The
-    /// one path for new submissions and for jobs restored from the journal, so both
-    /// get the same ids in the same order.
+    /// Queues a validated job in the core and keeps what agents need to run it.
     pub(super) fn register_job(
         &mut self,
         request: &JobRequest,
         submitted_us: u64,
     ) -> Result<saker_core::SubmittedJob, saker_core::SubmitError> {
+        let job = self.core.handle_submit(core_spec(request), self.now())?;
+        self.keep_job(job.job.0, request, submitted_us);
+        Ok(job)
+    }
+
+    /// Keeps what agents need to run a job the core has accepted.
+    pub(super) fn keep_job(&mut self, job: u32, request: &JobRequest, submitted_us: u64) {
         let spec = &request.spec;
-        let count = request.task_count() as u32;
-        let job_spec = JobSpec {
-            count,
-            cores: spec.cores,
-            priority: spec.priority,
-            max_retries: spec.max_retries,
-            max_replays: None,
-            time_limit: spec.time_limit.map(|t| t.as_micros() as u64),
-        };
-        let job = self.core.handle_submit(job_spec, self.now())?;
         let def = JobDef {
-            job: job.job.0,
+            job,
             argv: spec.command().into_owned(),
             env: spec
                 .env
@@ -190,18 +185,17 @@ impl RootState {
             is_array: request.array.is_some(),
         };
         self.jobs.insert(
-            job.job.0,
+            job,
             JobEntry {
                 def: Arc::new(def),
                 array: request.array.clone(),
                 submitted_us,
-                count,
+                count: request.task_count() as u32,
                 durable: 0,
                 failed: 0,
                 cancelled: 0,
             },
         );
-        Ok(job)
     }
 
     pub(super) fn on_durable(&mut self, results: Vec<Arc<ResultRecord>>) {
@@ -338,6 +332,19 @@ impl RootState {
             .collect();
         loads.sort_by_key(|load| load.node);
         loads
+    }
+}
+
+/// What the core needs to know of a job request.
+pub(super) fn core_spec(request: &JobRequest) -> JobSpec {
+    let spec = &request.spec;
+    JobSpec {
+        count: request.task_count() as u32,
+        cores: spec.cores,
+        priority: spec.priority,
+        max_retries: spec.max_retries,
+        max_replays: None,
+        time_limit: spec.time_limit.map(|t| t.as_micros() as u64),
     }
 }
 

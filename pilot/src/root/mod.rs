@@ -9,11 +9,13 @@
 
 mod agents;
 mod clients;
+mod restore;
 mod state;
 
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+pub use restore::{RestoreError, RestoreSummary};
 use saker_journal::JournalWriter;
 pub use state::RootState;
 
@@ -60,6 +62,10 @@ pub struct RootArgs {
     pub shutdown: Arc<tokio::sync::Notify>,
     /// The batch allocation the pilot runs in, if any (for `status`).
     pub allocation: Option<crate::client::AllocationStatus>,
+    /// Journal records of a previous root to resume from (empty for a new pilot).
+    pub restore: Vec<Record>,
+    /// Receives what the resume found, once the root has started.
+    pub restored: Option<tokio::sync::oneshot::Sender<RestoreSummary>>,
 }
 
 #[derive(Debug, Default)]
@@ -75,7 +81,16 @@ impl Actor for Root {
         myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(RootState::new(myself, args))
+        let mut args = args;
+        let records = std::mem::take(&mut args.restore);
+        let restored = args.restored.take();
+        let mut state = RootState::new(myself, args);
+        let summary = state.restore(records)?;
+        if let Some(sender) = restored {
+            let _ = sender.send(summary);
+        }
+        state.drain();
+        Ok(state)
     }
 
     async fn handle(

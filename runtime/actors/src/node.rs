@@ -165,10 +165,7 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
     })?;
 
     let parent_file = address_file(&options.pilot_dir, parent_of(node, options.fanout));
-    let parent_addr = wait_for_address(&parent_file, options.parent_wait).await?;
-    let connection = quic::connect(&endpoint, parent_addr)
-        .await
-        .map_err(parent_link)?;
+    let connection = connect_parent(&endpoint, &parent_file, options.parent_wait).await?;
     let (send, recv) = connection.open_bi().await.map_err(parent_link)?;
     let mut writer = FrameWriter::new(send);
     writer.write_preamble().await.map_err(parent_link)?;
@@ -209,6 +206,29 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
     Ok(exit_rx
         .await
         .unwrap_or_else(|_| AgentExit::Failed("agent actor failed".to_string())))
+}
+
+/// Connects to the parent named in `file`, re-reading the file after a failed attempt:
+/// the address there may be stale (a parent from before a restart) until the new
+/// parent publishes its own.
+async fn connect_parent(
+    endpoint: &quinn::Endpoint,
+    file: &Path,
+    wait: Duration,
+) -> Result<quinn::Connection, NodeError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let address = wait_for_address(file, left).await?;
+        match saker_transport::quic::connect(endpoint, address).await {
+            Ok(connection) => return Ok(connection),
+            Err(error) if tokio::time::Instant::now() < deadline => {
+                tracing::debug!(%error, %address, "parent not reachable yet; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => return Err(parent_link(error)),
+        }
+    }
 }
 
 /// Frames from the parent: ours are decoded and handed to the agent, the rest are

@@ -24,6 +24,28 @@ pub enum SubmitError {
     },
 }
 
+/// A job could not be restored from a journal.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RestoreError {
+    /// The job itself is not acceptable (same rules as a submission).
+    #[error("the restored job is not acceptable")]
+    Submit(#[source] SubmitError),
+    /// A finished task's index is outside the job.
+    #[error("finished task index {index} is outside a job of {count} tasks")]
+    IndexOutOfRange {
+        /// The offending index.
+        index: u32,
+        /// The job's task count.
+        count: u32,
+    },
+    /// The same task was listed as finished twice.
+    #[error("task index {index} is listed as finished twice")]
+    DuplicateIndex {
+        /// The repeated index.
+        index: u32,
+    },
+}
+
 /// A node input was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NodeError {

@@ -67,7 +67,7 @@ mod scheduler;
 mod task;
 
 pub use config::{Backoff, CoreConfig, JobSpec};
-pub use error::{AttemptError, CancelError, NodeError, SubmitError};
+pub use error::{AttemptError, CancelError, NodeError, RestoreError, SubmitError};
 pub use ids::{AttemptId, JobId, NodeId, TaskId, Time};
 pub use output::{
     Assignment, AttemptOutcome, CancelSummary, Counts, Dispatch, Disposition, Event, JobCounts,

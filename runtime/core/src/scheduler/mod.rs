@@ -5,6 +5,7 @@ mod audit;
 mod deadline;
 mod inputs;
 mod outputs;
+mod restore;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 

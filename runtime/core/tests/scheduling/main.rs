@@ -10,3 +10,4 @@ mod dispatch;
 mod failures;
 mod memory;
 mod nodes;
+mod restore;

@@ -1,0 +1,164 @@
+//! Rebuilding the root's state from the journal a previous root left (resume).
+//!
+//! Submissions are replayed in journal order through the same path as new ones, so
+//! every job and task keeps its id; accepted results mark their tasks terminal and
+//! are served to clients again with their original sequence numbers; everything else
+//! is queued to run. Cancelled jobs are cancelled again, which finishes their tasks
+//! that never started.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use saker_core::{JobId as CoreJobId, TerminalState as CoreState};
+
+use super::clients::core_spec;
+use super::state::RootState;
+use crate::records::Record;
+use crate::results::TerminalState;
+
+/// What a resume found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RestoreSummary {
+    pub jobs: u64,
+    pub tasks: u64,
+    pub finished: u64,
+    pub previous_starts: u64,
+}
+
+/// A journal that cannot be the history of one pilot.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("journal record {position}: job {job} cannot be restored")]
+    Job {
+        position: usize,
+        job: u32,
+        #[source]
+        source: saker_core::RestoreError,
+    },
+    #[error("journal record {position}: job {job} was expected to get id {expected}")]
+    IdMismatch {
+        position: usize,
+        job: u32,
+        expected: u32,
+    },
+    #[error(
+        "journal record {position}: job {job} was expected to start at task {first_task}, not {got}"
+    )]
+    TaskIdMismatch {
+        position: usize,
+        job: u32,
+        first_task: u64,
+        got: u64,
+    },
+    #[error("journal record {position}: a result for task {task} of unknown job {job}")]
+    UnknownJob {
+        position: usize,
+        job: u32,
+        task: u64,
+    },
+}
+
+impl RootState {
+    /// Replays `records` into this (fresh) root.
+    pub(super) fn restore(&mut self, records: Vec<Record>) -> Result<RestoreSummary, RestoreError> {
+        let mut summary = RestoreSummary::default();
+        // Per job: (first task, finished offsets). Results may precede nothing but
+        // their submission, so collect them first.
+        let mut first_tasks: BTreeMap<u32, u64> = BTreeMap::new();
+        for record in &records {
+            if let Record::Submit {
+                job, first_task, ..
+            } = record
+            {
+                first_tasks.insert(*job, *first_task);
+            }
+        }
+        let mut finished: BTreeMap<u32, Vec<(u32, CoreState)>> = BTreeMap::new();
+        let mut results = Vec::new();
+        let mut cancelled = Vec::new();
+        for (position, record) in records.iter().enumerate() {
+            match record {
+                Record::Result(result) => {
+                    let job = result.job.0;
+                    let Some(first) = first_tasks.get(&job) else {
+                        return Err(RestoreError::UnknownJob {
+                            position,
+                            job,
+                            task: result.task.0,
+                        });
+                    };
+                    let offset = result.task.0.saturating_sub(*first) as u32;
+                    let state = match result.state {
+                        TerminalState::Succeeded => CoreState::Succeeded,
+                        TerminalState::Failed => CoreState::Failed,
+                        TerminalState::Cancelled => CoreState::Cancelled,
+                    };
+                    finished.entry(job).or_default().push((offset, state));
+                    results.push(Arc::new(result.clone()));
+                }
+                Record::Cancel { job, .. } => cancelled.push(*job),
+                Record::PilotStarted { .. } => summary.previous_starts += 1,
+                Record::Submit { .. } => {}
+            }
+        }
+        for (position, record) in records.into_iter().enumerate() {
+            let Record::Submit {
+                job,
+                first_task,
+                count: _,
+                submitted_unix_us,
+                request,
+            } = record
+            else {
+                continue;
+            };
+            let done = finished.remove(&job).unwrap_or_default();
+            let restored = self
+                .core
+                .handle_restore_job(core_spec(&request), &done, self.now())
+                .map_err(|source| RestoreError::Job {
+                    position,
+                    job,
+                    source,
+                })?;
+            if restored.job.0 != job {
+                return Err(RestoreError::IdMismatch {
+                    position,
+                    job,
+                    expected: restored.job.0,
+                });
+            }
+            if restored.first_task.0 != first_task {
+                return Err(RestoreError::TaskIdMismatch {
+                    position,
+                    job,
+                    first_task,
+                    got: restored.first_task.0,
+                });
+            }
+            self.keep_job(job, &request, submitted_unix_us);
+            summary.jobs += 1;
+            summary.tasks += u64::from(restored.count);
+        }
+        results.sort_by_key(|r| r.seq);
+        for record in results {
+            if let Some(job) = self.jobs.get_mut(&record.job.0) {
+                job.durable += 1;
+                match record.state {
+                    TerminalState::Failed => job.failed += 1,
+                    TerminalState::Cancelled => job.cancelled += 1,
+                    TerminalState::Succeeded => {}
+                }
+            }
+            self.next_seq = self.next_seq.max(record.seq + 1);
+            self.results.push(record);
+            summary.finished += 1;
+        }
+        for job in cancelled {
+            if let Err(error) = self.core.handle_cancel_job(CoreJobId(job), self.now()) {
+                tracing::warn!(%error, job, "re-cancelling a restored job");
+            }
+        }
+        Ok(summary)
+    }
+}

@@ -1,0 +1,109 @@
+//! Durable resume: the root is killed with SIGKILL mid-run; `saker run --resume`
+//! rebuilds from the journal, keeps every accepted result, and runs the rest.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{results, run, saker};
+
+#[test]
+fn a_killed_root_resumes_from_its_journal_without_losing_or_repeating_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let log = dir.path().join("executions.log");
+    let script = format!("sleep 0.02; echo {{index}} >> {}", log.display());
+    let mut first = saker()
+        .args([
+            "run",
+            "--progress",
+            "none",
+            "--agents",
+            "2",
+            "--slots",
+            "4",
+            "--array",
+            "1-400",
+        ])
+        .arg("--dir")
+        .arg(&pilot)
+        .args(["--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill the root once work is under way, while most of it is still queued.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let journaled = std::fs::read_to_string(&log).map_or(0, |l| l.lines().count());
+        if journaled >= 60 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the first run made no progress");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    first.kill().unwrap(); // SIGKILL: no chance to flush or say goodbye
+    first.wait().unwrap();
+    // Its agents would notice only after the link idle timeout; stop them now.
+    let _ = Command::new("pkill")
+        .args(["-KILL", "-f", &format!("agent --dir {}", pilot.display())])
+        .status();
+    let before = results(&pilot);
+    assert!(
+        !before.is_empty() && before.len() < 400,
+        "killed mid-run: {}",
+        before.len()
+    );
+
+    let resumed = run(saker()
+        .args(["run", "--resume", "--progress", "none", "--dir"])
+        .arg(&pilot));
+    assert!(resumed.status.success());
+    assert!(String::from_utf8_lossy(&resumed.stderr).contains("resumed 1 jobs (400 tasks"));
+
+    let after = results(&pilot);
+    assert_eq!(after.len(), 400, "one result per task");
+    let tasks: BTreeSet<u64> = after.iter().map(|r| r["task"].as_u64().unwrap()).collect();
+    assert_eq!(tasks.len(), 400);
+    let seqs: Vec<u64> = after.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (1..=400).collect::<Vec<_>>(),
+        "no gaps, no duplicates in the stream"
+    );
+    // Results accepted before the kill are kept as they were.
+    assert_eq!(&after[..before.len()], &before[..]);
+    // Every task ran at least once (some twice: in flight when the root died).
+    let executed: BTreeSet<u32> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(executed, (1..=400).collect());
+}
+
+#[test]
+fn a_new_pilot_refuses_a_directory_with_a_journal_and_resume_needs_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let output = run(saker()
+        .args(["run", "--progress", "none", "--dir"])
+        .arg(&pilot)
+        .args(["--", "true"]));
+    assert!(output.status.success());
+    let again = run(saker()
+        .args(["run", "--progress", "none", "--dir"])
+        .arg(&pilot)
+        .args(["--", "true"]));
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--resume"));
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let nothing = run(saker()
+        .args(["run", "--resume", "--progress", "none", "--dir"])
+        .arg(&empty));
+    assert_eq!(nothing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&nothing.stderr).contains("not a saker pilot directory"));
+}

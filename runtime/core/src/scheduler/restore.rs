@@ -1,0 +1,126 @@
+//! Rebuilding jobs from a journal after the root restarted ([`Core::handle_restore_job`]).
+
+use super::{Core, slot};
+use crate::config::JobSpec;
+use crate::error::{RestoreError, SubmitError};
+use crate::ids::{JobId, TaskId, Time};
+use crate::output::{SubmittedJob, TerminalState};
+use crate::queue::{FreshRange, ReturnedTask};
+use crate::task::{Bucket, JobRecord, Phase, TaskRecord};
+
+impl Core {
+    /// Re-creates a job that a previous root accepted, with the tasks at `finished`
+    /// offsets already terminal. Call it for every journaled job in journal order, on a
+    /// core that has seen nothing else yet, so each job gets the same ids as before.
+    ///
+    /// No events are produced for the restored terminal tasks (their results are in
+    /// the journal already); the rest are queued as if never dispatched. Because
+    /// dispatch is FIFO within a job, unfinished tasks below the highest finished index
+    /// are few (what was in flight or waiting for a retry when the old root stopped):
+    /// they are queued one by one ahead of fresh work, as replays are, and everything
+    /// after the highest finished index stays one range, so a mostly-unstarted array
+    /// still costs nothing per task.
+    ///
+    /// Errors leave the core unchanged.
+    pub fn handle_restore_job(
+        &mut self,
+        spec: JobSpec,
+        finished: &[(u32, TerminalState)],
+        now: Time,
+    ) -> Result<SubmittedJob, RestoreError> {
+        self.observe(now);
+        if spec.count == 0 {
+            return Err(RestoreError::Submit(SubmitError::EmptyJob));
+        }
+        if spec.cores == 0 {
+            return Err(RestoreError::Submit(SubmitError::ZeroCores));
+        }
+        let mut sorted: Vec<(u32, TerminalState)> = finished.to_vec();
+        sorted.sort_unstable_by_key(|&(index, _)| index);
+        for pair in sorted.windows(2) {
+            if pair[0].0 == pair[1].0 {
+                return Err(RestoreError::DuplicateIndex { index: pair[0].0 });
+            }
+        }
+        if let Some(&(index, _)) = sorted.last()
+            && index >= spec.count
+        {
+            return Err(RestoreError::IndexOutOfRange {
+                index,
+                count: spec.count,
+            });
+        }
+        let job = u32::try_from(self.jobs.len() + 1)
+            .map(JobId)
+            .map_err(|_| RestoreError::Submit(SubmitError::JobIdsExhausted))?;
+        let first_task = TaskId(self.next_task);
+        self.next_task =
+            self.next_task
+                .checked_add(u64::from(spec.count))
+                .ok_or(RestoreError::Submit(SubmitError::TaskIdsExhausted {
+                    count: spec.count,
+                }))?;
+
+        let max_replays = spec.max_replays.unwrap_or(self.config.default_max_replays);
+        self.jobs
+            .push(JobRecord::new(spec, max_replays, first_task));
+        self.counts.submitted += u64::from(spec.count);
+        self.counts.queued += u64::from(spec.count);
+        let record = &mut self.jobs[slot(job)];
+        for &(index, state) in &sorted {
+            record.mark_finished(index);
+            record.shift(&mut self.counts, Bucket::Queued, Bucket::from(state), 1);
+        }
+        if !self.horizon.track(job, spec.time_limit, self.now) {
+            self.horizon.hold(job);
+        }
+        // Unfinished tasks below the highest finished one go back one by one.
+        let tail = sorted.last().map_or(0, |&(index, _)| index + 1);
+        let mut done = sorted.iter().map(|&(index, _)| index).peekable();
+        for index in 0..tail {
+            if done.peek() == Some(&index) {
+                done.next();
+                continue;
+            }
+            let task = TaskId(first_task.0 + u64::from(index));
+            self.tasks.insert(
+                task,
+                TaskRecord {
+                    job,
+                    index,
+                    attempts: 0,
+                    failures: 0,
+                    replays: 0,
+                    phase: Phase::Queued,
+                },
+            );
+            self.horizon.push_returned(
+                &mut self.queue,
+                spec.priority,
+                ReturnedTask {
+                    task,
+                    job,
+                    cores: spec.cores,
+                },
+            );
+        }
+        if tail < spec.count {
+            self.horizon.push_fresh(
+                &mut self.queue,
+                spec.priority,
+                FreshRange {
+                    job,
+                    next: tail,
+                    end: spec.count,
+                    cores: spec.cores,
+                },
+            );
+        }
+        self.finish_job_if_done(job);
+        Ok(SubmittedJob {
+            job,
+            first_task,
+            count: spec.count,
+        })
+    }
+}

@@ -1,0 +1,134 @@
+//! Rebuilding a core from what a journal remembers.
+
+use saker_core::{
+    AttemptOutcome, Core, CoreConfig, Event, JobSpec, NodeId, RestoreError, TaskStatus,
+    TerminalState, Time,
+};
+
+fn drain_events(core: &mut Core) -> Vec<Event> {
+    std::iter::from_fn(|| core.poll_event()).collect()
+}
+
+/// Runs everything dispatchable on one big node to completion; returns finished tasks.
+fn run_all(core: &mut Core) -> Vec<(u64, TerminalState)> {
+    let node = NodeId(1);
+    let _ = core.handle_node_joined(node, 1_000_000, Time::ZERO);
+    core.handle_credit(node, 1_000_000, Time::ZERO).unwrap();
+    let mut finished = Vec::new();
+    while let Some(dispatch) = core.poll_dispatch() {
+        for assignment in dispatch.assignments {
+            core.handle_result(assignment.attempt, AttemptOutcome::Succeeded, Time::ZERO);
+        }
+    }
+    for event in drain_events(core) {
+        if let Event::TaskFinished { task, state, .. } = event {
+            finished.push((task.0, state));
+        }
+    }
+    finished
+}
+
+#[test]
+fn restored_jobs_get_the_same_ids_and_only_unfinished_tasks_run() {
+    let mut core = Core::new(CoreConfig::default());
+    let first = core
+        .handle_restore_job(
+            JobSpec::array(10),
+            &[
+                (0, TerminalState::Succeeded),
+                (1, TerminalState::Failed),
+                (4, TerminalState::Succeeded),
+            ],
+            Time::ZERO,
+        )
+        .unwrap();
+    let second = core
+        .handle_restore_job(JobSpec::single(), &[], Time::ZERO)
+        .unwrap();
+    assert_eq!((first.job.0, first.first_task.0), (1, 1));
+    assert_eq!((second.job.0, second.first_task.0), (2, 11));
+    let counts = core.counts();
+    assert_eq!(
+        (
+            counts.submitted,
+            counts.succeeded,
+            counts.failed,
+            counts.queued
+        ),
+        (11, 2, 1, 8)
+    );
+    core.check_consistency().unwrap();
+    assert!(
+        drain_events(&mut core).is_empty(),
+        "restored results are not reported again"
+    );
+
+    let mut ran: Vec<u64> = run_all(&mut core)
+        .into_iter()
+        .map(|(task, _)| task)
+        .collect();
+    ran.sort_unstable();
+    assert_eq!(
+        ran,
+        vec![3, 4, 6, 7, 8, 9, 10, 11],
+        "tasks 1, 2 and 5 had finished"
+    );
+    assert!(core.is_quiescent());
+    core.check_consistency().unwrap();
+}
+
+#[test]
+fn a_fully_finished_job_is_finished_at_once_and_the_gaps_come_first() {
+    let mut core = Core::new(CoreConfig::default());
+    let all: Vec<_> = (0..3).map(|i| (i, TerminalState::Succeeded)).collect();
+    let job = core
+        .handle_restore_job(JobSpec::array(3), &all, Time::ZERO)
+        .unwrap();
+    assert_eq!(core.job_counts(job.job).unwrap().succeeded, 3);
+    assert_eq!(
+        drain_events(&mut core),
+        vec![Event::JobFinished { job: job.job }]
+    );
+
+    let gappy = core
+        .handle_restore_job(
+            JobSpec::array(1000),
+            &[(500, TerminalState::Succeeded)],
+            Time::ZERO,
+        )
+        .unwrap();
+    // Below the highest finished index: one record each; above it: still one range.
+    assert_eq!(core.task_status(gappy.task(10)), Some(TaskStatus::Queued));
+    assert!(
+        core.ready_queue_entries() <= 501,
+        "{}",
+        core.ready_queue_entries()
+    );
+    core.check_consistency().unwrap();
+}
+
+#[test]
+fn bad_restores_are_refused_and_change_nothing() {
+    let mut core = Core::new(CoreConfig::default());
+    assert_eq!(
+        core.handle_restore_job(
+            JobSpec::array(3),
+            &[(3, TerminalState::Succeeded)],
+            Time::ZERO
+        ),
+        Err(RestoreError::IndexOutOfRange { index: 3, count: 3 })
+    );
+    assert_eq!(
+        core.handle_restore_job(
+            JobSpec::array(3),
+            &[(1, TerminalState::Succeeded), (1, TerminalState::Failed)],
+            Time::ZERO
+        ),
+        Err(RestoreError::DuplicateIndex { index: 1 })
+    );
+    assert_eq!(core.counts().submitted, 0);
+    let job = core
+        .handle_restore_job(JobSpec::single(), &[], Time::ZERO)
+        .unwrap();
+    assert_eq!(job.job.0, 1, "refused restores used no ids");
+}
