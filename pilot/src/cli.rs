@@ -112,6 +112,20 @@ pub struct TaskArgs {
     pub command: Vec<String>,
 }
 
+/// When the pilot must stop.
+#[derive(Debug, Clone, Args)]
+pub struct WalltimeArgs {
+    /// Stop after this long at most (`90m`, `2h`, `H:MM:SS`); inside a Slurm
+    /// allocation the allocation's end applies too, whichever is first.
+    #[arg(long)]
+    pub time_budget: Option<String>,
+    /// Safety margin before the end: no task starts unless it can finish before
+    /// end − margin, and at end − margin what still runs is stopped and the pilot
+    /// exits, its journal ready for a continuation.
+    #[arg(long, default_value = "60s")]
+    pub walltime_margin: String,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ProgressMode {
     /// A bar on a terminal, periodic lines otherwise.
@@ -131,6 +145,20 @@ pub struct RunArgs {
     pub shape: ShapeArgs,
     #[command(flatten)]
     pub task: TaskArgs,
+    #[command(flatten)]
+    pub walltime: WalltimeArgs,
+    /// Inside a Slurm allocation: when the walltime stops the run with tasks left,
+    /// submit this batch script as a continuation (dependency afterany on this job)
+    /// that resumes the pilot. `$0` in a batch script names the script itself.
+    #[arg(long, value_name = "SCRIPT")]
+    pub chain: Option<PathBuf>,
+    /// Time limit of the continuation job (default: this job's).
+    #[arg(long, value_name = "DURATION")]
+    pub chain_time: Option<String>,
+    /// Continuations to submit at most, counting this job's place in the chain
+    /// (`SAKER_CHAIN_INDEX`).
+    #[arg(long, default_value_t = 10)]
+    pub max_chain: u32,
     #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
     pub progress: ProgressMode,
     /// Bytes of each task's stdout/stderr kept inline in its result.
@@ -151,6 +179,8 @@ pub struct PilotArgs {
     pub dir: PathBuf,
     #[command(flatten)]
     pub shape: ShapeArgs,
+    #[command(flatten)]
+    pub walltime: WalltimeArgs,
     /// Skip fsync of the journal (faster, not crash-safe).
     #[arg(long)]
     pub no_sync: bool,

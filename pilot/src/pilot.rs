@@ -89,6 +89,42 @@ pub struct PilotOptions {
     pub sync: bool,
     /// Continue the pilot whose journal is in `dir` instead of starting a new one.
     pub resume: bool,
+    /// Start no attempt that cannot finish by this time (unix µs), stop at it.
+    pub deadline_unix_us: Option<u64>,
+}
+
+/// The pilot's deadline: the earlier of the allocation's end and the time budget,
+/// minus the margin.
+pub fn deadline(agents: &Agents, walltime: &crate::cli::WalltimeArgs) -> Result<Option<u64>> {
+    let now = Timestamp::now().unix_micros();
+    let margin = crate::spec::parse_duration(&walltime.walltime_margin)
+        .with_context(|| format!("--walltime-margin {:?}", walltime.walltime_margin))?;
+    let budget = match &walltime.time_budget {
+        Some(text) => Some(
+            crate::spec::parse_duration(text).with_context(|| format!("--time-budget {text:?}"))?,
+        ),
+        None => None,
+    };
+    let allocation_end = match agents {
+        Agents::Slurm { allocation, .. } => allocation.end_unix_us,
+        Agents::Local(_) => None,
+    };
+    let end = [allocation_end, budget.map(|b| now + b.as_micros() as u64)]
+        .into_iter()
+        .flatten()
+        .min();
+    let Some(end) = end else {
+        return Ok(None);
+    };
+    let deadline = end.saturating_sub(margin.as_micros() as u64);
+    if deadline <= now {
+        bail!(
+            "no time to run anything: the pilot must end in {:.0?}, and the walltime margin \
+             is {margin:?} (lower it with --walltime-margin)",
+            std::time::Duration::from_micros(end.saturating_sub(now))
+        );
+    }
+    Ok(Some(deadline))
 }
 
 /// A running pilot: the root actor plus everything it needs.
@@ -174,6 +210,7 @@ impl Pilot {
                 allocation: options.agents.allocation_status(),
                 restore: history,
                 restored: Some(restored_tx),
+                deadline_unix_us: options.deadline_unix_us,
             },
         )
         .await

@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::cli::RunArgs;
 use crate::client::{ClientRequest, ResultsItem, StatusReport, WaitReport};
-use crate::pilot::{Agents, Pilot, PilotOptions};
+use crate::pilot::{Agents, Pilot, PilotOptions, deadline};
 use crate::progress::Progress;
 use crate::results::TerminalState;
 use crate::submission::requests_from;
@@ -31,6 +31,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let started = Instant::now();
     let mut pilot = Pilot::start(PilotOptions {
         dir: dir.clone(),
+        deadline_unix_us: deadline(&agents, &args.walltime)?,
         agents,
         sync: !args.no_sync,
         resume: args.resume,
@@ -39,15 +40,72 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
 
     let outcome = drive(&mut pilot, requests, &args, started).await;
     pilot.shutdown().await?;
-    if temporary {
-        let _ = std::fs::remove_dir_all(&dir);
+    match outcome? {
+        RunEnd::Finished(report) => {
+            if temporary {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            Ok(if report.failed == 0 && report.cancelled == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        RunEnd::Walltime(status) => {
+            report_unstarted(&status, &dir, temporary);
+            if let Some(script) = &args.chain {
+                crate::chain::submit_continuation(script, &args)?;
+            }
+            Ok(ExitCode::from(EXIT_WALLTIME))
+        }
     }
-    let report = outcome?;
-    Ok(if report.failed == 0 && report.cancelled == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+}
+
+/// Exit code of a run stopped by its walltime with tasks left (resume to finish).
+pub const EXIT_WALLTIME: u8 = 3;
+
+/// How a run ended.
+#[derive(Debug)]
+enum RunEnd {
+    Finished(WaitReport),
+    /// Stopped by the walltime deadline with tasks left.
+    Walltime(Box<StatusReport>),
+}
+
+fn report_unstarted(status: &StatusReport, dir: &std::path::Path, temporary: bool) {
+    // Attempts stopped at the deadline may still be on their way back as lost.
+    let left = status.queued + status.running;
+    let mut never: Vec<String> = status
+        .unstarted
+        .iter()
+        .take(5)
+        .map(|j| format!("job {}: {}", j.job, j.tasks))
+        .collect();
+    if status.unstarted.len() > 5 {
+        never.push(format!("… {} more jobs", status.unstarted.len() - 5));
+    }
+    eprintln!(
+        "saker: walltime reached: {left} tasks did not finish ({} stopped at the deadline, \
+         never started: {}); {} succeeded, {} failed",
+        status.running,
+        if never.is_empty() {
+            "none".to_string()
+        } else {
+            never.join(", ")
+        },
+        status.succeeded,
+        status.failed
+    );
+    if temporary {
+        eprintln!(
+            "saker: the pilot directory {} is kept so the run can resume",
+            dir.display()
+        );
+    }
+    eprintln!(
+        "saker: to finish them: saker run --resume --dir {}",
+        dir.display()
+    );
 }
 
 async fn drive(
@@ -55,7 +113,7 @@ async fn drive(
     requests: Vec<crate::spec::JobRequest>,
     args: &RunArgs,
     started: Instant,
-) -> Result<WaitReport> {
+) -> Result<RunEnd> {
     let total: u64 = requests.iter().map(|r| r.task_count()).sum();
     let mut batches = requests.into_iter().peekable();
     while batches.peek().is_some() {
@@ -81,8 +139,17 @@ async fn drive(
     let (reply, mut waiting) = oneshot::channel();
     pilot.request(ClientRequest::Wait { jobs: None, reply })?;
     let report = loop {
+        let stopped = pilot.stopped();
         tokio::select! {
             answer = &mut waiting => break answer.context("the root stopped")??,
+            () = stopped => {
+                let final_status = status(pilot).await?;
+                progress.finish(&final_status);
+                if final_status.walltime_reached {
+                    return Ok(RunEnd::Walltime(Box::new(final_status)));
+                }
+                anyhow::bail!("the pilot was shut down before its tasks finished");
+            }
             () = tokio::time::sleep(progress.interval()) => {
                 progress.update(&status(pilot).await?);
                 if !pilot.agents_running() {
@@ -112,7 +179,7 @@ async fn drive(
     if let Some(dir) = &args.dir {
         eprintln!("saker: results: saker results --dir {}", dir.display());
     }
-    Ok(report)
+    Ok(RunEnd::Finished(report))
 }
 
 async fn status(pilot: &Pilot) -> Result<StatusReport> {
@@ -182,9 +249,11 @@ pub fn poll_interval() -> Duration {
 /// `saker pilot`: a long-lived local pilot serving clients until `saker shutdown`
 /// or a signal.
 pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
+    let agents = Agents::from_args(&args.shape, true)?;
     let mut pilot = Pilot::start(PilotOptions {
         dir: args.dir.clone(),
-        agents: Agents::from_args(&args.shape, true)?,
+        deadline_unix_us: deadline(&agents, &args.walltime)?,
+        agents,
         sync: !args.no_sync,
         resume: args.resume,
     })

@@ -107,3 +107,78 @@ fn a_new_pilot_refuses_a_directory_with_a_journal_and_resume_needs_one() {
     assert_eq!(nothing.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&nothing.stderr).contains("not a saker pilot directory"));
 }
+
+#[test]
+fn a_time_budget_stops_the_run_and_resume_finishes_what_was_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    // Two slots, four 2-second tasks, a deadline 2.5 s in: two finish, two are
+    // stopped at the deadline.
+    let cut = run(saker()
+        .args([
+            "run",
+            "--progress",
+            "none",
+            "--slots",
+            "2",
+            "--time-budget",
+            "3s",
+        ])
+        .args(["--walltime-margin", "500ms", "--array", "1-4", "--dir"])
+        .arg(&pilot)
+        .args(["--", "sleep", "2"]));
+    assert_eq!(
+        cut.status.code(),
+        Some(3),
+        "exit 3: stopped by the walltime"
+    );
+    let stderr = String::from_utf8_lossy(&cut.stderr);
+    assert!(
+        stderr.contains("2 tasks did not finish (2 stopped at the deadline"),
+        "{stderr}"
+    );
+    assert_eq!(results(&pilot).len(), 2);
+
+    // Tasks whose time limit cannot fit never start, and the pilot does not wait.
+    let unfit = dir.path().join("unfit");
+    let started = Instant::now();
+    let none = run(saker()
+        .args([
+            "run",
+            "--progress",
+            "none",
+            "--time-budget",
+            "10s",
+            "--time-limit",
+            "1m",
+            "--walltime-margin",
+            "1s",
+        ])
+        .arg("--dir")
+        .arg(&unfit)
+        .args(["--", "true"]));
+    assert_eq!(none.status.code(), Some(3));
+    assert!(started.elapsed() < Duration::from_secs(8));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("never started: job 1: 1"));
+
+    // A margin that leaves no time is refused up front, with the reason.
+    let squeezed = run(saker().args([
+        "run",
+        "--progress",
+        "none",
+        "--time-budget",
+        "10s",
+        "--",
+        "true",
+    ]));
+    assert_eq!(squeezed.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&squeezed.stderr).contains("--walltime-margin"));
+
+    let resumed = run(saker()
+        .args(["run", "--resume", "--progress", "none", "--dir"])
+        .arg(&pilot));
+    assert!(resumed.status.success());
+    let records = results(&pilot);
+    assert_eq!(records.len(), 4);
+    assert!(records.iter().all(|r| r["state"] == "succeeded"));
+}

@@ -245,3 +245,75 @@ fn the_service_template_takes_work_from_outside_until_shut_down() {
         std::fs::read_to_string(&log).unwrap()
     );
 }
+
+#[test]
+fn the_campaign_template_leaves_what_cannot_fit_to_its_continuation() {
+    if !cluster() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Each task declares a 2-minute limit; the first allocation has 1 minute.
+    let tasks = dir.path().join("tasks.txt");
+    let lines: String = (1..=20)
+        .map(|i| format!("{{\"argv\": [\"sh\", \"-c\", \"echo {i}\"], \"time_limit\": \"2m\"}}\n"))
+        .collect();
+    std::fs::write(&tasks, lines).unwrap();
+    let pilot = dir.path().join("pilot");
+    let log = dir.path().join("first.log");
+    let started = Instant::now();
+    let mut command = Command::new("sbatch");
+    command
+        .args(["--parsable", "--nodes=2", "--time=1"])
+        .arg(format!("--output={}", log.display()))
+        .arg(template("campaign.sbatch"))
+        .env("SAKER", saker_bin())
+        .env("TASKS", &tasks)
+        .env("PILOT", &pilot)
+        .env("MARGIN", "10s")
+        .env("CHAIN_TIME", "5m")
+        .env_remove("SAKER_CHAIN_INDEX");
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let first = String::from_utf8_lossy(&output.stdout).trim().to_string();
+
+    let state = wait_for_state(&first, Duration::from_secs(120), &log);
+    let first_log = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(state, "COMPLETED", "{first_log}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "it left well before its limit"
+    );
+    assert!(first_log.contains("20 tasks did not finish"), "{first_log}");
+    // One job per task-file line.
+    assert!(
+        first_log.contains("never started: job 1: 1, job 2: 1"),
+        "{first_log}"
+    );
+    assert!(first_log.contains("… 15 more jobs"), "{first_log}");
+    let next = first_log
+        .lines()
+        .find_map(|l| l.strip_prefix("saker: submitted continuation job "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no continuation submitted:\n{first_log}"))
+        .to_string();
+
+    let next_log = pilot.join("logs").join(format!("continuation-{next}.out"));
+    let state = wait_for_state(&next, Duration::from_secs(180), &next_log);
+    let next_text = std::fs::read_to_string(&next_log).unwrap_or_default();
+    assert_eq!(state, "COMPLETED", "{next_text}");
+    assert!(
+        next_text.contains("resumed 20 jobs (20 tasks, 0 already finished)"),
+        "{next_text}"
+    );
+    let records = results(&pilot);
+    assert_eq!(records.len(), 20);
+    assert!(
+        records
+            .iter()
+            .all(|r| r["state"] == "succeeded" && r["attempts"] == 1)
+    );
+}

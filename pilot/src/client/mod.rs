@@ -25,7 +25,7 @@ pub use connection::{Client, ClientError, ResultStream};
 pub use endpoint::{CLIENT_ENDPOINT_FILE_NAME, ClientEndpoint, EndpointError};
 pub use protocol::{
     AllocationStatus, CancelReport, ErrorKind, NodeLoad, PROTOCOL_VERSION, RequestError, RequestId,
-    StatusReport, StreamEnd, SubmitReply, SubmittedJob, WaitReport, Welcome,
+    StatusReport, StreamEnd, SubmitReply, SubmittedJob, UnstartedJob, WaitReport, Welcome,
 };
 pub use server::{
     ClientRequest, ConnectionError, Reply, ResultSink, ResultsItem, ServerConfig, serve,

@@ -165,6 +165,21 @@ pub struct StatusReport {
     pub allocation: Option<AllocationStatus>,
     /// Load per node (agent), ordered by node id.
     pub nodes: Vec<NodeLoad>,
+    /// Queued tasks that cannot finish before the pilot's walltime deadline (they
+    /// wait for a continuation).
+    pub beyond_deadline: u64,
+    /// The pilot stopped because of its walltime deadline.
+    pub walltime_reached: bool,
+    /// Per job, tasks that have not run (filled once the walltime is reached).
+    pub unstarted: Vec<UnstartedJob>,
+}
+
+/// Tasks of one job that did not run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UnstartedJob {
+    pub job: JobId,
+    pub tasks: u64,
 }
 
 /// The Slurm allocation of a pilot.

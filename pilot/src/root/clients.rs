@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use super::state::{JobEntry, RootState};
 use crate::client::{
     CancelReport, ClientRequest, ErrorKind, NodeLoad, Reply, RequestError, ResultSink, ResultsItem,
-    StatusReport, StreamEnd, SubmitReply, SubmittedJob, WaitReport,
+    StatusReport, StreamEnd, SubmitReply, SubmittedJob, UnstartedJob, WaitReport,
 };
 use crate::records::Record;
 use crate::results::{JobId, ResultRecord, TaskId, Timestamp};
@@ -314,6 +314,21 @@ impl RootState {
                 allocation
             }),
             nodes: self.node_loads(),
+            beyond_deadline: counts.beyond_deadline,
+            walltime_reached: self.walltime_reached,
+            unstarted: if self.walltime_reached {
+                let summary = self.core.unstarted();
+                summary
+                    .jobs
+                    .into_iter()
+                    .map(|(job, tasks)| UnstartedJob {
+                        job: JobId(job.0),
+                        tasks,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
         }
     }
 }

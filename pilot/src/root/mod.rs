@@ -11,6 +11,7 @@ mod agents;
 mod clients;
 mod restore;
 mod state;
+mod walltime;
 
 use std::sync::Arc;
 
@@ -51,6 +52,8 @@ pub enum RootMsg {
     },
     /// The core asked to be woken at or after some time.
     Timer,
+    /// The walltime deadline has come.
+    Walltime,
 }
 
 #[derive(Debug)]
@@ -66,6 +69,8 @@ pub struct RootArgs {
     pub restore: Vec<Record>,
     /// Receives what the resume found, once the root has started.
     pub restored: Option<tokio::sync::oneshot::Sender<RestoreSummary>>,
+    /// Start no attempt that cannot finish by this time (unix µs); stop at it.
+    pub deadline_unix_us: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -84,8 +89,12 @@ impl Actor for Root {
         let mut args = args;
         let records = std::mem::take(&mut args.restore);
         let restored = args.restored.take();
+        let deadline = args.deadline_unix_us;
         let mut state = RootState::new(myself, args);
         let summary = state.restore(records)?;
+        if let Some(deadline) = deadline {
+            state.set_deadline(deadline);
+        }
         if let Some(sender) = restored {
             let _ = sender.send(summary);
         }
@@ -116,8 +125,10 @@ impl Actor for Root {
                 return Ok(());
             }
             RootMsg::Timer => state.on_timer(),
+            RootMsg::Walltime => state.on_walltime(),
         }
         state.drain();
+        state.check_exhausted();
         Ok(())
     }
 

@@ -82,6 +82,9 @@ pub struct RootState {
     pub(super) shutting_down: bool,
     pub(super) shutdown_signal: Arc<tokio::sync::Notify>,
     pub(super) allocation: Option<crate::client::AllocationStatus>,
+    /// The walltime deadline on the core's clock, if any.
+    pub(super) deadline: Option<Time>,
+    pub(super) walltime_reached: bool,
     timer_at: Option<Time>,
 }
 
@@ -106,6 +109,8 @@ impl RootState {
             shutting_down: false,
             shutdown_signal: args.shutdown,
             allocation: args.allocation,
+            deadline: None,
+            walltime_reached: false,
             timer_at: None,
         }
     }

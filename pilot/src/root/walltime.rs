@@ -1,0 +1,62 @@
+//! Walltime: the pilot stops before its allocation does.
+//!
+//! The root is given a deadline (the allocation's end minus a safety margin, or a
+//! `--time-budget`). The core then starts only attempts that can finish by it. The
+//! pilot stops early once nothing left can start and nothing runs; at the deadline
+//! itself it kills what still runs (tasks without a time limit) so their tasks stay
+//! unfinished in the journal for a continuation, and shuts down. Either way the
+//! journal holds everything needed to resume.
+
+use std::time::Duration;
+
+use saker_core::Time;
+
+use super::RootMsg;
+use super::state::RootState;
+use crate::results::Timestamp;
+
+impl RootState {
+    /// Sets the deadline (unix µs) and arms the timer that enforces it.
+    pub(super) fn set_deadline(&mut self, deadline_unix_us: u64) {
+        let now_unix = Timestamp::now().unix_micros();
+        let left = deadline_unix_us.saturating_sub(now_unix);
+        let now = self.now();
+        let deadline = Time::from_micros(now.as_micros() + left);
+        self.core.handle_deadline(Some(deadline), now);
+        self.deadline = Some(deadline);
+        self.myself
+            .send_after(Duration::from_micros(left), || RootMsg::Walltime);
+    }
+
+    /// The deadline has come: stop starting, kill what runs, stop the pilot.
+    pub(super) fn on_walltime(&mut self) {
+        if self.walltime_reached {
+            return;
+        }
+        tracing::info!("walltime deadline reached; stopping running tasks and the pilot");
+        self.core.handle_drain(self.now());
+        self.stop_for_walltime();
+    }
+
+    /// Called after every turn: with a deadline set, once every unfinished task is
+    /// held back by it and nothing runs, waiting longer achieves nothing.
+    pub(super) fn check_exhausted(&mut self) {
+        if self.deadline.is_none() || self.walltime_reached || self.shutting_down {
+            return;
+        }
+        let counts = self.core.counts();
+        let unfinished = counts.queued + counts.delayed + counts.assigned + counts.running;
+        if unfinished > 0 && counts.beyond_deadline == unfinished {
+            tracing::info!(
+                tasks = unfinished,
+                "no remaining task can finish before the deadline; stopping the pilot"
+            );
+            self.stop_for_walltime();
+        }
+    }
+
+    fn stop_for_walltime(&mut self) {
+        self.walltime_reached = true;
+        self.on_shutdown();
+    }
+}
