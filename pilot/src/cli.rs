@@ -40,6 +40,8 @@ pub enum Command {
     Results(ResultsArgs),
     /// Ask a running pilot to stop.
     Shutdown(DirArgs),
+    /// Print a Slurm batch script for a pilot, with your settings filled in.
+    Template(TemplateArgs),
     /// Internal: one agent process (started by the pilot, not by users).
     #[command(hide = true)]
     Agent(AgentArgs),
@@ -237,6 +239,29 @@ pub struct ResultsArgs {
     /// Keep streaming results as they arrive (live pilot only).
     #[arg(long)]
     pub follow: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TemplateArgs {
+    /// Which pilot: mtc (run a task file), service (serve submissions), campaign
+    /// (chain allocations until done).
+    #[arg(value_enum)]
+    pub kind: crate::template::TemplateKind,
+    #[arg(long)]
+    pub nodes: Option<u32>,
+    /// Time limit per allocation (`H:MM:SS`, or Slurm's other forms).
+    #[arg(long)]
+    pub time: Option<String>,
+    #[arg(long)]
+    pub account: Option<String>,
+    #[arg(long)]
+    pub partition: Option<String>,
+    /// The task file (mtc, campaign).
+    #[arg(long)]
+    pub tasks: Option<PathBuf>,
+    /// The pilot directory (on a shared filesystem).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -186,3 +186,20 @@ impl ResultsSink {
         }
     }
 }
+
+/// Prints a batch script; `SAKER` defaults to this binary, absolute, so the script
+/// runs the same saker on every node.
+pub fn template(args: crate::cli::TemplateArgs) -> Result<ExitCode> {
+    let absolute = |path: std::path::PathBuf| std::path::absolute(&path).unwrap_or(path);
+    let settings = crate::template::Settings {
+        nodes: args.nodes,
+        time: args.time,
+        account: args.account,
+        partition: args.partition,
+        tasks: args.tasks.map(absolute),
+        dir: args.dir.map(absolute),
+        saker: std::env::current_exe().ok(),
+    };
+    print!("{}", crate::template::render(args.kind, &settings));
+    Ok(ExitCode::SUCCESS)
+}

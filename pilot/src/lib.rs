@@ -29,3 +29,4 @@ pub mod slurm;
 pub mod spec;
 pub mod submission;
 pub mod taskfile;
+pub mod template;

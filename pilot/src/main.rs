@@ -36,6 +36,7 @@ fn main() -> ExitCode {
             Command::Cancel(args) => commands::cancel(args).await,
             Command::Results(args) => commands::results(args).await,
             Command::Shutdown(args) => commands::shutdown(args).await,
+            Command::Template(args) => commands::template(args),
             Command::Agent(args) => agent::agent(args).await,
         }
     });

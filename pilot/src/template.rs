@@ -1,0 +1,138 @@
+//! `saker template`: the batch scripts of sbatch-templates/, embedded in the binary
+//! and filled in with a user's settings.
+
+use std::path::{Path, PathBuf};
+
+use clap::ValueEnum;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TemplateKind {
+    /// Run a task file across the allocation, then exit.
+    Mtc,
+    /// Hold the allocation and run what clients submit, until shut down.
+    Service,
+    /// Run what fits, then continue in a chained allocation, until done.
+    Campaign,
+}
+
+impl TemplateKind {
+    pub fn text(self) -> &'static str {
+        match self {
+            TemplateKind::Mtc => include_str!("../../sbatch-templates/mtc.sbatch"),
+            TemplateKind::Service => include_str!("../../sbatch-templates/service.sbatch"),
+            TemplateKind::Campaign => include_str!("../../sbatch-templates/campaign.sbatch"),
+        }
+    }
+}
+
+/// Settings to fill in; `None` keeps the template's own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settings {
+    pub nodes: Option<u32>,
+    pub time: Option<String>,
+    pub account: Option<String>,
+    pub partition: Option<String>,
+    pub tasks: Option<PathBuf>,
+    pub dir: Option<PathBuf>,
+    pub saker: Option<PathBuf>,
+}
+
+/// The template with `settings` applied.
+pub fn render(kind: TemplateKind, settings: &Settings) -> String {
+    let mut out = String::with_capacity(kind.text().len() + 256);
+    for line in kind.text().lines() {
+        let rendered = render_line(line, settings).unwrap_or_else(|| line.to_string());
+        out.push_str(&rendered);
+        out.push('\n');
+    }
+    out
+}
+
+fn render_line(line: &str, settings: &Settings) -> Option<String> {
+    let sbatch = |option: &str, value: &str| {
+        // Keep the template's trailing comment, if any.
+        let comment = line.find(" #").map(|at| &line[at..]).unwrap_or("");
+        format!("#SBATCH --{option}={value}{comment}")
+    };
+    let default = |name: &str, value: &Path| format!("{name}=${{{name}:-{}}}", value.display());
+    if line.starts_with("#SBATCH --nodes=") {
+        return settings.nodes.map(|n| sbatch("nodes", &n.to_string()));
+    }
+    if line.starts_with("#SBATCH --time=") {
+        return settings.time.as_deref().map(|t| sbatch("time", t));
+    }
+    if line.starts_with("##SBATCH --account=") {
+        return settings.account.as_deref().map(|a| sbatch("account", a));
+    }
+    if line.starts_with("##SBATCH --partition=") {
+        return settings
+            .partition
+            .as_deref()
+            .map(|p| sbatch("partition", p));
+    }
+    if line.starts_with("TASKS=${TASKS:-") {
+        return settings.tasks.as_deref().map(|t| default("TASKS", t));
+    }
+    if line.starts_with("PILOT=${PILOT:-") {
+        return settings.dir.as_deref().map(|d| default("PILOT", d));
+    }
+    if line.starts_with("SAKER=${SAKER:-") {
+        return settings.saker.as_deref().map(|s| default("SAKER", s));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_replace_the_template_defaults_and_nothing_else() {
+        let settings = Settings {
+            nodes: Some(8),
+            time: Some("12:00:00".into()),
+            account: Some("proj42".into()),
+            partition: Some("compute".into()),
+            tasks: Some("/scratch/tasks.txt".into()),
+            dir: Some("/scratch/pilot".into()),
+            saker: Some("/opt/saker/bin/saker".into()),
+        };
+        for kind in [
+            TemplateKind::Mtc,
+            TemplateKind::Service,
+            TemplateKind::Campaign,
+        ] {
+            let text = render(kind, &settings);
+            assert!(text.contains("#SBATCH --nodes=8 "), "{text}");
+            assert!(text.contains("#SBATCH --time=12:00:00"), "{text}");
+            assert!(text.contains("\n#SBATCH --account=proj42\n"), "{text}");
+            assert!(text.contains("\n#SBATCH --partition=compute\n"), "{text}");
+            assert!(text.contains("PILOT=${PILOT:-/scratch/pilot}"), "{text}");
+            assert!(
+                text.contains("SAKER=${SAKER:-/opt/saker/bin/saker}"),
+                "{text}"
+            );
+            assert_eq!(text.lines().count(), kind.text().lines().count());
+            // The result is still a valid shell script.
+            let checked = std::process::Command::new("bash")
+                .args(["-n", "-c", &text])
+                .status()
+                .unwrap();
+            assert!(checked.success());
+        }
+        assert!(
+            render(TemplateKind::Mtc, &settings).contains("TASKS=${TASKS:-/scratch/tasks.txt}")
+        );
+    }
+
+    #[test]
+    fn without_settings_the_template_is_unchanged() {
+        for kind in [
+            TemplateKind::Mtc,
+            TemplateKind::Service,
+            TemplateKind::Campaign,
+        ] {
+            assert_eq!(render(kind, &Settings::default()), kind.text());
+        }
+    }
+}
