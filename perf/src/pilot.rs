@@ -39,9 +39,10 @@ pub struct RunningPilot {
     /// The root process as `client.json` names it.
     root_pid: u32,
     stderr: PathBuf,
-    // Declared before `directory`: the processes die before their directory goes.
+    // Declared before the directory: the processes die before their directory goes.
     process: ProcessGroup,
-    directory: TempDir,
+    /// Held only to be removed on drop.
+    _directory: TempDir,
 }
 
 impl RunningPilot {
@@ -92,17 +93,13 @@ impl RunningPilot {
             root_pid,
             stderr,
             process,
-            directory,
+            _directory: directory,
         })
     }
 
     /// Process id of the root (the process whose memory the root's queue is in).
     pub fn root_pid(&self) -> u32 {
         self.root_pid
-    }
-
-    pub fn directory(&self) -> &Path {
-        self.directory.path()
     }
 
     /// Submits one job and waits for all its tasks; an unsuccessful task is an error.

@@ -39,6 +39,7 @@ impl Unit {
             Unit::Efficiency => format!("{value:.3}"),
             Unit::BytesPerTask if value.abs() < 10.0 => format!("{value:.1} B/task"),
             Unit::BytesPerTask => format!("{value:.0} B/task"),
+            Unit::Seconds if value < 0.1 => format!("{:.2} ms", value * 1000.0),
             Unit::Seconds => format!("{value:.3} s"),
         }
     }
@@ -286,6 +287,8 @@ mod tests {
         assert_eq!(Unit::PerSecond.format(5123.6), "5124/s");
         assert_eq!(Unit::BytesPerTask.format(97.6), "98 B/task");
         assert_eq!(Unit::BytesPerTask.format(0.12), "0.1 B/task");
+        assert_eq!(Unit::Seconds.format(0.0004), "0.40 ms");
+        assert_eq!(Unit::Seconds.format(1.0), "1.000 s");
     }
 
     #[test]
