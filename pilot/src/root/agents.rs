@@ -181,16 +181,11 @@ impl RootState {
         let Some(entry) = self.jobs.get_mut(&job) else {
             return;
         };
+        // Counted when durable (RootState::count_durable), not here.
         let state = match state {
             CoreState::Succeeded => TerminalState::Succeeded,
-            CoreState::Failed => {
-                entry.failed += 1;
-                TerminalState::Failed
-            }
-            CoreState::Cancelled => {
-                entry.cancelled += 1;
-                TerminalState::Cancelled
-            }
+            CoreState::Failed => TerminalState::Failed,
+            CoreState::Cancelled => TerminalState::Cancelled,
         };
         let index = entry.array_index(offset);
         let submit_time = Timestamp::from_unix_micros(entry.submitted_us);

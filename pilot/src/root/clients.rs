@@ -164,8 +164,26 @@ impl RootState {
         Ok(job)
     }
 
+    /// Counts a durable result in its job and in the pilot's totals.
+    pub(super) fn count_durable(&mut self, record: &ResultRecord) {
+        let (failed, cancelled) = match record.state {
+            crate::results::TerminalState::Succeeded => (0, 0),
+            crate::results::TerminalState::Failed => (1, 0),
+            crate::results::TerminalState::Cancelled => (0, 1),
+        };
+        if let Some(job) = self.jobs.get_mut(&record.job.0) {
+            job.durable += 1;
+            job.failed += failed;
+            job.cancelled += cancelled;
+        }
+        self.totals.durable += 1;
+        self.totals.failed += u64::from(failed);
+        self.totals.cancelled += u64::from(cancelled);
+    }
+
     /// Keeps what agents need to run a job the core has accepted.
     pub(super) fn keep_job(&mut self, job: u32, request: &JobRequest, submitted_us: u64) {
+        self.totals.tasks += request.task_count();
         let spec = &request.spec;
         let def = JobDef {
             job,
@@ -201,9 +219,7 @@ impl RootState {
     pub(super) fn on_durable(&mut self, results: Vec<Arc<ResultRecord>>) {
         let now = Instant::now();
         for record in results {
-            if let Some(job) = self.jobs.get_mut(&record.job.0) {
-                job.durable += 1;
-            }
+            self.count_durable(&record);
             self.followers
                 .retain(|sink| sink.send(record.clone()).is_ok());
             self.results.push(record);
@@ -219,25 +235,34 @@ impl RootState {
                 self.waiters.swap_remove(index);
                 continue;
             }
-            let covered: Vec<u32> = match &self.waiters[index].jobs {
-                Some(jobs) => jobs.clone(),
-                None => self.jobs.keys().copied().collect(),
+            // A wait for everything is answered from running totals, so it costs
+            // nothing per job however many jobs (task-file lines) the pilot holds.
+            let report = match &self.waiters[index].jobs {
+                None => (self.totals.durable >= self.totals.tasks).then(|| WaitReport {
+                    succeeded: self.totals.durable - self.totals.failed - self.totals.cancelled,
+                    failed: self.totals.failed,
+                    cancelled: self.totals.cancelled,
+                }),
+                // Jobs were checked to exist when the wait arrived.
+                Some(jobs) => jobs
+                    .iter()
+                    .all(|j| self.jobs.get(j).is_none_or(JobEntry::is_done))
+                    .then(|| {
+                        let mut report = WaitReport::default();
+                        for job in jobs.iter().filter_map(|j| self.jobs.get(j)) {
+                            report.failed += u64::from(job.failed);
+                            report.cancelled += u64::from(job.cancelled);
+                            report.succeeded += u64::from(job.count - job.failed - job.cancelled);
+                        }
+                        report
+                    }),
             };
-            // Jobs were checked to exist when the wait arrived.
-            if covered
-                .iter()
-                .all(|j| self.jobs.get(j).is_none_or(JobEntry::is_done))
-            {
-                let waiter = self.waiters.swap_remove(index);
-                let mut report = WaitReport::default();
-                for job in covered.iter().filter_map(|j| self.jobs.get(j)) {
-                    report.failed += u64::from(job.failed);
-                    report.cancelled += u64::from(job.cancelled);
-                    report.succeeded += u64::from(job.count - job.failed - job.cancelled);
+            match report {
+                Some(report) => {
+                    let waiter = self.waiters.swap_remove(index);
+                    let _ = waiter.reply.send(Ok(report));
                 }
-                let _ = waiter.reply.send(Ok(report));
-            } else {
-                index += 1;
+                None => index += 1,
             }
         }
     }
@@ -289,10 +314,8 @@ impl RootState {
 
     pub(super) fn status(&self) -> StatusReport {
         let counts = self.core.counts();
-        let (failed, cancelled) = self.jobs.values().fold((0u64, 0u64), |(f, c), j| {
-            (f + u64::from(j.failed), c + u64::from(j.cancelled))
-        });
-        let durable = self.results.len() as u64;
+        let (failed, cancelled) = (self.totals.failed, self.totals.cancelled);
+        let durable = self.totals.durable;
         StatusReport {
             pilot_id: self.pilot_id.clone(),
             queued: counts.queued + counts.delayed,

@@ -142,14 +142,7 @@ impl RootState {
         }
         results.sort_by_key(|r| r.seq);
         for record in results {
-            if let Some(job) = self.jobs.get_mut(&record.job.0) {
-                job.durable += 1;
-                match record.state {
-                    TerminalState::Failed => job.failed += 1,
-                    TerminalState::Cancelled => job.cancelled += 1,
-                    TerminalState::Succeeded => {}
-                }
-            }
+            self.count_durable(&record);
             self.next_seq = self.next_seq.max(record.seq + 1);
             self.results.push(record);
             summary.finished += 1;

@@ -53,6 +53,16 @@ pub(super) struct NodeEntry {
     pub running: u32,
 }
 
+/// Pilot-wide counts of durable results, kept as results arrive so that waits and
+/// status cost nothing per job.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Totals {
+    pub tasks: u64,
+    pub durable: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+}
+
 /// Details of an accepted attempt, kept until the core reports the task finished.
 #[derive(Debug)]
 pub(super) struct Detail {
@@ -76,6 +86,7 @@ pub struct RootState {
     pub(super) next_seq: u64,
     /// Durable results in sequence order (seq = position + 1).
     pub(super) results: Vec<Arc<ResultRecord>>,
+    pub(super) totals: Totals,
     pub(super) followers: Vec<mpsc::UnboundedSender<Arc<ResultRecord>>>,
     pub(super) rate: RateWindow,
     pub(super) waiters: Vec<Waiter>,
@@ -103,6 +114,7 @@ impl RootState {
             unjournaled: Vec::new(),
             next_seq: 1,
             results: Vec::new(),
+            totals: Totals::default(),
             followers: Vec::new(),
             rate: RateWindow::default(),
             waiters: Vec::new(),
