@@ -28,7 +28,8 @@ use crate::credentials::{Credentials, SERVER_NAME};
 pub struct LinkTimeouts {
     /// How often an idle link sends a keep-alive (default 2 s).
     pub keep_alive_interval: Duration,
-    /// How long a silent link lives (default 15 s); must exceed the keep-alive.
+    /// How long a silent link lives (default 10 s); must exceed the keep-alive. This
+    /// is how long a dead agent goes unnoticed before its work is replayed.
     pub max_idle_timeout: Duration,
 }
 
@@ -36,7 +37,7 @@ impl Default for LinkTimeouts {
     fn default() -> Self {
         LinkTimeouts {
             keep_alive_interval: Duration::from_secs(2),
-            max_idle_timeout: Duration::from_secs(15),
+            max_idle_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -1,0 +1,83 @@
+//! Losing an agent mid-run: its work is replayed on the others and every task still
+//! has exactly one accepted result.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{results, saker};
+
+/// Pid of the agent process for `node` of the pilot in `dir`.
+fn agent_pid(dir: &std::path::Path, node: u32) -> Option<u32> {
+    let pattern = format!("agent --dir {} --node {node} ", dir.display());
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(&pattern) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+#[test]
+fn a_killed_agent_loses_no_task_and_none_is_accepted_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let log = dir.path().join("executions.log");
+    let script = format!("sleep 0.05; echo {{index}} >> {}", log.display());
+    let mut run = saker()
+        .args([
+            "run",
+            "--progress",
+            "none",
+            "--no-sync",
+            "--agents",
+            "4",
+            "--slots",
+            "8",
+        ])
+        .args(["--array", "1-600", "--dir"])
+        .arg(&pilot)
+        .args(["--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once work is flowing, kill agent 2 outright: no goodbye, tasks mid-flight.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&log).map_or(0, |l| l.lines().count()) < 100 {
+        assert!(Instant::now() < deadline, "no progress before the kill");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let victim = agent_pid(&pilot, 2).expect("agent 2 is running");
+    let killed = Command::new("kill")
+        .args(["-KILL", &victim.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+
+    let status = run.wait().unwrap();
+    assert!(status.success(), "the other agents finish the work");
+    let records = results(&pilot);
+    assert_eq!(records.len(), 600, "one result per task");
+    let tasks: BTreeSet<u64> = records
+        .iter()
+        .map(|r| r["task"].as_u64().unwrap())
+        .collect();
+    assert_eq!(tasks.len(), 600, "no task accepted twice");
+    assert!(records.iter().all(|r| r["state"] == "succeeded"));
+    let executed: Vec<u32> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    let distinct: BTreeSet<u32> = executed.iter().copied().collect();
+    assert_eq!(distinct, (1..=600).collect(), "every task ran");
+    assert!(executed.len() >= 600);
+}
