@@ -164,6 +164,8 @@ else
     run_fuzz() {
       (cd "$REPO/runtime/wire" &&
         RUSTC_BOOTSTRAP=1 cargo fuzz run frame_decoder -- -max_total_time="$fuzz_seconds")
+      (cd "$REPO/runtime/journal" &&
+        RUSTC_BOOTSTRAP=1 cargo fuzz run journal_reader -- -max_total_time="$fuzz_seconds")
     }
     step 0 fuzz run_fuzz
   fi
