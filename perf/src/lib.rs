@@ -6,11 +6,15 @@
 //! (or JSON document) that reports both. What it must never do: leave a process or a
 //! directory behind (every child runs in its own process group, owned by a guard that
 //! kills the group on drop; every pilot directory is a temporary one), or report a
-//! figure without the baseline it is to be judged against.
+//! figure without the baseline it is to be judged against. A Slurm batch job is not a
+//! child of this process: its guard cancels it instead, and it is submitted with a
+//! short time limit.
 //!
 //! Where to start reading: [`bench::run_selected`] runs the rows; each module under
 //! [`bench`] is one row of the table; [`raw`] holds the baselines, [`process`] the
-//! child-process guards and [`pilot`] a long-lived pilot with a connected client.
+//! child-process guards and [`pilot`] a long-lived pilot with a connected client;
+//! [`slurm`] drives a real Slurm cluster for the Slurm rows (skipped without one) and
+//! [`span`] reads a pilot's results back to measure rates from the tasks' own times.
 //!
 //! Design choice: every figure is paired with a baseline taken in the same run,
 //! immediately before it, rather than with a constant written in a file. The
@@ -28,3 +32,5 @@ pub mod pilot;
 pub mod process;
 pub mod raw;
 pub mod report;
+pub mod slurm;
+pub mod span;

@@ -47,10 +47,15 @@ pub enum Benchmark {
     MemoryArray,
     /// Root memory per queued task of a million single-task jobs.
     MemorySingles,
+    /// From `sbatch` to all agents connected and to the first task running, on 3
+    /// nodes of a Slurm cluster, beside the time Slurm takes to start the allocation.
+    SlurmStartup,
+    /// `/bin/true` tasks per second on 3 Slurm nodes × 4 slots, beside one node.
+    SlurmThroughput,
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 8] = [
+    pub const ALL: [Benchmark; 10] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Latency,
@@ -59,6 +64,8 @@ impl Benchmark {
         Benchmark::Efficiency100ms,
         Benchmark::MemoryArray,
         Benchmark::MemorySingles,
+        Benchmark::SlurmStartup,
+        Benchmark::SlurmThroughput,
     ];
 
     /// The name used on the command line and in the JSON output.
@@ -72,6 +79,8 @@ impl Benchmark {
             Benchmark::Efficiency100ms => "efficiency-100ms",
             Benchmark::MemoryArray => "memory-array",
             Benchmark::MemorySingles => "memory-singles",
+            Benchmark::SlurmStartup => "slurm-startup",
+            Benchmark::SlurmThroughput => "slurm-throughput",
         }
     }
 
@@ -98,6 +107,10 @@ pub struct Sizes {
     pub memory_array_tasks: u64,
     /// Single-task jobs in the second memory row.
     pub memory_single_tasks: u64,
+    /// Allocations started in the Slurm start-up row (the median is reported).
+    pub slurm_startup_repeats: u32,
+    /// `/bin/true` tasks in the Slurm throughput row.
+    pub slurm_throughput_tasks: u64,
 }
 
 impl Sizes {
@@ -109,6 +122,8 @@ impl Sizes {
                 efficiency_makespan_ms: 500,
                 memory_array_tasks: 1_000_000,
                 memory_single_tasks: 100_000,
+                slurm_startup_repeats: 1,
+                slurm_throughput_tasks: 3_000,
             }
         } else {
             Sizes {
@@ -117,6 +132,8 @@ impl Sizes {
                 efficiency_makespan_ms: 2_000,
                 memory_array_tasks: 1_000_000,
                 memory_single_tasks: 1_000_000,
+                slurm_startup_repeats: 3,
+                slurm_throughput_tasks: 20_000,
             }
         }
     }
@@ -153,5 +170,7 @@ mod tests {
         assert!(quick.throughput_tasks < full.throughput_tasks);
         assert!(quick.latency_samples < full.latency_samples);
         assert!(quick.efficiency_makespan_ms < full.efficiency_makespan_ms);
+        assert!(quick.slurm_startup_repeats < full.slurm_startup_repeats);
+        assert!(quick.slurm_throughput_tasks < full.slurm_throughput_tasks);
     }
 }

@@ -12,7 +12,7 @@ use saker_pilot::spec::{JobRequest, TaskSpec};
 use crate::process::{ProcessGroup, TempDir, tail};
 
 /// Name this benchmark gives itself when it says hello to a pilot.
-const CLIENT_NAME: &str = concat!("saker-perf/", env!("CARGO_PKG_VERSION"));
+pub(crate) const CLIENT_NAME: &str = concat!("saker-perf/", env!("CARGO_PKG_VERSION"));
 
 /// How long a pilot may take to publish its client socket.
 const START_TIMEOUT: Duration = Duration::from_secs(60);

@@ -31,7 +31,7 @@ impl Unit {
     }
 
     /// `value` in this unit, for a table cell.
-    fn format(self, value: f64) -> String {
+    pub fn format(self, value: f64) -> String {
         match self {
             Unit::PerSecond => format!("{value:.0}/s"),
             Unit::Microseconds if value >= 1000.0 => format!("{:.2} ms", value / 1000.0),
@@ -162,6 +162,8 @@ pub struct Report {
     pub rows: Vec<Row>,
     /// Benchmarks that failed to run, with the error chain.
     pub failures: Vec<(Benchmark, String)>,
+    /// Benchmarks that cannot run on this machine, with the reason; not failures.
+    pub skipped: Vec<(Benchmark, String)>,
 }
 
 impl Report {
@@ -196,6 +198,11 @@ impl Report {
                 }
                 .to_owned(),
             ]);
+        }
+        for (benchmark, reason) in &self.skipped {
+            let mut line = vec![benchmark.id().to_owned(), format!("skipped: {reason}")];
+            line.resize(lines[0].len(), "-".to_owned());
+            lines.push(line);
         }
         let columns = lines[0].len();
         let widths: Vec<usize> = (0..columns)
@@ -237,6 +244,9 @@ impl Report {
             "rows": self.rows.iter().map(Row::to_json).collect::<Vec<_>>(),
             "failures": self.failures.iter().map(|(benchmark, error)| {
                 json!({ "benchmark": benchmark.id(), "error": error })
+            }).collect::<Vec<_>>(),
+            "skipped": self.skipped.iter().map(|(benchmark, reason)| {
+                json!({ "benchmark": benchmark.id(), "reason": reason })
             }).collect::<Vec<_>>(),
         })
     }
@@ -312,6 +322,7 @@ mod tests {
                 },
             ],
             failures: vec![(Benchmark::MemoryArray, "pilot did not start".to_owned())],
+            skipped: vec![(Benchmark::SlurmStartup, "no Slurm cluster".to_owned())],
         };
         let table = report.table();
         let lines: Vec<&str> = table.lines().collect();
@@ -328,10 +339,19 @@ mod tests {
         );
         assert!(lines[2].ends_with("yes") && lines[3].ends_with("yes"));
         assert!(lines[3].contains("<= 1.00 ms"));
-        assert_eq!(lines[4], "FAILED memory-array: pilot did not start");
+        assert!(lines[4].starts_with("slurm-startup"));
+        assert_eq!(
+            lines[4]
+                .find("skipped: no Slurm cluster")
+                .map(|byte| lines[4][..byte].chars().count()),
+            Some(column)
+        );
+        assert!(lines[4].ends_with('-') && !lines[4].contains("FAILED"));
+        assert_eq!(lines[5], "FAILED memory-array: pilot did not start");
         let json = report.to_json();
         assert_eq!(json["rows"][0]["ratio"], 0.9);
         assert_eq!(json["rows"][1]["met"], true);
         assert_eq!(json["failures"][0]["benchmark"], "memory-array");
+        assert_eq!(json["skipped"][0]["reason"], "no Slurm cluster");
     }
 }

@@ -4,6 +4,8 @@
 mod efficiency;
 mod latency;
 mod memory;
+mod slurm_startup;
+mod slurm_throughput;
 mod throughput;
 
 use std::path::PathBuf;
@@ -13,6 +15,7 @@ use anyhow::{Context, Result};
 use crate::options::{Benchmark, Sizes};
 use crate::process::load_average;
 use crate::report::{Context as RunContext, Report, Row};
+use crate::slurm;
 
 /// What every benchmark needs to know about the run.
 #[derive(Debug, Clone)]
@@ -26,12 +29,19 @@ pub struct Setup {
 }
 
 /// Runs `selection` in order. A benchmark that fails is reported as a failure; the
-/// others still run.
+/// others still run. One that cannot run on this machine (a Slurm row without a
+/// cluster) is reported as skipped.
 pub fn run_selected(setup: &Setup, selection: &[Benchmark]) -> Report {
     let load_before = load_average();
     let mut rows = Vec::new();
     let mut failures = Vec::new();
+    let mut skipped = Vec::new();
     for &benchmark in selection {
+        if let Some(reason) = unavailable(benchmark) {
+            eprintln!("saker-perf: skipping {}: {reason}", benchmark.id());
+            skipped.push((benchmark, reason.to_owned()));
+            continue;
+        }
         eprintln!("saker-perf: running {} …", benchmark.id());
         match run_one(setup, benchmark) {
             Ok(measured) => rows.extend(measured),
@@ -51,6 +61,17 @@ pub fn run_selected(setup: &Setup, selection: &[Benchmark]) -> Report {
         },
         rows,
         failures,
+        skipped,
+    }
+}
+
+/// Why `benchmark` cannot run here, if it cannot: the Slurm rows need a cluster.
+fn unavailable(benchmark: Benchmark) -> Option<&'static str> {
+    match benchmark {
+        Benchmark::SlurmStartup | Benchmark::SlurmThroughput if !slurm::cluster_configured() => {
+            Some(slurm::NO_CLUSTER)
+        }
+        _ => None,
     }
 }
 
@@ -64,6 +85,8 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::Efficiency100ms => efficiency::run(setup, efficiency::SleepTask::HundredMs),
         Benchmark::MemoryArray => memory::run_array(setup),
         Benchmark::MemorySingles => memory::run_singles(setup),
+        Benchmark::SlurmStartup => slurm_startup::run(setup),
+        Benchmark::SlurmThroughput => slurm_throughput::run(setup),
     }
 }
 
