@@ -189,6 +189,33 @@ pub fn find_in_path(program: &str) -> Result<PathBuf> {
     bail!("`{program}` is not in PATH")
 }
 
+/// Runs `command` (a `saker run`, its stderr going to `log`) as a process group to
+/// its end, at most `timeout`; returns its wall time. A run that fails or overstays
+/// is an error quoting the end of its log, and its group is killed.
+pub fn run_to_completion(
+    command: &mut Command,
+    log: &Path,
+    timeout: Duration,
+) -> anyhow::Result<Duration> {
+    use anyhow::{Context, bail};
+    let program = command.get_program().to_string_lossy().into_owned();
+    let started = Instant::now();
+    let mut process =
+        ProcessGroup::spawn(command).with_context(|| format!("starting {program}"))?;
+    let status = process.wait_timeout(timeout)?;
+    let elapsed = started.elapsed();
+    match status {
+        None => {
+            process.stop(Duration::from_secs(5))?;
+            bail!("saker run did not finish within {timeout:?}");
+        }
+        Some(status) if !status.success() => {
+            bail!("saker run exited with {status}:\n{}", tail(log, 20))
+        }
+        Some(_) => Ok(elapsed),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,7 @@ use anyhow::{Context, Result, bail};
 use super::Setup;
 use super::slurm_startup::{IDLE_TIMEOUT, NODES};
 use crate::options::Benchmark;
-use crate::process::{ProcessGroup, TempDir, tail};
+use crate::process::{TempDir, run_to_completion};
 use crate::report::{Measure, Row, Target, Unit};
 use crate::slurm::{self, Batch, JobState, SlurmJob};
 use crate::span::{Span, read_results};
@@ -119,21 +119,7 @@ fn run_locally(saker: &Path, task_file: &Path, pilot_dir: &Path) -> Result<Durat
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(File::create(&stderr).context("creating saker's log")?);
-    let started = Instant::now();
-    let mut process = ProcessGroup::spawn(&mut command)
-        .with_context(|| format!("starting {}", saker.display()))?;
-    let status = process.wait_timeout(RUN_TIMEOUT)?;
-    let elapsed = started.elapsed();
-    match status {
-        None => {
-            process.stop(Duration::from_secs(5))?;
-            bail!("saker run did not finish within {RUN_TIMEOUT:?}");
-        }
-        Some(status) if !status.success() => {
-            bail!("saker run exited with {status}:\n{}", tail(&stderr, 20))
-        }
-        Some(_) => Ok(elapsed),
-    }
+    run_to_completion(&mut command, &stderr, RUN_TIMEOUT)
 }
 
 /// The span of the results in `pilot_dir`, which must hold `tasks` results from

@@ -4,13 +4,13 @@
 use std::fs::File;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 use super::{Setup, journal_label};
 use crate::options::Benchmark;
-use crate::process::{ProcessGroup, TempDir, tail};
+use crate::process::{TempDir, run_to_completion};
 use crate::raw;
 use crate::report::{Measure, Row, Target, Unit};
 
@@ -61,19 +61,5 @@ fn saker_run(setup: &Setup, tasks: u64, slots: usize, sync: bool) -> Result<Dura
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(File::create(&stderr).context("creating saker's log")?);
-    let started = Instant::now();
-    let mut process = ProcessGroup::spawn(&mut command)
-        .with_context(|| format!("starting {}", setup.saker.display()))?;
-    let status = process.wait_timeout(RUN_TIMEOUT)?;
-    let elapsed = started.elapsed();
-    match status {
-        None => {
-            process.stop(Duration::from_secs(5))?;
-            bail!("saker run did not finish within {RUN_TIMEOUT:?}");
-        }
-        Some(status) if !status.success() => {
-            bail!("saker run exited with {status}:\n{}", tail(&stderr, 20))
-        }
-        Some(_) => Ok(elapsed),
-    }
+    run_to_completion(&mut command, &stderr, RUN_TIMEOUT)
 }
