@@ -236,9 +236,14 @@ pub struct ResultsArgs {
     pub dir: DirArgs,
     #[arg(long, value_enum, default_value_t = ResultsFormat::Table)]
     pub format: ResultsFormat,
-    /// Keep streaming results as they arrive (live pilot only).
+    /// Keep streaming results as they arrive (live pilot only). If the pilot goes
+    /// away (a crash, a continuation allocation), reconnect and continue after the
+    /// last result shown, without gaps or repeats.
     #[arg(long)]
     pub follow: bool,
+    /// With --follow: how long to keep trying to reach a pilot that went away.
+    #[arg(long, default_value = "10m", requires = "follow")]
+    pub reconnect_for: String,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -130,6 +130,11 @@ pub async fn shutdown(args: DirArgs) -> Result<ExitCode> {
 /// Results from the live pilot if one answers, else from the journal it left.
 pub async fn results(args: ResultsArgs) -> Result<ExitCode> {
     let mut sink = ResultsSink::new(args.format);
+    if args.follow {
+        follow(&args, &mut sink).await?;
+        sink.finish()?;
+        return Ok(ExitCode::SUCCESS);
+    }
     match Client::connect(&args.dir.dir, CLIENT_NAME).await {
         Ok(client) => {
             let mut stream = client.results(1, args.follow).await?;
@@ -158,6 +163,56 @@ pub async fn results(args: ResultsArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Streams results as they are accepted, reconnecting with `from = last seq + 1`
+/// when the pilot goes away, until a pilot ends the stream (shutdown) or none is
+/// reachable for `--reconnect-for`.
+async fn follow(args: &ResultsArgs, sink: &mut ResultsSink) -> Result<()> {
+    let patience = crate::spec::parse_duration(&args.reconnect_for)
+        .with_context(|| format!("--reconnect-for {:?}", args.reconnect_for))?;
+    let mut next = 1;
+    let mut unreachable_since: Option<std::time::Instant> = None;
+    loop {
+        let outcome = async {
+            let client = Client::connect(&args.dir.dir, CLIENT_NAME).await?;
+            let mut stream = client.results(next, true).await?;
+            while let Some(record) = stream.next().await? {
+                next = record.seq + 1;
+                unreachable_since = None;
+                sink.write(&record)?;
+                sink.flush()?;
+            }
+            anyhow::Ok(())
+        }
+        .await;
+        match outcome {
+            // The pilot ended the stream: it is shutting down on purpose.
+            Ok(()) => return Ok(()),
+            Err(error) if is_broken_pipe(&error) => return Err(error),
+            Err(error) => {
+                let since = *unreachable_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= patience {
+                    return Err(error.context(format!(
+                        "no pilot reachable in {} for {:?}",
+                        args.dir.dir.display(),
+                        patience
+                    )));
+                }
+                tracing::info!(error = %format!("{error:#}"), next, "pilot unreachable; reconnecting");
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+        }
+    }
+}
+
+/// A closed pipe (`saker results | head`) is the reader's choice, not an error.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 enum ResultsSink {
     Jsonl(std::io::BufWriter<std::io::Stdout>),
     Table(TableWriter<std::io::BufWriter<std::io::Stdout>>),
@@ -176,6 +231,13 @@ impl ResultsSink {
         match self {
             ResultsSink::Jsonl(out) => write_jsonl(out, record),
             ResultsSink::Table(table) => table.write(record),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            ResultsSink::Jsonl(out) => out.flush(),
+            ResultsSink::Table(table) => table.flush(),
         }
     }
 

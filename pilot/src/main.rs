@@ -46,18 +46,10 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => code,
         // A closed pipe (`saker results | head`) is the reader's choice, not an error.
-        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) if commands::is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("saker: error: {error:#}");
             ExitCode::from(2)
         }
     }
-}
-
-fn is_broken_pipe(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
 }

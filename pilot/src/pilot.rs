@@ -158,8 +158,9 @@ impl Pilot {
                 tracing::warn!(segment = %torn.segment.display(), offset = torn.offset,
                     "ignoring a torn last journal record (the previous root stopped mid-write)");
             }
-            // Addresses of the previous root and agents are stale.
+            // Addresses of the previous root, its agents and its client socket are stale.
             let _ = std::fs::remove_dir_all(dir.path().join("addr"));
+            let _ = ClientEndpoint::remove(&dir);
             (dir, history.records)
         } else {
             if journal_dir.exists() {

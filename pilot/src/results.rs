@@ -421,6 +421,11 @@ impl<W: Write> TableWriter<W> {
         write_row(&mut self.out, &self.widths, &row)
     }
 
+    /// Pushes written rows out (for a stream that a person watches).
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
     pub fn into_inner(self) -> W {
         self.out
     }
