@@ -5,6 +5,8 @@
 //! given, so replaying `Submit`s rebuilds the queue exactly; `Result`s say which tasks
 //! are already terminal and must not run again.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::results::ResultRecord;
@@ -27,8 +29,9 @@ pub enum Record {
         submitted_unix_us: u64,
         request: JobRequest,
     },
-    /// A task reached its terminal state (exactly once per task).
-    Result(ResultRecord),
+    /// A task reached its terminal state (exactly once per task). Shared with the
+    /// clients' view of the same result, so journaling it copies nothing.
+    Result(Arc<ResultRecord>),
     /// A client cancelled a job.
     Cancel { job: u32, unix_us: u64 },
 }

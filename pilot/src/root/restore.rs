@@ -94,7 +94,7 @@ impl RootState {
                         TerminalState::Cancelled => CoreState::Cancelled,
                     };
                     finished.entry(job).or_default().push((offset, state));
-                    results.push(Arc::new(result.clone()));
+                    results.push(Arc::clone(result));
                 }
                 Record::Cancel { job, .. } => cancelled.push(*job),
                 Record::PilotStarted { .. } => summary.previous_starts += 1,

@@ -237,7 +237,7 @@ impl RootState {
         let results = std::mem::take(&mut self.unjournaled);
         let records = results
             .iter()
-            .map(|r| Record::Result(ResultRecord::clone(r)))
+            .map(|r| Record::Result(Arc::clone(r)))
             .collect();
         self.append(records, move |outcome| {
             Some(match outcome {
