@@ -707,15 +707,26 @@ mod tests {
     #[tokio::test]
     async fn too_many_restarts_fail_the_agent_instead_of_looping() {
         let (agent, mut rx, _dir) = start_agent(1).await;
-        for _ in 0..3 {
-            let executor = agent
-                .get_children()
-                .into_iter()
-                .next()
-                .expect("an executor");
+        let mut previous = None;
+        for round in 0..3 {
+            // Wait for the replacement of the executor crashed last round (the agent
+            // restarts it while its budget lasts), then crash that one.
+            let executor = tokio::time::timeout(Duration::from_secs(10), async {
+                loop {
+                    let live = agent.get_children().into_iter().find(|child| {
+                        Some(child.get_id()) != previous
+                            && child.get_status() == ractor::ActorStatus::Running
+                    });
+                    if let Some(executor) = live {
+                        return executor;
+                    }
+                    tokio::task::yield_now().await;
+                }
+            })
+            .await
+            .unwrap_or_else(|_| panic!("no executor to crash in round {round}"));
+            previous = Some(executor.get_id());
             executor.send_message(ExecutorMsg::Panic).unwrap();
-            // Let the supervisor handle the failure before the next one.
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let closed = tokio::time::timeout(Duration::from_secs(10), async {
             while rx.recv().await.is_some() {}
