@@ -115,6 +115,9 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
         bind: placement.bind,
         advertise,
         parent_wait: Duration::from_secs(120),
+        liveness: args.liveness.parse()?,
+        reattach_wait: crate::spec::parse_duration(&args.reattach_for)
+            .with_context(|| format!("--reattach-for {:?}", args.reattach_for))?,
     };
     match run_agent(options).await? {
         AgentExit::Shutdown => Ok(ExitCode::SUCCESS),

@@ -73,6 +73,31 @@ pub struct ShapeArgs {
     /// Run on this machine only, even inside a Slurm allocation.
     #[arg(long)]
     pub local: bool,
+    #[command(flatten)]
+    pub liveness: LivenessArgs,
+}
+
+/// Heartbeats on the links of the agent tree.
+#[derive(Debug, Clone, Args)]
+pub struct LivenessArgs {
+    /// How often an idle link sends a heartbeat.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    pub heartbeat_interval: String,
+    /// How long a silent link lives: a dead or hung agent's work is replayed on
+    /// other agents after this (at least twice the interval).
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    pub heartbeat_timeout: String,
+}
+
+impl LivenessArgs {
+    pub fn parse(&self) -> anyhow::Result<saker_actors::liveness::Liveness> {
+        use anyhow::Context;
+        let interval = crate::spec::parse_duration(&self.heartbeat_interval)
+            .with_context(|| format!("--heartbeat-interval {:?}", self.heartbeat_interval))?;
+        let timeout = crate::spec::parse_duration(&self.heartbeat_timeout)
+            .with_context(|| format!("--heartbeat-timeout {:?}", self.heartbeat_timeout))?;
+        Ok(saker_actors::liveness::Liveness::new(interval, timeout)?)
+    }
 }
 
 /// Options that shape every task of a submission.
@@ -293,4 +318,10 @@ pub struct AgentArgs {
     /// Hostname to report (default: this machine's).
     #[arg(long)]
     pub hostname: Option<String>,
+    #[command(flatten)]
+    pub liveness: LivenessArgs,
+    /// How long an agent whose parent is gone looks for a live ancestor before it
+    /// exits.
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    pub reattach_for: String,
 }

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use saker_actors::liveness::Liveness;
+
 use crate::cli::ShapeArgs;
 
 /// How many agents, with how many slots each, in a tree of what fan-out.
@@ -80,7 +82,12 @@ pub struct AgentProcesses {
 
 /// Starts one `saker agent` process per agent of `shape`. Their diagnostics go to
 /// `DIR/logs/agent-N.log` so they never garble a progress bar.
-pub fn spawn_agents(exe: &Path, dir: &Path, shape: &Shape) -> std::io::Result<AgentProcesses> {
+pub fn spawn_agents(
+    exe: &Path,
+    dir: &Path,
+    shape: &Shape,
+    liveness: &Liveness,
+) -> std::io::Result<AgentProcesses> {
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs)?;
     let mut children = Vec::with_capacity(shape.slots_per_agent.len());
@@ -93,6 +100,7 @@ pub fn spawn_agents(exe: &Path, dir: &Path, shape: &Shape) -> std::io::Result<Ag
             .args(["--node", &node.to_string()])
             .args(["--fanout", &shape.fanout.to_string()])
             .args(["--cores", &slots.to_string()])
+            .args(liveness_arguments(liveness))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -136,6 +144,16 @@ impl AgentProcesses {
     }
 }
 
+/// The `saker agent` flags that give an agent the pilot's heartbeat settings.
+pub fn liveness_arguments(liveness: &Liveness) -> [String; 4] {
+    [
+        "--heartbeat-interval".to_string(),
+        format!("{}ms", liveness.interval.as_millis()),
+        "--heartbeat-timeout".to_string(),
+        format!("{}ms", liveness.timeout.as_millis()),
+    ]
+}
+
 /// The binary to start agents from: this executable.
 pub fn agent_executable() -> std::io::Result<PathBuf> {
     std::env::current_exe()
@@ -152,6 +170,10 @@ mod tests {
             fanout,
             slots_per_node: None,
             local: false,
+            liveness: crate::cli::LivenessArgs {
+                heartbeat_interval: "1s".into(),
+                heartbeat_timeout: "5s".into(),
+            },
         }
     }
 

@@ -10,12 +10,14 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use ractor::{Actor, ActorRef};
 use saker_actors::link::spawn_writer;
+use saker_actors::liveness::{Incoming, Liveness, link_frame, next_incoming};
 use saker_actors::node::{Position, address_file, next_link_id, publish_address, reachable};
 use saker_journal::{JournalWriter, SyncMode, WriterOptions};
 use saker_transport::credentials::{Credentials, Role};
 use saker_transport::pilot_dir::PilotDir;
 use saker_transport::quic;
 use saker_transport::stream::{FrameReader, FrameWriter};
+use saker_wire::messages::{Link, POSITION_ROOT};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -91,6 +93,8 @@ pub struct PilotOptions {
     pub resume: bool,
     /// Start no attempt that cannot finish by this time (unix µs), stop at it.
     pub deadline_unix_us: Option<u64>,
+    /// Heartbeats on the agent links.
+    pub liveness: Liveness,
 }
 
 /// The pilot's deadline: the earlier of the allocation's end and the time budget,
@@ -241,13 +245,24 @@ impl Pilot {
         } else {
             (IpAddr::V4(Ipv4Addr::LOCALHOST), None)
         };
-        let timeouts = quic::LinkTimeouts::default();
+        let timeouts = options.liveness.quic_timeouts();
         let endpoint = quic::bind_endpoint(
             SocketAddr::new(bind, 0),
             Some(quic::server_config(&credentials, &timeouts)?),
             quic::client_config(&credentials, &timeouts)?,
         )?;
-        tokio::spawn(accept_agents(endpoint.clone(), root.clone()));
+        // A fresh session per root process: agents of a crashed root never attach to
+        // the tree of the resumed one (each resumed root starts its own agents).
+        let hello = Link::Hello {
+            position: POSITION_ROOT,
+            session: session_id(),
+        };
+        tokio::spawn(accept_agents(
+            endpoint.clone(),
+            root.clone(),
+            hello,
+            options.liveness,
+        ));
         let root_file = address_file(dir.path(), Position::Root);
         publish_address(&root_file, reachable(endpoint.local_addr()?, advertise))
             .with_context(|| format!("publishing {}", root_file.display()))?;
@@ -258,16 +273,22 @@ impl Pilot {
 
         let exe = agent_executable()?;
         let agents = match &options.agents {
-            Agents::Local(shape) => {
-                spawn_agents(&exe, dir.path(), shape).context("starting agent processes")?
-            }
+            Agents::Local(shape) => spawn_agents(&exe, dir.path(), shape, &options.liveness)
+                .context("starting agent processes")?,
             Agents::Slurm {
                 allocation,
                 fanout,
                 slots_per_node,
             } => {
-                let step = srun_agents(&exe, dir.path(), allocation, *fanout, *slots_per_node)
-                    .context("starting the agents' srun step")?;
+                let step = srun_agents(
+                    &exe,
+                    dir.path(),
+                    allocation,
+                    *fanout,
+                    *slots_per_node,
+                    &options.liveness,
+                )
+                .context("starting the agents' srun step")?;
                 AgentProcesses::from_children(vec![step])
             }
         };
@@ -391,14 +412,29 @@ async fn start_client_server(
     Ok(server)
 }
 
+/// A random id for this root process's tree.
+fn session_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.write_u128(Timestamp::now().unix_micros().into());
+    hasher.finish()
+}
+
 /// Accepts agent links: each becomes a writer task plus a reader loop that hands
 /// frames to the root.
-async fn accept_agents(endpoint: quinn::Endpoint, root: ActorRef<RootMsg>) {
+async fn accept_agents(
+    endpoint: quinn::Endpoint,
+    root: ActorRef<RootMsg>,
+    hello: Link,
+    liveness: Liveness,
+) {
     while let Some(incoming) = endpoint.accept().await {
         let root = root.clone();
+        let hello = hello.clone();
         tokio::spawn(async move {
             let link = next_link_id();
-            let reason = match serve_agent_link(incoming, link, &root).await {
+            let reason = match serve_agent_link(incoming, link, &root, &hello, liveness).await {
                 Ok(()) => "agent closed the link".to_string(),
                 Err(reason) => reason,
             };
@@ -411,6 +447,8 @@ async fn serve_agent_link(
     incoming: quinn::Incoming,
     link: saker_actors::link::LinkId,
     root: &ActorRef<RootMsg>,
+    hello: &Link,
+    liveness: Liveness,
 ) -> std::result::Result<(), String> {
     let connection = incoming
         .await
@@ -423,21 +461,28 @@ async fn serve_agent_link(
     reader.read_preamble().await.map_err(|e| e.to_string())?;
     let mut writer = FrameWriter::new(send);
     writer.write_preamble().await.map_err(|e| e.to_string())?;
-    let (tx, _writer) = spawn_writer(writer);
+    let (tx, _writer) = spawn_writer(writer, liveness.interval);
+    tx.send(link_frame(hello))
+        .map_err(|_| "agent link writer stopped".to_string())?;
     root.send_message(RootMsg::LinkUp { link, tx })
         .map_err(|_| "root stopped".to_string())?;
-    loop {
-        match reader.read_frame().await {
-            Ok(Some(frame)) => {
+    let result = loop {
+        match next_incoming(&mut reader, liveness.timeout).await {
+            Ok(Some(Incoming::Frame(frame))) => {
                 if root
                     .send_message(RootMsg::AgentFrame { link, frame })
                     .is_err()
                 {
-                    return Err("root stopped".to_string());
+                    break Err("root stopped".to_string());
                 }
             }
-            Ok(None) => return Ok(()),
-            Err(error) => return Err(format!("agent link failed: {error}")),
+            Ok(Some(Incoming::Link(_))) => {}
+            Ok(None) => break Ok(()),
+            Err(error) => break Err(format!("agent link failed: {error}")),
         }
-    }
+    };
+    // Closing tells the agent at once, so it can look for another way in.
+    let reason = result.as_ref().err().map_or("closed", String::as_str);
+    connection.close(0u32.into(), reason.as_bytes());
+    result
 }

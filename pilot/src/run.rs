@@ -35,6 +35,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         agents,
         sync: !args.no_sync,
         resume: args.resume,
+        liveness: args.shape.liveness.parse()?,
     })
     .await?;
 
@@ -256,6 +257,7 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
         agents,
         sync: !args.no_sync,
         resume: args.resume,
+        liveness: args.shape.liveness.parse()?,
     })
     .await?;
     eprintln!("saker: pilot running in {}", args.dir.display());

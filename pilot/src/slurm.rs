@@ -5,6 +5,8 @@
 use std::path::Path;
 use std::process::Stdio;
 
+use saker_actors::liveness::Liveness;
+
 /// The allocation this process runs in, from Slurm's batch environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allocation {
@@ -67,6 +69,7 @@ pub fn srun_arguments(
     allocation: &Allocation,
     fanout: u32,
     slots_per_node: Option<u32>,
+    liveness: &Liveness,
 ) -> Vec<String> {
     let mut args = vec![
         "--overlap".to_string(),
@@ -87,6 +90,7 @@ pub fn srun_arguments(
         "--fanout".to_string(),
         fanout.to_string(),
     ];
+    args.extend(crate::local::liveness_arguments(liveness));
     if let Some(slots) = slots_per_node {
         args.push("--cores".to_string());
         args.push(slots.to_string());
@@ -101,11 +105,19 @@ pub fn srun_agents(
     allocation: &Allocation,
     fanout: u32,
     slots_per_node: Option<u32>,
+    liveness: &Liveness,
 ) -> std::io::Result<tokio::process::Child> {
     std::fs::create_dir_all(dir.join("logs"))?;
     let srun = std::env::var_os("SAKER_SRUN").unwrap_or_else(|| "srun".into());
     tokio::process::Command::new(srun)
-        .args(srun_arguments(exe, dir, allocation, fanout, slots_per_node))
+        .args(srun_arguments(
+            exe,
+            dir,
+            allocation,
+            fanout,
+            slots_per_node,
+            liveness,
+        ))
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .spawn()
@@ -150,6 +162,7 @@ mod tests {
             &allocation,
             4,
             None,
+            &Liveness::default(),
         );
         for expected in [
             "--overlap",
@@ -157,6 +170,8 @@ mod tests {
             "--ntasks-per-node=1",
             "--mem=0",
             "agent",
+            "--heartbeat-timeout",
+            "5000ms",
         ] {
             assert!(
                 args.iter().any(|a| a == expected),

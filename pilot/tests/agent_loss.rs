@@ -7,23 +7,7 @@ use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{results, saker};
-
-/// Pid of the agent process for `node` of the pilot in `dir`.
-fn agent_pid(dir: &std::path::Path, node: u32) -> Option<u32> {
-    let pattern = format!("agent --dir {} --node {node} ", dir.display());
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(&pattern) {
-            return Some(pid);
-        }
-    }
-    None
-}
+use common::{agent_pid, results, saker};
 
 #[test]
 fn a_killed_agent_loses_no_task_and_none_is_accepted_twice() {

@@ -70,6 +70,10 @@ impl RootState {
             FromAgent::NodesLost { nodes, reason } => {
                 for node in nodes {
                     self.lose_node(node, &reason);
+                    // If the node is in fact alive and already reattached (its
+                    // hello overtook this report), it must register again; if it is
+                    // gone, the frame dies at the first hop that has no route.
+                    self.send_to(link, node, &ToAgent::Rejoin);
                 }
             }
         }
@@ -81,8 +85,6 @@ impl RootState {
                 "agent belongs to pilot {}, not {}",
                 hello.pilot_id, self.pilot_id
             ))
-        } else if self.nodes.contains_key(&hello.node) {
-            Some(format!("node {} is already registered", hello.node))
         } else {
             None
         };
@@ -91,6 +93,10 @@ impl RootState {
             self.send_to(link, hello.node, &ToAgent::Refused { reason });
             return;
         }
+        // A hello from a node the root counts as live is a new life of it (the agent
+        // restarted, or reattached after losing its parent before the loss was seen
+        // here): the old life's work is replayed, its late results are duplicates.
+        self.lose_node(hello.node, "the agent registered again");
         let now = self.now();
         if let Err(error) = self
             .core
@@ -128,11 +134,14 @@ impl RootState {
 
     fn on_report(&mut self, report: Report) {
         let now = self.now();
-        if !self.nodes.contains_key(&report.node) {
-            return; // a node already declared lost; its attempts were replayed
-        }
-        for started in &report.started {
-            let _ = self.core.handle_started(AttemptId(started.attempt), now);
+        // A node declared lost may still report: its attempts were replayed, so its
+        // results only count (and are counted) as duplicates; its starts and credit
+        // belong to no live node.
+        let live = self.nodes.contains_key(&report.node);
+        if live {
+            for started in &report.started {
+                let _ = self.core.handle_started(AttemptId(started.attempt), now);
+            }
         }
         for result in report.results {
             if let Some(node) = self.nodes.get_mut(&report.node) {
@@ -161,7 +170,7 @@ impl RootState {
                 );
             }
         }
-        if report.credit > 0 {
+        if live && report.credit > 0 {
             let _ = self
                 .core
                 .handle_credit(NodeId(report.node), report.credit, now);

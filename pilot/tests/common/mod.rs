@@ -40,3 +40,19 @@ pub fn results(dir: &Path) -> Vec<Value> {
         .map(|line| serde_json::from_str(line).expect("a json result line"))
         .collect()
 }
+
+/// Pid of the agent process for `node` of the pilot in `dir` (started by the pilot).
+pub fn agent_pid(dir: &Path, node: u32) -> Option<u32> {
+    let pattern = format!("agent --dir {} --node {node} ", dir.display());
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(&pattern) {
+            return Some(pid);
+        }
+    }
+    None
+}

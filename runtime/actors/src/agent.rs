@@ -51,9 +51,19 @@ pub enum AgentMsg {
         nodes: Vec<u32>,
         reason: String,
     },
-    /// The link to the parent closed; without reattachment (a later capability) the
-    /// agent stops its work and exits.
-    ParentClosed {
+    /// The link to the parent failed. The root replays this node's work elsewhere, so
+    /// the agent drops its queue and stops what runs, while the link looks for a live
+    /// ancestor.
+    ParentLost {
+        reason: String,
+    },
+    /// The link reattached to a live ancestor: register again as a new node.
+    Reattached,
+    /// The root asks this node to register again (it was declared lost while alive):
+    /// drop the old work and say hello.
+    Rejoin,
+    /// No live ancestor answered: stop and exit.
+    ParentGone {
         reason: String,
     },
 }
@@ -134,15 +144,7 @@ impl Actor for Agent {
                 running: None,
             });
         }
-        let hello = FromAgent::Hello(Hello {
-            node: config.node,
-            hostname: config.hostname.clone(),
-            cores: config.cores,
-            executors,
-            pid: std::process::id(),
-            pilot_id: config.pilot_id.clone(),
-        });
-        send_up(&args.parent, config.node, &hello)?;
+        send_up(&args.parent, config.node, &hello(&config))?;
         let pending = Report {
             node: config.node,
             credit: config.cores + config.prefetch,
@@ -187,8 +189,18 @@ impl Actor for Agent {
                 let lost = FromAgent::NodesLost { nodes, reason };
                 send_up(&state.parent, state.config.node, &lost)?;
             }
-            AgentMsg::ParentClosed { reason } => {
-                tracing::warn!(%reason, "link to parent closed; stopping");
+            AgentMsg::ParentLost { reason } => {
+                tracing::warn!(%reason, "parent lost; dropping this node's work");
+                stop_all(state);
+            }
+            AgentMsg::Reattached => register_again(state)?,
+            AgentMsg::Rejoin => {
+                tracing::warn!("the root asks this node to register again");
+                stop_all(state);
+                register_again(state)?;
+            }
+            AgentMsg::ParentGone { reason } => {
+                tracing::error!(%reason, "no parent; stopping");
                 stop_all(state);
                 state.exit = Some(AgentExit::ParentLost(reason));
                 myself.stop(None);
@@ -205,6 +217,8 @@ impl Actor for Agent {
         _myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        // Whatever is queued upward (the goodbye) is written before the link ends.
+        let _ = state.parent.send(crate::liveness::end_of_stream());
         if let Some(sender) = state.exit_tx.take() {
             let exit = state.exit.clone().unwrap_or(AgentExit::Shutdown);
             let _ = sender.send(exit);
@@ -238,6 +252,29 @@ impl Actor for Agent {
         schedule_flush(&myself, state)?;
         Ok(())
     }
+}
+
+fn hello(config: &AgentConfig) -> FromAgent {
+    FromAgent::Hello(Hello {
+        node: config.node,
+        hostname: config.hostname.clone(),
+        cores: config.cores,
+        executors: config.cores.max(1),
+        pid: std::process::id(),
+        pilot_id: config.pilot_id.clone(),
+    })
+}
+
+/// Registers this node again as a new life of its id. What is pending goes first (the
+/// root judges it against the old life: late results of replayed attempts are dropped
+/// and counted there); then the hello, and credit for what is free now. Attempts still
+/// being stopped give their cores back as they end, as always.
+fn register_again(state: &mut AgentState) -> Result<(), ActorProcessingErr> {
+    flush(state)?;
+    send_up(&state.parent, state.config.node, &hello(&state.config))?;
+    state.pending.credit = state.free_cores + state.config.prefetch;
+    tracing::info!(credit = state.pending.credit, "registering again");
+    Ok(())
 }
 
 async fn spawn_executor(
@@ -321,6 +358,11 @@ fn on_down(
         }
         ToAgent::Refused { reason } => {
             return Err(format!("the root refused this agent: {reason}").into());
+        }
+        ToAgent::Rejoin => {
+            tracing::warn!("the root asks this node to register again");
+            stop_all(state);
+            register_again(state)?;
         }
         ToAgent::Dispatch(dispatch) => {
             for job in dispatch.jobs {
@@ -435,7 +477,11 @@ fn start_queued(state: &mut AgentState) {
             break;
         };
         state.queue.pop_front();
-        let launch = build_launch(&job, &assignment, &state.config.spill_dir);
+        let mut launch = build_launch(&job, &assignment, &state.config.spill_dir);
+        // Which agent ran it: for the task's own logs, and for tests of where work went.
+        launch
+            .env
+            .push(("SAKER_NODE".into(), state.config.node.to_string()));
         let started_us = unix_micros();
         let slot = &mut state.slots[index];
         if slot
@@ -626,6 +672,53 @@ mod tests {
             "initial credit = slots + prefetch"
         );
         (agent, rx, dir)
+    }
+
+    /// A rejoin (the root lost this node while it was alive) stops the old work, says
+    /// hello again, and grants credit for what is free now plus the prefetch; the
+    /// stopped attempt still reports (the root counts it a duplicate) and returns its
+    /// core.
+    #[tokio::test]
+    async fn rejoin_stops_old_work_and_registers_again() {
+        let (agent, mut rx, _dir) = start_agent(2).await;
+        let dispatch = Dispatch {
+            jobs: vec![job(1, &["sleep", "30"])],
+            tasks: vec![task(1, 1), task(2, 1), task(3, 1)],
+        };
+        agent
+            .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
+            .unwrap();
+        until(&mut rx, |r| r.started.len() == 2).await;
+        agent.send_message(AgentMsg::Down(ToAgent::Rejoin)).unwrap();
+        let mut hellos = 0;
+        let mut credit_after_hello = 0;
+        let mut results = Vec::new();
+        while results.len() < 2 {
+            let frame = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+                .await
+                .expect("agent went silent")
+                .expect("agent closed its link");
+            match decode(&frame) {
+                FromAgent::Hello(hello) => {
+                    assert_eq!(hello.node, 3);
+                    hellos += 1;
+                }
+                FromAgent::Report(report) => {
+                    if hellos > 0 {
+                        credit_after_hello += report.credit;
+                    }
+                    results.extend(report.results);
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(hellos, 1);
+        assert!(results.iter().all(|r| r.outcome == Outcome::Cancelled));
+        // The queued third task was dropped without a result: the root replays it.
+        assert!(results.iter().all(|r| r.task != 3), "{results:?}");
+        // prefetch (2) + both cores as the killed attempts end (0 were free).
+        assert_eq!(credit_after_hello, 4);
+        agent.stop(None);
     }
 
     #[tokio::test]

@@ -19,5 +19,6 @@ pub mod agent;
 pub mod executor;
 pub mod launch;
 pub mod link;
+pub mod liveness;
 pub mod node;
 pub mod process;

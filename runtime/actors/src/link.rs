@@ -8,10 +8,13 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use saker_transport::stream::{FrameWriter, StreamError};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+
+use crate::liveness::write_queue;
 
 /// One encoded frame (header + 8-aligned payload), ready to write.
 pub type FrameBuf = rkyv::util::AlignedVec;
@@ -49,25 +52,14 @@ pub fn channel() -> (LinkTx, mpsc::UnboundedReceiver<FrameBuf>) {
     (LinkTx { sender }, receiver)
 }
 
-/// Starts the writer task of a link and returns its sending half.
-pub fn spawn_writer(mut writer: FrameWriter) -> (LinkTx, JoinHandle<Result<(), StreamError>>) {
+/// Starts the writer task of a link and returns its sending half. The writer sends a
+/// heartbeat whenever it had nothing to write for `heartbeat` (see [`crate::liveness`]).
+pub fn spawn_writer(
+    mut writer: FrameWriter,
+    heartbeat: Duration,
+) -> (LinkTx, JoinHandle<Result<(), StreamError>>) {
     let (tx, mut rx) = channel();
-    let task = tokio::spawn(async move {
-        let mut batch: Vec<u8> = Vec::with_capacity(64 * 1024);
-        while let Some(first) = rx.recv().await {
-            batch.clear();
-            batch.extend_from_slice(&first);
-            // Coalesce whatever else is already queued, up to a sane write size.
-            while batch.len() < 1 << 20 {
-                match rx.try_recv() {
-                    Ok(next) => batch.extend_from_slice(&next),
-                    Err(_) => break,
-                }
-            }
-            writer.write_frames(&batch).await?;
-        }
-        writer.finish().await
-    });
+    let task = tokio::spawn(async move { write_queue(&mut writer, &mut rx, heartbeat).await });
     (tx, task)
 }
 
@@ -109,6 +101,11 @@ impl Router {
             .get(&node)
             .and_then(|l| inner.links.get(l))
             .cloned()
+    }
+
+    /// Every child link, e.g. to tell the whole subtree something.
+    pub fn links(&self) -> Vec<LinkTx> {
+        self.lock().links.values().cloned().collect()
     }
 
     /// Forgets a closed link; returns the nodes that were reached through it, sorted.

@@ -16,10 +16,12 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorRef};
 use saker_transport::stream::{FrameReader, FrameWriter};
-use saker_wire::messages::PROTOCOL_VERSION;
+use saker_wire::messages::{Link, POSITION_ROOT, PROTOCOL_VERSION, ROUTE_PEER};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::agent::{Agent, AgentArgs, AgentConfig, AgentExit, AgentMsg};
-use crate::link::{LinkId, LinkTx, Router, spawn_writer};
+use crate::link::{FrameBuf, LinkId, LinkTx, Router, spawn_writer};
+use crate::liveness::{Incoming, Liveness, link_frame, next_incoming, write_queue};
 
 /// Where a process sits in the tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,8 +78,11 @@ pub enum NodeError {
     },
     #[error("transport setup failed")]
     Transport(#[source] Box<dyn std::error::Error + Send + Sync>),
-    #[error("link to the parent failed")]
-    ParentLink(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("no live ancestor answered within {waited:?} (last: {last_error})")]
+    NoAncestor {
+        waited: Duration,
+        last_error: String,
+    },
     #[error("the agent actor could not start")]
     Spawn(#[source] ractor::SpawnErr),
 }
@@ -114,7 +119,13 @@ pub struct AgentOptions {
     pub bind: SocketAddr,
     /// The address children should dial; needed when `bind` is a wildcard.
     pub advertise: Option<std::net::IpAddr>,
+    /// How long to wait for the parent at start-up.
     pub parent_wait: Duration,
+    /// Heartbeats on every link of this agent.
+    pub liveness: Liveness,
+    /// How long an agent that lost its parent keeps looking for a live ancestor of
+    /// the same root before it gives up and exits.
+    pub reattach_wait: Duration,
 }
 
 /// The address to publish for an endpoint bound to `local`: the advertised IP when the
@@ -136,18 +147,37 @@ fn transport<E: std::error::Error + Send + Sync + 'static>(error: E) -> NodeErro
     NodeError::Transport(Box::new(error))
 }
 
-fn parent_link<E: std::error::Error + Send + Sync + 'static>(error: E) -> NodeError {
-    NodeError::ParentLink(Box::new(error))
+/// The value a [`Position`] has in [`Link::Hello`].
+pub fn position_code(position: Position) -> u32 {
+    match position {
+        Position::Root => POSITION_ROOT,
+        Position::Agent(n) => n + 1,
+    }
 }
 
-/// Runs one agent until it is shut down or loses its parent.
+/// The ancestors of agent `node`, nearest first, ending with the root: where an agent
+/// whose parent died looks for a new one. Always an ancestor, so the tree never loops.
+pub fn ancestors(node: u32, fanout: u32) -> Vec<Position> {
+    let mut chain = Vec::new();
+    let mut position = parent_of(node, fanout);
+    loop {
+        chain.push(position);
+        match position {
+            Position::Root => return chain,
+            Position::Agent(n) => position = parent_of(n, fanout),
+        }
+    }
+}
+
+/// Runs one agent until it is shut down, or loses its parent and finds no live
+/// ancestor within `reattach_wait`.
 pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
     use saker_transport::{credentials, pilot_dir, quic};
     saker_transport::crypto::install_crypto_provider().map_err(transport)?;
     let dir = pilot_dir::PilotDir::open(&options.pilot_dir).map_err(transport)?;
     let creds =
         credentials::Credentials::load(&dir, credentials::Role::Agent).map_err(transport)?;
-    let timeouts = quic::LinkTimeouts::default();
+    let timeouts = options.liveness.quic_timeouts();
     let endpoint = quic::bind_endpoint(
         options.bind,
         Some(quic::server_config(&creds, &timeouts).map_err(transport)?),
@@ -157,6 +187,18 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
     let local = endpoint.local_addr().map_err(transport)?;
     let node = options.config.node;
     let own_file = address_file(&options.pilot_dir, Position::Agent(node));
+
+    let dialer = Dialer {
+        endpoint: endpoint.clone(),
+        pilot_dir: options.pilot_dir.clone(),
+        node,
+        fanout: options.fanout,
+        liveness: options.liveness,
+    };
+    let first = dialer.attach_first(options.parent_wait).await?;
+    let session = first.session;
+    // Publish only once attached: a child must not hang under an agent that never
+    // joins the tree.
     publish_address(&own_file, reachable(local, options.advertise)).map_err(|source| {
         NodeError::Publish {
             path: own_file.clone(),
@@ -164,22 +206,16 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
         }
     })?;
 
-    let parent_file = address_file(&options.pilot_dir, parent_of(node, options.fanout));
-    let connection = connect_parent(&endpoint, &parent_file, options.parent_wait).await?;
-    let (send, recv) = connection.open_bi().await.map_err(parent_link)?;
-    let mut writer = FrameWriter::new(send);
-    writer.write_preamble().await.map_err(parent_link)?;
-    let mut reader = FrameReader::new(recv);
-    reader.read_preamble().await.map_err(parent_link)?;
-    let (parent_tx, _writer_task) = spawn_writer(writer);
-
+    // One queue upward for the life of the process: frames queued while the parent is
+    // away (results, children's reports) go out on the next link.
+    let (up, queue) = crate::link::channel();
     let (exit_tx, exit_rx) = tokio::sync::oneshot::channel();
     let (agent, agent_handle) = Actor::spawn(
         None,
         Agent,
         AgentArgs {
             config: options.config.clone(),
-            parent: parent_tx.clone(),
+            parent: up.clone(),
             exit: Some(exit_tx),
         },
     )
@@ -187,17 +223,36 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
     .map_err(NodeError::Spawn)?;
 
     let router = Router::new();
-    tokio::spawn(read_parent(reader, node, agent.clone(), router.clone()));
-    tokio::spawn(accept_children(
+    let children = tokio::spawn(accept_children(
         endpoint.clone(),
-        router,
-        parent_tx,
+        router.clone(),
+        up,
         agent.clone(),
+        Link::Hello {
+            position: position_code(Position::Agent(node)),
+            session,
+        },
+        options.liveness,
+    ));
+    let parent = tokio::spawn(serve_parent(
+        dialer,
+        first,
+        queue,
+        agent.clone(),
+        router,
+        options.reattach_wait,
     ));
 
     let _ = agent_handle.await;
     let _ = std::fs::remove_file(&own_file);
-    // Give the writer a moment to put the goodbye on the wire before the endpoint goes.
+    children.abort();
+    // The agent's last frames (its goodbye) are queued; let the link write them.
+    if tokio::time::timeout(Duration::from_secs(2), parent)
+        .await
+        .is_err()
+    {
+        tracing::debug!("parent link did not drain in time");
+    }
     endpoint.close(0u32.into(), b"agent exiting");
     tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle())
         .await
@@ -208,62 +263,254 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
         .unwrap_or_else(|_| AgentExit::Failed("agent actor failed".to_string())))
 }
 
-/// Connects to the parent named in `file`, re-reading the file after a failed attempt:
-/// the address there may be stale (a parent from before a restart) until the new
-/// parent publishes its own.
-async fn connect_parent(
-    endpoint: &quinn::Endpoint,
-    file: &Path,
-    wait: Duration,
-) -> Result<quinn::Connection, NodeError> {
-    let deadline = tokio::time::Instant::now() + wait;
-    loop {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let address = wait_for_address(file, left).await?;
-        match saker_transport::quic::connect(endpoint, address).await {
-            Ok(connection) => return Ok(connection),
-            Err(error) if tokio::time::Instant::now() < deadline => {
-                tracing::debug!(%error, %address, "parent not reachable yet; retrying");
-                tokio::time::sleep(Duration::from_millis(100)).await;
+/// A link to a parent, handshake done.
+struct ParentLink {
+    connection: quinn::Connection,
+    reader: FrameReader,
+    writer: FrameWriter,
+    position: Position,
+    session: u64,
+}
+
+/// Finds and dials ancestors through their published addresses.
+struct Dialer {
+    endpoint: quinn::Endpoint,
+    pilot_dir: PathBuf,
+    node: u32,
+    fanout: u32,
+    liveness: Liveness,
+}
+
+impl Dialer {
+    /// At start-up: the parent, waiting for it to publish its address (every agent
+    /// starts at once); if it never answers, the nearest live ancestor.
+    async fn attach_first(&self, wait: Duration) -> Result<ParentLink, NodeError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let parent = parent_of(self.node, self.fanout);
+        let file = address_file(&self.pilot_dir, parent);
+        // Patience for the parent itself; the rest of the wait goes to any ancestor.
+        let patience = wait.min(Duration::from_secs(15));
+        let parent_deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let left = parent_deadline.saturating_duration_since(tokio::time::Instant::now());
+            if wait_for_address(&file, left).await.is_err() {
+                break;
             }
-            Err(error) => return Err(parent_link(error)),
+            match self.dial(parent, None).await {
+                Ok(link) => return Ok(link),
+                Err(error) if tokio::time::Instant::now() < parent_deadline => {
+                    tracing::debug!(%error, "parent not reachable yet; retrying");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(_) => break,
+            }
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        self.attach_nearest(None, left).await
+    }
+
+    /// Rounds over the ancestors, nearest first, until one answers as a member of
+    /// `session`'s tree (any tree when `None`), or `wait` has passed.
+    async fn attach_nearest(
+        &self,
+        session: Option<u64>,
+        wait: Duration,
+    ) -> Result<ParentLink, NodeError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut pause = Duration::from_millis(50);
+        let mut last_error = String::from("no ancestor has published an address");
+        loop {
+            for position in ancestors(self.node, self.fanout) {
+                match self.dial(position, session).await {
+                    Ok(link) => return Ok(link),
+                    Err(error) => {
+                        tracing::debug!(?position, %error, "ancestor not reachable");
+                        last_error = format!("{position:?}: {error}");
+                    }
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(NodeError::NoAncestor {
+                    waited: wait,
+                    last_error,
+                });
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// Dials `position` at its published address and checks that the peer is that
+    /// position (the file may be stale and its port reused) of the expected tree.
+    async fn dial(&self, position: Position, session: Option<u64>) -> Result<ParentLink, String> {
+        let file = address_file(&self.pilot_dir, position);
+        let text = tokio::fs::read_to_string(&file)
+            .await
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+        let address: SocketAddr = text
+            .trim()
+            .parse()
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+        let timeout = self.liveness.timeout;
+        let handshake = async {
+            let connection = saker_transport::quic::connect(&self.endpoint, address)
+                .await
+                .map_err(|e| e.to_string())?;
+            let (send, recv) = connection.open_bi().await.map_err(|e| e.to_string())?;
+            let mut writer = FrameWriter::new(send);
+            writer.write_preamble().await.map_err(|e| e.to_string())?;
+            let mut reader = FrameReader::new(recv);
+            reader.read_preamble().await.map_err(|e| e.to_string())?;
+            let hello = match next_incoming(&mut reader, timeout).await {
+                Ok(Some(Incoming::Link(hello @ Link::Hello { .. }))) => hello,
+                Ok(_) => return Err("the peer sent no link hello".to_string()),
+                Err(error) => return Err(error.to_string()),
+            };
+            Ok((connection, reader, writer, hello))
+        };
+        let (connection, reader, writer, hello) =
+            tokio::time::timeout(timeout, handshake)
+                .await
+                .map_err(|_| format!("no answer from {address} within {timeout:?}"))??;
+        let Link::Hello {
+            position: their_position,
+            session: their_session,
+        } = hello
+        else {
+            unreachable!("matched a hello above");
+        };
+        let refuse = |why: String| {
+            connection.close(0u32.into(), b"wrong peer");
+            Err(why)
+        };
+        if their_position != position_code(position) {
+            return refuse(format!(
+                "{address} is position {their_position}, not {position:?} (stale address)"
+            ));
+        }
+        if let Some(expected) = session
+            && expected != their_session
+        {
+            return refuse(format!(
+                "{address} belongs to another root (session {their_session:x}, not {expected:x})"
+            ));
+        }
+        Ok(ParentLink {
+            connection,
+            reader,
+            writer,
+            position,
+            session: their_session,
+        })
+    }
+}
+
+/// The link upward: writes the queue, reads frames for this node and its subtree, and
+/// when the parent goes (closed, silent, invalid) tells the agent and reattaches to
+/// the nearest live ancestor of the same root.
+async fn serve_parent(
+    dialer: Dialer,
+    mut link: ParentLink,
+    mut queue: UnboundedReceiver<FrameBuf>,
+    agent: ActorRef<AgentMsg>,
+    router: Arc<Router>,
+    reattach_wait: Duration,
+) {
+    let interval = dialer.liveness.interval;
+    let timeout = dialer.liveness.timeout;
+    loop {
+        tracing::debug!(parent = ?link.position, "linked to parent");
+        let reason = tokio::select! {
+            written = write_queue(&mut link.writer, &mut queue, interval) => match written {
+                // Every sender is gone: the agent has stopped and its frames are out.
+                Ok(()) => return,
+                Err(error) => format!("writing to the parent failed: {error}"),
+            },
+            reason = read_parent(&mut link.reader, dialer.node, &agent, &router, timeout) => reason,
+        };
+        link.connection.close(0u32.into(), reason.as_bytes());
+        tracing::warn!(%reason, "lost the parent link; looking for a live ancestor");
+        if agent
+            .send_message(AgentMsg::ParentLost {
+                reason: reason.clone(),
+            })
+            .is_err()
+        {
+            return;
+        }
+        match dialer
+            .attach_nearest(Some(link.session), reattach_wait)
+            .await
+        {
+            Ok(new_link) => {
+                link = new_link;
+                tracing::info!(parent = ?link.position, "reattached");
+                // The root has declared this whole subtree lost by now (or will):
+                // every agent below registers again, as this one does.
+                for child in router.links() {
+                    let _ = child.send(link_frame(&Link::Rejoin));
+                }
+                if agent.send_message(AgentMsg::Reattached).is_err() {
+                    return;
+                }
+            }
+            Err(error) => {
+                let _ = agent.send_message(AgentMsg::ParentGone {
+                    reason: format!("{reason}; then {error}"),
+                });
+                return;
+            }
         }
     }
 }
 
 /// Frames from the parent: ours are decoded and handed to the agent, the rest are
-/// forwarded raw to the child link that leads to their destination.
+/// forwarded raw to the child link that leads to their destination. Returns why the
+/// link ended.
 async fn read_parent(
-    mut reader: FrameReader,
+    reader: &mut FrameReader,
     node: u32,
-    agent: ActorRef<AgentMsg>,
-    router: Arc<Router>,
-) {
-    let reason = loop {
-        match reader.read_frame().await {
-            Ok(Some(frame))
-                if frame.route() == node || frame.route() == saker_wire::messages::ROUTE_PEER =>
-            {
-                match saker_wire::frame::decode_to_agent(frame.payload()) {
-                    Ok(message) => {
-                        if agent.send_message(AgentMsg::Down(message)).is_err() {
-                            return;
-                        }
-                    }
-                    Err(error) => break format!("invalid frame from parent: {error}"),
+    agent: &ActorRef<AgentMsg>,
+    router: &Router,
+    timeout: Duration,
+) -> String {
+    loop {
+        let frame = match next_incoming(reader, timeout).await {
+            Ok(Some(Incoming::Frame(frame))) => frame,
+            Ok(Some(Incoming::Link(Link::Rejoin))) => {
+                for child in router.links() {
+                    let _ = child.send(link_frame(&Link::Rejoin));
                 }
+                if agent.send_message(AgentMsg::Rejoin).is_err() {
+                    return "agent stopped".to_string();
+                }
+                continue;
             }
-            Ok(Some(frame)) => match router.route(frame.route()) {
-                Some(child) => {
-                    let _ = child.send_raw(frame.raw());
+            Ok(Some(Incoming::Link(other))) => {
+                tracing::debug!(?other, "ignoring link message from parent");
+                continue;
+            }
+            Ok(None) => return "parent closed the link".to_string(),
+            Err(error) => return format!("parent link failed: {error}"),
+        };
+        if frame.route() == node || frame.route() == ROUTE_PEER {
+            match saker_wire::frame::decode_to_agent(frame.payload()) {
+                Ok(message) => {
+                    if agent.send_message(AgentMsg::Down(message)).is_err() {
+                        return "agent stopped".to_string();
+                    }
                 }
-                None => tracing::debug!(route = frame.route(), "dropping frame for unknown node"),
-            },
-            Ok(None) => break "parent closed the link".to_string(),
-            Err(error) => break format!("parent link failed: {error}"),
+                Err(error) => return format!("invalid frame from parent: {error}"),
+            }
+            continue;
         }
-    };
-    let _ = agent.send_message(AgentMsg::ParentClosed { reason });
+        match router.route(frame.route()) {
+            Some(child) => {
+                let _ = child.send_raw(frame.raw());
+            }
+            None => tracing::debug!(route = frame.route(), "dropping frame for unknown node"),
+        }
+    }
 }
 
 /// Accepts child agents; their frames are forwarded upward unchanged.
@@ -272,14 +519,18 @@ async fn accept_children(
     router: Arc<Router>,
     parent: LinkTx,
     agent: ActorRef<AgentMsg>,
+    hello: Link,
+    liveness: Liveness,
 ) {
     while let Some(incoming) = endpoint.accept().await {
         let router = router.clone();
         let parent = parent.clone();
         let agent = agent.clone();
+        let hello = hello.clone();
         tokio::spawn(async move {
             let link = next_link_id();
-            let reason = match serve_child(incoming, link, &router, &parent).await {
+            let reason = match serve_child(incoming, link, &router, &parent, &hello, liveness).await
+            {
                 Ok(()) => "child closed the link".to_string(),
                 Err(error) => error,
             };
@@ -296,6 +547,8 @@ async fn serve_child(
     link: LinkId,
     router: &Router,
     parent: &LinkTx,
+    hello: &Link,
+    liveness: Liveness,
 ) -> Result<(), String> {
     let connection = incoming
         .await
@@ -308,20 +561,29 @@ async fn serve_child(
     reader.read_preamble().await.map_err(|e| e.to_string())?;
     let mut writer = FrameWriter::new(send);
     writer.write_preamble().await.map_err(|e| e.to_string())?;
-    let (tx, _writer_task) = spawn_writer(writer);
+    let (tx, _writer_task) = spawn_writer(writer, liveness.interval);
+    tx.send(link_frame(hello))
+        .map_err(|_| "child link writer stopped".to_string())?;
     router.add_link(link, tx);
-    loop {
-        match reader.read_frame().await {
-            Ok(Some(frame)) => {
+    let result = loop {
+        match next_incoming(&mut reader, liveness.timeout).await {
+            Ok(Some(Incoming::Frame(frame))) => {
                 router.learn(frame.route(), link);
                 if parent.send_raw(frame.raw()).is_err() {
-                    return Err("parent link closed".to_string());
+                    break Err("parent link closed".to_string());
                 }
             }
-            Ok(None) => return Ok(()),
-            Err(error) => return Err(format!("child link failed: {error}")),
+            Ok(Some(Incoming::Link(_))) => {}
+            Ok(None) => break Ok(()),
+            Err(error) => break Err(format!("child link failed: {error}")),
         }
-    }
+    };
+    let reason = match &result {
+        Ok(()) => "closed",
+        Err(error) => error.as_str(),
+    };
+    connection.close(0u32.into(), reason.as_bytes());
+    result
 }
 
 /// The protocol version this build speaks, for `saker --version` style reporting.

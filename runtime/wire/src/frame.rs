@@ -34,7 +34,9 @@ use rkyv::util::AlignedVec;
 use rkyv::{Archive, Deserialize, Serialize};
 
 use crate::error::WireError;
-use crate::messages::{ArchivedFromAgent, ArchivedToAgent, FromAgent, PROTOCOL_VERSION, ToAgent};
+use crate::messages::{
+    ArchivedFromAgent, ArchivedToAgent, FromAgent, Link, PROTOCOL_VERSION, ToAgent,
+};
 
 /// First four bytes of every Saker stream.
 pub const MAGIC: [u8; 4] = *b"SAKR";
@@ -135,9 +137,10 @@ mod sealed {
     pub trait Sealed {}
     impl Sealed for crate::messages::ToAgent {}
     impl Sealed for crate::messages::FromAgent {}
+    impl Sealed for crate::messages::Link {}
 }
 
-/// A top-level wire message: [`ToAgent`] or [`FromAgent`] (sealed).
+/// A top-level wire message: [`ToAgent`], [`FromAgent`] or [`Link`] (sealed).
 ///
 /// The supertraits spell out what rkyv needs to serialize into an [`AlignedVec`], to
 /// validate the archive, and to deserialize it; user code only names `M: Message`.
@@ -159,6 +162,10 @@ impl Message for ToAgent {
 
 impl Message for FromAgent {
     const NAME: &'static str = "FromAgent";
+}
+
+impl Message for Link {
+    const NAME: &'static str = "Link";
 }
 
 /// Encodes one message as a complete frame (header, payload, padding) in a new buffer.

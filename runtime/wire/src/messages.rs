@@ -12,10 +12,33 @@ use rkyv::{Archive, Deserialize, Serialize};
 
 /// Bumped on any change to the schema or framing. Checked in the stream preamble
 /// before any rkyv payload is read, so a mismatched peer gets a clear error.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Route value for a frame addressed to whichever agent reads it (the link peer).
 pub const ROUTE_PEER: u32 = u32::MAX;
+
+/// Route value of a hop-local [`Link`] frame: it concerns the link it travels on and is
+/// never relayed.
+pub const ROUTE_LINK: u32 = u32::MAX - 1;
+
+/// Position value of the root in [`Link::Hello`]; agent `n` is at `n + 1`.
+pub const POSITION_ROOT: u32 = 0;
+
+/// Hop-local messages between the two ends of one link (route [`ROUTE_LINK`]).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub enum Link {
+    /// The accepting end's first frame: who it is, so a child dialing an address from
+    /// the pilot directory can tell a live ancestor from a stale file whose port was
+    /// reused, and which root it serves, so agents of a crashed root never attach to
+    /// the tree of the resumed one.
+    Hello { position: u32, session: u64 },
+    /// Sent by either end after a quiet interval; any frame proves the peer alive.
+    Heartbeat,
+    /// From a parent that has just reattached to the tree: the root declared this
+    /// whole subtree lost meanwhile, so every agent below registers again.
+    Rejoin,
+}
 
 /// Messages from the root (or a relaying ancestor) to an agent.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -31,6 +54,9 @@ pub enum ToAgent {
     Cancel { attempts: Vec<u64> },
     /// Finish or kill running work and exit.
     Shutdown { reason: String, kill_running: bool },
+    /// The root does not (or no longer) count this agent as live, e.g. it was declared
+    /// lost in a race with its reattachment: stop the old work and say Hello again.
+    Rejoin,
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -189,6 +215,7 @@ const _: () = {
     use core::mem::align_of;
     const MAX: usize = crate::frame::FRAME_ALIGNMENT;
     assert!(align_of::<ArchivedToAgent>() <= MAX);
+    assert!(align_of::<ArchivedLink>() <= MAX);
     assert!(align_of::<ArchivedWelcome>() <= MAX);
     assert!(align_of::<ArchivedDispatch>() <= MAX);
     assert!(align_of::<ArchivedJobDef>() <= MAX);

@@ -121,3 +121,38 @@ fn access_reads_a_1024_task_dispatch_in_place() {
         .sum();
     assert_eq!(sum, (0..1024).map(|index| 1_000_000 + index).sum::<u64>());
 }
+
+#[test]
+fn link_messages_round_trip_and_are_not_mistaken_for_other_directions() {
+    use saker_wire::{Link, ROUTE_LINK, decode};
+    for message in [
+        Link::Hello {
+            position: 0,
+            session: u64::MAX,
+        },
+        Link::Hello {
+            position: 17,
+            session: 7,
+        },
+        Link::Heartbeat,
+        Link::Rejoin,
+    ] {
+        let bytes = encode(ROUTE_LINK, &message).unwrap();
+        let mut decoder = FrameDecoder::new();
+        decoder.push(&bytes);
+        let frame = decoder.next_frame().unwrap().unwrap();
+        assert_eq!(frame.route, ROUTE_LINK);
+        assert_eq!(decode::<Link>(&frame.payload).unwrap(), message);
+    }
+    // A truncated link payload is an error, not a panic.
+    let bytes = encode(
+        ROUTE_LINK,
+        &Link::Hello {
+            position: 3,
+            session: 9,
+        },
+    )
+    .unwrap();
+    let payload = &bytes[saker_wire::FRAME_HEADER_LEN..];
+    assert!(decode::<Link>(&payload[..payload.len() / 2]).is_err());
+}

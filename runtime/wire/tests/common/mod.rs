@@ -93,6 +93,7 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
             reason: "done".to_owned(),
             kill_running: false,
         },
+        ToAgent::Rejoin,
     ]
 }
 

@@ -1,0 +1,107 @@
+//! An interior agent dies: its children notice by heartbeat, reattach to the nearest
+//! live ancestor and keep working; a restarted agent rejoins under its old id. Every
+//! task still has exactly one accepted result.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{agent_pid, results, saker};
+
+/// (array index, agent node) of every execution so far.
+fn executions(log: &std::path::Path) -> Vec<(u32, u32)> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let (index, node) = line.split_once(' ')?;
+            Some((index.parse().ok()?, node.parse().ok()?))
+        })
+        .collect()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn kill(pid: u32) {
+    let killed = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+}
+
+/// Fan-out 2 over 7 agents: agent 0 (under the root) has children 2 and 3, and 2 has
+/// child 6. Killing 0 leaves 2, 3 and 6 cut off; 2 and 3 reattach to the root and 6
+/// follows 2. Agent 1 is then killed and started again by hand: it rejoins.
+#[test]
+fn orphans_reattach_and_a_restarted_agent_rejoins() {
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let log = dir.path().join("executions.log");
+    let script = format!(
+        "sleep 0.03; echo {{index}} $SAKER_NODE >> {}",
+        log.display()
+    );
+    let heartbeat = ["--heartbeat-interval", "200ms", "--heartbeat-timeout", "1s"];
+    let mut run: Child = saker()
+        .args(["run", "--progress", "none", "--no-sync"])
+        .args(["--agents", "7", "--slots", "7", "--fanout", "2"])
+        .args(heartbeat)
+        .args(["--array", "1-3000", "--dir"])
+        .arg(&pilot)
+        .args(["--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("work on every agent", Duration::from_secs(60), || {
+        let nodes: BTreeSet<u32> = executions(&log).iter().map(|e| e.1).collect();
+        nodes.len() == 7
+    });
+    kill(agent_pid(&pilot, 0).expect("agent 0 runs"));
+    let cut = executions(&log).len();
+    // Each orphan runs new work after the cut: it found its way back in.
+    wait_for("the orphans to work again", Duration::from_secs(30), || {
+        let after: BTreeSet<u32> = executions(&log)[cut..].iter().map(|e| e.1).collect();
+        [2, 3, 6].iter().all(|n| after.contains(n))
+    });
+
+    kill(agent_pid(&pilot, 1).expect("agent 1 runs"));
+    let mut restarted = saker()
+        .args(["agent", "--dir"])
+        .arg(&pilot)
+        .args(["--node", "1", "--fanout", "2", "--cores", "1"])
+        .args(heartbeat)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let restart = executions(&log).len();
+    wait_for(
+        "the restarted agent to work",
+        Duration::from_secs(30),
+        || executions(&log)[restart..].iter().any(|e| e.1 == 1),
+    );
+
+    let status = run.wait().unwrap();
+    let _ = restarted.kill();
+    let _ = restarted.wait();
+    assert!(status.success(), "every task succeeds");
+    let records = results(&pilot);
+    assert_eq!(records.len(), 3000, "one result per task");
+    let tasks: BTreeSet<u64> = records
+        .iter()
+        .map(|r| r["task"].as_u64().unwrap())
+        .collect();
+    assert_eq!(tasks.len(), 3000, "no task accepted twice");
+    let ran: BTreeSet<u32> = executions(&log).iter().map(|e| e.0).collect();
+    assert_eq!(ran.len(), 3000, "every index ran at least once");
+}
