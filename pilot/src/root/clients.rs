@@ -383,6 +383,8 @@ pub(super) fn core_spec(request: &JobRequest) -> JobSpec {
         max_retries: spec.max_retries,
         max_replays: None,
         time_limit: spec.time_limit.map(|t| t.as_micros() as u64),
+        class: 0,
+        speculative: false,
     }
 }
 

@@ -55,6 +55,9 @@ pub struct CoreConfig {
     pub retry_backoff: Backoff,
     /// Replays (infrastructure losses) a task survives when its job does not say.
     pub default_max_replays: u32,
+    /// Speculative copies of stragglers, for jobs that allow them
+    /// ([`JobSpec::speculative`]). `None` turns speculation off for every job.
+    pub speculation: Option<Speculation>,
 }
 
 impl Default for CoreConfig {
@@ -63,6 +66,35 @@ impl Default for CoreConfig {
             max_bundle: 1024,
             retry_backoff: Backoff::default(),
             default_max_replays: 3,
+            speculation: Some(Speculation::default()),
+        }
+    }
+}
+
+/// When a running attempt is a *straggler* that gets a speculative copy.
+///
+/// Jobs of one estimate class ([`JobSpec::class`]) share a runtime estimate: the mean
+/// `m` and standard deviation `s` of the run times of their successful attempts (from
+/// the `started` report to the result), speculative jobs or not. Once a class has
+/// `min_samples` of them, a started attempt of a speculative job that has run longer
+/// than `factor_percent / 100 * (m + 2 s)` is a straggler; when a node has credit and
+/// no ordinary work for it, a copy of the task starts on another node. The first
+/// success wins; the other attempt is told to stop. A task gets at most one copy each
+/// time it leaves the queue (a retry or replay may get another).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Speculation {
+    /// The factor `P` over the estimate, in percent (150 = one and a half times).
+    pub factor_percent: u32,
+    /// Successful attempts of a class needed before it has an estimate (0 counts as 1).
+    pub min_samples: u32,
+}
+
+impl Default for Speculation {
+    /// 150 percent of the estimate, after 5 samples.
+    fn default() -> Self {
+        Speculation {
+            factor_percent: 150,
+            min_samples: 5,
         }
     }
 }
@@ -87,10 +119,17 @@ pub struct JobSpec {
     /// ([`Core::handle_deadline`](crate::Core::handle_deadline)), an attempt starts
     /// only if it can finish by then, and a task without a limit only before it.
     pub time_limit: Option<u64>,
+    /// Estimate class: jobs of one class share one runtime estimate (see
+    /// [`Speculation`]). The driver maps a task's tags to a class id; 0 is the default.
+    pub class: u32,
+    /// The tasks are idempotent: a straggler may get a speculative copy running at the
+    /// same time (see [`Speculation`]). Off by default.
+    pub speculative: bool,
 }
 
 impl JobSpec {
-    /// One single-core task, priority 0, no retries, default replays, no time limit.
+    /// One single-core task, priority 0, no retries, default replays, no time limit,
+    /// class 0, not speculative.
     pub const fn single() -> JobSpec {
         JobSpec {
             count: 1,
@@ -99,6 +138,8 @@ impl JobSpec {
             max_retries: 0,
             max_replays: None,
             time_limit: None,
+            class: 0,
+            speculative: false,
         }
     }
 
@@ -140,6 +181,19 @@ impl JobSpec {
     pub const fn with_time_limit_micros(self, micros: u64) -> JobSpec {
         JobSpec {
             time_limit: Some(micros),
+            ..self
+        }
+    }
+
+    /// This spec in estimate class `class`.
+    pub const fn with_class(self, class: u32) -> JobSpec {
+        JobSpec { class, ..self }
+    }
+
+    /// This spec with speculative copies allowed (`true`) or not.
+    pub const fn with_speculation(self, speculative: bool) -> JobSpec {
+        JobSpec {
+            speculative,
             ..self
         }
     }

@@ -4,7 +4,8 @@
 //! **Owns**: job and task state machines, the ready queue (priority, FIFO, retry
 //! backoff), node credit and capacity accounting, bundled credit-based dispatch,
 //! retry/replay policy, cancellation, the allocation's end (which attempts can still
-//! finish in time, draining), and exactly-once acceptance of results.
+//! finish in time, draining), speculative copies of stragglers, and exactly-once
+//! acceptance of results.
 //!
 //! **Must never**: do I/O, read a clock, spawn threads, depend on tokio, or let hash
 //! iteration order reach its outputs. Time arrives as an argument; effects leave as
@@ -14,7 +15,8 @@
 //! **Start reading** at [`Core`]: its doc says how to drive it (inputs `handle_*`,
 //! outputs `poll_*`, monotonic `now`). Then `queue.rs` (ready-queue order), `node.rs`
 //! (credit, round-robin, parking), `task.rs` (per-job and per-task records),
-//! `horizon.rs` (the deadline and the work it holds back). The simulator in
+//! `horizon.rs` (the deadline and the work it holds back), `speculation.rs` (runtime
+//! estimates and stragglers). The simulator in
 //! `tests/sim/` drives 10,000 virtual nodes through the public API and checks the
 //! guarantees after every step.
 //!
@@ -25,7 +27,7 @@
 //! dispatched and loses it when it finishes; a finished task is one bit in its job's
 //! bitset (released when the job finishes) plus counters. A million queued array tasks
 //! therefore cost well under a byte each (the memory test measures about 0.25), and the
-//! heavy per-task state (about 130 bytes) is bounded by the work in flight, which the
+//! heavy per-task state (about 155 bytes) is bounded by the work in flight, which the
 //! nodes' credit bounds. The price is that per-task history (which node ran it, exit
 //! details) is not kept here: it leaves in events for the journal to keep.
 //!
@@ -43,8 +45,18 @@
 //!   attempts get [`Event::CancelAttempt`] and end `Cancelled` with whatever result (or
 //!   node loss) comes next.
 //! * **Exactly once**: one [`Event::TaskFinished`] per task; a result counts only for
-//!   the task's live attempt ([`Disposition::Duplicate`] / [`Disposition::UnknownAttempt`]
-//!   otherwise). One [`Event::JobFinished`] per job, after its last `TaskFinished`.
+//!   a live attempt of the task ([`Disposition::Duplicate`] /
+//!   [`Disposition::UnknownAttempt`] otherwise). One [`Event::JobFinished`] per job,
+//!   after its last `TaskFinished`.
+//! * **Stragglers** ([`Speculation`], on by default, only for jobs marked
+//!   [`JobSpec::speculative`]): a started attempt running longer than `P` times its
+//!   class's estimate (mean + 2σ of successful run times, once there are enough) gets
+//!   one copy on another node when a node has credit and no queued work it could run.
+//!   The first success wins; the other attempt gets [`Event::CancelAttempt`] and its
+//!   result is a duplicate. A failure or loss of one of two live attempts just ends it
+//!   ([`Disposition::Continues`]); only the last one's outcome retries or replays.
+//!   [`Counts::speculated`] counts the copies. A copy must fit the deadline like any
+//!   dispatch (a straggler that does not gets none); none while draining.
 //! * **Credit**: a node is never sent more cores than it granted; see [`Core`] for the
 //!   dispatch policy and its head-of-line rule.
 //! * **Deadline** ([`Core::handle_deadline`]): an attempt is dispatched at `now` only
@@ -64,9 +76,10 @@ mod node;
 mod output;
 mod queue;
 mod scheduler;
+mod speculation;
 mod task;
 
-pub use config::{Backoff, CoreConfig, JobSpec};
+pub use config::{Backoff, CoreConfig, JobSpec, Speculation};
 pub use error::{AttemptError, CancelError, NodeError, RestoreError, SubmitError};
 pub use ids::{AttemptId, JobId, NodeId, TaskId, Time};
 pub use output::{

@@ -12,6 +12,10 @@
 //! covers that. Such a node always receives work, so parking never churns: a node is
 //! parked at most once per credit grant, and dispatch costs O(log nodes) amortised
 //! instead of a scan over every node holding a little credit.
+//!
+//! Speculative copies are placed by credit, not in turn: the core parks the whole
+//! rotation ([`Nodes::park_rotation`]) and takes the parked node with the most credit
+//! that is not the original's ([`Nodes::take_for_copy`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -200,6 +204,55 @@ impl Nodes {
         let record = self.map.get_mut(&node).expect("parked node is live");
         record.place = Place::Idle;
         Some(node)
+    }
+
+    /// Parks every node of the rotation, so that all nodes with credit can be searched
+    /// by credit ([`Nodes::take_for_copy`]). A node is parked at most once per credit
+    /// grant, as in ordinary dispatch, so this is amortised O(log nodes) per grant.
+    pub(crate) fn park_rotation(&mut self) {
+        while let Some(node) = self.next_in_rotation() {
+            self.park(node);
+        }
+    }
+
+    /// Takes out of the parking a node for a speculative copy of `cores` cores whose
+    /// original runs on `original`: per capacity class of at least `cores` cores
+    /// (smallest first, keeping wide nodes for wide tasks) that `spare(capacity)`
+    /// allows, the parked node other than `original` with the most credit, if that
+    /// covers `cores`. Ties go to the higher node id. The caller must then call
+    /// [`Nodes::served`] for it. O(capacity classes).
+    pub(crate) fn take_for_copy(
+        &mut self,
+        cores: u32,
+        original: NodeId,
+        spare: impl Fn(u32) -> bool,
+    ) -> Option<NodeId> {
+        let mut chosen = None;
+        for (capacity, parked) in self.parked.range(cores..) {
+            if !spare(*capacity) {
+                continue;
+            }
+            // At most two steps: the original is one node.
+            let Some(&(credit, node)) = parked.iter().rev().find(|(_, node)| *node != original)
+            else {
+                continue;
+            };
+            if credit >= cores {
+                chosen = Some((*capacity, credit, node));
+                break;
+            }
+        }
+        let (capacity, credit, node) = chosen?;
+        unpark(&mut self.parked, capacity, credit, node);
+        // Invariant: parked holds live nodes only (remove unparks).
+        let record = self.map.get_mut(&node).expect("parked node is live");
+        record.place = Place::Idle;
+        Some(node)
+    }
+
+    /// The capacities of parked nodes, each once, ascending.
+    pub(crate) fn parked_capacities(&self) -> impl Iterator<Item = u32> + '_ {
+        self.parked.keys().copied()
     }
 
     /// Nodes in the rotation plus parked ones (an upper bound on nodes with credit).

@@ -80,8 +80,15 @@ pub enum Disposition {
         /// The task.
         task: TaskId,
     },
-    /// The attempt was issued but is no longer live (superseded by a replay, or its task
-    /// is already terminal): the result is dropped and counted.
+    /// The attempt failed, was lost or stopped while a speculative copy of its task is
+    /// still live: nothing is retried or replayed, the task carries on with that copy.
+    Continues {
+        /// The task.
+        task: TaskId,
+    },
+    /// The attempt was issued but is no longer live (superseded by a replay, its task is
+    /// already terminal, or it lost to a speculative copy): the result is dropped and
+    /// counted.
     Duplicate,
     /// No such attempt was ever issued: the result is dropped and counted.
     UnknownAttempt,
@@ -126,8 +133,11 @@ pub enum Event {
         /// Attempts dispatched for it (0 if it never left the queue).
         attempts: u32,
     },
-    /// Tell `node` to stop `attempt`; its job was cancelled. The task becomes
-    /// `Cancelled` when the attempt's result (any outcome) or the node's loss arrives.
+    /// Tell `node` to stop `attempt`. Either its job was cancelled (the task becomes
+    /// `Cancelled` when the result of any of its attempts, whatever the outcome, or the
+    /// loss of its node arrives), or another copy of its task succeeded first (the
+    /// task is `Succeeded` already; this attempt's result will be a
+    /// [`Disposition::Duplicate`]).
     CancelAttempt {
         /// Where the attempt runs.
         node: NodeId,
@@ -152,6 +162,8 @@ pub struct NodeLoss {
     pub failed: u32,
     /// Tasks of cancelled jobs, now `Cancelled`.
     pub cancelled: u32,
+    /// Attempts whose task carries on with its speculative copy on another node.
+    pub continued: u32,
     /// Credit the node held that vanished with it (cores).
     pub credit_dropped: u32,
 }
@@ -180,7 +192,9 @@ pub enum TaskStatus {
         /// When it becomes eligible again.
         not_before: Time,
     },
-    /// Sent to a node, not yet reported started.
+    /// Sent to a node, not yet reported started. With a speculative copy live, the
+    /// task is `Running` if either attempt started, and this names the original
+    /// attempt (or the copy, once the original has ended).
     Assigned {
         /// The node.
         node: NodeId,
@@ -211,7 +225,7 @@ pub struct Counts {
     pub delayed: u64,
     /// Dispatched, not reported started.
     pub assigned: u64,
-    /// Reported started.
+    /// Reported started (a task with a speculative copy: either attempt started).
     pub running: u64,
     /// Terminal: succeeded.
     pub succeeded: u64,
@@ -227,6 +241,10 @@ pub struct Counts {
     pub duplicates: u64,
     /// Results dropped because their attempt was never issued.
     pub unknown_attempts: u64,
+    /// Speculative copies issued for stragglers (see
+    /// [`Speculation`](crate::Speculation)). A copy is an attempt of a task that is
+    /// in flight already; it does not move the task between the partitions above.
+    pub speculated: u64,
     /// Live nodes.
     pub nodes: u64,
     /// Credit (cores) granted by live nodes and not yet used by a dispatch.

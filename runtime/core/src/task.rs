@@ -158,8 +158,61 @@ pub(crate) enum Phase {
     Queued,
     /// Waiting for its retry backoff.
     Delayed { not_before: Time },
-    /// Dispatched; `started` once its node said so.
-    InFlight { attempt: AttemptId, started: bool },
+    /// Dispatched. `attempt` is the original attempt (or the copy, once the original
+    /// ended while its copy lived on); `started` once either live attempt's node said
+    /// so (the task is then `Running`).
+    InFlight {
+        attempt: AttemptId,
+        started: bool,
+        copy: CopySlot,
+    },
+}
+
+impl Phase {
+    /// In flight under `attempt`, not started, no copy yet.
+    pub(crate) fn dispatched(attempt: AttemptId) -> Phase {
+        Phase::InFlight {
+            attempt,
+            started: false,
+            copy: CopySlot::ABSENT,
+        }
+    }
+}
+
+/// A [`CopyState`] packed into one word, to keep task records small (an enum with a
+/// payload would take two): attempt ids start at 1 and never reach `u64::MAX`, so
+/// those two values are free for the states without a copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CopySlot(u64);
+
+impl CopySlot {
+    pub(crate) const ABSENT: CopySlot = CopySlot(0);
+    pub(crate) const SPENT: CopySlot = CopySlot(u64::MAX);
+
+    pub(crate) fn live(copy: AttemptId) -> CopySlot {
+        debug_assert!(copy.0 != 0 && copy.0 != u64::MAX);
+        CopySlot(copy.0)
+    }
+
+    pub(crate) fn state(self) -> CopyState {
+        match self {
+            CopySlot::ABSENT => CopyState::Absent,
+            CopySlot::SPENT => CopyState::Spent,
+            CopySlot(copy) => CopyState::Live(AttemptId(copy)),
+        }
+    }
+}
+
+/// Whether an in-flight task has a speculative copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CopyState {
+    /// No copy yet: the attempt may become a straggler and get one.
+    Absent,
+    /// This copy is live next to the task's attempt, on another node.
+    Live(AttemptId),
+    /// A copy was issued and one of the two attempts ended, or the straggler could
+    /// never get one (deadline): no further copy until the task is dispatched again.
+    Spent,
 }
 
 /// A task that has left the queue at least once and is not terminal.
@@ -181,4 +234,32 @@ pub(crate) struct TaskRecord {
 pub(crate) struct AttemptRecord {
     pub(crate) task: TaskId,
     pub(crate) node: NodeId,
+    /// Whether its node reported it started, and when (the start of its run time).
+    /// Two fields rather than an `Option<Time>`: the flag fits in padding, the option
+    /// would not, and there is one record per attempt in flight.
+    started: bool,
+    started_at: Time,
+}
+
+impl AttemptRecord {
+    /// A fresh attempt of `task` on `node`, not started.
+    pub(crate) fn new(task: TaskId, node: NodeId) -> AttemptRecord {
+        AttemptRecord {
+            task,
+            node,
+            started: false,
+            started_at: Time::ZERO,
+        }
+    }
+
+    /// When its node reported it started, if it did.
+    pub(crate) fn started(&self) -> Option<Time> {
+        self.started.then_some(self.started_at)
+    }
+
+    /// Records the start at `now`.
+    pub(crate) fn start(&mut self, now: Time) {
+        self.started = true;
+        self.started_at = now;
+    }
 }

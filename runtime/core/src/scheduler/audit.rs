@@ -7,7 +7,7 @@ use super::{Core, PendingEvent, slot};
 use crate::horizon::last_start;
 use crate::ids::{AttemptId, JobId, TaskId, Time};
 use crate::output::Counts;
-use crate::task::{AttemptRecord, JobRecord, Phase, TaskRecord};
+use crate::task::{AttemptRecord, CopyState, JobRecord, Phase, TaskRecord};
 
 /// Two pieces of the core's bookkeeping disagree: a bug in the core.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,6 +46,12 @@ pub enum ConsistencyError {
         /// What is wrong.
         problem: &'static str,
     },
+    /// The straggler index contradicts itself.
+    #[error("straggler index: {problem}")]
+    Stragglers {
+        /// What is wrong.
+        problem: &'static str,
+    },
 }
 
 fn expect_equal(what: &'static str, counted: u64, recorded: u64) -> Result<(), ConsistencyError> {
@@ -67,10 +73,13 @@ fn btree_bytes(len: usize, entry: usize) -> usize {
 }
 
 impl Core {
-    /// Checks that the counters, task records, live attempts, node attempt sets, retry
-    /// timers, ready queue and finished bitsets agree. O(jobs + records + tasks/64).
+    /// Checks that the counters, task records, live attempts (at most two per task, on
+    /// distinct nodes), node attempt sets, retry timers, ready queue, straggler index
+    /// and finished bitsets agree. O(jobs + records + tasks/64).
     pub fn check_consistency(&self) -> Result<(), ConsistencyError> {
         let mut total = Counts::default();
+        let mut copies = 0u64;
+        let mut indexed = 0u64;
         let mut per_job: BTreeMap<JobId, Counts> = BTreeMap::new();
         for (task, record) in &self.tasks {
             let Some((job, index)) = self.locate(*task) else {
@@ -103,13 +112,58 @@ impl Core {
                         });
                     }
                 }
-                Phase::InFlight { attempt, started } => {
+                Phase::InFlight {
+                    attempt,
+                    started,
+                    copy,
+                } => {
                     if started {
                         counts.running += 1;
                     } else {
                         counts.assigned += 1;
                     }
                     self.check_attempt(attempt, *task)?;
+                    let live = self.attempts[&attempt];
+                    let mut any_started = live.started().is_some();
+                    if let CopyState::Live(copy) = copy.state() {
+                        copies += 1;
+                        if copy == attempt {
+                            return Err(ConsistencyError::Task {
+                                task: *task,
+                                problem: "its copy is its original",
+                            });
+                        }
+                        self.check_attempt(copy, *task)?;
+                        let other = self.attempts[&copy];
+                        if other.node == live.node {
+                            return Err(ConsistencyError::Task {
+                                task: *task,
+                                problem: "both copies on one node",
+                            });
+                        }
+                        any_started |= other.started().is_some();
+                    }
+                    if started != any_started {
+                        return Err(ConsistencyError::Task {
+                            task: *task,
+                            problem: "running flag disagrees with its attempts",
+                        });
+                    }
+                    let job = &self.jobs[slot(record.job)];
+                    if let Some(started) = live.started()
+                        && self.stragglers.is_enabled()
+                        && job.spec.speculative
+                        && !job.counts.cancel_requested
+                        && copy.state() == CopyState::Absent
+                    {
+                        indexed += 1;
+                        if !self.stragglers.contains(job.spec.class, started, attempt) {
+                            return Err(ConsistencyError::Attempt {
+                                attempt,
+                                problem: "may become a straggler but is not indexed",
+                            });
+                        }
+                    }
                 }
             }
         }
@@ -127,8 +181,20 @@ impl Core {
         expect_equal(
             "live attempts",
             self.attempts.len() as u64,
-            self.counts.assigned + self.counts.running,
+            self.counts.assigned + self.counts.running + copies,
         )?;
+        // Every indexed attempt is one of those counted above, each indexed once.
+        expect_equal("indexed attempts", indexed, self.stragglers.len() as u64)?;
+        self.stragglers
+            .check(self.now)
+            .map_err(|problem| ConsistencyError::Stragglers { problem })?;
+        if self.counts.speculated < copies {
+            return Err(ConsistencyError::CountMismatch {
+                what: "speculated copies",
+                counted: copies,
+                recorded: self.counts.speculated,
+            });
+        }
         for (node, record) in self.nodes.iter() {
             for attempt in &record.attempts {
                 match self.attempts.get(attempt) {
@@ -324,6 +390,7 @@ impl Core {
             + self.queue.heap_bytes()
             + self.horizon.heap_bytes()
             + self.nodes.heap_bytes()
+            + self.stragglers.heap_bytes()
             + self.scratch.capacity() * size_of::<crate::queue::Taken>()
     }
 }

@@ -1,5 +1,6 @@
 //! The `handle_*` inputs of [`Core`].
 
+use super::speculate::Ended;
 use super::{Core, PendingEvent, slot};
 use crate::config::JobSpec;
 use crate::error::{AttemptError, CancelError, NodeError, SubmitError};
@@ -8,7 +9,7 @@ use crate::output::{
     AttemptOutcome, CancelSummary, Disposition, Event, NodeLoss, SubmittedJob, TerminalState,
 };
 use crate::queue::{FreshRange, ReturnedTask};
-use crate::task::{Bucket, JobRecord, Phase};
+use crate::task::{Bucket, CopyState, JobRecord, Phase};
 
 impl Core {
     /// Accepts a job of `spec.count` tasks, queued at once (held back at once if a
@@ -80,19 +81,23 @@ impl Core {
         self.nodes.add_credit(node, cores)
     }
 
-    /// The node started `attempt` (assigned → running; informational, idempotent).
+    /// The node started `attempt` (assigned → running; idempotent). Its run time counts
+    /// from the first such report: for its class's runtime estimate if it succeeds,
+    /// and to tell whether it is a straggler ([`Speculation`](crate::Speculation)).
     ///
     /// Errors: the attempt was never issued, or is no longer live (a late report).
     pub fn handle_started(&mut self, attempt: AttemptId, now: Time) -> Result<(), AttemptError> {
         self.observe(now);
-        let Some(live) = self.attempts.get(&attempt) else {
+        let Some(live) = self.attempts.get_mut(&attempt) else {
             return Err(self.attempt_error(attempt));
         };
+        if live.started().is_some() {
+            return Ok(());
+        }
+        live.start(self.now);
+        let task = live.task;
         // Invariant: a live attempt's task has an in-flight record.
-        let record = self
-            .tasks
-            .get_mut(&live.task)
-            .expect("live attempt has a task");
+        let record = self.tasks.get_mut(&task).expect("live attempt has a task");
         let Phase::InFlight { started, .. } = &mut record.phase else {
             return Ok(());
         };
@@ -101,12 +106,17 @@ impl Core {
             let job = &mut self.jobs[slot(record.job)];
             job.shift(&mut self.counts, Bucket::Assigned, Bucket::Running, 1);
         }
+        self.index_started(attempt, task);
         Ok(())
     }
 
-    /// An attempt ended with `outcome`. Only the live attempt of a non-terminal task
+    /// An attempt ended with `outcome`. Only a live attempt of a non-terminal task
     /// changes state; anything else is dropped and counted. If the task's job was
     /// cancelled, any outcome makes the task `Cancelled`.
+    ///
+    /// With a speculative copy live, a success finishes the task and stops the other
+    /// attempt ([`Event::CancelAttempt`]; its result will be a duplicate); any other
+    /// outcome just ends this attempt ([`Disposition::Continues`]).
     pub fn handle_result(
         &mut self,
         attempt: AttemptId,
@@ -126,22 +136,41 @@ impl Core {
                 }
             };
         };
-        let (task, from) = self.end_attempt(attempt, live);
+        let Ended { task, from, other } = self.end_attempt(attempt, live);
         // Invariant: end_attempt returns a task that has a record.
         let job = self.tasks[&task].job;
         if self.jobs[slot(job)].counts.cancel_requested {
+            if let Some(other) = other {
+                self.drop_other(job, other, false);
+            }
             return self.finish(task, from, TerminalState::Cancelled);
         }
-        match outcome {
-            AttemptOutcome::Succeeded => self.finish(task, from, TerminalState::Succeeded),
-            AttemptOutcome::Failed => self.retry_or_fail(task, from),
-            AttemptOutcome::Lost | AttemptOutcome::Cancelled => self.replay_or_fail(task, from),
+        match (outcome, other) {
+            (AttemptOutcome::Succeeded, other) => {
+                if let Some(started) = live.started() {
+                    self.record_run(job, started);
+                }
+                if let Some(other) = other {
+                    self.drop_other(job, other, true);
+                }
+                self.finish(task, from, TerminalState::Succeeded)
+            }
+            (_, Some(other)) => {
+                self.continue_with(task, other);
+                Disposition::Continues { task }
+            }
+            (AttemptOutcome::Failed, None) => self.retry_or_fail(task, from),
+            (AttemptOutcome::Lost | AttemptOutcome::Cancelled, None) => {
+                self.replay_or_fail(task, from)
+            }
         }
     }
 
     /// The node is gone (connection closed, heartbeats missed). Its credit vanishes and
     /// every live attempt on it is replayed (or fails past its replay bound, or becomes
-    /// `Cancelled` if its job was cancelled). The id may join again later as a new node.
+    /// `Cancelled` if its job was cancelled), except one whose task has a speculative
+    /// copy elsewhere: the task carries on with that. The id may join again later as a
+    /// new node.
     ///
     /// Errors: the node is not live.
     pub fn handle_node_lost(&mut self, node: NodeId, now: Time) -> Result<NodeLoss, NodeError> {
@@ -161,12 +190,20 @@ impl Core {
                 .attempts
                 .remove(&attempt)
                 .expect("node attempt is live");
-            let (task, from) = self.end_attempt(attempt, live);
+            let Ended { task, from, other } = self.end_attempt(attempt, live);
             // Invariant: end_attempt returns a task that has a record.
             let job = self.tasks[&task].job;
             if self.jobs[slot(job)].counts.cancel_requested {
+                if let Some(other) = other {
+                    self.drop_other(job, other, false);
+                }
                 self.finish(task, from, TerminalState::Cancelled);
                 loss.cancelled += 1;
+                continue;
+            }
+            if let Some(other) = other {
+                self.continue_with(task, other);
+                loss.continued += 1;
                 continue;
             }
             match self.replay_or_fail(task, from) {
@@ -178,8 +215,9 @@ impl Core {
     }
 
     /// Cancels a job: its queued and retry-waiting tasks become `Cancelled` now, each
-    /// live attempt gets an [`Event::CancelAttempt`] and its task becomes `Cancelled`
-    /// when the result arrives. Idempotent.
+    /// live attempt (both, for a task with a speculative copy) gets an
+    /// [`Event::CancelAttempt`] and its task becomes `Cancelled` when the first result
+    /// arrives. Idempotent.
     ///
     /// Errors: no such job.
     pub fn handle_cancel_job(
@@ -228,12 +266,24 @@ impl Core {
                     self.finish(task, Bucket::Delayed, TerminalState::Cancelled);
                     summary.cancelled += 1;
                 }
-                Phase::InFlight { attempt, .. } => {
-                    // Invariant: an in-flight record's attempt is live.
-                    let node = self.attempts.get(&attempt).expect("live attempt").node;
-                    self.events
-                        .push_back(PendingEvent::Ready(Event::CancelAttempt { node, attempt }));
-                    summary.attempts_signalled += 1;
+                Phase::InFlight { attempt, copy, .. } => {
+                    let copy = match copy.state() {
+                        CopyState::Live(copy) => Some(copy),
+                        CopyState::Absent | CopyState::Spent => None,
+                    };
+                    for attempt in std::iter::once(attempt).chain(copy) {
+                        // Invariant: an in-flight record's attempts are live.
+                        let live = *self.attempts.get(&attempt).expect("live attempt");
+                        if let Some(started) = live.started() {
+                            self.unindex(job, started, attempt);
+                        }
+                        self.events
+                            .push_back(PendingEvent::Ready(Event::CancelAttempt {
+                                node: live.node,
+                                attempt,
+                            }));
+                        summary.attempts_signalled += 1;
+                    }
                 }
             }
         }
@@ -256,9 +306,10 @@ impl Core {
     }
 
     /// Releases every retry whose backoff ended at or before `now` into the queue
-    /// (ahead of fresh work of its priority, in `(not_before, task)` order), and holds
-    /// back the jobs that stopped fitting the deadline (every input does the latter;
-    /// this one exists for the instants [`Core::poll_timeout`] names).
+    /// (ahead of fresh work of its priority, in `(not_before, task)` order), holds
+    /// back the jobs that stopped fitting the deadline and notes the attempts that
+    /// became stragglers (every input does the last two; this one exists for the
+    /// instants [`Core::poll_timeout`] names).
     pub fn handle_timeout(&mut self, now: Time) {
         self.observe(now);
         while let Some(&(not_before, task)) = self.retry_timers.first() {

@@ -5,7 +5,9 @@ mod audit;
 mod deadline;
 mod inputs;
 mod outputs;
+mod query;
 mod restore;
+mod speculate;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -17,6 +19,7 @@ use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
 use crate::node::Nodes;
 use crate::output::{Counts, Disposition, Event, JobCounts, TaskStatus, TerminalState};
 use crate::queue::{ReadyQueue, ReturnedTask, Taken};
+use crate::speculation::Stragglers;
 use crate::task::{AttemptRecord, Bucket, JobRecord, Phase, TaskRecord};
 
 /// The pure scheduling core of a pilot: job and task state, the ready queue, node
@@ -81,6 +84,13 @@ use crate::task::{AttemptRecord, Bucket, JobRecord, Phase, TaskRecord};
 /// rest, so a long high-priority job past its last start neither runs nor stands in
 /// front of short work. Time only moves forward, so under one deadline a held job
 /// never fits again and holding it cannot starve anything that still fits.
+///
+/// Speculative copies of stragglers ([`Speculation`](crate::Speculation)) come last:
+/// only when no node with credit can take queued work, one straggler at a time (oldest
+/// first) gets a copy on the node with the most credit other than its original's,
+/// among nodes whose capacity has nothing runnable in the queue (credit held for a
+/// wide head task is not spent on copies). To search by credit, the rotation's nodes
+/// are parked first; they come back as described above.
 #[derive(Debug)]
 pub struct Core {
     config: CoreConfig,
@@ -104,6 +114,8 @@ pub struct Core {
     horizon: Horizon,
     /// Set by [`Core::handle_drain`]: nothing is dispatched any more.
     draining: bool,
+    /// Runtime estimates per class and the started attempts that may become stragglers.
+    stragglers: Stragglers,
     nodes: Nodes,
     events: VecDeque<PendingEvent>,
     counts: Counts,
@@ -147,6 +159,7 @@ impl Core {
             queue: ReadyQueue::default(),
             horizon: Horizon::default(),
             draining: false,
+            stragglers: Stragglers::new(config.speculation),
             nodes: Nodes::default(),
             events: VecDeque::new(),
             counts: Counts::default(),
@@ -196,7 +209,9 @@ impl Core {
             return Some(match record.phase {
                 Phase::Queued => TaskStatus::Queued,
                 Phase::Delayed { not_before } => TaskStatus::Delayed { not_before },
-                Phase::InFlight { attempt, started } => {
+                Phase::InFlight {
+                    attempt, started, ..
+                } => {
                     // Invariant: an in-flight record's attempt is live.
                     let node = self.attempts.get(&attempt).expect("live attempt").node;
                     if started {
@@ -250,8 +265,8 @@ impl Core {
         (index < job.spec.count).then_some((job, index))
     }
 
-    /// Advances the clock to `now` (never back) and holds the jobs that stopped fitting
-    /// the deadline on the way.
+    /// Advances the clock to `now` (never back), holds the jobs that stopped fitting
+    /// the deadline on the way and notes the attempts that became stragglers.
     fn observe(&mut self, now: Time) {
         self.now = self.now.max(now);
         if self.horizon.has_expired(self.now) {
@@ -259,6 +274,7 @@ impl Core {
             self.horizon.pop_expired(self.now, &mut expired);
             self.hold_jobs(expired);
         }
+        self.stragglers.advance(self.now);
     }
 
     /// Makes `task` (a record in bucket `from`) terminal in `state` and emits its event.
@@ -369,22 +385,5 @@ impl Core {
             },
         );
         Disposition::WillReplay { task }
-    }
-
-    /// Ends the live attempt `attempt`: forgets it and returns its task and bucket.
-    fn end_attempt(&mut self, attempt: AttemptId, record: AttemptRecord) -> (TaskId, Bucket) {
-        if let Some(node) = self.nodes.get_mut(record.node) {
-            node.attempts.remove(&attempt);
-        }
-        // Invariant: a live attempt's task has an in-flight record.
-        let task = self
-            .tasks
-            .get(&record.task)
-            .expect("live attempt has a task");
-        let bucket = match task.phase {
-            Phase::InFlight { started: true, .. } => Bucket::Running,
-            _ => Bucket::Assigned,
-        };
-        (record.task, bucket)
     }
 }

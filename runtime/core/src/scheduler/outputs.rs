@@ -45,25 +45,45 @@ impl Core {
     }
 
     /// When [`Core::handle_timeout`] next has work: the earliest of the retry backoff
-    /// ends and, with a deadline set, the next instant at which a job stops fitting it
+    /// ends; with a deadline set, the next instant at which a job stops fitting it
     /// (so that its queued work is held and the work behind it reaches nodes waiting
     /// for it, and [`Counts::beyond_deadline`](crate::Counts::beyond_deadline) is
-    /// current, without waiting for the next message).
+    /// current, without waiting for the next message); and, unless draining, the next
+    /// instant a running attempt becomes a straggler (so that its copy can start).
+    /// Always after [`Core::now`] unless a retry is due.
     pub fn poll_timeout(&self) -> Option<Time> {
         let retry = self.retry_timers.first().map(|&(not_before, _)| not_before);
-        match (retry, self.horizon.next_change()) {
-            (Some(retry), Some(change)) => Some(retry.min(change)),
-            (retry, change) => retry.or(change),
-        }
+        let straggler = if self.draining {
+            None
+        } else {
+            self.stragglers.next_due()
+        };
+        [retry, self.horizon.next_change(), straggler]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The next bundle of work for one node, or `None` when no node with credit can take
     /// anything now (always `None` once draining). Call until `None` after every input.
     /// See [`Core`] for the policy; only work that fits the deadline is in the queue.
+    /// When no node with credit has queued work it can run, a straggler may get a
+    /// speculative copy: one assignment for a task already in flight elsewhere (see
+    /// [`Speculation`](crate::Speculation)).
     pub fn poll_dispatch(&mut self) -> Option<Dispatch> {
-        if self.draining || self.queue.is_empty() {
+        if self.draining {
             return None;
         }
+        if !self.queue.is_empty()
+            && let Some(dispatch) = self.dispatch_queued()
+        {
+            return Some(dispatch);
+        }
+        self.dispatch_copy()
+    }
+
+    /// The next bundle of queued work for one node, if any node can take some.
+    fn dispatch_queued(&mut self) -> Option<Dispatch> {
         let limit = self.config.max_bundle.max(1) as usize;
         let mut taken = std::mem::take(&mut self.scratch);
         let mut dispatch = None;
@@ -121,20 +141,12 @@ impl Core {
                         .get_mut(&returned.task)
                         .expect("returned task has a record");
                     record.attempts += 1;
-                    record.phase = Phase::InFlight {
-                        attempt,
-                        started: false,
-                    };
+                    record.phase = Phase::dispatched(attempt);
                     let index = record.index;
                     let job = &mut self.jobs[slot(returned.job)];
                     job.shift(&mut self.counts, Bucket::Queued, Bucket::Assigned, 1);
-                    self.attempts.insert(
-                        attempt,
-                        AttemptRecord {
-                            task: returned.task,
-                            node,
-                        },
-                    );
+                    self.attempts
+                        .insert(attempt, AttemptRecord::new(returned.task, node));
                     node_record.attempts.insert(attempt);
                     assignments.push(Assignment {
                         task: returned.task,
@@ -163,13 +175,11 @@ impl Core {
                                 attempts: 1,
                                 failures: 0,
                                 replays: 0,
-                                phase: Phase::InFlight {
-                                    attempt,
-                                    started: false,
-                                },
+                                phase: Phase::dispatched(attempt),
                             },
                         );
-                        self.attempts.insert(attempt, AttemptRecord { task, node });
+                        self.attempts
+                            .insert(attempt, AttemptRecord::new(task, node));
                         node_record.attempts.insert(attempt);
                         assignments.push(Assignment {
                             task,

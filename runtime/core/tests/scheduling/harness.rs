@@ -3,7 +3,7 @@
 
 use saker_core::{
     AttemptId, AttemptOutcome, Backoff, Core, CoreConfig, Dispatch, Disposition, Event, JobSpec,
-    NodeId, NodeLoss, SubmittedJob, Time,
+    NodeId, NodeLoss, Speculation, SubmittedJob, Time,
 };
 
 /// Config with a small, visible backoff (100 us, doubling, at most 1 ms).
@@ -16,6 +16,7 @@ pub fn test_config() -> CoreConfig {
             max_micros: 1_000,
         },
         default_max_replays: 3,
+        speculation: Some(Speculation::default()),
     }
 }
 

@@ -11,3 +11,4 @@ mod failures;
 mod memory;
 mod nodes;
 mod restore;
+mod speculation;

@@ -28,6 +28,7 @@ fn a_lost_node_has_its_attempts_replayed_elsewhere() {
             replayed: 4,
             failed: 0,
             cancelled: 0,
+            continued: 0,
             credit_dropped: 4
         }
     );

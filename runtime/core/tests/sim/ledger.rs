@@ -3,19 +3,25 @@
 //!
 //! Per-step checks are O(1) or O(size of the input just applied); [`Ledger::sweep`]
 //! compares every task against the core (O(tasks)) and runs every K steps and at the end.
+//!
+//! A task may have two live attempts (a speculative copy): the ledger checks that the
+//! second is a copy of a started attempt of a speculative job on another node, that
+//! only one result is ever accepted, and that a live attempt the core drops when its
+//! task finishes was told to stop.
 
 use std::collections::{HashMap, HashSet};
 
 use saker_core::{
-    AttemptError, AttemptId, Core, Counts, Dispatch, Disposition, Event, JobId, NodeId, NodeLoss,
-    SubmittedJob, TaskId, TaskStatus, TerminalState, Time,
+    AttemptError, AttemptId, Core, Counts, Dispatch, Disposition, Event, JobId, JobSpec, NodeId,
+    NodeLoss, SubmittedJob, TaskId, TaskStatus, TerminalState, Time,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     /// Queued or waiting for a retry in the core.
     Waiting,
-    InFlight(AttemptId),
+    /// Live attempts: the original (the one the core reports) first, then its copy.
+    InFlight(AttemptId, Option<AttemptId>),
     Terminal,
 }
 
@@ -26,6 +32,18 @@ struct TaskEntry {
     attempts: u32,
     /// TaskFinished events seen (must end at exactly 1).
     finished_events: u8,
+    /// A result was accepted (must happen at most once).
+    accepted: bool,
+}
+
+/// A live attempt: where, of which task, whether it was reported started, whether it
+/// is a speculative copy.
+#[derive(Clone, Copy, Debug)]
+struct Live {
+    node: NodeId,
+    task: TaskId,
+    started: bool,
+    copy: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -34,6 +52,8 @@ struct JobEntry {
     count: u32,
     cores: u32,
     time_limit: Option<u64>,
+    class: u32,
+    speculative: bool,
     cancelled: bool,
     finished_tasks: u32,
     job_finished: bool,
@@ -51,7 +71,9 @@ pub struct Ledger {
     tasks: Vec<TaskEntry>,
     jobs: Vec<JobEntry>,
     nodes: HashMap<NodeId, NodeEntry>,
-    attempts: HashMap<AttemptId, (NodeId, TaskId)>,
+    attempts: HashMap<AttemptId, Live>,
+    /// Live attempts the core told to stop.
+    signalled: HashSet<AttemptId>,
     last_attempt: u64,
     /// The deadline the root passed last, and whether it drained.
     deadline: Option<Time>,
@@ -63,6 +85,10 @@ pub struct Ledger {
     pub cancelled: u64,
     pub duplicates: u64,
     pub unknown: u64,
+    pub speculated: u64,
+    pub copies_won: u64,
+    /// Attempts that ended while their task went on with its other copy.
+    pub continued: u64,
 }
 
 impl Ledger {
@@ -86,6 +112,10 @@ impl Ledger {
         self.jobs[job.0 as usize - 1].time_limit
     }
 
+    pub fn job_class(&self, job: JobId) -> u32 {
+        self.jobs[job.0 as usize - 1].class
+    }
+
     pub fn deadline(&mut self, deadline: Option<Time>) {
         self.deadline = deadline;
     }
@@ -94,7 +124,7 @@ impl Ledger {
         self.draining = true;
     }
 
-    pub fn submitted(&mut self, job: SubmittedJob, cores: u32, time_limit: Option<u64>) {
+    pub fn submitted(&mut self, job: SubmittedJob, spec: &JobSpec) {
         assert_eq!(job.job.0 as usize, self.jobs.len() + 1, "job ids are dense");
         assert_eq!(
             job.first_task.0 as usize,
@@ -104,8 +134,10 @@ impl Ledger {
         self.jobs.push(JobEntry {
             first_task: job.first_task,
             count: job.count,
-            cores,
-            time_limit,
+            cores: spec.cores,
+            time_limit: spec.time_limit,
+            class: spec.class,
+            speculative: spec.speculative,
             cancelled: false,
             finished_tasks: 0,
             job_finished: false,
@@ -114,6 +146,7 @@ impl Ledger {
             state: State::Waiting,
             attempts: 0,
             finished_events: 0,
+            accepted: false,
         };
         self.tasks
             .extend(std::iter::repeat_n(entry, job.count as usize));
@@ -143,7 +176,8 @@ impl Ledger {
 
     /// A dispatch at `now`: every attempt in it must be able to finish by the deadline
     /// (start + limit <= deadline; before the deadline without a limit), none after a
-    /// drain, none beyond credit.
+    /// drain, none beyond credit. An attempt of a task in flight is a speculative copy:
+    /// of a speculative job, of a started attempt, on another node, at most one.
     pub fn dispatched(&mut self, dispatch: &Dispatch, capacity: u32, now: Time) {
         assert!(!self.draining, "dispatch after drain");
         let node = dispatch.node;
@@ -174,19 +208,42 @@ impl Ledger {
                 );
             }
             cores += i64::from(job.cores);
-            let entry = self.task_mut(assignment.task);
-            assert_eq!(
-                entry.state,
-                State::Waiting,
-                "task {} dispatched while not waiting",
-                assignment.task
+            let task = assignment.task;
+            let attempt = assignment.attempt;
+            let copy = match self.task_mut(task).state {
+                State::Waiting => {
+                    self.waiting -= 1;
+                    self.in_flight += 1;
+                    self.task_mut(task).state = State::InFlight(attempt, None);
+                    false
+                }
+                State::InFlight(original, None) => {
+                    assert!(
+                        job.speculative,
+                        "copy of task {task} of a non-speculative job"
+                    );
+                    let live = self.attempts[&original];
+                    assert!(live.started, "copy of task {task} before it started");
+                    assert_ne!(
+                        live.node, node,
+                        "copy of task {task} on its original's node"
+                    );
+                    self.task_mut(task).state = State::InFlight(original, Some(attempt));
+                    self.speculated += 1;
+                    true
+                }
+                other => panic!("task {task} dispatched while {other:?}"),
+            };
+            self.task_mut(task).attempts += 1;
+            self.attempts.insert(
+                attempt,
+                Live {
+                    node,
+                    task,
+                    started: false,
+                    copy,
+                },
             );
-            entry.state = State::InFlight(assignment.attempt);
-            entry.attempts += 1;
-            self.attempts
-                .insert(assignment.attempt, (node, assignment.task));
-            self.waiting -= 1;
-            self.in_flight += 1;
             let live = &mut self
                 .nodes
                 .get_mut(&node)
@@ -203,30 +260,42 @@ impl Ledger {
     }
 
     pub fn started(&mut self, attempt: AttemptId, result: Result<(), AttemptError>) {
-        if self.attempts.contains_key(&attempt) {
+        if let Some(live) = self.attempts.get_mut(&attempt) {
             assert_eq!(result, Ok(()), "started for live attempt {attempt}");
+            live.started = true;
         } else {
             assert_eq!(result, Err(AttemptError::Stale { attempt }));
         }
     }
 
-    /// Ends a live attempt in the ledger: its task waits again (a terminal outcome is
-    /// recorded from the TaskFinished event).
-    fn end_attempt(&mut self, attempt: AttemptId) -> Option<TaskId> {
-        let (node, task) = self.attempts.remove(&attempt)?;
-        if let Some(entry) = self.nodes.get_mut(&node) {
+    /// Ends a live attempt in the ledger; its task waits again if it was the last (a
+    /// terminal outcome is recorded from the TaskFinished event).
+    fn end_attempt(&mut self, attempt: AttemptId) -> Option<Live> {
+        let live = self.attempts.remove(&attempt)?;
+        self.signalled.remove(&attempt);
+        if let Some(entry) = self.nodes.get_mut(&live.node) {
             entry.live.remove(&attempt);
         }
-        let entry = self.task_mut(task);
-        assert_eq!(entry.state, State::InFlight(attempt));
-        entry.state = State::Waiting;
-        self.in_flight -= 1;
-        self.waiting += 1;
-        Some(task)
+        let entry = self.task_mut(live.task);
+        entry.state = match entry.state {
+            State::InFlight(original, None) if original == attempt => State::Waiting,
+            State::InFlight(original, Some(copy)) if original == attempt => {
+                State::InFlight(copy, None)
+            }
+            State::InFlight(original, Some(copy)) if copy == attempt => {
+                State::InFlight(original, None)
+            }
+            other => panic!("attempt {attempt} ended while its task was {other:?}"),
+        };
+        if entry.state == State::Waiting {
+            self.in_flight -= 1;
+            self.waiting += 1;
+        }
+        Some(live)
     }
 
     pub fn result(&mut self, attempt: AttemptId, disposition: Disposition) {
-        let Some(task) = self.end_attempt(attempt) else {
+        let Some(live) = self.end_attempt(attempt) else {
             match disposition {
                 Disposition::Duplicate => {
                     assert!(attempt.0 <= self.last_attempt && attempt.0 > 0);
@@ -240,7 +309,9 @@ impl Ledger {
             }
             return;
         };
+        let task = live.task;
         let job = self.job_of(task);
+        let entry = self.task_mut(task);
         match disposition {
             Disposition::Accepted {
                 task: accepted,
@@ -248,14 +319,33 @@ impl Ledger {
                 ..
             } => {
                 assert_eq!(accepted, task);
+                assert!(!entry.accepted, "task {task}: a second result accepted");
+                entry.accepted = true;
                 if job.cancelled {
                     assert_eq!(state, TerminalState::Cancelled);
+                }
+                if state == TerminalState::Succeeded && live.copy {
+                    self.copies_won += 1;
                 }
             }
             Disposition::WillRetry { task: retried, .. }
             | Disposition::WillReplay { task: retried } => {
                 assert_eq!(retried, task);
+                assert_eq!(
+                    entry.state,
+                    State::Waiting,
+                    "task {task} requeued in flight"
+                );
                 assert!(!job.cancelled, "cancelled job's task requeued");
+            }
+            Disposition::Continues { task: continued } => {
+                assert_eq!(continued, task);
+                assert!(
+                    matches!(entry.state, State::InFlight(_, None)),
+                    "task {task} continues without its copy"
+                );
+                assert!(!job.cancelled, "cancelled job's task continues");
+                self.continued += 1;
             }
             other => panic!("live attempt {attempt} dropped: {other:?}"),
         }
@@ -274,7 +364,7 @@ impl Ledger {
             "attempts on lost node"
         );
         assert_eq!(
-            loss.replayed + loss.failed + loss.cancelled,
+            loss.replayed + loss.failed + loss.cancelled + loss.continued,
             loss.attempts,
             "every attempt of a lost node is accounted for"
         );
@@ -282,9 +372,19 @@ impl Ledger {
             i64::from(loss.credit_dropped),
             entry.balance.min(i64::from(u32::MAX))
         );
+        let mut continued = 0;
         for attempt in entry.live {
-            self.end_attempt(attempt);
+            let live = self.end_attempt(attempt).expect("node attempt is live");
+            let in_flight = matches!(self.task_mut(live.task).state, State::InFlight(..));
+            if in_flight && !self.job_of(live.task).cancelled {
+                continued += 1;
+            }
         }
+        assert_eq!(
+            continued, loss.continued,
+            "tasks that go on with their copy"
+        );
+        self.continued += u64::from(continued);
     }
 
     pub fn cancel_requested(&mut self, job: JobId) {
@@ -313,6 +413,15 @@ impl Ledger {
                     );
                 }
                 job_entry.finished_tasks += 1;
+                // The core drops a task's remaining attempt when it finishes: it must
+                // have been told to stop (a copy that lost, or a cancelled job's).
+                while let State::InFlight(attempt, _) = self.task_mut(task).state {
+                    assert!(
+                        self.signalled.contains(&attempt),
+                        "task {task} finished with attempt {attempt} live and not stopped"
+                    );
+                    self.end_attempt(attempt);
+                }
                 let entry = self.task_mut(task);
                 entry.finished_events += 1;
                 assert_eq!(entry.finished_events, 1, "task {task} finished twice");
@@ -331,8 +440,12 @@ impl Ledger {
                 }
             }
             Event::CancelAttempt { node, attempt } => {
-                let (live_node, _) = self.attempts[&attempt];
-                assert_eq!(live_node, node, "cancel sent to the attempt's node");
+                let live = self.attempts[&attempt];
+                assert_eq!(live.node, node, "cancel sent to the attempt's node");
+                assert!(
+                    self.signalled.insert(attempt),
+                    "attempt {attempt} stopped twice"
+                );
             }
             Event::JobFinished { job } => {
                 let entry = &mut self.jobs[job.0 as usize - 1];
@@ -364,6 +477,7 @@ impl Ledger {
         assert_eq!(counts.cancelled, self.cancelled, "cancelled");
         assert_eq!(counts.duplicates, self.duplicates, "duplicates");
         assert_eq!(counts.unknown_attempts, self.unknown, "unknown attempts");
+        assert_eq!(counts.speculated, self.speculated, "speculative copies");
         assert_eq!(counts.nodes, self.nodes.len() as u64, "live nodes");
         assert!(
             counts.beyond_deadline <= counts.queued,
@@ -384,9 +498,11 @@ impl Ledger {
             let status = core.task_status(task).expect("submitted task is known");
             let agrees = match (entry.state, status) {
                 (State::Waiting, TaskStatus::Queued | TaskStatus::Delayed { .. }) => true,
-                (State::InFlight(attempt), TaskStatus::Assigned { attempt: live, .. })
-                | (State::InFlight(attempt), TaskStatus::Running { attempt: live, .. }) => {
-                    attempt == live
+                (State::InFlight(attempt, copy), TaskStatus::Assigned { attempt: live, .. })
+                | (State::InFlight(attempt, copy), TaskStatus::Running { attempt: live, .. }) => {
+                    let started = self.attempts[&attempt].started
+                        || copy.is_some_and(|copy| self.attempts[&copy].started);
+                    attempt == live && started == matches!(status, TaskStatus::Running { .. })
                 }
                 (State::Terminal, TaskStatus::Finished) => true,
                 _ => false,

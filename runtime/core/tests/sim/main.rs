@@ -7,11 +7,25 @@
 //! own consistency check, runs every `sweep_every` steps and at the end. That keeps the
 //! 10,000-node, 1,000,000-task run within seconds while still catching a lost or
 //! doubly accepted task within a few thousand steps of the fault.
+//!
+//! The soak test runs many seeds of a world with every fault at once (crashes,
+//! partitions, rejoins, cancellations, deadlines, drains, speculative copies). A seed
+//! that ever fails, there or anywhere else, goes into [`REGRESSION_SEEDS`] once fixed,
+//! so it runs on every test run from then on.
 
 mod ledger;
 mod world;
 
+use saker_core::Speculation;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+
 use world::{DeadlinePlan, SimConfig, Summary, World};
+
+/// Seeds that once failed the soak configuration ([`soak`]). Keep them here for good.
+const REGRESSION_SEEDS: &[u64] = &[];
+
+/// Seeds the soak test runs (from 1,000 on).
+const SOAK_SEEDS: u64 = 480;
 
 fn small(seed: u64) -> SimConfig {
     SimConfig {
@@ -38,16 +52,26 @@ fn small(seed: u64) -> SimConfig {
         sweep_every: 97,
         time_limits: Vec::new(),
         deadline: None,
+        speculation: Some(Speculation::default()),
+        speculative_fraction: 0.0,
+        classes: 1,
+        slow_fraction: 0.0,
+        slow_factor: 1,
     }
 }
 
 /// `small`, with time limits per job (some longer than what is left of the
 /// allocation when its end becomes known) and a deadline learned mid-run.
 fn with_deadline(seed: u64, plan: DeadlinePlan) -> SimConfig {
+    limited_by(small(seed), plan)
+}
+
+/// `config` with time limits per job and the deadline `plan`.
+fn limited_by(config: SimConfig, plan: DeadlinePlan) -> SimConfig {
     SimConfig {
         time_limits: vec![None, Some(5_000), Some(2_000), Some(20_000), Some(50_000)],
         deadline: Some(plan),
-        ..small(seed)
+        ..config
     }
 }
 
@@ -57,6 +81,65 @@ const MID_RUN: DeadlinePlan = DeadlinePlan {
     cleared_at: None,
     drain_at: None,
 };
+
+/// `small`, with speculation: most jobs speculative, over three estimate classes of
+/// different durations, and a heavy tail (3 % of attempts run 20 times longer).
+fn speculative(seed: u64) -> SimConfig {
+    SimConfig {
+        speculative_fraction: 0.7,
+        classes: 3,
+        slow_fraction: 0.03,
+        slow_factor: 20,
+        ..small(seed)
+    }
+}
+
+/// Everything at once, varied by seed: speculation (its policy too) and its heavy
+/// tail, more crashes, partitions (with rejoins) and cancellations, cluster size,
+/// prefetch and bundle size, and one seed in four each with a deadline mid-run, a
+/// deadline lifted later, or a drain.
+fn soak(seed: u64) -> SimConfig {
+    let vary = |modulus: u64| (seed / 4 % modulus) as u32;
+    let base = SimConfig {
+        nodes: 8 + vary(25),
+        prefetch: vary(5),
+        max_bundle: [1, 4, 16][vary(3) as usize],
+        tasks: 2_000,
+        crashes: 24,
+        partitions: 16,
+        cancels: 6,
+        speculation: Some(Speculation {
+            factor_percent: 100 + 25 * vary(5),
+            min_samples: 1 + vary(7),
+        }),
+        ..speculative(seed)
+    };
+    let plan = match seed % 4 {
+        0 => MID_RUN,
+        1 => DeadlinePlan {
+            cleared_at: Some(90_000),
+            ..MID_RUN
+        },
+        2 => DeadlinePlan {
+            drain_at: Some(40_000),
+            ..MID_RUN
+        },
+        _ => return base,
+    };
+    limited_by(base, plan)
+}
+
+/// Runs one world; on failure names the seed to keep in [`REGRESSION_SEEDS`].
+fn run_seed(config: SimConfig) -> Summary {
+    let seed = config.seed;
+    match catch_unwind(AssertUnwindSafe(|| World::new(config).run())) {
+        Ok(summary) => summary,
+        Err(panic) => {
+            eprintln!("seed {seed} failed: fix it, then add it to REGRESSION_SEEDS");
+            resume_unwind(panic)
+        }
+    }
+}
 
 #[test]
 fn small_runs_with_node_losses_keep_every_invariant() {
@@ -183,8 +266,60 @@ fn ten_thousand_nodes_one_million_tasks() {
         sweep_every: 1_500_000,
         time_limits: Vec::new(),
         deadline: None,
+        speculation: Some(Speculation::default()),
+        speculative_fraction: 0.0,
+        classes: 1,
+        slow_fraction: 0.0,
+        slow_factor: 1,
     })
     .run();
     assert_eq!(summary.tasks, 1_000_000);
     assert!(summary.succeeded > 900_000, "{summary:?}");
+}
+
+/// Copies start for stragglers (the heavy tail) and some finish first; the ledger
+/// checks every step that no task has more than two live attempts, that copies run on
+/// distinct nodes, and that only one result per task is ever accepted.
+#[test]
+fn stragglers_get_copies_and_some_copies_win() {
+    let (mut speculated, mut won) = (0, 0);
+    for seed in 40..=47 {
+        let summary = run_seed(speculative(seed));
+        assert_eq!(
+            summary.succeeded + summary.failed + summary.cancelled,
+            summary.tasks
+        );
+        speculated += summary.speculated;
+        won += summary.copies_won;
+    }
+    assert!(
+        speculated > 0 && won > 0,
+        "speculated={speculated} won={won}"
+    );
+}
+
+/// Many seeds with every fault at once, a few million steps in all.
+#[test]
+fn soak_many_seeds_with_crashes_partitions_and_rejoins() {
+    let (mut steps, mut speculated, mut won, mut continued) = (0, 0, 0, 0);
+    for seed in 1_000..1_000 + SOAK_SEEDS {
+        let summary = run_seed(soak(seed));
+        steps += summary.steps;
+        speculated += summary.speculated;
+        won += summary.copies_won;
+        continued += summary.continued;
+    }
+    println!(
+        "soak: {SOAK_SEEDS} seeds, {steps} steps, {speculated} copies, {won} won, \
+         {continued} attempts ended while their copy went on"
+    );
+    assert!(steps > 2_500_000, "{steps} steps");
+    assert!(speculated > 0 && won > 0 && continued > 0);
+}
+
+#[test]
+fn regression_seeds_still_pass() {
+    for &seed in REGRESSION_SEEDS {
+        run_seed(soak(seed));
+    }
 }

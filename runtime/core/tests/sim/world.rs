@@ -12,7 +12,7 @@ use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 use saker_core::{
     AttemptId, AttemptOutcome, Backoff, Core, CoreConfig, Dispatch, Disposition, JobId, JobSpec,
-    NodeId, Time,
+    NodeId, Speculation, Time,
 };
 
 use crate::ledger::Ledger;
@@ -56,6 +56,19 @@ pub struct SimConfig {
     pub time_limits: Vec<Option<u64>>,
     /// The allocation's end, if the run has one.
     pub deadline: Option<DeadlinePlan>,
+    /// The core's speculation policy.
+    pub speculation: Option<Speculation>,
+    /// Probability that a job is speculative (0: none, and no draw, so runs without
+    /// speculation stay as they were).
+    pub speculative_fraction: f64,
+    /// Jobs are spread over this many estimate classes (drawn only with speculative
+    /// jobs). Each class scales the duration range by its number plus one, so classes
+    /// differ.
+    pub classes: u32,
+    /// Heavy tail: this fraction of attempts runs `slow_factor` times longer than drawn
+    /// (still within its job's time limit). 0: no draw.
+    pub slow_fraction: f64,
+    pub slow_factor: u64,
 }
 
 /// When the root learns the allocation's end, and what it does about it.
@@ -86,6 +99,11 @@ pub struct Summary {
     pub dispatches: u64,
     /// Tasks that never ran to a terminal state (deadline or drain).
     pub unstarted: u64,
+    /// Speculative copies issued, and copies whose success finished their task.
+    pub speculated: u64,
+    pub copies_won: u64,
+    /// Attempts that failed, were lost or stopped while their task's copy went on.
+    pub continued: u64,
     pub sweeps: u64,
     /// FNV-1a over every output of the core, for determinism checks.
     pub trace: u64,
@@ -153,8 +171,10 @@ enum Action {
 struct Work {
     attempt: AttemptId,
     cores: u32,
-    /// Longest the attempt may run (its job's time limit, else the longest duration).
+    /// Longest the attempt may run (its job's time limit, else unbounded).
     max_duration: u64,
+    /// Its durations are this many times the configured range (its class's scale).
+    scale: u64,
 }
 
 /// The virtual clock's agenda: actions grouped by due time, FIFO within a time (so
@@ -227,6 +247,7 @@ impl World {
                 max_micros: 20_000,
             },
             default_max_replays: 8,
+            speculation: config.speculation,
         });
         let agents = (0..config.nodes)
             .map(|_| Agent {
@@ -261,6 +282,9 @@ impl World {
                 duplicates: 0,
                 dispatches: 0,
                 unstarted: 0,
+                speculated: 0,
+                copies_won: 0,
+                continued: 0,
                 sweeps: 0,
                 trace: 0xcbf2_9ce4_8422_2325,
             },
@@ -314,6 +338,7 @@ impl World {
             Disposition::Accepted { task, state, .. } => [10, task.0, state as u64],
             Disposition::WillRetry { task, not_before } => [11, task.0, not_before.0],
             Disposition::WillReplay { task } => [12, task.0, 0],
+            Disposition::Continues { task } => [17, task.0, 0],
             Disposition::Duplicate => [13, 0, 0],
             Disposition::UnknownAttempt => [14, 0, 0],
         };
@@ -341,6 +366,15 @@ impl World {
                 let choice = self.rng.random_range(0..self.config.time_limits.len());
                 self.config.time_limits[choice]
             };
+            let (class, speculative) = if self.config.speculative_fraction > 0.0 {
+                let speculative = self.rng.random_bool(self.config.speculative_fraction);
+                (
+                    self.rng.random_range(0..self.config.classes.max(1)),
+                    speculative,
+                )
+            } else {
+                (0, false)
+            };
             let spec = JobSpec {
                 count,
                 cores: self.config.core_choices[choice],
@@ -348,6 +382,8 @@ impl World {
                 max_retries: self.config.max_retries,
                 max_replays: None,
                 time_limit,
+                class,
+                speculative,
             };
             let at = self.rng.random_range(0..=self.config.submit_window_micros);
             self.schedule(at, Action::Submit(spec));
@@ -434,6 +470,9 @@ impl World {
         self.summary.replays = counts.replays;
         self.summary.duplicates = counts.duplicates;
         self.summary.unstarted = self.core.unstarted().tasks;
+        self.summary.speculated = counts.speculated;
+        self.summary.copies_won = self.ledger.copies_won;
+        self.summary.continued = self.ledger.continued;
         for agent in &self.agents {
             assert!(
                 agent.running.is_empty() && agent.local.is_empty(),
@@ -443,7 +482,7 @@ impl World {
         println!(
             "sim seed={} nodes={}x{} tasks={} steps={} dispatches={} makespan={:.3}s wall={:.2?} \
              succeeded={} failed={} cancelled={} unstarted={} retries={} replays={} duplicates={} \
-             sweeps={}",
+             speculated={} copies_won={} continued={} sweeps={}",
             self.config.seed,
             self.config.nodes,
             self.config.cores_per_node,
@@ -459,6 +498,9 @@ impl World {
             self.summary.retries,
             self.summary.replays,
             self.summary.duplicates,
+            self.summary.speculated,
+            self.summary.copies_won,
+            self.summary.continued,
             self.summary.sweeps,
         );
         self.summary
@@ -504,7 +546,6 @@ impl World {
         self.ledger
             .dispatched(&dispatch, self.config.cores_per_node, Time(self.now));
         self.ledger.check_credit(&self.core, node);
-        let longest = self.config.duration_micros.1;
         let work: Vec<Work> = dispatch
             .assignments
             .iter()
@@ -514,7 +555,8 @@ impl World {
                 max_duration: self
                     .ledger
                     .job_time_limit(assignment.job)
-                    .map_or(longest, |limit| limit.min(longest)),
+                    .unwrap_or(u64::MAX),
+                scale: u64::from(self.ledger.job_class(assignment.job)) + 1,
             })
             .collect();
         let first = dispatch.assignments[0];
@@ -560,7 +602,7 @@ impl World {
         match action {
             Action::Submit(spec) => {
                 let job = self.core.handle_submit(spec, now).expect("valid spec");
-                self.ledger.submitted(job, spec.cores, spec.time_limit);
+                self.ledger.submitted(job, &spec);
                 self.trace(&[4, u64::from(job.job.0), job.first_task.0]);
             }
             Action::Hello { node, incarnation } => {
@@ -749,6 +791,7 @@ impl World {
                 attempt,
                 cores,
                 max_duration,
+                scale,
             }) = agent.local.front()
             else {
                 return;
@@ -765,9 +808,13 @@ impl World {
                 "node {node} over capacity"
             );
             let (low, high) = self.config.duration_micros;
-            let duration = self
+            let (low, high) = (low * scale, high * scale);
+            let mut duration = self
                 .rng
                 .random_range(low.min(max_duration)..=high.min(max_duration));
+            if self.config.slow_fraction > 0.0 && self.rng.random_bool(self.config.slow_fraction) {
+                duration = (duration * self.config.slow_factor).min(max_duration);
+            }
             self.schedule(
                 self.now + duration,
                 Action::Done {
