@@ -14,6 +14,7 @@
 //! where every task crosses several hops, the compact validated binary frames pay.
 
 pub mod agent;
+pub mod attempts;
 pub mod chain;
 pub mod cli;
 pub mod client;

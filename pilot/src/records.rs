@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::attempts::AttemptNote;
 use crate::results::ResultRecord;
 use crate::spec::JobRequest;
 
@@ -34,4 +35,8 @@ pub enum Record {
     Result(Arc<ResultRecord>),
     /// A client cancelled a job.
     Cancel { job: u32, unix_us: u64 },
+    /// An attempt of a task ended without counting (retried or replayed). Only such
+    /// attempts are journaled one by one; the accepted one is in the task's `Result`,
+    /// which carries these again as its history.
+    Attempt { task: u64, note: AttemptNote },
 }

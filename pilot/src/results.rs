@@ -14,6 +14,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::attempts::AttemptNote;
+
 /// A submitted job (one [`crate::spec::JobRequest`]).
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
@@ -93,6 +95,10 @@ pub struct ResultRecord {
     pub stderr_path: Option<String>,
     /// Journal sequence number: resume a `results` stream with `from = seq + 1`.
     pub seq: u64,
+    /// The attempts before the accepted one and why each did not count, oldest first
+    /// (empty when the first attempt counted).
+    #[serde(default)]
+    pub history: Vec<AttemptNote>,
 }
 
 impl ResultRecord {
@@ -288,12 +294,32 @@ pub fn write_jsonl(out: &mut impl Write, record: &ResultRecord) -> io::Result<()
     out.write_all(b"\n")
 }
 
-const COLUMNS: [&str; 9] = [
-    "TASK", "INDEX", "STATE", "EXIT", "ATTEMPTS", "NODE", "EXECUTOR", "DURATION", "OUTPUT",
+const WIDTH: usize = 10;
+
+const COLUMNS: [&str; WIDTH] = [
+    "TASK", "INDEX", "STATE", "EXIT", "ATTEMPTS", "NODE", "EXECUTOR", "DURATION", "NOTE", "OUTPUT",
 ];
 
+/// The NOTE cell: why the task ended as it did, and how earlier attempts ended.
+fn note(record: &ResultRecord) -> String {
+    let mut note = record.reason.clone().unwrap_or_default();
+    if !record.history.is_empty() {
+        let earlier: Vec<String> = record.history.iter().map(AttemptNote::short).collect();
+        if !note.is_empty() {
+            note.push_str("; ");
+        }
+        note.push_str("earlier: ");
+        note.push_str(&earlier.join(", "));
+    }
+    if note.is_empty() {
+        "-".to_owned()
+    } else {
+        note
+    }
+}
+
 /// The table cells of one record, in [`COLUMNS`] order.
-fn cells(record: &ResultRecord) -> [String; 9] {
+fn cells(record: &ResultRecord) -> [String; WIDTH] {
     let dash = || "-".to_owned();
     let exit = match (record.exit_code, record.signal) {
         (Some(code), _) => code.to_string(),
@@ -319,6 +345,7 @@ fn cells(record: &ResultRecord) -> [String; 9] {
             .executor
             .map_or_else(dash, |executor| executor.to_string()),
         record.run_time().map_or_else(dash, format_run_time),
+        note(record),
         output,
     ]
 }
@@ -354,7 +381,11 @@ fn format_run_time(run_time: Duration) -> String {
     }
 }
 
-fn write_row(out: &mut impl Write, widths: &[usize; 9], row: &[String; 9]) -> io::Result<()> {
+fn write_row(
+    out: &mut impl Write,
+    widths: &[usize; WIDTH],
+    row: &[String; WIDTH],
+) -> io::Result<()> {
     let mut line = String::new();
     for (column, (cell, width)) in row.iter().zip(widths).enumerate() {
         if column + 1 == row.len() {
@@ -368,7 +399,7 @@ fn write_row(out: &mut impl Write, widths: &[usize; 9], row: &[String; 9]) -> io
 
 /// Renders `records` as a table with columns as wide as their widest cell.
 pub fn render_table(records: &[ResultRecord]) -> String {
-    let rows: Vec<[String; 9]> = records.iter().map(cells).collect();
+    let rows: Vec<[String; WIDTH]> = records.iter().map(cells).collect();
     let mut widths = COLUMNS.map(str::len);
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -390,7 +421,7 @@ pub fn render_table(records: &[ResultRecord]) -> String {
 #[derive(Debug)]
 pub struct TableWriter<W> {
     out: W,
-    widths: [usize; 9],
+    widths: [usize; WIDTH],
     header_written: bool,
 }
 
@@ -453,6 +484,7 @@ pub(crate) fn sample_record(task: u64) -> ResultRecord {
         stdout_path: None,
         stderr_path: None,
         seq: task + 100,
+        history: Vec::new(),
     }
 }
 
@@ -511,7 +543,7 @@ mod tests {
         assert_eq!(object["state"], "succeeded");
         assert_eq!(object["start_time"], "2023-11-14T22:13:20.500000Z");
         assert!(object["signal"].is_null() && object["stdout_path"].is_null());
-        assert_eq!(object.as_object().unwrap().len(), 18);
+        assert_eq!(object.as_object().unwrap().len(), 19);
         assert_eq!(serde_json::from_str::<ResultRecord>(&text).unwrap(), record);
     }
 
@@ -523,6 +555,16 @@ mod tests {
         failed.signal = Some(9);
         failed.node = Some("a-much-longer-hostname".to_owned());
         failed.stdout_path = Some("/out/12345.out".to_owned());
+        failed.history = vec![crate::attempts::AttemptNote {
+            attempt: 1,
+            end: crate::attempts::AttemptEnd::Lost,
+            reason: "agent 2 lost".to_owned(),
+            exit_code: None,
+            signal: None,
+            node: None,
+            start_time: None,
+            end_time: Timestamp::from_unix_micros(1),
+        }];
         let mut queued_cancel = sample(2);
         queued_cancel.state = TerminalState::Cancelled;
         queued_cancel.index = None;
@@ -541,6 +583,7 @@ mod tests {
         assert_eq!(&lines[1][state_column..state_column + 9], "succeeded");
         assert_eq!(&lines[2][node_column..node_column + 6], "a-much");
         assert!(lines[2].contains("SIGKILL") && lines[2].ends_with("/out/12345.out"));
+        assert!(lines[2].contains("earlier: lost"), "{}", lines[2]);
         assert!(lines[1].contains("1.250s") && lines[1].ends_with("inline"));
         assert!(lines[3].contains("cancelled") && lines[3].ends_with('-'));
     }

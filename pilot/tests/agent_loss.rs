@@ -64,4 +64,15 @@ fn a_killed_agent_loses_no_task_and_none_is_accepted_twice() {
     let distinct: BTreeSet<u32> = executed.iter().copied().collect();
     assert_eq!(distinct, (1..=600).collect(), "every task ran");
     assert!(executed.len() >= 600);
+    // The attempts that died with the agent are in their tasks' history, with why.
+    let replayed: Vec<&serde_json::Value> = records
+        .iter()
+        .flat_map(|r| r["history"].as_array().unwrap())
+        .collect();
+    assert!(!replayed.is_empty(), "the killed agent held work");
+    for note in replayed {
+        assert_eq!(note["end"], "lost");
+        let reason = note["reason"].as_str().unwrap();
+        assert!(reason.starts_with("agent 2 on "), "{reason}");
+    }
 }

@@ -147,6 +147,16 @@ fn retries_rerun_a_failing_task_until_it_succeeds() {
     let records = results(&pilot);
     assert_eq!(records[0]["attempts"], 2);
     assert_eq!(records[0]["state"], "succeeded");
+    // The first attempt's end is kept, and the table says it too.
+    let history = records[0]["history"].as_array().unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0]["end"], "failed");
+    assert_eq!(history[0]["exit_code"], 1);
+    assert_eq!(history[0]["reason"], "exit 1");
+    assert_ne!(history[0]["attempt"], serde_json::Value::Null);
+    let table = run(saker().args(["results", "--dir"]).arg(&pilot));
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert!(table.contains("earlier: exit 1"), "{table}");
 }
 
 #[test]

@@ -5,9 +5,11 @@ use std::sync::Arc;
 
 use saker_actors::link::{LinkId, LinkTx};
 use saker_core::{AttemptId, AttemptOutcome, Disposition, NodeId, TerminalState as CoreState};
-use saker_wire::messages::{FromAgent, Hello, Outcome, Report, ToAgent, Welcome};
+use saker_wire::messages::{FromAgent, Hello, Outcome, Report, TaskResult, ToAgent, Welcome};
 
 use super::state::{Detail, NodeEntry, RootState};
+use crate::attempts::{AttemptEnd, AttemptNote};
+use crate::records::Record;
 use crate::results::{JobId, ResultRecord, TaskId, TerminalState, Timestamp, lossy_text};
 
 impl RootState {
@@ -33,16 +35,34 @@ impl RootState {
     }
 
     fn lose_node(&mut self, node: u32, reason: &str) {
-        if self.nodes.remove(&node).is_none() {
+        let Some(entry) = self.nodes.remove(&node) else {
             return;
-        }
+        };
+        let host = entry.hostname;
         if !self.shutting_down {
             tracing::warn!(node, %reason, "agent lost; its work is replayed");
         }
         let now = self.now();
+        let lost = self.core.node_attempts(NodeId(node));
         match self.core.handle_node_lost(NodeId(node), now) {
             Ok(loss) => tracing::info!(node, ?loss, "node lost"),
             Err(error) => tracing::debug!(node, %error, "node was not registered with the core"),
+        }
+        let end_time = Timestamp::now();
+        for (task, attempt) in lost {
+            self.note_attempt(
+                task.0,
+                AttemptNote {
+                    attempt: attempt.0,
+                    end: AttemptEnd::Lost,
+                    reason: format!("agent {node} on {host} lost: {reason}"),
+                    exit_code: None,
+                    signal: None,
+                    node: Some(host.clone()),
+                    start_time: None,
+                    end_time,
+                },
+            );
         }
     }
 
@@ -157,17 +177,37 @@ impl RootState {
                 Outcome::Cancelled => AttemptOutcome::Cancelled,
             };
             let task = result.task;
-            if let Disposition::Accepted { .. } =
-                self.core
-                    .handle_result(AttemptId(result.attempt), outcome, now)
+            match self
+                .core
+                .handle_result(AttemptId(result.attempt), outcome, now)
             {
-                self.details.insert(
-                    task,
-                    Detail {
-                        node: report.node,
-                        result,
-                    },
-                );
+                Disposition::Accepted { .. } => {
+                    self.details.insert(
+                        task,
+                        Detail {
+                            node: report.node,
+                            result,
+                        },
+                    );
+                }
+                Disposition::WillRetry { .. } => {
+                    let node = Some(self.hostname_of(report.node));
+                    self.note_attempt(task, attempt_note(&result, AttemptEnd::Failed, node));
+                }
+                Disposition::WillReplay { .. } => {
+                    let node = Some(self.hostname_of(report.node));
+                    self.note_attempt(task, attempt_note(&result, AttemptEnd::Lost, node));
+                }
+                Disposition::Continues { .. } => {
+                    // One of two speculative copies ended; the other runs on.
+                    let end = match outcome {
+                        AttemptOutcome::Failed => AttemptEnd::Failed,
+                        _ => AttemptEnd::Lost,
+                    };
+                    let node = Some(self.hostname_of(report.node));
+                    self.note_attempt(task, attempt_note(&result, end, node));
+                }
+                Disposition::Duplicate | Disposition::UnknownAttempt => {}
             }
         }
         if live && report.credit > 0 {
@@ -200,6 +240,10 @@ impl RootState {
         let submit_time = Timestamp::from_unix_micros(entry.submitted_us);
         let seq = self.next_seq;
         self.next_seq += 1;
+        let history = self.history.remove(&task).unwrap_or_default();
+        // The core counts attempts since this root started; the history survives a
+        // resume, so it is the better count after one.
+        let attempts = attempts.max(history.len() as u32 + u32::from(detail.is_some()));
         let mut record = ResultRecord {
             task: TaskId(task),
             job: JobId(job),
@@ -219,6 +263,7 @@ impl RootState {
             stdout_path: None,
             stderr_path: None,
             seq,
+            history,
         };
         match detail {
             Some(Detail { node, result }) => {
@@ -226,16 +271,9 @@ impl RootState {
                 record.executor = (result.executor != u32::MAX).then_some(result.executor);
                 record.start_time = Some(Timestamp::from_unix_micros(result.start_unix_us));
                 record.end_time = Timestamp::from_unix_micros(result.end_unix_us);
-                match result.outcome {
-                    Outcome::Exited { code } => record.exit_code = Some(code),
-                    Outcome::Signaled { signal } => {
-                        record.signal = Some(signal);
-                        record.reason = Some(format!("killed by signal {signal}"));
-                    }
-                    Outcome::TimedOut => record.reason = Some("time limit exceeded".into()),
-                    Outcome::SpawnFailed { reason } => record.reason = Some(reason),
-                    Outcome::Lost { reason } => record.reason = Some(format!("lost: {reason}")),
-                    Outcome::Cancelled => record.reason = Some("cancelled".into()),
+                (record.exit_code, record.signal, record.reason) = describe(&result.outcome);
+                if result.outcome == Outcome::Cancelled {
+                    record.reason = Some("cancelled".into());
                 }
                 record.stdout = lossy_text(&result.stdout.inline);
                 record.stderr = lossy_text(&result.stderr.inline);
@@ -250,6 +288,15 @@ impl RootState {
         self.unjournaled.push(Arc::new(record));
     }
 
+    /// Keeps (and journals) why an attempt did not count.
+    fn note_attempt(&mut self, task: u64, note: AttemptNote) {
+        self.unjournaled_attempts.push(Record::Attempt {
+            task,
+            note: note.clone(),
+        });
+        self.history.entry(task).or_default().push(note);
+    }
+
     fn hostname_of(&self, node: u32) -> String {
         self.nodes
             .get(&node)
@@ -261,6 +308,36 @@ impl RootState {
         for (link, node) in targets {
             self.send_to(link, node, &shutdown_message());
         }
+    }
+}
+
+/// Exit code, signal and reason of an outcome, as a result record shows them.
+fn describe(outcome: &Outcome) -> (Option<i32>, Option<i32>, Option<String>) {
+    match outcome {
+        Outcome::Exited { code } => (Some(*code), None, None),
+        Outcome::Signaled { signal } => (
+            None,
+            Some(*signal),
+            Some(format!("killed by signal {signal}")),
+        ),
+        Outcome::TimedOut => (None, None, Some("time limit exceeded".into())),
+        Outcome::SpawnFailed { reason } => (None, None, Some(reason.clone())),
+        Outcome::Lost { reason } => (None, None, Some(format!("lost: {reason}"))),
+        Outcome::Cancelled => (None, None, Some("stopped by its agent".into())),
+    }
+}
+
+fn attempt_note(result: &TaskResult, end: AttemptEnd, node: Option<String>) -> AttemptNote {
+    let (exit_code, signal, reason) = describe(&result.outcome);
+    AttemptNote {
+        attempt: result.attempt,
+        end,
+        reason: reason.unwrap_or_else(|| format!("exit {}", exit_code.unwrap_or_default())),
+        exit_code,
+        signal,
+        node,
+        start_time: Some(Timestamp::from_unix_micros(result.start_unix_us)),
+        end_time: Timestamp::from_unix_micros(result.end_unix_us),
     }
 }
 

@@ -6,13 +6,14 @@
 //! is queued to run. Cancelled jobs are cancelled again, which finishes their tasks
 //! that never started.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use saker_core::{JobId as CoreJobId, TerminalState as CoreState};
 
 use super::clients::core_spec;
 use super::state::RootState;
+use crate::attempts::AttemptNote;
 use crate::records::Record;
 use crate::results::TerminalState;
 
@@ -76,6 +77,7 @@ impl RootState {
         let mut finished: BTreeMap<u32, Vec<(u32, CoreState)>> = BTreeMap::new();
         let mut results = Vec::new();
         let mut cancelled = Vec::new();
+        let mut notes: HashMap<u64, Vec<AttemptNote>> = HashMap::new();
         for (position, record) in records.iter().enumerate() {
             match record {
                 Record::Result(result) => {
@@ -97,6 +99,9 @@ impl RootState {
                     results.push(Arc::clone(result));
                 }
                 Record::Cancel { job, .. } => cancelled.push(*job),
+                Record::Attempt { task, note } => {
+                    notes.entry(*task).or_default().push(note.clone())
+                }
                 Record::PilotStarted { .. } => summary.previous_starts += 1,
                 Record::Submit { .. } => {}
             }
@@ -141,6 +146,11 @@ impl RootState {
             summary.tasks += u64::from(restored.count);
         }
         results.sort_by_key(|r| r.seq);
+        for record in &results {
+            // A finished task carries its history in its result.
+            notes.remove(&record.task.0);
+        }
+        self.history = notes;
         for record in results {
             self.count_durable(&record);
             self.next_seq = self.next_seq.max(record.seq + 1);

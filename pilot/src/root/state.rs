@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 
 use super::clients::{RateWindow, Waiter};
 use super::{RootArgs, RootMsg};
+use crate::attempts::AttemptNote;
 use crate::records::Record;
 use crate::results::ResultRecord;
 use crate::spec::ArraySpec;
@@ -83,6 +84,10 @@ pub struct RootState {
     pub(super) journal: Option<JournalWriter<Record>>,
     /// Records accepted in this turn, journaled together at the end of it.
     pub(super) unjournaled: Vec<Arc<ResultRecord>>,
+    /// Attempts that ended without counting in this turn, journaled with the above.
+    pub(super) unjournaled_attempts: Vec<Record>,
+    /// Earlier attempts of tasks not yet finished.
+    pub(super) history: HashMap<u64, Vec<AttemptNote>>,
     pub(super) next_seq: u64,
     /// Durable results in sequence order (seq = position + 1).
     pub(super) results: Vec<Arc<ResultRecord>>,
@@ -112,6 +117,8 @@ impl RootState {
             details: HashMap::new(),
             journal: Some(args.journal),
             unjournaled: Vec::new(),
+            unjournaled_attempts: Vec::new(),
+            history: HashMap::new(),
             next_seq: 1,
             results: Vec::new(),
             totals: Totals::default(),
@@ -231,14 +238,12 @@ impl RootState {
     /// Journals this turn's accepted results as one group; they reach clients when the
     /// journal calls back.
     fn journal_accepted(&mut self) {
-        if self.unjournaled.is_empty() {
+        if self.unjournaled.is_empty() && self.unjournaled_attempts.is_empty() {
             return;
         }
         let results = std::mem::take(&mut self.unjournaled);
-        let records = results
-            .iter()
-            .map(|r| Record::Result(Arc::clone(r)))
-            .collect();
+        let mut records = std::mem::take(&mut self.unjournaled_attempts);
+        records.extend(results.iter().map(|r| Record::Result(Arc::clone(r))));
         self.append(records, move |outcome| {
             Some(match outcome {
                 Ok(()) => RootMsg::Durable { results },
