@@ -75,6 +75,43 @@ pub struct ShapeArgs {
     pub local: bool,
     #[command(flatten)]
     pub liveness: LivenessArgs,
+    #[command(flatten)]
+    pub stragglers: StragglerArgs,
+}
+
+/// When a task of an `--idempotent` job counts as a straggler.
+#[derive(Debug, Clone, Args)]
+pub struct StragglerArgs {
+    /// A task straggles once it runs longer than this many times the estimate of its
+    /// tags (mean + 2 standard deviations of their finished tasks); 0 turns
+    /// speculative copies off.
+    #[arg(long, default_value_t = 1.5, value_name = "FACTOR")]
+    pub straggler_factor: f64,
+    /// Finished tasks with the same tags needed before there is an estimate.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub straggler_samples: u32,
+}
+
+impl StragglerArgs {
+    /// The core's configuration with these settings.
+    pub fn core_config(&self) -> anyhow::Result<saker_core::CoreConfig> {
+        if !self.straggler_factor.is_finite() || self.straggler_factor < 0.0 {
+            anyhow::bail!(
+                "--straggler-factor {} must be a number from 0 (off) up",
+                self.straggler_factor
+            );
+        }
+        let speculation = (self.straggler_factor > 0.0).then(|| saker_core::Speculation {
+            factor_percent: (self.straggler_factor * 100.0)
+                .round()
+                .min(f64::from(u32::MAX)) as u32,
+            min_samples: self.straggler_samples,
+        });
+        Ok(saker_core::CoreConfig {
+            speculation,
+            ..saker_core::CoreConfig::default()
+        })
+    }
 }
 
 /// Heartbeats on the links of the agent tree.
@@ -131,6 +168,11 @@ pub struct TaskArgs {
     /// Run the command through `/bin/sh -c` (one string after `--`).
     #[arg(long)]
     pub shell: bool,
+    /// The tasks may safely run twice: a straggler (running far longer than tasks
+    /// with the same tags) then gets a speculative copy on an idle slot elsewhere, and
+    /// the first result wins.
+    #[arg(long)]
+    pub idempotent: bool,
     /// A task file: one command per line, or JSON task specs, one per line.
     #[arg(conflicts_with = "command")]
     pub file: Option<PathBuf>,

@@ -84,7 +84,10 @@ pub async fn status(args: DirArgs) -> Result<ExitCode> {
         status.queued, status.running, status.succeeded, status.failed, status.cancelled
     );
     println!("rate      {:.1} tasks/s", status.rate);
-    println!("duplicates dropped {}", status.duplicates);
+    println!(
+        "attempts  retried {}  replayed {}  speculative copies {}  duplicates dropped {}",
+        status.retries, status.replays, status.speculated, status.duplicates
+    );
     if let Some(allocation) = &status.allocation {
         let left = match allocation.seconds_left {
             Some(seconds) => format!(

@@ -174,6 +174,10 @@ mod tests {
                 heartbeat_interval: "1s".into(),
                 heartbeat_timeout: "5s".into(),
             },
+            stragglers: crate::cli::StragglerArgs {
+                straggler_factor: 1.5,
+                straggler_samples: 5,
+            },
         }
     }
 

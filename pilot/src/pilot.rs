@@ -95,6 +95,8 @@ pub struct PilotOptions {
     pub deadline_unix_us: Option<u64>,
     /// Heartbeats on the agent links.
     pub liveness: Liveness,
+    /// Scheduling policy (speculative copies of stragglers).
+    pub core: saker_core::CoreConfig,
 }
 
 /// The pilot's deadline: the earlier of the allocation's end and the time budget,
@@ -210,7 +212,7 @@ impl Pilot {
             RootArgs {
                 pilot_id: pilot_id.clone(),
                 journal,
-                core: saker_core::CoreConfig::default(),
+                core: options.core,
                 shutdown: shutdown.clone(),
                 allocation: options.agents.allocation_status(),
                 restore: history,

@@ -36,6 +36,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         sync: !args.no_sync,
         resume: args.resume,
         liveness: args.shape.liveness.parse()?,
+        core: args.shape.stragglers.core_config()?,
     })
     .await?;
 
@@ -258,6 +259,7 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
         sync: !args.no_sync,
         resume: args.resume,
         liveness: args.shape.liveness.parse()?,
+        core: args.shape.stragglers.core_config()?,
     })
     .await?;
     eprintln!("saker: pilot running in {}", args.dir.display());

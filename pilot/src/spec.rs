@@ -41,7 +41,7 @@ pub const INDEX_PLACEHOLDER: &str = "{index}";
 /// JSON form (every field but `argv` may be omitted):
 /// `{"argv": ["python", "sim.py", "{index}"], "env": {"OMP_NUM_THREADS": "1"},
 ///   "cwd": "/scratch/run", "cores": 1, "priority": 0, "max_retries": 0,
-///   "time_limit": "1h", "tags": ["sweep"], "shell": false}`
+///   "time_limit": "1h", "tags": ["sweep"], "shell": false, "idempotent": false}`
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaskSpec {
@@ -75,6 +75,12 @@ pub struct TaskSpec {
     /// element. Off by default so arguments are never re-interpreted by a shell.
     #[serde(default)]
     pub shell: bool,
+    /// Running the task twice does no harm (it writes nothing another attempt could
+    /// see half-done). Only such tasks get a speculative copy when they straggle: a
+    /// task that runs much longer than its tags' estimate while slots are idle is
+    /// started once more elsewhere, the first result wins and the other is stopped.
+    #[serde(default)]
+    pub idempotent: bool,
 }
 
 fn default_cores() -> u32 {
@@ -161,6 +167,7 @@ pub struct SpecDefaults {
     pub max_retries: u32,
     pub time_limit: Option<Duration>,
     pub tags: Vec<String>,
+    pub idempotent: bool,
 }
 
 impl Default for SpecDefaults {
@@ -173,6 +180,7 @@ impl Default for SpecDefaults {
             max_retries: 0,
             time_limit: None,
             tags: Vec::new(),
+            idempotent: false,
         }
     }
 }
@@ -190,6 +198,7 @@ impl SpecDefaults {
             time_limit: self.time_limit,
             tags: self.tags.clone(),
             shell: false,
+            idempotent: self.idempotent,
         }
     }
 
@@ -321,10 +330,11 @@ mod tests {
     #[test]
     fn json_spec_round_trips_all_fields() {
         let text = r#"{"argv":["sh"],"env":{"A":"1"},"cwd":"/tmp","cores":4,"priority":-2,
-            "max_retries":3,"time_limit":"1h30m","tags":["x"],"shell":true}"#;
+            "max_retries":3,"time_limit":"1h30m","tags":["x"],"shell":true,"idempotent":true}"#;
         let parsed: TaskSpec = serde_json::from_str(text).unwrap();
         assert_eq!(parsed.time_limit, Some(Duration::from_secs(5400)));
         assert_eq!(parsed.priority, -2);
+        assert!(parsed.idempotent);
         let again: TaskSpec =
             serde_json::from_str(&serde_json::to_string(&parsed).unwrap()).unwrap();
         assert_eq!(again, parsed);

@@ -14,6 +14,7 @@ pub fn defaults_from(args: &TaskArgs) -> Result<SpecDefaults> {
         max_retries: args.retries,
         cwd: args.cwd.clone(),
         tags: args.tags.clone(),
+        idempotent: args.idempotent,
         ..SpecDefaults::default()
     };
     if let Some(limit) = &args.time_limit {

@@ -152,6 +152,11 @@ pub struct StatusReport {
     /// Results received for tasks that already had an accepted result (speculation,
     /// replays): counted, not accepted.
     pub duplicates: u64,
+    /// Attempts that failed or were lost and were retried or replayed.
+    pub retries: u64,
+    pub replays: u64,
+    /// Speculative copies started for stragglers.
+    pub speculated: u64,
     /// Connected agents (nodes).
     pub agents: u32,
     /// Cores offered by all agents.

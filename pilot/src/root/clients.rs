@@ -159,7 +159,8 @@ impl RootState {
         request: &JobRequest,
         submitted_us: u64,
     ) -> Result<saker_core::SubmittedJob, saker_core::SubmitError> {
-        let job = self.core.handle_submit(core_spec(request), self.now())?;
+        let spec = self.core_spec(request);
+        let job = self.core.handle_submit(spec, self.now())?;
         self.keep_job(job.job.0, request, submitted_us);
         Ok(job)
     }
@@ -324,6 +325,9 @@ impl RootState {
             failed,
             cancelled,
             duplicates: counts.duplicates,
+            retries: counts.retries,
+            replays: counts.replays,
+            speculated: counts.speculated,
             agents: self.nodes.len() as u32,
             slots: self.nodes.values().map(|n| n.cores).sum(),
             busy_slots: self.nodes.values().map(|n| n.running.min(n.cores)).sum(),
@@ -373,8 +377,30 @@ impl RootState {
     }
 }
 
-/// What the core needs to know of a job request.
-pub(super) fn core_spec(request: &JobRequest) -> JobSpec {
+impl RootState {
+    /// What the core needs to know of a job request. Jobs with the same set of tags
+    /// share one runtime estimate (for stragglers); untagged jobs share class 0.
+    pub(super) fn core_spec(&mut self, request: &JobRequest) -> JobSpec {
+        let spec = &request.spec;
+        let class = if spec.tags.is_empty() {
+            0
+        } else {
+            let mut tags = spec.tags.clone();
+            tags.sort_unstable();
+            tags.dedup();
+            let next = self.classes.len() as u32 + 1;
+            *self.classes.entry(tags).or_insert(next)
+        };
+        JobSpec {
+            class,
+            speculative: spec.idempotent,
+            ..base_spec(request)
+        }
+    }
+}
+
+/// The core's spec of a job request, without the estimate class.
+fn base_spec(request: &JobRequest) -> JobSpec {
     let spec = &request.spec;
     JobSpec {
         count: request.task_count() as u32,

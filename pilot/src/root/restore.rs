@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use saker_core::{JobId as CoreJobId, TerminalState as CoreState};
 
-use super::clients::core_spec;
 use super::state::RootState;
 use crate::attempts::AttemptNote;
 use crate::records::Record;
@@ -118,9 +117,10 @@ impl RootState {
                 continue;
             };
             let done = finished.remove(&job).unwrap_or_default();
+            let spec = self.core_spec(&request);
             let restored = self
                 .core
-                .handle_restore_job(core_spec(&request), &done, self.now())
+                .handle_restore_job(spec, &done, self.now())
                 .map_err(|source| RestoreError::Job {
                     position,
                     job,

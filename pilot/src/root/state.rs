@@ -88,6 +88,8 @@ pub struct RootState {
     pub(super) unjournaled_attempts: Vec<Record>,
     /// Earlier attempts of tasks not yet finished.
     pub(super) history: HashMap<u64, Vec<AttemptNote>>,
+    /// Runtime estimate class of each set of tags (sorted), numbered from 1.
+    pub(super) classes: HashMap<Vec<String>, u32>,
     pub(super) next_seq: u64,
     /// Durable results in sequence order (seq = position + 1).
     pub(super) results: Vec<Arc<ResultRecord>>,
@@ -119,6 +121,7 @@ impl RootState {
             unjournaled: Vec::new(),
             unjournaled_attempts: Vec::new(),
             history: HashMap::new(),
+            classes: HashMap::new(),
             next_seq: 1,
             results: Vec::new(),
             totals: Totals::default(),
