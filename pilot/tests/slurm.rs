@@ -317,3 +317,238 @@ fn the_campaign_template_leaves_what_cannot_fit_to_its_continuation() {
             .all(|r| r["state"] == "succeeded" && r["attempts"] == 1)
     );
 }
+
+/// Cancels the job when dropped, so a failing test leaves nothing running.
+struct CancelOnDrop(String);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = Command::new("scancel").arg(&self.0).status();
+        }
+    }
+}
+
+/// The nodes of a job's allocation, in order.
+fn allocated_nodes(job: &str) -> Vec<String> {
+    let list = job_fields(job).get("NodeList").cloned().unwrap_or_default();
+    let expanded = Command::new("scontrol")
+        .args(["show", "hostnames", &list])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&expanded.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The agent of the pilot in `pilot` that runs on Slurm node `node`: its command line
+/// is `saker agent --dir <pilot> …` and its environment names the node. Returns its
+/// pid and `SLURM_NODEID`.
+fn slurm_agent_on(pilot: &Path, node: &str) -> Option<(u32, String)> {
+    let pilot = pilot.display().to_string();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let argv: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).to_string())
+            .collect();
+        // Not srun, whose command line carries the agent's after its own options.
+        if argv.len() < 4 || argv[1] != "agent" || argv[2] != "--dir" || argv[3] != pilot {
+            continue;
+        }
+        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        let environ: BTreeMap<String, String> = environ
+            .split(|b| *b == 0)
+            .filter_map(|v| {
+                let v = String::from_utf8_lossy(v);
+                v.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            })
+            .collect();
+        if environ.get("SLURMD_NODENAME").map(String::as_str) == Some(node) {
+            return Some((
+                pid,
+                environ.get("SLURM_NODEID").cloned().unwrap_or_default(),
+            ));
+        }
+    }
+    None
+}
+
+/// One line of the executions log: `index node-id node start-ns end-ns`.
+struct Execution {
+    index: u64,
+    node: String,
+    start_ns: u128,
+}
+
+/// The complete lines of the executions log (one may still be half written).
+fn executions(log: &Path) -> Vec<Execution> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() != 5 {
+                return None;
+            }
+            Some(Execution {
+                index: fields[0].parse().ok()?,
+                node: fields[2].to_string(),
+                start_ns: fields[3].parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+fn unix_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+#[test]
+fn a_killed_agent_on_one_node_leaves_its_work_to_the_other_nodes() {
+    if !cluster() {
+        return;
+    }
+    const TASKS: u64 = 3000;
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let executions_log = dir.path().join("executions.log");
+    let log = dir.path().join("job.log");
+    // Each task logs its index, node id, node and when it started and ended.
+    let script = dir.path().join("array.sbatch");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/bash\n\
+             #SBATCH --exclusive\n\
+             set -euo pipefail\n\
+             exec \"$SAKER\" run --progress lines --dir \"$PILOT\" \
+             --heartbeat-interval 500ms --heartbeat-timeout 2s --array 1-{TASKS} -- \
+             sh -c 'start=$(date +%s%N); sleep 0.05; \
+             echo {{index}} $SAKER_NODE $SLURMD_NODENAME $start $(date +%s%N) >> \"$EXECUTIONS\"'\n"
+        ),
+    )
+    .unwrap();
+    let job = sbatch(
+        &script,
+        3,
+        &[("PILOT", &pilot), ("EXECUTIONS", &executions_log)],
+        &log,
+    );
+    let _cancel = CancelOnDrop(job.clone());
+    let job_log = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    // Once every node runs tasks, kill the agent of a node other than the root's.
+    // (The job may wait for nodes while other tests' jobs hold them.)
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while job_fields(&job).get("JobState").map(String::as_str) == Some("PENDING") {
+        assert!(Instant::now() < deadline, "job {job} never started");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let nodes: BTreeSet<String> = executions(&executions_log)
+            .into_iter()
+            .map(|e| e.node)
+            .collect();
+        if nodes.len() == 3 {
+            break;
+        }
+        let state = job_fields(&job)
+            .get("JobState")
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            Instant::now() < deadline && ["RUNNING", "CONFIGURING"].contains(&state.as_str()),
+            "tasks never ran on 3 nodes (only {nodes:?}); job {state}; log:\n{}",
+            job_log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let nodes = allocated_nodes(&job);
+    assert_eq!(nodes.len(), 3, "{nodes:?}");
+    let batch_host = job_fields(&job)["BatchHost"].clone();
+    let victim = nodes
+        .iter()
+        .rev()
+        .find(|n| **n != batch_host)
+        .unwrap()
+        .clone();
+    let survivors: BTreeSet<String> = nodes.iter().filter(|n| **n != victim).cloned().collect();
+    let (pid, node_id) = slurm_agent_on(&pilot, &victim)
+        .unwrap_or_else(|| panic!("no agent of {} on {victim}", pilot.display()));
+    let killed_at = unix_ns();
+    let done_before = executions(&executions_log).len() as u64;
+    let killed = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(
+        done_before < TASKS / 2,
+        "the kill came late: {done_before} tasks had run"
+    );
+
+    let state = wait_for_state(&job, Duration::from_secs(300), &log);
+    assert_eq!(state, "COMPLETED", "job log:\n{}", job_log());
+
+    let records = results(&pilot);
+    assert_eq!(records.len() as u64, TASKS, "one result per task");
+    let tasks: BTreeSet<u64> = records
+        .iter()
+        .map(|r| r["task"].as_u64().unwrap())
+        .collect();
+    assert_eq!(tasks.len() as u64, TASKS, "no task accepted twice");
+    assert!(records.iter().all(|r| r["state"] == "succeeded"));
+    // The attempts that died with the agent are in their tasks' history.
+    let lost: Vec<&serde_json::Value> = records
+        .iter()
+        .flat_map(|r| r["history"].as_array().unwrap())
+        .collect();
+    assert!(!lost.is_empty(), "the killed agent held work");
+    for note in lost {
+        assert_eq!(note["end"], "lost", "{note}");
+        let reason = note["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with(&format!("agent {node_id} on {victim}")),
+            "{reason}"
+        );
+    }
+
+    let executed = executions(&executions_log);
+    let indices: BTreeSet<u64> = executed.iter().map(|e| e.index).collect();
+    assert_eq!(indices, (1..=TASKS).collect(), "every task ran");
+    // After the kill only the other nodes start work. A task the agent had already
+    // started may still log from the victim a little later (its process group
+    // outlives the agent), so allow its start stamp some scheduling delay.
+    let grace = Duration::from_secs(1).as_nanos();
+    let late: Vec<&Execution> = executed
+        .iter()
+        .filter(|e| e.node == victim && e.start_ns > killed_at + grace)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "{} tasks started on {victim} after its agent was killed, e.g. index {}",
+        late.len(),
+        late[0].index
+    );
+    let after: Vec<&Execution> = executed
+        .iter()
+        .filter(|e| e.start_ns > killed_at + grace)
+        .collect();
+    let after_nodes: BTreeSet<String> = after.iter().map(|e| e.node.clone()).collect();
+    assert_eq!(after_nodes, survivors, "the other nodes took over");
+    assert!(
+        after.len() as u64 >= TASKS / 2,
+        "only {} tasks ran after the kill",
+        after.len()
+    );
+}
