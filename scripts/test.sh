@@ -9,7 +9,8 @@
 #   3. slurm     local multi-node Slurm cluster (up.sh + smoke.sh); exports SLURM_CONF.
 #                Stopped at exit (down.sh) unless SAKER_KEEP_CLUSTER=1.
 #   4. fmt, clippy, build (release), test (nextest, or cargo test without it)
-#   5. fuzz      bounded cargo-fuzz run of runtime/wire's frame_decoder, if cargo-fuzz is installed
+#   5. fuzz      bounded cargo-fuzz runs of the frame decoder and the journal reader
+#                (cargo-fuzz is installed from crates.io when missing)
 #
 # Environment:
 #   SAKER_SKIP_CARGO=1     skip steps 4 and 5 (check the set-up steps alone)
@@ -158,9 +159,11 @@ else
     skip fuzz "runtime/wire/fuzz does not exist"
   elif [ "$fuzz_seconds" = 0 ]; then
     skip fuzz "SAKER_FUZZ_SECONDS=0"
-  elif ! cargo fuzz --version >/dev/null 2>&1; then
-    skip fuzz "cargo-fuzz not installed (cargo install cargo-fuzz)"
   else
+    # The fuzz run is part of CI (issue #4): install the tool when the machine lacks it.
+    if ! cargo fuzz --version >/dev/null 2>&1; then
+      step 0 fuzz-install cargo install cargo-fuzz --locked
+    fi
     run_fuzz() {
       (cd "$REPO/runtime/wire" &&
         RUSTC_BOOTSTRAP=1 cargo fuzz run frame_decoder -- -max_total_time="$fuzz_seconds")
