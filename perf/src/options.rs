@@ -33,6 +33,8 @@ pub enum Benchmark {
     Throughput,
     /// As `throughput`, with the journal fsynced.
     ThroughputSync,
+    /// Throughput with the journal fsynced against without, runs alternated.
+    Durability,
     /// Submit→result latency of single tasks, journal not synced.
     Latency,
     /// As `latency`, with the journal fsynced.
@@ -47,6 +49,11 @@ pub enum Benchmark {
     MemoryArray,
     /// Root memory per queued task of a million single-task jobs.
     MemorySingles,
+    /// From killing an agent to its task running on the other agent.
+    Failover,
+    /// From starting `saker pilot --resume` on a journal of a million queued tasks
+    /// to its client socket answering.
+    Resume,
     /// From `sbatch` to all agents connected and to the first task running, on 3
     /// nodes of a Slurm cluster, beside the time Slurm takes to start the allocation.
     SlurmStartup,
@@ -55,15 +62,18 @@ pub enum Benchmark {
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 10] = [
+    pub const ALL: [Benchmark; 13] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
+        Benchmark::Durability,
         Benchmark::Latency,
         Benchmark::LatencySync,
         Benchmark::Efficiency10ms,
         Benchmark::Efficiency100ms,
         Benchmark::MemoryArray,
         Benchmark::MemorySingles,
+        Benchmark::Failover,
+        Benchmark::Resume,
         Benchmark::SlurmStartup,
         Benchmark::SlurmThroughput,
     ];
@@ -73,12 +83,15 @@ impl Benchmark {
         match self {
             Benchmark::Throughput => "throughput",
             Benchmark::ThroughputSync => "throughput-sync",
+            Benchmark::Durability => "durability",
             Benchmark::Latency => "latency",
             Benchmark::LatencySync => "latency-sync",
             Benchmark::Efficiency10ms => "efficiency-10ms",
             Benchmark::Efficiency100ms => "efficiency-100ms",
             Benchmark::MemoryArray => "memory-array",
             Benchmark::MemorySingles => "memory-singles",
+            Benchmark::Failover => "failover",
+            Benchmark::Resume => "resume",
             Benchmark::SlurmStartup => "slurm-startup",
             Benchmark::SlurmThroughput => "slurm-throughput",
         }
@@ -107,6 +120,12 @@ pub struct Sizes {
     pub memory_array_tasks: u64,
     /// Single-task jobs in the second memory row.
     pub memory_single_tasks: u64,
+    /// `saker run`s of each journal mode in the durability row, alternated.
+    pub durability_rounds: u32,
+    /// Agents killed in the failover row (the median and the worst are reported).
+    pub failover_repeats: u32,
+    /// Tasks in each journal of the resume row (one array; as many single jobs).
+    pub resume_tasks: u64,
     /// Allocations started in the Slurm start-up row (the median is reported).
     pub slurm_startup_repeats: u32,
     /// `/bin/true` tasks in the Slurm throughput row.
@@ -122,6 +141,9 @@ impl Sizes {
                 efficiency_makespan_ms: 500,
                 memory_array_tasks: 1_000_000,
                 memory_single_tasks: 100_000,
+                durability_rounds: 2,
+                failover_repeats: 1,
+                resume_tasks: 100_000,
                 slurm_startup_repeats: 1,
                 slurm_throughput_tasks: 3_000,
             }
@@ -132,6 +154,9 @@ impl Sizes {
                 efficiency_makespan_ms: 2_000,
                 memory_array_tasks: 1_000_000,
                 memory_single_tasks: 1_000_000,
+                durability_rounds: 2,
+                failover_repeats: 3,
+                resume_tasks: 1_000_000,
                 slurm_startup_repeats: 3,
                 slurm_throughput_tasks: 20_000,
             }
@@ -170,6 +195,8 @@ mod tests {
         assert!(quick.throughput_tasks < full.throughput_tasks);
         assert!(quick.latency_samples < full.latency_samples);
         assert!(quick.efficiency_makespan_ms < full.efficiency_makespan_ms);
+        assert!(quick.failover_repeats < full.failover_repeats);
+        assert!(quick.resume_tasks < full.resume_tasks);
         assert!(quick.slurm_startup_repeats < full.slurm_startup_repeats);
         assert!(quick.slurm_throughput_tasks < full.slurm_throughput_tasks);
     }

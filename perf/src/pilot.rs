@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use saker_pilot::client::{CLIENT_ENDPOINT_FILE_NAME, Client};
 use saker_pilot::spec::{JobRequest, TaskSpec};
 
-use crate::process::{ProcessGroup, TempDir, tail};
+use crate::process::{ProcessGroup, TempDir, command_line, process_group_of, process_ids, tail};
 
 /// Name this benchmark gives itself when it says hello to a pilot.
 pub(crate) const CLIENT_NAME: &str = concat!("saker-perf/", env!("CARGO_PKG_VERSION"));
@@ -29,28 +29,58 @@ pub struct PilotShape {
     pub slots: Option<u32>,
     /// Whether the journal is fsynced (no `--no-sync`).
     pub sync: bool,
+    /// `--heartbeat-interval` and `--heartbeat-timeout`; `None` leaves saker's
+    /// defaults.
+    pub heartbeat: Option<Heartbeat>,
+}
+
+/// Heartbeats on the links of a pilot's agent tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heartbeat {
+    pub interval: Duration,
+    /// How long a silent link lives before its agent's work is replayed elsewhere.
+    pub timeout: Duration,
 }
 
 /// A running pilot. Stop it with [`RunningPilot::shutdown`]; dropping it kills its
-/// process group and removes its directory.
+/// process group and removes its directory (if it made the directory itself).
 #[derive(Debug)]
 pub struct RunningPilot {
     pub client: Client,
     /// The root process as `client.json` names it.
     root_pid: u32,
+    /// The pilot directory (`--dir`).
+    pilot_dir: PathBuf,
     stderr: PathBuf,
     // Declared before the directory: the processes die before their directory goes.
     process: ProcessGroup,
-    /// Held only to be removed on drop.
-    _directory: TempDir,
+    /// The temporary directory the pilot directory is in, held only to be removed on
+    /// drop; `None` when the caller owns the directory.
+    temporary: Option<TempDir>,
 }
 
 impl RunningPilot {
-    /// Starts `saker pilot` and connects once its client socket is published.
+    /// Starts `saker pilot` in a new temporary directory and connects once its
+    /// client socket is published.
     pub async fn start(saker: &Path, label: &str, shape: PilotShape) -> Result<RunningPilot> {
         let directory = TempDir::new(label).context("creating a temporary directory")?;
-        let pilot_dir = directory.path().join("pilot");
-        let stderr = directory.path().join("pilot.stderr");
+        let mut pilot = RunningPilot::start_in(saker, directory.path(), shape, false).await?;
+        pilot.temporary = Some(directory);
+        Ok(pilot)
+    }
+
+    /// Starts `saker pilot` with its pilot directory at `directory/pilot` and its
+    /// log appended to `directory/pilot.stderr`, and connects once its client socket
+    /// is published. With `resume`, the pilot continues the journal a previous one
+    /// left there (`--resume`). The caller owns (and removes) `directory`.
+    pub async fn start_in(
+        saker: &Path,
+        directory: &Path,
+        shape: PilotShape,
+        resume: bool,
+    ) -> Result<RunningPilot> {
+        let pilot_dir = directory.join("pilot");
+        let stderr = directory.join("pilot.stderr");
         let mut command = Command::new(saker);
         command
             .arg("pilot")
@@ -63,14 +93,34 @@ impl RunningPilot {
         if !shape.sync {
             command.arg("--no-sync");
         }
+        if let Some(heartbeat) = shape.heartbeat {
+            command
+                .arg("--heartbeat-interval")
+                .arg(format!("{}ms", heartbeat.interval.as_millis()))
+                .arg("--heartbeat-timeout")
+                .arg(format!("{}ms", heartbeat.timeout.as_millis()));
+        }
+        if resume {
+            command.arg("--resume");
+        }
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&stderr)
+            .context("creating the pilot's log")?;
         command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(File::create(&stderr).context("creating the pilot's log")?);
+            .stderr(log);
+        let endpoint = pilot_dir.join(CLIENT_ENDPOINT_FILE_NAME);
+        if endpoint.exists() {
+            bail!(
+                "{} is left from an earlier pilot; it would be taken for this one's",
+                endpoint.display()
+            );
+        }
         let mut process = ProcessGroup::spawn(&mut command)
             .with_context(|| format!("starting {}", saker.display()))?;
-
-        let endpoint = pilot_dir.join(CLIENT_ENDPOINT_FILE_NAME);
         let deadline = Instant::now() + START_TIMEOUT;
         while !endpoint.exists() {
             if let Some(status) = process.wait_timeout(Duration::ZERO)? {
@@ -91,15 +141,26 @@ impl RunningPilot {
         Ok(RunningPilot {
             client,
             root_pid,
+            pilot_dir,
             stderr,
             process,
-            _directory: directory,
+            temporary: None,
         })
     }
 
     /// Process id of the root (the process whose memory the root's queue is in).
     pub fn root_pid(&self) -> u32 {
         self.root_pid
+    }
+
+    /// Process id of the local agent `node` of this pilot: the process whose command
+    /// line is `saker agent --dir DIR --node NODE …`, in this pilot's process group.
+    pub fn agent_pid(&self, node: u32) -> Option<u32> {
+        let pattern = format!("agent --dir {} --node {node} ", self.pilot_dir.display());
+        process_ids().into_iter().find(|&pid| {
+            command_line(pid).is_some_and(|line| line.contains(&pattern))
+                && process_group_of(pid) == Some(self.process.pid())
+        })
     }
 
     /// Submits one job and waits for all its tasks; an unsuccessful task is an error.

@@ -158,6 +158,41 @@ fn parse_vm_rss(status: &str) -> Option<u64> {
     (fields.next()? == "kB").then_some(kibibytes * 1024)
 }
 
+/// Every process id in `/proc`.
+pub fn process_ids() -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// The command line of process `pid`, its arguments joined by spaces (`None` once
+/// it is gone; empty for a zombie).
+pub fn command_line(pid: u32) -> Option<String> {
+    let bytes = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let arguments: Vec<String> = bytes
+        .split(|&byte| byte == 0)
+        .filter(|argument| !argument.is_empty())
+        .map(|argument| String::from_utf8_lossy(argument).into_owned())
+        .collect();
+    Some(arguments.join(" "))
+}
+
+/// The process group of process `pid` (field 5 of `/proc/PID/stat`).
+pub fn process_group_of(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_process_group(&stat)
+}
+
+fn parse_process_group(stat: &str) -> Option<u32> {
+    // The command name is parenthesised and may hold spaces; state, ppid, pgrp follow.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(2)?.parse().ok()
+}
+
 /// The 1, 5 and 15 minute load averages, as `/proc/loadavg` prints them.
 pub fn load_average() -> String {
     fs::read_to_string("/proc/loadavg")
@@ -307,6 +342,21 @@ mod tests {
         assert_eq!(parse_vm_rss("VmRSS:\t12 MB\n"), None);
         assert_eq!(parse_vm_rss("Name:\tx\n"), None);
         assert!(resident_bytes(std::process::id()).unwrap() > 0);
+    }
+
+    #[test]
+    fn process_group_and_command_line_are_read_from_proc() {
+        let stat = "4242 (a (b) c) S 1 4200 4200 0 -1 4194560 0 0";
+        assert_eq!(parse_process_group(stat), Some(4200));
+        assert_eq!(parse_process_group("garbage"), None);
+        let mut group =
+            ProcessGroup::spawn(Command::new("/bin/sleep").arg("30")).expect("spawning sleep");
+        let pid = group.pid();
+        assert_eq!(process_group_of(pid), Some(pid));
+        assert_eq!(command_line(pid).as_deref(), Some("/bin/sleep 30"));
+        assert!(process_ids().contains(&pid));
+        group.stop(Duration::from_secs(5)).unwrap();
+        assert_eq!(command_line(pid), None);
     }
 
     #[test]

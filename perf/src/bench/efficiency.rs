@@ -84,6 +84,7 @@ pub fn run(setup: &Setup, task: SleepTask) -> Result<Vec<Row>> {
         agents: 1,
         slots: Some(SLOTS),
         sync: true,
+        heartbeat: None,
     };
     let saker_elapsed = client_runtime()?.block_on(async {
         let pilot = RunningPilot::start(&setup.saker, "efficiency", shape).await?;

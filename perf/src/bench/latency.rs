@@ -31,6 +31,7 @@ pub fn run(setup: &Setup, sync: bool) -> Result<Vec<Row>> {
         agents: 1,
         slots: Some(u32::try_from(setup.cores).unwrap_or(u32::MAX)),
         sync,
+        heartbeat: None,
     };
     let measured = client_runtime()?.block_on(async {
         let pilot = RunningPilot::start(&setup.saker, "latency", shape).await?;

@@ -19,13 +19,14 @@ const SINGLES_PER_REQUEST: u64 = 10_000;
 /// Submitting singles stops after this long; the row then covers what was queued.
 const SINGLES_BUDGET: Duration = Duration::from_secs(180);
 
-const QUEUE_ONLY: PilotShape = PilotShape {
+pub(super) const QUEUE_ONLY: PilotShape = PilotShape {
     agents: 0,
     slots: None,
     sync: false,
+    heartbeat: None,
 };
 
-fn true_spec() -> TaskSpec {
+pub(super) fn true_spec() -> TaskSpec {
     TaskSpec::new(vec!["/bin/true".to_owned()])
 }
 
@@ -98,18 +99,7 @@ pub fn run_singles(setup: &Setup) -> Result<Vec<Row>> {
     let wanted = setup.sizes.memory_single_tasks;
     let queued = with_queue_only_pilot(setup, async move |pilot: &RunningPilot| {
         let rss_before = resident_bytes(pilot.root_pid())?;
-        let mut submit = Duration::ZERO;
-        let mut tasks = 0;
-        while tasks < wanted && submit < SINGLES_BUDGET {
-            let batch = SINGLES_PER_REQUEST.min(wanted - tasks);
-            let requests: Vec<JobRequest> = (0..batch)
-                .map(|_| JobRequest::single(true_spec()))
-                .collect();
-            let started = Instant::now();
-            pilot.client.submit(requests).await?;
-            submit += started.elapsed();
-            tasks += batch;
-        }
+        let (tasks, submit) = submit_singles(pilot, wanted).await?;
         let rss_after = resident_bytes(pilot.root_pid())?;
         check_queued(pilot, tasks).await?;
         Ok(Queued {
@@ -148,6 +138,26 @@ pub fn run_singles(setup: &Setup) -> Result<Vec<Row>> {
     ])
 }
 
+/// Submits up to `wanted` single-task `/bin/true` jobs in requests of
+/// [`SINGLES_PER_REQUEST`], as `saker submit` sends a task file, and stops early once
+/// [`SINGLES_BUDGET`] has been spent submitting. Returns the tasks submitted and the
+/// time spent in the submit calls.
+pub(super) async fn submit_singles(pilot: &RunningPilot, wanted: u64) -> Result<(u64, Duration)> {
+    let mut submit = Duration::ZERO;
+    let mut tasks = 0;
+    while tasks < wanted && submit < SINGLES_BUDGET {
+        let batch = SINGLES_PER_REQUEST.min(wanted - tasks);
+        let requests: Vec<JobRequest> = (0..batch)
+            .map(|_| JobRequest::single(true_spec()))
+            .collect();
+        let started = Instant::now();
+        pilot.client.submit(requests).await?;
+        submit += started.elapsed();
+        tasks += batch;
+    }
+    Ok((tasks, submit))
+}
+
 /// Starts a root without agents, runs `measure` against it, and always stops it.
 fn with_queue_only_pilot<F>(setup: &Setup, measure: F) -> Result<Queued>
 where
@@ -164,7 +174,7 @@ where
 }
 
 /// Checks that the pilot holds exactly `tasks` queued tasks, none started.
-async fn check_queued(pilot: &RunningPilot, tasks: u64) -> Result<()> {
+pub(super) async fn check_queued(pilot: &RunningPilot, tasks: u64) -> Result<()> {
     let status = pilot.client.status().await?;
     if status.queued != tasks || status.running != 0 {
         bail!(

@@ -1,14 +1,18 @@
 //! The benchmarks, one module per row group. Each measures its baseline right
 //! before its saker figure, so both see the same machine state.
 
+mod durability;
 mod efficiency;
+mod failover;
 mod latency;
 mod memory;
+mod resume;
 mod slurm_startup;
 mod slurm_throughput;
 mod throughput;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 
@@ -79,12 +83,15 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
     match benchmark {
         Benchmark::Throughput => throughput::run(setup, false),
         Benchmark::ThroughputSync => throughput::run(setup, true),
+        Benchmark::Durability => durability::run(setup),
         Benchmark::Latency => latency::run(setup, false),
         Benchmark::LatencySync => latency::run(setup, true),
         Benchmark::Efficiency10ms => efficiency::run(setup, efficiency::SleepTask::TenMs),
         Benchmark::Efficiency100ms => efficiency::run(setup, efficiency::SleepTask::HundredMs),
         Benchmark::MemoryArray => memory::run_array(setup),
         Benchmark::MemorySingles => memory::run_singles(setup),
+        Benchmark::Failover => failover::run(setup),
+        Benchmark::Resume => resume::run(setup),
         Benchmark::SlurmStartup => slurm_startup::run(setup),
         Benchmark::SlurmThroughput => slurm_throughput::run(setup),
     }
@@ -102,4 +109,78 @@ fn client_runtime() -> Result<tokio::runtime::Runtime> {
 /// "(fsync)" or "(no-sync)", for row names.
 fn journal_label(sync: bool) -> &'static str {
     if sync { "fsync" } else { "no-sync" }
+}
+
+/// Median and range of some durations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Summary {
+    count: usize,
+    median: Duration,
+    minimum: Duration,
+    maximum: Duration,
+}
+
+impl Summary {
+    /// "median of 3, 0.31–0.36 s" (in ms below 0.1 s: "median of 3, 8.1–9.4 ms"), or
+    /// "1 run".
+    fn detail(&self) -> String {
+        if self.count == 1 {
+            return "1 run".to_owned();
+        }
+        let (minimum, maximum) = (self.minimum.as_secs_f64(), self.maximum.as_secs_f64());
+        if maximum < 0.1 {
+            format!(
+                "median of {}, {:.1}–{:.1} ms",
+                self.count,
+                minimum * 1000.0,
+                maximum * 1000.0
+            )
+        } else {
+            format!("median of {}, {minimum:.2}–{maximum:.2} s", self.count)
+        }
+    }
+}
+
+/// The median (of the middle two for an even count) and the range; `values` must not
+/// be empty (every row measures at least once).
+fn summary(values: &mut [Duration]) -> Summary {
+    values.sort_unstable();
+    let count = values.len();
+    let middle = count / 2;
+    let median = if count % 2 == 1 {
+        values[middle]
+    } else {
+        (values[middle - 1] + values[middle]) / 2
+    };
+    Summary {
+        count,
+        median,
+        minimum: values[0],
+        maximum: values[count - 1],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn milliseconds(values: &[u64]) -> Vec<Duration> {
+        values.iter().copied().map(Duration::from_millis).collect()
+    }
+
+    #[test]
+    fn summary_takes_the_middle_value_and_the_range() {
+        let odd = summary(&mut milliseconds(&[360, 310, 330]));
+        assert_eq!(odd.median, Duration::from_millis(330));
+        assert_eq!(odd.detail(), "median of 3, 0.31–0.36 s");
+        let even = summary(&mut milliseconds(&[400, 100, 300, 200]));
+        assert_eq!(even.median, Duration::from_millis(250));
+        assert_eq!(
+            (even.minimum, even.maximum),
+            (Duration::from_millis(100), Duration::from_millis(400))
+        );
+        assert_eq!(summary(&mut milliseconds(&[7])).detail(), "1 run");
+        let fast = summary(&mut milliseconds(&[9, 8, 12]));
+        assert_eq!(fast.detail(), "median of 3, 8.0–12.0 ms");
+    }
 }

@@ -11,7 +11,7 @@ use saker_pilot::client::{CLIENT_ENDPOINT_FILE_NAME, Client};
 use saker_pilot::results::{JobId, Timestamp};
 use saker_pilot::spec::{JobRequest, TaskSpec};
 
-use super::{Setup, client_runtime};
+use super::{Setup, Summary, client_runtime, summary};
 use crate::options::Benchmark;
 use crate::pilot::CLIENT_NAME;
 use crate::process::TempDir;
@@ -219,70 +219,4 @@ async fn first_start(client: &Client, job: JobId) -> Result<Timestamp> {
         }
     }
     bail!("the pilot streamed no result for job {}", job.0)
-}
-
-/// Median and range of some durations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Summary {
-    count: usize,
-    median: Duration,
-    minimum: Duration,
-    maximum: Duration,
-}
-
-impl Summary {
-    /// "median of 3, 0.31–0.36 s", or "1 run".
-    fn detail(&self) -> String {
-        if self.count == 1 {
-            return "1 run".to_owned();
-        }
-        format!(
-            "median of {}, {:.2}–{:.2} s",
-            self.count,
-            self.minimum.as_secs_f64(),
-            self.maximum.as_secs_f64()
-        )
-    }
-}
-
-/// The median (of the middle two for an even count) and the range; `values` must not
-/// be empty (every row measures at least once).
-fn summary(values: &mut [Duration]) -> Summary {
-    values.sort_unstable();
-    let count = values.len();
-    let middle = count / 2;
-    let median = if count % 2 == 1 {
-        values[middle]
-    } else {
-        (values[middle - 1] + values[middle]) / 2
-    };
-    Summary {
-        count,
-        median,
-        minimum: values[0],
-        maximum: values[count - 1],
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn milliseconds(values: &[u64]) -> Vec<Duration> {
-        values.iter().copied().map(Duration::from_millis).collect()
-    }
-
-    #[test]
-    fn summary_takes_the_middle_value_and_the_range() {
-        let odd = summary(&mut milliseconds(&[360, 310, 330]));
-        assert_eq!(odd.median, Duration::from_millis(330));
-        assert_eq!(odd.detail(), "median of 3, 0.31–0.36 s");
-        let even = summary(&mut milliseconds(&[400, 100, 300, 200]));
-        assert_eq!(even.median, Duration::from_millis(250));
-        assert_eq!(
-            (even.minimum, even.maximum),
-            (Duration::from_millis(100), Duration::from_millis(400))
-        );
-        assert_eq!(summary(&mut milliseconds(&[7])).detail(), "1 run");
-    }
 }

@@ -46,7 +46,7 @@ pub fn run(setup: &Setup, sync: bool) -> Result<Vec<Row>> {
 
 /// Runs `saker run --array 1-TASKS -- /bin/true` and returns the time from spawning
 /// it to its exit.
-fn saker_run(setup: &Setup, tasks: u64, slots: usize, sync: bool) -> Result<Duration> {
+pub(super) fn saker_run(setup: &Setup, tasks: u64, slots: usize, sync: bool) -> Result<Duration> {
     let directory = TempDir::new("throughput").context("creating a temporary directory")?;
     let stderr = directory.path().join("saker.stderr");
     let mut command = Command::new(&setup.saker);
