@@ -9,14 +9,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use ractor::{Actor, ActorRef};
-use saker_actors::link::spawn_writer;
-use saker_actors::liveness::{Incoming, Liveness, link_frame, next_incoming};
+use saker_actors::link::serve_child_link;
+use saker_actors::liveness::Liveness;
 use saker_actors::node::{Position, address_file, next_link_id, publish_address, reachable};
 use saker_journal::{JournalWriter, SyncMode, WriterOptions};
 use saker_transport::credentials::{Credentials, Role};
 use saker_transport::pilot_dir::PilotDir;
 use saker_transport::quic;
-use saker_transport::stream::{FrameReader, FrameWriter};
 use saker_wire::messages::{Link, POSITION_ROOT};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -452,39 +451,19 @@ async fn serve_agent_link(
     hello: &Link,
     liveness: Liveness,
 ) -> std::result::Result<(), String> {
-    let connection = incoming
-        .await
-        .map_err(|e| format!("agent handshake failed: {e}"))?;
-    let (send, recv) = connection
-        .accept_bi()
-        .await
-        .map_err(|e| format!("agent opened no stream: {e}"))?;
-    let mut reader = FrameReader::new(recv);
-    reader.read_preamble().await.map_err(|e| e.to_string())?;
-    let mut writer = FrameWriter::new(send);
-    writer.write_preamble().await.map_err(|e| e.to_string())?;
-    let (tx, _writer) = spawn_writer(writer, liveness.interval);
-    tx.send(link_frame(hello))
-        .map_err(|_| "agent link writer stopped".to_string())?;
-    root.send_message(RootMsg::LinkUp { link, tx })
-        .map_err(|_| "root stopped".to_string())?;
-    let result = loop {
-        match next_incoming(&mut reader, liveness.timeout).await {
-            Ok(Some(Incoming::Frame(frame))) => {
-                if root
-                    .send_message(RootMsg::AgentFrame { link, frame })
-                    .is_err()
-                {
-                    break Err("root stopped".to_string());
-                }
-            }
-            Ok(Some(Incoming::Link(_))) => {}
-            Ok(None) => break Ok(()),
-            Err(error) => break Err(format!("agent link failed: {error}")),
-        }
-    };
-    // Closing tells the agent at once, so it can look for another way in.
-    let reason = result.as_ref().err().map_or("closed", String::as_str);
-    connection.close(0u32.into(), reason.as_bytes());
-    result
+    let stopped = |_| "root stopped".to_string();
+    serve_child_link(
+        incoming,
+        hello,
+        liveness,
+        |tx| {
+            root.send_message(RootMsg::LinkUp { link, tx })
+                .map_err(stopped)
+        },
+        |frame| {
+            root.send_message(RootMsg::AgentFrame { link, frame })
+                .map_err(stopped)
+        },
+    )
+    .await
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{agent_pid, results, saker};
+use common::{agent_pid, assert_one_result_per_task, results, saker};
 
 #[test]
 fn a_killed_agent_loses_no_task_and_none_is_accepted_twice() {
@@ -50,11 +50,7 @@ fn a_killed_agent_loses_no_task_and_none_is_accepted_twice() {
     assert!(status.success(), "the other agents finish the work");
     let records = results(&pilot);
     assert_eq!(records.len(), 600, "one result per task");
-    let tasks: BTreeSet<u64> = records
-        .iter()
-        .map(|r| r["task"].as_u64().unwrap())
-        .collect();
-    assert_eq!(tasks.len(), 600, "no task accepted twice");
+    assert_one_result_per_task(&records, 600);
     assert!(records.iter().all(|r| r["state"] == "succeeded"));
     let executed: Vec<u32> = std::fs::read_to_string(&log)
         .unwrap()

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{agent_pid, results, run, saker};
+use common::{agent_pid, assert_one_result_per_task, results, run, saker, wait_for};
 use saker_pilot::records::Record;
 
 const TASKS: u32 = 20_000;
@@ -49,14 +49,6 @@ impl Rng {
 
 fn executions(log: &Path) -> usize {
     std::fs::read_to_string(log).map_or(0, |text| text.lines().count())
-}
-
-fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn start_pilot(dir: &Path, resume: bool) -> Child {
@@ -167,11 +159,7 @@ fn random_kills_of_agents_and_the_root_lose_no_task_and_accept_none_twice() {
     let _ = run(saker().args(["shutdown", "--dir"]).arg(&dir));
 
     assert_eq!(records.len(), TASKS as usize, "one result per task");
-    let tasks: BTreeSet<u64> = records
-        .iter()
-        .map(|r| r["task"].as_u64().unwrap())
-        .collect();
-    assert_eq!(tasks.len(), TASKS as usize, "no task accepted twice");
+    assert_one_result_per_task(&records, TASKS as usize);
     let failed: Vec<_> = records
         .iter()
         .filter(|r| r["state"] != "succeeded")

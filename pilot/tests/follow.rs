@@ -7,7 +7,7 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{run, saker};
+use common::{run, saker, wait_for};
 
 struct Reaped(Child);
 
@@ -15,14 +15,6 @@ impl Drop for Reaped {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !ready() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -72,7 +64,9 @@ fn a_follower_continues_across_a_root_crash_without_gaps_or_repeats() {
     let dir = tempfile::tempdir().unwrap();
     let pilot_dir = dir.path().join("pilot");
     let mut first = pilot(&pilot_dir, false);
-    wait_for("the first pilot", || pilot_dir.join("client.json").exists());
+    wait_for("the first pilot", Duration::from_secs(60), || {
+        pilot_dir.join("client.json").exists()
+    });
     submit(&pilot_dir, "1-20");
 
     let out = dir.path().join("followed.jsonl");
@@ -85,7 +79,9 @@ fn a_follower_continues_across_a_root_crash_without_gaps_or_repeats() {
             .spawn()
             .unwrap(),
     );
-    wait_for("the first 20 results", || lines(&out).len() == 20);
+    wait_for("the first 20 results", Duration::from_secs(60), || {
+        lines(&out).len() == 20
+    });
 
     // The root dies without a word; its agent is stopped too.
     first.0.kill().unwrap();
@@ -100,11 +96,15 @@ fn a_follower_continues_across_a_root_crash_without_gaps_or_repeats() {
 
     let stale = std::fs::read_to_string(pilot_dir.join("client.json")).unwrap();
     let _second = pilot(&pilot_dir, true);
-    wait_for("the resumed pilot's endpoint", || {
-        std::fs::read_to_string(pilot_dir.join("client.json")).is_ok_and(|now| now != stale)
-    });
+    wait_for(
+        "the resumed pilot's endpoint",
+        Duration::from_secs(60),
+        || std::fs::read_to_string(pilot_dir.join("client.json")).is_ok_and(|now| now != stale),
+    );
     submit(&pilot_dir, "1-10");
-    wait_for("all 30 results", || lines(&out).len() >= 30);
+    wait_for("all 30 results", Duration::from_secs(60), || {
+        lines(&out).len() >= 30
+    });
 
     let stopped = run(saker().args(["shutdown", "--dir"]).arg(&pilot_dir));
     assert!(stopped.status.success());

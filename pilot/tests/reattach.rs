@@ -6,9 +6,9 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{agent_pid, results, saker};
+use common::{agent_pid, assert_one_result_per_task, results, saker, wait_for};
 
 /// (array index, agent node) of every execution so far.
 fn executions(log: &std::path::Path) -> Vec<(u32, u32)> {
@@ -20,14 +20,6 @@ fn executions(log: &std::path::Path) -> Vec<(u32, u32)> {
             Some((index.parse().ok()?, node.parse().ok()?))
         })
         .collect()
-}
-
-fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn kill(pid: u32) {
@@ -97,11 +89,7 @@ fn orphans_reattach_and_a_restarted_agent_rejoins() {
     assert!(status.success(), "every task succeeds");
     let records = results(&pilot);
     assert_eq!(records.len(), 3000, "one result per task");
-    let tasks: BTreeSet<u64> = records
-        .iter()
-        .map(|r| r["task"].as_u64().unwrap())
-        .collect();
-    assert_eq!(tasks.len(), 3000, "no task accepted twice");
+    assert_one_result_per_task(&records, 3000);
     let ran: BTreeSet<u32> = executions(&log).iter().map(|e| e.0).collect();
     assert_eq!(ran.len(), 3000, "every index ran at least once");
 }

@@ -4,7 +4,7 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::{results, run, saker};
+use common::{assert_one_result_per_task, results, run, saker};
 
 #[test]
 fn sixteen_agents_at_fanout_four_run_20000_tasks_exactly_once() {
@@ -39,11 +39,7 @@ fn sixteen_agents_at_fanout_four_run_20000_tasks_exactly_once() {
 
     let records = results(&pilot);
     assert_eq!(records.len(), 20_000, "one result per task");
-    let tasks: BTreeSet<u64> = records
-        .iter()
-        .map(|r| r["task"].as_u64().unwrap())
-        .collect();
-    assert_eq!(tasks.len(), 20_000);
+    assert_one_result_per_task(&records, 20_000);
     let indices: BTreeSet<u64> = records
         .iter()
         .map(|r| r["index"].as_u64().unwrap())

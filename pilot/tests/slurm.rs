@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::results;
+use common::{assert_one_result_per_task, results};
 
 fn cluster() -> bool {
     if std::env::var_os("SLURM_CONF").is_some() {
@@ -135,11 +135,7 @@ fn the_mtc_template_spans_three_nodes_and_runs_every_task_once() {
     // From outside the allocation, as a user on the login node would.
     let records = results(&pilot);
     assert_eq!(records.len(), 10_000);
-    let tasks: BTreeSet<u64> = records
-        .iter()
-        .map(|r| r["task"].as_u64().unwrap())
-        .collect();
-    assert_eq!(tasks.len(), 10_000, "exactly one result per task");
+    assert_one_result_per_task(&records, 10_000);
     assert!(records.iter().all(|r| r["state"] == "succeeded"));
     let hosts: BTreeSet<&str> = records
         .iter()
@@ -502,11 +498,7 @@ fn a_killed_agent_on_one_node_leaves_its_work_to_the_other_nodes() {
 
     let records = results(&pilot);
     assert_eq!(records.len() as u64, TASKS, "one result per task");
-    let tasks: BTreeSet<u64> = records
-        .iter()
-        .map(|r| r["task"].as_u64().unwrap())
-        .collect();
-    assert_eq!(tasks.len() as u64, TASKS, "no task accepted twice");
+    assert_one_result_per_task(&records, TASKS as usize);
     assert!(records.iter().all(|r| r["state"] == "succeeded"));
     // The attempts that died with the agent are in their tasks' history.
     let lost: Vec<&serde_json::Value> = records

@@ -56,3 +56,26 @@ pub fn agent_pid(dir: &Path, node: u32) -> Option<u32> {
     }
     None
 }
+
+/// Polls `done` every 20 ms until it holds, failing the test after `timeout`: a
+/// bounded wait for a condition, never a blind sleep.
+pub fn wait_for(what: &str, timeout: std::time::Duration, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Exactly `count` results, and no task among them twice.
+pub fn assert_one_result_per_task(records: &[Value], count: usize) {
+    assert_eq!(records.len(), count, "one result per task");
+    let tasks: std::collections::BTreeSet<u64> = records
+        .iter()
+        .map(|r| r["task"].as_u64().expect("a task id"))
+        .collect();
+    assert_eq!(tasks.len(), count, "no task accepted twice");
+}

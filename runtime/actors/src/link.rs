@@ -14,7 +14,10 @@ use saker_transport::stream::{FrameWriter, StreamError};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::liveness::write_queue;
+use saker_transport::stream::{Frame, FrameReader};
+use saker_wire::messages::Link;
+
+use crate::liveness::{Incoming, Liveness, link_frame, next_incoming, write_queue};
 
 /// One encoded frame (header + 8-aligned payload), ready to write.
 pub type FrameBuf = rkyv::util::AlignedVec;
@@ -61,6 +64,50 @@ pub fn spawn_writer(
     let (tx, mut rx) = channel();
     let task = tokio::spawn(async move { write_queue(&mut writer, &mut rx, heartbeat).await });
     (tx, task)
+}
+
+/// Serves one link a child opened to us (an agent's child, or an agent at the root):
+/// the handshake, our [`Link::Hello`] as the first frame, then every frame the child
+/// sends goes to `on_frame` until the link ends, fails, goes silent or `on_frame`
+/// refuses. `on_up` gets the link's sending half once it is ready. The connection is
+/// closed with the reason, so the child learns at once and can look for another way in.
+pub async fn serve_child_link(
+    incoming: quinn::Incoming,
+    hello: &Link,
+    liveness: Liveness,
+    on_up: impl FnOnce(LinkTx) -> Result<(), String>,
+    mut on_frame: impl FnMut(Frame) -> Result<(), String>,
+) -> Result<(), String> {
+    let connection = incoming
+        .await
+        .map_err(|e| format!("link handshake failed: {e}"))?;
+    let (send, recv) = connection
+        .accept_bi()
+        .await
+        .map_err(|e| format!("the peer opened no stream: {e}"))?;
+    let mut reader = FrameReader::new(recv);
+    reader.read_preamble().await.map_err(|e| e.to_string())?;
+    let mut writer = FrameWriter::new(send);
+    writer.write_preamble().await.map_err(|e| e.to_string())?;
+    let (tx, _writer_task) = spawn_writer(writer, liveness.interval);
+    tx.send(link_frame(hello))
+        .map_err(|_| "link writer stopped".to_string())?;
+    on_up(tx)?;
+    let result = loop {
+        match next_incoming(&mut reader, liveness.timeout).await {
+            Ok(Some(Incoming::Frame(frame))) => {
+                if let Err(reason) = on_frame(frame) {
+                    break Err(reason);
+                }
+            }
+            Ok(Some(Incoming::Link(_))) => {}
+            Ok(None) => break Ok(()),
+            Err(error) => break Err(format!("link failed: {error}")),
+        }
+    };
+    let reason = result.as_ref().err().map_or("closed", String::as_str);
+    connection.close(0u32.into(), reason.as_bytes());
+    result
 }
 
 /// Which child link leads to which node, learned from the route field (origin node) of

@@ -20,7 +20,7 @@ use saker_wire::messages::{Link, POSITION_ROOT, PROTOCOL_VERSION, ROUTE_PEER};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::agent::{Agent, AgentArgs, AgentConfig, AgentExit, AgentMsg};
-use crate::link::{FrameBuf, LinkId, LinkTx, Router, spawn_writer};
+use crate::link::{FrameBuf, LinkId, LinkTx, Router, serve_child_link};
 use crate::liveness::{Incoming, Liveness, link_frame, next_incoming, write_queue};
 
 /// Where a process sits in the tree.
@@ -550,40 +550,22 @@ async fn serve_child(
     hello: &Link,
     liveness: Liveness,
 ) -> Result<(), String> {
-    let connection = incoming
-        .await
-        .map_err(|e| format!("child handshake failed: {e}"))?;
-    let (send, recv) = connection
-        .accept_bi()
-        .await
-        .map_err(|e| format!("child opened no stream: {e}"))?;
-    let mut reader = FrameReader::new(recv);
-    reader.read_preamble().await.map_err(|e| e.to_string())?;
-    let mut writer = FrameWriter::new(send);
-    writer.write_preamble().await.map_err(|e| e.to_string())?;
-    let (tx, _writer_task) = spawn_writer(writer, liveness.interval);
-    tx.send(link_frame(hello))
-        .map_err(|_| "child link writer stopped".to_string())?;
-    router.add_link(link, tx);
-    let result = loop {
-        match next_incoming(&mut reader, liveness.timeout).await {
-            Ok(Some(Incoming::Frame(frame))) => {
-                router.learn(frame.route(), link);
-                if parent.send_raw(frame.raw()).is_err() {
-                    break Err("parent link closed".to_string());
-                }
-            }
-            Ok(Some(Incoming::Link(_))) => {}
-            Ok(None) => break Ok(()),
-            Err(error) => break Err(format!("child link failed: {error}")),
-        }
-    };
-    let reason = match &result {
-        Ok(()) => "closed",
-        Err(error) => error.as_str(),
-    };
-    connection.close(0u32.into(), reason.as_bytes());
-    result
+    serve_child_link(
+        incoming,
+        hello,
+        liveness,
+        |tx| {
+            router.add_link(link, tx);
+            Ok(())
+        },
+        |frame| {
+            router.learn(frame.route(), link);
+            parent
+                .send_raw(frame.raw())
+                .map_err(|_| "parent link closed".to_string())
+        },
+    )
+    .await
 }
 
 /// The protocol version this build speaks, for `saker --version` style reporting.
