@@ -353,7 +353,15 @@ mod tests {
             ProcessGroup::spawn(Command::new("/bin/sleep").arg("30")).expect("spawning sleep");
         let pid = group.pid();
         assert_eq!(process_group_of(pid), Some(pid));
-        assert_eq!(command_line(pid).as_deref(), Some("/bin/sleep 30"));
+        // The parent resumes once exec has swapped the memory map, before the
+        // kernel has set the new argument area: until then cmdline reads empty.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut line = command_line(pid);
+        while line.as_deref() == Some("") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+            line = command_line(pid);
+        }
+        assert_eq!(line.as_deref(), Some("/bin/sleep 30"));
         assert!(process_ids().contains(&pid));
         group.stop(Duration::from_secs(5)).unwrap();
         assert_eq!(command_line(pid), None);
