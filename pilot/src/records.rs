@@ -7,13 +7,20 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use std::fmt;
+
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::attempts::AttemptNote;
 use crate::results::ResultRecord;
 use crate::spec::JobRequest;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Serialized with its kind in a leading `record` field. Deserialization is by hand
+/// (below): serde's derived internally tagged form buffers every record into a
+/// generic tree before parsing it again, which was most of the time of a resume.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "record", rename_all = "snake_case")]
 pub enum Record {
     /// First record of every pilot start.
@@ -39,4 +46,190 @@ pub enum Record {
     /// attempts are journaled one by one; the accepted one is in the task's `Result`,
     /// which carries these again as its history.
     Attempt { task: u64, note: AttemptNote },
+}
+
+/// Identifiers, so that reading a key or a kind allocates nothing.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum FirstKey {
+    Record,
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Kind {
+    PilotStarted,
+    Submit,
+    Result,
+    Cancel,
+    Attempt,
+}
+
+#[derive(Deserialize)]
+struct PilotStartedFields {
+    pilot_id: String,
+    saker_version: String,
+    started_unix_us: u64,
+}
+
+#[derive(Deserialize)]
+struct SubmitFields {
+    job: u32,
+    first_task: u64,
+    count: u32,
+    submitted_unix_us: u64,
+    request: JobRequest,
+}
+
+#[derive(Deserialize)]
+struct CancelFields {
+    job: u32,
+    unix_us: u64,
+}
+
+#[derive(Deserialize)]
+struct AttemptFields {
+    task: u64,
+    note: AttemptNote,
+}
+
+impl<'de> Deserialize<'de> for Record {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Record, D::Error> {
+        deserializer.deserialize_map(RecordVisitor)
+    }
+}
+
+struct RecordVisitor;
+
+impl<'de> Visitor<'de> for RecordVisitor {
+    type Value = Record;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a journal record object whose first field is `record`")
+    }
+
+    /// Reads the kind from the leading `record` field, then parses the rest of the
+    /// same map straight into that kind's fields: one pass, no buffering.
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Record, A::Error> {
+        match map.next_key::<FirstKey>()? {
+            Some(FirstKey::Record) => {}
+            Some(FirstKey::Other) => {
+                return Err(de::Error::custom(
+                    "the first field of a record must be `record`",
+                ));
+            }
+            None => return Err(de::Error::missing_field("record")),
+        }
+        let kind = map.next_value::<Kind>()?;
+        let rest = MapAccessDeserializer::new(map);
+        Ok(match kind {
+            Kind::PilotStarted => {
+                let fields = PilotStartedFields::deserialize(rest)?;
+                Record::PilotStarted {
+                    pilot_id: fields.pilot_id,
+                    saker_version: fields.saker_version,
+                    started_unix_us: fields.started_unix_us,
+                }
+            }
+            Kind::Submit => {
+                let fields = SubmitFields::deserialize(rest)?;
+                Record::Submit {
+                    job: fields.job,
+                    first_task: fields.first_task,
+                    count: fields.count,
+                    submitted_unix_us: fields.submitted_unix_us,
+                    request: fields.request,
+                }
+            }
+            Kind::Result => Record::Result(Arc::new(ResultRecord::deserialize(rest)?)),
+            Kind::Cancel => {
+                let fields = CancelFields::deserialize(rest)?;
+                Record::Cancel {
+                    job: fields.job,
+                    unix_us: fields.unix_us,
+                }
+            }
+            Kind::Attempt => {
+                let fields = AttemptFields::deserialize(rest)?;
+                Record::Attempt {
+                    task: fields.task,
+                    note: fields.note,
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attempts::AttemptEnd;
+    use crate::results::{Timestamp, sample_record};
+    use crate::spec::TaskSpec;
+
+    fn every_kind() -> Vec<Record> {
+        let mut spec = TaskSpec::new(vec!["/bin/echo".to_owned(), "{index}".to_owned()]);
+        spec.tags = vec!["a".to_owned()];
+        vec![
+            Record::PilotStarted {
+                pilot_id: "p".to_owned(),
+                saker_version: "0.1.0".to_owned(),
+                started_unix_us: 1,
+            },
+            Record::Submit {
+                job: 3,
+                first_task: 40,
+                count: 1,
+                submitted_unix_us: 2,
+                request: JobRequest::single(spec),
+            },
+            Record::Result(Arc::new(sample_record(40))),
+            Record::Cancel { job: 3, unix_us: 4 },
+            Record::Attempt {
+                task: 40,
+                note: AttemptNote {
+                    attempt: 9,
+                    end: AttemptEnd::Lost,
+                    reason: "agent 1 lost".to_owned(),
+                    exit_code: None,
+                    signal: None,
+                    node: Some("n1".to_owned()),
+                    start_time: None,
+                    end_time: Timestamp::from_unix_micros(5),
+                },
+            },
+        ]
+    }
+
+    #[test]
+    fn every_kind_round_trips_with_its_kind_first() {
+        for record in every_kind() {
+            let text = serde_json::to_string(&record).unwrap();
+            assert!(text.starts_with(r#"{"record":""#), "{text}");
+            assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), record);
+        }
+    }
+
+    #[test]
+    fn a_record_without_a_leading_known_kind_is_an_error_that_says_so() {
+        let cases = [
+            (r#"{"job":3,"record":"cancel","unix_us":4}"#, "first field"),
+            (r#"{"record":"vanish","job":3}"#, "unknown variant `vanish`"),
+            (r#"{}"#, "missing field `record`"),
+            (r#"{"record":"cancel","job":3}"#, "missing field `unix_us`"),
+            (
+                r#"{"record":"cancel","job":"x","unix_us":4}"#,
+                "invalid type",
+            ),
+            (r#"[1,2]"#, "first field is `record`"),
+        ];
+        for (text, expected) in cases {
+            let error = serde_json::from_str::<Record>(text)
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+    }
 }

@@ -273,8 +273,23 @@ impl Serialize for Timestamp {
 
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
-        text.parse().map_err(serde::de::Error::custom)
+        deserializer.deserialize_str(TimestampVisitor)
+    }
+}
+
+/// Parses from the borrowed or transient text: no allocation per timestamp (resume
+/// reads three for each of a million results).
+struct TimestampVisitor;
+
+impl serde::de::Visitor<'_> for TimestampVisitor {
+    type Value = Timestamp;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("an RFC 3339 timestamp")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Timestamp, E> {
+        text.parse().map_err(E::custom)
     }
 }
 

@@ -64,7 +64,14 @@ impl RootState {
         let mut summary = RestoreSummary::default();
         // Per job: (first task, finished offsets). Results may precede nothing but
         // their submission, so collect them first.
-        let mut first_tasks: BTreeMap<u32, u64> = BTreeMap::new();
+        let submits = records
+            .iter()
+            .filter(|record| matches!(record, Record::Submit { .. }))
+            .count();
+        // Sized up front: a journal of a million single jobs would rehash these maps
+        // twenty times over.
+        let mut first_tasks: HashMap<u32, u64> = HashMap::with_capacity(submits);
+        self.jobs.reserve(submits);
         for record in &records {
             if let Record::Submit {
                 job, first_task, ..
