@@ -182,3 +182,50 @@ fn a_time_budget_stops_the_run_and_resume_finishes_what_was_cut_off() {
     assert_eq!(records.len(), 4);
     assert!(records.iter().all(|r| r["state"] == "succeeded"));
 }
+
+#[test]
+fn a_resumed_task_keeps_the_retries_it_used_before_the_root_died() {
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let runs = dir.path().join("runs");
+    // Attempt 1 fails; attempt 2 (the first retry) hangs until the root is killed;
+    // every later attempt fails. With `--retries 2` the resumed root may run it only
+    // twice more (one retry was used), so there are four runs in all, not five.
+    let script = format!(
+        "echo run >> {runs}; n=$(wc -l < {runs}); \
+         if [ \"$n\" -eq 2 ]; then while :; do sleep 0.1; done; fi; exit 1",
+        runs = runs.display()
+    );
+    let mut first = saker()
+        .args(["run", "--progress", "none", "--retries", "2", "--dir"])
+        .arg(&pilot)
+        .args(["--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let count = || std::fs::read_to_string(&runs).map_or(0, |r| r.lines().count());
+    common::wait_for("the first retry to start", Duration::from_secs(30), || {
+        count() == 2
+    });
+    first.kill().unwrap();
+    first.wait().unwrap();
+    for pattern in [
+        format!("agent --dir {}", pilot.display()),
+        runs.display().to_string(),
+    ] {
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-f", &pattern])
+            .status();
+    }
+
+    let resumed = run(saker()
+        .args(["run", "--resume", "--progress", "none", "--dir"])
+        .arg(&pilot));
+    assert_eq!(resumed.status.code(), Some(1), "the task failed in the end");
+    assert_eq!(count(), 4, "one retry was used before the resume");
+    let after = results(&pilot);
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0]["state"], "failed");
+    assert_eq!(after[0]["history"].as_array().unwrap().len(), 2);
+}

@@ -9,10 +9,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use saker_core::{JobId as CoreJobId, TerminalState as CoreState};
+use saker_core::{EarlierAttempts, JobId as CoreJobId, TerminalState as CoreState};
 
 use super::state::RootState;
-use crate::attempts::AttemptNote;
+use crate::attempts::{AttemptEnd, AttemptNote};
 use crate::records::Record;
 use crate::results::TerminalState;
 
@@ -112,6 +112,7 @@ impl RootState {
                 Record::Submit { .. } => {}
             }
         }
+        let mut earlier = earlier_by_job(&first_tasks, &notes);
         for (position, record) in records.into_iter().enumerate() {
             let Record::Submit {
                 job,
@@ -124,10 +125,11 @@ impl RootState {
                 continue;
             };
             let done = finished.remove(&job).unwrap_or_default();
+            let used = earlier.remove(&job).unwrap_or_default();
             let spec = self.core_spec(&request);
             let restored = self
                 .core
-                .handle_restore_job(spec, &done, self.now())
+                .handle_restore_job(spec, &done, &used, self.now())
                 .map_err(|source| RestoreError::Job {
                     position,
                     job,
@@ -171,4 +173,38 @@ impl RootState {
         }
         Ok(summary)
     }
+}
+
+/// What each job's tasks used up of their retries and replays, by offset, from the
+/// journaled attempt notes. Conservative: a failed or lost speculative copy counts too,
+/// although it did not use up a retry while its twin ran on.
+fn earlier_by_job(
+    first_tasks: &HashMap<u32, u64>,
+    notes: &HashMap<u64, Vec<AttemptNote>>,
+) -> HashMap<u32, Vec<(u32, EarlierAttempts)>> {
+    let mut starts: Vec<(u64, u32)> = first_tasks.iter().map(|(&j, &t)| (t, j)).collect();
+    starts.sort_unstable();
+    let mut by_job: HashMap<u32, Vec<(u32, EarlierAttempts)>> = HashMap::new();
+    for (&task, task_notes) in notes {
+        // The job whose first task is the last one at or before `task`.
+        let Some(&(first, job)) = starts
+            .partition_point(|&(first, _)| first <= task)
+            .checked_sub(1)
+            .map(|at| &starts[at])
+        else {
+            continue;
+        };
+        let mut used = EarlierAttempts::default();
+        for note in task_notes {
+            match note.end {
+                AttemptEnd::Failed => used.failures += 1,
+                AttemptEnd::Lost => used.replays += 1,
+            }
+        }
+        by_job
+            .entry(job)
+            .or_default()
+            .push(((task - first) as u32, used));
+    }
+    by_job
 }

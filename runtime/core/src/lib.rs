@@ -83,7 +83,7 @@ pub use config::{Backoff, CoreConfig, JobSpec, Speculation};
 pub use error::{AttemptError, CancelError, NodeError, RestoreError, SubmitError};
 pub use ids::{AttemptId, JobId, NodeId, TaskId, Time};
 pub use output::{
-    Assignment, AttemptOutcome, CancelSummary, Counts, Dispatch, Disposition, Event, JobCounts,
-    NodeLoss, SubmittedJob, TaskStatus, TerminalState, UnstartedSummary,
+    Assignment, AttemptOutcome, CancelSummary, Counts, Dispatch, Disposition, EarlierAttempts,
+    Event, JobCounts, NodeLoss, SubmittedJob, TaskStatus, TerminalState, UnstartedSummary,
 };
 pub use scheduler::{ConsistencyError, Core};

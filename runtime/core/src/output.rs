@@ -213,6 +213,15 @@ pub enum TaskStatus {
     Finished,
 }
 
+/// Attempts of a task that ended without counting, as a journal remembers them: own
+/// failures that were retried and losses that were replayed. See
+/// [`Core::handle_restore_job`](crate::Core::handle_restore_job).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EarlierAttempts {
+    pub failures: u32,
+    pub replays: u32,
+}
+
 /// Task counters over the whole core. Every submitted task is in exactly one of
 /// `queued`, `delayed`, `assigned`, `running`, `succeeded`, `failed`, `cancelled`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

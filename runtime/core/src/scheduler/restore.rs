@@ -4,7 +4,7 @@ use super::{Core, slot};
 use crate::config::JobSpec;
 use crate::error::{RestoreError, SubmitError};
 use crate::ids::{JobId, TaskId, Time};
-use crate::output::{SubmittedJob, TerminalState};
+use crate::output::{EarlierAttempts, SubmittedJob, TerminalState};
 use crate::queue::{FreshRange, ReturnedTask};
 use crate::task::{Bucket, JobRecord, Phase, TaskRecord};
 
@@ -21,11 +21,17 @@ impl Core {
     /// after the highest finished index stays one range, so a mostly-unstarted array
     /// still costs nothing per task.
     ///
+    /// `earlier` gives, by offset, the attempts of tasks that ended without counting
+    /// before the old root stopped: an unfinished task keeps them against its
+    /// `max_retries` and replay bound (a resume must not hand out a fresh budget), and
+    /// all of them are added to [`Counts`](crate::Counts)' `retries` and `replays`.
+    ///
     /// Errors leave the core unchanged.
     pub fn handle_restore_job(
         &mut self,
         spec: JobSpec,
         finished: &[(u32, TerminalState)],
+        earlier: &[(u32, EarlierAttempts)],
         now: Time,
     ) -> Result<SubmittedJob, RestoreError> {
         self.observe(now);
@@ -43,6 +49,21 @@ impl Core {
             }
         }
         if let Some(&(index, _)) = sorted.last()
+            && index >= spec.count
+        {
+            return Err(RestoreError::IndexOutOfRange {
+                index,
+                count: spec.count,
+            });
+        }
+        let mut earlier: Vec<(u32, EarlierAttempts)> = earlier.to_vec();
+        earlier.sort_unstable_by_key(|&(index, _)| index);
+        for pair in earlier.windows(2) {
+            if pair[0].0 == pair[1].0 {
+                return Err(RestoreError::DuplicateIndex { index: pair[0].0 });
+            }
+        }
+        if let Some(&(index, _)) = earlier.last()
             && index >= spec.count
         {
             return Err(RestoreError::IndexOutOfRange {
@@ -74,10 +95,27 @@ impl Core {
         if !self.horizon.track(job, spec.time_limit, self.now) {
             self.horizon.hold(job);
         }
-        // Unfinished tasks below the highest finished one go back one by one.
-        let tail = sorted.last().map_or(0, |&(index, _)| index + 1);
+        for (_, before) in &earlier {
+            self.counts.retries += u64::from(before.failures);
+            self.counts.replays += u64::from(before.replays);
+        }
+        // Unfinished tasks below the highest finished or attempted one go back one by
+        // one, carrying what their earlier attempts used up.
+        let tail = sorted
+            .last()
+            .map(|&(index, _)| index)
+            .max(earlier.last().map(|&(index, _)| index))
+            .map_or(0, |index| index + 1);
         let mut done = sorted.iter().map(|&(index, _)| index).peekable();
+        let mut before = earlier.iter().peekable();
         for index in 0..tail {
+            let used = match before.peek() {
+                Some(&&(at, used)) if at == index => {
+                    before.next();
+                    used
+                }
+                _ => EarlierAttempts::default(),
+            };
             if done.peek() == Some(&index) {
                 done.next();
                 continue;
@@ -88,9 +126,9 @@ impl Core {
                 TaskRecord {
                     job,
                     index,
-                    attempts: 0,
-                    failures: 0,
-                    replays: 0,
+                    attempts: used.failures + used.replays,
+                    failures: used.failures,
+                    replays: used.replays,
                     phase: Phase::Queued,
                 },
             );
