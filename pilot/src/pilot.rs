@@ -31,6 +31,9 @@ use crate::slurm::{Allocation, srun_agents};
 /// Name of the journal directory inside the pilot directory.
 pub const JOURNAL_DIR: &str = "journal";
 
+/// How long a stopping pilot lets client connections deliver their last answers.
+const CLIENT_FLUSH: Duration = Duration::from_secs(1);
+
 /// How the agents of a pilot are started.
 #[derive(Debug, Clone)]
 pub enum Agents {
@@ -139,7 +142,7 @@ pub struct Pilot {
     root_done: JoinHandle<()>,
     pub dir: PilotDir,
     endpoint: quinn::Endpoint,
-    client_server: JoinHandle<()>,
+    client_server: ClientServer,
     agents: Option<AgentProcesses>,
     shutdown: Arc<tokio::sync::Notify>,
 }
@@ -365,10 +368,20 @@ impl Pilot {
         if let Some(agents) = self.agents.take() {
             agents.wait(Duration::from_secs(10)).await;
         }
-        self.client_server.abort();
         let _ = ClientEndpoint::remove(&self.dir);
         self.root.stop(None);
         (&mut self.root_done).await.ok();
+        // With the root stopped, closing its request channel makes the server deliver
+        // the answers already given (the acknowledgement of this very shutdown) and
+        // closes each connection. An idle client must not hold the pilot up for long.
+        self.client_server.forwarder.abort();
+        let server = &mut self.client_server.server;
+        if tokio::time::timeout(CLIENT_FLUSH, &mut *server)
+            .await
+            .is_err()
+        {
+            server.abort();
+        }
         self.endpoint.close(0u32.into(), b"pilot stopped");
         Ok(())
     }
@@ -378,6 +391,15 @@ impl Pilot {
     }
 }
 
+/// The client socket's server and the task that forwards its requests to the root.
+#[derive(Debug)]
+struct ClientServer {
+    server: JoinHandle<()>,
+    /// Holds the receiving end of the requests: stopping it tells the server that the
+    /// root is gone.
+    forwarder: JoinHandle<()>,
+}
+
 async fn start_client_server(
     dir: &PilotDir,
     credentials: &Credentials,
@@ -385,7 +407,7 @@ async fn start_client_server(
     bind: IpAddr,
     advertise: Option<IpAddr>,
     root: ActorRef<RootMsg>,
-) -> Result<JoinHandle<()>> {
+) -> Result<ClientServer> {
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(bind, 0))
         .await
         .context("binding the client socket")?;
@@ -393,7 +415,7 @@ async fn start_client_server(
     let tls =
         tokio_rustls::TlsAcceptor::from(saker_transport::tls::tls_server_config(credentials)?);
     let (requests, mut incoming) = mpsc::channel::<ClientRequest>(1024);
-    tokio::spawn(async move {
+    let forwarder = tokio::spawn(async move {
         while let Some(request) = incoming.recv().await {
             if root.send_message(RootMsg::Client(request)).is_err() {
                 return;
@@ -410,7 +432,7 @@ async fn start_client_server(
     }
     .write(dir)
     .context("writing the client endpoint file")?;
-    Ok(server)
+    Ok(ClientServer { server, forwarder })
 }
 
 /// A random id for this root process's tree.

@@ -109,3 +109,31 @@ fn clients_submit_wait_cancel_and_read_results_from_other_processes() {
     let from_journal = results(&pilot_dir);
     assert_eq!(from_journal, live);
 }
+
+#[test]
+fn shutdown_is_acknowledged_cleanly_even_by_a_pilot_without_agents() {
+    // The acknowledgement used to race the pilot's exit; a few rounds catch it.
+    for agents in ["0", "0", "0", "0", "0", "1"] {
+        let dir = tempfile::tempdir().unwrap();
+        let pilot_dir = dir.path().join("pilot");
+        let mut pilot = PilotProcess(
+            saker()
+                .args(["pilot", "--agents", agents, "--dir"])
+                .arg(&pilot_dir)
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        wait_for("the client endpoint", Duration::from_secs(30), || {
+            pilot_dir.join("client.json").exists()
+        });
+        let stopped = run(saker().args(["shutdown", "--dir"]).arg(&pilot_dir));
+        let stderr = String::from_utf8_lossy(&stopped.stderr);
+        assert!(stopped.status.success(), "--agents {agents}: {stderr}");
+        assert!(stderr.is_empty(), "--agents {agents}: {stderr}");
+        wait_for("the pilot to exit", Duration::from_secs(15), || {
+            matches!(pilot.0.try_wait(), Ok(Some(_)))
+        });
+        assert!(!pilot_dir.join("client.json").exists());
+    }
+}

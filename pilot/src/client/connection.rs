@@ -330,7 +330,13 @@ async fn read_responses<R: AsyncRead + Unpin>(
             Ok(Some(line)) => route(line, &shared).await,
             Ok(None) => break,
             Err(error) => {
-                tracing::warn!(%error, "client connection read failed");
+                // A pilot that stops may drop the connection without a TLS goodbye;
+                // that only matters to requests still waiting for an answer.
+                if lock(&shared).pending.is_empty() {
+                    tracing::debug!(%error, "client connection read failed");
+                } else {
+                    tracing::warn!(%error, "client connection read failed");
+                }
                 break;
             }
         }
