@@ -2,6 +2,8 @@
 //! single machine, or by one `srun` step across the nodes of a Slurm allocation.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -119,12 +121,50 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
         reattach_wait: crate::spec::parse_duration(&args.reattach_for)
             .with_context(|| format!("--reattach-for {:?}", args.reattach_for))?,
     };
+    start_reaper();
     match run_agent(options).await? {
         AgentExit::Shutdown => Ok(ExitCode::SUCCESS),
         AgentExit::ParentLost(reason) | AgentExit::Failed(reason) => {
             tracing::error!(%reason, "agent stopped");
             Ok(ExitCode::from(3))
         }
+    }
+}
+
+/// Starts this agent's reaper (`saker reaper`), which kills the agent's running tasks
+/// if the agent dies without stopping them. Without it the agent still works: its
+/// tasks just lose that protection.
+fn start_reaper() {
+    use saker_actors::reaper::{self, Reaper, SUBCOMMAND};
+    // /proc/self/exe runs this very binary even if its file was replaced or deleted
+    // since this process started (a rebuild, an upgrade).
+    let self_exe = Path::new("/proc/self/exe");
+    let current = std::env::current_exe();
+    let mut command = if self_exe.exists() {
+        let mut command = std::process::Command::new(self_exe);
+        if let Ok(path) = &current {
+            command.arg0(path);
+        }
+        command
+    } else {
+        match current {
+            Ok(path) => std::process::Command::new(path),
+            Err(error) => {
+                tracing::warn!(%error, "could not find this binary to start the reaper");
+                return;
+            }
+        }
+    };
+    command.arg(SUBCOMMAND);
+    match Reaper::start(command) {
+        Ok(handle) => {
+            tracing::debug!(pid = ?handle.pid(), "reaper started");
+            reaper::install(handle);
+        }
+        Err(error) => tracing::warn!(
+            %error,
+            "could not start the reaper; this agent's tasks would outlive it if it died"
+        ),
     }
 }
 

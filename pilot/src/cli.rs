@@ -45,6 +45,10 @@ pub enum Command {
     /// Internal: one agent process (started by the pilot, not by users).
     #[command(hide = true)]
     Agent(AgentArgs),
+    /// Internal: an agent's watchdog, which kills the agent's running tasks when the
+    /// agent dies (started by the agent; reads its commands on stdin).
+    #[command(hide = true)]
+    Reaper,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -16,6 +16,17 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    // Before the async runtime starts any thread: the reaper blocks signals in its
+    // only thread.
+    if let Command::Reaper = cli.command {
+        return match saker_actors::reaper::serve_stdin() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("saker reaper: error: {error}");
+                ExitCode::from(2)
+            }
+        };
+    }
     // Multi-threaded on purpose: starting a child process blocks the calling thread
     // until the child execs, and a current-thread runtime then stalls every message
     // behind every spawn (measured: ~590 against ~1,060 no-op tasks/s on 2 cores).
@@ -41,6 +52,7 @@ fn main() -> ExitCode {
             Command::Shutdown(args) => commands::shutdown(args).await,
             Command::Template(args) => commands::template(args),
             Command::Agent(args) => agent::agent(args).await,
+            Command::Reaper => unreachable!("served above"),
         }
     });
     match outcome {

@@ -22,3 +22,4 @@ pub mod link;
 pub mod liveness;
 pub mod node;
 pub mod process;
+pub mod reaper;

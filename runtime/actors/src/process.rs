@@ -2,7 +2,9 @@
 //! limit, kill on cancel.
 //!
 //! Each attempt runs in its own process group so that a time limit or cancel kills
-//! everything the task started, not only its first process.
+//! everything the task started, not only its first process. The group is registered
+//! with this process's [reaper](crate::reaper), if any, for as long as it runs, so it
+//! dies with the agent too.
 
 use std::io;
 use std::os::unix::process::ExitStatusExt;
@@ -85,6 +87,7 @@ pub async fn run(launch: Launch, cancel: oneshot::Receiver<CancelRequest>) -> Fi
         Err(error) => return failed(spawn_reason(program, launch.cwd.as_deref(), &error)),
     };
     let pid = child.id();
+    let mut group = Group::register(pid);
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let capture_out = capture(stdout, &launch, "stdout");
@@ -118,6 +121,7 @@ pub async fn run(launch: Launch, cancel: oneshot::Receiver<CancelRequest>) -> Fi
         }
     };
     let (ended, stdout, stderr) = tokio::join!(waiter, capture_out, capture_err);
+    group.finished();
     let outcome = match ended {
         Ended::Status(Ok(status)) => match (status.code(), status.signal()) {
             (Some(code), _) => Outcome::Exited { code },
@@ -149,6 +153,45 @@ enum Ended {
     TimedOut,
     Cancelled,
     Detached,
+}
+
+/// An attempt's process group while it is registered with the reaper. Dropped before
+/// [`Group::finished`] (the attempt's future was dropped: executor gone, runtime
+/// shutting down) it kills the group first, as `kill_on_drop` only kills the leader.
+struct Group {
+    pgid: Option<u32>,
+    done: bool,
+}
+
+impl Group {
+    fn register(pgid: Option<u32>) -> Group {
+        // A kill of the agent between spawn and this write leaves the group unprotected;
+        // the window is a few microseconds.
+        if let (Some(reaper), Some(pgid)) = (crate::reaper::installed(), pgid) {
+            reaper.register(pgid);
+        }
+        Group { pgid, done: false }
+    }
+
+    /// The leader is reaped and the output pipes are closed (the group was killed, or
+    /// every process of it ended or let go of its output), so the group is over.
+    /// Remaining window: a member that closed its output and lives on is no longer
+    /// covered; and once the group is empty its id could be reused before the reaper
+    /// reads the release, which needs the pid space to wrap meanwhile.
+    fn finished(&mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if !self.done {
+            kill_group(self.pgid);
+        }
+        if let (Some(reaper), Some(pgid)) = (crate::reaper::installed(), self.pgid) {
+            reaper.release(pgid);
+        }
+    }
 }
 
 fn kill_group(pid: Option<u32>) {
@@ -325,6 +368,84 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    /// Whether `pid` runs (a zombie has finished).
+    fn alive(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.trim().chars().next());
+            !matches!(state, None | Some('Z' | 'X'))
+        })
+    }
+
+    #[tokio::test]
+    async fn a_dropped_attempt_kills_its_whole_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("background.pid");
+        let script = format!(
+            "sleep 30 & echo $! > {f}.tmp; mv {f}.tmp {f}; wait",
+            f = pid_file.display()
+        );
+        let (_keep, cancel) = oneshot::channel();
+        let mut attempt = Box::pin(run(launch(&["sh", "-c", &script], dir.path()), cancel));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let background: u32 = loop {
+            tokio::select! {
+                finished = &mut attempt => panic!("the attempt ended: {finished:?}"),
+                () = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+            if let Ok(text) = std::fs::read_to_string(&pid_file) {
+                break text.trim().parse().unwrap();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the task never started"
+            );
+        };
+        assert!(alive(background));
+        drop(attempt);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while alive(background) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the background process outlived its dropped attempt"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// With a reaper installed, every attempt's group is registered after the spawn and
+    /// released at its end. (Process-wide: other tests' attempts may show up too.)
+    #[tokio::test]
+    async fn an_attempt_registers_its_group_with_the_reaper_for_its_lifetime() {
+        use std::io::BufRead;
+        let (read, write) = std::io::pipe().unwrap();
+        if !crate::reaper::install(crate::reaper::Reaper::from_pipe(write)) {
+            return; // Another test of this process installed one first.
+        }
+        let (lines_tx, lines_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(read).lines() {
+                if lines_tx.send(line.unwrap()).is_err() {
+                    return;
+                }
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let finished = run_now(launch(&["sh", "-c", "echo $$"], dir.path())).await;
+        let pid = String::from_utf8(finished.stdout.inline).unwrap();
+        let pid = pid.trim();
+        let expected = [format!("+{pid}"), format!("-{pid}")];
+        let mut seen = Vec::new();
+        while seen.len() < 2 {
+            let line = lines_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            if line.get(1..) == Some(pid) {
+                seen.push(line);
+            }
+        }
+        assert_eq!(seen, expected);
     }
 
     #[tokio::test]
