@@ -15,6 +15,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // Agents log to files under the pilot directory: no colour codes there.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     // Before the async runtime starts any thread: the reaper blocks signals in its
     // only thread.

@@ -112,8 +112,9 @@ fn a_new_pilot_refuses_a_directory_with_a_journal_and_resume_needs_one() {
 fn a_time_budget_stops_the_run_and_resume_finishes_what_was_cut_off() {
     let dir = tempfile::tempdir().unwrap();
     let pilot = dir.path().join("pilot");
-    // Two slots, four 2-second tasks, a deadline 2.5 s in: two finish, two are
-    // stopped at the deadline.
+    // Two slots, four 2-second tasks, a deadline 3 s in: two finish, two start and
+    // are stopped at the deadline. (A second of slack for a loaded machine: the first
+    // two must end, and the others start, before the deadline.)
     let cut = run(saker()
         .args([
             "run",
@@ -122,7 +123,7 @@ fn a_time_budget_stops_the_run_and_resume_finishes_what_was_cut_off() {
             "--slots",
             "2",
             "--time-budget",
-            "3s",
+            "3500ms",
         ])
         .args(["--walltime-margin", "500ms", "--array", "1-4", "--dir"])
         .arg(&pilot)

@@ -211,3 +211,40 @@ fn a_wrong_dir_says_what_was_expected() {
         "{stderr}"
     );
 }
+
+/// A task file makes one job per line. Each agent must drop a job's definition once the
+/// job is finished, or a million-line file would keep a million definitions in every
+/// agent: the root tells it with later dispatches.
+#[test]
+fn agents_forget_finished_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let file = dir.path().join("tasks.txt");
+    let jobs = 1500;
+    std::fs::write(&file, "true\n".repeat(jobs)).unwrap();
+    let output = run(saker()
+        .env("SAKER_LOG", "warn,saker_actors::agent=debug")
+        .args(["run", "--progress", "none", "--agents", "1", "--slots", "2"])
+        .arg("--dir")
+        .arg(&pilot)
+        .arg(&file));
+    assert!(output.status.success());
+    let log = std::fs::read_to_string(pilot.join("logs").join("agent-0.log")).unwrap();
+    let forgotten: usize = log
+        .lines()
+        .filter(|line| line.contains("forgetting finished jobs"))
+        .filter_map(|line| {
+            line.split("jobs=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
+        .sum();
+    // All but the jobs that finished after the last dispatch (at most a few).
+    assert!(
+        (jobs - 10..jobs).contains(&forgotten),
+        "{forgotten} of {jobs} jobs forgotten"
+    );
+}

@@ -139,6 +139,7 @@ impl RootState {
                 hostname: hello.hostname,
                 cores: hello.cores,
                 known_jobs: HashSet::new(),
+                forget: Vec::new(),
                 running: 0,
             },
         );

@@ -210,6 +210,7 @@ impl RootState {
                 array: request.array.clone(),
                 submitted_us,
                 count: request.task_count() as u32,
+                known_by: Vec::new(),
                 durable: 0,
                 failed: 0,
                 cancelled: 0,

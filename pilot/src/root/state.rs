@@ -25,11 +25,17 @@ pub(super) struct JobEntry {
     pub array: Option<ArraySpec>,
     pub submitted_us: u64,
     pub count: u32,
+    /// Nodes this job's definition was sent to (a node may appear twice across lives),
+    /// told to forget it once the job is finished.
+    pub known_by: Vec<u32>,
     /// Terminal results made durable so far.
     pub durable: u32,
     pub failed: u32,
     pub cancelled: u32,
 }
+
+/// Finished jobs a node is told to forget in one message when no dispatch takes them.
+const FORGET_BATCH: usize = 1024;
 
 /// Jobs by id. The core numbers jobs 1, 2, 3… in submission order, so a vector
 /// indexed by id replaces a hash map (whose inserts were an eighth of the resume
@@ -100,6 +106,8 @@ pub(super) struct NodeEntry {
     pub cores: u32,
     /// Jobs whose definition this node already has.
     pub known_jobs: HashSet<u32>,
+    /// Finished jobs this node may drop, sent with the next dispatch.
+    pub forget: Vec<u32>,
     pub running: u32,
 }
 
@@ -230,11 +238,12 @@ impl RootState {
         let mut tasks = Vec::with_capacity(dispatch.assignments.len());
         for assignment in &dispatch.assignments {
             let job_id = assignment.job.0;
-            let Some(job) = self.jobs.get(&job_id) else {
+            let Some(job) = self.jobs.get_mut(&job_id) else {
                 continue;
             };
             if node.known_jobs.insert(job_id) {
                 jobs.push(JobDef::clone(&job.def));
+                job.known_by.push(node_id);
             }
             tasks.push(Assignment {
                 task: assignment.task.0,
@@ -244,9 +253,41 @@ impl RootState {
             });
         }
         node.running += tasks.len() as u32;
-        let message = ToAgent::Dispatch(Dispatch { jobs, tasks });
+        let forget = std::mem::take(&mut node.forget);
+        let message = ToAgent::Dispatch(Dispatch {
+            jobs,
+            tasks,
+            forget,
+        });
         let link = node.link;
         self.send_to(link, node_id, &message);
+    }
+
+    /// A finished job's definition is no longer needed by the nodes that have it: they
+    /// are told with their next dispatch, or at once when many have piled up (a node
+    /// that gets no more work still frees its memory).
+    fn forget_job(&mut self, job: u32) {
+        let Some(entry) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        for node_id in std::mem::take(&mut entry.known_by) {
+            let Some(node) = self.nodes.get_mut(&node_id) else {
+                continue;
+            };
+            if !node.known_jobs.remove(&job) {
+                continue;
+            }
+            node.forget.push(job);
+            if node.forget.len() >= FORGET_BATCH {
+                let message = ToAgent::Dispatch(Dispatch {
+                    jobs: Vec::new(),
+                    tasks: Vec::new(),
+                    forget: std::mem::take(&mut node.forget),
+                });
+                let link = node.link;
+                self.send_to(link, node_id, &message);
+            }
+        }
     }
 
     /// Encodes and sends a message to `node` over `link`. A link that is gone will be
@@ -283,7 +324,7 @@ impl RootState {
                     self.send_to(entry.link, node.0, &message);
                 }
             }
-            Event::JobFinished { .. } => {}
+            Event::JobFinished { job } => self.forget_job(job.0),
         }
     }
 
@@ -353,6 +394,7 @@ mod tests {
             array: None,
             submitted_us: 0,
             count: 1,
+            known_by: Vec::new(),
             durable: 0,
             failed: 0,
             cancelled: 0,

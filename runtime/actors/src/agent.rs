@@ -365,6 +365,13 @@ fn on_down(
             register_again(state)?;
         }
         ToAgent::Dispatch(dispatch) => {
+            // The past first: a forgotten job is finished and is never among the new.
+            if !dispatch.forget.is_empty() {
+                tracing::debug!(jobs = dispatch.forget.len(), "forgetting finished jobs");
+            }
+            for job in dispatch.forget {
+                state.jobs.remove(&job);
+            }
             for job in dispatch.jobs {
                 state.jobs.insert(job.job, Arc::new(job));
             }
@@ -684,6 +691,7 @@ mod tests {
         let dispatch = Dispatch {
             jobs: vec![job(1, &["sleep", "30"])],
             tasks: vec![task(1, 1), task(2, 1), task(3, 1)],
+            forget: Vec::new(),
         };
         agent
             .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
@@ -727,6 +735,7 @@ mod tests {
         let dispatch = Dispatch {
             jobs: vec![job(1, &["sh", "-c", "echo $X"])],
             tasks: vec![task(1, 1), task(2, 1), task(3, 1)],
+            forget: Vec::new(),
         };
         agent
             .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
@@ -750,11 +759,55 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_forgotten_job_is_dropped_and_a_new_task_of_it_fails_unknown() {
+        let (agent, mut rx, _dir) = start_agent(1).await;
+        let dispatch = Dispatch {
+            jobs: vec![job(1, &["true"]), job(2, &["true"])],
+            tasks: vec![task(1, 1)],
+            forget: Vec::new(),
+        };
+        agent
+            .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
+            .unwrap();
+        until(&mut rx, |r| r.results.iter().any(|x| x.attempt == 10)).await;
+        // Job 1 is forgotten; job 2 is not. (The root never sends a task of a
+        // forgotten job; this shows the definition is gone.)
+        let dispatch = Dispatch {
+            jobs: Vec::new(),
+            tasks: vec![task(2, 1), task(3, 2)],
+            forget: vec![1],
+        };
+        agent
+            .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
+            .unwrap();
+        let mut results = Vec::new();
+        until(&mut rx, |r| {
+            results.extend(r.results.clone());
+            results.len() == 2
+        })
+        .await;
+        let outcome = |attempt| {
+            &results
+                .iter()
+                .find(|r| r.attempt == attempt)
+                .unwrap()
+                .outcome
+        };
+        assert!(
+            matches!(outcome(20), Outcome::SpawnFailed { reason } if reason == "unknown job 1"),
+            "{results:?}"
+        );
+        assert_eq!(outcome(30), &Outcome::Exited { code: 0 });
+        agent.stop(None);
+    }
+
+    #[tokio::test]
     async fn a_panicking_executor_is_restarted_and_its_attempt_reported_lost() {
         let (agent, mut rx, _dir) = start_agent(1).await;
         let dispatch = Dispatch {
             jobs: vec![job(1, &["sleep", "30"])],
             tasks: vec![task(1, 1)],
+            forget: Vec::new(),
         };
         agent
             .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
@@ -780,6 +833,7 @@ mod tests {
         let dispatch = Dispatch {
             jobs: vec![job(2, &["true"])],
             tasks: vec![task(2, 2)],
+            forget: Vec::new(),
         };
         agent
             .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))

@@ -12,7 +12,7 @@ use rkyv::{Archive, Deserialize, Serialize};
 
 /// Bumped on any change to the schema or framing. Checked in the stream preamble
 /// before any rkyv payload is read, so a mismatched peer gets a clear error.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Route value for a frame addressed to whichever agent reads it (the link peer).
 pub const ROUTE_PEER: u32 = u32::MAX;
@@ -72,6 +72,11 @@ pub struct Welcome {
 pub struct Dispatch {
     pub jobs: Vec<JobDef>,
     pub tasks: Vec<Assignment>,
+    /// Finished jobs whose definitions this node may drop: none of their tasks will be
+    /// sent again, and a job sent again would come with its definition. Without this
+    /// an agent would keep every job it ever ran (a task file of a million lines is a
+    /// million single-task jobs).
+    pub forget: Vec<u32>,
 }
 
 /// Everything an agent needs to run any task of one submitted job.

@@ -50,6 +50,7 @@ pub fn dispatch(jobs: u32, tasks: u32) -> Dispatch {
                 index,
             })
             .collect(),
+        forget: (0..jobs).map(|job| 1000 + job).collect(),
     }
 }
 
@@ -74,10 +75,12 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
         ToAgent::Dispatch(Dispatch {
             jobs: vec![minimal_job],
             tasks: Vec::new(),
+            forget: Vec::new(),
         }),
         ToAgent::Dispatch(Dispatch {
             jobs: Vec::new(),
             tasks: Vec::new(),
+            forget: vec![3, 4],
         }),
         ToAgent::Cancel {
             attempts: vec![1, u64::MAX, 0, 42],
