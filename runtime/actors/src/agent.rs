@@ -1,29 +1,27 @@
 //! The agent: one per node, a supervisor actor over the node's executors.
 //!
-//! It keeps a small local queue (the prefetch window), starts attempts on idle
-//! executors, and reports starts and results upward together with new credit: each
-//! finished attempt hands its cores back as credit, so the root only ever sends work
-//! that this node asked for (pull-based dispatch).
+//! It keeps a small local queue (the prefetch window) on its [board](crate::board),
+//! starts attempts on idle executors, and reports starts and results upward together
+//! with new credit: each finished attempt hands its cores back as credit, so the root
+//! only ever sends work that this node asked for (pull-based dispatch). A slot whose
+//! attempt ends takes the next queued one itself, through the board.
 //!
 //! Reports are coalesced without a timer: the first pending item schedules a `Flush`
 //! message to this actor itself; everything that arrives before the mailbox reaches it
 //! rides in the same frame. Under load that batches many results per frame; when idle
 //! it adds no latency.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
-use saker_wire::messages::{
-    Assignment, FromAgent, Hello, JobDef, Outcome, Output, Report, Started, TaskResult, ToAgent,
-};
+use saker_wire::messages::{FromAgent, Hello, ToAgent};
 
+use crate::board::{Board, NextAttempt, SharedBoard, lock};
 use crate::executor::{AttemptDone, DoneSink, Executor, ExecutorArgs, ExecutorMsg};
-use crate::launch::build_launch;
 use crate::link::{FrameBuf, LinkTx};
-use crate::process::unix_micros;
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -44,7 +42,9 @@ pub struct AgentConfig {
 pub enum AgentMsg {
     /// A message from the root addressed to this node.
     Down(ToAgent),
-    Done(AttemptDone),
+    /// A slot's attempt ended (and the slot may have started its next one): report,
+    /// and start work on slots that are idle now.
+    SlotChanged,
     Flush,
     /// A child link closed: its whole subtree is reported lost upward.
     ChildLost {
@@ -77,37 +77,31 @@ pub enum AgentExit {
 }
 
 #[derive(Debug, Clone)]
-struct AgentSink(ActorRef<AgentMsg>);
+struct AgentSink {
+    agent: ActorRef<AgentMsg>,
+    board: SharedBoard,
+}
 
 impl DoneSink for AgentSink {
-    fn attempt_done(&self, done: AttemptDone) {
+    fn attempt_done(&self, done: AttemptDone, generation: u64) -> Option<NextAttempt> {
+        let next = lock(&self.board).finish(
+            done.executor as usize,
+            generation,
+            done.attempt,
+            done.finished,
+        );
         // If the agent is gone the process is exiting; nothing is left to report to.
-        let _ = self.0.send_message(AgentMsg::Done(done));
+        let _ = self.agent.send_message(AgentMsg::SlotChanged);
+        next
     }
-}
-
-#[derive(Debug)]
-struct Slot {
-    actor: ActorRef<ExecutorMsg>,
-    running: Option<Running>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Running {
-    assignment: Assignment,
-    cores: u32,
-    started_us: u64,
 }
 
 #[derive(Debug)]
 pub struct AgentState {
     config: AgentConfig,
     parent: LinkTx,
-    jobs: HashMap<u32, Arc<JobDef>>,
-    queue: VecDeque<Assignment>,
-    slots: Vec<Slot>,
-    free_cores: u32,
-    pending: Report,
+    board: SharedBoard,
+    executors: Vec<ActorRef<ExecutorMsg>>,
     flush_scheduled: bool,
     restarts: VecDeque<Instant>,
     exit: Option<AgentExit>,
@@ -136,29 +130,24 @@ impl Actor for Agent {
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         let config = args.config;
-        let executors = config.cores.max(1);
-        let mut slots = Vec::with_capacity(executors as usize);
-        for id in 0..executors {
-            slots.push(Slot {
-                actor: spawn_executor(&myself, id).await?,
-                running: None,
-            });
+        let slots = config.cores.max(1);
+        let board = Arc::new(Mutex::new(Board::new(
+            config.node,
+            config.cores,
+            slots,
+            config.spill_dir.clone(),
+            config.cores + config.prefetch,
+        )));
+        let mut executors = Vec::with_capacity(slots as usize);
+        for id in 0..slots {
+            executors.push(spawn_executor(&myself, &board, id).await?);
         }
         send_up(&args.parent, config.node, &hello(&config))?;
-        let pending = Report {
-            node: config.node,
-            credit: config.cores + config.prefetch,
-            started: Vec::new(),
-            results: Vec::new(),
-        };
         let state = AgentState {
-            free_cores: config.cores,
             config,
             parent: args.parent,
-            jobs: HashMap::new(),
-            queue: VecDeque::new(),
-            slots,
-            pending,
+            board,
+            executors,
             flush_scheduled: false,
             restarts: VecDeque::new(),
             exit: None,
@@ -179,7 +168,7 @@ impl Actor for Agent {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             AgentMsg::Down(message) => on_down(&myself, state, message)?,
-            AgentMsg::Done(done) => on_done(state, done),
+            AgentMsg::SlotChanged => {}
             AgentMsg::Flush => {
                 state.flush_scheduled = false;
                 flush(state)?;
@@ -191,12 +180,12 @@ impl Actor for Agent {
             }
             AgentMsg::ParentLost { reason } => {
                 tracing::warn!(%reason, "parent lost; dropping this node's work");
-                stop_all(state);
+                lock(&state.board).stop_all();
             }
             AgentMsg::Reattached => register_again(state)?,
             AgentMsg::Rejoin => {
                 tracing::warn!("the root asks this node to register again");
-                stop_all(state);
+                lock(&state.board).stop_all();
                 register_again(state)?;
             }
             AgentMsg::ParentGone { reason } => {
@@ -272,13 +261,15 @@ fn hello(config: &AgentConfig) -> FromAgent {
 fn register_again(state: &mut AgentState) -> Result<(), ActorProcessingErr> {
     flush(state)?;
     send_up(&state.parent, state.config.node, &hello(&state.config))?;
-    state.pending.credit = state.free_cores + state.config.prefetch;
-    tracing::info!(credit = state.pending.credit, "registering again");
+    let mut board = lock(&state.board);
+    board.pending.credit = board.free_cores + state.config.prefetch;
+    tracing::info!(credit = board.pending.credit, "registering again");
     Ok(())
 }
 
 async fn spawn_executor(
     agent: &ActorRef<AgentMsg>,
+    board: &SharedBoard,
     id: u32,
 ) -> Result<ActorRef<ExecutorMsg>, ActorProcessingErr> {
     let (actor, _) = Actor::spawn_linked(
@@ -286,7 +277,10 @@ async fn spawn_executor(
         Executor::<AgentSink>::default(),
         ExecutorArgs {
             id,
-            sink: AgentSink(agent.clone()),
+            sink: AgentSink {
+                agent: agent.clone(),
+                board: board.clone(),
+            },
         },
         agent.get_cell(),
     )
@@ -305,9 +299,9 @@ async fn on_executor_died(
     reason: String,
 ) -> Result<(), ActorProcessingErr> {
     let Some(index) = state
-        .slots
+        .executors
         .iter()
-        .position(|s| s.actor.get_id() == cell.get_id())
+        .position(|actor| actor.get_id() == cell.get_id())
     else {
         return Ok(());
     };
@@ -329,21 +323,8 @@ async fn on_executor_died(
         )
         .into());
     }
-    if let Some(running) = state.slots[index].running.take() {
-        state.free_cores += running.cores;
-        state.pending.credit += running.cores;
-        state.pending.results.push(TaskResult {
-            task: running.assignment.task,
-            attempt: running.assignment.attempt,
-            executor: index as u32,
-            outcome: Outcome::Lost { reason },
-            start_unix_us: running.started_us,
-            end_unix_us: unix_micros(),
-            stdout: Output::default(),
-            stderr: Output::default(),
-        });
-    }
-    state.slots[index].actor = spawn_executor(myself, index as u32).await?;
+    lock(&state.board).lose_slot(index, reason);
+    state.executors[index] = spawn_executor(myself, &state.board, index as u32).await?;
     Ok(())
 }
 
@@ -361,25 +342,27 @@ fn on_down(
         }
         ToAgent::Rejoin => {
             tracing::warn!("the root asks this node to register again");
-            stop_all(state);
+            lock(&state.board).stop_all();
             register_again(state)?;
         }
         ToAgent::Dispatch(dispatch) => {
+            let mut board = lock(&state.board);
             // The past first: a forgotten job is finished and is never among the new.
             if !dispatch.forget.is_empty() {
                 tracing::debug!(jobs = dispatch.forget.len(), "forgetting finished jobs");
             }
             for job in dispatch.forget {
-                state.jobs.remove(&job);
+                board.jobs.remove(&job);
             }
             for job in dispatch.jobs {
-                state.jobs.insert(job.job, Arc::new(job));
+                board.jobs.insert(job.job, Arc::new(job));
             }
-            state.queue.extend(dispatch.tasks);
+            board.queue.extend(dispatch.tasks);
         }
         ToAgent::Cancel { attempts } => {
+            let mut board = lock(&state.board);
             for attempt in attempts {
-                cancel(state, attempt);
+                board.cancel(attempt);
             }
         }
         ToAgent::Shutdown {
@@ -390,6 +373,7 @@ fn on_down(
             if kill_running {
                 stop_all(state);
             }
+            lock(&state.board).accepting = false;
             let goodbye = FromAgent::Goodbye {
                 node: state.config.node,
                 reason,
@@ -403,154 +387,39 @@ fn on_down(
     Ok(())
 }
 
-fn cancel(state: &mut AgentState, attempt: u64) {
-    if let Some(position) = state.queue.iter().position(|a| a.attempt == attempt) {
-        let Some(assignment) = state.queue.remove(position) else {
-            return;
-        };
-        let cores = state.jobs.get(&assignment.job).map_or(1, |j| j.cores);
-        state.pending.credit += cores;
-        let now = unix_micros();
-        state.pending.results.push(TaskResult {
-            task: assignment.task,
-            attempt,
-            executor: u32::MAX,
-            outcome: Outcome::Cancelled,
-            start_unix_us: now,
-            end_unix_us: now,
-            stdout: Output::default(),
-            stderr: Output::default(),
-        });
-        return;
-    }
-    for slot in &state.slots {
-        if slot
-            .running
-            .is_some_and(|r| r.assignment.attempt == attempt)
-        {
-            let _ = slot.actor.send_message(ExecutorMsg::Cancel { attempt });
-        }
-    }
-}
-
-fn on_done(state: &mut AgentState, done: AttemptDone) {
-    let Some(slot) = state.slots.get_mut(done.executor as usize) else {
-        return;
-    };
-    // A result from an attempt this slot no longer runs (its executor crashed and the
-    // attempt was already reported lost) is dropped here.
-    let Some(running) = slot
-        .running
-        .filter(|r| r.assignment.attempt == done.attempt)
-    else {
-        return;
-    };
-    slot.running = None;
-    state.free_cores += running.cores;
-    state.pending.credit += running.cores;
-    state.pending.results.push(TaskResult {
-        task: running.assignment.task,
-        attempt: done.attempt,
-        executor: done.executor,
-        outcome: done.finished.outcome,
-        start_unix_us: done.finished.start_unix_us,
-        end_unix_us: done.finished.end_unix_us,
-        stdout: done.finished.stdout,
-        stderr: done.finished.stderr,
-    });
-}
-
+/// Starts queued work on every idle slot it fits.
 fn start_queued(state: &mut AgentState) {
     if state.exit.is_some() {
         return;
     }
-    while let Some(assignment) = state.queue.front().copied() {
-        let Some(job) = state.jobs.get(&assignment.job).cloned() else {
-            // The root always sends a job's definition before or with its first task; a
-            // task without one is a protocol error, failed here rather than dropped.
-            state.queue.pop_front();
-            push_failure(
-                state,
-                &assignment,
-                format!("unknown job {}", assignment.job),
-            );
-            continue;
-        };
-        let cores = job.cores.max(1);
-        if cores > state.free_cores {
-            break;
-        }
-        let Some(index) = state.slots.iter().position(|s| s.running.is_none()) else {
+    let mut board = lock(&state.board);
+    let idle: Vec<usize> = board.idle_slots().collect();
+    for index in idle {
+        let Some(next) = board.start_on(index) else {
+            // The queue is empty or its head does not fit the free cores.
             break;
         };
-        state.queue.pop_front();
-        let mut launch = build_launch(&job, &assignment, &state.config.spill_dir);
-        // Which agent ran it: for the task's own logs, and for tests of where work went.
-        launch
-            .env
-            .push(("SAKER_NODE".into(), state.config.node.to_string()));
-        let started_us = unix_micros();
-        let slot = &mut state.slots[index];
-        if slot
-            .actor
-            .send_message(ExecutorMsg::Run {
-                attempt: assignment.attempt,
-                launch: Box::new(launch),
-            })
-            .is_err()
-        {
+        let generation = board.slots[index].generation;
+        let run = ExecutorMsg::Run { next, generation };
+        if state.executors[index].send_message(run).is_err() {
             // The executor is dying; its supervision event will follow. Keep the task.
-            state.queue.push_front(assignment);
+            board.unstart(index);
             break;
         }
-        slot.running = Some(Running {
-            assignment,
-            cores,
-            started_us,
-        });
-        state.free_cores -= cores;
-        state.pending.started.push(Started {
-            task: assignment.task,
-            attempt: assignment.attempt,
-            executor: index as u32,
-            at_unix_us: started_us,
-        });
     }
-}
-
-fn push_failure(state: &mut AgentState, assignment: &Assignment, reason: String) {
-    let now = unix_micros();
-    state.pending.credit += 1;
-    state.pending.results.push(TaskResult {
-        task: assignment.task,
-        attempt: assignment.attempt,
-        executor: u32::MAX,
-        outcome: Outcome::SpawnFailed { reason },
-        start_unix_us: now,
-        end_unix_us: now,
-        stdout: Output::default(),
-        stderr: Output::default(),
-    });
 }
 
 fn stop_all(state: &mut AgentState) {
-    state.queue.clear();
-    for slot in &state.slots {
-        if let Some(running) = slot.running {
-            let _ = slot.actor.send_message(ExecutorMsg::Cancel {
-                attempt: running.assignment.attempt,
-            });
-        }
-    }
+    let mut board = lock(&state.board);
+    board.stop_all();
+    board.accepting = false;
 }
 
 fn schedule_flush(
     myself: &ActorRef<AgentMsg>,
     state: &mut AgentState,
 ) -> Result<(), ActorProcessingErr> {
-    let has_news = state.pending.credit > 0
-        || !state.pending.started.is_empty()
-        || !state.pending.results.is_empty();
+    let has_news = lock(&state.board).has_news();
     if has_news && !state.flush_scheduled {
         state.flush_scheduled = true;
         myself.send_message(AgentMsg::Flush)?;
@@ -559,17 +428,12 @@ fn schedule_flush(
 }
 
 fn flush(state: &mut AgentState) -> Result<(), ActorProcessingErr> {
-    let has_news = state.pending.credit > 0
-        || !state.pending.started.is_empty()
-        || !state.pending.results.is_empty();
-    if !has_news {
-        return Ok(());
-    }
-    let report = Report {
-        node: state.config.node,
-        credit: std::mem::take(&mut state.pending.credit),
-        started: std::mem::take(&mut state.pending.started),
-        results: std::mem::take(&mut state.pending.results),
+    let report = {
+        let mut board = lock(&state.board);
+        if !board.has_news() {
+            return Ok(());
+        }
+        board.take_report()
     };
     send_up(&state.parent, state.config.node, &FromAgent::Report(report))
 }
@@ -584,7 +448,7 @@ fn send_up(parent: &LinkTx, node: u32, message: &FromAgent) -> Result<(), ActorP
 mod tests {
     use super::*;
     use crate::link::{FrameBuf, channel};
-    use saker_wire::messages::{Dispatch, EnvVar};
+    use saker_wire::messages::{Assignment, Dispatch, EnvVar, JobDef, Outcome, Report};
     use tokio::sync::mpsc::UnboundedReceiver;
 
     fn decode(frame: &FrameBuf) -> FromAgent {

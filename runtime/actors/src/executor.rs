@@ -1,15 +1,17 @@
-//! The executor: a leaf actor that owns one slot and runs one attempt at a time in it.
+//! The executor: a leaf actor that owns one slot and runs its attempts.
 //!
-//! The actor's loop stays thin: a `Run` starts the process runner on a tokio task and
-//! returns at once, so `Cancel` is handled while the attempt runs. The runner reports
-//! straight to the agent. If this actor dies (panic), its state — and with it the
-//! attempt's cancel sender — is dropped, which kills the attempt's process group; the
-//! agent, as supervisor, records the attempt as lost and starts a fresh executor.
+//! The actor's loop stays thin: a `Run` starts the slot's runner on a tokio task and
+//! returns at once. The runner runs the attempt, reports it to the agent's sink, and
+//! starts whatever the sink hands back as the slot's next attempt, so a busy slot goes
+//! from one task to the next without waiting for any actor. Cancels go through the
+//! agent's board, which holds every attempt's cancel sender; if this actor dies
+//! (panic), the agent, as supervisor, drops that sender (which kills the attempt's
+//! process group), records the attempt as lost and starts a fresh executor, and the
+//! old runner's reports are ignored.
 
+use crate::board::NextAttempt;
+use crate::process::{self, Finished};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::sync::oneshot;
-
-use crate::process::{self, CancelRequest, Finished, Launch};
 
 /// Reported by an executor's runner to its agent when an attempt ends.
 #[derive(Debug)]
@@ -21,21 +23,19 @@ pub struct AttemptDone {
 
 #[derive(Debug)]
 pub enum ExecutorMsg {
-    Run {
-        attempt: u64,
-        launch: Box<Launch>,
-    },
-    Cancel {
-        attempt: u64,
-    },
+    /// Start the slot's runner with `next`. `generation` is the slot's, as the agent's
+    /// board knows it when it started the attempt.
+    Run { next: NextAttempt, generation: u64 },
     /// Test hook: makes the handler panic, to exercise supervision.
     #[cfg(test)]
     Panic,
 }
 
-/// Where an executor sends [`AttemptDone`]; implemented by the agent's message type.
+/// Where an executor reports; implemented by the agent.
 pub trait DoneSink: Send + Sync + 'static {
-    fn attempt_done(&self, done: AttemptDone);
+    /// An attempt of this slot ended; returns the slot's next attempt, if one is to
+    /// start now.
+    fn attempt_done(&self, done: AttemptDone, generation: u64) -> Option<NextAttempt>;
 }
 
 #[derive(Debug)]
@@ -61,8 +61,6 @@ pub struct ExecutorArgs<S> {
 pub struct ExecutorState<S> {
     id: u32,
     sink: std::sync::Arc<S>,
-    /// The running attempt and the sender that cancels it. Dropping it kills the task.
-    current: Option<(u64, oneshot::Sender<CancelRequest>)>,
 }
 
 impl<S: DoneSink + std::fmt::Debug> Actor for Executor<S> {
@@ -78,7 +76,6 @@ impl<S: DoneSink + std::fmt::Debug> Actor for Executor<S> {
         Ok(ExecutorState {
             id: args.id,
             sink: std::sync::Arc::new(args.sink),
-            current: None,
         })
     }
 
@@ -89,32 +86,36 @@ impl<S: DoneSink + std::fmt::Debug> Actor for Executor<S> {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            ExecutorMsg::Run { attempt, launch } => {
-                let (cancel_tx, cancel_rx) = oneshot::channel();
-                // A new Run means the agent saw the previous attempt finish.
-                state.current = Some((attempt, cancel_tx));
-                let sink = state.sink.clone();
-                let executor = state.id;
-                tokio::spawn(async move {
-                    let finished = process::run(*launch, cancel_rx).await;
-                    sink.attempt_done(AttemptDone {
-                        executor,
-                        attempt,
-                        finished,
-                    });
-                });
-            }
-            ExecutorMsg::Cancel { attempt } => {
-                if let Some((current, _)) = &state.current
-                    && *current == attempt
-                    && let Some((_, sender)) = state.current.take()
-                {
-                    let _ = sender.send(CancelRequest);
-                }
+            ExecutorMsg::Run { next, generation } => {
+                tokio::spawn(run_slot(next, state.id, generation, state.sink.clone()));
             }
             #[cfg(test)]
             ExecutorMsg::Panic => panic!("executor panic requested by a test"),
         }
         Ok(())
+    }
+}
+
+/// The slot's runner: runs attempts back to back for as long as the sink has more.
+async fn run_slot<S: DoneSink>(
+    first: NextAttempt,
+    executor: u32,
+    generation: u64,
+    sink: std::sync::Arc<S>,
+) {
+    let mut next = Some(first);
+    while let Some(NextAttempt {
+        attempt,
+        launch,
+        cancel,
+    }) = next.take()
+    {
+        let finished = process::run(*launch, cancel).await;
+        let done = AttemptDone {
+            executor,
+            attempt,
+            finished,
+        };
+        next = sink.attempt_done(done, generation);
     }
 }

@@ -16,6 +16,7 @@
 //! is told and handles the loss (the subtree behind it is reported lost).
 
 pub mod agent;
+pub mod board;
 pub mod executor;
 pub mod launch;
 pub mod link;

@@ -1,0 +1,430 @@
+//! The agent's local work board: its queue of assigned attempts, its slots and what it
+//! has to report upward. Shared (behind one mutex) by the agent actor and the runner
+//! task of every slot, so that a runner whose attempt ends starts the next queued one
+//! on its own slot at once, without waiting for a round trip through the agent and
+//! the executor actors (that gap left slots idle between short tasks).
+//!
+//! The agent still decides everything else: it starts work on idle slots, cancels,
+//! stops and restarts; the board only keeps the books both sides must agree on.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use saker_wire::messages::{Assignment, JobDef, Outcome, Output, Report, Started, TaskResult};
+use tokio::sync::oneshot;
+
+use crate::launch::build_launch;
+use crate::process::{CancelRequest, Finished, Launch, unix_micros};
+
+/// An attempt a slot is to start now: what to run and the receiver that stops it.
+#[derive(Debug)]
+pub struct NextAttempt {
+    pub attempt: u64,
+    pub launch: Box<Launch>,
+    pub cancel: oneshot::Receiver<CancelRequest>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Running {
+    pub assignment: Assignment,
+    pub cores: u32,
+    pub started_us: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    pub running: Option<Running>,
+    /// Stops the running attempt; dropping it stops it too.
+    cancel: Option<oneshot::Sender<CancelRequest>>,
+    /// Bumped when the slot's executor is replaced: the old runner must then leave
+    /// the slot alone.
+    pub generation: u64,
+}
+
+#[derive(Debug)]
+pub struct Board {
+    node: u32,
+    spill_dir: PathBuf,
+    pub(crate) jobs: HashMap<u32, Arc<JobDef>>,
+    pub(crate) queue: VecDeque<Assignment>,
+    pub(crate) slots: Vec<Slot>,
+    pub(crate) free_cores: u32,
+    /// Whether new attempts may start (false once the agent is stopping).
+    pub(crate) accepting: bool,
+    /// Starts, results and credit not yet sent upward.
+    pub(crate) pending: Report,
+}
+
+pub type SharedBoard = Arc<Mutex<Board>>;
+
+pub fn lock(board: &Mutex<Board>) -> MutexGuard<'_, Board> {
+    board.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Board {
+    pub fn new(node: u32, cores: u32, slots: u32, spill_dir: PathBuf, credit: u32) -> Board {
+        Board {
+            node,
+            spill_dir,
+            jobs: HashMap::new(),
+            queue: VecDeque::new(),
+            slots: (0..slots).map(|_| Slot::default()).collect(),
+            free_cores: cores,
+            accepting: true,
+            pending: Report {
+                node,
+                credit,
+                started: Vec::new(),
+                results: Vec::new(),
+            },
+        }
+    }
+
+    pub fn has_news(&self) -> bool {
+        self.pending.credit > 0
+            || !self.pending.started.is_empty()
+            || !self.pending.results.is_empty()
+    }
+
+    /// Takes what is to be reported upward.
+    pub fn take_report(&mut self) -> Report {
+        Report {
+            node: self.node,
+            credit: std::mem::take(&mut self.pending.credit),
+            started: std::mem::take(&mut self.pending.started),
+            results: std::mem::take(&mut self.pending.results),
+        }
+    }
+
+    /// Starts the queue's first attempt on idle slot `index` if it fits the free cores.
+    /// A queued task of a job this node does not know fails at once (the root always
+    /// sends a definition before or with its first task: a protocol error).
+    pub fn start_on(&mut self, index: usize) -> Option<NextAttempt> {
+        if !self.accepting || self.slots.get(index)?.running.is_some() {
+            return None;
+        }
+        loop {
+            let assignment = *self.queue.front()?;
+            let Some(job) = self.jobs.get(&assignment.job).cloned() else {
+                self.queue.pop_front();
+                self.fail_unstarted(&assignment, format!("unknown job {}", assignment.job));
+                continue;
+            };
+            let cores = job.cores.max(1);
+            if cores > self.free_cores {
+                return None;
+            }
+            self.queue.pop_front();
+            let mut launch = build_launch(&job, &assignment, &self.spill_dir);
+            // Which agent ran it: for the task's own logs, and for tests of where work went.
+            launch
+                .env
+                .push(("SAKER_NODE".into(), self.node.to_string()));
+            let started_us = unix_micros();
+            let (cancel_tx, cancel_rx) = oneshot::channel();
+            let slot = &mut self.slots[index];
+            slot.running = Some(Running {
+                assignment,
+                cores,
+                started_us,
+            });
+            slot.cancel = Some(cancel_tx);
+            self.free_cores -= cores;
+            self.pending.started.push(Started {
+                task: assignment.task,
+                attempt: assignment.attempt,
+                executor: index as u32,
+                at_unix_us: started_us,
+            });
+            return Some(NextAttempt {
+                attempt: assignment.attempt,
+                launch: Box::new(launch),
+                cancel: cancel_rx,
+            });
+        }
+    }
+
+    /// Idle slots in order, for the agent to start work on.
+    pub fn idle_slots(&self) -> impl Iterator<Item = usize> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| slot.running.is_none())
+            .map(|(index, _)| index)
+    }
+
+    /// The executor of slot `index` could not take the attempt just started there: put
+    /// it back at the head of the queue as if never started.
+    pub fn unstart(&mut self, index: usize) {
+        let Some(slot) = self.slots.get_mut(index) else {
+            return;
+        };
+        let (Some(running), _) = (slot.running.take(), slot.cancel.take()) else {
+            return;
+        };
+        self.free_cores += running.cores;
+        self.pending
+            .started
+            .retain(|s| s.attempt != running.assignment.attempt);
+        self.queue.push_front(running.assignment);
+    }
+
+    /// Attempt `attempt` on slot `index` (of executor `generation`) ended. Records the
+    /// result and, if it is still this slot's business, starts the next attempt there.
+    pub fn finish(
+        &mut self,
+        index: usize,
+        generation: u64,
+        attempt: u64,
+        finished: Finished,
+    ) -> Option<NextAttempt> {
+        let slot = self.slots.get_mut(index)?;
+        // A result from an attempt this slot no longer runs (its executor crashed and
+        // the attempt was already reported lost) is dropped here.
+        if slot.generation != generation
+            || slot.running.is_none_or(|r| r.assignment.attempt != attempt)
+        {
+            return None;
+        }
+        let running = slot.running.take()?;
+        slot.cancel = None;
+        self.free_cores += running.cores;
+        self.pending.credit += running.cores;
+        self.pending.results.push(TaskResult {
+            task: running.assignment.task,
+            attempt,
+            executor: index as u32,
+            outcome: finished.outcome,
+            start_unix_us: finished.start_unix_us,
+            end_unix_us: finished.end_unix_us,
+            stdout: finished.stdout,
+            stderr: finished.stderr,
+        });
+        self.start_on(index)
+    }
+
+    /// Cancels `attempt`: a queued one is answered at once; a running one is stopped
+    /// (its runner reports it).
+    pub fn cancel(&mut self, attempt: u64) {
+        if let Some(position) = self.queue.iter().position(|a| a.attempt == attempt) {
+            let Some(assignment) = self.queue.remove(position) else {
+                return;
+            };
+            let cores = self.jobs.get(&assignment.job).map_or(1, |j| j.cores);
+            self.pending.credit += cores;
+            let now = unix_micros();
+            self.pending.results.push(TaskResult {
+                task: assignment.task,
+                attempt,
+                executor: u32::MAX,
+                outcome: Outcome::Cancelled,
+                start_unix_us: now,
+                end_unix_us: now,
+                stdout: Output::default(),
+                stderr: Output::default(),
+            });
+            return;
+        }
+        for slot in &mut self.slots {
+            if slot
+                .running
+                .is_some_and(|r| r.assignment.attempt == attempt)
+                && let Some(cancel) = slot.cancel.take()
+            {
+                let _ = cancel.send(CancelRequest);
+            }
+        }
+    }
+
+    /// Drops the queue and stops everything running (the root replays this node's work).
+    pub fn stop_all(&mut self) {
+        self.queue.clear();
+        for slot in &mut self.slots {
+            if let Some(cancel) = slot.cancel.take() {
+                let _ = cancel.send(CancelRequest);
+            }
+        }
+    }
+
+    /// The executor of slot `index` died: its attempt is reported lost (dropping the
+    /// cancel sender kills it) and a later report of the old runner is ignored.
+    pub fn lose_slot(&mut self, index: usize, reason: String) {
+        let Some(slot) = self.slots.get_mut(index) else {
+            return;
+        };
+        slot.generation += 1;
+        slot.cancel = None;
+        if let Some(running) = slot.running.take() {
+            self.free_cores += running.cores;
+            self.pending.credit += running.cores;
+            self.pending.results.push(TaskResult {
+                task: running.assignment.task,
+                attempt: running.assignment.attempt,
+                executor: index as u32,
+                outcome: Outcome::Lost { reason },
+                start_unix_us: running.started_us,
+                end_unix_us: unix_micros(),
+                stdout: Output::default(),
+                stderr: Output::default(),
+            });
+        }
+    }
+
+    fn fail_unstarted(&mut self, assignment: &Assignment, reason: String) {
+        let now = unix_micros();
+        self.pending.credit += 1;
+        self.pending.results.push(TaskResult {
+            task: assignment.task,
+            attempt: assignment.attempt,
+            executor: u32::MAX,
+            outcome: Outcome::SpawnFailed { reason },
+            start_unix_us: now,
+            end_unix_us: now,
+            stdout: Output::default(),
+            stderr: Output::default(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use saker_wire::messages::EnvVar;
+
+    fn board(cores: u32) -> Board {
+        let mut board = Board::new(7, cores, cores, PathBuf::from("/tmp"), 0);
+        for (job, cores) in [(1, 1), (2, 2)] {
+            board.jobs.insert(
+                job,
+                Arc::new(JobDef {
+                    job,
+                    argv: vec!["true".into()],
+                    env: vec![EnvVar {
+                        key: "K".into(),
+                        value: "V".into(),
+                    }],
+                    cwd: None,
+                    cores,
+                    time_limit_ms: 0,
+                    inline_output_bytes: 0,
+                    is_array: false,
+                }),
+            );
+        }
+        board
+    }
+
+    fn task(task: u64, job: u32) -> Assignment {
+        Assignment {
+            task,
+            attempt: task * 10,
+            job,
+            index: 0,
+        }
+    }
+
+    fn exited() -> Finished {
+        Finished {
+            outcome: Outcome::Exited { code: 0 },
+            start_unix_us: 1,
+            end_unix_us: 2,
+            stdout: Output::default(),
+            stderr: Output::default(),
+        }
+    }
+
+    #[test]
+    fn a_finished_slot_starts_the_next_queued_attempt_itself() {
+        let mut board = board(1);
+        board.queue.extend([task(1, 1), task(2, 1)]);
+        let first = board.start_on(0).expect("a free core");
+        assert_eq!(first.attempt, 10);
+        assert!(board.start_on(0).is_none(), "the slot is busy");
+        let second = board.finish(0, 0, 10, exited()).expect("the next one");
+        assert_eq!(second.attempt, 20);
+        assert!(
+            second
+                .launch
+                .env
+                .contains(&("SAKER_NODE".into(), "7".into()))
+        );
+        assert!(board.finish(0, 0, 20, exited()).is_none(), "queue empty");
+        let report = board.take_report();
+        assert_eq!(report.credit, 2);
+        assert_eq!(report.started.len(), 2);
+        assert_eq!(report.results.len(), 2);
+        assert_eq!(board.free_cores, 1);
+        assert!(!board.has_news());
+    }
+
+    #[test]
+    fn work_that_does_not_fit_waits_and_unknown_jobs_fail() {
+        let mut board = board(2);
+        board.queue.extend([task(1, 9), task(2, 1), task(3, 2)]);
+        // Task 1's job is unknown: failed at once; task 2 starts on one core.
+        assert_eq!(board.start_on(0).unwrap().attempt, 20);
+        let report = board.take_report();
+        assert!(
+            matches!(&report.results[0].outcome, Outcome::SpawnFailed { reason } if reason == "unknown job 9")
+        );
+        // Task 3 needs both cores: it waits for task 2.
+        assert!(board.start_on(1).is_none());
+        assert_eq!(board.finish(0, 0, 20, exited()).unwrap().attempt, 30);
+        assert_eq!(board.free_cores, 0);
+    }
+
+    #[test]
+    fn cancels_answer_queued_work_and_stop_running_work() {
+        let mut board = board(1);
+        board.queue.extend([task(1, 1), task(2, 1)]);
+        let mut running = board.start_on(0).unwrap();
+        board.cancel(20);
+        let report = board.take_report();
+        assert_eq!(report.results[0].outcome, Outcome::Cancelled);
+        assert_eq!(report.credit, 1);
+        board.cancel(10);
+        assert_eq!(running.cancel.try_recv(), Ok(CancelRequest));
+        // A stopped attempt still reports; nothing is left to start.
+        assert!(board.finish(0, 0, 10, exited()).is_none());
+    }
+
+    #[test]
+    fn a_lost_slot_reports_its_attempt_and_ignores_the_old_runner() {
+        let mut board = board(1);
+        board.queue.extend([task(1, 1), task(2, 1)]);
+        let mut running = board.start_on(0).unwrap();
+        board.lose_slot(0, "executor crashed".into());
+        assert!(
+            running.cancel.try_recv().is_err(),
+            "the sender is gone: killed"
+        );
+        let report = board.take_report();
+        assert!(
+            matches!(&report.results[0].outcome, Outcome::Lost { reason } if reason == "executor crashed")
+        );
+        // The old runner's report is dropped and starts nothing.
+        assert!(board.finish(0, 0, 10, exited()).is_none());
+        assert!(board.take_report().results.is_empty());
+        // The new executor (generation 1) gets the slot.
+        let next = board.start_on(0).unwrap();
+        assert_eq!(next.attempt, 20);
+        assert!(board.finish(0, 1, 20, exited()).is_none());
+    }
+
+    #[test]
+    fn a_stopping_board_starts_nothing_and_unstart_puts_work_back() {
+        let mut board = board(1);
+        board.queue.extend([task(1, 1), task(2, 1)]);
+        board.start_on(0).unwrap();
+        board.unstart(0);
+        assert_eq!(board.queue.len(), 2);
+        assert!(board.take_report().started.is_empty());
+        assert_eq!(board.free_cores, 1);
+        board.start_on(0).unwrap();
+        board.accepting = false;
+        assert!(board.finish(0, 0, 10, exited()).is_none());
+        board.stop_all();
+        assert!(board.queue.is_empty());
+    }
+}
