@@ -189,7 +189,9 @@ impl Report {
                     .as_ref()
                     .map_or_else(|| "-".to_owned(), Measure::cell),
                 row.ratio()
-                    .map_or_else(|| "-".to_owned(), |ratio| format!("{ratio:.2}")),
+                    // Three decimals: at two, a ratio just under its target can print as
+                    // the target itself (0.9855 as 0.99 beside "NO").
+                    .map_or_else(|| "-".to_owned(), |ratio| format!("{ratio:.3}")),
                 row.target_cell(),
                 match row.met() {
                     Some(true) => "yes",
