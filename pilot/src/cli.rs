@@ -157,6 +157,10 @@ pub struct TaskArgs {
     /// Further attempts after a task's own failure.
     #[arg(long, default_value_t = 0)]
     pub retries: u32,
+    /// Further attempts after an attempt is lost with its agent, node or executor
+    /// (such replays never count against --retries) [default: 3]
+    #[arg(long)]
+    pub max_replays: Option<u32>,
     /// Wall-clock limit per attempt: `90s`, `5m`, `1h30m`, `H:MM:SS`.
     #[arg(long)]
     pub time_limit: Option<String>,

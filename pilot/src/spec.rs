@@ -64,6 +64,10 @@ pub struct TaskSpec {
     /// limit). Infrastructure losses are replayed without counting against this.
     #[serde(default)]
     pub max_retries: u32,
+    /// Further attempts after an attempt is lost to the infrastructure (its agent,
+    /// node or executor gone); `None` takes the pilot's default (3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_replays: Option<u32>,
     /// Wall-clock limit per attempt. JSON: seconds as a number, or a string with
     /// units (`"90s"`, `"5m"`, `"1h30m"`, `"2d"`, `"500ms"`) or `"H:MM:SS"`.
     #[serde(default, with = "time_limit_serde")]
@@ -165,6 +169,7 @@ pub struct SpecDefaults {
     pub cores: u32,
     pub priority: i32,
     pub max_retries: u32,
+    pub max_replays: Option<u32>,
     pub time_limit: Option<Duration>,
     pub tags: Vec<String>,
     pub idempotent: bool,
@@ -178,6 +183,7 @@ impl Default for SpecDefaults {
             cores: default_cores(),
             priority: 0,
             max_retries: 0,
+            max_replays: None,
             time_limit: None,
             tags: Vec::new(),
             idempotent: false,
@@ -195,6 +201,7 @@ impl SpecDefaults {
             cores: self.cores,
             priority: self.priority,
             max_retries: self.max_retries,
+            max_replays: self.max_replays,
             time_limit: self.time_limit,
             tags: self.tags.clone(),
             shell: false,
@@ -330,8 +337,16 @@ mod tests {
     #[test]
     fn json_spec_round_trips_all_fields() {
         let text = r#"{"argv":["sh"],"env":{"A":"1"},"cwd":"/tmp","cores":4,"priority":-2,
-            "max_retries":3,"time_limit":"1h30m","tags":["x"],"shell":true,"idempotent":true}"#;
+            "max_retries":3,"max_replays":0,"time_limit":"1h30m","tags":["x"],"shell":true,
+            "idempotent":true}"#;
         let parsed: TaskSpec = serde_json::from_str(text).unwrap();
+        assert_eq!(parsed.max_replays, Some(0));
+        // Unset, it is left out, so journals of specs without it do not change.
+        assert!(
+            !serde_json::to_string(&spec(&["x"]))
+                .unwrap()
+                .contains("max_replays")
+        );
         assert_eq!(parsed.time_limit, Some(Duration::from_secs(5400)));
         assert_eq!(parsed.priority, -2);
         assert!(parsed.idempotent);

@@ -12,6 +12,7 @@ pub fn defaults_from(args: &TaskArgs) -> Result<SpecDefaults> {
         cores: args.cores,
         priority: args.priority,
         max_retries: args.retries,
+        max_replays: args.max_replays,
         cwd: args.cwd.clone(),
         tags: args.tags.clone(),
         idempotent: args.idempotent,

@@ -72,3 +72,69 @@ fn a_killed_agent_loses_no_task_and_none_is_accepted_twice() {
         assert!(reason.starts_with("agent 2 on "), "{reason}");
     }
 }
+
+/// `--max-replays 0`: an attempt lost with its agent is not run again; its task fails
+/// and says why, while the rest of the work finishes on the other agent.
+#[test]
+fn with_no_replays_allowed_a_lost_attempt_fails_its_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let marker = dir.path().join("on-agent-1");
+    let log = dir.path().join("executions.log");
+    // Tasks on agent 1 hang (until it is killed); the others finish at once.
+    let script = format!(
+        "echo {{index}} >> {log}; if [ \"$SAKER_NODE\" = 1 ]; then touch {marker}; sleep 60; fi",
+        log = log.display(),
+        marker = marker.display()
+    );
+    let mut run = saker()
+        .args(["run", "--progress", "none", "--no-sync", "--agents", "2"])
+        .args(["--slots", "2", "--max-replays", "0"])
+        .args(["--heartbeat-interval", "200ms", "--heartbeat-timeout", "1s"])
+        .args(["--array", "1-300", "--dir"])
+        .arg(&pilot)
+        .args(["--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_for("a task on agent 1", Duration::from_secs(30), || {
+        marker.exists()
+    });
+    let victim = agent_pid(&pilot, 1).expect("agent 1 is running");
+    let killed = Command::new("kill")
+        .args(["-KILL", &victim.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+
+    let status = run.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "some tasks failed");
+    let records = results(&pilot);
+    assert_one_result_per_task(&records, 300);
+    let failed: Vec<&serde_json::Value> =
+        records.iter().filter(|r| r["state"] == "failed").collect();
+    assert!(!failed.is_empty());
+    for record in &failed {
+        let reason = record["reason"].as_str().unwrap_or_default();
+        assert!(reason.starts_with("agent 1 on "), "{record}");
+        assert!(reason.ends_with("; no replays left"), "{record}");
+        assert_eq!(
+            record["history"].as_array().unwrap().len(),
+            0,
+            "not replayed"
+        );
+    }
+    let executed: Vec<u32> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    for record in &failed {
+        let index = record["index"].as_u64().unwrap() as u32;
+        assert!(
+            executed.iter().filter(|&&i| i == index).count() <= 1,
+            "task {index} ran again"
+        );
+    }
+}

@@ -284,7 +284,20 @@ impl RootState {
             None if state == TerminalState::Cancelled => {
                 record.reason = Some("cancelled before it started".into());
             }
-            None => record.reason = Some("no attempt result".into()),
+            // Its last attempt was lost with its node and no replay was left: that
+            // loss is the attempt that counted, not history.
+            None => match record.history.pop() {
+                Some(last) if last.end == AttemptEnd::Lost => {
+                    record.reason = Some(format!("{}; no replays left", last.reason));
+                    record.node = last.node;
+                    record.start_time = last.start_time;
+                    record.end_time = last.end_time;
+                }
+                other => {
+                    record.history.extend(other);
+                    record.reason = Some("no attempt result".into());
+                }
+            },
         }
         self.unjournaled.push(Arc::new(record));
     }

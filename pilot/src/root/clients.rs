@@ -408,7 +408,7 @@ fn base_spec(request: &JobRequest) -> JobSpec {
         cores: spec.cores,
         priority: spec.priority,
         max_retries: spec.max_retries,
-        max_replays: None,
+        max_replays: spec.max_replays,
         time_limit: spec.time_limit.map(|t| t.as_micros() as u64),
         class: 0,
         speculative: false,
