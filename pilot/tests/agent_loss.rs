@@ -4,10 +4,10 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{agent_pid, assert_one_result_per_task, results, saker};
+use common::{agent_pid, assert_one_result_per_task, results, saker, sigkill};
 
 #[test]
 fn a_killed_agent_loses_no_task_and_none_is_accepted_twice() {
@@ -39,12 +39,7 @@ fn a_killed_agent_loses_no_task_and_none_is_accepted_twice() {
         assert!(Instant::now() < deadline, "no progress before the kill");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let victim = agent_pid(&pilot, 2).expect("agent 2 is running");
-    let killed = Command::new("kill")
-        .args(["-KILL", &victim.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    sigkill(agent_pid(&pilot, 2).expect("agent 2 is running"));
 
     let status = run.wait().unwrap();
     assert!(status.success(), "the other agents finish the work");
@@ -101,12 +96,7 @@ fn with_no_replays_allowed_a_lost_attempt_fails_its_task() {
     common::wait_for("a task on agent 1", Duration::from_secs(30), || {
         marker.exists()
     });
-    let victim = agent_pid(&pilot, 1).expect("agent 1 is running");
-    let killed = Command::new("kill")
-        .args(["-KILL", &victim.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    sigkill(agent_pid(&pilot, 1).expect("agent 1 is running"));
 
     let status = run.wait().unwrap();
     assert_eq!(status.code(), Some(1), "some tasks failed");

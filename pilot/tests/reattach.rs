@@ -5,10 +5,10 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::{agent_pid, assert_one_result_per_task, results, saker, wait_for};
+use common::{agent_pid, assert_one_result_per_task, results, saker, sigkill, wait_for};
 
 /// (array index, agent node) of every execution so far.
 fn executions(log: &std::path::Path) -> Vec<(u32, u32)> {
@@ -20,14 +20,6 @@ fn executions(log: &std::path::Path) -> Vec<(u32, u32)> {
             Some((index.parse().ok()?, node.parse().ok()?))
         })
         .collect()
-}
-
-fn kill(pid: u32) {
-    let killed = Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
 }
 
 /// Fan-out 2 over 7 agents: agent 0 (under the root) has children 2 and 3, and 2 has
@@ -58,7 +50,7 @@ fn orphans_reattach_and_a_restarted_agent_rejoins() {
         let nodes: BTreeSet<u32> = executions(&log).iter().map(|e| e.1).collect();
         nodes.len() == 7
     });
-    kill(agent_pid(&pilot, 0).expect("agent 0 runs"));
+    sigkill(agent_pid(&pilot, 0).expect("agent 0 runs"));
     let cut = executions(&log).len();
     // Each orphan runs new work after the cut: it found its way back in.
     wait_for("the orphans to work again", Duration::from_secs(30), || {
@@ -66,7 +58,7 @@ fn orphans_reattach_and_a_restarted_agent_rejoins() {
         [2, 3, 6].iter().all(|n| after.contains(n))
     });
 
-    kill(agent_pid(&pilot, 1).expect("agent 1 runs"));
+    sigkill(agent_pid(&pilot, 1).expect("agent 1 runs"));
     let mut restarted = saker()
         .args(["agent", "--dir"])
         .arg(&pilot)

@@ -57,6 +57,15 @@ pub fn agent_pid(dir: &Path, node: u32) -> Option<u32> {
     None
 }
 
+/// Sends SIGKILL to process `pid`: no goodbye, whatever it runs is mid-flight.
+pub fn sigkill(pid: u32) {
+    let killed = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success(), "kill -KILL {pid}");
+}
+
 /// Polls `done` every 20 ms until it holds, failing the test after `timeout`: a
 /// bounded wait for a condition, never a blind sleep.
 pub fn wait_for(what: &str, timeout: std::time::Duration, mut done: impl FnMut() -> bool) {
