@@ -112,9 +112,10 @@ fn a_new_pilot_refuses_a_directory_with_a_journal_and_resume_needs_one() {
 fn a_time_budget_stops_the_run_and_resume_finishes_what_was_cut_off() {
     let dir = tempfile::tempdir().unwrap();
     let pilot = dir.path().join("pilot");
-    // Two slots, four 2-second tasks, a deadline 3 s in: two finish, two start and
-    // are stopped at the deadline. (A second of slack for a loaded machine: the first
-    // two must end, and the others start, before the deadline.)
+    // Two slots, four 3-second tasks, a deadline 6 s in: two finish, two start and
+    // are stopped at the deadline. That holds while the pilot takes under 3 s to
+    // start its first tasks (the first two must end, and the others start, before the
+    // deadline): room for a loaded CI machine, where start-up near 1 s was seen.
     let cut = run(saker()
         .args([
             "run",
@@ -123,11 +124,11 @@ fn a_time_budget_stops_the_run_and_resume_finishes_what_was_cut_off() {
             "--slots",
             "2",
             "--time-budget",
-            "3500ms",
+            "6500ms",
         ])
         .args(["--walltime-margin", "500ms", "--array", "1-4", "--dir"])
         .arg(&pilot)
-        .args(["--", "sleep", "2"]));
+        .args(["--", "sleep", "3"]));
     assert_eq!(
         cut.status.code(),
         Some(3),
