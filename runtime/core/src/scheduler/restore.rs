@@ -41,36 +41,8 @@ impl Core {
         if spec.cores == 0 {
             return Err(RestoreError::Submit(SubmitError::ZeroCores));
         }
-        let mut sorted: Vec<(u32, TerminalState)> = finished.to_vec();
-        sorted.sort_unstable_by_key(|&(index, _)| index);
-        for pair in sorted.windows(2) {
-            if pair[0].0 == pair[1].0 {
-                return Err(RestoreError::DuplicateIndex { index: pair[0].0 });
-            }
-        }
-        if let Some(&(index, _)) = sorted.last()
-            && index >= spec.count
-        {
-            return Err(RestoreError::IndexOutOfRange {
-                index,
-                count: spec.count,
-            });
-        }
-        let mut earlier: Vec<(u32, EarlierAttempts)> = earlier.to_vec();
-        earlier.sort_unstable_by_key(|&(index, _)| index);
-        for pair in earlier.windows(2) {
-            if pair[0].0 == pair[1].0 {
-                return Err(RestoreError::DuplicateIndex { index: pair[0].0 });
-            }
-        }
-        if let Some(&(index, _)) = earlier.last()
-            && index >= spec.count
-        {
-            return Err(RestoreError::IndexOutOfRange {
-                index,
-                count: spec.count,
-            });
-        }
+        let sorted = by_index(finished, spec.count)?;
+        let earlier = by_index(earlier, spec.count)?;
         let job = u32::try_from(self.jobs.len() + 1)
             .map(JobId)
             .map_err(|_| RestoreError::Submit(SubmitError::JobIdsExhausted))?;
@@ -160,5 +132,18 @@ impl Core {
             first_task,
             count: spec.count,
         })
+    }
+}
+
+/// `entries` sorted by task index, each index at most once and inside a job of `count`.
+fn by_index<T: Copy>(entries: &[(u32, T)], count: u32) -> Result<Vec<(u32, T)>, RestoreError> {
+    let mut sorted = entries.to_vec();
+    sorted.sort_unstable_by_key(|&(index, _)| index);
+    if let Some(pair) = sorted.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+        return Err(RestoreError::DuplicateIndex { index: pair[0].0 });
+    }
+    match sorted.last() {
+        Some(&(index, _)) if index >= count => Err(RestoreError::IndexOutOfRange { index, count }),
+        _ => Ok(sorted),
     }
 }
