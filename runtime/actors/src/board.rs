@@ -12,17 +12,16 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use saker_wire::messages::{Assignment, JobDef, Outcome, Output, Report, Started, TaskResult};
-use tokio::sync::oneshot;
 
 use crate::launch::build_launch;
-use crate::process::{CancelRequest, Finished, Launch, unix_micros};
+use crate::process::{Control, Finished, Launch, StopHandle, unix_micros};
 
-/// An attempt a slot is to start now: what to run and the receiver that stops it.
+/// An attempt a slot is to start now: what to run and its side of the stop control.
 #[derive(Debug)]
 pub struct NextAttempt {
     pub attempt: u64,
     pub launch: Box<Launch>,
-    pub cancel: oneshot::Receiver<CancelRequest>,
+    pub control: Arc<Control>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -36,7 +35,7 @@ pub(crate) struct Running {
 pub(crate) struct Slot {
     pub running: Option<Running>,
     /// Stops the running attempt; dropping it stops it too.
-    cancel: Option<oneshot::Sender<CancelRequest>>,
+    cancel: Option<StopHandle>,
     /// Bumped when the slot's executor is replaced: the old runner must then leave
     /// the slot alone.
     pub generation: u64,
@@ -54,6 +53,25 @@ pub struct Board {
     pub(crate) accepting: bool,
     /// Starts, results and credit not yet sent upward.
     pub(crate) pending: Report,
+    pub(crate) flush: FlushPlan,
+    /// Credit this node keeps granted, in cores: its cores plus the prefetch.
+    window: u32,
+    /// Credit to keep back from the next returns, after the window shrank.
+    owed: u32,
+    /// Recent attempts' mean run time in µs (exponentially weighted), which sizes the
+    /// prefetch.
+    mean_run_us: Option<f64>,
+}
+
+/// Whether the agent has a report on its way out (a `Flush` message to itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushPlan {
+    /// None: the next news must wake the agent.
+    Idle,
+    /// At once.
+    Now,
+    /// Paced: at the end of the current report gap.
+    Later,
 }
 
 pub type SharedBoard = Arc<Mutex<Board>>;
@@ -78,7 +96,88 @@ impl Board {
                 started: Vec::new(),
                 results: Vec::new(),
             },
+            flush: FlushPlan::Idle,
+            window: credit,
+            owed: 0,
+            mean_run_us: None,
         }
+    }
+
+    /// Cores of queued work to hold so that slots never wait for the root: enough to
+    /// cover `cover` (a report gap plus a round trip) at the recent attempts' pace,
+    /// never less than `floor` and never more than eight rounds of the node's cores
+    /// (more would only strand work on this node when others run dry).
+    pub fn prefetch(&self, cores: u32, floor: u32, cover: std::time::Duration) -> u32 {
+        let ceiling = cores.saturating_mul(8).max(floor);
+        let Some(mean) = self.mean_run_us else {
+            return floor;
+        };
+        let wanted = (f64::from(cores) * cover.as_micros() as f64 / mean.max(1.0)).ceil();
+        (wanted.min(f64::from(ceiling)) as u32).clamp(floor, ceiling)
+    }
+
+    /// Grows or shrinks the credit this node keeps granted. Growth is granted with the
+    /// next report; a shrink is taken out of the next credit returns.
+    pub fn resize_window(&mut self, window: u32) {
+        if window > self.window {
+            let grow = window - self.window;
+            let forgiven = grow.min(self.owed);
+            self.owed -= forgiven;
+            self.pending.credit += grow - forgiven;
+        } else {
+            self.owed += self.window - window;
+        }
+        self.window = window;
+    }
+
+    /// A new life at the root: it holds no credit of ours any more. What is free now is
+    /// granted, plus `prefetch`; running attempts give their cores back as they end.
+    pub fn reset_credit(&mut self, cores: u32, prefetch: u32) {
+        self.pending.credit = self.free_cores + prefetch;
+        self.window = cores + prefetch;
+        self.owed = 0;
+    }
+
+    /// Credit for `cores` that came back (an attempt ended or a queued one was
+    /// answered), less what is owed after a shrink.
+    fn give_back(&mut self, cores: u32) {
+        let kept = cores.min(self.owed);
+        self.owed -= kept;
+        self.pending.credit += cores - kept;
+    }
+
+    /// Only attempts that ended by themselves say how long this work takes.
+    fn note_run_time(&mut self, finished: &Finished) {
+        if !matches!(finished.outcome, Outcome::Exited { .. }) {
+            return;
+        }
+        let run = finished.end_unix_us.saturating_sub(finished.start_unix_us) as f64;
+        self.mean_run_us = Some(match self.mean_run_us {
+            None => run,
+            Some(mean) => mean + (run - mean) / 8.0,
+        });
+    }
+
+    /// Whether the report should go now rather than wait out the gap: the local queue
+    /// is empty, so free slots wait for the work this credit would bring.
+    pub fn is_urgent(&self) -> bool {
+        self.pending.credit > 0 && self.queue.is_empty()
+    }
+
+    /// After a slot's attempt ended: whether the agent has to act (report, or start work
+    /// on other idle slots). Otherwise a slot thread leaves it asleep, and a busy node
+    /// costs the agent one wake-up per report instead of one per task.
+    pub fn wants_agent(&self) -> bool {
+        let report = match self.flush {
+            FlushPlan::Idle => self.has_news(),
+            FlushPlan::Later => self.is_urgent(),
+            FlushPlan::Now => false,
+        };
+        let startable = self.accepting
+            && self.free_cores > 0
+            && !self.queue.is_empty()
+            && self.slots.iter().any(|slot| slot.running.is_none());
+        report || startable
     }
 
     pub fn has_news(&self) -> bool {
@@ -122,7 +221,7 @@ impl Board {
                 .env
                 .push(("SAKER_NODE".into(), self.node.to_string()));
             let started_us = unix_micros();
-            let (cancel_tx, cancel_rx) = oneshot::channel();
+            let (cancel_tx, control) = StopHandle::new();
             let slot = &mut self.slots[index];
             slot.running = Some(Running {
                 assignment,
@@ -140,7 +239,7 @@ impl Board {
             return Some(NextAttempt {
                 attempt: assignment.attempt,
                 launch: Box::new(launch),
-                cancel: cancel_rx,
+                control,
             });
         }
     }
@@ -190,7 +289,8 @@ impl Board {
         let running = slot.running.take()?;
         slot.cancel = None;
         self.free_cores += running.cores;
-        self.pending.credit += running.cores;
+        self.give_back(running.cores);
+        self.note_run_time(&finished);
         self.pending.results.push(TaskResult {
             task: running.assignment.task,
             attempt,
@@ -212,7 +312,7 @@ impl Board {
                 return;
             };
             let cores = self.jobs.get(&assignment.job).map_or(1, |j| j.cores);
-            self.pending.credit += cores;
+            self.give_back(cores);
             let now = unix_micros();
             self.pending.results.push(TaskResult {
                 task: assignment.task,
@@ -232,7 +332,7 @@ impl Board {
                 .is_some_and(|r| r.assignment.attempt == attempt)
                 && let Some(cancel) = slot.cancel.take()
             {
-                let _ = cancel.send(CancelRequest);
+                cancel.cancel();
             }
         }
     }
@@ -242,7 +342,7 @@ impl Board {
         self.queue.clear();
         for slot in &mut self.slots {
             if let Some(cancel) = slot.cancel.take() {
-                let _ = cancel.send(CancelRequest);
+                cancel.cancel();
             }
         }
     }
@@ -257,7 +357,7 @@ impl Board {
         slot.cancel = None;
         if let Some(running) = slot.running.take() {
             self.free_cores += running.cores;
-            self.pending.credit += running.cores;
+            self.give_back(running.cores);
             self.pending.results.push(TaskResult {
                 task: running.assignment.task,
                 attempt: running.assignment.attempt,
@@ -273,7 +373,7 @@ impl Board {
 
     fn fail_unstarted(&mut self, assignment: &Assignment, reason: String) {
         let now = unix_micros();
-        self.pending.credit += 1;
+        self.give_back(1);
         self.pending.results.push(TaskResult {
             task: assignment.task,
             attempt: assignment.attempt,
@@ -290,6 +390,7 @@ impl Board {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::process::Stop;
     use saker_wire::messages::EnvVar;
 
     fn board(cores: u32) -> Board {
@@ -378,13 +479,13 @@ mod tests {
     fn cancels_answer_queued_work_and_stop_running_work() {
         let mut board = board(1);
         board.queue.extend([task(1, 1), task(2, 1)]);
-        let mut running = board.start_on(0).unwrap();
+        let running = board.start_on(0).unwrap();
         board.cancel(20);
         let report = board.take_report();
         assert_eq!(report.results[0].outcome, Outcome::Cancelled);
         assert_eq!(report.credit, 1);
         board.cancel(10);
-        assert_eq!(running.cancel.try_recv(), Ok(CancelRequest));
+        assert_eq!(running.control.stopped(), Some(Stop::Cancelled));
         // A stopped attempt still reports; nothing is left to start.
         assert!(board.finish(0, 0, 10, exited()).is_none());
     }
@@ -393,11 +494,12 @@ mod tests {
     fn a_lost_slot_reports_its_attempt_and_ignores_the_old_runner() {
         let mut board = board(1);
         board.queue.extend([task(1, 1), task(2, 1)]);
-        let mut running = board.start_on(0).unwrap();
+        let running = board.start_on(0).unwrap();
         board.lose_slot(0, "executor crashed".into());
-        assert!(
-            running.cancel.try_recv().is_err(),
-            "the sender is gone: killed"
+        assert_eq!(
+            running.control.stopped(),
+            Some(Stop::Detached),
+            "the handle is gone: killed"
         );
         let report = board.take_report();
         assert!(
@@ -410,6 +512,73 @@ mod tests {
         let next = board.start_on(0).unwrap();
         assert_eq!(next.attempt, 20);
         assert!(board.finish(0, 1, 20, exited()).is_none());
+    }
+
+    fn ran_for(micros: u64) -> Finished {
+        Finished {
+            start_unix_us: 1_000,
+            end_unix_us: 1_000 + micros,
+            ..exited()
+        }
+    }
+
+    #[test]
+    fn the_prefetch_covers_the_pace_of_recent_attempts_within_bounds() {
+        let cover = std::time::Duration::from_millis(10);
+        let mut board = board(4);
+        assert_eq!(
+            board.prefetch(4, 4, cover),
+            4,
+            "nothing known yet: the floor"
+        );
+        board.note_run_time(&ran_for(1_000));
+        assert_eq!(
+            board.prefetch(4, 4, cover),
+            32,
+            "1 ms tasks: capped at 8 rounds"
+        );
+        board.mean_run_us = Some(5_000.0);
+        assert_eq!(board.prefetch(4, 4, cover), 8, "4 cores × 10 ms / 5 ms");
+        board.mean_run_us = Some(3_600_000_000.0);
+        assert_eq!(board.prefetch(4, 4, cover), 4, "long tasks: the floor");
+        // The mean follows new attempts by an eighth of the difference; failures to
+        // start and stopped attempts say nothing about the work and are left out.
+        board.mean_run_us = Some(8_000.0);
+        board.note_run_time(&ran_for(16_000));
+        assert_eq!(board.mean_run_us, Some(9_000.0));
+        board.note_run_time(&Finished {
+            outcome: Outcome::Cancelled,
+            ..ran_for(1)
+        });
+        assert_eq!(board.mean_run_us, Some(9_000.0));
+    }
+
+    #[test]
+    fn a_resized_window_grants_growth_and_takes_shrinks_out_of_returns() {
+        let mut board = board(2);
+        board.pending.credit = 0;
+        board.window = 4;
+        board.resize_window(10);
+        assert_eq!(board.take_report().credit, 6, "growth is granted at once");
+        board.resize_window(5);
+        board.give_back(2);
+        assert_eq!(board.take_report().credit, 0, "2 of the 5 owed kept back");
+        board.resize_window(7);
+        assert_eq!(
+            board.take_report().credit,
+            0,
+            "growth first forgives what is owed"
+        );
+        board.give_back(3);
+        assert_eq!(board.take_report().credit, 2, "1 still owed");
+        board.reset_credit(2, 2);
+        assert_eq!(
+            board.take_report().credit,
+            4,
+            "a new life: free cores + prefetch"
+        );
+        board.give_back(1);
+        assert_eq!(board.take_report().credit, 1, "and nothing owed");
     }
 
     #[test]

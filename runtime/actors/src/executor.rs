@@ -1,17 +1,21 @@
 //! The executor: a leaf actor that owns one slot and runs its attempts.
 //!
-//! The actor's loop stays thin: a `Run` starts the slot's runner on a tokio task and
-//! returns at once. The runner runs the attempt, reports it to the agent's sink, and
-//! starts whatever the sink hands back as the slot's next attempt, so a busy slot goes
-//! from one task to the next without waiting for any actor. Cancels go through the
-//! agent's board, which holds every attempt's cancel sender; if this actor dies
-//! (panic), the agent, as supervisor, drops that sender (which kills the attempt's
+//! The actor's loop stays thin: a `Run` hands the attempt to the slot's own thread,
+//! which runs it blocking (see [`crate::process`]), reports it to the agent's sink,
+//! and starts whatever the sink hands back as the slot's next attempt, so a busy slot
+//! goes from one task to the next without waiting for any actor. Cancels go through
+//! the agent's board, which holds every attempt's stop handle; if this actor dies
+//! (panic), the agent, as supervisor, drops that handle (which kills the attempt's
 //! process group), records the attempt as lost and starts a fresh executor, and the
-//! old runner's reports are ignored.
+//! old thread's report is ignored; the old thread ends once its channel is closed.
+
+use std::sync::Arc;
+use std::sync::mpsc;
 
 use crate::board::NextAttempt;
-use crate::process::{self, Finished};
+use crate::process::{self, Finished, Scratch};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use saker_wire::messages::{Outcome, Output};
 
 /// Reported by an executor's runner to its agent when an attempt ends.
 #[derive(Debug)]
@@ -59,8 +63,10 @@ pub struct ExecutorArgs<S> {
 
 #[derive(Debug)]
 pub struct ExecutorState<S> {
-    id: u32,
-    sink: std::sync::Arc<S>,
+    /// To the slot's thread. Dropped with the actor, which ends the thread once its
+    /// attempt is over.
+    runs: mpsc::Sender<(NextAttempt, u64)>,
+    _sink: std::marker::PhantomData<fn() -> S>,
 }
 
 impl<S: DoneSink + std::fmt::Debug> Actor for Executor<S> {
@@ -73,9 +79,14 @@ impl<S: DoneSink + std::fmt::Debug> Actor for Executor<S> {
         _myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
+        let (runs, attempts) = mpsc::channel();
+        let (id, sink) = (args.id, Arc::new(args.sink));
+        std::thread::Builder::new()
+            .name(format!("saker-slot-{id}"))
+            .spawn(move || slot_thread(attempts, id, sink))?;
         Ok(ExecutorState {
-            id: args.id,
-            sink: std::sync::Arc::new(args.sink),
+            runs,
+            _sink: std::marker::PhantomData,
         })
     }
 
@@ -87,7 +98,12 @@ impl<S: DoneSink + std::fmt::Debug> Actor for Executor<S> {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             ExecutorMsg::Run { next, generation } => {
-                tokio::spawn(run_slot(next, state.id, generation, state.sink.clone()));
+                // The thread is gone only if it panicked outside an attempt: fail, so the
+                // agent records the attempt lost and starts a fresh executor.
+                state
+                    .runs
+                    .send((next, generation))
+                    .map_err(|_| "the slot's thread is gone")?;
             }
             #[cfg(test)]
             ExecutorMsg::Panic => panic!("executor panic requested by a test"),
@@ -96,26 +112,52 @@ impl<S: DoneSink + std::fmt::Debug> Actor for Executor<S> {
     }
 }
 
-/// The slot's runner: runs attempts back to back for as long as the sink has more.
-async fn run_slot<S: DoneSink>(
-    first: NextAttempt,
+/// The slot's thread: runs attempts back to back for as long as the sink has more,
+/// then waits for the next `Run`.
+fn slot_thread<S: DoneSink>(
+    attempts: mpsc::Receiver<(NextAttempt, u64)>,
     executor: u32,
-    generation: u64,
-    sink: std::sync::Arc<S>,
+    sink: Arc<S>,
 ) {
-    let mut next = Some(first);
-    while let Some(NextAttempt {
-        attempt,
-        launch,
-        cancel,
-    }) = next.take()
-    {
-        let finished = process::run(*launch, cancel).await;
-        let done = AttemptDone {
-            executor,
+    let mut scratch = Scratch::default();
+    while let Ok((first, generation)) = attempts.recv() {
+        let mut next = Some(first);
+        while let Some(NextAttempt {
             attempt,
-            finished,
-        };
-        next = sink.attempt_done(done, generation);
+            launch,
+            control,
+        }) = next.take()
+        {
+            let finished = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                process::run(&launch, &control, &mut scratch)
+            }))
+            .unwrap_or_else(|panic| panicked(&panic));
+            let done = AttemptDone {
+                executor,
+                attempt,
+                finished,
+            };
+            next = sink.attempt_done(done, generation);
+        }
+    }
+}
+
+/// A bug in the runner must not leave the slot taken forever: the attempt (whose
+/// group was killed as the panic unwound) is reported lost, and the slot goes on.
+fn panicked(panic: &(dyn std::any::Any + Send)) -> Finished {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    let now = process::unix_micros();
+    Finished {
+        outcome: Outcome::Lost {
+            reason: format!("the executor failed running the attempt: {message}"),
+        },
+        start_unix_us: now,
+        end_unix_us: now,
+        stdout: Output::default(),
+        stderr: Output::default(),
     }
 }

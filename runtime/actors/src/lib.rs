@@ -4,9 +4,9 @@
 //! Start reading at [`agent`]: its loop receives a message, updates its small state
 //! and acts; the scheduling decisions live in the root's pure core, not here.
 //!
-//! This crate must never block a tokio worker (all process and network I/O is async)
-//! and never trusts a peer's frame: every received payload is validated by
-//! `saker-wire` before use.
+//! This crate must never block a tokio worker (network I/O is async; task processes
+//! run on each slot's own thread) and never trusts a peer's frame: every received
+//! payload is validated by `saker-wire` before use.
 //!
 //! Design choice: supervision is ractor's (an executor panic reaches its agent as a
 //! typed event, the agent restarts it with a bounded restart intensity), but links are
