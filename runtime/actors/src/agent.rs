@@ -22,7 +22,7 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
 use saker_wire::messages::{FromAgent, Hello, ToAgent};
 
 use crate::board::{Board, FlushPlan, NextAttempt, SharedBoard, lock};
-use crate::executor::{AttemptDone, DoneSink, Executor, ExecutorArgs, ExecutorMsg};
+use crate::executor::{AttemptDone, DoneSink, Executor, ExecutorArgs, ExecutorMsg, SlotRuns};
 use crate::link::{FrameBuf, LinkTx};
 
 /// The least time between two reports of a busy node.
@@ -86,10 +86,37 @@ pub enum AgentExit {
     Failed(String),
 }
 
+/// Sends this node's reports upward. Every report is taken and sent under the board's
+/// lock, by the agent or by a slot's thread, so reports and the agent's own frames
+/// (hello, goodbye) leave in the order their contents were booked.
+#[derive(Debug, Clone)]
+struct Reporter {
+    parent: LinkTx,
+    node: u32,
+    cores: u32,
+    /// The prefetch's floor (see [`Board::prefetch`]).
+    prefetch: u32,
+}
+
+impl Reporter {
+    /// Sends what is pending, with the credit window sized to the recent pace.
+    fn send(&self, board: &mut Board) -> Result<(), ActorProcessingErr> {
+        let prefetch = board.prefetch(self.cores, self.prefetch, PREFETCH_COVER);
+        board.resize_window(self.cores + prefetch);
+        if board.closed || !board.has_news() {
+            return Ok(());
+        }
+        let report = board.take_report();
+        board.last_report = Instant::now();
+        send_up(&self.parent, self.node, &FromAgent::Report(report))
+    }
+}
+
 #[derive(Debug, Clone)]
 struct AgentSink {
     agent: ActorRef<AgentMsg>,
     board: SharedBoard,
+    reporter: Reporter,
 }
 
 impl DoneSink for AgentSink {
@@ -102,6 +129,17 @@ impl DoneSink for AgentSink {
                 done.attempt,
                 done.finished,
             );
+            // A report that is due goes from here: one wake-up fewer on its way up.
+            let due = board.last_report + REPORT_GAP <= Instant::now();
+            let now = match board.flush {
+                FlushPlan::Idle => board.has_news() && (due || board.is_urgent()),
+                FlushPlan::Later => board.is_urgent(),
+                FlushPlan::Now => false,
+            };
+            if now && let Err(error) = self.reporter.send(&mut board) {
+                // The link is gone: the agent hears of that on its own.
+                tracing::debug!(%error, "could not send a report");
+            }
             (next, board.wants_agent())
         };
         if wake {
@@ -117,9 +155,10 @@ pub struct AgentState {
     config: AgentConfig,
     parent: LinkTx,
     board: SharedBoard,
+    reporter: Reporter,
     executors: Vec<ActorRef<ExecutorMsg>>,
-    /// When the last report went up: the next waits out [`REPORT_GAP`] from there.
-    last_report: Instant,
+    /// Each slot thread's queue, by slot.
+    slot_runs: Vec<SlotRuns>,
     restarts: VecDeque<Instant>,
     exit: Option<AgentExit>,
     exit_tx: Option<tokio::sync::oneshot::Sender<AgentExit>>,
@@ -155,17 +194,27 @@ impl Actor for Agent {
             config.spill_dir.clone(),
             config.cores + config.prefetch,
         )));
+        let reporter = Reporter {
+            parent: args.parent.clone(),
+            node: config.node,
+            cores: config.cores,
+            prefetch: config.prefetch,
+        };
         let mut executors = Vec::with_capacity(slots as usize);
+        let mut slot_runs = Vec::with_capacity(slots as usize);
         for id in 0..slots {
-            executors.push(spawn_executor(&myself, &board, id).await?);
+            let (executor, runs) = spawn_executor(&myself, &board, &reporter, id).await?;
+            executors.push(executor);
+            slot_runs.push(runs);
         }
         send_up(&args.parent, config.node, &hello(&config))?;
         let state = AgentState {
             config,
             parent: args.parent,
             board,
+            reporter,
             executors,
-            last_report: Instant::now(),
+            slot_runs,
             restarts: VecDeque::new(),
             exit: None,
             exit_tx: args.exit,
@@ -274,9 +323,10 @@ fn hello(config: &AgentConfig) -> FromAgent {
 /// and counted there); then the hello, and credit for what is free now. Attempts still
 /// being stopped give their cores back as they end, as always.
 fn register_again(state: &mut AgentState) -> Result<(), ActorProcessingErr> {
-    flush(state)?;
-    send_up(&state.parent, state.config.node, &hello(&state.config))?;
+    // One hold of the lock: no slot thread may report between these steps.
     let mut board = lock(&state.board);
+    state.reporter.send(&mut board)?;
+    send_up(&state.parent, state.config.node, &hello(&state.config))?;
     let prefetch = board.prefetch(state.config.cores, state.config.prefetch, PREFETCH_COVER);
     board.reset_credit(state.config.cores, prefetch);
     tracing::info!(credit = board.pending.credit, "registering again");
@@ -286,8 +336,10 @@ fn register_again(state: &mut AgentState) -> Result<(), ActorProcessingErr> {
 async fn spawn_executor(
     agent: &ActorRef<AgentMsg>,
     board: &SharedBoard,
+    reporter: &Reporter,
     id: u32,
-) -> Result<ActorRef<ExecutorMsg>, ActorProcessingErr> {
+) -> Result<(ActorRef<ExecutorMsg>, SlotRuns), ActorProcessingErr> {
+    let (runs, queue) = std::sync::mpsc::channel();
     let (actor, _) = Actor::spawn_linked(
         None,
         Executor::<AgentSink>::default(),
@@ -296,12 +348,14 @@ async fn spawn_executor(
             sink: AgentSink {
                 agent: agent.clone(),
                 board: board.clone(),
+                reporter: reporter.clone(),
             },
+            runs: queue,
         },
         agent.get_cell(),
     )
     .await?;
-    Ok(actor)
+    Ok((actor, runs))
 }
 
 /// Restart strategy: one-for-one, bounded intensity. The crashed executor's attempt is
@@ -340,7 +394,9 @@ async fn on_executor_died(
         .into());
     }
     lock(&state.board).lose_slot(index, reason);
-    state.executors[index] = spawn_executor(myself, &state.board, index as u32).await?;
+    // Replacing the old thread's queue ends that thread once its attempt is over.
+    (state.executors[index], state.slot_runs[index]) =
+        spawn_executor(myself, &state.board, &state.reporter, index as u32).await?;
     Ok(())
 }
 
@@ -389,13 +445,18 @@ fn on_down(
             if kill_running {
                 stop_all(state);
             }
-            lock(&state.board).accepting = false;
             let goodbye = FromAgent::Goodbye {
                 node: state.config.node,
                 reason,
             };
-            flush(state)?;
-            send_up(&state.parent, state.config.node, &goodbye)?;
+            {
+                // The last report, then the goodbye, and nothing after it.
+                let mut board = lock(&state.board);
+                board.accepting = false;
+                state.reporter.send(&mut board)?;
+                send_up(&state.parent, state.config.node, &goodbye)?;
+                board.closed = true;
+            }
             state.exit = Some(AgentExit::Shutdown);
             myself.stop(None);
         }
@@ -416,10 +477,11 @@ fn start_queued(state: &mut AgentState) {
             break;
         };
         let generation = board.slots[index].generation;
-        let run = ExecutorMsg::Run { next, generation };
-        if state.executors[index].send_message(run).is_err() {
-            // The executor is dying; its supervision event will follow. Keep the task.
+        if state.slot_runs[index].send((next, generation)).is_err() {
+            // The slot's thread is gone (it never ends while its queue is open, short
+            // of a bug): keep the task, and replace the executor through supervision.
             board.unstart(index);
+            state.executors[index].stop(Some("its slot thread is gone".to_string()));
             break;
         }
     }
@@ -440,7 +502,7 @@ fn schedule_flush(
         return Ok(());
     }
     let now = Instant::now();
-    let due = state.last_report + REPORT_GAP;
+    let due = board.last_report + REPORT_GAP;
     let plan = if due <= now || board.is_urgent() {
         FlushPlan::Now
     } else {
@@ -463,18 +525,7 @@ fn schedule_flush(
 }
 
 fn flush(state: &mut AgentState) -> Result<(), ActorProcessingErr> {
-    let report = {
-        let mut board = lock(&state.board);
-        let cores = state.config.cores;
-        let prefetch = board.prefetch(cores, state.config.prefetch, PREFETCH_COVER);
-        board.resize_window(cores + prefetch);
-        if !board.has_news() {
-            return Ok(());
-        }
-        board.take_report()
-    };
-    state.last_report = Instant::now();
-    send_up(&state.parent, state.config.node, &FromAgent::Report(report))
+    state.reporter.send(&mut lock(&state.board))
 }
 
 fn send_up(parent: &LinkTx, node: u32, message: &FromAgent) -> Result<(), ActorProcessingErr> {

@@ -1,8 +1,8 @@
 //! The agent's local work board: its queue of assigned attempts, its slots and what it
-//! has to report upward. Shared (behind one mutex) by the agent actor and the runner
-//! task of every slot, so that a runner whose attempt ends starts the next queued one
-//! on its own slot at once, without waiting for a round trip through the agent and
-//! the executor actors (that gap left slots idle between short tasks).
+//! has to report upward. Shared (behind one mutex) by the agent actor and the thread
+//! of every slot, so that a slot whose attempt ends starts the next queued one at
+//! once, and sends a report that is due, without waiting for the agent (that gap left
+//! slots idle between short tasks).
 //!
 //! The agent still decides everything else: it starts work on idle slots, cancels,
 //! stops and restarts; the board only keeps the books both sides must agree on.
@@ -36,7 +36,7 @@ pub(crate) struct Slot {
     pub running: Option<Running>,
     /// Stops the running attempt; dropping it stops it too.
     cancel: Option<StopHandle>,
-    /// Bumped when the slot's executor is replaced: the old runner must then leave
+    /// Bumped when the slot's executor is replaced: the old thread must then leave
     /// the slot alone.
     pub generation: u64,
 }
@@ -54,6 +54,10 @@ pub struct Board {
     /// Starts, results and credit not yet sent upward.
     pub(crate) pending: Report,
     pub(crate) flush: FlushPlan,
+    /// When the last report went up: the next waits out the report gap from there.
+    pub(crate) last_report: std::time::Instant,
+    /// The goodbye went up: nothing more is reported.
+    pub(crate) closed: bool,
     /// Credit this node keeps granted, in cores: its cores plus the prefetch.
     window: u32,
     /// Credit to keep back from the next returns, after the window shrank.
@@ -97,6 +101,8 @@ impl Board {
                 results: Vec::new(),
             },
             flush: FlushPlan::Idle,
+            last_report: std::time::Instant::now(),
+            closed: false,
             window: credit,
             owed: 0,
             mean_run_us: None,
@@ -159,9 +165,10 @@ impl Board {
     }
 
     /// Whether the report should go now rather than wait out the gap: the local queue
-    /// is empty, so free slots wait for the work this credit would bring.
+    /// is empty, so free slots wait for the work this credit would bring, or whoever
+    /// waits for these results may have nothing else coming. (Starts alone can wait.)
     pub fn is_urgent(&self) -> bool {
-        self.pending.credit > 0 && self.queue.is_empty()
+        self.queue.is_empty() && (self.pending.credit > 0 || !self.pending.results.is_empty())
     }
 
     /// After a slot's attempt ended: whether the agent has to act (report, or start work
@@ -348,7 +355,7 @@ impl Board {
     }
 
     /// The executor of slot `index` died: its attempt is reported lost (dropping the
-    /// cancel sender kills it) and a later report of the old runner is ignored.
+    /// stop handle kills it) and a later report of the old thread is ignored.
     pub fn lose_slot(&mut self, index: usize, reason: String) {
         let Some(slot) = self.slots.get_mut(index) else {
             return;

@@ -1,9 +1,10 @@
 //! The executor: a leaf actor that owns one slot and runs its attempts.
 //!
-//! The actor's loop stays thin: a `Run` hands the attempt to the slot's own thread,
-//! which runs it blocking (see [`crate::process`]), reports it to the agent's sink,
-//! and starts whatever the sink hands back as the slot's next attempt, so a busy slot
-//! goes from one task to the next without waiting for any actor. Cancels go through
+//! The actor owns the slot's thread, which takes attempts straight from the agent
+//! (through [`SlotRuns`], no actor mailbox on the way), runs each blocking (see
+//! [`crate::process`]), reports it to the agent's sink, and starts whatever the sink
+//! hands back as the slot's next attempt, so a busy slot goes from one task to the
+//! next without waiting for any actor. Cancels go through
 //! the agent's board, which holds every attempt's stop handle; if this actor dies
 //! (panic), the agent, as supervisor, drops that handle (which kills the attempt's
 //! process group), records the attempt as lost and starts a fresh executor, and the
@@ -25,11 +26,17 @@ pub struct AttemptDone {
     pub finished: Finished,
 }
 
+/// Work for a slot's thread: the attempt, and the slot's generation as the agent's
+/// board knew it when it started the attempt.
+pub type SlotRun = (NextAttempt, u64);
+
+/// The agent's end of a slot thread's queue. The thread ends once this and its
+/// executor are both gone.
+pub type SlotRuns = mpsc::Sender<SlotRun>;
+
+/// An executor has nothing to be told: its thread takes work from the agent directly.
 #[derive(Debug)]
 pub enum ExecutorMsg {
-    /// Start the slot's runner with `next`. `generation` is the slot's, as the agent's
-    /// board knows it when it started the attempt.
-    Run { next: NextAttempt, generation: u64 },
     /// Test hook: makes the handler panic, to exercise supervision.
     #[cfg(test)]
     Panic,
@@ -59,13 +66,14 @@ impl<S> Default for Executor<S> {
 pub struct ExecutorArgs<S> {
     pub id: u32,
     pub sink: S,
+    /// The thread's queue (the agent keeps the sending end).
+    pub runs: mpsc::Receiver<SlotRun>,
 }
 
+/// Nothing: the thread holds the sink, the agent the thread's queue. When the agent
+/// replaces this executor (or exits) it drops that queue, which ends the thread.
 #[derive(Debug)]
 pub struct ExecutorState<S> {
-    /// To the slot's thread. Dropped with the actor, which ends the thread once its
-    /// attempt is over.
-    runs: mpsc::Sender<(NextAttempt, u64)>,
     _sink: std::marker::PhantomData<fn() -> S>,
 }
 
@@ -79,13 +87,11 @@ impl<S: DoneSink + std::fmt::Debug> Actor for Executor<S> {
         _myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let (runs, attempts) = mpsc::channel();
-        let (id, sink) = (args.id, Arc::new(args.sink));
+        let (id, sink, attempts) = (args.id, Arc::new(args.sink), args.runs);
         std::thread::Builder::new()
             .name(format!("saker-slot-{id}"))
             .spawn(move || slot_thread(attempts, id, sink))?;
         Ok(ExecutorState {
-            runs,
             _sink: std::marker::PhantomData,
         })
     }
@@ -94,31 +100,18 @@ impl<S: DoneSink + std::fmt::Debug> Actor for Executor<S> {
         &self,
         _myself: ActorRef<Self::Msg>,
         message: Self::Msg,
-        state: &mut Self::State,
+        _state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            ExecutorMsg::Run { next, generation } => {
-                // The thread is gone only if it panicked outside an attempt: fail, so the
-                // agent records the attempt lost and starts a fresh executor.
-                state
-                    .runs
-                    .send((next, generation))
-                    .map_err(|_| "the slot's thread is gone")?;
-            }
             #[cfg(test)]
             ExecutorMsg::Panic => panic!("executor panic requested by a test"),
         }
-        Ok(())
     }
 }
 
 /// The slot's thread: runs attempts back to back for as long as the sink has more,
 /// then waits for the next `Run`.
-fn slot_thread<S: DoneSink>(
-    attempts: mpsc::Receiver<(NextAttempt, u64)>,
-    executor: u32,
-    sink: Arc<S>,
-) {
+fn slot_thread<S: DoneSink>(attempts: mpsc::Receiver<SlotRun>, executor: u32, sink: Arc<S>) {
     let mut scratch = Scratch::default();
     while let Ok((first, generation)) = attempts.recv() {
         let mut next = Some(first);

@@ -254,7 +254,10 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
         tracing::debug!("parent link did not drain in time");
     }
     endpoint.close(0u32.into(), b"agent exiting");
-    tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle())
+    // Long enough for the driver to send the close; waiting for the endpoint to go
+    // idle would wait out the draining period (3 PTOs, ~90 ms even on loopback), which
+    // the goodbye already made moot, and held up every `saker run` by that much.
+    tokio::time::timeout(Duration::from_millis(20), endpoint.wait_idle())
         .await
         .ok();
     // No exit reason means the actor failed (e.g. too many executor restarts).
