@@ -130,9 +130,8 @@ impl DoneSink for AgentSink {
                 done.finished,
             );
             // A report that is due goes from here: one wake-up fewer on its way up.
-            let due = board.last_report + REPORT_GAP <= Instant::now();
             let now = match board.flush {
-                FlushPlan::Idle => board.has_news() && (due || board.is_urgent()),
+                FlushPlan::Idle => board.has_news() && board.report_due(REPORT_GAP, Instant::now()),
                 FlushPlan::Later => board.is_urgent(),
                 FlushPlan::Now => false,
             };
@@ -503,7 +502,7 @@ fn schedule_flush(
     }
     let now = Instant::now();
     let due = board.last_report + REPORT_GAP;
-    let plan = if due <= now || board.is_urgent() {
+    let plan = if board.report_due(REPORT_GAP, now) {
         FlushPlan::Now
     } else {
         FlushPlan::Later

@@ -171,6 +171,12 @@ impl Board {
         self.queue.is_empty() && (self.pending.credit > 0 || !self.pending.results.is_empty())
     }
 
+    /// Whether a report should go now: the gap since the last one has passed, or it
+    /// is urgent.
+    pub fn report_due(&self, gap: std::time::Duration, now: std::time::Instant) -> bool {
+        self.last_report + gap <= now || self.is_urgent()
+    }
+
     /// After a slot's attempt ended: whether the agent has to act (report, or start work
     /// on other idle slots). Otherwise a slot thread leaves it asleep, and a busy node
     /// costs the agent one wake-up per report instead of one per task.
