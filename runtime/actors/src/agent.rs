@@ -129,13 +129,9 @@ impl DoneSink for AgentSink {
                 done.attempt,
                 done.finished,
             );
-            // A report that is due goes from here: one wake-up fewer on its way up.
-            let now = match board.flush {
-                FlushPlan::Idle => board.has_news() && board.report_due(REPORT_GAP, Instant::now()),
-                FlushPlan::Later => board.is_urgent(),
-                FlushPlan::Now => false,
-            };
-            if now && let Err(error) = self.reporter.send(&mut board) {
+            if board.report_from_slot(REPORT_GAP, Instant::now())
+                && let Err(error) = self.reporter.send(&mut board)
+            {
                 // The link is gone: the agent hears of that on its own.
                 tracing::debug!(%error, "could not send a report");
             }
@@ -536,8 +532,9 @@ fn send_up(parent: &LinkTx, node: u32, message: &FromAgent) -> Result<(), ActorP
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::board::tests::task;
     use crate::link::{FrameBuf, channel};
-    use saker_wire::messages::{Assignment, Dispatch, EnvVar, JobDef, Outcome, Report};
+    use saker_wire::messages::{Dispatch, EnvVar, JobDef, Outcome, Report};
     use tokio::sync::mpsc::UnboundedReceiver;
 
     fn decode(frame: &FrameBuf) -> FromAgent {
@@ -579,15 +576,6 @@ mod tests {
             time_limit_ms: 0,
             inline_output_bytes: 1024,
             is_array: false,
-        }
-    }
-
-    fn task(task: u64, job: u32) -> Assignment {
-        Assignment {
-            task,
-            attempt: task * 10,
-            job,
-            index: 0,
         }
     }
 

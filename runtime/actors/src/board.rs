@@ -119,7 +119,7 @@ impl Board {
             return floor;
         };
         let wanted = (f64::from(cores) * cover.as_micros() as f64 / mean.max(1.0)).ceil();
-        (wanted.min(f64::from(ceiling)) as u32).clamp(floor, ceiling)
+        (wanted.min(f64::from(ceiling)) as u32).max(floor)
     }
 
     /// Grows or shrinks the credit this node keeps granted. Growth is granted with the
@@ -175,6 +175,17 @@ impl Board {
     /// is urgent.
     pub fn report_due(&self, gap: std::time::Duration, now: std::time::Instant) -> bool {
         self.last_report + gap <= now || self.is_urgent()
+    }
+
+    /// After a slot's attempt ended: whether its thread sends the report itself (one
+    /// wake-up of the agent fewer on the report's way up). A paced report waits for its
+    /// timer unless it turned urgent.
+    pub fn report_from_slot(&self, gap: std::time::Duration, now: std::time::Instant) -> bool {
+        match self.flush {
+            FlushPlan::Idle => self.has_news() && self.report_due(gap, now),
+            FlushPlan::Later => self.is_urgent(),
+            FlushPlan::Now => false,
+        }
     }
 
     /// After a slot's attempt ended: whether the agent has to act (report, or start work
@@ -401,7 +412,7 @@ impl Board {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::process::Stop;
     use saker_wire::messages::EnvVar;
@@ -429,7 +440,8 @@ mod tests {
         board
     }
 
-    fn task(task: u64, job: u32) -> Assignment {
+    /// Task `task` of job `job`, as attempt `task * 10`. (Agent tests use it too.)
+    pub(crate) fn task(task: u64, job: u32) -> Assignment {
         Assignment {
             task,
             attempt: task * 10,

@@ -425,7 +425,7 @@ fn open_spill(path: &Path, already: &[u8]) -> io::Result<File> {
 /// An attempt's process group while it is registered with the reaper. Dropped before
 /// [`Group::finished`] (a panic unwound past the attempt) it kills the group first.
 struct Group {
-    pgid: Option<u32>,
+    pgid: u32,
     done: bool,
 }
 
@@ -436,10 +436,7 @@ impl Group {
         if let Some(reaper) = crate::reaper::installed() {
             reaper.register(pgid);
         }
-        Group {
-            pgid: Some(pgid),
-            done: false,
-        }
+        Group { pgid, done: false }
     }
 
     /// The leader is reaped and the output pipes are closed (the group was killed, or
@@ -455,10 +452,10 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         if !self.done {
-            kill_group(self.pgid);
+            kill_group(Some(self.pgid));
         }
-        if let (Some(reaper), Some(pgid)) = (crate::reaper::installed(), self.pgid) {
-            reaper.release(pgid);
+        if let Some(reaper) = crate::reaper::installed() {
+            reaper.release(self.pgid);
         }
     }
 }
