@@ -112,10 +112,15 @@ fn a_new_pilot_refuses_a_directory_with_a_journal_and_resume_needs_one() {
 fn a_time_budget_stops_the_run_and_resume_finishes_what_was_cut_off() {
     let dir = tempfile::tempdir().unwrap();
     let pilot = dir.path().join("pilot");
-    // Two slots, four 3-second tasks, a deadline 6 s in: two finish, two start and
-    // are stopped at the deadline. That holds while the pilot takes under 3 s to
-    // start its first tasks (the first two must end, and the others start, before the
-    // deadline): room for a loaded CI machine, where start-up near 1 s was seen.
+    // Two slots, four tasks, a deadline 6 s in: tasks 1 and 2 end at once, 3 and 4
+    // then run until they are stopped at the deadline (until the resume, when the gate
+    // file exists). That holds while the pilot takes under ~6 s to start its tasks:
+    // loaded CI machines took over 3 s, which 3-second tasks could not tolerate.
+    let gate = dir.path().join("resumed");
+    let script = format!(
+        "[ \"$SAKER_ARRAY_INDEX\" -le 2 ] || [ -e {} ] || sleep 60",
+        gate.display()
+    );
     let cut = run(saker()
         .args([
             "run",
@@ -128,7 +133,7 @@ fn a_time_budget_stops_the_run_and_resume_finishes_what_was_cut_off() {
         ])
         .args(["--walltime-margin", "500ms", "--array", "1-4", "--dir"])
         .arg(&pilot)
-        .args(["--", "sleep", "3"]));
+        .args(["--", "sh", "-c", &script]));
     assert_eq!(
         cut.status.code(),
         Some(3),
@@ -176,6 +181,7 @@ fn a_time_budget_stops_the_run_and_resume_finishes_what_was_cut_off() {
     assert_eq!(squeezed.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&squeezed.stderr).contains("--walltime-margin"));
 
+    std::fs::write(&gate, "").unwrap();
     let resumed = run(saker()
         .args(["run", "--resume", "--progress", "none", "--dir"])
         .arg(&pilot));
