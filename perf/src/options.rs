@@ -112,6 +112,8 @@ impl Benchmark {
 pub struct Sizes {
     /// `/bin/true` tasks in the throughput rows.
     pub throughput_tasks: u64,
+    /// Runs of saker and of the raw loop in a throughput row, alternated.
+    pub throughput_rounds: u32,
     /// Sequential single tasks in the latency rows.
     pub latency_samples: u64,
     /// Ideal makespan of the efficiency rows, in milliseconds.
@@ -137,6 +139,7 @@ impl Sizes {
         if quick {
             Sizes {
                 throughput_tasks: 2_000,
+                throughput_rounds: 1,
                 latency_samples: 200,
                 efficiency_makespan_ms: 500,
                 memory_array_tasks: 1_000_000,
@@ -149,7 +152,8 @@ impl Sizes {
             }
         } else {
             Sizes {
-                throughput_tasks: 20_000,
+                throughput_tasks: 10_000,
+                throughput_rounds: 5,
                 latency_samples: 2_000,
                 efficiency_makespan_ms: 2_000,
                 memory_array_tasks: 1_000_000,

@@ -243,9 +243,10 @@ fn agents_forget_finished_jobs() {
         })
         .sum();
     // All but the jobs that finished after the last dispatch: at most the agent's
-    // credit window, its 2 cores plus a prefetch of up to 8 rounds of them.
+    // credit window, its 2 cores plus a prefetch of up to PREFETCH_ROUNDS rounds.
+    let window = 2 + 2 * saker_actors::board::PREFETCH_ROUNDS as usize;
     assert!(
-        (jobs - 2 - 16..jobs).contains(&forgotten),
+        (jobs - window..jobs).contains(&forgotten),
         "{forgotten} of {jobs} jobs forgotten"
     );
 }

@@ -1,5 +1,7 @@
 //! Row 1: no-op tasks per second through `saker run`, process start to exit, beside
-//! the raw spawn rate with the same concurrency.
+//! the raw spawn rate with the same concurrency. The two are run alternately, a few
+//! times each, and compared by their medians: this machine's speed drifts by several
+//! per cent from minute to minute, more than the gap being measured.
 
 use std::fs::File;
 use std::path::Path;
@@ -8,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::{Setup, journal_label};
+use super::{Setup, Summary, journal_label, summary};
 use crate::options::Benchmark;
 use crate::process::{TempDir, run_to_completion};
 use crate::raw;
@@ -22,10 +24,22 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(600);
 pub fn run(setup: &Setup, sync: bool) -> Result<Vec<Row>> {
     let tasks = setup.sizes.throughput_tasks;
     let slots = setup.cores;
-    let raw_elapsed =
-        raw::spawn_loop(Path::new(TRUE), &[], tasks, slots).context("raw spawn loop")?;
-    let saker_elapsed = saker_run(setup, tasks, slots, sync)?;
-    let rate = |elapsed: Duration| tasks as f64 / elapsed.as_secs_f64();
+    let mut raw_runs = Vec::new();
+    let mut saker_runs = Vec::new();
+    // Raw, saker, saker, raw, …: each one's runs straddle the other's.
+    for round in 0..setup.sizes.throughput_rounds.max(1) {
+        for saker in [round % 2 == 1, round % 2 == 0] {
+            if saker {
+                saker_runs.push(saker_run(setup, tasks, slots, sync)?);
+            } else {
+                raw_runs.push(
+                    raw::spawn_loop(Path::new(TRUE), &[], tasks, slots)
+                        .context("raw spawn loop")?,
+                );
+            }
+        }
+    }
+    let (raw, saker) = (summary(&mut raw_runs), summary(&mut saker_runs));
     let benchmark = if sync {
         Benchmark::ThroughputSync
     } else {
@@ -34,14 +48,26 @@ pub fn run(setup: &Setup, sync: bool) -> Result<Vec<Row>> {
     Ok(vec![Row {
         benchmark,
         name: format!("no-op throughput ({})", journal_label(sync)),
-        saker: Measure::new(rate(saker_elapsed), Unit::PerSecond)
-            .with_detail(format!("{:.2} s", saker_elapsed.as_secs_f64())),
-        baseline: Some(
-            Measure::new(rate(raw_elapsed), Unit::PerSecond)
-                .with_detail(format!("{:.2} s", raw_elapsed.as_secs_f64())),
-        ),
+        saker: rate(tasks, &saker),
+        baseline: Some(rate(tasks, &raw)),
         target: Target::RatioAtLeast(0.9),
     }])
+}
+
+/// The median rate, with the runs behind it: "median of 5, 1712–1804/s".
+fn rate(tasks: u64, runs: &Summary) -> Measure {
+    let rate = |elapsed: Duration| tasks as f64 / elapsed.as_secs_f64();
+    let detail = if runs.count == 1 {
+        format!("{:.2} s", runs.median.as_secs_f64())
+    } else {
+        format!(
+            "median of {}, {:.0}–{:.0}/s",
+            runs.count,
+            rate(runs.maximum),
+            rate(runs.minimum)
+        )
+    };
+    Measure::new(rate(runs.median), Unit::PerSecond).with_detail(detail)
 }
 
 /// Runs `saker run --array 1-TASKS -- /bin/true` and returns the time from spawning

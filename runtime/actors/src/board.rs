@@ -58,6 +58,9 @@ pub struct Board {
     pub(crate) last_report: std::time::Instant,
     /// The goodbye went up: nothing more is reported.
     pub(crate) closed: bool,
+    /// The slot whose thread looks, at the end of the report gap, whether slots' news
+    /// went up yet (see [`Board::keep_report_clock`]).
+    report_clock: Option<usize>,
     /// Credit this node keeps granted, in cores: its cores plus the prefetch.
     window: u32,
     /// Credit to keep back from the next returns, after the window shrank.
@@ -79,6 +82,9 @@ pub enum FlushPlan {
 }
 
 pub type SharedBoard = Arc<Mutex<Board>>;
+
+/// The most prefetch a node holds, in rounds of its cores.
+pub const PREFETCH_ROUNDS: u32 = 32;
 
 pub fn lock(board: &Mutex<Board>) -> MutexGuard<'_, Board> {
     board.lock().unwrap_or_else(PoisonError::into_inner)
@@ -103,6 +109,7 @@ impl Board {
             flush: FlushPlan::Idle,
             last_report: std::time::Instant::now(),
             closed: false,
+            report_clock: None,
             window: credit,
             owed: 0,
             mean_run_us: None,
@@ -111,10 +118,10 @@ impl Board {
 
     /// Cores of queued work to hold so that slots never wait for the root: enough to
     /// cover `cover` (a report gap plus a round trip) at the recent attempts' pace,
-    /// never less than `floor` and never more than eight rounds of the node's cores
-    /// (more would only strand work on this node when others run dry).
+    /// never less than `floor` and never more than [`PREFETCH_ROUNDS`] rounds of the
+    /// node's cores (a bound on what a wrong estimate strands here while others run dry).
     pub fn prefetch(&self, cores: u32, floor: u32, cover: std::time::Duration) -> u32 {
-        let ceiling = cores.saturating_mul(8).max(floor);
+        let ceiling = cores.saturating_mul(PREFETCH_ROUNDS).max(floor);
         let Some(mean) = self.mean_run_us else {
             return floor;
         };
@@ -177,31 +184,54 @@ impl Board {
         self.last_report + gap <= now || self.is_urgent()
     }
 
-    /// After a slot's attempt ended: whether its thread sends the report itself (one
-    /// wake-up of the agent fewer on the report's way up). A paced report waits for its
-    /// timer unless it turned urgent.
+    /// After a slot's attempt ended, or its report clock rang: whether its thread
+    /// sends the report now. Slots report by themselves, so a busy node's reports
+    /// never wake the agent.
     pub fn report_from_slot(&self, gap: std::time::Duration, now: std::time::Instant) -> bool {
-        match self.flush {
-            FlushPlan::Idle => self.has_news() && self.report_due(gap, now),
-            FlushPlan::Later => self.is_urgent(),
-            FlushPlan::Now => false,
+        !self.closed && self.has_news() && self.report_due(gap, now)
+    }
+
+    /// After slot `index` (of executor `generation`) reported what was due: when its
+    /// thread should look again, if news from the slots still waits out the gap. One
+    /// slot at a time keeps this clock, so a paced report costs at most one wake-up,
+    /// however many slots the node has; the clock passes on when its keeper finds
+    /// nothing left to send.
+    pub fn keep_report_clock(
+        &mut self,
+        index: usize,
+        generation: u64,
+        gap: std::time::Duration,
+    ) -> Option<std::time::Instant> {
+        if self
+            .slots
+            .get(index)
+            .is_none_or(|slot| slot.generation != generation)
+        {
+            return None;
+        }
+        if self.closed || !self.has_news() {
+            if self.report_clock == Some(index) {
+                self.report_clock = None;
+            }
+            return None;
+        }
+        match self.report_clock {
+            Some(keeper) if keeper != index => None,
+            _ => {
+                self.report_clock = Some(index);
+                Some(self.last_report + gap)
+            }
         }
     }
 
-    /// After a slot's attempt ended: whether the agent has to act (report, or start work
-    /// on other idle slots). Otherwise a slot thread leaves it asleep, and a busy node
-    /// costs the agent one wake-up per report instead of one per task.
+    /// After a slot's attempt ended: whether the agent has to start work on other idle
+    /// slots. Otherwise a slot thread leaves it asleep: a busy node's slots run, report
+    /// and pace themselves without it.
     pub fn wants_agent(&self) -> bool {
-        let report = match self.flush {
-            FlushPlan::Idle => self.has_news(),
-            FlushPlan::Later => self.is_urgent(),
-            FlushPlan::Now => false,
-        };
-        let startable = self.accepting
+        self.accepting
             && self.free_cores > 0
             && !self.queue.is_empty()
-            && self.slots.iter().any(|slot| slot.running.is_none());
-        report || startable
+            && self.slots.iter().any(|slot| slot.running.is_none())
     }
 
     pub fn has_news(&self) -> bool {
@@ -379,6 +409,10 @@ impl Board {
         };
         slot.generation += 1;
         slot.cancel = None;
+        if self.report_clock == Some(index) {
+            // The old thread no longer keeps it; the agent paces what is pending.
+            self.report_clock = None;
+        }
         if let Some(running) = slot.running.take() {
             self.free_cores += running.cores;
             self.give_back(running.cores);
@@ -485,6 +519,42 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn one_slot_at_a_time_keeps_the_report_clock() {
+        let gap = std::time::Duration::from_millis(20);
+        let mut board = board(2);
+        board
+            .queue
+            .extend([task(1, 1), task(2, 1), task(3, 1), task(4, 1)]);
+        board.start_on(0).unwrap();
+        board.start_on(1).unwrap();
+        let now = board.last_report;
+        // Slot 0's attempt ends within the gap, with work still queued: not due, and
+        // slot 0 keeps the clock for the end of the gap.
+        board.finish(0, 0, 10, exited()).unwrap();
+        assert!(!board.report_from_slot(gap, now));
+        assert_eq!(board.keep_report_clock(0, 0, gap), Some(now + gap));
+        // Slot 1 has news too, but the clock is kept already: no second wake-up.
+        board.finish(1, 0, 20, exited()).unwrap();
+        assert_eq!(board.keep_report_clock(1, 0, gap), None);
+        // At the end of the gap the keeper's report is due; once it is sent, nothing
+        // is left and the clock is free for whichever slot has news next.
+        assert!(board.report_from_slot(gap, now + gap));
+        board.take_report();
+        assert_eq!(board.keep_report_clock(0, 0, gap), None);
+        board.finish(1, 0, 40, exited());
+        assert_eq!(board.keep_report_clock(1, 0, gap), Some(now + gap));
+        // A stale thread (its executor was replaced) keeps nothing; losing the keeper's
+        // slot frees the clock.
+        assert_eq!(board.keep_report_clock(0, 7, gap), None);
+        board.lose_slot(1, "executor crashed".into());
+        assert_eq!(board.keep_report_clock(0, 0, gap), Some(now + gap));
+        // After the goodbye nothing is reported, so nobody keeps the clock.
+        board.closed = true;
+        assert!(!board.report_from_slot(gap, now + gap));
+        assert_eq!(board.keep_report_clock(0, 0, gap), None);
+    }
+
+    #[test]
     fn work_that_does_not_fit_waits_and_unknown_jobs_fail() {
         let mut board = board(2);
         board.queue.extend([task(1, 9), task(2, 1), task(3, 2)]);
@@ -556,11 +626,11 @@ pub(crate) mod tests {
             4,
             "nothing known yet: the floor"
         );
-        board.note_run_time(&ran_for(1_000));
+        board.note_run_time(&ran_for(100));
         assert_eq!(
             board.prefetch(4, 4, cover),
-            32,
-            "1 ms tasks: capped at 8 rounds"
+            4 * PREFETCH_ROUNDS,
+            "0.1 ms tasks: capped"
         );
         board.mean_run_us = Some(5_000.0);
         assert_eq!(board.prefetch(4, 4, cover), 8, "4 cores × 10 ms / 5 ms");

@@ -11,10 +11,11 @@
 //! old thread's report is ignored; the old thread ends once its channel is closed.
 
 use std::sync::Arc;
-use std::sync::mpsc;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Instant;
 
 use crate::board::NextAttempt;
-use crate::process::{self, Finished, Scratch};
+use crate::process::{self, Alarm, Finished, Scratch};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use saker_wire::messages::{Outcome, Output};
 
@@ -45,8 +46,21 @@ pub enum ExecutorMsg {
 /// Where an executor reports; implemented by the agent.
 pub trait DoneSink: Send + Sync + 'static {
     /// An attempt of this slot ended; returns the slot's next attempt, if one is to
-    /// start now.
-    fn attempt_done(&self, done: AttemptDone, generation: u64) -> Option<NextAttempt>;
+    /// start now, and when to call [`DoneSink::report_clock`].
+    fn attempt_done(&self, done: AttemptDone, generation: u64) -> AfterAttempt;
+
+    /// The time this slot was given passed: sends the paced report if it is due.
+    /// Returns when to call again, if this slot still keeps the clock.
+    fn report_clock(&self, executor: u32, generation: u64) -> Option<Instant>;
+}
+
+/// What a slot's thread does after an attempt.
+#[derive(Debug, Default)]
+pub struct AfterAttempt {
+    pub next: Option<NextAttempt>,
+    /// When to call [`DoneSink::report_clock`], whether the thread runs an attempt
+    /// or waits for one by then.
+    pub report_at: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -110,10 +124,28 @@ impl<S: DoneSink + std::fmt::Debug> Actor for Executor<S> {
 }
 
 /// The slot's thread: runs attempts back to back for as long as the sink has more,
-/// then waits for the next `Run`.
+/// then waits for the next `Run`. Meanwhile it keeps the report clock when the sink
+/// gives it one.
 fn slot_thread<S: DoneSink>(attempts: mpsc::Receiver<SlotRun>, executor: u32, sink: Arc<S>) {
     let mut scratch = Scratch::default();
-    while let Ok((first, generation)) = attempts.recv() {
+    let mut report_at: Option<Instant> = None;
+    let mut generation = 0;
+    loop {
+        let received = match report_at {
+            None => attempts.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(at) => attempts.recv_timeout(at.saturating_duration_since(Instant::now())),
+        };
+        let first = match received {
+            Ok((first, of)) => {
+                generation = of;
+                first
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                report_at = sink.report_clock(executor, generation);
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
         let mut next = Some(first);
         while let Some(NextAttempt {
             attempt,
@@ -121,8 +153,10 @@ fn slot_thread<S: DoneSink>(attempts: mpsc::Receiver<SlotRun>, executor: u32, si
             control,
         }) = next.take()
         {
+            let mut ring = || sink.report_clock(executor, generation);
+            let mut alarm = Alarm::new(report_at, &mut ring);
             let finished = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                process::run(&launch, &control, &mut scratch)
+                process::run_with(&launch, &control, &mut scratch, &mut alarm)
             }))
             .unwrap_or_else(|panic| panicked(&panic));
             let done = AttemptDone {
@@ -130,7 +164,7 @@ fn slot_thread<S: DoneSink>(attempts: mpsc::Receiver<SlotRun>, executor: u32, si
                 attempt,
                 finished,
             };
-            next = sink.attempt_done(done, generation);
+            AfterAttempt { next, report_at } = sink.attempt_done(done, generation);
         }
     }
 }

@@ -24,3 +24,4 @@ pub mod liveness;
 pub mod node;
 pub mod process;
 pub mod reaper;
+pub mod spawn;

@@ -246,20 +246,23 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
     let _ = agent_handle.await;
     let _ = std::fs::remove_file(&own_file);
     children.abort();
-    // The agent's last frames (its goodbye) are queued; let the link write them.
-    if tokio::time::timeout(Duration::from_secs(2), parent)
-        .await
-        .is_err()
-    {
-        tracing::debug!("parent link did not drain in time");
-    }
+    // The agent's last frames (its goodbye) are queued; let the link write them, and
+    // wait for the parent to close the link once it has read them.
+    let closed_by_parent = match tokio::time::timeout(Duration::from_secs(2), parent).await {
+        Ok(Ok(closed)) => closed,
+        _ => {
+            tracing::debug!("parent link did not drain in time");
+            false
+        }
+    };
     endpoint.close(0u32.into(), b"agent exiting");
-    // Long enough for the driver to send the close; waiting for the endpoint to go
-    // idle would wait out the draining period (3 PTOs, ~90 ms even on loopback), which
-    // the goodbye already made moot, and held up every `saker run` by that much.
-    tokio::time::timeout(Duration::from_millis(20), endpoint.wait_idle())
-        .await
-        .ok();
+    if !closed_by_parent {
+        // Long enough for the driver to send the close. (Waiting for the endpoint to
+        // go idle would wait out the draining period, 3 PTOs, ~90 ms on loopback.)
+        tokio::time::timeout(Duration::from_millis(20), endpoint.wait_idle())
+            .await
+            .ok();
+    }
     // No exit reason means the actor failed (e.g. too many executor restarts).
     Ok(exit_rx
         .await
@@ -418,15 +421,20 @@ async fn serve_parent(
     agent: ActorRef<AgentMsg>,
     router: Arc<Router>,
     reattach_wait: Duration,
-) {
+) -> bool {
     let interval = dialer.liveness.interval;
     let timeout = dialer.liveness.timeout;
     loop {
         tracing::debug!(parent = ?link.position, "linked to parent");
         let reason = tokio::select! {
             written = write_queue(&mut link.writer, &mut queue, interval) => match written {
-                // Every sender is gone: the agent has stopped and its frames are out.
-                Ok(()) => return,
+                // Every sender is gone: the agent has stopped and its frames are
+                // written. The parent closes the link once it has read them all.
+                Ok(()) => {
+                    return tokio::time::timeout(timeout, link.connection.closed())
+                        .await
+                        .is_ok();
+                }
                 Err(error) => format!("writing to the parent failed: {error}"),
             },
             reason = read_parent(&mut link.reader, dialer.node, &agent, &router, timeout) => reason,
@@ -439,7 +447,7 @@ async fn serve_parent(
             })
             .is_err()
         {
-            return;
+            return false;
         }
         match dialer
             .attach_nearest(Some(link.session), reattach_wait)
@@ -454,14 +462,14 @@ async fn serve_parent(
                     let _ = child.send(link_frame(&Link::Rejoin));
                 }
                 if agent.send_message(AgentMsg::Reattached).is_err() {
-                    return;
+                    return false;
                 }
             }
             Err(error) => {
                 let _ = agent.send_message(AgentMsg::ParentGone {
                     reason: format!("{reason}; then {error}"),
                 });
-                return;
+                return false;
             }
         }
     }

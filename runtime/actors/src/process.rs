@@ -14,9 +14,7 @@
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -25,6 +23,8 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use saker_wire::messages::{Outcome, Output};
+
+use crate::spawn::{self, Ended};
 
 /// Everything needed to start one attempt.
 #[derive(Debug, Clone)]
@@ -152,12 +152,51 @@ impl Drop for StopHandle {
 #[derive(Debug)]
 pub struct Scratch {
     buf: Vec<u8>,
+    /// Every task's stdin, opened once (`None` if it could not be: then each spawn
+    /// opens its own).
+    null: Option<File>,
 }
 
 impl Default for Scratch {
     fn default() -> Self {
         Scratch {
             buf: vec![0u8; 16 * 1024],
+            null: File::open("/dev/null").ok(),
+        }
+    }
+}
+
+/// A timer this thread keeps for someone else while it waits on an attempt: when
+/// `at` passes, `ring` runs and says when to ring next. (The agent's paced reports
+/// ride on it, so a busy node needs no timer of its own.)
+pub struct Alarm<'a> {
+    at: Option<Instant>,
+    ring: &'a mut dyn FnMut() -> Option<Instant>,
+}
+
+impl std::fmt::Debug for Alarm<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Alarm")
+            .field("at", &self.at)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Alarm<'a> {
+    pub fn new(at: Option<Instant>, ring: &'a mut dyn FnMut() -> Option<Instant>) -> Self {
+        Alarm { at, ring }
+    }
+
+    /// When it rings next.
+    pub fn at(&self) -> Option<Instant> {
+        self.at
+    }
+
+    /// Rings if its time has come. A next time that has passed already is dropped
+    /// rather than rung in a loop.
+    fn check(&mut self, now: Instant) {
+        if self.at.is_some_and(|at| at <= now) {
+            self.at = (self.ring)().filter(|next| *next > now);
         }
     }
 }
@@ -165,6 +204,21 @@ impl Default for Scratch {
 /// Runs `launch` to completion on this thread. Never panics on anything the task
 /// does; every failure becomes an [`Outcome`].
 pub fn run(launch: &Launch, control: &Control, scratch: &mut Scratch) -> Finished {
+    run_with(
+        launch,
+        control,
+        scratch,
+        &mut Alarm::new(None, &mut || None),
+    )
+}
+
+/// [`run`], ringing `alarm` on time meanwhile.
+pub fn run_with(
+    launch: &Launch,
+    control: &Control,
+    scratch: &mut Scratch,
+    alarm: &mut Alarm<'_>,
+) -> Finished {
     let start = unix_micros();
     let failed = |reason: String| Finished {
         outcome: Outcome::SpawnFailed { reason },
@@ -173,50 +227,36 @@ pub fn run(launch: &Launch, control: &Control, scratch: &mut Scratch) -> Finishe
         stdout: Output::default(),
         stderr: Output::default(),
     };
-    let Some((program, args)) = launch.argv.split_first() else {
+    let Some(program) = launch.argv.first() else {
         control.end();
         return failed("empty command line".to_string());
     };
-    let mut command = Command::new(program);
-    command
-        .args(args)
-        .envs(launch.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    if let Some(cwd) = &launch.cwd {
-        command.current_dir(cwd);
-    }
-    let mut child = match command.spawn() {
-        Ok(child) => child,
+    let started = match spawn::start(launch, scratch.null.as_ref()) {
+        Ok(started) => started,
         Err(error) => {
             control.end();
             return failed(spawn_reason(program, launch.cwd.as_deref(), &error));
         }
     };
-    let pid = child.id();
+    let pid = started.pid;
     let mut group = Group::register(pid);
     control.started(pid);
-    // Without a pidfd (kernels before 5.3) the child's end is seen once its output
-    // closes; a task that closes both streams early then outlives its time limit.
-    let pidfd = rustix::process::pidfd_open(
-        rustix::process::Pid::from_child(&child),
-        rustix::process::PidfdFlags::empty(),
-    )
-    .ok();
-    let mut stdout = Capture::new(child.stdout.take(), launch, "stdout");
-    let mut stderr = Capture::new(child.stderr.take(), launch, "stderr");
+    let mut stdout = Capture::new(started.stdout, launch, "stdout");
+    let mut stderr = Capture::new(started.stderr, launch, "stderr");
+    let Some(leader) = rustix::process::Pid::from_raw(pid as i32) else {
+        unreachable!("a started process has a positive pid");
+    };
     watch(
+        leader,
         &mut stdout,
         &mut stderr,
-        pidfd,
         launch.time_limit.map(|limit| Instant::now() + limit),
         control,
         &mut scratch.buf,
+        alarm,
     );
     let stop = control.end();
-    let status = child.wait();
+    let status = spawn::wait(pid);
     group.finished();
     let outcome = match (stop, status) {
         (Some(Stop::Cancelled), _) => Outcome::Cancelled,
@@ -224,13 +264,8 @@ pub fn run(launch: &Launch, control: &Control, scratch: &mut Scratch) -> Finishe
         (Some(Stop::Detached), _) => Outcome::Lost {
             reason: "attempt detached from its agent".to_string(),
         },
-        (None, Ok(status)) => match (status.code(), status.signal()) {
-            (Some(code), _) => Outcome::Exited { code },
-            (None, Some(signal)) => Outcome::Signaled { signal },
-            (None, None) => Outcome::Lost {
-                reason: format!("unrecognised exit status {status:?}"),
-            },
-        },
+        (None, Ok(Ended::Exited(code))) => Outcome::Exited { code },
+        (None, Ok(Ended::Signaled(signal))) => Outcome::Signaled { signal },
         (None, Err(error)) => Outcome::Lost {
             reason: format!("waiting for the task failed: {error}"),
         },
@@ -244,18 +279,38 @@ pub fn run(launch: &Launch, control: &Control, scratch: &mut Scratch) -> Finishe
     }
 }
 
-/// Reads both streams to their end and waits for the leader to exit (when a pidfd
-/// tells), killing the group at the time limit.
+/// Reads both streams to their end and waits for the leader to exit, killing the
+/// group at the time limit and ringing the alarm on time. Until this returns, a stop
+/// can still kill the group.
 fn watch(
+    leader: rustix::process::Pid,
     stdout: &mut Capture<'_>,
     stderr: &mut Capture<'_>,
-    mut pidfd: Option<OwnedFd>,
     mut deadline: Option<Instant>,
     control: &Control,
     buf: &mut [u8],
+    alarm: &mut Alarm<'_>,
 ) {
-    while stdout.stream.is_some() || stderr.stream.is_some() || pidfd.is_some() {
-        let timeout = match deadline {
+    // Opened only once the output has closed: most tasks have exited by then, and a
+    // pidfd per attempt costs a file and an inode.
+    let mut pidfd: Option<OwnedFd> = None;
+    loop {
+        if stdout.stream.is_none() && stderr.stream.is_none() && pidfd.is_none() {
+            if has_exited(leader) {
+                return;
+            }
+            // The task closed its output but runs on. (Without pidfds, before Linux
+            // 5.3, it then outlives its time limit and cannot be stopped.)
+            match rustix::process::pidfd_open(leader, rustix::process::PidfdFlags::empty()) {
+                Ok(fd) => pidfd = Some(fd),
+                Err(_) => return,
+            }
+        }
+        let wake_at = match (deadline, alarm.at()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let timeout = match wake_at {
             // Rounded up: waking a little early would only loop once more.
             Some(at) => PollTimeout::try_from(
                 at.saturating_duration_since(Instant::now())
@@ -266,17 +321,22 @@ fn watch(
             .unwrap_or(PollTimeout::MAX),
             None => PollTimeout::NONE,
         };
-        let Some([out, err, exited]) = wait_ready(
+        let ready = wait_ready(
             [
                 stdout.stream.as_ref().map(AsFd::as_fd),
                 stderr.stream.as_ref().map(AsFd::as_fd),
                 pidfd.as_ref().map(AsFd::as_fd),
             ],
             timeout,
-        ) else {
-            // The time limit passed: kill the group; its output closes as it dies.
-            control.stop(Stop::TimedOut);
-            deadline = None;
+        );
+        let now = Instant::now();
+        alarm.check(now);
+        let Some([out, err, exited]) = ready else {
+            if deadline.is_some_and(|at| at <= now) {
+                // The time limit passed: kill the group; its output closes as it dies.
+                control.stop(Stop::TimedOut);
+                deadline = None;
+            }
             continue;
         };
         if out {
@@ -286,9 +346,17 @@ fn watch(
             stderr.read_some(buf);
         }
         if exited {
-            pidfd = None; // The leader exited; the output may still be draining.
+            return; // The output had closed already.
         }
     }
+}
+
+/// Whether the leader has exited, leaving it to be reaped: until then its id stays
+/// ours to signal. An error counts as exited, so that `wait` tells what went wrong.
+fn has_exited(leader: rustix::process::Pid) -> bool {
+    use rustix::process::{WaitId, WaitIdOptions, waitid};
+    let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    !matches!(waitid(WaitId::Pid(leader), options), Ok(None))
 }
 
 /// Polls the present descriptors; which are ready, or `None` on timeout.
@@ -335,9 +403,9 @@ struct Capture<'a> {
 }
 
 impl<'a> Capture<'a> {
-    fn new(stream: Option<impl Into<OwnedFd>>, launch: &'a Launch, name: &'static str) -> Self {
+    fn new(stream: File, launch: &'a Launch, name: &'static str) -> Self {
         Capture {
-            stream: stream.map(|s| File::from(s.into())),
+            stream: Some(stream),
             launch,
             name,
             inline: Vec::new(),
@@ -685,6 +753,93 @@ mod tests {
         let started = std::time::Instant::now();
         assert_eq!(run_now(quiet).outcome, Outcome::TimedOut);
         assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn the_alarm_rings_on_time_while_an_attempt_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = dir.path().join("gate");
+        let wait = format!("while [ ! -e '{}' ]; do sleep 0.01; done", gate.display());
+        let mut task = launch(&["sh", "-c", &wait], dir.path());
+        // Should the alarm never ring, the attempt times out rather than hangs.
+        task.time_limit = Some(Duration::from_secs(20));
+        let mut rings = 0;
+        let finished = {
+            // Only the alarm opens the gate. Its next time has passed already: it is
+            // dropped, not rung over and over.
+            let mut ring = || {
+                rings += 1;
+                std::fs::write(&gate, b"").unwrap();
+                Instant::now().checked_sub(Duration::from_millis(1))
+            };
+            let at = Instant::now() + Duration::from_millis(20);
+            let mut alarm = Alarm::new(Some(at), &mut ring);
+            let finished = run_with(
+                &task,
+                &Control::default(),
+                &mut Scratch::default(),
+                &mut alarm,
+            );
+            assert_eq!(alarm.at(), None);
+            finished
+        };
+        assert_eq!(finished.outcome, Outcome::Exited { code: 0 });
+        assert_eq!(rings, 1);
+    }
+
+    #[test]
+    fn a_task_that_closed_its_output_can_still_be_cancelled() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("closed");
+        let script = format!(
+            "exec >/dev/null 2>&1; touch '{}'; sleep 30",
+            marker.display()
+        );
+        let task = launch(&["sh", "-c", &script], dir.path());
+        let (stop, control) = StopHandle::new();
+        let runner = std::thread::spawn(move || run(&task, &control, &mut Scratch::default()));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !marker.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let started = Instant::now();
+        stop.cancel();
+        assert_eq!(runner.join().unwrap().outcome, Outcome::Cancelled);
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn the_alarm_still_rings_after_a_task_closed_its_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = dir.path().join("gate");
+        let script = format!(
+            "exec >/dev/null 2>&1; while [ ! -e '{}' ]; do sleep 0.01; done",
+            gate.display()
+        );
+        let task = launch(&["sh", "-c", &script], dir.path());
+        let (stop, control) = StopHandle::new();
+        let opener = gate.clone();
+        let runner = std::thread::spawn(move || {
+            let mut ring = || {
+                std::fs::write(&opener, b"").unwrap();
+                None
+            };
+            let at = Instant::now() + Duration::from_millis(200);
+            let mut alarm = Alarm::new(Some(at), &mut ring);
+            run_with(&task, &control, &mut Scratch::default(), &mut alarm)
+        });
+        // Should the alarm not ring, the attempt is cancelled rather than left hanging.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !gate.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let rang = gate.exists();
+        if !rang {
+            stop.cancel();
+        }
+        let finished = runner.join().unwrap();
+        assert!(rang, "the alarm never rang");
+        assert_eq!(finished.outcome, Outcome::Exited { code: 0 });
     }
 
     #[test]
