@@ -787,6 +787,15 @@ mod tests {
         assert_eq!(rings, 1);
     }
 
+    /// Whether `path` exists within 20 s.
+    fn appears(path: &Path) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !path.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        path.exists()
+    }
+
     #[test]
     fn a_task_that_closed_its_output_can_still_be_cancelled() {
         let dir = tempfile::tempdir().unwrap();
@@ -798,10 +807,7 @@ mod tests {
         let task = launch(&["sh", "-c", &script], dir.path());
         let (stop, control) = StopHandle::new();
         let runner = std::thread::spawn(move || run(&task, &control, &mut Scratch::default()));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !marker.exists() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        assert!(appears(&marker), "the task never closed its output");
         let started = Instant::now();
         stop.cancel();
         assert_eq!(runner.join().unwrap().outcome, Outcome::Cancelled);
@@ -829,11 +835,7 @@ mod tests {
             run_with(&task, &control, &mut Scratch::default(), &mut alarm)
         });
         // Should the alarm not ring, the attempt is cancelled rather than left hanging.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !gate.exists() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let rang = gate.exists();
+        let rang = appears(&gate);
         if !rang {
             stop.cancel();
         }
