@@ -748,7 +748,7 @@ mod tests {
     #[test]
     fn a_task_that_closes_its_output_is_still_held_to_its_time_limit() {
         let dir = tempfile::tempdir().unwrap();
-        let mut quiet = launch(&["sh", "-c", "exec >/dev/null 2>&1; sleep 30"], dir.path());
+        let mut quiet = closing_output("sleep 30", dir.path());
         quiet.time_limit = Some(Duration::from_millis(200));
         let started = std::time::Instant::now();
         assert_eq!(run_now(quiet).outcome, Outcome::TimedOut);
@@ -787,6 +787,11 @@ mod tests {
         assert_eq!(rings, 1);
     }
 
+    /// A task that closes its output, then runs `then`.
+    fn closing_output(then: &str, dir: &Path) -> Launch {
+        launch(&["sh", "-c", &format!("exec >/dev/null 2>&1; {then}")], dir)
+    }
+
     /// Whether `path` exists within 20 s.
     fn appears(path: &Path) -> bool {
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -800,11 +805,8 @@ mod tests {
     fn a_task_that_closed_its_output_can_still_be_cancelled() {
         let dir = tempfile::tempdir().unwrap();
         let marker = dir.path().join("closed");
-        let script = format!(
-            "exec >/dev/null 2>&1; touch '{}'; sleep 30",
-            marker.display()
-        );
-        let task = launch(&["sh", "-c", &script], dir.path());
+        let then = format!("touch '{}'; sleep 30", marker.display());
+        let task = closing_output(&then, dir.path());
         let (stop, control) = StopHandle::new();
         let runner = std::thread::spawn(move || run(&task, &control, &mut Scratch::default()));
         assert!(appears(&marker), "the task never closed its output");
@@ -818,11 +820,8 @@ mod tests {
     fn the_alarm_still_rings_after_a_task_closed_its_output() {
         let dir = tempfile::tempdir().unwrap();
         let gate = dir.path().join("gate");
-        let script = format!(
-            "exec >/dev/null 2>&1; while [ ! -e '{}' ]; do sleep 0.01; done",
-            gate.display()
-        );
-        let task = launch(&["sh", "-c", &script], dir.path());
+        let then = format!("while [ ! -e '{}' ]; do sleep 0.01; done", gate.display());
+        let task = closing_output(&then, dir.path());
         let (stop, control) = StopHandle::new();
         let opener = gate.clone();
         let runner = std::thread::spawn(move || {
