@@ -67,7 +67,8 @@ impl RootState {
         match request {
             ClientRequest::Submit { jobs, reply } => self.on_submit(jobs, reply),
             ClientRequest::Status { reply } => {
-                let _ = reply.send(Ok(self.status()));
+                let report = self.deadline_status.clone();
+                let _ = reply.send(Ok(report.unwrap_or_else(|| self.status())));
             }
             ClientRequest::Wait { jobs, reply } => {
                 if let Some(unknown) = jobs

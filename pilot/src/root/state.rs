@@ -160,6 +160,8 @@ pub struct RootState {
     /// The walltime deadline on the core's clock, if any.
     pub(super) deadline: Option<Time>,
     pub(super) walltime_reached: bool,
+    /// `status` as the walltime deadline left the pilot, reported from then on.
+    pub(super) deadline_status: Option<crate::client::StatusReport>,
     timer_at: Option<Time>,
 }
 
@@ -190,6 +192,7 @@ impl RootState {
             allocation: args.allocation,
             deadline: None,
             walltime_reached: false,
+            deadline_status: None,
             timer_at: None,
         }
     }

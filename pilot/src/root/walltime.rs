@@ -57,6 +57,10 @@ impl RootState {
 
     fn stop_for_walltime(&mut self) {
         self.walltime_reached = true;
+        // The agents' goodbyes that follow put their stopped attempts back in the
+        // queue, where they would read as never started; the picture at the deadline
+        // is what the run reports.
+        self.deadline_status = Some(self.status());
         self.on_shutdown();
     }
 }
