@@ -79,17 +79,6 @@ impl Placement {
     }
 }
 
-/// The address of `hostname` as other nodes would dial it.
-pub async fn host_address(hostname: &str) -> Result<IpAddr> {
-    let mut addresses = tokio::net::lookup_host((hostname, 0))
-        .await
-        .with_context(|| format!("resolving this node's host name {hostname:?}"))?;
-    addresses
-        .find(|a| a.is_ipv4())
-        .map(|a| a.ip())
-        .with_context(|| format!("{hostname:?} has no IPv4 address"))
-}
-
 pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
     let dir = PilotDir::open(&args.dir)
         .with_context(|| format!("opening pilot directory {}", args.dir.display()))?;
@@ -97,7 +86,7 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
     let advertise = match args.advertise {
         Some(ip) => Some(ip),
         None if placement.bind.ip().is_unspecified() => {
-            Some(host_address(&placement.hostname).await?)
+            Some(saker_root::pilot::host_address(&placement.hostname).await?)
         }
         None => None,
     };
@@ -118,7 +107,7 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
         advertise,
         parent_wait: Duration::from_secs(120),
         liveness: args.liveness.parse()?,
-        reattach_wait: crate::spec::parse_duration(&args.reattach_for)
+        reattach_wait: saker_root::spec::parse_duration(&args.reattach_for)
             .with_context(|| format!("--reattach-for {:?}", args.reattach_for))?,
     };
     start_reaper();

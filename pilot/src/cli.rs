@@ -83,6 +83,24 @@ pub struct ShapeArgs {
     pub stragglers: StragglerArgs,
 }
 
+impl ShapeArgs {
+    /// The pilot's agents: one per node inside a Slurm allocation (unless `--local`),
+    /// else local agent processes of the shape these flags ask for.
+    pub fn agents(&self, allow_none: bool) -> anyhow::Result<saker_root::Agents> {
+        let request = saker_root::local::ShapeRequest {
+            agents: self.agents,
+            slots: self.slots,
+            fanout: self.fanout,
+            allow_none,
+        };
+        Ok(saker_root::Agents::detect(
+            self.local,
+            request,
+            self.slots_per_node,
+        )?)
+    }
+}
+
 /// When a task of an `--idempotent` job counts as a straggler.
 #[derive(Debug, Clone, Args)]
 pub struct StragglerArgs {
@@ -133,9 +151,9 @@ pub struct LivenessArgs {
 impl LivenessArgs {
     pub fn parse(&self) -> anyhow::Result<saker_actors::liveness::Liveness> {
         use anyhow::Context;
-        let interval = crate::spec::parse_duration(&self.heartbeat_interval)
+        let interval = saker_root::spec::parse_duration(&self.heartbeat_interval)
             .with_context(|| format!("--heartbeat-interval {:?}", self.heartbeat_interval))?;
-        let timeout = crate::spec::parse_duration(&self.heartbeat_timeout)
+        let timeout = saker_root::spec::parse_duration(&self.heartbeat_timeout)
             .with_context(|| format!("--heartbeat-timeout {:?}", self.heartbeat_timeout))?;
         Ok(saker_actors::liveness::Liveness::new(interval, timeout)?)
     }
@@ -201,6 +219,35 @@ pub struct WalltimeArgs {
     /// exits, its journal ready for a continuation.
     #[arg(long, default_value = "60s")]
     pub walltime_margin: String,
+}
+
+impl WalltimeArgs {
+    /// The pilot's deadline (unix µs), if it has one.
+    pub fn deadline(&self, agents: &saker_root::Agents) -> anyhow::Result<Option<u64>> {
+        use anyhow::Context;
+        let margin = saker_root::spec::parse_duration(&self.walltime_margin)
+            .with_context(|| format!("--walltime-margin {:?}", self.walltime_margin))?;
+        let budget = match &self.time_budget {
+            Some(text) => Some(
+                saker_root::spec::parse_duration(text)
+                    .with_context(|| format!("--time-budget {text:?}"))?,
+            ),
+            None => None,
+        };
+        saker_root::pilot::deadline(agents, margin, budget).map_err(with_flags)
+    }
+}
+
+/// A pilot error, with the flag that changes it where there is one.
+pub fn with_flags(error: saker_root::PilotError) -> anyhow::Error {
+    use saker_root::PilotError;
+    match error {
+        PilotError::NoTime { .. } => anyhow::anyhow!("{error} (lower it with --walltime-margin)"),
+        PilotError::JournalExists { .. } => {
+            anyhow::anyhow!("{error} (with --resume, the same --dir)")
+        }
+        other => other.into(),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -7,11 +7,11 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 
 use crate::cli::{CancelArgs, DirArgs, ResultsArgs, ResultsFormat, SubmitArgs, WaitArgs};
-use crate::client::{Client, WaitReport};
-use crate::pilot::JOURNAL_DIR;
-use crate::records::Record;
-use crate::results::{JobId, ResultRecord, TableWriter, write_jsonl};
 use crate::submission::requests_from;
+use saker_root::client::{Client, WaitReport};
+use saker_root::pilot::JOURNAL_DIR;
+use saker_root::records::Record;
+use saker_root::results::{JobId, ResultRecord, TableWriter, write_jsonl};
 
 const CLIENT_NAME: &str = concat!("saker-cli/", env!("CARGO_PKG_VERSION"));
 
@@ -170,7 +170,7 @@ pub async fn results(args: ResultsArgs) -> Result<ExitCode> {
 /// when the pilot goes away, until a pilot ends the stream (shutdown) or none is
 /// reachable for `--reconnect-for`.
 async fn follow(args: &ResultsArgs, sink: &mut ResultsSink) -> Result<()> {
-    let patience = crate::spec::parse_duration(&args.reconnect_for)
+    let patience = saker_root::spec::parse_duration(&args.reconnect_for)
         .with_context(|| format!("--reconnect-for {:?}", args.reconnect_for))?;
     let mut next = 1;
     let mut unreachable_since: Option<std::time::Instant> = None;

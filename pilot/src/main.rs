@@ -1,11 +1,26 @@
 //! `saker`: parses the command line, wires logging, runs the command, maps the exit
-//! code. The library does the work.
+//! code. The library crates do the work: `saker-root` (the root, clients, starting a
+//! pilot) and `saker-actors` (the agent).
+//!
+//! The modules here turn flags into library options and results into output for
+//! people: [`cli`] (the flags), [`run`] (`saker run` and `saker pilot`), [`commands`]
+//! (the client commands), [`agent`] (`saker agent`), [`chain`] (continuation jobs),
+//! [`progress`], [`submission`] (flags and task files into job requests),
+//! [`template`] (batch scripts).
+
+mod agent;
+mod chain;
+mod cli;
+mod commands;
+mod progress;
+mod run;
+mod submission;
+mod template;
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use saker_pilot::cli::{Cli, Command};
-use saker_pilot::{agent, commands, run};
+use cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -2,23 +2,60 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::cli::RunArgs;
-use crate::client::{ClientRequest, ResultsItem, StatusReport, WaitReport};
-use crate::pilot::{Agents, Pilot, PilotOptions, deadline};
+use saker_root::client::{ClientRequest, ResultsItem, StatusReport, WaitReport};
+use saker_root::pilot::{Pilot, PilotOptions};
+use saker_root::results::TerminalState;
+
+use crate::cli::{RunArgs, ShapeArgs, WalltimeArgs};
 use crate::progress::Progress;
-use crate::results::TerminalState;
 use crate::submission::requests_from;
 
 /// Jobs per submit request when a task file holds many lines.
 const SUBMIT_BATCH: usize = 10_000;
 
+/// The options of a pilot started by `saker run` or `saker pilot`.
+struct PilotSettings<'a> {
+    dir: PathBuf,
+    shape: &'a ShapeArgs,
+    walltime: &'a WalltimeArgs,
+    sync: bool,
+    resume: bool,
+    /// `--agents 0` is allowed (a pilot that only queues until agents join).
+    allow_no_agents: bool,
+}
+
+impl PilotSettings<'_> {
+    fn options(self) -> Result<PilotOptions> {
+        let agents = self.shape.agents(self.allow_no_agents)?;
+        Ok(PilotOptions {
+            dir: self.dir,
+            deadline_unix_us: self.walltime.deadline(&agents)?,
+            agents,
+            agent_command: saker_root::AgentCommand::current_exe("agent")
+                .context("finding this executable to start agents from")?,
+            sync: self.sync,
+            resume: self.resume,
+            liveness: self.shape.liveness.parse()?,
+            core: self.shape.stragglers.core_config()?,
+        })
+    }
+}
+
 pub async fn run(args: RunArgs) -> Result<ExitCode> {
-    let agents = Agents::from_args(&args.shape, false)?;
+    let options = PilotSettings {
+        dir: PathBuf::new(),
+        shape: &args.shape,
+        walltime: &args.walltime,
+        sync: !args.no_sync,
+        resume: args.resume,
+        allow_no_agents: false,
+    }
+    .options()?;
     let requests = if args.resume && args.task.file.is_none() && args.task.command.is_empty() {
         Vec::new()
     } else {
@@ -31,14 +68,10 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let started = Instant::now();
     let mut pilot = Pilot::start(PilotOptions {
         dir: dir.clone(),
-        deadline_unix_us: deadline(&agents, &args.walltime)?,
-        agents,
-        sync: !args.no_sync,
-        resume: args.resume,
-        liveness: args.shape.liveness.parse()?,
-        core: args.shape.stragglers.core_config()?,
+        ..options
     })
-    .await?;
+    .await
+    .map_err(crate::cli::with_flags)?;
 
     let outcome = drive(&mut pilot, requests, &args, started).await;
     pilot.shutdown().await?;
@@ -112,7 +145,7 @@ fn report_unstarted(status: &StatusReport, dir: &std::path::Path, temporary: boo
 
 async fn drive(
     pilot: &mut Pilot,
-    requests: Vec<crate::spec::JobRequest>,
+    requests: Vec<saker_root::spec::JobRequest>,
     args: &RunArgs,
     started: Instant,
 ) -> Result<RunEnd> {
@@ -243,25 +276,21 @@ fn temporary_dir() -> PathBuf {
     std::env::temp_dir().join(format!("saker-run-{}-{nanos}", std::process::id()))
 }
 
-/// Interval helper for callers that poll.
-pub fn poll_interval() -> Duration {
-    Duration::from_millis(200)
-}
-
 /// `saker pilot`: a long-lived local pilot serving clients until `saker shutdown`
 /// or a signal.
 pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
-    let agents = Agents::from_args(&args.shape, true)?;
-    let mut pilot = Pilot::start(PilotOptions {
+    let options = PilotSettings {
         dir: args.dir.clone(),
-        deadline_unix_us: deadline(&agents, &args.walltime)?,
-        agents,
+        shape: &args.shape,
+        walltime: &args.walltime,
         sync: !args.no_sync,
         resume: args.resume,
-        liveness: args.shape.liveness.parse()?,
-        core: args.shape.stragglers.core_config()?,
-    })
-    .await?;
+        allow_no_agents: true,
+    }
+    .options()?;
+    let mut pilot = Pilot::start(options)
+        .await
+        .map_err(crate::cli::with_flags)?;
     eprintln!("saker: pilot running in {}", args.dir.display());
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;

@@ -3,8 +3,8 @@
 use anyhow::{Context, Result, bail};
 
 use crate::cli::TaskArgs;
-use crate::spec::{ArraySpec, JobRequest, SpecDefaults, parse_duration};
-use crate::taskfile::TaskFile;
+use saker_root::spec::{ArraySpec, JobRequest, SpecDefaults, parse_duration};
+use saker_root::taskfile::TaskFile;
 
 /// The defaults the CLI options give every task of the submission.
 pub fn defaults_from(args: &TaskArgs) -> Result<SpecDefaults> {

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{agent_pid, assert_one_result_per_task, results, run, saker, wait_for};
-use saker_pilot::records::Record;
+use saker_root::records::Record;
 
 const TASKS: u32 = 20_000;
 const AGENTS: u32 = 8;

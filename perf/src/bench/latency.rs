@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
-use saker_pilot::spec::{JobRequest, TaskSpec};
+use saker_root::spec::{JobRequest, TaskSpec};
 
 use super::{Setup, client_runtime, journal_label};
 use crate::options::Benchmark;

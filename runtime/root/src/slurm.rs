@@ -2,10 +2,13 @@
 //! `srun` step (never one step per task: `srun` launches slowly and loads the
 //! controller).
 
+use std::ffi::OsString;
 use std::path::Path;
 use std::process::Stdio;
 
 use saker_actors::liveness::Liveness;
+
+use crate::local::AgentCommand;
 
 /// The allocation this process runs in, from Slurm's batch environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,14 +67,14 @@ impl Allocation {
 /// the node's memory; `--kill-on-bad-exit=0` keeps one agent's failure from killing
 /// the others (the root handles a lost node).
 pub fn srun_arguments(
-    exe: &Path,
+    command: &AgentCommand,
     dir: &Path,
     allocation: &Allocation,
     fanout: u32,
     slots_per_node: Option<u32>,
     liveness: &Liveness,
-) -> Vec<String> {
-    let mut args = vec![
+) -> Vec<OsString> {
+    let mut args: Vec<OsString> = [
         "--overlap".to_string(),
         "--whole".to_string(),
         format!("--nodes={}", allocation.nodes),
@@ -83,24 +86,26 @@ pub fn srun_arguments(
             "--output={}",
             dir.join("logs").join("agent-%n.log").display()
         ),
-        exe.display().to_string(),
-        "agent".to_string(),
-        "--dir".to_string(),
-        dir.display().to_string(),
-        "--fanout".to_string(),
-        fanout.to_string(),
-    ];
-    args.extend(crate::local::liveness_arguments(liveness));
+    ]
+    .map(OsString::from)
+    .into();
+    args.push(command.program.clone().into());
+    args.extend(command.args.iter().cloned());
+    args.push("--dir".into());
+    args.push(dir.into());
+    args.push("--fanout".into());
+    args.push(fanout.to_string().into());
+    args.extend(crate::local::liveness_arguments(liveness).map(OsString::from));
     if let Some(slots) = slots_per_node {
-        args.push("--cores".to_string());
-        args.push(slots.to_string());
+        args.push("--cores".into());
+        args.push(slots.to_string().into());
     }
     args
 }
 
 /// Starts the agents' `srun` step.
 pub fn srun_agents(
-    exe: &Path,
+    command: &AgentCommand,
     dir: &Path,
     allocation: &Allocation,
     fanout: u32,
@@ -111,7 +116,7 @@ pub fn srun_agents(
     let srun = std::env::var_os("SAKER_SRUN").unwrap_or_else(|| "srun".into());
     tokio::process::Command::new(srun)
         .args(srun_arguments(
-            exe,
+            command,
             dir,
             allocation,
             fanout,
@@ -156,8 +161,12 @@ mod tests {
             node_list: "n[1-3]".into(),
             end_unix_us: None,
         };
+        let command = AgentCommand {
+            program: "/bin/saker".into(),
+            args: vec!["agent".into()],
+        };
         let args = srun_arguments(
-            Path::new("/bin/saker"),
+            &command,
             Path::new("/p"),
             &allocation,
             4,

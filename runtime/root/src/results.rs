@@ -293,16 +293,6 @@ impl serde::de::Visitor<'_> for TimestampVisitor {
     }
 }
 
-/// Output format of `saker results` (and of `saker run`'s report).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum ResultFormat {
-    /// One JSON object per line: a [`ResultRecord`].
-    Jsonl,
-    /// Aligned columns for people.
-    #[default]
-    Table,
-}
-
 /// Writes `record` as one JSON line.
 pub fn write_jsonl(out: &mut impl Write, record: &ResultRecord) -> io::Result<()> {
     serde_json::to_writer(&mut *out, record)?;

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
 use ractor::{Actor, ActorRef};
 use saker_actors::link::serve_child_link;
 use saker_actors::liveness::Liveness;
@@ -20,13 +19,15 @@ use saker_wire::messages::{Link, POSITION_ROOT};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::cli::ShapeArgs;
+use crate::actor::{Root, RootArgs, RootMsg};
 use crate::client::{self, ClientEndpoint, ClientRequest};
-use crate::local::{AgentProcesses, Shape, agent_executable, spawn_agents};
+use crate::error::PilotError;
+use crate::local::{AgentCommand, AgentProcesses, Shape, spawn_agents};
 use crate::records::Record;
 use crate::results::Timestamp;
-use crate::root::{Root, RootArgs, RootMsg};
 use crate::slurm::{Allocation, srun_agents};
+
+type Result<T, E = PilotError> = std::result::Result<T, E>;
 
 /// Name of the journal directory inside the pilot directory.
 pub const JOURNAL_DIR: &str = "journal";
@@ -48,23 +49,21 @@ pub enum Agents {
 }
 
 impl Agents {
-    /// Slurm mode inside an allocation (unless `--local`), else local processes.
-    pub fn from_args(args: &ShapeArgs, allow_no_agents: bool) -> Result<Agents> {
-        if !args.local
-            && let Some(allocation) = Allocation::from_process_env()
-        {
+    /// Slurm mode inside an allocation (unless `local`), else local processes of
+    /// `shape`.
+    pub fn detect(
+        local: bool,
+        shape: crate::local::ShapeRequest,
+        slots_per_node: Option<u32>,
+    ) -> Result<Agents, crate::local::ShapeError> {
+        if !local && let Some(allocation) = Allocation::from_process_env() {
             return Ok(Agents::Slurm {
                 allocation,
-                fanout: args.fanout.max(1),
-                slots_per_node: args.slots_per_node,
+                fanout: shape.fanout.max(1),
+                slots_per_node,
             });
         }
-        let shape = if allow_no_agents {
-            Shape::from_args_allowing_none(args)?
-        } else {
-            Shape::from_args(args)?
-        };
-        Ok(Agents::Local(shape))
+        Ok(Agents::Local(Shape::new(shape)?))
     }
 
     /// What `status` reports about the allocation.
@@ -90,6 +89,8 @@ impl Agents {
 pub struct PilotOptions {
     pub dir: PathBuf,
     pub agents: Agents,
+    /// The program that runs an agent (`saker agent` for the CLI).
+    pub agent_command: AgentCommand,
     pub sync: bool,
     /// Continue the pilot whose journal is in `dir` instead of starting a new one.
     pub resume: bool,
@@ -101,18 +102,14 @@ pub struct PilotOptions {
     pub core: saker_core::CoreConfig,
 }
 
-/// The pilot's deadline: the earlier of the allocation's end and the time budget,
-/// minus the margin.
-pub fn deadline(agents: &Agents, walltime: &crate::cli::WalltimeArgs) -> Result<Option<u64>> {
+/// The pilot's deadline (unix µs): the earlier of the allocation's end and `budget`
+/// from now, minus `margin`.
+pub fn deadline(
+    agents: &Agents,
+    margin: Duration,
+    budget: Option<Duration>,
+) -> Result<Option<u64>> {
     let now = Timestamp::now().unix_micros();
-    let margin = crate::spec::parse_duration(&walltime.walltime_margin)
-        .with_context(|| format!("--walltime-margin {:?}", walltime.walltime_margin))?;
-    let budget = match &walltime.time_budget {
-        Some(text) => Some(
-            crate::spec::parse_duration(text).with_context(|| format!("--time-budget {text:?}"))?,
-        ),
-        None => None,
-    };
     let allocation_end = match agents {
         Agents::Slurm { allocation, .. } => allocation.end_unix_us,
         Agents::Local(_) => None,
@@ -126,11 +123,10 @@ pub fn deadline(agents: &Agents, walltime: &crate::cli::WalltimeArgs) -> Result<
     };
     let deadline = end.saturating_sub(margin.as_micros() as u64);
     if deadline <= now {
-        bail!(
-            "no time to run anything: the pilot must end in {:.0?}, and the walltime margin \
-             is {margin:?} (lower it with --walltime-margin)",
-            std::time::Duration::from_micros(end.saturating_sub(now))
-        );
+        return Err(PilotError::NoTime {
+            left: Duration::from_micros(end.saturating_sub(now)),
+            margin,
+        });
     }
     Ok(Some(deadline))
 }
@@ -150,18 +146,19 @@ pub struct Pilot {
 impl Pilot {
     /// Creates the pilot directory, starts the root and the local agents.
     pub async fn start(options: PilotOptions) -> Result<Pilot> {
-        saker_transport::crypto::install_crypto_provider()
-            .context("installing the rustls crypto provider")?;
+        saker_transport::crypto::install_crypto_provider()?;
         let journal_dir = options.dir.join(JOURNAL_DIR);
         let (dir, history) = if options.resume {
-            let dir = PilotDir::open(&options.dir).with_context(|| {
-                format!(
-                    "opening pilot directory {} to resume",
-                    options.dir.display()
-                )
+            let dir = PilotDir::open(&options.dir).map_err(|source| PilotError::OpenDir {
+                path: options.dir.clone(),
+                source,
             })?;
-            let history = saker_journal::read_all::<Record>(&journal_dir)
-                .with_context(|| format!("reading the journal in {}", journal_dir.display()))?;
+            let history = saker_journal::read_all::<Record>(&journal_dir).map_err(|source| {
+                PilotError::ReadJournal {
+                    path: journal_dir.clone(),
+                    source,
+                }
+            })?;
             if let Some(torn) = &history.torn_tail {
                 tracing::warn!(segment = %torn.segment.display(), offset = torn.offset,
                     "ignoring a torn last journal record (the previous root stopped mid-write)");
@@ -172,18 +169,19 @@ impl Pilot {
             (dir, history.records)
         } else {
             if journal_dir.exists() {
-                bail!(
-                    "{} already holds a pilot's journal; resume it with --resume, or use a new directory",
-                    options.dir.display()
-                );
+                return Err(PilotError::JournalExists {
+                    path: options.dir.clone(),
+                });
             }
-            let dir = PilotDir::create(&options.dir)
-                .with_context(|| format!("preparing pilot directory {}", options.dir.display()))?;
-            Credentials::generate_into(&dir).context("generating the pilot's certificates")?;
+            let dir = PilotDir::create(&options.dir).map_err(|source| PilotError::CreateDir {
+                path: options.dir.clone(),
+                source,
+            })?;
+            Credentials::generate_into(&dir).map_err(PilotError::GenerateCredentials)?;
             (dir, Vec::new())
         };
         let credentials =
-            Credentials::load(&dir, Role::Root).context("loading root credentials")?;
+            Credentials::load(&dir, Role::Root).map_err(PilotError::LoadCredentials)?;
         let pilot_id = dir.pilot_id().to_string();
 
         let journal = JournalWriter::<Record>::open(
@@ -197,14 +195,14 @@ impl Pilot {
                 ..WriterOptions::default()
             },
         )
-        .context("opening the journal")?;
+        .map_err(PilotError::OpenJournal)?;
         journal
             .append_blocking(vec![Record::PilotStarted {
                 pilot_id: pilot_id.clone(),
                 saker_version: env!("CARGO_PKG_VERSION").to_string(),
                 started_unix_us: Timestamp::now().unix_micros(),
             }])
-            .context("writing the first journal record")?;
+            .map_err(PilotError::OpenJournal)?;
 
         let shutdown = Arc::new(tokio::sync::Notify::new());
         let (restored_tx, restored_rx) = oneshot::channel();
@@ -223,7 +221,7 @@ impl Pilot {
             },
         )
         .await
-        .context("starting the root actor (restoring the journal)")?;
+        .map_err(PilotError::StartRoot)?;
         if let Ok(summary) = restored_rx.await
             && options.resume
         {
@@ -244,7 +242,7 @@ impl Pilot {
                 .ok()
                 .and_then(|h| h.into_string().ok())
                 .unwrap_or_else(|| "localhost".to_string());
-            let ip = crate::agent::host_address(&host).await?;
+            let ip = host_address(&host).await?;
             (IpAddr::V4(Ipv4Addr::UNSPECIFIED), Some(ip))
         } else {
             (IpAddr::V4(Ipv4Addr::LOCALHOST), None)
@@ -268,31 +266,36 @@ impl Pilot {
             options.liveness,
         ));
         let root_file = address_file(dir.path(), Position::Root);
-        publish_address(&root_file, reachable(endpoint.local_addr()?, advertise))
-            .with_context(|| format!("publishing {}", root_file.display()))?;
+        let local = endpoint.local_addr().map_err(PilotError::LocalAddress)?;
+        publish_address(&root_file, reachable(local, advertise)).map_err(|source| {
+            PilotError::PublishAddress {
+                path: root_file.clone(),
+                source,
+            }
+        })?;
 
         let client_server =
             start_client_server(&dir, &credentials, &pilot_id, bind, advertise, root.clone())
                 .await?;
 
-        let exe = agent_executable()?;
+        let command = &options.agent_command;
         let agents = match &options.agents {
-            Agents::Local(shape) => spawn_agents(&exe, dir.path(), shape, &options.liveness)
-                .context("starting agent processes")?,
+            Agents::Local(shape) => spawn_agents(command, dir.path(), shape, &options.liveness)
+                .map_err(PilotError::StartAgents)?,
             Agents::Slurm {
                 allocation,
                 fanout,
                 slots_per_node,
             } => {
                 let step = srun_agents(
-                    &exe,
+                    command,
                     dir.path(),
                     allocation,
                     *fanout,
                     *slots_per_node,
                     &options.liveness,
                 )
-                .context("starting the agents' srun step")?;
+                .map_err(PilotError::StartSrun)?;
                 AgentProcesses::from_children(vec![step])
             }
         };
@@ -313,7 +316,7 @@ impl Pilot {
     pub fn request(&self, request: ClientRequest) -> Result<()> {
         self.root
             .send_message(RootMsg::Client(request))
-            .map_err(|_| anyhow::anyhow!("the root actor has stopped"))
+            .map_err(|_| PilotError::RootStopped)
     }
 
     /// Resolves once a shutdown has been requested (by a client or [`Self::request_shutdown`]).
@@ -410,8 +413,11 @@ async fn start_client_server(
 ) -> Result<ClientServer> {
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(bind, 0))
         .await
-        .context("binding the client socket")?;
-    let address = reachable(listener.local_addr()?, advertise);
+        .map_err(PilotError::ClientSocket)?;
+    let address = reachable(
+        listener.local_addr().map_err(PilotError::ClientSocket)?,
+        advertise,
+    );
     let tls =
         tokio_rustls::TlsAcceptor::from(saker_transport::tls::tls_server_config(credentials)?);
     let (requests, mut incoming) = mpsc::channel::<ClientRequest>(1024);
@@ -430,9 +436,25 @@ async fn start_client_server(
         pid: std::process::id(),
         pilot_id: pilot_id.to_string(),
     }
-    .write(dir)
-    .context("writing the client endpoint file")?;
+    .write(dir)?;
     Ok(ClientServer { server, forwarder })
+}
+
+/// The address of `hostname` as other nodes would dial it.
+pub async fn host_address(hostname: &str) -> Result<IpAddr> {
+    let resolve = |source| PilotError::ResolveHost {
+        host: hostname.to_owned(),
+        source,
+    };
+    let mut addresses = tokio::net::lookup_host((hostname, 0))
+        .await
+        .map_err(resolve)?;
+    addresses
+        .find(|a| a.is_ipv4())
+        .map(|a| a.ip())
+        .ok_or_else(|| PilotError::NoIpv4 {
+            host: hostname.to_owned(),
+        })
 }
 
 /// A random id for this root process's tree.

@@ -1,13 +1,12 @@
 //! Local mode: the agents of an embedded pilot are child processes of this one,
 //! linked to the root over QUIC on loopback exactly as they would be across nodes.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use saker_actors::liveness::Liveness;
-
-use crate::cli::ShapeArgs;
 
 /// How many agents, with how many slots each, in a tree of what fan-out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,34 +25,36 @@ pub enum ShapeError {
     NoFanout,
 }
 
+/// What a shape is built from; `None` takes the machine's defaults (one agent, one
+/// slot per core).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShapeRequest {
+    pub agents: Option<u32>,
+    pub slots: Option<u32>,
+    pub fanout: u32,
+    /// Zero agents is allowed: a root that only queues (agents may join later, or the
+    /// pilot is measured without any).
+    pub allow_none: bool,
+}
+
 impl Shape {
-    /// Defaults from the machine: one agent with one slot per core.
-    pub fn from_args(args: &ShapeArgs) -> Result<Self, ShapeError> {
-        Self::build(args, false)
-    }
-
-    /// As [`Shape::from_args`], but `--agents 0` is allowed: a root that only queues
-    /// (agents may join later, or the pilot is measured without any).
-    pub fn from_args_allowing_none(args: &ShapeArgs) -> Result<Self, ShapeError> {
-        Self::build(args, true)
-    }
-
-    fn build(args: &ShapeArgs, allow_none: bool) -> Result<Self, ShapeError> {
+    /// The shape `request` asks for, with defaults from the machine.
+    pub fn new(request: ShapeRequest) -> Result<Self, ShapeError> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-        let agents = args.agents.unwrap_or(1);
+        let agents = request.agents.unwrap_or(1);
         if agents == 0 {
-            if allow_none {
+            if request.allow_none {
                 return Ok(Shape {
                     slots_per_agent: Vec::new(),
-                    fanout: args.fanout.max(1),
+                    fanout: request.fanout.max(1),
                 });
             }
             return Err(ShapeError::NoAgents);
         }
-        if args.fanout == 0 {
+        if request.fanout == 0 {
             return Err(ShapeError::NoFanout);
         }
-        let slots = args.slots.unwrap_or_else(|| cores.max(agents));
+        let slots = request.slots.unwrap_or_else(|| cores.max(agents));
         if slots < agents {
             return Err(ShapeError::TooFewSlots { slots, agents });
         }
@@ -61,7 +62,7 @@ impl Shape {
         let extra = slots % agents;
         Ok(Shape {
             slots_per_agent: (0..agents).map(|i| base + u32::from(i < extra)).collect(),
-            fanout: args.fanout,
+            fanout: request.fanout,
         })
     }
 
@@ -80,10 +81,30 @@ pub struct AgentProcesses {
     children: Vec<tokio::process::Child>,
 }
 
-/// Starts one `saker agent` process per agent of `shape`. Their diagnostics go to
+/// The program that runs an agent: `program args… --dir DIR --node N …`. For the
+/// `saker` CLI that is `saker agent`; an application that embeds the root names its
+/// own binary and the subcommand that calls into the agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentCommand {
+    pub program: PathBuf,
+    /// Arguments before the agent's own flags (a subcommand, say).
+    pub args: Vec<OsString>,
+}
+
+impl AgentCommand {
+    /// This very executable with `subcommand` (`saker agent`).
+    pub fn current_exe(subcommand: &str) -> std::io::Result<AgentCommand> {
+        Ok(AgentCommand {
+            program: std::env::current_exe()?,
+            args: vec![subcommand.into()],
+        })
+    }
+}
+
+/// Starts one agent process per agent of `shape`. Their diagnostics go to
 /// `DIR/logs/agent-N.log` so they never garble a progress bar.
 pub fn spawn_agents(
-    exe: &Path,
+    command: &AgentCommand,
     dir: &Path,
     shape: &Shape,
     liveness: &Liveness,
@@ -93,8 +114,8 @@ pub fn spawn_agents(
     let mut children = Vec::with_capacity(shape.slots_per_agent.len());
     for (node, slots) in shape.slots_per_agent.iter().enumerate() {
         let log = std::fs::File::create(logs.join(format!("agent-{node}.log")))?;
-        let child = tokio::process::Command::new(exe)
-            .arg("agent")
+        let child = tokio::process::Command::new(&command.program)
+            .args(&command.args)
             .arg("--dir")
             .arg(dir)
             .args(["--node", &node.to_string()])
@@ -154,36 +175,22 @@ pub fn liveness_arguments(liveness: &Liveness) -> [String; 4] {
     ]
 }
 
-/// The binary to start agents from: this executable.
-pub fn agent_executable() -> std::io::Result<PathBuf> {
-    std::env::current_exe()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn args(agents: Option<u32>, slots: Option<u32>, fanout: u32) -> ShapeArgs {
-        ShapeArgs {
+    fn args(agents: Option<u32>, slots: Option<u32>, fanout: u32) -> ShapeRequest {
+        ShapeRequest {
             agents,
             slots,
             fanout,
-            slots_per_node: None,
-            local: false,
-            liveness: crate::cli::LivenessArgs {
-                heartbeat_interval: "1s".into(),
-                heartbeat_timeout: "5s".into(),
-            },
-            stragglers: crate::cli::StragglerArgs {
-                straggler_factor: 1.5,
-                straggler_samples: 5,
-            },
+            allow_none: false,
         }
     }
 
     #[test]
     fn slots_are_spread_evenly_with_the_remainder_first() {
-        let shape = Shape::from_args(&args(Some(3), Some(8), 4)).unwrap();
+        let shape = Shape::new(args(Some(3), Some(8), 4)).unwrap();
         assert_eq!(shape.slots_per_agent, vec![3, 3, 2]);
         assert_eq!(shape.slots(), 8);
     }
@@ -191,19 +198,16 @@ mod tests {
     #[test]
     fn bad_shapes_are_refused_with_the_reason() {
         assert_eq!(
-            Shape::from_args(&args(Some(0), None, 4)),
+            Shape::new(args(Some(0), None, 4)),
             Err(ShapeError::NoAgents)
         );
         assert_eq!(
-            Shape::from_args(&args(Some(4), Some(2), 4)),
+            Shape::new(args(Some(4), Some(2), 4)),
             Err(ShapeError::TooFewSlots {
                 slots: 2,
                 agents: 4
             })
         );
-        assert_eq!(
-            Shape::from_args(&args(None, None, 0)),
-            Err(ShapeError::NoFanout)
-        );
+        assert_eq!(Shape::new(args(None, None, 0)), Err(ShapeError::NoFanout));
     }
 }
