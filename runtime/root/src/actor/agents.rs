@@ -14,11 +14,11 @@ use crate::results::{JobId, ResultRecord, TaskId, TerminalState, Timestamp, loss
 
 impl RootState {
     pub(super) fn on_link_up(&mut self, link: LinkId, tx: LinkTx) {
-        self.links.insert(link, tx);
+        self.port.link_up(link, tx);
     }
 
     pub(super) fn on_link_down(&mut self, link: LinkId, reason: &str) {
-        self.links.remove(&link);
+        self.port.link_down(link);
         let lost: Vec<u32> = {
             let mut lost: Vec<u32> = self
                 .nodes
@@ -48,7 +48,7 @@ impl RootState {
             Ok(loss) => tracing::info!(node, ?loss, "node lost"),
             Err(error) => tracing::debug!(node, %error, "node was not registered with the core"),
         }
-        let end_time = Timestamp::now();
+        let end_time = self.timestamp();
         for (task, attempt) in lost {
             self.note_attempt(
                 task.0,
@@ -183,7 +183,7 @@ impl RootState {
                 .handle_result(AttemptId(result.attempt), outcome, now)
             {
                 Disposition::Accepted { .. } => {
-                    self.details.insert(
+                    self.attempts.details.insert(
                         task,
                         Detail {
                             node: report.node,
@@ -239,9 +239,9 @@ impl RootState {
         };
         let index = entry.array_index(offset);
         let submit_time = Timestamp::from_unix_micros(entry.submitted_us);
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let history = self.history.remove(&task).unwrap_or_default();
+        let seq = self.log.next_seq;
+        self.log.next_seq += 1;
+        let history = self.attempts.history.remove(&task).unwrap_or_default();
         // The core counts attempts since this root started; the history survives a
         // resume, so it is the better count after one.
         let attempts = attempts.max(history.len() as u32 + u32::from(detail.is_some()));
@@ -258,7 +258,7 @@ impl RootState {
             executor: None,
             submit_time,
             start_time: None,
-            end_time: Timestamp::now(),
+            end_time: self.timestamp(),
             stdout: String::new(),
             stderr: String::new(),
             stdout_path: None,
@@ -299,16 +299,16 @@ impl RootState {
                 }
             },
         }
-        self.unjournaled.push(Arc::new(record));
+        self.unjournaled.results.push(Arc::new(record));
     }
 
     /// Keeps (and journals) why an attempt did not count.
     fn note_attempt(&mut self, task: u64, note: AttemptNote) {
-        self.unjournaled_attempts.push(Record::Attempt {
+        self.unjournaled.attempts.push(Record::Attempt {
             task,
             note: note.clone(),
         });
-        self.history.entry(task).or_default().push(note);
+        self.attempts.history.entry(task).or_default().push(note);
     }
 
     fn hostname_of(&self, node: u32) -> String {

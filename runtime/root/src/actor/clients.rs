@@ -6,19 +6,19 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
 
-use saker_core::{JobId as CoreJobId, JobSpec};
+use saker_core::{JobId as CoreJobId, JobSpec, Time};
 use saker_wire::messages::{EnvVar, JobDef};
 use tokio::sync::mpsc;
 
+use super::port::AfterJournal;
 use super::state::{JobEntry, RootState};
 use crate::client::{
     CancelReport, ClientRequest, ErrorKind, NodeLoad, Reply, RequestError, ResultSink, ResultsItem,
     StatusReport, StreamEnd, SubmitReply, SubmittedJob, UnstartedJob, WaitReport,
 };
 use crate::records::Record;
-use crate::results::{JobId, ResultRecord, TaskId, Timestamp};
+use crate::results::{JobId, ResultRecord, TaskId};
 use crate::spec::JobRequest;
 
 /// Inline output kept per stream when a request does not say.
@@ -33,16 +33,16 @@ pub(crate) struct Waiter {
 /// Recent completions, for the rate shown by `status`.
 #[derive(Debug, Default)]
 pub(crate) struct RateWindow {
-    samples: VecDeque<(Instant, u64)>,
+    samples: VecDeque<(Time, u64)>,
 }
 
 impl RateWindow {
-    fn record(&mut self, now: Instant, done: u64) {
+    fn record(&mut self, now: Time, done: u64) {
         self.samples.push_back((now, done));
         while self
             .samples
             .front()
-            .is_some_and(|(t, _)| now.duration_since(*t).as_secs_f64() > 5.0)
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t).as_secs_f64() > 5.0)
         {
             self.samples.pop_front();
         }
@@ -51,7 +51,7 @@ impl RateWindow {
     fn rate(&self) -> f64 {
         match (self.samples.front(), self.samples.back()) {
             (Some((t0, d0)), Some((t1, d1))) if t1 > t0 => {
-                (d1 - d0) as f64 / t1.duration_since(*t0).as_secs_f64()
+                (d1 - d0) as f64 / t1.saturating_duration_since(*t0).as_secs_f64()
             }
             _ => 0.0,
         }
@@ -67,7 +67,7 @@ impl RootState {
         match request {
             ClientRequest::Submit { jobs, reply } => self.on_submit(jobs, reply),
             ClientRequest::Status { reply } => {
-                let report = self.deadline_status.clone();
+                let report = self.walltime.status.clone();
                 let _ = reply.send(Ok(report.unwrap_or_else(|| self.status())));
             }
             ClientRequest::Wait { jobs, reply } => {
@@ -81,7 +81,7 @@ impl RootState {
                     return;
                 }
                 let jobs = jobs.map(|jobs| jobs.into_iter().map(|j| j.0).collect());
-                self.waiters.push(Waiter { jobs, reply });
+                self.log.waiters.push(Waiter { jobs, reply });
                 self.check_waiters();
             }
             ClientRequest::Cancel { jobs, reply } => self.on_cancel(jobs, reply),
@@ -118,7 +118,7 @@ impl RootState {
                 return;
             }
         }
-        let submitted_us = Timestamp::now().unix_micros();
+        let submitted_us = self.timestamp().unix_micros();
         let mut submitted = Vec::with_capacity(requests.len());
         let mut records = Vec::with_capacity(requests.len());
         for request in requests {
@@ -145,13 +145,13 @@ impl RootState {
             });
         }
         // Acknowledged only once durable: an acknowledged submission survives a crash.
-        self.append(records, move |outcome| {
-            let answer = outcome
-                .map(|()| SubmitReply { jobs: submitted })
-                .map_err(|reason| error(ErrorKind::Internal, format!("journal failed: {reason}")));
-            let _ = reply.send(answer);
-            None
-        });
+        self.port.append(
+            records,
+            AfterJournal::Acknowledge {
+                reply,
+                jobs: submitted,
+            },
+        );
     }
 
     /// Queues a validated job in the core and keeps what agents need to run it.
@@ -178,14 +178,14 @@ impl RootState {
             job.failed += failed;
             job.cancelled += cancelled;
         }
-        self.totals.durable += 1;
-        self.totals.failed += u64::from(failed);
-        self.totals.cancelled += u64::from(cancelled);
+        self.log.totals.durable += 1;
+        self.log.totals.failed += u64::from(failed);
+        self.log.totals.cancelled += u64::from(cancelled);
     }
 
     /// Keeps what agents need to run a job the core has accepted.
     pub(super) fn keep_job(&mut self, job: u32, request: &JobRequest, submitted_us: u64) {
-        self.totals.tasks += request.task_count();
+        self.log.totals.tasks += request.task_count();
         let spec = &request.spec;
         let def = JobDef {
             job,
@@ -220,31 +220,34 @@ impl RootState {
     }
 
     pub(super) fn on_durable(&mut self, results: Vec<Arc<ResultRecord>>) {
-        let now = Instant::now();
+        let now = self.now();
         for record in results {
             self.count_durable(&record);
-            self.followers
+            self.log
+                .followers
                 .retain(|sink| sink.send(record.clone()).is_ok());
-            self.results.push(record);
+            self.log.records.push(record);
         }
-        self.rate.record(now, self.results.len() as u64);
+        self.log.rate.record(now, self.log.records.len() as u64);
         self.check_waiters();
     }
 
     pub(super) fn check_waiters(&mut self) {
         let mut index = 0;
-        while index < self.waiters.len() {
-            if self.waiters[index].reply.is_closed() {
-                self.waiters.swap_remove(index);
+        while index < self.log.waiters.len() {
+            if self.log.waiters[index].reply.is_closed() {
+                self.log.waiters.swap_remove(index);
                 continue;
             }
             // A wait for everything is answered from running totals, so it costs
             // nothing per job however many jobs (task-file lines) the pilot holds.
-            let report = match &self.waiters[index].jobs {
-                None => (self.totals.durable >= self.totals.tasks).then(|| WaitReport {
-                    succeeded: self.totals.durable - self.totals.failed - self.totals.cancelled,
-                    failed: self.totals.failed,
-                    cancelled: self.totals.cancelled,
+            let report = match &self.log.waiters[index].jobs {
+                None => (self.log.totals.durable >= self.log.totals.tasks).then(|| WaitReport {
+                    succeeded: self.log.totals.durable
+                        - self.log.totals.failed
+                        - self.log.totals.cancelled,
+                    failed: self.log.totals.failed,
+                    cancelled: self.log.totals.cancelled,
                 }),
                 // Jobs were checked to exist when the wait arrived.
                 Some(jobs) => jobs
@@ -262,7 +265,7 @@ impl RootState {
             };
             match report {
                 Some(report) => {
-                    let waiter = self.waiters.swap_remove(index);
+                    let waiter = self.log.waiters.swap_remove(index);
                     let _ = waiter.reply.send(Ok(report));
                 }
                 None => index += 1,
@@ -288,20 +291,21 @@ impl RootState {
             }
             records.push(Record::Cancel {
                 job: job.0,
-                unix_us: Timestamp::now().unix_micros(),
+                unix_us: self.timestamp().unix_micros(),
             });
         }
-        self.append(records, |_| None);
+        self.port.append(records, AfterJournal::Nothing);
         let _ = reply.send(Ok(CancelReport { cancelled }));
     }
 
     fn on_results(&mut self, from: u64, follow: bool, sink: ResultSink) {
         let start = from.saturating_sub(1) as usize;
-        let history: Vec<Arc<ResultRecord>> = self.results.iter().skip(start).cloned().collect();
-        let next = self.results.len() as u64 + 1;
+        let history: Vec<Arc<ResultRecord>> =
+            self.log.records.iter().skip(start).cloned().collect();
+        let next = self.log.records.len() as u64 + 1;
         let live = follow.then(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            self.followers.push(tx);
+            self.log.followers.push(tx);
             rx
         });
         tokio::spawn(feed_results(history, live, next, sink));
@@ -309,16 +313,16 @@ impl RootState {
 
     pub(super) fn on_shutdown(&mut self) {
         self.shutting_down = true;
-        self.shutdown_signal.notify_one();
+        self.port.shutdown_requested();
         self.broadcast_shutdown();
         // Dropping the live senders ends follow streams with `end`.
-        self.followers.clear();
+        self.log.followers.clear();
     }
 
     pub(super) fn status(&self) -> StatusReport {
         let counts = self.core.counts();
-        let (failed, cancelled) = (self.totals.failed, self.totals.cancelled);
-        let durable = self.totals.durable;
+        let (failed, cancelled) = (self.log.totals.failed, self.log.totals.cancelled);
+        let durable = self.log.totals.durable;
         StatusReport {
             pilot_id: self.pilot_id.clone(),
             queued: counts.queued + counts.delayed,
@@ -333,10 +337,10 @@ impl RootState {
             agents: self.nodes.len() as u32,
             slots: self.nodes.values().map(|n| n.cores).sum(),
             busy_slots: self.nodes.values().map(|n| n.running.min(n.cores)).sum(),
-            rate: self.rate.rate(),
+            rate: self.log.rate.rate(),
             jobs: self.jobs.len() as u64,
             allocation: self.allocation.clone().map(|mut allocation| {
-                let now = Timestamp::now().unix_micros();
+                let now = self.timestamp().unix_micros();
                 allocation.seconds_left = allocation
                     .end_time
                     .map(|end| end.unix_micros().saturating_sub(now) / 1_000_000);
@@ -344,8 +348,8 @@ impl RootState {
             }),
             nodes: self.node_loads(),
             beyond_deadline: counts.beyond_deadline,
-            walltime_reached: self.walltime_reached,
-            unstarted: if self.walltime_reached {
+            walltime_reached: self.walltime.reached,
+            unstarted: if self.walltime.reached {
                 let summary = self.core.unstarted();
                 summary
                     .jobs

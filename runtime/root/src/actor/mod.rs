@@ -9,16 +9,20 @@
 
 mod agents;
 mod clients;
+mod port;
 mod restore;
 mod state;
+#[cfg(test)]
+mod tests;
 mod walltime;
 
 use std::sync::Arc;
 
+pub use port::{ActorPort, AfterJournal, Clock, Port, SystemClock, Wake};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 pub use restore::{RestoreError, RestoreSummary};
 use saker_journal::JournalWriter;
-pub use state::RootState;
+pub use state::{RootState, StateArgs};
 
 use crate::client::ClientRequest;
 use crate::records::Record;
@@ -73,6 +77,42 @@ pub struct RootArgs {
     pub deadline_unix_us: Option<u64>,
 }
 
+/// What the actor does after a message.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Turn {
+    Continue,
+    /// The root cannot go on (its journal failed): stop the actor with this reason.
+    Stop(String),
+}
+
+impl RootState {
+    /// Handles one message, then drains the core's outputs: the whole of one turn of
+    /// the root's loop, whoever drives it.
+    pub fn handle(&mut self, message: RootMsg) -> Turn {
+        match message {
+            RootMsg::LinkUp { link, tx } => self.on_link_up(link, tx),
+            RootMsg::AgentFrame { link, frame } => {
+                self.on_agent_frame(link, frame.route(), frame.payload())
+            }
+            RootMsg::LinkDown { link, reason } => self.on_link_down(link, &reason),
+            RootMsg::Client(request) => self.on_client(request),
+            RootMsg::Durable { results } => self.on_durable(results),
+            RootMsg::JournalFailed { reason } => {
+                // Without a journal nothing more can be acknowledged durably: stop the
+                // pilot rather than pretend. Running tasks are killed by the agents.
+                tracing::error!(%reason, "journal failed; stopping the pilot");
+                self.on_shutdown();
+                return Turn::Stop(format!("journal failed: {reason}"));
+            }
+            RootMsg::Timer => self.on_timer(),
+            RootMsg::Walltime => self.on_walltime(),
+        }
+        self.drain();
+        self.check_exhausted();
+        Turn::Continue
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Root;
 
@@ -90,7 +130,13 @@ impl Actor for Root {
         let records = std::mem::take(&mut args.restore);
         let restored = args.restored.take();
         let deadline = args.deadline_unix_us;
-        let mut state = RootState::new(myself, args);
+        let port = ActorPort::new(myself, args.journal, args.shutdown);
+        let state_args = StateArgs {
+            pilot_id: args.pilot_id,
+            core: args.core,
+            allocation: args.allocation,
+        };
+        let mut state = RootState::new(state_args, Box::new(port), Box::new(SystemClock::new()));
         let summary = state.restore(records)?;
         if let Some(deadline) = deadline {
             state.set_deadline(deadline);
@@ -108,27 +154,9 @@ impl Actor for Root {
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        match message {
-            RootMsg::LinkUp { link, tx } => state.on_link_up(link, tx),
-            RootMsg::AgentFrame { link, frame } => {
-                state.on_agent_frame(link, frame.route(), frame.payload())
-            }
-            RootMsg::LinkDown { link, reason } => state.on_link_down(link, &reason),
-            RootMsg::Client(request) => state.on_client(request),
-            RootMsg::Durable { results } => state.on_durable(results),
-            RootMsg::JournalFailed { reason } => {
-                // Without a journal nothing more can be acknowledged durably: stop the
-                // pilot rather than pretend. Running tasks are killed by the agents.
-                tracing::error!(%reason, "journal failed; stopping the pilot");
-                state.on_shutdown();
-                myself.stop(Some(format!("journal failed: {reason}")));
-                return Ok(());
-            }
-            RootMsg::Timer => state.on_timer(),
-            RootMsg::Walltime => state.on_walltime(),
+        if let Turn::Stop(reason) = state.handle(message) {
+            myself.stop(Some(reason));
         }
-        state.drain();
-        state.check_exhausted();
         Ok(())
     }
 

@@ -159,11 +159,11 @@ impl RootState {
             // A finished task carries its history in its result.
             notes.remove(&record.task.0);
         }
-        self.history = notes;
+        self.attempts.history = notes;
         for record in results {
             self.count_durable(&record);
-            self.next_seq = self.next_seq.max(record.seq + 1);
-            self.results.push(record);
+            self.log.next_seq = self.log.next_seq.max(record.seq + 1);
+            self.log.records.push(record);
             summary.finished += 1;
         }
         for job in cancelled {

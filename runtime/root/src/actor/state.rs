@@ -2,20 +2,18 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use ractor::ActorRef;
-use saker_actors::link::{LinkId, LinkTx};
+use saker_actors::link::LinkId;
 use saker_core::{Core, Event, Time};
-use saker_journal::JournalWriter;
 use saker_wire::messages::{Assignment, Dispatch, JobDef, TaskResult, ToAgent};
 use tokio::sync::mpsc;
 
 use super::clients::{RateWindow, Waiter};
-use super::{RootArgs, RootMsg};
+use super::port::{AfterJournal, Clock, Port, Wake};
 use crate::attempts::AttemptNote;
 use crate::records::Record;
-use crate::results::ResultRecord;
+use crate::results::{ResultRecord, Timestamp};
 use crate::spec::ArraySpec;
 
 /// A submitted job as the root keeps it.
@@ -128,77 +126,116 @@ pub(super) struct Detail {
     pub result: TaskResult,
 }
 
-#[derive(Debug)]
-pub struct RootState {
-    pub(super) myself: ActorRef<RootMsg>,
-    pub(super) pilot_id: String,
-    pub(super) core: Core,
-    epoch: Instant,
-    pub(super) jobs: JobTable,
-    pub(super) nodes: HashMap<u32, NodeEntry>,
-    pub(super) links: HashMap<LinkId, LinkTx>,
-    pub(super) details: HashMap<u64, Detail>,
-    pub(super) journal: Option<JournalWriter<Record>>,
-    /// Records accepted in this turn, journaled together at the end of it.
-    pub(super) unjournaled: Vec<Arc<ResultRecord>>,
-    /// Attempts that ended without counting in this turn, journaled with the above.
-    pub(super) unjournaled_attempts: Vec<Record>,
+/// What attempts left behind that a task's result record will need.
+#[derive(Debug, Default)]
+pub(super) struct AttemptTable {
+    /// The accepted attempt of each task the core has not finished yet.
+    pub details: HashMap<u64, Detail>,
     /// Earlier attempts of tasks not yet finished.
-    pub(super) history: HashMap<u64, Vec<AttemptNote>>,
-    /// Runtime estimate class of each set of tags (sorted), numbered from 1.
-    pub(super) classes: HashMap<Vec<String>, u32>,
-    pub(super) next_seq: u64,
-    /// Durable results in sequence order (seq = position + 1).
-    pub(super) results: Vec<Arc<ResultRecord>>,
-    pub(super) totals: Totals,
-    pub(super) followers: Vec<mpsc::UnboundedSender<Arc<ResultRecord>>>,
-    pub(super) rate: RateWindow,
-    pub(super) waiters: Vec<Waiter>,
-    pub(super) shutting_down: bool,
-    pub(super) shutdown_signal: Arc<tokio::sync::Notify>,
-    pub(super) allocation: Option<crate::client::AllocationStatus>,
-    /// The walltime deadline on the core's clock, if any.
-    pub(super) deadline: Option<Time>,
-    pub(super) walltime_reached: bool,
-    /// `status` as the walltime deadline left the pilot, reported from then on.
-    pub(super) deadline_status: Option<crate::client::StatusReport>,
-    timer_at: Option<Time>,
+    pub history: HashMap<u64, Vec<AttemptNote>>,
 }
 
-impl RootState {
-    pub(super) fn new(myself: ActorRef<RootMsg>, args: RootArgs) -> Self {
-        RootState {
-            myself,
-            pilot_id: args.pilot_id,
-            core: Core::new(args.core),
-            epoch: Instant::now(),
-            jobs: JobTable::default(),
-            nodes: HashMap::new(),
-            links: HashMap::new(),
-            details: HashMap::new(),
-            journal: Some(args.journal),
-            unjournaled: Vec::new(),
-            unjournaled_attempts: Vec::new(),
-            history: HashMap::new(),
-            classes: HashMap::new(),
+/// What this turn produced for the journal; journaled together at the end of it.
+#[derive(Debug, Default)]
+pub(super) struct Unjournaled {
+    pub results: Vec<Arc<ResultRecord>>,
+    /// Attempts that ended without counting.
+    pub attempts: Vec<Record>,
+}
+
+/// Durable results and everything that waits on them.
+#[derive(Debug)]
+pub(super) struct ResultLog {
+    pub next_seq: u64,
+    /// In sequence order (seq = position + 1).
+    pub records: Vec<Arc<ResultRecord>>,
+    pub totals: Totals,
+    pub followers: Vec<mpsc::UnboundedSender<Arc<ResultRecord>>>,
+    pub rate: RateWindow,
+    pub waiters: Vec<Waiter>,
+}
+
+impl Default for ResultLog {
+    fn default() -> Self {
+        ResultLog {
             next_seq: 1,
-            results: Vec::new(),
+            records: Vec::new(),
             totals: Totals::default(),
             followers: Vec::new(),
             rate: RateWindow::default(),
             waiters: Vec::new(),
+        }
+    }
+}
+
+/// The walltime deadline and what reaching it left.
+#[derive(Debug, Default)]
+pub(super) struct Walltime {
+    /// The deadline on the core's clock, if any.
+    pub deadline: Option<Time>,
+    pub reached: bool,
+    /// `status` as the deadline left the pilot, reported from then on.
+    pub status: Option<crate::client::StatusReport>,
+}
+
+/// The root's state: the core and the tables around it. Its side effects go through
+/// [`Port`]; its only clock is [`Clock`]. The actor ([`super::Root`]) is one driver;
+/// the unit tests in `tests.rs` are another.
+#[derive(Debug)]
+pub struct RootState {
+    pub(super) pilot_id: String,
+    pub(super) core: Core,
+    pub(super) port: Box<dyn Port>,
+    pub(super) clock: Box<dyn Clock>,
+    pub(super) jobs: JobTable,
+    pub(super) nodes: HashMap<u32, NodeEntry>,
+    pub(super) attempts: AttemptTable,
+    pub(super) unjournaled: Unjournaled,
+    /// Runtime estimate class of each set of tags (sorted), numbered from 1.
+    pub(super) classes: HashMap<Vec<String>, u32>,
+    pub(super) log: ResultLog,
+    pub(super) shutting_down: bool,
+    pub(super) allocation: Option<crate::client::AllocationStatus>,
+    pub(super) walltime: Walltime,
+    timer_at: Option<Time>,
+}
+
+/// What a root starts from, besides its port and clock.
+#[derive(Debug)]
+pub struct StateArgs {
+    pub pilot_id: String,
+    pub core: saker_core::CoreConfig,
+    /// The batch allocation the pilot runs in, if any (for `status`).
+    pub allocation: Option<crate::client::AllocationStatus>,
+}
+
+impl RootState {
+    pub fn new(args: StateArgs, port: Box<dyn Port>, clock: Box<dyn Clock>) -> Self {
+        RootState {
+            pilot_id: args.pilot_id,
+            core: Core::new(args.core),
+            port,
+            clock,
+            jobs: JobTable::default(),
+            nodes: HashMap::new(),
+            attempts: AttemptTable::default(),
+            unjournaled: Unjournaled::default(),
+            classes: HashMap::new(),
+            log: ResultLog::default(),
             shutting_down: false,
-            shutdown_signal: args.shutdown,
             allocation: args.allocation,
-            deadline: None,
-            walltime_reached: false,
-            deadline_status: None,
+            walltime: Walltime::default(),
             timer_at: None,
         }
     }
 
     pub(super) fn now(&self) -> Time {
-        Time::from_micros(self.epoch.elapsed().as_micros() as u64)
+        self.clock.now()
+    }
+
+    /// Wall-clock time for records people read.
+    pub(super) fn timestamp(&self) -> Timestamp {
+        Timestamp::from_unix_micros(self.clock.unix_micros())
     }
 
     pub(super) fn on_timer(&mut self) {
@@ -229,7 +266,7 @@ impl RootState {
         }
         self.timer_at = Some(at);
         let delay = Duration::from_micros(at.as_micros().saturating_sub(self.now().as_micros()));
-        self.myself.send_after(delay, || RootMsg::Timer);
+        self.port.wake_after(delay, Wake::Timer);
     }
 
     fn send_dispatch(&mut self, dispatch: saker_core::Dispatch) {
@@ -293,18 +330,9 @@ impl RootState {
         }
     }
 
-    /// Encodes and sends a message to `node` over `link`. A link that is gone will be
-    /// reported by its reader; the core then replays what was sent here.
-    pub(super) fn send_to(&self, link: LinkId, node: u32, message: &ToAgent) {
-        let Some(tx) = self.links.get(&link) else {
-            return;
-        };
-        match saker_wire::frame::encode(node, message) {
-            Ok(frame) => {
-                let _ = tx.send(frame);
-            }
-            Err(error) => tracing::error!(%error, node, "could not encode a message for an agent"),
-        }
+    /// Sends a message to `node` over `link` (see [`Port::send`]).
+    pub(super) fn send_to(&mut self, link: LinkId, node: u32, message: &ToAgent) {
+        self.port.send(link, node, message);
     }
 
     fn on_core_event(&mut self, event: Event) {
@@ -316,7 +344,7 @@ impl RootState {
                 state,
                 attempts,
             } => {
-                let detail = self.details.remove(&task.0);
+                let detail = self.attempts.details.remove(&task.0);
                 self.finish_task(task.0, job.0, index, state, attempts, detail);
             }
             Event::CancelAttempt { node, attempt } => {
@@ -334,47 +362,17 @@ impl RootState {
     /// Journals this turn's accepted results as one group; they reach clients when the
     /// journal calls back.
     fn journal_accepted(&mut self) {
-        if self.unjournaled.is_empty() && self.unjournaled_attempts.is_empty() {
+        if self.unjournaled.results.is_empty() && self.unjournaled.attempts.is_empty() {
             return;
         }
-        let results = std::mem::take(&mut self.unjournaled);
-        let mut records = std::mem::take(&mut self.unjournaled_attempts);
+        let results = std::mem::take(&mut self.unjournaled.results);
+        let mut records = std::mem::take(&mut self.unjournaled.attempts);
         records.extend(results.iter().map(|r| Record::Result(Arc::clone(r))));
-        self.append(records, move |outcome| {
-            Some(match outcome {
-                Ok(()) => RootMsg::Durable { results },
-                Err(reason) => RootMsg::JournalFailed { reason },
-            })
-        });
-    }
-
-    /// Appends records; once they are durable (or the journal failed) `then` runs on
-    /// the journal's thread and may hand the root a message.
-    pub(super) fn append(
-        &self,
-        records: Vec<Record>,
-        then: impl FnOnce(Result<(), String>) -> Option<RootMsg> + Send + 'static,
-    ) {
-        let myself = self.myself.clone();
-        let Some(journal) = &self.journal else {
-            if let Some(message) = then(Err("journal is closed".into())) {
-                let _ = myself.send_message(message);
-            }
-            return;
-        };
-        journal.append(records, move |outcome| {
-            if let Some(message) = then(outcome.map_err(|error| error.to_string())) {
-                let _ = myself.send_message(message);
-            }
-        });
+        self.port.append(records, AfterJournal::Results(results));
     }
 
     pub(super) fn close_journal(&mut self) {
-        if let Some(journal) = self.journal.take()
-            && let Err(error) = journal.close()
-        {
-            tracing::error!(%error, "closing the journal failed");
-        }
+        self.port.close_journal();
     }
 }
 

@@ -11,26 +11,25 @@ use std::time::Duration;
 
 use saker_core::Time;
 
-use super::RootMsg;
+use super::port::Wake;
 use super::state::RootState;
-use crate::results::Timestamp;
 
 impl RootState {
     /// Sets the deadline (unix µs) and arms the timer that enforces it.
     pub(super) fn set_deadline(&mut self, deadline_unix_us: u64) {
-        let now_unix = Timestamp::now().unix_micros();
+        let now_unix = self.timestamp().unix_micros();
         let left = deadline_unix_us.saturating_sub(now_unix);
         let now = self.now();
         let deadline = Time::from_micros(now.as_micros() + left);
         self.core.handle_deadline(Some(deadline), now);
-        self.deadline = Some(deadline);
-        self.myself
-            .send_after(Duration::from_micros(left), || RootMsg::Walltime);
+        self.walltime.deadline = Some(deadline);
+        self.port
+            .wake_after(Duration::from_micros(left), Wake::Walltime);
     }
 
     /// The deadline has come: stop starting, kill what runs, stop the pilot.
     pub(super) fn on_walltime(&mut self) {
-        if self.walltime_reached {
+        if self.walltime.reached {
             return;
         }
         tracing::info!("walltime deadline reached; stopping running tasks and the pilot");
@@ -41,7 +40,7 @@ impl RootState {
     /// Called after every turn: with a deadline set, once every unfinished task is
     /// held back by it and nothing runs, waiting longer achieves nothing.
     pub(super) fn check_exhausted(&mut self) {
-        if self.deadline.is_none() || self.walltime_reached || self.shutting_down {
+        if self.walltime.deadline.is_none() || self.walltime.reached || self.shutting_down {
             return;
         }
         let counts = self.core.counts();
@@ -56,11 +55,11 @@ impl RootState {
     }
 
     fn stop_for_walltime(&mut self) {
-        self.walltime_reached = true;
+        self.walltime.reached = true;
         // The agents' goodbyes that follow put their stopped attempts back in the
         // queue, where they would read as never started; the picture at the deadline
         // is what the run reports.
-        self.deadline_status = Some(self.status());
+        self.walltime.status = Some(self.status());
         self.on_shutdown();
     }
 }

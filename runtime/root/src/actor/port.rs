@@ -1,0 +1,211 @@
+//! The root's side effects and its clock, behind two small traits so that the root's
+//! logic ([`RootState`](super::RootState)) runs in unit tests without sockets, disks,
+//! timers or a real clock (`tests.rs` drives it through a recording port).
+//!
+//! In a pilot, [`ActorPort`] sends frames over the agents' links, appends to the
+//! journal and arms actor timers; [`SystemClock`] reads the machine's clocks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ractor::ActorRef;
+use saker_actors::link::{LinkId, LinkTx};
+use saker_core::Time;
+use saker_journal::JournalWriter;
+use saker_wire::messages::ToAgent;
+
+use super::RootMsg;
+use crate::client::{ErrorKind, Reply, RequestError, SubmitReply, SubmittedJob};
+use crate::records::Record;
+use crate::results::ResultRecord;
+
+/// Everything the root does to the world outside its own state.
+pub trait Port: std::fmt::Debug + Send + 'static {
+    /// A link to a child agent came up: messages for the nodes behind it go there.
+    fn link_up(&mut self, link: LinkId, tx: LinkTx);
+    /// The link is gone; messages for it are dropped from now on.
+    fn link_down(&mut self, link: LinkId);
+    /// Sends `message` to agent `node` over `link`. A link that is gone is reported
+    /// by its reader, and the core then replays what was sent here, so a send that
+    /// cannot be delivered is dropped.
+    fn send(&mut self, link: LinkId, node: u32, message: &ToAgent);
+    /// Appends `records` to the journal; once they are durable (or the journal
+    /// failed), `after` is finished ([`AfterJournal::finish`]).
+    fn append(&mut self, records: Vec<Record>, after: AfterJournal);
+    /// Hands the root `wake` after `delay`.
+    fn wake_after(&mut self, delay: Duration, wake: Wake);
+    /// A shutdown was requested: the process that runs the pilot may wind down.
+    fn shutdown_requested(&mut self);
+    /// Flushes and closes the journal (the root is stopping).
+    fn close_journal(&mut self);
+}
+
+/// The root's one source of time.
+pub trait Clock: std::fmt::Debug + Send + 'static {
+    /// The monotonic clock the core runs on.
+    fn now(&self) -> Time;
+    /// Wall-clock time, in microseconds since the Unix epoch, for records people read.
+    fn unix_micros(&self) -> u64;
+}
+
+/// What the root asked to be woken for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// The core's next timeout ([`saker_core::Core::poll_timeout`]).
+    Timer,
+    /// The walltime deadline.
+    Walltime,
+}
+
+impl Wake {
+    pub fn message(self) -> RootMsg {
+        match self {
+            Wake::Timer => RootMsg::Timer,
+            Wake::Walltime => RootMsg::Walltime,
+        }
+    }
+}
+
+/// What waits for records to become durable.
+#[derive(Debug)]
+pub enum AfterJournal {
+    /// Nothing (cancellations): a failed append is reported by the next one.
+    Nothing,
+    /// Accepted results, shown to clients once durable.
+    Results(Vec<Arc<ResultRecord>>),
+    /// A submission, acknowledged once durable: an acknowledged job survives a crash.
+    Acknowledge {
+        reply: Reply<SubmitReply>,
+        jobs: Vec<SubmittedJob>,
+    },
+}
+
+impl AfterJournal {
+    /// Finishes what waited, given the journal's outcome. Returns what the root must
+    /// then handle. Runs on the journal's thread in a pilot, so an acknowledgement goes
+    /// to its client without waiting for a turn of the root.
+    pub fn finish(self, outcome: Result<(), String>) -> Option<RootMsg> {
+        match (self, outcome) {
+            (AfterJournal::Nothing, _) => None,
+            (AfterJournal::Results(results), Ok(())) => Some(RootMsg::Durable { results }),
+            (AfterJournal::Results(_), Err(reason)) => Some(RootMsg::JournalFailed { reason }),
+            (AfterJournal::Acknowledge { reply, jobs }, outcome) => {
+                let answer = outcome.map(|()| SubmitReply { jobs }).map_err(|reason| {
+                    RequestError::new(ErrorKind::Internal, format!("journal failed: {reason}"))
+                });
+                let _ = reply.send(answer);
+                None
+            }
+        }
+    }
+}
+
+/// The pilot's port: the agents' links, the journal writer, actor timers.
+#[derive(Debug)]
+pub struct ActorPort {
+    myself: ActorRef<RootMsg>,
+    links: HashMap<LinkId, LinkTx>,
+    journal: Option<JournalWriter<Record>>,
+    shutdown: Arc<tokio::sync::Notify>,
+}
+
+impl ActorPort {
+    pub fn new(
+        myself: ActorRef<RootMsg>,
+        journal: JournalWriter<Record>,
+        shutdown: Arc<tokio::sync::Notify>,
+    ) -> ActorPort {
+        ActorPort {
+            myself,
+            links: HashMap::new(),
+            journal: Some(journal),
+            shutdown,
+        }
+    }
+}
+
+impl Port for ActorPort {
+    fn link_up(&mut self, link: LinkId, tx: LinkTx) {
+        self.links.insert(link, tx);
+    }
+
+    fn link_down(&mut self, link: LinkId) {
+        self.links.remove(&link);
+    }
+
+    fn send(&mut self, link: LinkId, node: u32, message: &ToAgent) {
+        let Some(tx) = self.links.get(&link) else {
+            return;
+        };
+        match saker_wire::frame::encode(node, message) {
+            Ok(frame) => {
+                let _ = tx.send(frame);
+            }
+            Err(error) => tracing::error!(%error, node, "could not encode a message for an agent"),
+        }
+    }
+
+    fn append(&mut self, records: Vec<Record>, after: AfterJournal) {
+        let myself = self.myself.clone();
+        let Some(journal) = &self.journal else {
+            if let Some(message) = after.finish(Err("journal is closed".into())) {
+                let _ = myself.send_message(message);
+            }
+            return;
+        };
+        journal.append(records, move |outcome| {
+            if let Some(message) = after.finish(outcome.map_err(|error| error.to_string())) {
+                let _ = myself.send_message(message);
+            }
+        });
+    }
+
+    fn wake_after(&mut self, delay: Duration, wake: Wake) {
+        self.myself.send_after(delay, move || wake.message());
+    }
+
+    fn shutdown_requested(&mut self) {
+        self.shutdown.notify_one();
+    }
+
+    fn close_journal(&mut self) {
+        if let Some(journal) = self.journal.take()
+            && let Err(error) = journal.close()
+        {
+            tracing::error!(%error, "closing the journal failed");
+        }
+    }
+}
+
+/// The machine's clocks; the monotonic one counts from the root's start.
+#[derive(Debug)]
+pub struct SystemClock {
+    epoch: Instant,
+}
+
+impl SystemClock {
+    pub fn new() -> SystemClock {
+        SystemClock {
+            epoch: Instant::now(),
+        }
+    }
+}
+
+impl Default for SystemClock {
+    fn default() -> Self {
+        SystemClock::new()
+    }
+}
+
+impl Clock for SystemClock {
+    fn now(&self) -> Time {
+        Time::from_micros(u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX))
+    }
+
+    fn unix_micros(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+    }
+}

@@ -1,0 +1,489 @@
+//! The root's logic through a recording port and a manual clock, in the style of
+//! HyperQueue's `TestComm`: no sockets, no disk, no timers. Every message the root
+//! sends is round-tripped through the wire format and every record through the
+//! journal's JSON before a test sees it, so each test also checks the encodings.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use saker_actors::link::{LinkId, LinkTx};
+use saker_core::{CoreConfig, Time};
+use saker_wire::messages::{
+    FromAgent, Hello, Outcome, Output, Report, Started, TaskResult, ToAgent,
+};
+use tokio::sync::oneshot;
+
+use super::port::{AfterJournal, Clock, Port, Wake};
+use super::state::{RootState, StateArgs};
+use super::{RootMsg, Turn};
+use crate::client::{ClientRequest, StatusReport, SubmitReply, WaitReport};
+use crate::records::Record;
+use crate::spec::{ArraySpec, JobRequest, TaskSpec};
+
+const PILOT: &str = "pilot-under-test";
+
+/// What the root did, as the recording port saw it.
+#[derive(Debug, Default)]
+struct Recorded {
+    /// (route, message), decoded from the frames the root encoded.
+    sent: Vec<(u32, ToAgent)>,
+    /// Appends not yet made durable, records decoded from their journal form.
+    appends: Vec<(Vec<Record>, AfterJournal)>,
+    wakes: Vec<(Duration, Wake)>,
+    shutdown_requested: bool,
+    journal_closed: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+struct TestPort(Arc<Mutex<Recorded>>);
+
+impl TestPort {
+    fn with<T>(&self, f: impl FnOnce(&mut Recorded) -> T) -> T {
+        f(&mut self.0.lock().expect("a test thread panicked"))
+    }
+}
+
+impl Port for TestPort {
+    fn link_up(&mut self, _link: LinkId, _tx: LinkTx) {}
+
+    fn link_down(&mut self, _link: LinkId) {}
+
+    fn send(&mut self, _link: LinkId, node: u32, message: &ToAgent) {
+        let bytes = saker_wire::encode(node, message).expect("the root's messages encode");
+        let mut decoder = saker_wire::FrameDecoder::new();
+        decoder.push(&bytes);
+        let frame = decoder
+            .next_frame()
+            .expect("a frame the root encoded decodes")
+            .expect("one whole frame");
+        let decoded = frame.decode::<ToAgent>().expect("and validates");
+        assert_eq!(&decoded, message, "the wire round trip changed a message");
+        self.with(|r| r.sent.push((frame.route, decoded)));
+    }
+
+    fn append(&mut self, records: Vec<Record>, after: AfterJournal) {
+        let decoded = records
+            .iter()
+            .map(|record| {
+                let json = serde_json::to_vec(record).expect("records serialize");
+                serde_json::from_slice::<Record>(&json).expect("and parse back")
+            })
+            .collect();
+        self.with(|r| r.appends.push((decoded, after)));
+    }
+
+    fn wake_after(&mut self, delay: Duration, wake: Wake) {
+        self.with(|r| r.wakes.push((delay, wake)));
+    }
+
+    fn shutdown_requested(&mut self) {
+        self.with(|r| r.shutdown_requested = true);
+    }
+
+    fn close_journal(&mut self) {
+        self.with(|r| r.journal_closed = true);
+    }
+}
+
+/// Monotonic and wall-clock time that move only when a test says so.
+#[derive(Debug, Clone)]
+struct ManualClock(Arc<Mutex<u64>>);
+
+/// The wall clock reads this plus the monotonic clock.
+const UNIX_ORIGIN_US: u64 = 1_700_000_000_000_000;
+
+impl ManualClock {
+    fn advance(&self, by: Duration) {
+        *self.0.lock().expect("a test thread panicked") += by.as_micros() as u64;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Time {
+        Time::from_micros(*self.0.lock().expect("a test thread panicked"))
+    }
+
+    fn unix_micros(&self) -> u64 {
+        UNIX_ORIGIN_US + self.now().as_micros()
+    }
+}
+
+struct Harness {
+    root: RootState,
+    port: TestPort,
+    clock: ManualClock,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let port = TestPort::default();
+        let clock = ManualClock(Arc::new(Mutex::new(0)));
+        let args = StateArgs {
+            pilot_id: PILOT.to_owned(),
+            core: CoreConfig::default(),
+            allocation: None,
+        };
+        let root = RootState::new(args, Box::new(port.clone()), Box::new(clock.clone()));
+        Harness { root, port, clock }
+    }
+
+    fn handle(&mut self, message: RootMsg) -> Turn {
+        self.root.handle(message)
+    }
+
+    /// A frame from an agent on `link`, encoded as the agent would.
+    fn agent_sends(&mut self, link: u64, route: u32, message: &FromAgent) {
+        let bytes = saker_wire::encode(route, message).expect("agent messages encode");
+        let mut decoder = saker_wire::FrameDecoder::new();
+        decoder.push(&bytes);
+        let frame = decoder.next_frame().expect("valid").expect("whole");
+        self.root
+            .on_agent_frame(LinkId(link), frame.route, &frame.payload);
+        self.root.drain();
+    }
+
+    /// Links node `node` (on link `node`) with `cores` cores, as a hello does.
+    fn join(&mut self, node: u32, cores: u32) {
+        let (tx, _rx) = saker_actors::link::channel();
+        self.handle(RootMsg::LinkUp {
+            link: LinkId(u64::from(node)),
+            tx,
+        });
+        self.hello(node, cores, PILOT);
+    }
+
+    fn hello(&mut self, node: u32, cores: u32, pilot_id: &str) {
+        let hello = FromAgent::Hello(Hello {
+            node,
+            hostname: format!("host{node}"),
+            cores,
+            executors: cores,
+            pid: 1000 + node,
+            pilot_id: pilot_id.to_owned(),
+        });
+        self.agent_sends(u64::from(node), node, &hello);
+    }
+
+    fn report(&mut self, node: u32, credit: u32, started: &[(u64, u64)], results: Vec<TaskResult>) {
+        let report = FromAgent::Report(Report {
+            node,
+            credit,
+            started: started
+                .iter()
+                .map(|&(task, attempt)| Started {
+                    task,
+                    attempt,
+                    executor: 0,
+                    at_unix_us: UNIX_ORIGIN_US,
+                })
+                .collect(),
+            results,
+        });
+        self.agent_sends(u64::from(node), node, &report);
+    }
+
+    fn submit(
+        &mut self,
+        jobs: Vec<JobRequest>,
+    ) -> oneshot::Receiver<Result<SubmitReply, crate::client::RequestError>> {
+        let (reply, answer) = oneshot::channel();
+        self.handle(RootMsg::Client(ClientRequest::Submit { jobs, reply }));
+        answer
+    }
+
+    /// Makes every pending append durable, as the journal would, and hands the root
+    /// what waited on them.
+    fn journal_durable(&mut self) -> Vec<Record> {
+        let appends = self.port.with(|r| std::mem::take(&mut r.appends));
+        let mut records = Vec::new();
+        for (batch, after) in appends {
+            records.extend(batch);
+            if let Some(message) = after.finish(Ok(())) {
+                self.handle(message);
+            }
+        }
+        records
+    }
+
+    fn sent(&self) -> Vec<(u32, ToAgent)> {
+        self.port.with(|r| std::mem::take(&mut r.sent))
+    }
+
+    fn status(&mut self) -> StatusReport {
+        let (reply, mut answer) = oneshot::channel();
+        self.handle(RootMsg::Client(ClientRequest::Status { reply }));
+        answer
+            .try_recv()
+            .expect("status answers at once")
+            .expect("ok")
+    }
+}
+
+fn array(argv: &[&str], indices: &str) -> JobRequest {
+    JobRequest {
+        spec: TaskSpec::new(argv.iter().map(|a| (*a).to_owned()).collect()),
+        array: Some(indices.parse::<ArraySpec>().expect("a valid array")),
+        inline_output: None,
+    }
+}
+
+fn single(argv: &[&str]) -> JobRequest {
+    JobRequest {
+        spec: TaskSpec::new(argv.iter().map(|a| (*a).to_owned()).collect()),
+        array: None,
+        inline_output: None,
+    }
+}
+
+fn exited(task: u64, attempt: u64, code: i32) -> TaskResult {
+    TaskResult {
+        task,
+        attempt,
+        executor: 0,
+        outcome: Outcome::Exited { code },
+        start_unix_us: UNIX_ORIGIN_US,
+        end_unix_us: UNIX_ORIGIN_US + 1_000,
+        stdout: Output::default(),
+        stderr: Output::default(),
+    }
+}
+
+/// The (task, attempt) pairs of the dispatches in `sent` for `node`.
+fn assignments(sent: &[(u32, ToAgent)], node: u32) -> Vec<(u64, u64)> {
+    sent.iter()
+        .filter(|(route, _)| *route == node)
+        .filter_map(|(_, message)| match message {
+            ToAgent::Dispatch(dispatch) => Some(dispatch.tasks.iter().map(|a| (a.task, a.attempt))),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+#[tokio::test]
+async fn an_agent_is_welcomed_and_one_of_another_pilot_is_refused() {
+    let mut h = Harness::new();
+    h.join(1, 2);
+    h.hello(2, 2, "some-other-pilot");
+    let sent = h.sent();
+    assert!(
+        matches!(&sent[0], (1, ToAgent::Welcome(w)) if w.node == 1 && w.pilot_id == PILOT),
+        "{sent:?}"
+    );
+    assert!(
+        matches!(&sent[1], (2, ToAgent::Refused { reason }) if reason.contains("some-other-pilot")),
+        "{sent:?}"
+    );
+    assert_eq!(h.status().agents, 1);
+}
+
+#[tokio::test]
+async fn a_submission_is_acknowledged_only_once_it_is_durable() {
+    let mut h = Harness::new();
+    let mut answer = h.submit(vec![array(&["echo", "{index}"], "1-3"), single(&["true"])]);
+    assert!(answer.try_recv().is_err(), "acknowledged before durable");
+    let records = h.journal_durable();
+    let submits: Vec<(u32, u64, u32)> = records
+        .iter()
+        .filter_map(|record| match record {
+            Record::Submit {
+                job,
+                first_task,
+                count,
+                ..
+            } => Some((*job, *first_task, *count)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(submits, vec![(1, 1, 3), (2, 4, 1)]);
+    let reply = answer.try_recv().expect("acknowledged").expect("accepted");
+    let jobs: Vec<(u32, u64, u64)> = reply
+        .jobs
+        .iter()
+        .map(|j| (j.job.0, j.first_task.0, j.count))
+        .collect();
+    assert_eq!(jobs, vec![(1, 1, 3), (2, 4, 1)]);
+}
+
+#[tokio::test]
+async fn a_submission_with_one_bad_job_is_refused_whole() {
+    let mut h = Harness::new();
+    let mut bad = single(&["true"]);
+    bad.spec.cores = 0;
+    let mut answer = h.submit(vec![single(&["true"]), bad]);
+    let error = answer.try_recv().expect("answered at once").unwrap_err();
+    assert!(
+        error.message.contains("job 1 of the submission"),
+        "{error:?}"
+    );
+    assert!(h.journal_durable().is_empty(), "nothing is journaled");
+    assert_eq!(h.status().queued, 0, "nothing is queued");
+}
+
+#[tokio::test]
+async fn credit_brings_work_with_each_job_definition_sent_once_per_node() {
+    let mut h = Harness::new();
+    h.submit(vec![array(&["echo", "{index}"], "10-12")]);
+    h.journal_durable();
+    h.join(1, 2);
+    h.sent();
+    h.report(1, 2, &[], Vec::new());
+    let sent = h.sent();
+    let [(1, ToAgent::Dispatch(first))] = sent.as_slice() else {
+        panic!("one dispatch to node 1: {sent:?}");
+    };
+    assert_eq!(first.jobs.len(), 1);
+    assert_eq!(first.jobs[0].argv, vec!["echo", "{index}"]);
+    let indices: Vec<u32> = first.tasks.iter().map(|t| t.index).collect();
+    assert_eq!(indices, vec![10, 11], "array indices, not offsets");
+    h.report(1, 1, &[], Vec::new());
+    let sent = h.sent();
+    let [(1, ToAgent::Dispatch(second))] = sent.as_slice() else {
+        panic!("one dispatch to node 1: {sent:?}");
+    };
+    assert!(second.jobs.is_empty(), "the node has the job already");
+    assert_eq!(second.tasks[0].index, 12);
+}
+
+#[tokio::test]
+async fn results_reach_waiters_only_once_durable_and_a_duplicate_counts_once() {
+    let mut h = Harness::new();
+    h.submit(vec![single(&["true"])]);
+    h.journal_durable();
+    h.join(1, 1);
+    h.report(1, 1, &[], Vec::new());
+    let [(task, attempt)] = assignments(&h.sent(), 1)[..] else {
+        panic!("one task dispatched");
+    };
+    let (reply, mut waiting) = oneshot::channel::<Result<WaitReport, _>>();
+    h.handle(RootMsg::Client(ClientRequest::Wait { jobs: None, reply }));
+    h.report(1, 0, &[(task, attempt)], vec![exited(task, attempt, 0)]);
+    h.report(1, 0, &[], vec![exited(task, attempt, 0)]);
+    assert!(waiting.try_recv().is_err(), "answered before durable");
+    let results: Vec<Record> = h
+        .journal_durable()
+        .into_iter()
+        .filter(|r| matches!(r, Record::Result(_)))
+        .collect();
+    assert_eq!(results.len(), 1, "one result per task");
+    let report = waiting.try_recv().expect("answered").expect("ok");
+    assert_eq!(
+        report,
+        WaitReport {
+            succeeded: 1,
+            failed: 0,
+            cancelled: 0
+        }
+    );
+    let status = h.status();
+    assert_eq!((status.succeeded, status.duplicates), (1, 1));
+}
+
+#[tokio::test]
+async fn a_lost_link_replays_its_attempts_on_another_node_and_notes_why() {
+    let mut h = Harness::new();
+    h.submit(vec![single(&["sleep", "9"])]);
+    h.journal_durable();
+    h.join(1, 1);
+    h.report(1, 1, &[], Vec::new());
+    let [(task, lost_attempt)] = assignments(&h.sent(), 1)[..] else {
+        panic!("one task dispatched");
+    };
+    h.handle(RootMsg::LinkDown {
+        link: LinkId(1),
+        reason: "connection reset".into(),
+    });
+    h.join(2, 1);
+    h.report(2, 1, &[], Vec::new());
+    let replayed = assignments(&h.sent(), 2);
+    assert_eq!(replayed.len(), 1);
+    assert_eq!(replayed[0].0, task, "the same task");
+    assert_ne!(replayed[0].1, lost_attempt, "a new attempt");
+    h.report(2, 0, &[], vec![exited(task, replayed[0].1, 0)]);
+    let records = h.journal_durable();
+    let note = records.iter().find_map(|r| match r {
+        Record::Attempt { task: t, note } if *t == task => Some(note.clone()),
+        _ => None,
+    });
+    let note = note.expect("the lost attempt is journaled");
+    assert!(note.reason.contains("connection reset"), "{note:?}");
+    let result = records.iter().find_map(|r| match r {
+        Record::Result(result) => Some(result.clone()),
+        _ => None,
+    });
+    let result = result.expect("the task finished");
+    assert_eq!(result.attempts, 2);
+    assert_eq!(result.node.as_deref(), Some("host2"));
+    assert_eq!(result.history.len(), 1);
+}
+
+#[tokio::test]
+async fn an_invalid_frame_loses_its_node_and_nothing_else() {
+    let mut h = Harness::new();
+    h.join(1, 1);
+    h.join(2, 1);
+    h.root
+        .on_agent_frame(LinkId(1), 1, b"not an rkyv archive, not even aligned");
+    h.root.drain();
+    assert_eq!(h.status().agents, 1, "only the sender's node is gone");
+}
+
+#[tokio::test]
+async fn the_walltime_deadline_stops_the_agents_and_status_keeps_its_picture() {
+    let mut h = Harness::new();
+    h.submit(vec![array(&["sleep", "100"], "1-4")]);
+    h.journal_durable();
+    h.join(1, 1);
+    let deadline = UNIX_ORIGIN_US + 10_000_000;
+    h.root.set_deadline(deadline);
+    let wakes = h.port.with(|r| r.wakes.clone());
+    assert!(
+        wakes.contains(&(Duration::from_secs(10), Wake::Walltime)),
+        "{wakes:?}"
+    );
+    h.report(1, 1, &[], Vec::new());
+    let [(task, attempt)] = assignments(&h.sent(), 1)[..] else {
+        panic!("one task dispatched");
+    };
+    h.report(1, 0, &[(task, attempt)], Vec::new());
+    h.clock.advance(Duration::from_secs(10));
+    h.handle(RootMsg::Walltime);
+    let sent = h.sent();
+    assert!(
+        sent.iter()
+            .any(|(node, m)| *node == 1 && matches!(m, ToAgent::Shutdown { .. })),
+        "{sent:?}"
+    );
+    assert!(h.port.with(|r| r.shutdown_requested));
+    let at_deadline = h.status();
+    assert!(at_deadline.walltime_reached);
+    assert_eq!((at_deadline.running, at_deadline.queued), (1, 3));
+    // The agent's goodbye must not change what the deadline left.
+    h.agent_sends(
+        1,
+        1,
+        &FromAgent::Goodbye {
+            node: 1,
+            reason: "shutting down".into(),
+        },
+    );
+    assert_eq!(h.status(), at_deadline);
+}
+
+#[tokio::test]
+async fn a_failed_journal_stops_the_root() {
+    let mut h = Harness::new();
+    h.join(1, 1);
+    let turn = h.handle(RootMsg::JournalFailed {
+        reason: "disk full".into(),
+    });
+    assert_eq!(turn, Turn::Stop("journal failed: disk full".into()));
+    assert!(h.port.with(|r| r.shutdown_requested));
+    assert!(
+        h.sent()
+            .iter()
+            .any(|(_, m)| matches!(m, ToAgent::Shutdown { .. }))
+    );
+    h.root.close_journal();
+    assert!(h.port.with(|r| r.journal_closed));
+}
