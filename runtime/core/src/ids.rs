@@ -2,7 +2,9 @@
 //!
 //! Ids are plain integers wrapped so that a task id can never be passed where an
 //! attempt id is expected. They print as bare numbers so that error messages read
-//! "unknown node 7", not "unknown node NodeId(7)".
+//! "unknown node 7", not "unknown node NodeId(7)". They are the one id vocabulary of
+//! the pilot: with the `rkyv` feature the wire carries them as they are, with `serde`
+//! the root's records and the client protocol do (as bare numbers).
 
 use std::fmt;
 use std::time::Duration;
@@ -10,7 +12,14 @@ use std::time::Duration;
 macro_rules! id_newtype {
     ($(#[$meta:meta])* $name:ident($inner:ty)) => {
         $(#[$meta])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+        #[cfg_attr(feature = "serde", serde(transparent))]
+        #[cfg_attr(
+            feature = "rkyv",
+            derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize),
+            rkyv(derive(Debug, Clone, Copy, PartialEq, Eq, Hash), compare(PartialEq))
+        )]
         pub struct $name(pub $inner);
 
         impl fmt::Display for $name {

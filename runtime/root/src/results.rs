@@ -16,29 +16,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::attempts::AttemptNote;
 
-/// A submitted job (one [`crate::spec::JobRequest`]).
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
-#[serde(transparent)]
-pub struct JobId(pub u32);
-
-/// One task; a job's tasks have consecutive ids starting at its `first_task`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct TaskId(pub u64);
-
-impl fmt::Display for JobId {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(formatter)
-    }
-}
-
-impl fmt::Display for TaskId {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(formatter)
-    }
-}
+/// Jobs and tasks are named by the core's ids (bare numbers in JSON).
+pub use saker_core::{JobId, TaskId};
 
 /// The accepted terminal state of a task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use saker_core::{JobId as CoreJobId, JobSpec, Time};
+use saker_core::{JobSpec, Time};
 use saker_wire::messages::{EnvVar, JobDef};
 use tokio::sync::mpsc;
 
@@ -18,7 +18,7 @@ use crate::client::{
     StatusReport, StreamEnd, SubmitReply, SubmittedJob, UnstartedJob, WaitReport,
 };
 use crate::records::Record;
-use crate::results::{JobId, ResultRecord, TaskId};
+use crate::results::{JobId, ResultRecord};
 use crate::spec::JobRequest;
 
 /// Inline output kept per stream when a request does not say.
@@ -132,8 +132,8 @@ impl RootState {
                 }
             };
             submitted.push(SubmittedJob {
-                job: JobId(job.job.0),
-                first_task: TaskId(job.first_task.0),
+                job: job.job,
+                first_task: job.first_task,
                 count: u64::from(job.count),
             });
             records.push(Record::Submit {
@@ -285,7 +285,7 @@ impl RootState {
         let mut cancelled = 0;
         let mut records = Vec::new();
         for job in jobs {
-            match self.core.handle_cancel_job(CoreJobId(job.0), now) {
+            match self.core.handle_cancel_job(job, now) {
                 Ok(summary) => cancelled += summary.cancelled + summary.attempts_signalled,
                 Err(problem) => tracing::warn!(%problem, job = job.0, "cancel"),
             }
@@ -354,10 +354,7 @@ impl RootState {
                 summary
                     .jobs
                     .into_iter()
-                    .map(|(job, tasks)| UnstartedJob {
-                        job: JobId(job.0),
-                        tasks,
-                    })
+                    .map(|(job, tasks)| UnstartedJob { job, tasks })
                     .collect()
             } else {
                 Vec::new()
