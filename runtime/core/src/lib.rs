@@ -75,15 +75,17 @@ mod ids;
 mod node;
 mod output;
 mod queue;
+mod resources;
 mod scheduler;
 mod speculation;
 mod task;
 
-pub use config::{Backoff, CoreConfig, JobSpec, Speculation};
+pub use config::{Backoff, CoreConfig, JobSpec, Placement, Speculation};
 pub use error::{AttemptError, CancelError, NodeError, RestoreError, SubmitError};
 pub use ids::{AttemptId, JobId, NodeId, TaskId, Time};
 pub use output::{
     Assignment, AttemptOutcome, CancelSummary, Counts, Dispatch, Disposition, EarlierAttempts,
     Event, JobCounts, NodeLoss, SubmittedJob, TaskStatus, TerminalState, UnstartedSummary,
 };
+pub use resources::{MAX_CUSTOM, ResourceKind, Resources};
 pub use scheduler::{ConsistencyError, Core};

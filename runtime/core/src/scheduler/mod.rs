@@ -19,6 +19,7 @@ use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
 use crate::node::Nodes;
 use crate::output::{Counts, Disposition, Event, JobCounts, TaskStatus, TerminalState};
 use crate::queue::{ReadyQueue, ReturnedTask, Taken};
+use crate::resources::Resources;
 use crate::speculation::Stragglers;
 use crate::task::{AttemptRecord, Bucket, JobRecord, Phase, TaskRecord};
 
@@ -144,6 +145,12 @@ fn slot(job: JobId) -> usize {
     job.0 as usize - 1
 }
 
+/// What each task of every job needs, for the ready queue (which keeps needs per job,
+/// not per entry). Only for ids from the core's own queue entries.
+fn needs(jobs: &[JobRecord]) -> impl Fn(JobId) -> Resources + Copy + '_ {
+    move |job| jobs[slot(job)].spec.resources
+}
+
 impl Core {
     /// An empty core: no jobs, no nodes.
     pub fn new(config: CoreConfig) -> Core {
@@ -182,7 +189,7 @@ impl Core {
     pub fn counts(&self) -> Counts {
         Counts {
             nodes: self.nodes.len() as u64,
-            credit: self.nodes.total_credit(),
+            credit: self.nodes.total_credit().saturated(),
             beyond_deadline: self.horizon.held_tasks(),
             ..self.counts
         }
@@ -231,7 +238,7 @@ impl Core {
     }
 
     /// Live node capacity and unused credit, `None` if the node is not live.
-    pub fn node_credit(&self, node: NodeId) -> Option<(u32, u32)> {
+    pub fn node_credit(&self, node: NodeId) -> Option<(Resources, Resources)> {
         self.nodes
             .get(node)
             .map(|record| (record.capacity, record.credit))
@@ -338,16 +345,12 @@ impl Core {
         let not_before = self.now.saturating_add_micros(delay);
         if delay == 0 {
             job.shift(&mut self.counts, from, Bucket::Queued, 1);
-            let (priority, cores) = (job.spec.priority, job.spec.cores);
+            let priority = job.spec.priority;
             record.phase = Phase::Queued;
             self.horizon.push_returned(
                 &mut self.queue,
                 priority,
-                ReturnedTask {
-                    task,
-                    job: job_id,
-                    cores,
-                },
+                ReturnedTask { task, job: job_id },
             );
         } else {
             job.shift(&mut self.counts, from, Bucket::Delayed, 1);
@@ -373,16 +376,12 @@ impl Core {
         }
         self.counts.replays += 1;
         job.shift(&mut self.counts, from, Bucket::Queued, 1);
-        let (priority, cores) = (job.spec.priority, job.spec.cores);
+        let priority = job.spec.priority;
         record.phase = Phase::Queued;
         self.horizon.push_returned(
             &mut self.queue,
             priority,
-            ReturnedTask {
-                task,
-                job: job_id,
-                cores,
-            },
+            ReturnedTask { task, job: job_id },
         );
         Disposition::WillReplay { task }
     }

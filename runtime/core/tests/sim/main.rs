@@ -57,6 +57,7 @@ fn small(seed: u64) -> SimConfig {
         classes: 1,
         slow_fraction: 0.0,
         slow_factor: 1,
+        mix: None,
     }
 }
 
@@ -271,6 +272,7 @@ fn ten_thousand_nodes_one_million_tasks() {
         classes: 1,
         slow_fraction: 0.0,
         slow_factor: 1,
+        mix: None,
     })
     .run();
     assert_eq!(summary.tasks, 1_000_000);
