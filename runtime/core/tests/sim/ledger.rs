@@ -134,6 +134,11 @@ pub struct Ledger {
     pub continued: u64,
     /// Attempts dispatched whose task needs more than cores.
     pub non_core_attempts: u64,
+    /// Speculative copies of such tasks.
+    pub non_core_copies: u64,
+    /// Dispatches after which the node had the cores for one more task like its last
+    /// one but not the rest of what it needs: a kind other than cores bounded it.
+    pub bound_by_other_kinds: u64,
     /// The balances of all live nodes, summed (what [`Counts::credit`] says).
     total_balance: Balance,
 }
@@ -299,6 +304,9 @@ impl Ledger {
                     );
                     self.task_mut(task).state = State::InFlight(original, Some(attempt));
                     self.speculated += 1;
+                    if job.need != Resources::cores(job.need.core_count()) {
+                        self.non_core_copies += 1;
+                    }
                     true
                 }
                 other => panic!("task {task} dispatched while {other:?}"),
@@ -325,6 +333,16 @@ impl Ledger {
         self.total_balance.subtract(&used);
         if let Some(kind) = entry.balance.negative() {
             panic!("node {node} sent work beyond its credit in {kind:?}");
+        }
+        // Invariant: the core sends no empty dispatch (the harness checks it too).
+        let last = dispatch
+            .assignments
+            .last()
+            .expect("a dispatch assigns work");
+        let left = entry.balance.saturated().expect("checked not negative");
+        let need = self.job_need(last.job);
+        if need.core_count() <= left.core_count() && !need.fits_in(&left) {
+            self.bound_by_other_kinds += 1;
         }
     }
 

@@ -12,7 +12,7 @@ use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 use saker_core::{
     AttemptId, AttemptOutcome, Backoff, Core, CoreConfig, Dispatch, Disposition, JobId, JobSpec,
-    NodeId, Placement, Resources, Speculation, Time,
+    NodeId, Placement, ResourceKind, Resources, Speculation, Time,
 };
 
 use crate::ledger::Ledger;
@@ -23,7 +23,8 @@ pub struct SimConfig {
     pub seed: u64,
     pub nodes: u32,
     pub cores_per_node: u32,
-    /// Extra credit an agent asks for beyond its capacity (local prefetch).
+    /// Extra credit an agent asks for beyond its capacity (local prefetch), in cores
+    /// and, on nodes with GPUs, in GPUs.
     pub prefetch: u32,
     pub tasks: u64,
     pub max_array: u32,
@@ -117,8 +118,11 @@ pub struct Summary {
     pub copies_won: u64,
     /// Attempts that failed, were lost or stopped while their task's copy went on.
     pub continued: u64,
-    /// Attempts dispatched whose task needs more than cores.
+    /// Attempts dispatched whose task needs more than cores, speculative copies of
+    /// such tasks, and dispatches that a kind other than cores bounded (see the ledger).
     pub non_core_attempts: u64,
+    pub non_core_copies: u64,
+    pub bound_by_other_kinds: u64,
     pub sweeps: u64,
     /// FNV-1a over every output of the core, for determinism checks.
     pub trace: u64,
@@ -233,7 +237,7 @@ struct Agent {
     /// What the started work needs.
     running_total: Resources,
     /// What the work held (local + running) needs: the core's credit discipline bounds
-    /// it, in every kind, by capacity plus prefetch cores.
+    /// it, in every kind, by its credit limit (capacity plus prefetch).
     held: Resources,
     /// Last delivery time on the agent -> root and root -> agent links.
     up_clock: u64,
@@ -307,6 +311,8 @@ impl World {
                 copies_won: 0,
                 continued: 0,
                 non_core_attempts: 0,
+                non_core_copies: 0,
+                bound_by_other_kinds: 0,
                 sweeps: 0,
                 trace: 0xcbf2_9ce4_8422_2325,
             },
@@ -506,6 +512,8 @@ impl World {
         self.summary.copies_won = self.ledger.copies_won;
         self.summary.continued = self.ledger.continued;
         self.summary.non_core_attempts = self.ledger.non_core_attempts;
+        self.summary.non_core_copies = self.ledger.non_core_copies;
+        self.summary.bound_by_other_kinds = self.ledger.bound_by_other_kinds;
         for agent in &self.agents {
             assert!(
                 agent.running.is_empty() && agent.local.is_empty(),
@@ -821,10 +829,17 @@ impl World {
     }
 
     /// What a node asks for when it joins, and keeps asked for: its capacity plus
-    /// `prefetch` cores (prefetch only in cores, as agents do).
+    /// `prefetch` cores, and as many GPUs if it has any (so that its GPU credit can
+    /// exceed its capacity, and a task needing more GPUs than the node has must still
+    /// not be sent there).
     fn credit_limit(&self, node: NodeId) -> Resources {
         let capacity = self.agents[node.0 as usize].capacity;
-        capacity.saturating_add(Resources::cores(self.config.prefetch))
+        let prefetch = self.config.prefetch;
+        let limit = capacity.saturating_add(Resources::cores(prefetch));
+        match capacity.gpu_count() {
+            0 => limit,
+            gpus => limit.with(ResourceKind::GPUS, gpus + prefetch),
+        }
     }
 
     /// Starts locally queued work in FIFO order while it fits what is idle.
