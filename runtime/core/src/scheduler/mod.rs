@@ -63,22 +63,24 @@ use crate::task::{AttemptRecord, Bucket, JobRecord, Phase, TaskRecord};
 /// * Every submitted task ends in exactly one [`TerminalState`] and produces exactly
 ///   one [`Event::TaskFinished`]; results for attempts that are no longer live are
 ///   dropped ([`Disposition::Duplicate`]).
-/// * A node is never sent more cores of work than the credit it granted.
+/// * A node is never sent more work than the credit it granted, in any resource kind
+///   ([`Resources`]), nor a task whose needs do not fit its capacity.
 /// * Same inputs in the same order produce the same outputs: no hash order leaks.
 ///
 /// # Dispatch policy
 ///
-/// Work is offered to nodes with credit in round-robin order (the order their credit
-/// arrived; a node served goes to the back). A node receives, in queue order, the tasks
-/// that fit its *capacity*, up to its credit and [`CoreConfig::max_bundle`]. If the
-/// first task it could run needs more cores than its current credit, it receives
-/// nothing now (no backfill of narrower tasks past it, so wide tasks are not starved)
-/// and other nodes are tried. Such a node is *parked*: it is offered work again when
-/// its credit grows, or when every node in the rotation has been served and its
-/// credit covers what the queue's head now needs. A task wider than every live node's
-/// capacity is skipped by every node and stays queued until a wide enough node joins
-/// (or its job is cancelled); it does not block narrower work behind it, and the core
-/// is not quiescent while it waits.
+/// Capacity, credit and what a task needs are resource vectors; *fits* and *covers*
+/// mean in every kind. Work is offered to nodes with credit in round-robin order (the
+/// order their credit arrived; a node served goes to the back). A node receives, in
+/// queue order, the tasks that fit its *capacity*, up to its credit and
+/// [`CoreConfig::max_bundle`]. If the first task it could run needs more than its
+/// current credit (in any kind), it receives nothing now (no backfill of narrower
+/// tasks past it, so wide tasks are not starved) and other nodes are tried. Such a
+/// node is *parked*: it is offered work again when its credit grows, or when every
+/// node in the rotation has been served and its credit covers what the queue's head
+/// now needs. A task that fits no live node's capacity is skipped by every node and
+/// stays queued until a node it fits joins (or its job is cancelled); it does not
+/// block narrower work behind it, and the core is not quiescent while it waits.
 ///
 /// With a deadline set, only work that can finish by it is in the queue at all: a job
 /// that stops fitting is taken out whole (held) and the order above applies to the
@@ -88,10 +90,10 @@ use crate::task::{AttemptRecord, Bucket, JobRecord, Phase, TaskRecord};
 ///
 /// Speculative copies of stragglers ([`Speculation`](crate::Speculation)) come last:
 /// only when no node with credit can take queued work, one straggler at a time (oldest
-/// first) gets a copy on the node with the most credit other than its original's,
-/// among nodes whose capacity has nothing runnable in the queue (credit held for a
-/// wide head task is not spent on copies). To search by credit, the rotation's nodes
-/// are parked first; they come back as described above.
+/// first) gets a copy on the node with the most credit (cores first) that covers it
+/// other than its original's, among nodes whose capacity has nothing runnable in the
+/// queue (credit held for a wide head task is not spent on copies). To search by
+/// credit, the rotation's nodes are parked first; they come back as described above.
 #[derive(Debug)]
 pub struct Core {
     config: CoreConfig,
