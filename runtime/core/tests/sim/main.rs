@@ -14,13 +14,15 @@
 //! [`REGRESSION_SEEDS`] once fixed, so it runs on every test run from then on;
 //! `search_for_failing_seeds` looks for such seeds on demand.
 
+mod config;
 mod ledger;
 mod world;
 
 use saker_core::{ResourceKind, Resources, Speculation};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
-use world::{DeadlinePlan, ResourceMix, SimConfig, Summary, World};
+use config::{DeadlinePlan, ResourceMix, SimConfig, Summary};
+use world::World;
 
 /// Soak seeds ([`soak`]) that run on every test run, each with a line on why. A seed
 /// that fails goes in once fixed, with a line on the bug it found.
