@@ -1,14 +1,5 @@
 //! Resource vectors: what a task needs, what a node offers, what credit it grants.
-//!
-//! A [`Resources`] is a fixed array of eight `u32` amounts (cores, GPUs, memory in MiB
-//! and [`MAX_CUSTOM`] custom kinds) rather than a map or a vector: it is `Copy`, never
-//! allocates, compares and orders in a few instructions, and costs 32 bytes wherever
-//! it is kept (a job, a node, a parked-node key). Custom kinds are numbered by the
-//! driver; their names are the driver's business, the core only sees indices.
-//!
-//! Every kind is accounted (credit, capacity, fit), but today only cores are backed by
-//! enforcement on the nodes: agents do not yet pin GPUs or limit memory (a later
-//! issue). The core still never sends a node more than its credit in any kind.
+//! See [`Resources`] for why a fixed array.
 
 use std::fmt;
 
@@ -59,7 +50,17 @@ impl ResourceKind {
     }
 }
 
-/// Amounts of every [`ResourceKind`]; see the module doc for why a fixed array.
+/// Amounts of every [`ResourceKind`]: cores, GPUs, memory in MiB and [`MAX_CUSTOM`]
+/// custom kinds that the driver numbers (their names are the driver's business).
+///
+/// A fixed array of eight `u32`s rather than a map or a vector: it is `Copy`, never
+/// allocates, compares in a few instructions and costs 32 bytes wherever it is kept
+/// (a job, a node's capacity and credit, a parked-node key). The ready queue does not
+/// keep one per entry; it looks a job's up.
+///
+/// Every kind is accounted (capacity, credit, fit), but only cores are enforced on the
+/// nodes today: agents do not yet pin GPUs or limit memory (a later issue). The core
+/// still never sends a node more than its credit in any kind.
 ///
 /// *Fits* means every amount fits: `need.fits_in(&credit)`. The derived order is
 /// lexicographic, cores first, so a set of vectors can key a `BTreeMap`; it is not a
@@ -169,7 +170,7 @@ impl fmt::Display for Resources {
                 (_, Some(index)) => write!(f, "custom#{index}={amount}")?,
                 (ResourceKind::CORES, _) => write!(f, "{amount} core{}", plural(amount))?,
                 (ResourceKind::GPUS, _) => write!(f, "{amount} GPU{}", plural(amount))?,
-                _ => write!(f, "{amount} MiB")?,
+                _ => write!(f, "{amount} MiB")?, // memory, the only kind left
             }
         }
         if first {
