@@ -1,5 +1,7 @@
 //! Configuration of the core and of one job submission.
 
+use crate::resources::{ResourceKind, Resources};
+
 /// Exponential backoff before a failed task is retried: the `n`-th retry of a task
 /// waits `min(base_micros * factor^(n-1), max_micros)`.
 ///
@@ -99,14 +101,32 @@ impl Default for Speculation {
     }
 }
 
+/// Where the tasks of a job run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Placement {
+    /// Each task on one node, needing [`JobSpec::resources`] there.
+    #[default]
+    Single,
+    /// Each task on `nodes` nodes at once, needing [`JobSpec::resources`] on each
+    /// (an MPI-style job run by a group). Not scheduled yet: the core refuses it
+    /// ([`SubmitError::GangUnsupported`](crate::SubmitError::GangUnsupported)).
+    Gang {
+        /// Nodes per task.
+        nodes: u32,
+    },
+}
+
 /// What a submission asks for. One spec describes `count` identical tasks (an array
 /// when `count > 1`); the driver keeps the per-index payloads, the core only schedules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct JobSpec {
     /// Number of tasks (at least 1).
     pub count: u32,
-    /// Cores each task occupies on its node (at least 1).
-    pub cores: u32,
+    /// What each task occupies on its node (at least one core). Every kind counts
+    /// against the node's capacity and credit.
+    pub resources: Resources,
+    /// One node per task (the default), or a gang of nodes.
+    pub placement: Placement,
     /// Higher runs first; equal priorities run in submission order.
     pub priority: i32,
     /// Failures of the task's own making that are retried; one more fails the task.
@@ -128,12 +148,13 @@ pub struct JobSpec {
 }
 
 impl JobSpec {
-    /// One single-core task, priority 0, no retries, default replays, no time limit,
+    /// One single-core task on one node, priority 0, no retries, default replays, no time limit,
     /// class 0, not speculative.
     pub const fn single() -> JobSpec {
         JobSpec {
             count: 1,
-            cores: 1,
+            resources: Resources::cores(1),
+            placement: Placement::Single,
             priority: 0,
             max_retries: 0,
             max_replays: None,
@@ -151,9 +172,22 @@ impl JobSpec {
         }
     }
 
-    /// This spec with `cores` cores per task.
+    /// This spec with `cores` cores per task (other kinds unchanged).
     pub const fn with_cores(self, cores: u32) -> JobSpec {
-        JobSpec { cores, ..self }
+        JobSpec {
+            resources: self.resources.with(ResourceKind::CORES, cores),
+            ..self
+        }
+    }
+
+    /// This spec with `resources` per task.
+    pub const fn with_resources(self, resources: Resources) -> JobSpec {
+        JobSpec { resources, ..self }
+    }
+
+    /// This spec with `placement`.
+    pub const fn with_placement(self, placement: Placement) -> JobSpec {
+        JobSpec { placement, ..self }
     }
 
     /// This spec with `priority`.

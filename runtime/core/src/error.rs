@@ -10,9 +10,15 @@ pub enum SubmitError {
     /// `count` was zero.
     #[error("a job must have at least one task")]
     EmptyJob,
-    /// `cores` was zero.
-    #[error("a task must use at least one core")]
+    /// `resources` asked for no core (whatever else it asked for).
+    #[error("a task must need at least one core")]
     ZeroCores,
+    /// The job asked for a gang placement, which the core does not schedule yet.
+    #[error("gang jobs ({nodes} nodes) cannot be scheduled yet")]
+    GangUnsupported {
+        /// Nodes per task that the job asked for.
+        nodes: u32,
+    },
     /// Every job id has been used.
     #[error("job ids exhausted")]
     JobIdsExhausted,
@@ -61,7 +67,7 @@ pub enum NodeError {
         /// The node.
         node: NodeId,
     },
-    /// A node must offer at least one core.
+    /// A node must offer at least one core (whatever else it offers).
     #[error("node {node} offers no cores")]
     ZeroCapacity {
         /// The node.

@@ -2,7 +2,8 @@
 //! when an attempt ends or a node disappears.
 //!
 //! **Owns**: job and task state machines, the ready queue (priority, FIFO, retry
-//! backoff), node credit and capacity accounting, bundled credit-based dispatch,
+//! backoff), resource vectors ([`Resources`]: cores, GPUs, memory, custom kinds) and
+//! node credit and capacity accounting in them, bundled credit-based dispatch,
 //! retry/replay policy, cancellation, the allocation's end (which attempts can still
 //! finish in time, draining), speculative copies of stragglers, and exactly-once
 //! acceptance of results.
@@ -13,8 +14,9 @@
 //! on `thiserror` and nothing else.
 //!
 //! **Start reading** at [`Core`]: its doc says how to drive it (inputs `handle_*`,
-//! outputs `poll_*`, monotonic `now`). Then `queue.rs` (ready-queue order), `node.rs`
-//! (credit, round-robin, parking), `task.rs` (per-job and per-task records),
+//! outputs `poll_*`, monotonic `now`). Then `resources.rs` (what a task needs and a
+//! node offers), `queue.rs` (ready-queue order), `node.rs` (credit, round-robin,
+//! parking), `task.rs` (per-job and per-task records),
 //! `horizon.rs` (the deadline and the work it holds back), `speculation.rs` (runtime
 //! estimates and stragglers). The simulator in
 //! `tests/sim/` drives 10,000 virtual nodes through the public API and checks the
@@ -26,7 +28,7 @@
 //! expanded only when a node takes tasks from it; a task gets a record when it is
 //! dispatched and loses it when it finishes; a finished task is one bit in its job's
 //! bitset (released when the job finishes) plus counters. A million queued array tasks
-//! therefore cost well under a byte each (the memory test measures about 0.25), and the
+//! therefore cost well under a byte each (the memory test measures about 0.3), and the
 //! heavy per-task state (about 155 bytes) is bounded by the work in flight, which the
 //! nodes' credit bounds. The price is that per-task history (which node ran it, exit
 //! details) is not kept here: it leaves in events for the journal to keep.
@@ -57,8 +59,12 @@
 //!   ([`Disposition::Continues`]); only the last one's outcome retries or replays.
 //!   [`Counts::speculated`] counts the copies. A copy must fit the deadline like any
 //!   dispatch (a straggler that does not gets none); none while draining.
-//! * **Credit**: a node is never sent more cores than it granted; see [`Core`] for the
-//!   dispatch policy and its head-of-line rule.
+//! * **Resources**: a task ([`JobSpec::resources`], at least one core) runs only on a
+//!   node whose capacity it fits in every kind. Every kind is accounted; only cores
+//!   are enforced on the nodes today. A task runs on one node ([`Placement::Single`]);
+//!   gang jobs ([`Placement::Gang`]) are refused until a later issue schedules them.
+//! * **Credit**: a node is never sent more than it granted, in any kind; see [`Core`]
+//!   for the dispatch policy and its head-of-line rule.
 //! * **Deadline** ([`Core::handle_deadline`]): an attempt is dispatched at `now` only
 //!   if `now + time_limit <= deadline` ([`JobSpec::time_limit`]); without a limit only
 //!   if `now < deadline`. Work that no longer fits stays queued, *held* out of the
@@ -75,15 +81,17 @@ mod ids;
 mod node;
 mod output;
 mod queue;
+mod resources;
 mod scheduler;
 mod speculation;
 mod task;
 
-pub use config::{Backoff, CoreConfig, JobSpec, Speculation};
+pub use config::{Backoff, CoreConfig, JobSpec, Placement, Speculation};
 pub use error::{AttemptError, CancelError, NodeError, RestoreError, SubmitError};
 pub use ids::{AttemptId, JobId, NodeId, TaskId, Time};
 pub use output::{
     Assignment, AttemptOutcome, CancelSummary, Counts, Dispatch, Disposition, EarlierAttempts,
     Event, JobCounts, NodeLoss, SubmittedJob, TaskStatus, TerminalState, UnstartedSummary,
 };
+pub use resources::{MAX_CUSTOM, ResourceKind, Resources};
 pub use scheduler::{ConsistencyError, Core};

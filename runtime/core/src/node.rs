@@ -1,26 +1,33 @@
 //! Live nodes, their credit, and the round-robin rotation that decides which node is
 //! offered work next.
 //!
-//! A node with credit is in exactly one of two places: the *rotation* (a FIFO of nodes
+//! Capacity and credit are [`Resources`]; "covers" and "fits" mean in every kind. A
+//! node with credit is in exactly one of two places: the *rotation* (a FIFO of nodes
 //! to offer work to, in the order their credit arrived; a node that still has credit
 //! after a dispatch goes to the back) or *parked* (it was offered work and could not
-//! take the first task it may run, because that task needs more cores than its
-//! credit). A parked node returns to the rotation when its credit grows. Otherwise it
-//! is only looked at when the rotation has run dry: parked nodes are grouped by
-//! capacity and ordered by credit, so the core asks once per capacity "how many cores
-//! does your first task need?" and takes the parked node with the most credit if it
-//! covers that. Such a node always receives work, so parking never churns: a node is
-//! parked at most once per credit grant, and dispatch costs O(log nodes) amortised
-//! instead of a scan over every node holding a little credit.
+//! take the first task it may run, because that task needs more than its credit). A
+//! parked node returns to the rotation when its credit grows. Otherwise it is only
+//! looked at when the rotation has run dry: parked nodes are grouped by capacity and
+//! ordered by credit, so the core asks once per capacity "what does your first task
+//! need?" and takes the parked node with the most credit that covers that. Such a node
+//! always receives work, so parking never churns: a node is parked at most once per
+//! credit grant, and dispatch costs O(log nodes) amortised instead of a scan over
+//! every node holding a little credit.
 //!
 //! Speculative copies are placed by credit, not in turn: the core parks the whole
 //! rotation ([`Nodes::park_rotation`]) and takes the parked node with the most credit
 //! that is not the original's ([`Nodes::take_for_copy`]).
+//!
+//! "Most credit" is the vectors' lexicographic order, cores first: for cores-only
+//! work exactly the most cores, for other kinds a simple choice (a multi-dimensional
+//! best fit is a later issue). A search never takes a node whose credit does not
+//! cover the need in every kind.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use crate::error::NodeError;
 use crate::ids::{AttemptId, NodeId};
+use crate::resources::{Resources, Totals};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Place {
@@ -33,8 +40,8 @@ enum Place {
 /// One live node.
 #[derive(Debug)]
 pub(crate) struct NodeRecord {
-    pub(crate) capacity: u32,
-    pub(crate) credit: u32,
+    pub(crate) capacity: Resources,
+    pub(crate) credit: Resources,
     /// Distinguishes this life of the node id from earlier ones in the rotation.
     incarnation: u64,
     place: Place,
@@ -50,9 +57,9 @@ pub(crate) struct Nodes {
     /// (node, incarnation); entries of lost or re-placed nodes are skipped when popped.
     rotation: VecDeque<(NodeId, u64)>,
     /// capacity -> (credit, node) of parked nodes.
-    parked: BTreeMap<u32, BTreeSet<(u32, NodeId)>>,
+    parked: BTreeMap<Resources, BTreeSet<(Resources, NodeId)>>,
     next_incarnation: u64,
-    total_credit: u64,
+    total_credit: Totals,
 }
 
 impl Nodes {
@@ -60,8 +67,8 @@ impl Nodes {
         self.map.len()
     }
 
-    pub(crate) fn total_credit(&self) -> u64 {
-        self.total_credit
+    pub(crate) fn total_credit(&self) -> &Totals {
+        &self.total_credit
     }
 
     pub(crate) fn get(&self, node: NodeId) -> Option<&NodeRecord> {
@@ -76,8 +83,8 @@ impl Nodes {
         self.map.iter().map(|(id, record)| (*id, record))
     }
 
-    pub(crate) fn join(&mut self, node: NodeId, capacity: u32) -> Result<(), NodeError> {
-        if capacity == 0 {
+    pub(crate) fn join(&mut self, node: NodeId, capacity: Resources) -> Result<(), NodeError> {
+        if capacity.core_count() == 0 {
             return Err(NodeError::ZeroCapacity { node });
         }
         if self.map.contains_key(&node) {
@@ -88,7 +95,7 @@ impl Nodes {
             node,
             NodeRecord {
                 capacity,
-                credit: 0,
+                credit: Resources::ZERO,
                 incarnation: self.next_incarnation,
                 place: Place::Idle,
                 attempts: BTreeSet::new(),
@@ -98,12 +105,12 @@ impl Nodes {
     }
 
     /// Adds credit (saturating) and puts the node in the rotation if it is not there.
-    pub(crate) fn add_credit(&mut self, node: NodeId, cores: u32) -> Result<(), NodeError> {
+    pub(crate) fn add_credit(&mut self, node: NodeId, credit: Resources) -> Result<(), NodeError> {
         let record = self
             .map
             .get_mut(&node)
             .ok_or(NodeError::UnknownNode { node })?;
-        if cores == 0 {
+        if credit.is_zero() {
             return Ok(());
         }
         if record.place == Place::Parked {
@@ -111,8 +118,13 @@ impl Nodes {
             record.place = Place::Idle;
         }
         let before = record.credit;
-        record.credit = record.credit.saturating_add(cores);
-        self.total_credit += u64::from(record.credit - before);
+        record.credit = record.credit.saturating_add(credit);
+        // Invariant: a saturating sum is never below either term.
+        let added = record
+            .credit
+            .checked_sub(before)
+            .expect("credit only grows");
+        self.total_credit.add(added);
         if record.place == Place::Idle {
             record.place = Place::Rotation;
             self.rotation.push_back((node, record.incarnation));
@@ -126,7 +138,7 @@ impl Nodes {
         if record.place == Place::Parked {
             unpark(&mut self.parked, record.capacity, record.credit, node);
         }
-        self.total_credit -= u64::from(record.credit);
+        self.total_credit.sub(record.credit);
         Some(record)
     }
 
@@ -141,7 +153,8 @@ impl Nodes {
                 continue;
             }
             record.place = Place::Idle;
-            if record.credit == 0 {
+            // Every task needs a core: credit without one cannot take anything.
+            if record.credit.core_count() == 0 {
                 continue;
             }
             return Some(node);
@@ -149,13 +162,18 @@ impl Nodes {
         None
     }
 
-    /// The node was sent work worth `used` cores; back of the rotation if credit is left.
-    pub(crate) fn served(&mut self, node: NodeId, used: u32) {
+    /// The node was sent work worth `used`; back of the rotation if cores are left.
+    pub(crate) fn served(&mut self, node: NodeId, used: Resources) {
         // Invariant: only called for the live node next_in_rotation just returned.
         let record = self.map.get_mut(&node).expect("served node is live");
-        record.credit -= used;
-        self.total_credit -= u64::from(used);
-        if record.credit > 0 {
+        // Invariant: callers take `used` out of this node's credit (queue take, copy
+        // placement), so it fits.
+        record.credit = record
+            .credit
+            .checked_sub(used)
+            .expect("work sent fits the credit");
+        self.total_credit.sub(used);
+        if record.credit.core_count() > 0 {
             record.place = Place::Rotation;
             self.rotation.push_back((node, record.incarnation));
         }
@@ -175,26 +193,32 @@ impl Nodes {
 
     /// Takes out of the parking the node that can take work now, if any: per capacity
     /// class (smallest capacity first, keeping wide nodes for wide tasks), the parked
-    /// node with the most credit, if that credit covers what the class needs next
-    /// (`need(capacity)`, `None` if nothing fits it). Ties go to the lower node id.
-    /// The caller must then call [`Nodes::served`] or [`Nodes::park`] for it.
-    pub(crate) fn unpark_one(&mut self, need: impl Fn(u32) -> Option<u32>) -> Option<NodeId> {
+    /// node with the most credit among those whose credit covers what the class needs
+    /// next (`need(capacity)`, `None` if nothing fits it). Ties go to the lower node
+    /// id. The caller must then call [`Nodes::served`] or [`Nodes::park`] for it.
+    pub(crate) fn unpark_one(
+        &mut self,
+        need: impl Fn(&Resources) -> Option<Resources>,
+    ) -> Option<NodeId> {
         let mut chosen = None;
         for (capacity, parked) in &self.parked {
-            let Some(need) = need(*capacity) else {
+            let Some(need) = need(capacity) else {
                 continue;
             };
-            let Some(&(credit, _)) = parked.last() else {
+            // Credit that covers `need` is not below it in the order, so the search
+            // starts there. Cores-only, the first node looked at covers it.
+            let Some(&(credit, _)) = parked
+                .range((need, NodeId(0))..)
+                .rev()
+                .find(|(credit, _)| need.fits_in(credit))
+            else {
                 continue;
             };
-            if credit < need {
-                continue;
-            }
-            // The lowest id among those with the most credit.
+            // The lowest id among those with that credit.
             let key = *parked
                 .range((credit, NodeId(0))..)
                 .next()
-                .expect("the maximum is in range");
+                .expect("the credit found is in range");
             chosen = Some((*capacity, key));
             break;
         }
@@ -215,32 +239,34 @@ impl Nodes {
         }
     }
 
-    /// Takes out of the parking a node for a speculative copy of `cores` cores whose
-    /// original runs on `original`: per capacity class of at least `cores` cores
-    /// (smallest first, keeping wide nodes for wide tasks) that `spare(capacity)`
-    /// allows, the parked node other than `original` with the most credit, if that
-    /// covers `cores`. Ties go to the higher node id. The caller must then call
-    /// [`Nodes::served`] for it. O(capacity classes).
+    /// Takes out of the parking a node for a speculative copy needing `need` whose
+    /// original runs on `original`: per capacity class that `need` fits (smallest
+    /// first, keeping wide nodes for wide tasks) and that `spare(capacity)` allows, the
+    /// parked node other than `original` with the most credit among those whose credit
+    /// covers `need`. Ties go to the higher node id. The caller must then call
+    /// [`Nodes::served`] for it. O(capacity classes) for cores-only work.
     pub(crate) fn take_for_copy(
         &mut self,
-        cores: u32,
+        need: Resources,
         original: NodeId,
-        spare: impl Fn(u32) -> bool,
+        spare: impl Fn(&Resources) -> bool,
     ) -> Option<NodeId> {
         let mut chosen = None;
-        for (capacity, parked) in self.parked.range(cores..) {
-            if !spare(*capacity) {
+        // A capacity that `need` fits is not below it in the order.
+        for (capacity, parked) in self.parked.range(need..) {
+            if !need.fits_in(capacity) || !spare(capacity) {
                 continue;
             }
-            // At most two steps: the original is one node.
-            let Some(&(credit, node)) = parked.iter().rev().find(|(_, node)| *node != original)
+            // Cores-only, at most two steps: the original is one node.
+            let Some(&(credit, node)) = parked
+                .range((need, NodeId(0))..)
+                .rev()
+                .find(|(credit, node)| *node != original && need.fits_in(credit))
             else {
                 continue;
             };
-            if credit >= cores {
-                chosen = Some((*capacity, credit, node));
-                break;
-            }
+            chosen = Some((*capacity, credit, node));
+            break;
         }
         let (capacity, credit, node) = chosen?;
         unpark(&mut self.parked, capacity, credit, node);
@@ -251,7 +277,7 @@ impl Nodes {
     }
 
     /// The capacities of parked nodes, each once, ascending.
-    pub(crate) fn parked_capacities(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn parked_capacities(&self) -> impl Iterator<Item = Resources> + '_ {
         self.parked.keys().copied()
     }
 
@@ -271,14 +297,14 @@ impl Nodes {
         self.map.capacity() * per_node
             + attempts
             + self.rotation.capacity() * size_of::<(NodeId, u64)>()
-            + self.placed().1 * (size_of::<(u32, NodeId)>() + 8)
+            + self.placed().1 * (size_of::<(Resources, NodeId)>() + 8)
     }
 }
 
 fn unpark(
-    parked: &mut BTreeMap<u32, BTreeSet<(u32, NodeId)>>,
-    capacity: u32,
-    credit: u32,
+    parked: &mut BTreeMap<Resources, BTreeSet<(Resources, NodeId)>>,
+    capacity: Resources,
+    credit: Resources,
     node: NodeId,
 ) {
     if let Some(set) = parked.get_mut(&capacity) {

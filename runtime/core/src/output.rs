@@ -1,6 +1,7 @@
 //! What the core hands back: dispositions of inputs, dispatches, events and counters.
 
 use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
+use crate::resources::Resources;
 
 /// A job accepted by [`Core::handle_submit`](crate::Core::handle_submit). Its tasks are
 /// `first_task .. first_task + count`; task `first_task + i` has index `i`.
@@ -94,7 +95,8 @@ pub enum Disposition {
     UnknownAttempt,
 }
 
-/// Work for one node. Sent as one frame; its cores were covered by the node's credit.
+/// Work for one node. Sent as one frame; its resources were covered by the node's
+/// credit in every kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dispatch {
     /// The node to run the assignments.
@@ -111,7 +113,7 @@ pub struct Assignment {
     pub task: TaskId,
     /// The fresh attempt id the node must report the result under.
     pub attempt: AttemptId,
-    /// The task's job (its spec says what to run and how many cores).
+    /// The task's job (its spec says what to run and what it needs).
     pub job: JobId,
     /// The task's index within the job.
     pub index: u32,
@@ -164,8 +166,8 @@ pub struct NodeLoss {
     pub cancelled: u32,
     /// Attempts whose task carries on with its speculative copy on another node.
     pub continued: u32,
-    /// Credit the node held that vanished with it (cores).
-    pub credit_dropped: u32,
+    /// Credit the node held that vanished with it.
+    pub credit_dropped: Resources,
 }
 
 /// What [`Core::handle_cancel_job`](crate::Core::handle_cancel_job) did.
@@ -256,8 +258,9 @@ pub struct Counts {
     pub speculated: u64,
     /// Live nodes.
     pub nodes: u64,
-    /// Credit (cores) granted by live nodes and not yet used by a dispatch.
-    pub credit: u64,
+    /// Credit granted by live nodes and not yet used by a dispatch, per kind (capped
+    /// at `u32::MAX`: memory over thousands of nodes can reach it).
+    pub credit: Resources,
     /// Queued tasks (part of `queued`) held back because they cannot finish by the
     /// deadline ([`Core::handle_deadline`](crate::Core::handle_deadline)). They wait for
     /// a later deadline or a continuation allocation; they are not failed.

@@ -10,18 +10,22 @@
 //!
 //! The fresh lane holds one *range* per job (job, next index, end), expanded only as
 //! tasks are taken, so a queued array of a million tasks is one entry.
+//!
+//! Entries do not carry what their tasks need: a 32-byte [`Resources`] would triple a
+//! returned task (16 bytes), and a mass node loss returns hundreds of thousands. The
+//! caller passes `needs`, which looks the job's resources up (one per job).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::ids::{JobId, TaskId};
+use crate::resources::Resources;
 
 /// A task back in the queue after an attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ReturnedTask {
     pub(crate) task: TaskId,
     pub(crate) job: JobId,
-    pub(crate) cores: u32,
 }
 
 /// The not-yet-dispatched tasks `next..end` of a job.
@@ -30,7 +34,6 @@ pub(crate) struct FreshRange {
     pub(crate) job: JobId,
     pub(crate) next: u32,
     pub(crate) end: u32,
-    pub(crate) cores: u32,
 }
 
 /// What one [`ReadyQueue::take`] step removed.
@@ -63,7 +66,7 @@ struct Position {
     priority: i32,
     lane: Lane,
     index: usize,
-    cores: u32,
+    need: Resources,
 }
 
 /// Priority levels of return and fresh lanes. See the module doc for the order.
@@ -110,60 +113,71 @@ impl ReadyQueue {
             .push_back(task);
     }
 
-    /// The first entry, in queue order, whose tasks fit a node of `capacity` cores.
-    fn first_fitting(&self, capacity: u32) -> Option<Position> {
+    /// The first entry, in queue order, whose tasks fit a node of `capacity`.
+    fn first_fitting(
+        &self,
+        capacity: &Resources,
+        needs: impl Fn(JobId) -> Resources,
+    ) -> Option<Position> {
         for (Reverse(priority), level) in &self.levels {
             let returned = level
                 .returned
                 .iter()
                 .enumerate()
-                .map(|(index, task)| (Lane::Returned, index, task.cores));
+                .map(|(index, task)| (Lane::Returned, index, task.job));
             let fresh = level
                 .fresh
                 .iter()
                 .enumerate()
-                .map(|(index, range)| (Lane::Fresh, index, range.cores));
-            if let Some((lane, index, cores)) = returned
+                .map(|(index, range)| (Lane::Fresh, index, range.job));
+            if let Some((lane, index, need)) = returned
                 .chain(fresh)
-                .find(|&(_, _, cores)| cores <= capacity)
+                .map(|(lane, index, job)| (lane, index, needs(job)))
+                .find(|(_, _, need)| need.fits_in(capacity))
             {
                 return Some(Position {
                     priority: *priority,
                     lane,
                     index,
-                    cores,
+                    need,
                 });
             }
         }
         None
     }
 
-    /// Cores of the first task a node of `capacity` cores would be offered, if any.
-    pub(crate) fn need(&self, capacity: u32) -> Option<u32> {
-        self.first_fitting(capacity).map(|position| position.cores)
+    /// What the first task a node of `capacity` would be offered needs, if any.
+    pub(crate) fn need(
+        &self,
+        capacity: &Resources,
+        needs: impl Fn(JobId) -> Resources,
+    ) -> Option<Resources> {
+        self.first_fitting(capacity, needs)
+            .map(|position| position.need)
     }
 
-    /// Takes, in queue order, tasks for a node of `capacity` cores with `credit` cores
-    /// of credit, at most `limit` tasks. Entries too wide for the node's capacity are
-    /// skipped; an entry that fits the capacity but not the remaining credit stops the
+    /// Takes, in queue order, tasks for a node of `capacity` with `credit`, at most
+    /// `limit` tasks. Entries that do not fit the node's capacity are skipped; an entry
+    /// that fits the capacity but not the remaining credit (in any kind) stops the
     /// take (no backfill past it, so wide tasks are not starved by narrow ones).
-    /// Appends to `out` and returns the credit used.
+    /// Appends to `out` and returns the credit used, which always fits in `credit`.
     pub(crate) fn take(
         &mut self,
-        capacity: u32,
-        credit: u32,
+        capacity: &Resources,
+        credit: Resources,
         limit: usize,
+        needs: impl Fn(JobId) -> Resources,
         out: &mut Vec<Taken>,
-    ) -> u32 {
+    ) -> Resources {
         let mut left = credit;
         let mut taken = 0usize;
         while taken < limit {
-            let Some(position) = self.first_fitting(capacity) else {
+            let Some(position) = self.first_fitting(capacity, &needs) else {
                 break;
             };
-            if position.cores > left {
+            let Some(after_one) = left.checked_sub(position.need) else {
                 break;
-            }
+            };
             let key = Reverse(position.priority);
             // Invariant: first_fitting returned a position inside this level.
             let level = self.levels.get_mut(&key).expect("position names a level");
@@ -175,13 +189,14 @@ impl ReadyQueue {
                         .expect("position names a returned task");
                     out.push(Taken::Returned(task));
                     taken += 1;
-                    left -= position.cores;
+                    left = after_one;
                     self.tasks -= 1;
                     self.entries -= 1;
                 }
                 Lane::Fresh => {
                     let range = &mut level.fresh[position.index];
-                    let by_credit = left / position.cores;
+                    // At least one: `after_one` exists.
+                    let by_credit = position.need.times_in(&left);
                     let amount = (range.end - range.next)
                         .min(by_credit)
                         .min(u32::try_from(limit - taken).unwrap_or(u32::MAX));
@@ -192,7 +207,10 @@ impl ReadyQueue {
                     });
                     range.next += amount;
                     taken += amount as usize;
-                    left -= amount * position.cores;
+                    // Invariant: `amount` copies fit in `left` (times_in).
+                    left = left
+                        .checked_sub(position.need.saturating_mul(amount))
+                        .expect("taken tasks fit the credit left");
                     self.tasks -= u64::from(amount);
                     if range.next == range.end {
                         level.fresh.remove(position.index);
@@ -204,7 +222,10 @@ impl ReadyQueue {
                 self.levels.remove(&key);
             }
         }
-        credit - left
+        // Invariant: `left` only ever shrank from `credit`.
+        credit
+            .checked_sub(left)
+            .expect("used credit fits the credit")
     }
 
     /// Removes every entry of `job` (queued at `priority`): its fresh range, if any, and
@@ -339,33 +360,40 @@ impl ReadyQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resources::ResourceKind;
 
-    fn fresh(job: u32, count: u32, cores: u32) -> FreshRange {
+    fn fresh(job: u32, count: u32) -> FreshRange {
         FreshRange {
             job: JobId(job),
             next: 0,
             end: count,
-            cores,
         }
+    }
+
+    fn one_core(_: JobId) -> Resources {
+        Resources::cores(1)
+    }
+
+    fn cores(n: u32) -> Resources {
+        Resources::cores(n)
     }
 
     #[test]
     fn take_orders_by_priority_then_lane_then_fifo() {
         let mut queue = ReadyQueue::default();
-        queue.push_fresh(0, fresh(1, 2, 1));
-        queue.push_fresh(5, fresh(2, 1, 1));
-        queue.push_fresh(0, fresh(3, 1, 1));
+        queue.push_fresh(0, fresh(1, 2));
+        queue.push_fresh(5, fresh(2, 1));
+        queue.push_fresh(0, fresh(3, 1));
         queue.push_returned(
             0,
             ReturnedTask {
                 task: TaskId(99),
                 job: JobId(4),
-                cores: 1,
             },
         );
         let mut out = Vec::new();
-        let used = queue.take(8, 100, 100, &mut out);
-        assert_eq!(used, 5);
+        let used = queue.take(&cores(8), cores(100), 100, one_core, &mut out);
+        assert_eq!(used, cores(5));
         assert_eq!(
             out,
             vec![
@@ -377,7 +405,6 @@ mod tests {
                 Taken::Returned(ReturnedTask {
                     task: TaskId(99),
                     job: JobId(4),
-                    cores: 1
                 }),
                 Taken::Fresh {
                     job: JobId(1),
@@ -398,12 +425,16 @@ mod tests {
     #[test]
     fn take_skips_too_wide_entries_but_blocks_on_credit() {
         let mut queue = ReadyQueue::default();
-        queue.push_fresh(0, fresh(1, 1, 16));
-        queue.push_fresh(0, fresh(2, 3, 4));
-        queue.push_fresh(0, fresh(3, 5, 1));
+        queue.push_fresh(0, fresh(1, 1));
+        queue.push_fresh(0, fresh(2, 3));
+        queue.push_fresh(0, fresh(3, 5));
+        let needs = |job: JobId| cores([16, 4, 1][job.0 as usize - 1]);
         let mut out = Vec::new();
         // Capacity 8: job 1 never fits and is skipped; job 2 needs 4 per task.
-        assert_eq!(queue.take(8, 6, 100, &mut out), 4);
+        assert_eq!(
+            queue.take(&cores(8), cores(6), 100, needs, &mut out),
+            cores(4)
+        );
         assert_eq!(
             out,
             vec![Taken::Fresh {
@@ -413,30 +444,73 @@ mod tests {
             }]
         );
         // Remaining credit 2 < 4: no backfill from job 3.
-        assert_eq!(queue.need(8), Some(4));
-        assert_eq!(queue.need(64), Some(16));
-        assert_eq!(queue.need(2), Some(1));
+        assert_eq!(queue.need(&cores(8), needs), Some(cores(4)));
+        assert_eq!(queue.need(&cores(64), needs), Some(cores(16)));
+        assert_eq!(queue.need(&cores(2), needs), Some(cores(1)));
         assert_eq!(queue.entries(), 3);
         assert_eq!(queue.tasks(), 8);
     }
 
     #[test]
+    fn take_needs_every_kind_to_fit_capacity_and_credit() {
+        let gpu = |n: u32| Resources::cores(1).with(ResourceKind::GPUS, n);
+        let needs = |job: JobId| match job.0 {
+            1 => gpu(4),
+            2 => gpu(1),
+            _ => cores(1),
+        };
+        let mut queue = ReadyQueue::default();
+        queue.push_fresh(0, fresh(1, 1));
+        queue.push_fresh(0, fresh(2, 5));
+        queue.push_fresh(0, fresh(3, 5));
+        let node = cores(8).with(ResourceKind::GPUS, 2);
+        // Job 1 needs more GPUs than the node has: skipped. Job 2 is bounded by the
+        // node's 2 GPUs of credit, not its 8 cores, and then blocks job 3.
+        let mut out = Vec::new();
+        let used = queue.take(&node, node, 100, needs, &mut out);
+        assert_eq!(used, gpu(2).with(ResourceKind::CORES, 2));
+        assert_eq!(
+            out,
+            vec![Taken::Fresh {
+                job: JobId(2),
+                start: 0,
+                end: 2
+            }]
+        );
+        assert_eq!(queue.need(&node, needs), Some(gpu(1)));
+        // A node without GPUs only sees job 3.
+        assert_eq!(queue.need(&cores(8), needs), Some(cores(1)));
+        out.clear();
+        assert_eq!(
+            queue.take(&cores(8), cores(3), 100, needs, &mut out),
+            cores(3)
+        );
+        assert_eq!(
+            out,
+            vec![Taken::Fresh {
+                job: JobId(3),
+                start: 0,
+                end: 3
+            }]
+        );
+    }
+
+    #[test]
     fn remove_job_takes_range_and_returned_tasks() {
         let mut queue = ReadyQueue::default();
-        queue.push_fresh(1, fresh(1, 10, 1));
-        queue.push_fresh(1, fresh(2, 10, 1));
+        queue.push_fresh(1, fresh(1, 10));
+        queue.push_fresh(1, fresh(2, 10));
         for task in [7, 8] {
             queue.push_returned(
                 1,
                 ReturnedTask {
                     task: TaskId(task),
                     job: JobId(1),
-                    cores: 1,
                 },
             );
         }
         let (range, returned) = queue.remove_job(JobId(1), 1);
-        assert_eq!(range, Some(fresh(1, 10, 1)));
+        assert_eq!(range, Some(fresh(1, 10)));
         assert_eq!(returned.len(), 2);
         assert_eq!(queue.tasks(), 10);
         assert_eq!(queue.entries(), 1);
@@ -447,16 +521,15 @@ mod tests {
     fn removed_jobs_are_restored_in_submission_order() {
         let mut queue = ReadyQueue::default();
         for job in 1..=5 {
-            queue.push_fresh(0, fresh(job, 2, 1));
+            queue.push_fresh(0, fresh(job, 2));
         }
         let returned = ReturnedTask {
             task: TaskId(50),
             job: JobId(2),
-            cores: 1,
         };
         queue.push_returned(0, returned);
         let (ranges, tasks) = queue.remove_jobs(0, |job| job.0 % 2 == 0);
-        assert_eq!(ranges, vec![fresh(2, 2, 1), fresh(4, 2, 1)]);
+        assert_eq!(ranges, vec![fresh(2, 2), fresh(4, 2)]);
         assert_eq!(tasks, vec![returned]);
         assert_eq!((queue.entries(), queue.tasks()), (3, 6));
         queue.restore(0, ranges, tasks);

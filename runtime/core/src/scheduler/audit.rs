@@ -7,6 +7,7 @@ use super::{Core, PendingEvent, slot};
 use crate::horizon::last_start;
 use crate::ids::{AttemptId, JobId, TaskId, Time};
 use crate::output::Counts;
+use crate::resources::{Resources, Totals};
 use crate::task::{AttemptRecord, CopyState, JobRecord, Phase, TaskRecord};
 
 /// Two pieces of the core's bookkeeping disagree: a bug in the core.
@@ -45,6 +46,14 @@ pub enum ConsistencyError {
         attempt: AttemptId,
         /// What is wrong.
         problem: &'static str,
+    },
+    /// The nodes' credit does not add up to the total kept.
+    #[error("credit: nodes add up to {counted}, total says {recorded}")]
+    CreditMismatch {
+        /// What the nodes' credit adds up to (capped at `u32::MAX` per kind).
+        counted: Resources,
+        /// What the total says (capped likewise).
+        recorded: Resources,
     },
     /// The straggler index contradicts itself.
     #[error("straggler index: {problem}")]
@@ -208,12 +217,16 @@ impl Core {
                 }
             }
         }
-        let credit: u64 = self
-            .nodes
-            .iter()
-            .map(|(_, node)| u64::from(node.credit))
-            .sum();
-        expect_equal("credit", credit, self.nodes.total_credit())?;
+        let mut credit = Totals::default();
+        for (_, node) in self.nodes.iter() {
+            credit.add(node.credit);
+        }
+        if credit != *self.nodes.total_credit() {
+            return Err(ConsistencyError::CreditMismatch {
+                counted: credit.saturated(),
+                recorded: self.nodes.total_credit().saturated(),
+            });
+        }
         expect_equal(
             "queued tasks",
             self.queue.tasks() + self.horizon.held_tasks(),

@@ -2,28 +2,25 @@
 
 use super::speculate::Ended;
 use super::{Core, PendingEvent, slot};
-use crate::config::JobSpec;
+use crate::config::{JobSpec, Placement};
 use crate::error::{AttemptError, CancelError, NodeError, SubmitError};
 use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
 use crate::output::{
     AttemptOutcome, CancelSummary, Disposition, Event, NodeLoss, SubmittedJob, TerminalState,
 };
 use crate::queue::{FreshRange, ReturnedTask};
+use crate::resources::Resources;
 use crate::task::{Bucket, CopyState, JobRecord, Phase};
 
 impl Core {
     /// Accepts a job of `spec.count` tasks, queued at once (held back at once if a
     /// deadline is set and the job cannot finish by it). Task ids are contiguous.
     ///
-    /// Errors: `count == 0`, `cores == 0`, or id exhaustion; nothing changes then.
+    /// Errors: `count == 0`, no core in `resources`, a gang placement (not scheduled
+    /// yet), or id exhaustion; nothing changes then.
     pub fn handle_submit(&mut self, spec: JobSpec, now: Time) -> Result<SubmittedJob, SubmitError> {
         self.observe(now);
-        if spec.count == 0 {
-            return Err(SubmitError::EmptyJob);
-        }
-        if spec.cores == 0 {
-            return Err(SubmitError::ZeroCores);
-        }
+        check_spec(&spec)?;
         let job = u32::try_from(self.jobs.len() + 1)
             .map(JobId)
             .map_err(|_| SubmitError::JobIdsExhausted)?;
@@ -47,7 +44,6 @@ impl Core {
                 job,
                 next: 0,
                 end: spec.count,
-                cores: spec.cores,
             },
         );
         Ok(SubmittedJob {
@@ -57,28 +53,34 @@ impl Core {
         })
     }
 
-    /// A node joined with `cores` cores of capacity. It gets no work until it grants
-    /// credit ([`Core::handle_credit`]).
+    /// A node joined with `capacity`: only tasks whose resources fit it in every kind
+    /// are sent to it. It gets no work until it grants credit ([`Core::handle_credit`]).
     ///
-    /// Errors: the node is live already, or offers zero cores.
+    /// Errors: the node is live already, or offers no core.
     pub fn handle_node_joined(
         &mut self,
         node: NodeId,
-        cores: u32,
+        capacity: Resources,
         now: Time,
     ) -> Result<(), NodeError> {
         self.observe(now);
-        self.nodes.join(node, cores)
+        self.nodes.join(node, capacity)
     }
 
-    /// The node asks for `cores` more cores of work (added to its unused credit,
-    /// saturating). Typically capacity plus a prefetch margin at first, then the cores
-    /// of each finished attempt.
+    /// The node asks for `credit` more work (added to its unused credit, kind by kind,
+    /// saturating). Typically capacity plus a prefetch margin at first, then the
+    /// resources of each finished attempt. It is sent work only while its credit covers
+    /// the work in every kind.
     ///
     /// Errors: the node is not live (a late message from a lost node).
-    pub fn handle_credit(&mut self, node: NodeId, cores: u32, now: Time) -> Result<(), NodeError> {
+    pub fn handle_credit(
+        &mut self,
+        node: NodeId,
+        credit: Resources,
+        now: Time,
+    ) -> Result<(), NodeError> {
         self.observe(now);
-        self.nodes.add_credit(node, cores)
+        self.nodes.add_credit(node, credit)
     }
 
     /// The node started `attempt` (assigned → running; idempotent). Its run time counts
@@ -323,15 +325,11 @@ impl Core {
             let job_id = record.job;
             let job = &mut self.jobs[slot(job_id)];
             job.shift(&mut self.counts, Bucket::Delayed, Bucket::Queued, 1);
-            let (priority, cores) = (job.spec.priority, job.spec.cores);
+            let priority = job.spec.priority;
             self.horizon.push_returned(
                 &mut self.queue,
                 priority,
-                ReturnedTask {
-                    task,
-                    job: job_id,
-                    cores,
-                },
+                ReturnedTask { task, job: job_id },
             );
         }
     }
@@ -342,5 +340,19 @@ impl Core {
         } else {
             AttemptError::Unknown { attempt }
         }
+    }
+}
+
+/// The rules every job must meet, submitted or restored.
+pub(super) fn check_spec(spec: &JobSpec) -> Result<(), SubmitError> {
+    if spec.count == 0 {
+        return Err(SubmitError::EmptyJob);
+    }
+    if spec.resources.core_count() == 0 {
+        return Err(SubmitError::ZeroCores);
+    }
+    match spec.placement {
+        Placement::Single => Ok(()),
+        Placement::Gang { nodes } => Err(SubmitError::GangUnsupported { nodes }),
     }
 }

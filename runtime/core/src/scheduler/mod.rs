@@ -19,6 +19,7 @@ use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
 use crate::node::Nodes;
 use crate::output::{Counts, Disposition, Event, JobCounts, TaskStatus, TerminalState};
 use crate::queue::{ReadyQueue, ReturnedTask, Taken};
+use crate::resources::Resources;
 use crate::speculation::Stragglers;
 use crate::task::{AttemptRecord, Bucket, JobRecord, Phase, TaskRecord};
 
@@ -62,22 +63,24 @@ use crate::task::{AttemptRecord, Bucket, JobRecord, Phase, TaskRecord};
 /// * Every submitted task ends in exactly one [`TerminalState`] and produces exactly
 ///   one [`Event::TaskFinished`]; results for attempts that are no longer live are
 ///   dropped ([`Disposition::Duplicate`]).
-/// * A node is never sent more cores of work than the credit it granted.
+/// * A node is never sent more work than the credit it granted, in any resource kind
+///   ([`Resources`]), nor a task whose needs do not fit its capacity.
 /// * Same inputs in the same order produce the same outputs: no hash order leaks.
 ///
 /// # Dispatch policy
 ///
-/// Work is offered to nodes with credit in round-robin order (the order their credit
-/// arrived; a node served goes to the back). A node receives, in queue order, the tasks
-/// that fit its *capacity*, up to its credit and [`CoreConfig::max_bundle`]. If the
-/// first task it could run needs more cores than its current credit, it receives
-/// nothing now (no backfill of narrower tasks past it, so wide tasks are not starved)
-/// and other nodes are tried. Such a node is *parked*: it is offered work again when
-/// its credit grows, or when every node in the rotation has been served and its
-/// credit covers what the queue's head now needs. A task wider than every live node's
-/// capacity is skipped by every node and stays queued until a wide enough node joins
-/// (or its job is cancelled); it does not block narrower work behind it, and the core
-/// is not quiescent while it waits.
+/// Capacity, credit and what a task needs are resource vectors; *fits* and *covers*
+/// mean in every kind. Work is offered to nodes with credit in round-robin order (the
+/// order their credit arrived; a node served goes to the back). A node receives, in
+/// queue order, the tasks that fit its *capacity*, up to its credit and
+/// [`CoreConfig::max_bundle`]. If the first task it could run needs more than its
+/// current credit (in any kind), it receives nothing now (no backfill of narrower
+/// tasks past it, so wide tasks are not starved) and other nodes are tried. Such a
+/// node is *parked*: it is offered work again when its credit grows, or when every
+/// node in the rotation has been served and its credit covers what the queue's head
+/// now needs. A task that fits no live node's capacity is skipped by every node and
+/// stays queued until a node it fits joins (or its job is cancelled); it does not
+/// block narrower work behind it, and the core is not quiescent while it waits.
 ///
 /// With a deadline set, only work that can finish by it is in the queue at all: a job
 /// that stops fitting is taken out whole (held) and the order above applies to the
@@ -87,10 +90,10 @@ use crate::task::{AttemptRecord, Bucket, JobRecord, Phase, TaskRecord};
 ///
 /// Speculative copies of stragglers ([`Speculation`](crate::Speculation)) come last:
 /// only when no node with credit can take queued work, one straggler at a time (oldest
-/// first) gets a copy on the node with the most credit other than its original's,
-/// among nodes whose capacity has nothing runnable in the queue (credit held for a
-/// wide head task is not spent on copies). To search by credit, the rotation's nodes
-/// are parked first; they come back as described above.
+/// first) gets a copy on the node with the most credit (cores first) that covers it
+/// other than its original's, among nodes whose capacity has nothing runnable in the
+/// queue (credit held for a wide head task is not spent on copies). To search by
+/// credit, the rotation's nodes are parked first; they come back as described above.
 #[derive(Debug)]
 pub struct Core {
     config: CoreConfig,
@@ -144,6 +147,12 @@ fn slot(job: JobId) -> usize {
     job.0 as usize - 1
 }
 
+/// What each task of every job needs, for the ready queue (which keeps needs per job,
+/// not per entry). Only for ids from the core's own queue entries.
+fn needs(jobs: &[JobRecord]) -> impl Fn(JobId) -> Resources + Copy + '_ {
+    move |job| jobs[slot(job)].spec.resources
+}
+
 impl Core {
     /// An empty core: no jobs, no nodes.
     pub fn new(config: CoreConfig) -> Core {
@@ -182,7 +191,7 @@ impl Core {
     pub fn counts(&self) -> Counts {
         Counts {
             nodes: self.nodes.len() as u64,
-            credit: self.nodes.total_credit(),
+            credit: self.nodes.total_credit().saturated(),
             beyond_deadline: self.horizon.held_tasks(),
             ..self.counts
         }
@@ -231,7 +240,7 @@ impl Core {
     }
 
     /// Live node capacity and unused credit, `None` if the node is not live.
-    pub fn node_credit(&self, node: NodeId) -> Option<(u32, u32)> {
+    pub fn node_credit(&self, node: NodeId) -> Option<(Resources, Resources)> {
         self.nodes
             .get(node)
             .map(|record| (record.capacity, record.credit))
@@ -338,16 +347,12 @@ impl Core {
         let not_before = self.now.saturating_add_micros(delay);
         if delay == 0 {
             job.shift(&mut self.counts, from, Bucket::Queued, 1);
-            let (priority, cores) = (job.spec.priority, job.spec.cores);
+            let priority = job.spec.priority;
             record.phase = Phase::Queued;
             self.horizon.push_returned(
                 &mut self.queue,
                 priority,
-                ReturnedTask {
-                    task,
-                    job: job_id,
-                    cores,
-                },
+                ReturnedTask { task, job: job_id },
             );
         } else {
             job.shift(&mut self.counts, from, Bucket::Delayed, 1);
@@ -373,16 +378,12 @@ impl Core {
         }
         self.counts.replays += 1;
         job.shift(&mut self.counts, from, Bucket::Queued, 1);
-        let (priority, cores) = (job.spec.priority, job.spec.cores);
+        let priority = job.spec.priority;
         record.phase = Phase::Queued;
         self.horizon.push_returned(
             &mut self.queue,
             priority,
-            ReturnedTask {
-                task,
-                job: job_id,
-                cores,
-            },
+            ReturnedTask { task, job: job_id },
         );
         Disposition::WillReplay { task }
     }

@@ -1,6 +1,6 @@
 //! The `poll_*` outputs of [`Core`].
 
-use super::{Core, PendingEvent, slot};
+use super::{Core, PendingEvent, needs, slot};
 use crate::ids::{AttemptId, NodeId, TaskId, Time};
 use crate::output::{Assignment, Dispatch, Event, TerminalState};
 use crate::queue::Taken;
@@ -91,8 +91,11 @@ impl Core {
             let node = match self.nodes.next_in_rotation() {
                 Some(node) => node,
                 None => {
-                    let queue = &self.queue;
-                    let Some(node) = self.nodes.unpark_one(|capacity| queue.need(capacity)) else {
+                    let (queue, needs) = (&self.queue, needs(&self.jobs));
+                    let Some(node) = self
+                        .nodes
+                        .unpark_one(|capacity| queue.need(capacity, needs))
+                    else {
                         break;
                     };
                     node
@@ -101,9 +104,13 @@ impl Core {
             // Invariant: next_in_rotation returns live nodes.
             let record = self.nodes.get(node).expect("rotation node is live");
             taken.clear();
-            let used = self
-                .queue
-                .take(record.capacity, record.credit, limit, &mut taken);
+            let used = self.queue.take(
+                &record.capacity,
+                record.credit,
+                limit,
+                needs(&self.jobs),
+                &mut taken,
+            );
             if taken.is_empty() {
                 self.nodes.park(node);
                 continue;

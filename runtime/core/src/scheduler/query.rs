@@ -22,14 +22,15 @@ impl Core {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Core, CoreConfig, JobSpec, NodeId, Time};
+    use crate::{Core, CoreConfig, JobSpec, NodeId, Resources, Time};
 
     #[test]
     fn node_attempts_lists_live_work_of_one_node() {
         let mut core = Core::new(CoreConfig::default());
         core.handle_submit(JobSpec::array(3), Time::ZERO).unwrap();
-        core.handle_node_joined(NodeId(1), 2, Time::ZERO).unwrap();
-        core.handle_credit(NodeId(1), 2, Time::ZERO).unwrap();
+        let two = Resources::cores(2);
+        core.handle_node_joined(NodeId(1), two, Time::ZERO).unwrap();
+        core.handle_credit(NodeId(1), two, Time::ZERO).unwrap();
         let dispatch = core.poll_dispatch().unwrap();
         let expected: Vec<_> = dispatch
             .assignments

@@ -1,5 +1,6 @@
 //! Rebuilding jobs from a journal after the root restarted ([`Core::handle_restore_job`]).
 
+use super::inputs::check_spec;
 use super::{Core, slot};
 use crate::config::JobSpec;
 use crate::error::{RestoreError, SubmitError};
@@ -26,7 +27,9 @@ impl Core {
     /// `max_retries` and replay bound (a resume must not hand out a fresh budget), and
     /// all of them are added to [`Counts`](crate::Counts)' `retries` and `replays`.
     ///
-    /// Errors leave the core unchanged.
+    /// Errors: the spec breaks a submission rule ([`Core::handle_submit`]; a gang
+    /// included), or `finished`/`earlier` name an index twice or outside the job. They
+    /// leave the core unchanged.
     pub fn handle_restore_job(
         &mut self,
         spec: JobSpec,
@@ -35,12 +38,7 @@ impl Core {
         now: Time,
     ) -> Result<SubmittedJob, RestoreError> {
         self.observe(now);
-        if spec.count == 0 {
-            return Err(RestoreError::Submit(SubmitError::EmptyJob));
-        }
-        if spec.cores == 0 {
-            return Err(RestoreError::Submit(SubmitError::ZeroCores));
-        }
+        check_spec(&spec).map_err(RestoreError::Submit)?;
         let sorted = by_index(finished, spec.count)?;
         let earlier = by_index(earlier, spec.count)?;
         let job = u32::try_from(self.jobs.len() + 1)
@@ -104,15 +102,8 @@ impl Core {
                     phase: Phase::Queued,
                 },
             );
-            self.horizon.push_returned(
-                &mut self.queue,
-                spec.priority,
-                ReturnedTask {
-                    task,
-                    job,
-                    cores: spec.cores,
-                },
-            );
+            self.horizon
+                .push_returned(&mut self.queue, spec.priority, ReturnedTask { task, job });
         }
         if tail < spec.count {
             self.horizon.push_fresh(
@@ -122,7 +113,6 @@ impl Core {
                     job,
                     next: tail,
                     end: spec.count,
-                    cores: spec.cores,
                 },
             );
         }

@@ -8,10 +8,11 @@
 //! of one of two just ends that one, and only the outcome of the last live attempt
 //! drives retry, replay or failure as with a single attempt.
 
-use super::{Core, PendingEvent, slot};
+use super::{Core, PendingEvent, needs, slot};
 use crate::horizon::last_start;
 use crate::ids::{AttemptId, JobId, TaskId, Time};
 use crate::output::{Assignment, Dispatch, Event};
+use crate::resources::Resources;
 use crate::task::{AttemptRecord, Bucket, CopySlot, CopyState, Phase};
 
 /// How many of the oldest stragglers one [`Core::poll_dispatch`] looks at before it
@@ -153,23 +154,23 @@ impl Core {
 
     /// A speculative copy of the oldest straggler that can have one now, for a node
     /// with credit and no ordinary work: a node other than the original's, with
-    /// capacity and credit for the job's cores, whose capacity class has nothing in the
+    /// capacity and credit for the job's resources, whose capacity class has nothing in the
     /// ready queue it could run (credit that waits for a wide task at the head of the
     /// queue is not spent on copies). A straggler whose job no longer fits the deadline
     /// gets no copy, and is not looked at again even if the deadline moves later.
     pub(super) fn dispatch_copy(&mut self) -> Option<Dispatch> {
-        if !self.stragglers.has_ripe() || self.nodes.total_credit() == 0 {
+        if !self.stragglers.has_ripe() || self.nodes.total_credit().is_zero() {
             return None;
         }
         self.nodes.park_rotation();
         // Capacities with runnable queued work, once per call: asking the queue can
         // cost a scan of it.
-        let busy: Vec<u32> = if self.queue.is_empty() {
+        let busy: Vec<Resources> = if self.queue.is_empty() {
             Vec::new()
         } else {
             self.nodes
                 .parked_capacities()
-                .filter(|capacity| self.queue.need(*capacity).is_some())
+                .filter(|capacity| self.queue.need(capacity, needs(&self.jobs)).is_some())
                 .collect()
         };
         let mut after = None;
@@ -185,7 +186,7 @@ impl Core {
 
     /// Places a copy of the straggler `key` if a node can take it now, on a node whose
     /// capacity is not in `busy`.
-    fn try_copy(&mut self, key: (Time, AttemptId), busy: &[u32]) -> Option<Dispatch> {
+    fn try_copy(&mut self, key: (Time, AttemptId), busy: &[Resources]) -> Option<Dispatch> {
         let original = key.1;
         // Invariant: the ripe set holds live attempts with in-flight records only.
         let live = *self.attempts.get(&original).expect("straggler is live");
@@ -194,7 +195,7 @@ impl Core {
             .get_mut(&live.task)
             .expect("straggler has a task");
         let job = &self.jobs[slot(record.job)];
-        let (cores, time_limit) = (job.spec.cores, job.spec.time_limit);
+        let (need, time_limit) = (job.spec.resources, job.spec.time_limit);
         let fits = self.horizon.deadline().is_none_or(|deadline| {
             last_start(deadline, time_limit).is_some_and(|last| self.now <= last)
         });
@@ -207,9 +208,9 @@ impl Core {
         }
         let node = self
             .nodes
-            .take_for_copy(cores, live.node, |capacity| !busy.contains(&capacity))?;
+            .take_for_copy(need, live.node, |capacity| !busy.contains(capacity))?;
         self.stragglers.take_ripe(key);
-        self.nodes.served(node, cores);
+        self.nodes.served(node, need);
         let copy = AttemptId(self.next_attempt);
         self.next_attempt += 1;
         record.attempts += 1;

@@ -2,7 +2,7 @@
 //! stays queued, out of the way of work that fits; drain stops everything.
 
 use saker_core::{
-    AttemptOutcome, Disposition, Event, JobId, JobSpec, NodeId, TaskStatus, Time, UnstartedSummary,
+    AttemptOutcome, Disposition, Event, JobId, JobSpec, TaskStatus, Time, UnstartedSummary,
 };
 
 use crate::harness::Harness;
@@ -36,7 +36,7 @@ fn only_jobs_that_can_finish_by_the_deadline_are_dispatched() {
         Some(TaskStatus::Queued),
         "held, not failed"
     );
-    assert_eq!(harness.core.node_credit(NodeId(1)), Some((16, 12)));
+    assert_eq!(harness.cores_credit(1), Some((16, 12)));
     assert_eq!(harness.core.deadline(), Some(Time(1_000)));
 }
 

@@ -1,6 +1,6 @@
 //! Queue order, bundling, credit and node selection.
 
-use saker_core::{AttemptOutcome, CoreConfig, JobId, JobSpec, NodeId, TaskStatus, Time};
+use saker_core::{AttemptOutcome, CoreConfig, JobId, JobSpec, Resources, TaskStatus, Time};
 
 use crate::harness::{Harness, test_config};
 
@@ -53,7 +53,7 @@ fn a_dispatch_carries_at_most_max_bundle_assignments() {
         .map(|dispatch| dispatch.assignments.len())
         .collect();
     assert_eq!(sizes, vec![4, 4, 2]);
-    assert_eq!(harness.core.node_credit(NodeId(1)), Some((64, 54)));
+    assert_eq!(harness.cores_credit(1), Some((64, 54)));
 }
 
 #[test]
@@ -64,11 +64,14 @@ fn credit_is_never_exceeded_and_grants_are_incremental() {
     assert!(harness.take_dispatches().is_empty(), "no credit, no work");
     harness.credit(1, 3);
     assert_eq!(harness.take_assigned().len(), 3);
-    assert_eq!(harness.core.node_credit(NodeId(1)), Some((64, 0)));
+    assert_eq!(harness.cores_credit(1), Some((64, 0)));
     harness.credit(1, 2);
     assert_eq!(harness.take_assigned().len(), 2);
     let counts = harness.core.counts();
-    assert_eq!((counts.assigned, counts.queued, counts.credit), (5, 5, 0));
+    assert_eq!(
+        (counts.assigned, counts.queued, counts.credit),
+        (5, 5, Resources::ZERO)
+    );
 }
 
 #[test]
@@ -96,10 +99,10 @@ fn multi_core_tasks_consume_their_cores_of_credit() {
         2,
         "8 cores of credit fit two 3-core tasks"
     );
-    assert_eq!(harness.core.node_credit(NodeId(1)), Some((8, 2)));
+    assert_eq!(harness.cores_credit(1), Some((8, 2)));
     harness.credit(1, 1);
     assert_eq!(harness.take_assigned().len(), 1);
-    assert_eq!(harness.core.node_credit(NodeId(1)), Some((8, 0)));
+    assert_eq!(harness.cores_credit(1), Some((8, 0)));
     assert_eq!(
         harness.core.job_counts(job.job).map(|c| c.assigned),
         Some(3)
@@ -174,7 +177,7 @@ fn empty_queue_keeps_credit_for_later_submissions() {
     let mut harness = Harness::new();
     harness.join_with_credit(1, 4);
     harness.join_with_credit(2, 4);
-    assert_eq!(harness.core.counts().credit, 8);
+    assert_eq!(harness.core.counts().credit, Resources::cores(8));
     harness.submit(JobSpec::array(6));
     let nodes: Vec<u32> = harness.take_assigned().iter().map(|a| a.0).collect();
     assert_eq!(nodes, vec![1, 1, 1, 1, 2, 2]);

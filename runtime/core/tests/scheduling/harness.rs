@@ -3,7 +3,7 @@
 
 use saker_core::{
     AttemptId, AttemptOutcome, Backoff, Core, CoreConfig, Dispatch, Disposition, Event, JobSpec,
-    NodeId, NodeLoss, Speculation, SubmittedJob, Time,
+    NodeId, NodeLoss, Resources, Speculation, SubmittedJob, Time,
 };
 
 /// Config with a small, visible backoff (100 us, doubling, at most 1 ms).
@@ -66,24 +66,51 @@ impl Harness {
         job
     }
 
+    /// Joins a node of `cores` cores and nothing else.
     pub fn join(&mut self, node: u32, cores: u32) {
+        self.join_resources(node, Resources::cores(cores));
+    }
+
+    pub fn join_resources(&mut self, node: u32, capacity: Resources) {
         self.core
-            .handle_node_joined(NodeId(node), cores, self.now)
+            .handle_node_joined(NodeId(node), capacity, self.now)
             .expect("fresh node");
         self.drain();
     }
 
+    /// Grants `cores` cores of credit and nothing else.
     pub fn credit(&mut self, node: u32, cores: u32) {
+        self.credit_resources(node, Resources::cores(cores));
+    }
+
+    pub fn credit_resources(&mut self, node: u32, credit: Resources) {
         self.core
-            .handle_credit(NodeId(node), cores, self.now)
+            .handle_credit(NodeId(node), credit, self.now)
             .expect("live node");
         self.drain();
     }
 
     /// Joins a node and grants credit equal to its capacity.
     pub fn join_with_credit(&mut self, node: u32, cores: u32) {
-        self.join(node, cores);
-        self.credit(node, cores);
+        self.join_resources_with_credit(node, Resources::cores(cores));
+    }
+
+    pub fn join_resources_with_credit(&mut self, node: u32, capacity: Resources) {
+        self.join_resources(node, capacity);
+        self.credit_resources(node, capacity);
+    }
+
+    /// A node's capacity and credit in cores, for nodes that deal only in cores
+    /// (panics if either holds another kind).
+    pub fn cores_credit(&self, node: u32) -> Option<(u32, u32)> {
+        let (capacity, credit) = self.core.node_credit(NodeId(node))?;
+        let cores = (capacity.core_count(), credit.core_count());
+        assert_eq!(
+            (capacity, credit),
+            (Resources::cores(cores.0), Resources::cores(cores.1)),
+            "node {node} deals in more than cores"
+        );
+        Some(cores)
     }
 
     pub fn started(&mut self, attempt: AttemptId) {

@@ -10,5 +10,6 @@ mod dispatch;
 mod failures;
 mod memory;
 mod nodes;
+mod resources;
 mod restore;
 mod speculation;

@@ -1,7 +1,7 @@
 //! Node membership, loss and input validation.
 
 use saker_core::{
-    AttemptOutcome, Disposition, JobSpec, NodeError, NodeId, NodeLoss, SubmitError, Time,
+    AttemptOutcome, Disposition, JobSpec, NodeError, NodeId, NodeLoss, Resources, SubmitError, Time,
 };
 
 use crate::harness::Harness;
@@ -29,11 +29,14 @@ fn a_lost_node_has_its_attempts_replayed_elsewhere() {
             failed: 0,
             cancelled: 0,
             continued: 0,
-            credit_dropped: 4
+            credit_dropped: Resources::cores(4)
         }
     );
     let counts = harness.core.counts();
-    assert_eq!((counts.queued, counts.credit, counts.nodes), (4, 0, 0));
+    assert_eq!(
+        (counts.queued, counts.credit, counts.nodes),
+        (4, Resources::ZERO, 0)
+    );
 
     harness.join_with_credit(2, 8);
     let replayed = harness.take_dispatches().remove(0).assignments;
@@ -72,15 +75,13 @@ fn a_lost_node_can_rejoin_as_a_fresh_node() {
     let old = harness.take_one();
     harness.lose(1);
     assert_eq!(
-        harness.core.handle_credit(NodeId(1), 4, Time::ZERO),
+        harness
+            .core
+            .handle_credit(NodeId(1), Resources::cores(4), Time::ZERO),
         Err(NodeError::UnknownNode { node: NodeId(1) })
     );
     harness.join(1, 2);
-    assert_eq!(
-        harness.core.node_credit(NodeId(1)),
-        Some((2, 0)),
-        "old credit is gone"
-    );
+    assert_eq!(harness.cores_credit(1), Some((2, 0)), "old credit is gone");
     harness.credit(1, 2);
     let fresh = harness.take_dispatches().remove(0).assignments;
     assert_eq!(fresh.len(), 2);
@@ -96,16 +97,22 @@ fn node_inputs_are_validated() {
     let mut harness = Harness::new();
     let now = Time::ZERO;
     assert_eq!(
-        harness.core.handle_node_joined(NodeId(1), 0, now),
+        harness
+            .core
+            .handle_node_joined(NodeId(1), Resources::ZERO, now),
         Err(NodeError::ZeroCapacity { node: NodeId(1) })
     );
     harness.join(1, 4);
     assert_eq!(
-        harness.core.handle_node_joined(NodeId(1), 4, now),
+        harness
+            .core
+            .handle_node_joined(NodeId(1), Resources::cores(4), now),
         Err(NodeError::AlreadyJoined { node: NodeId(1) })
     );
     assert_eq!(
-        harness.core.handle_credit(NodeId(9), 1, now),
+        harness
+            .core
+            .handle_credit(NodeId(9), Resources::cores(1), now),
         Err(NodeError::UnknownNode { node: NodeId(9) })
     );
     assert_eq!(
@@ -114,11 +121,7 @@ fn node_inputs_are_validated() {
     );
     harness.credit(1, u32::MAX);
     harness.credit(1, 7);
-    assert_eq!(
-        harness.core.node_credit(NodeId(1)),
-        Some((4, u32::MAX)),
-        "saturates"
-    );
+    assert_eq!(harness.cores_credit(1), Some((4, u32::MAX)), "saturates");
     assert_eq!(
         NodeError::UnknownNode { node: NodeId(9) }.to_string(),
         "unknown node 9"

@@ -1,8 +1,8 @@
 //! Rebuilding a core from what a journal remembers.
 
 use saker_core::{
-    AttemptOutcome, Core, CoreConfig, EarlierAttempts, Event, JobSpec, NodeId, RestoreError,
-    TaskStatus, TerminalState, Time,
+    AttemptOutcome, Core, CoreConfig, EarlierAttempts, Event, JobSpec, NodeId, Resources,
+    RestoreError, TaskStatus, TerminalState, Time,
 };
 
 fn drain_events(core: &mut Core) -> Vec<Event> {
@@ -12,8 +12,9 @@ fn drain_events(core: &mut Core) -> Vec<Event> {
 /// Runs everything dispatchable on one big node to completion; returns finished tasks.
 fn run_all(core: &mut Core) -> Vec<(u64, TerminalState)> {
     let node = NodeId(1);
-    let _ = core.handle_node_joined(node, 1_000_000, Time::ZERO);
-    core.handle_credit(node, 1_000_000, Time::ZERO).unwrap();
+    let big = Resources::cores(1_000_000);
+    let _ = core.handle_node_joined(node, big, Time::ZERO);
+    core.handle_credit(node, big, Time::ZERO).unwrap();
     let mut finished = Vec::new();
     while let Some(dispatch) = core.poll_dispatch() {
         for assignment in dispatch.assignments {
@@ -166,8 +167,9 @@ fn restored_tasks_keep_the_retries_and_replays_they_used_up() {
     core.check_consistency().unwrap();
 
     let node = NodeId(1);
-    let _ = core.handle_node_joined(node, 16, Time::ZERO);
-    core.handle_credit(node, 16, Time::ZERO).unwrap();
+    let _ = core.handle_node_joined(node, Resources::cores(16), Time::ZERO);
+    core.handle_credit(node, Resources::cores(16), Time::ZERO)
+        .unwrap();
     let dispatch = core.poll_dispatch().expect("three tasks to run");
     let mut attempts = std::collections::HashMap::new();
     for assignment in &dispatch.assignments {

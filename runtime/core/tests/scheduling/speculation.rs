@@ -81,7 +81,7 @@ fn a_straggler_gets_one_copy_on_another_node() {
         (job.first_task, job.job, 0)
     );
     assert!(copy.attempt > original.attempt, "a fresh attempt id");
-    assert_eq!(harness.core.node_credit(NodeId(2)), Some((1, 0)));
+    assert_eq!(harness.cores_credit(2), Some((1, 0)));
     let counts = harness.core.counts();
     assert_eq!(
         (counts.speculated, counts.running, counts.assigned),

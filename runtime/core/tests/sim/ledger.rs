@@ -8,13 +8,54 @@
 //! second is a copy of a started attempt of a speculative job on another node, that
 //! only one result is ever accepted, and that a live attempt the core drops when its
 //! task finishes was told to stop.
+//!
+//! Credit is kept per resource kind: no node is ever sent more than its credit, nor a
+//! task its capacity does not fit, in any kind.
 
 use std::collections::{HashMap, HashSet};
 
 use saker_core::{
-    AttemptError, AttemptId, Core, Counts, Dispatch, Disposition, Event, JobId, JobSpec, NodeId,
-    NodeLoss, SubmittedJob, TaskId, TaskStatus, TerminalState, Time,
+    AttemptError, AttemptId, Core, Counts, Dispatch, Disposition, Event, JobId, JobSpec,
+    MAX_CUSTOM, NodeId, NodeLoss, ResourceKind, Resources, SubmittedJob, TaskId, TaskStatus,
+    TerminalState, Time,
 };
+
+/// Amounts per resource kind, in [`ResourceKind::all`] order; signed, so that a
+/// balance driven below zero shows as such.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Balance([i64; 3 + MAX_CUSTOM]);
+
+impl Balance {
+    fn add(&mut self, amounts: Resources, sign: i64) {
+        for (slot, kind) in self.0.iter_mut().zip(ResourceKind::all()) {
+            *slot += sign * i64::from(amounts.get(kind));
+        }
+    }
+
+    fn subtract(&mut self, other: &Balance) {
+        for (slot, amount) in self.0.iter_mut().zip(other.0) {
+            *slot -= amount;
+        }
+    }
+
+    /// The first kind below zero, if any.
+    fn negative(&self) -> Option<ResourceKind> {
+        ResourceKind::all()
+            .zip(self.0)
+            .find(|(_, amount)| *amount < 0)
+            .map(|(kind, _)| kind)
+    }
+
+    /// As the core reports it: each kind capped at `u32::MAX` (`None` if negative).
+    fn saturated(&self) -> Option<Resources> {
+        let mut amounts = Resources::ZERO;
+        for (kind, amount) in ResourceKind::all().zip(self.0) {
+            let amount = u32::try_from(amount.min(i64::from(u32::MAX))).ok()?;
+            amounts = amounts.with(kind, amount);
+        }
+        Some(amounts)
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
@@ -50,7 +91,7 @@ struct Live {
 struct JobEntry {
     first_task: TaskId,
     count: u32,
-    cores: u32,
+    need: Resources,
     time_limit: Option<u64>,
     class: u32,
     speculative: bool,
@@ -59,11 +100,13 @@ struct JobEntry {
     job_finished: bool,
 }
 
-/// Per node: attempts live on it and credit balance (granted minus dispatched cores).
-#[derive(Debug, Default)]
+/// Per node: its capacity, attempts live on it and credit balance (granted minus
+/// dispatched, per kind).
+#[derive(Debug)]
 struct NodeEntry {
+    capacity: Resources,
     live: HashSet<AttemptId>,
-    balance: i64,
+    balance: Balance,
 }
 
 #[derive(Debug, Default)]
@@ -89,6 +132,15 @@ pub struct Ledger {
     pub copies_won: u64,
     /// Attempts that ended while their task went on with its other copy.
     pub continued: u64,
+    /// Attempts dispatched whose task needs more than cores.
+    pub non_core_attempts: u64,
+    /// Speculative copies of such tasks.
+    pub non_core_copies: u64,
+    /// Dispatches after which the node had the cores for one more task like its last
+    /// one but not the rest of what it needs: a kind other than cores bounded it.
+    pub bound_by_other_kinds: u64,
+    /// The balances of all live nodes, summed (what [`Counts::credit`] says).
+    total_balance: Balance,
 }
 
 impl Ledger {
@@ -100,8 +152,8 @@ impl Ledger {
         self.succeeded + self.failed + self.cancelled
     }
 
-    pub fn job_cores(&self, job: JobId) -> u32 {
-        self.jobs[job.0 as usize - 1].cores
+    pub fn job_need(&self, job: JobId) -> Resources {
+        self.jobs[job.0 as usize - 1].need
     }
 
     fn task_mut(&mut self, task: TaskId) -> &mut TaskEntry {
@@ -134,7 +186,7 @@ impl Ledger {
         self.jobs.push(JobEntry {
             first_task: job.first_task,
             count: job.count,
-            cores: spec.cores,
+            need: spec.resources,
             time_limit: spec.time_limit,
             class: spec.class,
             speculative: spec.speculative,
@@ -153,35 +205,50 @@ impl Ledger {
         self.waiting += u64::from(job.count);
     }
 
-    pub fn joined(&mut self, node: NodeId) {
-        let previous = self.nodes.insert(node, NodeEntry::default());
+    pub fn joined(&mut self, node: NodeId, capacity: Resources) {
+        let entry = NodeEntry {
+            capacity,
+            live: HashSet::new(),
+            balance: Balance::default(),
+        };
+        let previous = self.nodes.insert(node, entry);
         assert!(previous.is_none(), "node {node} joined twice");
     }
 
-    pub fn credited(&mut self, node: NodeId, cores: u32) {
+    pub fn credited(&mut self, node: NodeId, credit: Resources) {
         let entry = self.nodes.get_mut(&node).expect("credit for a live node");
-        entry.balance += i64::from(cores);
+        entry.balance.add(credit, 1);
+        self.total_balance.add(credit, 1);
     }
 
-    /// Checks the core's view of a node's credit equals the ledger's balance.
+    /// Checks the core's view of a node's capacity and credit equals the ledger's.
     pub fn check_credit(&self, core: &Core, node: NodeId) {
         let Some(entry) = self.nodes.get(&node) else {
             assert_eq!(core.node_credit(node), None, "core knows lost node {node}");
             return;
         };
-        let (_, credit) = core.node_credit(node).expect("ledger node is live in core");
-        let balance = entry.balance.min(i64::from(u32::MAX));
-        assert_eq!(i64::from(credit), balance, "credit of node {node}");
+        let (capacity, credit) = core.node_credit(node).expect("ledger node is live in core");
+        assert_eq!(capacity, entry.capacity, "capacity of node {node}");
+        assert_eq!(
+            Some(credit),
+            entry.balance.saturated(),
+            "credit of node {node}"
+        );
     }
 
     /// A dispatch at `now`: every attempt in it must be able to finish by the deadline
     /// (start + limit <= deadline; before the deadline without a limit), none after a
     /// drain, none beyond credit. An attempt of a task in flight is a speculative copy:
     /// of a speculative job, of a started attempt, on another node, at most one.
-    pub fn dispatched(&mut self, dispatch: &Dispatch, capacity: u32, now: Time) {
+    pub fn dispatched(&mut self, dispatch: &Dispatch, now: Time) {
         assert!(!self.draining, "dispatch after drain");
         let node = dispatch.node;
-        let mut cores = 0i64;
+        let capacity = self
+            .nodes
+            .get(&node)
+            .expect("dispatch to live node")
+            .capacity;
+        let mut used = Balance::default();
         for assignment in &dispatch.assignments {
             assert!(
                 assignment.attempt.0 > self.last_attempt,
@@ -194,7 +261,11 @@ impl Ledger {
                 job.first_task.0 + u64::from(assignment.index),
                 "task id matches job and index"
             );
-            assert!(job.cores <= capacity, "task wider than its node");
+            assert!(
+                job.need.fits_in(&capacity),
+                "task needing {} sent to node {node} of {capacity}",
+                job.need
+            );
             assert!(!job.cancelled, "dispatched a task of a cancelled job");
             if let Some(deadline) = self.deadline {
                 let fits = match job.time_limit {
@@ -207,7 +278,10 @@ impl Ledger {
                     assignment.task, job.time_limit
                 );
             }
-            cores += i64::from(job.cores);
+            used.add(job.need, 1);
+            if job.need != Resources::cores(job.need.core_count()) {
+                self.non_core_attempts += 1;
+            }
             let task = assignment.task;
             let attempt = assignment.attempt;
             let copy = match self.task_mut(task).state {
@@ -230,6 +304,9 @@ impl Ledger {
                     );
                     self.task_mut(task).state = State::InFlight(original, Some(attempt));
                     self.speculated += 1;
+                    if job.need != Resources::cores(job.need.core_count()) {
+                        self.non_core_copies += 1;
+                    }
                     true
                 }
                 other => panic!("task {task} dispatched while {other:?}"),
@@ -252,11 +329,21 @@ impl Ledger {
             live.insert(assignment.attempt);
         }
         let entry = self.nodes.get_mut(&node).expect("dispatch to live node");
-        entry.balance -= cores;
-        assert!(
-            entry.balance >= 0,
-            "node {node} sent work beyond its credit"
-        );
+        entry.balance.subtract(&used);
+        self.total_balance.subtract(&used);
+        if let Some(kind) = entry.balance.negative() {
+            panic!("node {node} sent work beyond its credit in {kind:?}");
+        }
+        // Invariant: the core sends no empty dispatch (the harness checks it too).
+        let last = dispatch
+            .assignments
+            .last()
+            .expect("a dispatch assigns work");
+        let left = entry.balance.saturated().expect("checked not negative");
+        let need = self.job_need(last.job);
+        if need.core_count() <= left.core_count() && !need.fits_in(&left) {
+            self.bound_by_other_kinds += 1;
+        }
     }
 
     pub fn started(&mut self, attempt: AttemptId, result: Result<(), AttemptError>) {
@@ -369,9 +456,11 @@ impl Ledger {
             "every attempt of a lost node is accounted for"
         );
         assert_eq!(
-            i64::from(loss.credit_dropped),
-            entry.balance.min(i64::from(u32::MAX))
+            Some(loss.credit_dropped),
+            entry.balance.saturated(),
+            "credit dropped with node {node}"
         );
+        self.total_balance.subtract(&entry.balance);
         let mut continued = 0;
         for attempt in entry.live {
             let live = self.end_attempt(attempt).expect("node attempt is live");
@@ -479,6 +568,11 @@ impl Ledger {
         assert_eq!(counts.unknown_attempts, self.unknown, "unknown attempts");
         assert_eq!(counts.speculated, self.speculated, "speculative copies");
         assert_eq!(counts.nodes, self.nodes.len() as u64, "live nodes");
+        assert_eq!(
+            Some(counts.credit),
+            self.total_balance.saturated(),
+            "credit of all nodes"
+        );
         assert!(
             counts.beyond_deadline <= counts.queued,
             "held tasks are queued"

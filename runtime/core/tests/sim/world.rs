@@ -12,102 +12,11 @@ use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 use saker_core::{
     AttemptId, AttemptOutcome, Backoff, Core, CoreConfig, Dispatch, Disposition, JobId, JobSpec,
-    NodeId, Speculation, Time,
+    NodeId, Placement, ResourceKind, Resources, Time,
 };
 
+use crate::config::{SimConfig, Summary};
 use crate::ledger::Ledger;
-
-/// Knobs of one run.
-#[derive(Clone, Debug)]
-pub struct SimConfig {
-    pub seed: u64,
-    pub nodes: u32,
-    pub cores_per_node: u32,
-    /// Extra credit an agent asks for beyond its capacity (local prefetch).
-    pub prefetch: u32,
-    pub tasks: u64,
-    pub max_array: u32,
-    /// Probability that a job is a single task rather than an array.
-    pub single_fraction: f64,
-    /// Cores per task, drawn uniformly from this list per job.
-    pub core_choices: Vec<u32>,
-    pub duration_micros: (u64, u64),
-    pub latency_micros: (u64, u64),
-    /// Submissions are spread over this window from time 0.
-    pub submit_window_micros: u64,
-    pub fail_probability: f64,
-    pub lost_probability: f64,
-    pub max_retries: u32,
-    /// Node crashes, at uniform random times in the submission window and after.
-    pub crashes: u32,
-    /// Partitions: the root declares a node lost while its agent keeps running and
-    /// reporting (late results must come back as duplicates), then it reconnects.
-    pub partitions: u32,
-    pub detect_delay_micros: u64,
-    pub rejoin_delay_micros: u64,
-    /// Jobs cancelled at random times.
-    pub cancels: u32,
-    pub max_bundle: u32,
-    /// Full O(tasks) sweep every this many steps (and at the end).
-    pub sweep_every: u64,
-    /// Time limit per job, drawn uniformly from this list (empty: none, and no draw,
-    /// so runs without limits stay as they were). A task never runs longer than its
-    /// job's limit.
-    pub time_limits: Vec<Option<u64>>,
-    /// The allocation's end, if the run has one.
-    pub deadline: Option<DeadlinePlan>,
-    /// The core's speculation policy.
-    pub speculation: Option<Speculation>,
-    /// Probability that a job is speculative (0: none, and no draw, so runs without
-    /// speculation stay as they were).
-    pub speculative_fraction: f64,
-    /// Jobs are spread over this many estimate classes (drawn only with speculative
-    /// jobs). Each class scales the duration range by its number plus one, so classes
-    /// differ.
-    pub classes: u32,
-    /// Heavy tail: this fraction of attempts runs `slow_factor` times longer than drawn
-    /// (still within its job's time limit). 0: no draw.
-    pub slow_fraction: f64,
-    pub slow_factor: u64,
-}
-
-/// When the root learns the allocation's end, and what it does about it.
-#[derive(Clone, Copy, Debug)]
-pub struct DeadlinePlan {
-    /// When `handle_deadline` is called (`None`: never).
-    pub set_at: Option<u64>,
-    /// The deadline passed.
-    pub deadline: u64,
-    /// When the deadline is lifted again (`handle_deadline(None)`), if ever.
-    pub cleared_at: Option<u64>,
-    /// When the root drains (`handle_drain`), if ever.
-    pub drain_at: Option<u64>,
-}
-
-/// What one run did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Summary {
-    pub steps: u64,
-    pub makespan: Time,
-    pub tasks: u64,
-    pub succeeded: u64,
-    pub failed: u64,
-    pub cancelled: u64,
-    pub retries: u64,
-    pub replays: u64,
-    pub duplicates: u64,
-    pub dispatches: u64,
-    /// Tasks that never ran to a terminal state (deadline or drain).
-    pub unstarted: u64,
-    /// Speculative copies issued, and copies whose success finished their task.
-    pub speculated: u64,
-    pub copies_won: u64,
-    /// Attempts that failed, were lost or stopped while their task's copy went on.
-    pub continued: u64,
-    pub sweeps: u64,
-    /// FNV-1a over every output of the core, for determinism checks.
-    pub trace: u64,
-}
 
 #[derive(Debug)]
 enum Action {
@@ -145,7 +54,7 @@ enum Action {
         incarnation: u64,
         attempt: AttemptId,
         outcome: AttemptOutcome,
-        credit: u32,
+        credit: Resources,
     },
     Crash {
         node: NodeId,
@@ -170,7 +79,7 @@ enum Action {
 #[derive(Clone, Copy, Debug)]
 struct Work {
     attempt: AttemptId,
-    cores: u32,
+    need: Resources,
     /// Longest the attempt may run (its job's time limit, else unbounded).
     max_duration: u64,
     /// Its durations are this many times the configured range (its class's scale).
@@ -207,17 +116,19 @@ impl Agenda {
 
 #[derive(Debug)]
 struct Agent {
+    /// What the node offers; the same for every incarnation.
+    capacity: Resources,
     incarnation: u64,
     alive: bool,
     /// Received, not started.
     local: VecDeque<Work>,
-    /// Started: attempt -> cores.
-    running: BTreeMap<AttemptId, u32>,
-    /// Cores of the started work.
-    running_cores: u32,
-    /// Cores of work held (local + running): the core's credit discipline bounds it by
-    /// capacity + prefetch.
-    held: u32,
+    /// Started: attempt -> what it needs.
+    running: BTreeMap<AttemptId, Resources>,
+    /// What the started work needs.
+    running_total: Resources,
+    /// What the work held (local + running) needs: the core's credit discipline bounds
+    /// it, in every kind, by its credit limit (capacity plus prefetch).
+    held: Resources,
     /// Last delivery time on the agent -> root and root -> agent links.
     up_clock: u64,
     down_clock: u64,
@@ -250,13 +161,17 @@ impl World {
             speculation: config.speculation,
         });
         let agents = (0..config.nodes)
-            .map(|_| Agent {
+            .map(|node| Agent {
+                capacity: match &config.mix {
+                    Some(mix) => mix.node_shapes[node as usize % mix.node_shapes.len()],
+                    None => Resources::cores(config.cores_per_node),
+                },
                 incarnation: 0,
                 alive: false,
                 local: VecDeque::new(),
                 running: BTreeMap::new(),
-                held: 0,
-                running_cores: 0,
+                held: Resources::ZERO,
+                running_total: Resources::ZERO,
                 up_clock: 0,
                 down_clock: 0,
             })
@@ -285,6 +200,9 @@ impl World {
                 speculated: 0,
                 copies_won: 0,
                 continued: 0,
+                non_core_attempts: 0,
+                non_core_copies: 0,
+                bound_by_other_kinds: 0,
                 sweeps: 0,
                 trace: 0xcbf2_9ce4_8422_2325,
             },
@@ -360,6 +278,15 @@ impl World {
             let count = count.min(u32::try_from(remaining).unwrap_or(u32::MAX));
             remaining -= u64::from(count);
             let choice = self.rng.random_range(0..self.config.core_choices.len());
+            let mut resources = Resources::cores(self.config.core_choices[choice]);
+            if let Some(mix) = &self.config.mix {
+                let extra = mix.task_extras[self.rng.random_range(0..mix.task_extras.len())];
+                resources = resources.saturating_add(extra);
+                assert!(
+                    resources.fits_in(&mix.node_shapes[0]),
+                    "every task must fit node 0, or it could wait forever"
+                );
+            }
             let time_limit = if self.config.time_limits.is_empty() {
                 None
             } else {
@@ -377,7 +304,8 @@ impl World {
             };
             let spec = JobSpec {
                 count,
-                cores: self.config.core_choices[choice],
+                resources,
+                placement: Placement::Single,
                 priority: self.rng.random_range(0..3),
                 max_retries: self.config.max_retries,
                 max_replays: None,
@@ -431,8 +359,8 @@ impl World {
         agent.alive = true;
         agent.local.clear();
         agent.running.clear();
-        agent.held = 0;
-        agent.running_cores = 0;
+        agent.held = Resources::ZERO;
+        agent.running_total = Resources::ZERO;
         let clock = agent.up_clock;
         let at = self.deliver_at(clock);
         self.agents[node.0 as usize].up_clock = at;
@@ -473,6 +401,9 @@ impl World {
         self.summary.speculated = counts.speculated;
         self.summary.copies_won = self.ledger.copies_won;
         self.summary.continued = self.ledger.continued;
+        self.summary.non_core_attempts = self.ledger.non_core_attempts;
+        self.summary.non_core_copies = self.ledger.non_core_copies;
+        self.summary.bound_by_other_kinds = self.ledger.bound_by_other_kinds;
         for agent in &self.agents {
             assert!(
                 agent.running.is_empty() && agent.local.is_empty(),
@@ -543,15 +474,14 @@ impl World {
 
     fn on_dispatch(&mut self, dispatch: Dispatch) {
         let node = dispatch.node;
-        self.ledger
-            .dispatched(&dispatch, self.config.cores_per_node, Time(self.now));
+        self.ledger.dispatched(&dispatch, Time(self.now));
         self.ledger.check_credit(&self.core, node);
         let work: Vec<Work> = dispatch
             .assignments
             .iter()
             .map(|assignment| Work {
                 attempt: assignment.attempt,
-                cores: self.ledger.job_cores(assignment.job),
+                need: self.ledger.job_need(assignment.job),
                 max_duration: self
                     .ledger
                     .job_time_limit(assignment.job)
@@ -614,12 +544,13 @@ impl World {
                     let loss = self.core.handle_node_lost(node, now).expect("live node");
                     self.ledger.node_lost(node, loss);
                 }
+                let capacity = self.agents[node.0 as usize].capacity;
                 self.core
-                    .handle_node_joined(node, self.config.cores_per_node, now)
+                    .handle_node_joined(node, capacity, now)
                     .expect("node joins once per life");
-                self.ledger.joined(node);
+                self.ledger.joined(node, capacity);
                 self.root_view[node.0 as usize] = Some(incarnation);
-                let credit = self.config.cores_per_node + self.config.prefetch;
+                let credit = self.credit_limit(node);
                 self.core
                     .handle_credit(node, credit, now)
                     .expect("just joined");
@@ -633,12 +564,15 @@ impl World {
                 if !self.agent_current(node, incarnation) {
                     return;
                 }
-                let limit = self.config.cores_per_node + self.config.prefetch;
+                let limit = self.credit_limit(node);
                 let agent = &mut self.agents[node.0 as usize];
-                agent.held += work.iter().map(|work| work.cores).sum::<u32>();
+                for work in &work {
+                    agent.held = agent.held.saturating_add(work.need);
+                }
                 assert!(
-                    agent.held <= limit,
-                    "node {node} holds more work than it asked for"
+                    agent.held.fits_in(&limit),
+                    "node {node} holds more work than it asked for: {} of {limit}",
+                    agent.held
                 );
                 agent.local.extend(work);
                 self.start_local(node);
@@ -652,19 +586,20 @@ impl World {
                     return;
                 }
                 let agent = &mut self.agents[node.0 as usize];
-                let cores = if let Some(position) =
+                let need = if let Some(position) =
                     agent.local.iter().position(|work| work.attempt == attempt)
                 {
-                    agent.local.remove(position).map(|work| work.cores)
-                } else if let Some(cores) = agent.running.remove(&attempt) {
-                    agent.running_cores -= cores;
-                    Some(cores)
+                    agent.local.remove(position).map(|work| work.need)
+                } else if let Some(need) = agent.running.remove(&attempt) {
+                    agent.running_total = release(agent.running_total, need);
+                    Some(need)
                 } else {
                     None
                 };
-                if let Some(cores) = cores {
-                    self.agents[node.0 as usize].held -= cores;
-                    self.report(node, incarnation, attempt, AttemptOutcome::Cancelled, cores);
+                if let Some(need) = need {
+                    let agent = &mut self.agents[node.0 as usize];
+                    agent.held = release(agent.held, need);
+                    self.report(node, incarnation, attempt, AttemptOutcome::Cancelled, need);
                     self.start_local(node);
                 }
             }
@@ -677,11 +612,11 @@ impl World {
                     return;
                 }
                 let agent = &mut self.agents[node.0 as usize];
-                let Some(cores) = agent.running.remove(&attempt) else {
+                let Some(need) = agent.running.remove(&attempt) else {
                     return; // stopped earlier
                 };
-                agent.held -= cores;
-                agent.running_cores -= cores;
+                agent.held = release(agent.held, need);
+                agent.running_total = release(agent.running_total, need);
                 let roll: f64 = self.rng.random();
                 let outcome = if roll < self.config.fail_probability {
                     AttemptOutcome::Failed
@@ -690,7 +625,7 @@ impl World {
                 } else {
                     AttemptOutcome::Succeeded
                 };
-                self.report(node, incarnation, attempt, outcome, cores);
+                self.report(node, incarnation, attempt, outcome, need);
                 self.start_local(node);
             }
             Action::Started { attempt } => {
@@ -723,8 +658,8 @@ impl World {
                 agent.alive = false;
                 agent.local.clear();
                 agent.running.clear();
-                agent.held = 0;
-                agent.running_cores = 0;
+                agent.held = Resources::ZERO;
+                agent.running_total = Resources::ZERO;
                 let at = self.now + self.config.detect_delay_micros;
                 self.schedule(at, Action::Detect { node });
             }
@@ -769,7 +704,7 @@ impl World {
         incarnation: u64,
         attempt: AttemptId,
         outcome: AttemptOutcome,
-        credit: u32,
+        credit: Resources,
     ) {
         self.send_up(
             node,
@@ -783,30 +718,41 @@ impl World {
         );
     }
 
-    /// Starts locally queued work in FIFO order while it fits the idle cores.
+    /// What a node asks for when it joins, and keeps asked for: its capacity plus
+    /// `prefetch` cores, and as many GPUs if it has any (so that its GPU credit can
+    /// exceed its capacity, and a task needing more GPUs than the node has must still
+    /// not be sent there).
+    fn credit_limit(&self, node: NodeId) -> Resources {
+        let capacity = self.agents[node.0 as usize].capacity;
+        let prefetch = self.config.prefetch;
+        let limit = capacity.saturating_add(Resources::cores(prefetch));
+        match capacity.gpu_count() {
+            0 => limit,
+            gpus => limit.with(ResourceKind::GPUS, gpus + prefetch),
+        }
+    }
+
+    /// Starts locally queued work in FIFO order while it fits what is idle.
     fn start_local(&mut self, node: NodeId) {
         loop {
             let agent = &mut self.agents[node.0 as usize];
             let Some(&Work {
                 attempt,
-                cores,
+                need,
                 max_duration,
                 scale,
             }) = agent.local.front()
             else {
                 return;
             };
-            if agent.running_cores + cores > self.config.cores_per_node {
+            let running = agent.running_total.saturating_add(need);
+            if !running.fits_in(&agent.capacity) {
                 return;
             }
             agent.local.pop_front();
-            agent.running.insert(attempt, cores);
+            agent.running.insert(attempt, need);
             let incarnation = agent.incarnation;
-            agent.running_cores += cores;
-            assert!(
-                agent.running_cores <= self.config.cores_per_node,
-                "node {node} over capacity"
-            );
+            agent.running_total = running;
             let (low, high) = self.config.duration_micros;
             let (low, high) = (low * scale, high * scale);
             let mut duration = self
@@ -826,4 +772,11 @@ impl World {
             self.send_up(node, Action::Started { attempt });
         }
     }
+}
+
+/// `total` without `need`, which it holds (an agent only releases what it took).
+fn release(total: Resources, need: Resources) -> Resources {
+    total
+        .checked_sub(need)
+        .expect("an agent releases only what it holds")
 }

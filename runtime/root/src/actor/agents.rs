@@ -4,7 +4,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use saker_actors::link::{LinkId, LinkTx};
-use saker_core::{AttemptId, AttemptOutcome, Disposition, NodeId, TerminalState as CoreState};
+use saker_core::{
+    AttemptId, AttemptOutcome, Disposition, NodeId, Resources, TerminalState as CoreState,
+};
 use saker_wire::messages::{FromAgent, Hello, Outcome, Report, TaskResult, ToAgent, Welcome};
 
 use super::state::{Detail, NodeEntry, RootState};
@@ -118,9 +120,10 @@ impl RootState {
         // here): the old life's work is replayed, its late results are duplicates.
         self.lose_node(hello.node, "the agent registered again");
         let now = self.now();
+        let capacity = Resources::cores(hello.cores);
         if let Err(error) = self
             .core
-            .handle_node_joined(NodeId(hello.node), hello.cores, now)
+            .handle_node_joined(NodeId(hello.node), capacity, now)
         {
             self.send_to(
                 link,
@@ -212,9 +215,8 @@ impl RootState {
             }
         }
         if live && report.credit > 0 {
-            let _ = self
-                .core
-                .handle_credit(NodeId(report.node), report.credit, now);
+            let credit = Resources::cores(report.credit);
+            let _ = self.core.handle_credit(NodeId(report.node), credit, now);
         }
     }
 

@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use saker_core::{JobSpec, Time};
+use saker_core::{JobSpec, Placement, Resources, Time};
 use saker_wire::messages::{EnvVar, JobDef};
 use tokio::sync::mpsc;
 
@@ -407,7 +407,8 @@ fn base_spec(request: &JobRequest) -> JobSpec {
     let spec = &request.spec;
     JobSpec {
         count: request.task_count() as u32,
-        cores: spec.cores,
+        resources: Resources::cores(spec.cores),
+        placement: Placement::Single,
         priority: spec.priority,
         max_retries: spec.max_retries,
         max_replays: spec.max_replays,
