@@ -9,13 +9,17 @@
 //! (panic), the agent, as supervisor, drops that handle (which kills the attempt's
 //! process group), records the attempt as lost and starts a fresh executor, and the
 //! old thread's report is ignored; the old thread ends once its channel is closed.
+//!
+//! The thread also keeps the agent's report clock when the board gives it to this
+//! slot ([`DoneSink::report_clock`]): idle, it waits for work until the clock's time;
+//! busy, the runner hands it back at that time ([`process::Running::wait_until`]).
 
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Instant;
 
 use crate::board::NextAttempt;
-use crate::process::{self, Alarm, Finished, Scratch};
+use crate::process::{self, Finished, Scratch, Start};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use saker_wire::messages::{Outcome, Output};
 
@@ -147,26 +151,53 @@ fn slot_thread<S: DoneSink>(attempts: mpsc::Receiver<SlotRun>, executor: u32, si
             Err(RecvTimeoutError::Disconnected) => return,
         };
         let mut next = Some(first);
-        while let Some(NextAttempt {
-            attempt,
-            launch,
-            control,
-        }) = next.take()
-        {
-            let mut ring = || sink.report_clock(executor, generation);
-            let mut alarm = Alarm::new(report_at, &mut ring);
+        while let Some(attempt) = next.take() {
             let finished = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                process::run_with(&launch, &control, &mut scratch, &mut alarm)
+                run_attempt(&attempt, &mut scratch, &mut report_at, || {
+                    sink.report_clock(executor, generation)
+                })
             }))
             .unwrap_or_else(|panic| panicked(&panic));
             let done = AttemptDone {
                 executor,
-                attempt,
+                attempt: attempt.attempt,
                 finished,
             };
             AfterAttempt { next, report_at } = sink.attempt_done(done, generation);
         }
     }
+}
+
+/// Runs one attempt, ringing the report clock at `report_at` meanwhile: `ring` says
+/// when to ring next. A next time that has passed already is dropped rather than rung
+/// in a loop.
+fn run_attempt(
+    attempt: &NextAttempt,
+    scratch: &mut Scratch,
+    report_at: &mut Option<Instant>,
+    mut ring: impl FnMut() -> Option<Instant>,
+) -> Finished {
+    let mut running = match process::start(&attempt.launch, &attempt.control, scratch) {
+        Start::Running(running) => running,
+        Start::Failed(finished) => return finished,
+        Start::NoResources(error) => {
+            let now = process::unix_micros();
+            return Finished {
+                outcome: Outcome::Lost {
+                    reason: error.to_string(),
+                },
+                start_unix_us: now,
+                end_unix_us: now,
+                stdout: Output::default(),
+                stderr: Output::default(),
+            };
+        }
+    };
+    while !running.wait_until(*report_at) {
+        let now = Instant::now();
+        *report_at = ring().filter(|next| *next > now);
+    }
+    running.finish()
 }
 
 /// A bug in the runner must not leave the slot taken forever: the attempt (whose
