@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use saker_actors::agent::{AgentConfig, AgentExit};
 use saker_actors::node::{AgentOptions, run_agent};
+use saker_actors::supervision::RestartPolicy;
 use saker_transport::pilot_dir::PilotDir;
 
 use crate::cli::AgentArgs;
@@ -109,8 +110,7 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
             prefetch: placement.cores,
             pilot_id: dir.pilot_id().to_string(),
             spill_dir: dir.path().join("output"),
-            max_restarts: 10,
-            restart_window: Duration::from_secs(10),
+            restarts: RestartPolicy::default(),
         },
         pilot_dir: args.dir.clone(),
         fanout: args.fanout,
@@ -124,8 +124,12 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
     start_reaper();
     match run_agent(options).await? {
         AgentExit::Shutdown => Ok(ExitCode::SUCCESS),
-        AgentExit::ParentLost(reason) | AgentExit::Failed(reason) => {
+        AgentExit::ParentLost(reason) => {
             tracing::error!(%reason, "agent stopped");
+            Ok(ExitCode::from(3))
+        }
+        AgentExit::Failed(error) => {
+            tracing::error!(error = &error as &dyn std::error::Error, "agent stopped");
             Ok(ExitCode::from(3))
         }
     }

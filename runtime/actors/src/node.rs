@@ -19,7 +19,7 @@ use saker_transport::stream::{FrameReader, FrameWriter};
 use saker_wire::messages::{Link, POSITION_ROOT, PROTOCOL_VERSION, ROUTE_PEER};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::agent::{Agent, AgentArgs, AgentConfig, AgentExit, AgentMsg};
+use crate::agent::{Agent, AgentArgs, AgentConfig, AgentExit, AgentFailure, AgentMsg};
 use crate::link::{FrameBuf, LinkId, LinkTx, Router, serve_child_link};
 use crate::liveness::{Incoming, Liveness, link_frame, next_incoming, write_queue};
 
@@ -263,10 +263,10 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
             .await
             .ok();
     }
-    // No exit reason means the actor failed (e.g. too many executor restarts).
+    // No exit reason: the actor panicked (its own failures come with a reason).
     Ok(exit_rx
         .await
-        .unwrap_or_else(|_| AgentExit::Failed("agent actor failed".to_string())))
+        .unwrap_or(AgentExit::Failed(AgentFailure::NoExitReason)))
 }
 
 /// A link to a parent, handshake done.

@@ -1,6 +1,8 @@
 use super::*;
 use std::sync::Arc;
 
+use crate::test_support::alive;
+
 fn launch(argv: &[&str], dir: &Path) -> Launch {
     Launch {
         argv: argv.iter().map(|s| s.to_string()).collect(),
@@ -66,6 +68,43 @@ fn a_missing_program_fails_with_that_reason() {
     assert!(reason.contains("working directory"), "{reason}");
 }
 
+/// Out of file descriptors, no task can start, whatever its program: that is this
+/// node's fault, told apart from the task's own (a missing program, with descriptors
+/// to spare). Lowers this process's limit, so it runs alone in a child process.
+#[test]
+fn a_node_out_of_descriptors_starts_nothing_but_a_missing_program_is_the_tasks_fault() {
+    if !crate::test_support::in_child_process(
+        module_path!(),
+        "a_node_out_of_descriptors_starts_nothing_but_a_missing_program_is_the_tasks_fault",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let missing = launch(&["/no/such/program-xyz"], dir.path());
+    let mut scratch = Scratch::default();
+    let control = Control::default();
+    let finished = run(&missing, &control, &mut scratch).expect("descriptors to spare");
+    assert!(matches!(finished.outcome, Outcome::SpawnFailed { .. }));
+
+    let limit = crate::test_support::exhaust_open_files();
+    let mut in_a_directory = launch(&["true"], dir.path());
+    in_a_directory.cwd = Some(dir.path().to_path_buf()); // started by `Command`
+    for task in [launch(&["true"], dir.path()), in_a_directory, missing] {
+        let control = Control::default();
+        match run(&task, &control, &mut scratch) {
+            Err(ResourceError {
+                resource: Resource::FileDescriptors,
+                source,
+                ..
+            }) => assert_eq!(source.raw_os_error(), Some(libc::EMFILE)),
+            other => panic!("{:?} started: {other:?}", task.argv),
+        }
+    }
+    crate::test_support::restore_open_files(limit);
+    let finished = run(&launch(&["true"], dir.path()), &control, &mut scratch).unwrap();
+    assert_eq!(finished.outcome, Outcome::Exited { code: 0 });
+}
+
 #[test]
 fn long_output_is_kept_inline_up_to_the_limit_and_spilled_whole() {
     let dir = tempfile::tempdir().unwrap();
@@ -92,16 +131,6 @@ fn time_limit_kills_the_whole_process_group() {
         "{:?}",
         started.elapsed()
     );
-}
-
-/// Whether `pid` runs (a zombie has finished).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, r)| r.trim().chars().next());
-        !matches!(state, None | Some('Z' | 'X'))
-    })
 }
 
 #[test]
