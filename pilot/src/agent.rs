@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use saker_actors::agent::{AgentConfig, AgentExit};
+use saker_actors::agent::AgentConfig;
 use saker_actors::node::{AgentOptions, run_agent};
 use saker_actors::supervision::RestartPolicy;
 use saker_transport::pilot_dir::PilotDir;
@@ -122,14 +122,10 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
             .with_context(|| format!("--reattach-for {:?}", args.reattach_for))?,
     };
     start_reaper();
-    match run_agent(options).await? {
-        AgentExit::Shutdown => Ok(ExitCode::SUCCESS),
-        AgentExit::ParentLost(reason) => {
-            tracing::error!(%reason, "agent stopped");
-            Ok(ExitCode::from(3))
-        }
-        AgentExit::Failed(error) => {
-            tracing::error!(error = &error as &dyn std::error::Error, "agent stopped");
+    match run_agent(options).await?.error() {
+        None => Ok(ExitCode::SUCCESS),
+        Some(error) => {
+            tracing::error!(error, "agent stopped");
             Ok(ExitCode::from(3))
         }
     }

@@ -31,6 +31,7 @@ use saker_wire::messages::{FromAgent, Hello, ToAgent};
 use crate::board::{Board, FlushPlan, SharedBoard, lock};
 use crate::executor::{AfterAttempt, AttemptDone, SlotFault, SlotRuns, SlotSink};
 use crate::link::{FrameBuf, LinkClosed, LinkTx};
+use crate::node::ParentLost;
 use crate::supervision::{RestartPolicy, Restarts};
 
 mod slots;
@@ -87,26 +88,34 @@ pub enum AgentMsg {
     /// The link to the parent failed. The root replays this node's work elsewhere, so
     /// the agent drops its queue and stops what runs, while the link looks for a live
     /// ancestor.
-    ParentLost {
-        reason: String,
-    },
+    ParentLost,
     /// The link reattached to a live ancestor: register again as a new node.
     Reattached,
     /// The root asks this node to register again (it was declared lost while alive):
     /// drop the old work and say hello.
     Rejoin,
     /// No live ancestor answered: stop and exit.
-    ParentGone {
-        reason: String,
-    },
+    ParentGone(ParentLost),
 }
 
 /// How the agent's actor ended, for the process exit code.
 #[derive(Debug)]
 pub enum AgentExit {
+    /// As the root asked.
     Shutdown,
-    ParentLost(String),
+    ParentLost(ParentLost),
     Failed(AgentFailure),
+}
+
+impl AgentExit {
+    /// Why the agent ended, unless it was asked to.
+    pub fn error(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AgentExit::Shutdown => None,
+            AgentExit::ParentLost(error) => Some(error),
+            AgentExit::Failed(error) => Some(error),
+        }
+    }
 }
 
 /// Why an agent gave up.
@@ -340,8 +349,8 @@ fn on_message(
             let lost = FromAgent::NodesLost { nodes, reason };
             send_up(&state.parent, state.config.node, &lost)?;
         }
-        AgentMsg::ParentLost { reason } => {
-            tracing::warn!(%reason, "parent lost; dropping this node's work");
+        AgentMsg::ParentLost => {
+            tracing::warn!("parent lost; dropping this node's work");
             lock(&state.board).stop_all();
         }
         AgentMsg::Reattached => register_again(state)?,
@@ -350,10 +359,14 @@ fn on_message(
             lock(&state.board).stop_all();
             register_again(state)?;
         }
-        AgentMsg::ParentGone { reason } => {
-            tracing::error!(%reason, "no parent; stopping");
+        AgentMsg::ParentGone(gone) => {
+            tracing::error!(
+                lost = %crate::error_chain(&gone.lost),
+                error = &gone as &dyn std::error::Error,
+                "no parent; stopping"
+            );
             stop_all(state);
-            state.exit = Some(AgentExit::ParentLost(reason));
+            state.exit = Some(AgentExit::ParentLost(gone));
             myself.stop(None);
             return Ok(());
         }
