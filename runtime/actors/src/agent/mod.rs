@@ -124,7 +124,7 @@ pub enum AgentFailure {
     /// The root's reason, as it gave it.
     #[error("the root refused this agent: {reason}")]
     Refused { reason: String },
-    #[error("all {slots} slots of this node failed too often and were given up")]
+    #[error("every slot of this node ({slots}) failed too often and was given up")]
     NoSlotLeft {
         slots: u32,
         #[source]

@@ -144,7 +144,7 @@ async fn a_slot_that_keeps_failing_is_given_up_and_its_agent_says_goodbye() {
         panic!("no goodbye");
     };
     assert!(
-        reason.starts_with("all 1 slots of this node failed too often"),
+        reason.starts_with("every slot of this node (1) failed too often"),
         "{reason}"
     );
     assert!(reason.contains("out of file descriptors"), "{reason}");
