@@ -687,3 +687,39 @@ async fn serve_child(
 pub const fn protocol_version() -> u32 {
     PROTOCOL_VERSION
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An agent that finds no ancestor gives up with the last one's answer, typed,
+    /// and its text says which ancestor and why.
+    #[tokio::test]
+    async fn an_agent_with_no_live_ancestor_gives_up_with_the_last_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let dialer = Dialer {
+            endpoint: quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap(),
+            pilot_dir: dir.path().to_path_buf(),
+            node: 5,
+            fanout: 2,
+            liveness: Liveness::default(),
+        };
+        let Err(error) = dialer.attach_nearest(None, Duration::ZERO).await else {
+            panic!("attached to nobody");
+        };
+        let NodeError::NoAncestor { last, .. } = &error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(last.position, Position::Root, "the root is dialed last");
+        assert!(
+            matches!(&last.kind, DialErrorKind::ReadAddress { path, .. } if path.ends_with("addr/root"))
+        );
+        let text = crate::error_chain(&error);
+        assert!(
+            text.starts_with(
+                "no live ancestor answered within 0ns: dialing the root failed: cannot read its address file"
+            ),
+            "{text}"
+        );
+    }
+}
