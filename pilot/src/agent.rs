@@ -8,8 +8,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use saker_actors::agent::{AgentConfig, AgentExit};
+use saker_actors::agent::AgentConfig;
 use saker_actors::node::{AgentOptions, run_agent};
+use saker_actors::supervision::RestartPolicy;
 use saker_transport::pilot_dir::PilotDir;
 
 use crate::cli::AgentArgs;
@@ -98,8 +99,7 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
             prefetch: placement.cores,
             pilot_id: dir.pilot_id().to_string(),
             spill_dir: dir.path().join("output"),
-            max_restarts: 10,
-            restart_window: Duration::from_secs(10),
+            restarts: RestartPolicy::default(),
         },
         pilot_dir: args.dir.clone(),
         fanout: args.fanout,
@@ -111,10 +111,10 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
             .with_context(|| format!("--reattach-for {:?}", args.reattach_for))?,
     };
     start_reaper();
-    match run_agent(options).await? {
-        AgentExit::Shutdown => Ok(ExitCode::SUCCESS),
-        AgentExit::ParentLost(reason) | AgentExit::Failed(reason) => {
-            tracing::error!(%reason, "agent stopped");
+    match run_agent(options).await?.error() {
+        None => Ok(ExitCode::SUCCESS),
+        Some(error) => {
+            tracing::error!(error, "agent stopped");
             Ok(ExitCode::from(3))
         }
     }

@@ -36,9 +36,27 @@ pub(crate) struct Slot {
     pub running: Option<Running>,
     /// Stops the running attempt; dropping it stops it too.
     cancel: Option<StopHandle>,
-    /// Bumped when the slot's executor is replaced: the old thread must then leave
-    /// the slot alone.
+    /// Bumped when the slot's thread failed: whatever that thread still reports is
+    /// then ignored.
     pub generation: u64,
+    pub state: SlotState,
+}
+
+/// Whether a slot has a thread to run attempts on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SlotState {
+    #[default]
+    Up,
+    /// Its thread failed; the agent starts another after a backoff.
+    Down,
+    /// It failed too often (see [`crate::supervision`]): it runs nothing any more.
+    GivenUp,
+}
+
+impl Slot {
+    fn is_idle(&self) -> bool {
+        self.running.is_none() && self.state == SlotState::Up
+    }
 }
 
 #[derive(Debug)]
@@ -231,7 +249,7 @@ impl Board {
         self.accepting
             && self.free_cores > 0
             && !self.queue.is_empty()
-            && self.slots.iter().any(|slot| slot.running.is_none())
+            && self.slots.iter().any(Slot::is_idle)
     }
 
     pub fn has_news(&self) -> bool {
@@ -254,7 +272,8 @@ impl Board {
     /// A queued task of a job this node does not know fails at once (the root always
     /// sends a definition before or with its first task: a protocol error).
     pub fn start_on(&mut self, index: usize) -> Option<NextAttempt> {
-        if !self.accepting || self.slots.get(index)?.running.is_some() {
+        let slot = self.slots.get(index)?;
+        if !self.accepting || slot.running.is_some() || slot.state != SlotState::Up {
             return None;
         }
         loop {
@@ -303,7 +322,7 @@ impl Board {
         self.slots
             .iter()
             .enumerate()
-            .filter(|(_, slot)| slot.running.is_none())
+            .filter(|(_, slot)| slot.is_idle())
             .map(|(index, _)| index)
     }
 
@@ -333,7 +352,7 @@ impl Board {
         finished: Finished,
     ) -> Option<NextAttempt> {
         let slot = self.slots.get_mut(index)?;
-        // A result from an attempt this slot no longer runs (its executor crashed and
+        // A result from an attempt this slot no longer runs (its thread failed and
         // the attempt was already reported lost) is dropped here.
         if slot.generation != generation
             || slot.running.is_none_or(|r| r.assignment.attempt != attempt)
@@ -401,14 +420,18 @@ impl Board {
         }
     }
 
-    /// The executor of slot `index` died: its attempt is reported lost (dropping the
-    /// stop handle kills it) and a later report of the old thread is ignored.
+    /// The thread of slot `index` failed: the slot is down, its attempt is reported
+    /// lost (dropping the stop handle kills it) and a later report of the old thread
+    /// is ignored.
     pub fn lose_slot(&mut self, index: usize, reason: String) {
         let Some(slot) = self.slots.get_mut(index) else {
             return;
         };
         slot.generation += 1;
         slot.cancel = None;
+        if slot.state == SlotState::Up {
+            slot.state = SlotState::Down;
+        }
         if self.report_clock == Some(index) {
             // The old thread no longer keeps it; the agent paces what is pending.
             self.report_clock = None;
@@ -427,6 +450,26 @@ impl Board {
                 stderr: Output::default(),
             });
         }
+    }
+
+    /// A fresh thread runs slot `index` (down until now).
+    pub fn slot_up(&mut self, index: usize) {
+        if let Some(slot) = self.slots.get_mut(index)
+            && slot.state == SlotState::Down
+        {
+            slot.state = SlotState::Up;
+        }
+    }
+
+    /// Slot `index` (down) is given up; returns how many slots are not.
+    pub fn give_up_slot(&mut self, index: usize) -> usize {
+        if let Some(slot) = self.slots.get_mut(index) {
+            slot.state = SlotState::GivenUp;
+        }
+        self.slots
+            .iter()
+            .filter(|slot| slot.state != SlotState::GivenUp)
+            .count()
     }
 
     fn fail_unstarted(&mut self, assignment: &Assignment, reason: String) {
@@ -546,7 +589,7 @@ pub(crate) mod tests {
         // A stale thread (its executor was replaced) keeps nothing; losing the keeper's
         // slot frees the clock.
         assert_eq!(board.keep_report_clock(0, 7, gap), None);
-        board.lose_slot(1, "executor crashed".into());
+        board.lose_slot(1, "slot failed".into());
         assert_eq!(board.keep_report_clock(0, 0, gap), Some(now + gap));
         // After the goodbye nothing is reported, so nobody keeps the clock.
         board.closed = true;
@@ -590,7 +633,7 @@ pub(crate) mod tests {
         let mut board = board(1);
         board.queue.extend([task(1, 1), task(2, 1)]);
         let running = board.start_on(0).unwrap();
-        board.lose_slot(0, "executor crashed".into());
+        board.lose_slot(0, "slot failed".into());
         assert_eq!(
             running.control.stopped(),
             Some(Stop::Detached),
@@ -598,15 +641,36 @@ pub(crate) mod tests {
         );
         let report = board.take_report();
         assert!(
-            matches!(&report.results[0].outcome, Outcome::Lost { reason } if reason == "executor crashed")
+            matches!(&report.results[0].outcome, Outcome::Lost { reason } if reason == "slot failed")
         );
         // The old runner's report is dropped and starts nothing.
         assert!(board.finish(0, 0, 10, exited()).is_none());
         assert!(board.take_report().results.is_empty());
-        // The new executor (generation 1) gets the slot.
+        // The slot is down until a fresh thread (generation 1) runs it.
+        assert!(board.start_on(0).is_none());
+        assert_eq!(board.idle_slots().count(), 0);
+        board.slot_up(0);
         let next = board.start_on(0).unwrap();
         assert_eq!(next.attempt, 20);
         assert!(board.finish(0, 1, 20, exited()).is_none());
+    }
+
+    #[test]
+    fn a_given_up_slot_takes_no_work_and_the_last_one_counts_out() {
+        let mut board = board(2);
+        board.queue.extend([task(1, 1), task(2, 1), task(3, 1)]);
+        board.lose_slot(0, "slot 0 failed".into());
+        assert_eq!(board.give_up_slot(0), 1, "slot 1 is left");
+        board.slot_up(0);
+        assert_eq!(board.idle_slots().collect::<Vec<_>>(), [1], "not revived");
+        assert!(board.start_on(0).is_none());
+        assert_eq!(board.start_on(1).unwrap().attempt, 10);
+        assert!(!board.wants_agent(), "no idle slot for the queued work");
+        board.lose_slot(1, "slot 1 failed".into());
+        assert_eq!(board.give_up_slot(1), 0);
+        assert!(
+            matches!(&board.take_report().results[0].outcome, Outcome::Lost { reason } if reason == "slot 1 failed")
+        );
     }
 
     fn ran_for(micros: u64) -> Finished {

@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use saker_transport::stream::{Frame, FrameReader};
 use saker_wire::messages::Link;
 
-use crate::liveness::{Incoming, Liveness, link_frame, next_incoming, write_queue};
+use crate::liveness::{Incoming, Liveness, ReadError, link_frame, next_incoming, write_queue};
 
 /// One encoded frame (header + 8-aligned payload), ready to write.
 pub type FrameBuf = rkyv::util::AlignedVec;
@@ -49,6 +49,28 @@ impl LinkTx {
     }
 }
 
+/// Why a link served by [`serve_child_link`] ended, other than by the child closing it.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("the link's handshake failed")]
+    Handshake(#[source] quinn::ConnectionError),
+    #[error("the child opened no stream")]
+    NoStream(#[source] quinn::ConnectionError),
+    #[error("the link's preamble failed")]
+    Preamble(#[source] StreamError),
+    #[error("the link's writer has stopped")]
+    WriterStopped(#[source] LinkClosed),
+    #[error("the link failed")]
+    Read(#[source] ReadError),
+    #[error(transparent)]
+    ReceiverStopped(#[from] ReceiverStopped),
+}
+
+/// Returned by the receiver of a link's frames once it takes no more: the link ends.
+#[derive(Debug, thiserror::Error)]
+#[error("the receiver of the link's frames has stopped")]
+pub struct ReceiverStopped;
+
 /// A link whose frames land in a channel; used by tests and in-process wiring.
 pub fn channel() -> (LinkTx, mpsc::UnboundedReceiver<FrameBuf>) {
     let (sender, receiver) = mpsc::unbounded_channel();
@@ -71,41 +93,40 @@ pub fn spawn_writer(
 /// sends goes to `on_frame` until the link ends, fails, goes silent or `on_frame`
 /// refuses. `on_up` gets the link's sending half once it is ready. The connection is
 /// closed with the reason, so the child learns at once and can look for another way in.
+/// `Ok` when the child closed the link.
 pub async fn serve_child_link(
     incoming: quinn::Incoming,
     hello: &Link,
     liveness: Liveness,
-    on_up: impl FnOnce(LinkTx) -> Result<(), String>,
-    mut on_frame: impl FnMut(Frame) -> Result<(), String>,
-) -> Result<(), String> {
-    let connection = incoming
-        .await
-        .map_err(|e| format!("link handshake failed: {e}"))?;
-    let (send, recv) = connection
-        .accept_bi()
-        .await
-        .map_err(|e| format!("the peer opened no stream: {e}"))?;
+    on_up: impl FnOnce(LinkTx) -> Result<(), ReceiverStopped>,
+    mut on_frame: impl FnMut(Frame) -> Result<(), ReceiverStopped>,
+) -> Result<(), LinkError> {
+    let connection = incoming.await.map_err(LinkError::Handshake)?;
+    let (send, recv) = connection.accept_bi().await.map_err(LinkError::NoStream)?;
     let mut reader = FrameReader::new(recv);
-    reader.read_preamble().await.map_err(|e| e.to_string())?;
+    reader.read_preamble().await.map_err(LinkError::Preamble)?;
     let mut writer = FrameWriter::new(send);
-    writer.write_preamble().await.map_err(|e| e.to_string())?;
+    writer.write_preamble().await.map_err(LinkError::Preamble)?;
     let (tx, _writer_task) = spawn_writer(writer, liveness.interval);
     tx.send(link_frame(hello))
-        .map_err(|_| "link writer stopped".to_string())?;
+        .map_err(LinkError::WriterStopped)?;
     on_up(tx)?;
     let result = loop {
         match next_incoming(&mut reader, liveness.timeout).await {
             Ok(Some(Incoming::Frame(frame))) => {
-                if let Err(reason) = on_frame(frame) {
-                    break Err(reason);
+                if let Err(stopped) = on_frame(frame) {
+                    break Err(stopped.into());
                 }
             }
             Ok(Some(Incoming::Link(_))) => {}
             Ok(None) => break Ok(()),
-            Err(error) => break Err(format!("link failed: {error}")),
+            Err(error) => break Err(LinkError::Read(error)),
         }
     };
-    let reason = result.as_ref().err().map_or("closed", String::as_str);
+    let reason = match &result {
+        Ok(()) => "closed".to_string(),
+        Err(error) => crate::error_chain(error),
+    };
     connection.close(0u32.into(), reason.as_bytes());
     result
 }

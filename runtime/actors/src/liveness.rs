@@ -13,6 +13,7 @@ use std::time::Duration;
 use saker_transport::quic::LinkTimeouts;
 use saker_transport::stream::{Frame, FrameReader, FrameWriter, StreamError};
 use saker_wire::messages::{Link, ROUTE_LINK};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::link::FrameBuf;
@@ -96,8 +97,8 @@ pub enum ReadError {
 }
 
 /// The next frame that is not a heartbeat; `Ok(None)` when the peer closed the stream.
-pub async fn next_incoming(
-    reader: &mut FrameReader,
+pub async fn next_incoming<R: AsyncRead + Unpin>(
+    reader: &mut FrameReader<R>,
     timeout: Duration,
 ) -> Result<Option<Incoming>, ReadError> {
     loop {
@@ -128,8 +129,8 @@ pub fn end_of_stream() -> FrameBuf {
 /// heartbeat whenever nothing was written for `interval`. Returns after finishing the
 /// stream when the queue's senders are all gone or [`end_of_stream`] is dequeued, or
 /// on a write error.
-pub async fn write_queue(
-    writer: &mut FrameWriter,
+pub async fn write_queue<W: AsyncWrite + Unpin>(
+    writer: &mut FrameWriter<W>,
     queue: &mut UnboundedReceiver<FrameBuf>,
     interval: Duration,
 ) -> Result<(), StreamError> {
@@ -166,6 +167,82 @@ pub async fn write_queue(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::DuplexStream;
+    use tokio::time::Instant;
+
+    /// The two ends of a link's stream, in memory.
+    fn stream() -> (FrameWriter<DuplexStream>, FrameReader<DuplexStream>) {
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        (FrameWriter::new(ours), FrameReader::new(theirs))
+    }
+
+    async fn link_message(reader: &mut FrameReader<DuplexStream>) -> Link {
+        let frame = reader.read_frame().await.unwrap().expect("a frame");
+        assert_eq!(frame.route(), ROUTE_LINK);
+        frame.decode::<Link>().unwrap()
+    }
+
+    /// A link with nothing to send writes a heartbeat once per interval, counted from
+    /// whatever it wrote last; its end finishes the stream.
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_link_writes_a_heartbeat_an_interval_after_its_last_write() {
+        let interval = Duration::from_secs(1);
+        let (mut writer, mut reader) = stream();
+        let (tx, mut queue) = crate::link::channel();
+        let writing =
+            tokio::spawn(async move { write_queue(&mut writer, &mut queue, interval).await });
+        let t0 = Instant::now();
+        assert!(matches!(link_message(&mut reader).await, Link::Heartbeat));
+        assert_eq!(t0.elapsed(), interval);
+        // A frame half an interval later goes at once and puts the next heartbeat off.
+        tokio::time::advance(interval / 2).await;
+        tx.send(link_frame(&Link::Rejoin)).unwrap();
+        assert!(matches!(link_message(&mut reader).await, Link::Rejoin));
+        assert_eq!(t0.elapsed(), interval * 3 / 2);
+        assert!(matches!(link_message(&mut reader).await, Link::Heartbeat));
+        assert_eq!(t0.elapsed(), interval * 5 / 2);
+        drop(tx);
+        assert!(reader.read_frame().await.unwrap().is_none(), "finished");
+        writing.await.unwrap().unwrap();
+    }
+
+    /// Heartbeats keep a link that carries nothing else alive for as long as they come;
+    /// once they stop (the peer hangs, its stream still open), the reader declares the
+    /// link silent one timeout after the last.
+    #[tokio::test(start_paused = true)]
+    async fn heartbeats_keep_a_link_alive_and_silence_ends_it_after_the_timeout() {
+        let liveness = Liveness::new(Duration::from_secs(1), Duration::from_secs(3)).unwrap();
+        let (mut writer, mut reader) = stream();
+        let (_tx, mut queue) = crate::link::channel();
+        let (hang, hung) = tokio::sync::oneshot::channel::<()>();
+        let writing = tokio::spawn(async move {
+            tokio::select! {
+                _ = write_queue(&mut writer, &mut queue, liveness.interval) => {}
+                _ = hung => {}
+            }
+            writer // kept open, and silent
+        });
+        let t0 = Instant::now();
+        let reading = tokio::spawn(async move {
+            let incoming = next_incoming(&mut reader, liveness.timeout).await;
+            (incoming, Instant::now())
+        });
+        // Ten timeouts' worth of heartbeats, one a second; the hang comes half a
+        // second after the last.
+        tokio::time::sleep(Duration::from_millis(30_500)).await;
+        assert!(
+            !reading.is_finished(),
+            "declared silent while heartbeats came"
+        );
+        hang.send(()).unwrap();
+        let _writer = writing.await.unwrap();
+        let (incoming, at) = reading.await.unwrap();
+        assert!(
+            matches!(incoming, Err(ReadError::Silent(waited)) if waited == liveness.timeout),
+            "{incoming:?}"
+        );
+        assert_eq!(at - t0, Duration::from_secs(30) + liveness.timeout);
+    }
 
     #[test]
     fn timeouts_must_leave_room_for_a_late_heartbeat() {

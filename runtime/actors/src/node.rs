@@ -15,19 +15,28 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ractor::{Actor, ActorRef};
-use saker_transport::stream::{FrameReader, FrameWriter};
+use saker_transport::stream::{FrameReader, FrameWriter, StreamError};
 use saker_wire::messages::{Link, POSITION_ROOT, PROTOCOL_VERSION, ROUTE_PEER};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::agent::{Agent, AgentArgs, AgentConfig, AgentExit, AgentMsg};
-use crate::link::{FrameBuf, LinkId, LinkTx, Router, serve_child_link};
-use crate::liveness::{Incoming, Liveness, link_frame, next_incoming, write_queue};
+use crate::agent::{Agent, AgentArgs, AgentConfig, AgentExit, AgentFailure, AgentMsg};
+use crate::link::{FrameBuf, LinkError, LinkId, LinkTx, ReceiverStopped, Router, serve_child_link};
+use crate::liveness::{Incoming, Liveness, ReadError, link_frame, next_incoming, write_queue};
 
 /// Where a process sits in the tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Position {
     Root,
     Agent(u32),
+}
+
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Position::Root => f.write_str("the root"),
+            Position::Agent(n) => write!(f, "agent {n}"),
+        }
+    }
 }
 
 /// The parent of agent `node` in a tree with fan-out `fanout`.
@@ -78,13 +87,91 @@ pub enum NodeError {
     },
     #[error("transport setup failed")]
     Transport(#[source] Box<dyn std::error::Error + Send + Sync>),
-    #[error("no live ancestor answered within {waited:?} (last: {last_error})")]
+    #[error("no live ancestor answered within {waited:?}")]
     NoAncestor {
         waited: Duration,
-        last_error: String,
+        /// The last ancestor's answer.
+        #[source]
+        last: DialError,
     },
     #[error("the agent actor could not start")]
     Spawn(#[source] ractor::SpawnErr),
+}
+
+/// Why dialing an ancestor failed.
+#[derive(Debug, thiserror::Error)]
+#[error("dialing {position} failed")]
+pub struct DialError {
+    pub position: Position,
+    #[source]
+    pub kind: DialErrorKind,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DialErrorKind {
+    #[error("cannot read its address file {path}")]
+    ReadAddress {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("its address file {path} holds no socket address")]
+    BadAddress {
+        path: PathBuf,
+        #[source]
+        source: std::net::AddrParseError,
+    },
+    #[error("cannot connect")]
+    Connect(#[source] saker_transport::quic::ConnectError),
+    #[error("cannot open the link's stream")]
+    OpenStream(#[source] quinn::ConnectionError),
+    #[error("the link's preamble failed")]
+    Preamble(#[source] StreamError),
+    #[error("reading its link hello failed")]
+    Read(#[source] ReadError),
+    #[error("it sent no link hello")]
+    NoHello,
+    #[error("no answer from {address} within {waited:?}")]
+    NoAnswer {
+        address: SocketAddr,
+        waited: Duration,
+    },
+    /// The address file is stale and its port reused.
+    #[error("{address} is position {theirs}, someone else")]
+    WrongPosition { address: SocketAddr, theirs: u32 },
+    #[error("{address} belongs to another root (session {theirs:x}, not {expected:x})")]
+    WrongSession {
+        address: SocketAddr,
+        theirs: u64,
+        expected: u64,
+    },
+}
+
+/// Why the link to the parent ended.
+#[derive(Debug, thiserror::Error)]
+pub enum ParentLinkError {
+    #[error("the parent closed the link")]
+    Closed,
+    #[error("reading from the parent failed")]
+    Read(#[source] ReadError),
+    #[error("writing to the parent failed")]
+    Write(#[source] StreamError),
+    #[error("the parent sent an invalid frame")]
+    InvalidFrame(#[source] saker_wire::WireError),
+    #[error("the agent has stopped")]
+    AgentStopped,
+}
+
+/// Why an agent that lost its parent gave up: no ancestor of the same root took it
+/// back in time.
+#[derive(Debug, thiserror::Error)]
+#[error("lost the parent link, and no live ancestor took this agent back")]
+pub struct ParentLost {
+    /// Why the link to the parent ended.
+    pub lost: ParentLinkError,
+    /// Why no ancestor took its place.
+    #[source]
+    pub search: NodeError,
 }
 
 /// Waits for a published address. Bootstrap only: polls the shared filesystem, which
@@ -263,10 +350,10 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
             .await
             .ok();
     }
-    // No exit reason means the actor failed (e.g. too many executor restarts).
+    // No exit reason: the actor panicked (its own failures come with a reason).
     Ok(exit_rx
         .await
-        .unwrap_or_else(|_| AgentExit::Failed("agent actor failed".to_string())))
+        .unwrap_or(AgentExit::Failed(AgentFailure::NoExitReason)))
 }
 
 /// A link to a parent, handshake done.
@@ -324,22 +411,24 @@ impl Dialer {
     ) -> Result<ParentLink, NodeError> {
         let deadline = tokio::time::Instant::now() + wait;
         let mut pause = Duration::from_millis(50);
-        let mut last_error = String::from("no ancestor has published an address");
         loop {
+            let mut last = None;
             for position in ancestors(self.node, self.fanout) {
                 match self.dial(position, session).await {
                     Ok(link) => return Ok(link),
                     Err(error) => {
-                        tracing::debug!(?position, %error, "ancestor not reachable");
-                        last_error = format!("{position:?}: {error}");
+                        tracing::debug!(
+                            error = &error as &dyn std::error::Error,
+                            "ancestor not reachable"
+                        );
+                        last = Some(error);
                     }
                 }
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(NodeError::NoAncestor {
-                    waited: wait,
-                    last_error,
-                });
+                // Invariant: `ancestors` always ends with the root, so one was dialed.
+                let last = last.expect("an ancestor was dialed");
+                return Err(NodeError::NoAncestor { waited: wait, last });
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(1));
@@ -348,58 +437,81 @@ impl Dialer {
 
     /// Dials `position` at its published address and checks that the peer is that
     /// position (the file may be stale and its port reused) of the expected tree.
-    async fn dial(&self, position: Position, session: Option<u64>) -> Result<ParentLink, String> {
-        let file = address_file(&self.pilot_dir, position);
-        let text = tokio::fs::read_to_string(&file)
+    async fn dial(
+        &self,
+        position: Position,
+        session: Option<u64>,
+    ) -> Result<ParentLink, DialError> {
+        self.try_dial(position, session)
             .await
-            .map_err(|e| format!("{}: {e}", file.display()))?;
-        let address: SocketAddr = text
-            .trim()
-            .parse()
-            .map_err(|e| format!("{}: {e}", file.display()))?;
+            .map_err(|kind| DialError { position, kind })
+    }
+
+    async fn try_dial(
+        &self,
+        position: Position,
+        session: Option<u64>,
+    ) -> Result<ParentLink, DialErrorKind> {
+        let path = address_file(&self.pilot_dir, position);
+        let text = match tokio::fs::read_to_string(&path).await {
+            Ok(text) => text,
+            Err(source) => return Err(DialErrorKind::ReadAddress { path, source }),
+        };
+        let address: SocketAddr = match text.trim().parse() {
+            Ok(address) => address,
+            Err(source) => return Err(DialErrorKind::BadAddress { path, source }),
+        };
         let timeout = self.liveness.timeout;
         let handshake = async {
             let connection = saker_transport::quic::connect(&self.endpoint, address)
                 .await
-                .map_err(|e| e.to_string())?;
-            let (send, recv) = connection.open_bi().await.map_err(|e| e.to_string())?;
+                .map_err(DialErrorKind::Connect)?;
+            let (send, recv) = connection
+                .open_bi()
+                .await
+                .map_err(DialErrorKind::OpenStream)?;
             let mut writer = FrameWriter::new(send);
-            writer.write_preamble().await.map_err(|e| e.to_string())?;
+            writer
+                .write_preamble()
+                .await
+                .map_err(DialErrorKind::Preamble)?;
             let mut reader = FrameReader::new(recv);
-            reader.read_preamble().await.map_err(|e| e.to_string())?;
+            reader
+                .read_preamble()
+                .await
+                .map_err(DialErrorKind::Preamble)?;
             let hello = match next_incoming(&mut reader, timeout).await {
-                Ok(Some(Incoming::Link(hello @ Link::Hello { .. }))) => hello,
-                Ok(_) => return Err("the peer sent no link hello".to_string()),
-                Err(error) => return Err(error.to_string()),
+                Ok(Some(Incoming::Link(Link::Hello { position, session }))) => (position, session),
+                Ok(_) => return Err(DialErrorKind::NoHello),
+                Err(error) => return Err(DialErrorKind::Read(error)),
             };
             Ok((connection, reader, writer, hello))
         };
-        let (connection, reader, writer, hello) =
+        let (connection, reader, writer, (their_position, their_session)) =
             tokio::time::timeout(timeout, handshake)
                 .await
-                .map_err(|_| format!("no answer from {address} within {timeout:?}"))??;
-        let Link::Hello {
-            position: their_position,
-            session: their_session,
-        } = hello
-        else {
-            unreachable!("matched a hello above");
-        };
-        let refuse = |why: String| {
+                .map_err(|_| DialErrorKind::NoAnswer {
+                    address,
+                    waited: timeout,
+                })??;
+        let refuse = |why: DialErrorKind| {
             connection.close(0u32.into(), b"wrong peer");
             Err(why)
         };
         if their_position != position_code(position) {
-            return refuse(format!(
-                "{address} is position {their_position}, not {position:?} (stale address)"
-            ));
+            return refuse(DialErrorKind::WrongPosition {
+                address,
+                theirs: their_position,
+            });
         }
         if let Some(expected) = session
             && expected != their_session
         {
-            return refuse(format!(
-                "{address} belongs to another root (session {their_session:x}, not {expected:x})"
-            ));
+            return refuse(DialErrorKind::WrongSession {
+                address,
+                theirs: their_session,
+                expected,
+            });
         }
         Ok(ParentLink {
             connection,
@@ -426,7 +538,7 @@ async fn serve_parent(
     let timeout = dialer.liveness.timeout;
     loop {
         tracing::debug!(parent = ?link.position, "linked to parent");
-        let reason = tokio::select! {
+        let lost = tokio::select! {
             written = write_queue(&mut link.writer, &mut queue, interval) => match written {
                 // Every sender is gone: the agent has stopped and its frames are
                 // written. The parent closes the link once it has read them all.
@@ -435,18 +547,14 @@ async fn serve_parent(
                         .await
                         .is_ok();
                 }
-                Err(error) => format!("writing to the parent failed: {error}"),
+                Err(error) => ParentLinkError::Write(error),
             },
-            reason = read_parent(&mut link.reader, dialer.node, &agent, &router, timeout) => reason,
+            lost = read_parent(&mut link.reader, dialer.node, &agent, &router, timeout) => lost,
         };
+        let reason = crate::error_chain(&lost);
         link.connection.close(0u32.into(), reason.as_bytes());
         tracing::warn!(%reason, "lost the parent link; looking for a live ancestor");
-        if agent
-            .send_message(AgentMsg::ParentLost {
-                reason: reason.clone(),
-            })
-            .is_err()
-        {
+        if agent.send_message(AgentMsg::ParentLost).is_err() {
             return false;
         }
         match dialer
@@ -465,10 +573,8 @@ async fn serve_parent(
                     return false;
                 }
             }
-            Err(error) => {
-                let _ = agent.send_message(AgentMsg::ParentGone {
-                    reason: format!("{reason}; then {error}"),
-                });
+            Err(search) => {
+                let _ = agent.send_message(AgentMsg::ParentGone(ParentLost { lost, search }));
                 return false;
             }
         }
@@ -484,7 +590,7 @@ async fn read_parent(
     agent: &ActorRef<AgentMsg>,
     router: &Router,
     timeout: Duration,
-) -> String {
+) -> ParentLinkError {
     loop {
         let frame = match next_incoming(reader, timeout).await {
             Ok(Some(Incoming::Frame(frame))) => frame,
@@ -493,7 +599,7 @@ async fn read_parent(
                     let _ = child.send(link_frame(&Link::Rejoin));
                 }
                 if agent.send_message(AgentMsg::Rejoin).is_err() {
-                    return "agent stopped".to_string();
+                    return ParentLinkError::AgentStopped;
                 }
                 continue;
             }
@@ -501,17 +607,17 @@ async fn read_parent(
                 tracing::debug!(?other, "ignoring link message from parent");
                 continue;
             }
-            Ok(None) => return "parent closed the link".to_string(),
-            Err(error) => return format!("parent link failed: {error}"),
+            Ok(None) => return ParentLinkError::Closed,
+            Err(error) => return ParentLinkError::Read(error),
         };
         if frame.route() == node || frame.route() == ROUTE_PEER {
             match saker_wire::frame::decode_to_agent(frame.payload()) {
                 Ok(message) => {
                     if agent.send_message(AgentMsg::Down(message)).is_err() {
-                        return "agent stopped".to_string();
+                        return ParentLinkError::AgentStopped;
                     }
                 }
-                Err(error) => return format!("invalid frame from parent: {error}"),
+                Err(error) => return ParentLinkError::InvalidFrame(error),
             }
             continue;
         }
@@ -543,7 +649,7 @@ async fn accept_children(
             let reason = match serve_child(incoming, link, &router, &parent, &hello, liveness).await
             {
                 Ok(()) => "child closed the link".to_string(),
-                Err(error) => error,
+                Err(error) => crate::error_chain(&error),
             };
             let nodes = router.remove_link(link);
             if !nodes.is_empty() {
@@ -560,7 +666,7 @@ async fn serve_child(
     parent: &LinkTx,
     hello: &Link,
     liveness: Liveness,
-) -> Result<(), String> {
+) -> Result<(), LinkError> {
     serve_child_link(
         incoming,
         hello,
@@ -571,9 +677,7 @@ async fn serve_child(
         },
         |frame| {
             router.learn(frame.route(), link);
-            parent
-                .send_raw(frame.raw())
-                .map_err(|_| "parent link closed".to_string())
+            parent.send_raw(frame.raw()).map_err(|_| ReceiverStopped)
         },
     )
     .await
@@ -582,4 +686,40 @@ async fn serve_child(
 /// The protocol version this build speaks, for `saker --version` style reporting.
 pub const fn protocol_version() -> u32 {
     PROTOCOL_VERSION
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An agent that finds no ancestor gives up with the last one's answer, typed,
+    /// and its text says which ancestor and why.
+    #[tokio::test]
+    async fn an_agent_with_no_live_ancestor_gives_up_with_the_last_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let dialer = Dialer {
+            endpoint: quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap(),
+            pilot_dir: dir.path().to_path_buf(),
+            node: 5,
+            fanout: 2,
+            liveness: Liveness::default(),
+        };
+        let Err(error) = dialer.attach_nearest(None, Duration::ZERO).await else {
+            panic!("attached to nobody");
+        };
+        let NodeError::NoAncestor { last, .. } = &error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(last.position, Position::Root, "the root is dialed last");
+        assert!(
+            matches!(&last.kind, DialErrorKind::ReadAddress { path, .. } if path.ends_with("addr/root"))
+        );
+        let text = crate::error_chain(&error);
+        assert!(
+            text.starts_with(
+                "no live ancestor answered within 0ns: dialing the root failed: cannot read its address file"
+            ),
+            "{text}"
+        );
+    }
 }

@@ -481,7 +481,7 @@ async fn accept_agents(
             let link = next_link_id();
             let reason = match serve_agent_link(incoming, link, &root, &hello, liveness).await {
                 Ok(()) => "agent closed the link".to_string(),
-                Err(reason) => reason,
+                Err(error) => saker_actors::error_chain(&error),
             };
             let _ = root.send_message(RootMsg::LinkDown { link, reason });
         });
@@ -494,8 +494,8 @@ async fn serve_agent_link(
     root: &ActorRef<RootMsg>,
     hello: &Link,
     liveness: Liveness,
-) -> std::result::Result<(), String> {
-    let stopped = |_| "root stopped".to_string();
+) -> std::result::Result<(), saker_actors::link::LinkError> {
+    let stopped = |_| saker_actors::link::ReceiverStopped;
     serve_child_link(
         incoming,
         hello,
