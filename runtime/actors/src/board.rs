@@ -11,7 +11,10 @@ use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use saker_wire::messages::{Assignment, JobDef, Outcome, Output, Report, Started, TaskResult};
+use saker_wire::messages::{
+    Assignment, AttemptId, JobDef, JobId, NodeId, Outcome, Output, Report, Resources, ResultBody,
+    Started, TaskResult,
+};
 
 use crate::launch::build_launch;
 use crate::process::{Control, Finished, Launch, StopHandle, unix_micros};
@@ -19,7 +22,7 @@ use crate::process::{Control, Finished, Launch, StopHandle, unix_micros};
 /// An attempt a slot is to start now: what to run and its side of the stop control.
 #[derive(Debug)]
 pub struct NextAttempt {
-    pub attempt: u64,
+    pub attempt: AttemptId,
     pub launch: Box<Launch>,
     pub control: Arc<Control>,
 }
@@ -63,14 +66,18 @@ impl Slot {
 pub struct Board {
     node: u32,
     spill_dir: PathBuf,
-    pub(crate) jobs: HashMap<u32, Arc<JobDef>>,
+    pub(crate) jobs: HashMap<JobId, Arc<JobDef>>,
     pub(crate) queue: VecDeque<Assignment>,
     pub(crate) slots: Vec<Slot>,
     pub(crate) free_cores: u32,
     /// Whether new attempts may start (false once the agent is stopping).
     pub(crate) accepting: bool,
-    /// Starts, results and credit not yet sent upward.
+    /// Starts and results not yet sent upward (its credit is unused: see
+    /// `credit_cores`).
     pub(crate) pending: Report,
+    /// Credit not yet sent upward, in cores: the only kind agents enforce until GPUs
+    /// and memory are (it goes up as a resource vector with only cores set).
+    pub(crate) credit_cores: u32,
     pub(crate) flush: FlushPlan,
     /// When the last report went up: the next waits out the report gap from there.
     pub(crate) last_report: std::time::Instant,
@@ -119,11 +126,12 @@ impl Board {
             free_cores: cores,
             accepting: true,
             pending: Report {
-                node,
-                credit,
+                node: NodeId(node),
+                credit: Resources::ZERO,
                 started: Vec::new(),
                 results: Vec::new(),
             },
+            credit_cores: credit,
             flush: FlushPlan::Idle,
             last_report: std::time::Instant::now(),
             closed: false,
@@ -154,7 +162,7 @@ impl Board {
             let grow = window - self.window;
             let forgiven = grow.min(self.owed);
             self.owed -= forgiven;
-            self.pending.credit += grow - forgiven;
+            self.credit_cores += grow - forgiven;
         } else {
             self.owed += self.window - window;
         }
@@ -164,7 +172,7 @@ impl Board {
     /// A new life at the root: it holds no credit of ours any more. What is free now is
     /// granted, plus `prefetch`; running attempts give their cores back as they end.
     pub fn reset_credit(&mut self, cores: u32, prefetch: u32) {
-        self.pending.credit = self.free_cores + prefetch;
+        self.credit_cores = self.free_cores + prefetch;
         self.window = cores + prefetch;
         self.owed = 0;
     }
@@ -174,7 +182,7 @@ impl Board {
     fn give_back(&mut self, cores: u32) {
         let kept = cores.min(self.owed);
         self.owed -= kept;
-        self.pending.credit += cores - kept;
+        self.credit_cores += cores - kept;
     }
 
     /// Only attempts that ended by themselves say how long this work takes.
@@ -193,7 +201,7 @@ impl Board {
     /// is empty, so free slots wait for the work this credit would bring, or whoever
     /// waits for these results may have nothing else coming. (Starts alone can wait.)
     pub fn is_urgent(&self) -> bool {
-        self.queue.is_empty() && (self.pending.credit > 0 || !self.pending.results.is_empty())
+        self.queue.is_empty() && (self.credit_cores > 0 || !self.pending.results.is_empty())
     }
 
     /// Whether a report should go now: the gap since the last one has passed, or it
@@ -253,7 +261,7 @@ impl Board {
     }
 
     pub fn has_news(&self) -> bool {
-        self.pending.credit > 0
+        self.credit_cores > 0
             || !self.pending.started.is_empty()
             || !self.pending.results.is_empty()
     }
@@ -261,8 +269,8 @@ impl Board {
     /// Takes what is to be reported upward.
     pub fn take_report(&mut self) -> Report {
         Report {
-            node: self.node,
-            credit: std::mem::take(&mut self.pending.credit),
+            node: NodeId(self.node),
+            credit: Resources::cores(std::mem::take(&mut self.credit_cores)),
             started: std::mem::take(&mut self.pending.started),
             results: std::mem::take(&mut self.pending.results),
         }
@@ -283,7 +291,7 @@ impl Board {
                 self.fail_unstarted(&assignment, format!("unknown job {}", assignment.job));
                 continue;
             };
-            let cores = job.cores.max(1);
+            let cores = job.resources.core_count().max(1);
             if cores > self.free_cores {
                 return None;
             }
@@ -348,7 +356,7 @@ impl Board {
         &mut self,
         index: usize,
         generation: u64,
-        attempt: u64,
+        attempt: AttemptId,
         finished: Finished,
     ) -> Option<NextAttempt> {
         let slot = self.slots.get_mut(index)?;
@@ -371,20 +379,25 @@ impl Board {
             outcome: finished.outcome,
             start_unix_us: finished.start_unix_us,
             end_unix_us: finished.end_unix_us,
-            stdout: finished.stdout,
-            stderr: finished.stderr,
+            body: ResultBody::Command {
+                stdout: finished.stdout,
+                stderr: finished.stderr,
+            },
         });
         self.start_on(index)
     }
 
     /// Cancels `attempt`: a queued one is answered at once; a running one is stopped
     /// (its runner reports it).
-    pub fn cancel(&mut self, attempt: u64) {
+    pub fn cancel(&mut self, attempt: AttemptId) {
         if let Some(position) = self.queue.iter().position(|a| a.attempt == attempt) {
             let Some(assignment) = self.queue.remove(position) else {
                 return;
             };
-            let cores = self.jobs.get(&assignment.job).map_or(1, |j| j.cores);
+            let cores = self
+                .jobs
+                .get(&assignment.job)
+                .map_or(1, |j| j.resources.core_count());
             self.give_back(cores);
             let now = unix_micros();
             self.pending.results.push(TaskResult {
@@ -394,8 +407,10 @@ impl Board {
                 outcome: Outcome::Cancelled,
                 start_unix_us: now,
                 end_unix_us: now,
-                stdout: Output::default(),
-                stderr: Output::default(),
+                body: ResultBody::Command {
+                    stdout: Output::default(),
+                    stderr: Output::default(),
+                },
             });
             return;
         }
@@ -446,8 +461,10 @@ impl Board {
                 outcome: Outcome::Lost { reason },
                 start_unix_us: running.started_us,
                 end_unix_us: unix_micros(),
-                stdout: Output::default(),
-                stderr: Output::default(),
+                body: ResultBody::Command {
+                    stdout: Output::default(),
+                    stderr: Output::default(),
+                },
             });
         }
     }
@@ -482,8 +499,10 @@ impl Board {
             outcome: Outcome::SpawnFailed { reason },
             start_unix_us: now,
             end_unix_us: now,
-            stdout: Output::default(),
-            stderr: Output::default(),
+            body: ResultBody::Command {
+                stdout: Output::default(),
+                stderr: Output::default(),
+            },
         });
     }
 }
@@ -492,22 +511,25 @@ impl Board {
 pub(crate) mod tests {
     use super::*;
     use crate::process::Stop;
-    use saker_wire::messages::EnvVar;
+    use saker_wire::messages::{Command, EnvVar, Payload, Placement, TaskId};
 
     fn board(cores: u32) -> Board {
         let mut board = Board::new(7, cores, cores, PathBuf::from("/tmp"), 0);
-        for (job, cores) in [(1, 1), (2, 2)] {
+        for (job, cores) in [(JobId(1), 1), (JobId(2), 2)] {
             board.jobs.insert(
                 job,
                 Arc::new(JobDef {
                     job,
-                    argv: vec!["true".into()],
-                    env: vec![EnvVar {
-                        key: "K".into(),
-                        value: "V".into(),
-                    }],
-                    cwd: None,
-                    cores,
+                    payload: Payload::Command(Command {
+                        argv: vec!["true".into()],
+                        env: vec![EnvVar {
+                            key: "K".into(),
+                            value: "V".into(),
+                        }],
+                        cwd: None,
+                    }),
+                    resources: Resources::cores(cores),
+                    placement: Placement::Single,
                     time_limit_ms: 0,
                     inline_output_bytes: 0,
                     is_array: false,
@@ -520,9 +542,9 @@ pub(crate) mod tests {
     /// Task `task` of job `job`, as attempt `task * 10`. (Agent tests use it too.)
     pub(crate) fn task(task: u64, job: u32) -> Assignment {
         Assignment {
-            task,
-            attempt: task * 10,
-            job,
+            task: TaskId(task),
+            attempt: AttemptId(task * 10),
+            job: JobId(job),
             index: 0,
         }
     }
@@ -542,19 +564,24 @@ pub(crate) mod tests {
         let mut board = board(1);
         board.queue.extend([task(1, 1), task(2, 1)]);
         let first = board.start_on(0).expect("a free core");
-        assert_eq!(first.attempt, 10);
+        assert_eq!(first.attempt, AttemptId(10));
         assert!(board.start_on(0).is_none(), "the slot is busy");
-        let second = board.finish(0, 0, 10, exited()).expect("the next one");
-        assert_eq!(second.attempt, 20);
+        let second = board
+            .finish(0, 0, AttemptId(10), exited())
+            .expect("the next one");
+        assert_eq!(second.attempt, AttemptId(20));
         assert!(
             second
                 .launch
                 .env
                 .contains(&("SAKER_NODE".into(), "7".into()))
         );
-        assert!(board.finish(0, 0, 20, exited()).is_none(), "queue empty");
+        assert!(
+            board.finish(0, 0, AttemptId(20), exited()).is_none(),
+            "queue empty"
+        );
         let report = board.take_report();
-        assert_eq!(report.credit, 2);
+        assert_eq!(report.credit.core_count(), 2);
         assert_eq!(report.started.len(), 2);
         assert_eq!(report.results.len(), 2);
         assert_eq!(board.free_cores, 1);
@@ -573,18 +600,18 @@ pub(crate) mod tests {
         let now = board.last_report;
         // Slot 0's attempt ends within the gap, with work still queued: not due, and
         // slot 0 keeps the clock for the end of the gap.
-        board.finish(0, 0, 10, exited()).unwrap();
+        board.finish(0, 0, AttemptId(10), exited()).unwrap();
         assert!(!board.report_from_slot(gap, now));
         assert_eq!(board.keep_report_clock(0, 0, gap), Some(now + gap));
         // Slot 1 has news too, but the clock is kept already: no second wake-up.
-        board.finish(1, 0, 20, exited()).unwrap();
+        board.finish(1, 0, AttemptId(20), exited()).unwrap();
         assert_eq!(board.keep_report_clock(1, 0, gap), None);
         // At the end of the gap the keeper's report is due; once it is sent, nothing
         // is left and the clock is free for whichever slot has news next.
         assert!(board.report_from_slot(gap, now + gap));
         board.take_report();
         assert_eq!(board.keep_report_clock(0, 0, gap), None);
-        board.finish(1, 0, 40, exited());
+        board.finish(1, 0, AttemptId(40), exited());
         assert_eq!(board.keep_report_clock(1, 0, gap), Some(now + gap));
         // A stale thread (its executor was replaced) keeps nothing; losing the keeper's
         // slot frees the clock.
@@ -602,14 +629,17 @@ pub(crate) mod tests {
         let mut board = board(2);
         board.queue.extend([task(1, 9), task(2, 1), task(3, 2)]);
         // Task 1's job is unknown: failed at once; task 2 starts on one core.
-        assert_eq!(board.start_on(0).unwrap().attempt, 20);
+        assert_eq!(board.start_on(0).unwrap().attempt, AttemptId(20));
         let report = board.take_report();
         assert!(
             matches!(&report.results[0].outcome, Outcome::SpawnFailed { reason } if reason == "unknown job 9")
         );
         // Task 3 needs both cores: it waits for task 2.
         assert!(board.start_on(1).is_none());
-        assert_eq!(board.finish(0, 0, 20, exited()).unwrap().attempt, 30);
+        assert_eq!(
+            board.finish(0, 0, AttemptId(20), exited()).unwrap().attempt,
+            AttemptId(30)
+        );
         assert_eq!(board.free_cores, 0);
     }
 
@@ -618,14 +648,14 @@ pub(crate) mod tests {
         let mut board = board(1);
         board.queue.extend([task(1, 1), task(2, 1)]);
         let running = board.start_on(0).unwrap();
-        board.cancel(20);
+        board.cancel(AttemptId(20));
         let report = board.take_report();
         assert_eq!(report.results[0].outcome, Outcome::Cancelled);
-        assert_eq!(report.credit, 1);
-        board.cancel(10);
+        assert_eq!(report.credit.core_count(), 1);
+        board.cancel(AttemptId(10));
         assert_eq!(running.control.stopped(), Some(Stop::Cancelled));
         // A stopped attempt still reports; nothing is left to start.
-        assert!(board.finish(0, 0, 10, exited()).is_none());
+        assert!(board.finish(0, 0, AttemptId(10), exited()).is_none());
     }
 
     #[test]
@@ -644,15 +674,15 @@ pub(crate) mod tests {
             matches!(&report.results[0].outcome, Outcome::Lost { reason } if reason == "slot failed")
         );
         // The old runner's report is dropped and starts nothing.
-        assert!(board.finish(0, 0, 10, exited()).is_none());
+        assert!(board.finish(0, 0, AttemptId(10), exited()).is_none());
         assert!(board.take_report().results.is_empty());
         // The slot is down until a fresh thread (generation 1) runs it.
         assert!(board.start_on(0).is_none());
         assert_eq!(board.idle_slots().count(), 0);
         board.slot_up(0);
         let next = board.start_on(0).unwrap();
-        assert_eq!(next.attempt, 20);
-        assert!(board.finish(0, 1, 20, exited()).is_none());
+        assert_eq!(next.attempt, AttemptId(20));
+        assert!(board.finish(0, 1, AttemptId(20), exited()).is_none());
     }
 
     #[test]
@@ -664,7 +694,7 @@ pub(crate) mod tests {
         board.slot_up(0);
         assert_eq!(board.idle_slots().collect::<Vec<_>>(), [1], "not revived");
         assert!(board.start_on(0).is_none());
-        assert_eq!(board.start_on(1).unwrap().attempt, 10);
+        assert_eq!(board.start_on(1).unwrap().attempt, AttemptId(10));
         assert!(!board.wants_agent(), "no idle slot for the queued work");
         board.lose_slot(1, "slot 1 failed".into());
         assert_eq!(board.give_up_slot(1), 0);
@@ -715,29 +745,41 @@ pub(crate) mod tests {
     #[test]
     fn a_resized_window_grants_growth_and_takes_shrinks_out_of_returns() {
         let mut board = board(2);
-        board.pending.credit = 0;
+        board.credit_cores = 0;
         board.window = 4;
         board.resize_window(10);
-        assert_eq!(board.take_report().credit, 6, "growth is granted at once");
+        assert_eq!(
+            board.take_report().credit.core_count(),
+            6,
+            "growth is granted at once"
+        );
         board.resize_window(5);
         board.give_back(2);
-        assert_eq!(board.take_report().credit, 0, "2 of the 5 owed kept back");
+        assert_eq!(
+            board.take_report().credit.core_count(),
+            0,
+            "2 of the 5 owed kept back"
+        );
         board.resize_window(7);
         assert_eq!(
-            board.take_report().credit,
+            board.take_report().credit.core_count(),
             0,
             "growth first forgives what is owed"
         );
         board.give_back(3);
-        assert_eq!(board.take_report().credit, 2, "1 still owed");
+        assert_eq!(board.take_report().credit.core_count(), 2, "1 still owed");
         board.reset_credit(2, 2);
         assert_eq!(
-            board.take_report().credit,
+            board.take_report().credit.core_count(),
             4,
             "a new life: free cores + prefetch"
         );
         board.give_back(1);
-        assert_eq!(board.take_report().credit, 1, "and nothing owed");
+        assert_eq!(
+            board.take_report().credit.core_count(),
+            1,
+            "and nothing owed"
+        );
     }
 
     #[test]
@@ -751,7 +793,7 @@ pub(crate) mod tests {
         assert_eq!(board.free_cores, 1);
         board.start_on(0).unwrap();
         board.accepting = false;
-        assert!(board.finish(0, 0, 10, exited()).is_none());
+        assert!(board.finish(0, 0, AttemptId(10), exited()).is_none());
         board.stop_all();
         assert!(board.queue.is_empty());
     }

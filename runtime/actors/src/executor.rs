@@ -29,12 +29,13 @@ use std::time::Instant;
 
 use crate::board::NextAttempt;
 use crate::process::{self, Finished, ResourceError, Scratch, Start};
+use saker_wire::messages::AttemptId;
 
 /// Reported by a slot's thread to its agent when an attempt ends.
 #[derive(Debug)]
 pub struct AttemptDone {
     pub executor: u32,
-    pub attempt: u64,
+    pub attempt: AttemptId,
     pub finished: Finished,
 }
 
@@ -50,7 +51,7 @@ pub enum SlotFault {
     /// This node could not start an attempt's process.
     #[error("could not start attempt {attempt}")]
     NoResources {
-        attempt: u64,
+        attempt: AttemptId,
         #[source]
         source: ResourceError,
     },
@@ -190,7 +191,7 @@ mod tests {
     use super::*;
     use crate::process::{Launch, StopHandle};
 
-    fn attempt(attempt: u64, argv: &[&str], dir: &Path) -> (NextAttempt, StopHandle) {
+    fn attempt(attempt: AttemptId, argv: &[&str], dir: &Path) -> (NextAttempt, StopHandle) {
         let (stop, control) = StopHandle::new();
         let launch = Launch {
             argv: argv.iter().map(|s| s.to_string()).collect(),
@@ -248,7 +249,7 @@ mod tests {
             "sleep 30 & echo $! > {f}.tmp; mv {f}.tmp {f}; wait",
             f = pid_file.display()
         );
-        let (second, _stop_second) = attempt(2, &["sh", "-c", &script], dir.path());
+        let (second, _stop_second) = attempt(AttemptId(2), &["sh", "-c", &script], dir.path());
         let (faults_tx, faults) = mpsc::channel();
         let sink = BrokenBooks {
             then: Mutex::new(Some(second)),
@@ -256,7 +257,7 @@ mod tests {
             faults: faults_tx,
         };
         let runs = start(3, 7, sink).unwrap();
-        let (first, _stop_first) = attempt(1, &["true"], dir.path());
+        let (first, _stop_first) = attempt(AttemptId(1), &["true"], dir.path());
         runs.send(first).unwrap();
         let (executor, generation, fault) = faults
             .recv_timeout(Duration::from_secs(20))
@@ -268,7 +269,7 @@ mod tests {
         );
         // The thread is gone, and so is the attempt it ran (the clock rang while the
         // second attempt ran, once its background process had started).
-        let (third, _stop_third) = attempt(3, &["true"], dir.path());
+        let (third, _stop_third) = attempt(AttemptId(3), &["true"], dir.path());
         assert!(runs.send(third).is_err(), "the thread has ended");
         let background: u32 = std::fs::read_to_string(&pid_file)
             .unwrap()

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use saker_wire::messages::{Assignment, JobDef};
+use saker_wire::messages::{Assignment, JobDef, Payload};
 
 use crate::process::Launch;
 
@@ -20,15 +20,17 @@ pub fn expand_index(arg: &str, index: u32) -> std::borrow::Cow<'_, str> {
 /// Builds the launch for `assignment` of `job`. Array tasks get `{index}` replaced and
 /// `SAKER_ARRAY_INDEX` set; every task gets `SAKER_TASK_ID` and `SAKER_ATTEMPT_ID`.
 pub fn build_launch(job: &JobDef, assignment: &Assignment, spill_dir: &Path) -> Launch {
+    let Payload::Command(command) = &job.payload;
     let argv = if job.is_array {
-        job.argv
+        command
+            .argv
             .iter()
             .map(|a| expand_index(a, assignment.index).into_owned())
             .collect()
     } else {
-        job.argv.clone()
+        command.argv.clone()
     };
-    let mut env: Vec<(String, String)> = job
+    let mut env: Vec<(String, String)> = command
         .env
         .iter()
         .map(|v| (v.key.clone(), v.value.clone()))
@@ -41,7 +43,7 @@ pub fn build_launch(job: &JobDef, assignment: &Assignment, spill_dir: &Path) -> 
     Launch {
         argv,
         env,
-        cwd: job.cwd.as_ref().map(PathBuf::from),
+        cwd: command.cwd.as_ref().map(PathBuf::from),
         time_limit: (job.time_limit_ms > 0).then(|| Duration::from_millis(job.time_limit_ms)),
         inline_limit: job.inline_output_bytes as usize,
         spill_dir: spill_dir.to_path_buf(),
@@ -52,22 +54,25 @@ pub fn build_launch(job: &JobDef, assignment: &Assignment, spill_dir: &Path) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use saker_wire::messages::EnvVar;
+    use saker_wire::messages::{AttemptId, Command, EnvVar, JobId, Placement, Resources, TaskId};
 
     fn job(is_array: bool) -> JobDef {
         JobDef {
-            job: 1,
-            argv: vec![
-                "echo".into(),
-                "in-{index}.dat".into(),
-                "{index}{index}".into(),
-            ],
-            env: vec![EnvVar {
-                key: "A".into(),
-                value: "b".into(),
-            }],
-            cwd: None,
-            cores: 1,
+            job: JobId(1),
+            payload: Payload::Command(Command {
+                argv: vec![
+                    "echo".into(),
+                    "in-{index}.dat".into(),
+                    "{index}{index}".into(),
+                ],
+                env: vec![EnvVar {
+                    key: "A".into(),
+                    value: "b".into(),
+                }],
+                cwd: None,
+            }),
+            resources: Resources::cores(1),
+            placement: Placement::Single,
             time_limit_ms: 0,
             inline_output_bytes: 10,
             is_array,
@@ -77,9 +82,9 @@ mod tests {
     #[test]
     fn array_tasks_get_their_index_substituted_and_exported() {
         let a = Assignment {
-            task: 9,
-            attempt: 3,
-            job: 1,
+            task: TaskId(9),
+            attempt: AttemptId(3),
+            job: JobId(1),
             index: 42,
         };
         let launch = build_launch(&job(true), &a, Path::new("/tmp/out"));
@@ -98,9 +103,9 @@ mod tests {
     #[test]
     fn single_tasks_keep_their_arguments_verbatim() {
         let a = Assignment {
-            task: 9,
-            attempt: 3,
-            job: 1,
+            task: TaskId(9),
+            attempt: AttemptId(3),
+            job: JobId(1),
             index: 0,
         };
         let launch = build_launch(&job(false), &a, Path::new("/tmp/out"));

@@ -94,13 +94,16 @@ pub fn spawn_writer(
 /// refuses. `on_up` gets the link's sending half once it is ready. The connection is
 /// closed with the reason, so the child learns at once and can look for another way in.
 /// `Ok` when the child closed the link.
-pub async fn serve_child_link(
+pub async fn serve_child_link<F>(
     incoming: quinn::Incoming,
     hello: &Link,
     liveness: Liveness,
     on_up: impl FnOnce(LinkTx) -> Result<(), ReceiverStopped>,
-    mut on_frame: impl FnMut(Frame) -> Result<(), ReceiverStopped>,
-) -> Result<(), LinkError> {
+    mut on_frame: impl FnMut(Frame) -> F,
+) -> Result<(), LinkError>
+where
+    F: Future<Output = Result<(), ReceiverStopped>>,
+{
     let connection = incoming.await.map_err(LinkError::Handshake)?;
     let (send, recv) = connection.accept_bi().await.map_err(LinkError::NoStream)?;
     let mut reader = FrameReader::new(recv);
@@ -114,7 +117,9 @@ pub async fn serve_child_link(
     let result = loop {
         match next_incoming(&mut reader, liveness.timeout).await {
             Ok(Some(Incoming::Frame(frame))) => {
-                if let Err(stopped) = on_frame(frame) {
+                // Awaited before the next read: a receiver that is behind holds this
+                // link's reads back, and QUIC's flow control then the sender.
+                if let Err(stopped) = on_frame(frame).await {
                     break Err(stopped.into());
                 }
             }

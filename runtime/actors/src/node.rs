@@ -677,7 +677,7 @@ async fn serve_child(
         },
         |frame| {
             router.learn(frame.route(), link);
-            parent.send_raw(frame.raw()).map_err(|_| ReceiverStopped)
+            std::future::ready(parent.send_raw(frame.raw()).map_err(|_| ReceiverStopped))
         },
     )
     .await

@@ -103,6 +103,12 @@ impl Default for Speculation {
 
 /// Where the tasks of a job run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "rkyv",
+    derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize),
+    rkyv(derive(Debug, Clone, Copy, PartialEq, Eq), compare(PartialEq))
+)]
 pub enum Placement {
     /// Each task on one node, needing [`JobSpec::resources`] there.
     #[default]

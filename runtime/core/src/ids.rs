@@ -6,11 +6,15 @@
 //! the pilot: with the `rkyv` feature the wire carries them as they are, with `serde`
 //! the root's records and the client protocol do (as bare numbers).
 
+// rkyv's resolver types for ids made by the macro below carry the macro's span and
+// no Debug; they are never printed.
+#![cfg_attr(feature = "rkyv", allow(missing_debug_implementations))]
+
 use std::fmt;
 use std::time::Duration;
 
 macro_rules! id_newtype {
-    ($(#[$meta:meta])* $name:ident($inner:ty)) => {
+    ($(#[$meta:meta])* $name:ident($inner:ty), $archived:ident) => {
         $(#[$meta])*
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
         #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -27,29 +31,41 @@ macro_rules! id_newtype {
                 fmt::Display::fmt(&self.0, formatter)
             }
         }
+
+        #[cfg(feature = "rkyv")]
+        impl $archived {
+            /// The id, read from a validated archive in place.
+            pub fn to_native(&self) -> $name {
+                $name(self.0.to_native())
+            }
+        }
     };
 }
 
 id_newtype!(
     /// One task: one element of a job. Assigned by the core, strictly increasing from 1;
     /// the tasks of a job are contiguous.
-    TaskId(u64)
+    TaskId(u64),
+    ArchivedTaskId
 );
 id_newtype!(
     /// One submission (a single task or an array). Assigned by the core from 1.
-    JobId(u32)
+    JobId(u32),
+    ArchivedJobId
 );
 id_newtype!(
     /// One execution of a task. Every (re)dispatch gets a fresh id; ids increase
     /// globally from 1, so an id below the next one to be issued that is no longer live
     /// was superseded (its result is a duplicate), and one at or above it was never
     /// issued (its result is unknown).
-    AttemptId(u64)
+    AttemptId(u64),
+    ArchivedAttemptId
 );
 id_newtype!(
     /// One agent (node). Chosen by the driver; a lost node may join again under the
     /// same id and is then a fresh node.
-    NodeId(u32)
+    NodeId(u32),
+    ArchivedNodeId
 );
 
 /// A point on the driver's monotonic clock, in microseconds from an origin the driver

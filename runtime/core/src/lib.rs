@@ -11,7 +11,9 @@
 //! **Must never**: do I/O, read a clock, spawn threads, depend on tokio, or let hash
 //! iteration order reach its outputs. Time arrives as an argument; effects leave as
 //! values polled by the caller. A crate boundary keeps it that way: this crate depends
-//! on `thiserror` and nothing else.
+//! on `thiserror` and nothing else, and its optional `rkyv` and `serde` features add
+//! derives only (so that the wire and the root's records carry the core's own ids,
+//! resources and placements).
 //!
 //! **Start reading** at [`Core`]: its doc says how to drive it (inputs `handle_*`,
 //! outputs `poll_*`, monotonic `now`). Then `resources.rs` (what a task needs and a
@@ -95,3 +97,9 @@ pub use output::{
 };
 pub use resources::{MAX_CUSTOM, ResourceKind, Resources};
 pub use scheduler::{ConsistencyError, Core};
+#[cfg(feature = "rkyv")]
+pub use {
+    config::ArchivedPlacement,
+    ids::{ArchivedAttemptId, ArchivedJobId, ArchivedNodeId, ArchivedTaskId},
+    resources::ArchivedResources,
+};

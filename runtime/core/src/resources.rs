@@ -66,7 +66,21 @@ impl ResourceKind {
 /// lexicographic, cores first, so a set of vectors can key a `BTreeMap`; it is not a
 /// measure of size beyond cores (two vectors may each fit where the other does not).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "rkyv",
+    derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize),
+    rkyv(derive(Debug, Clone, Copy, PartialEq, Eq), compare(PartialEq))
+)]
 pub struct Resources([u32; KINDS]);
+
+#[cfg(feature = "rkyv")]
+impl ArchivedResources {
+    /// The vector, read from a validated archive in place.
+    pub fn to_native(&self) -> Resources {
+        Resources(self.0.map(|amount| amount.to_native()))
+    }
+}
 
 impl Resources {
     /// Nothing of anything.

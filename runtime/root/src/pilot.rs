@@ -19,7 +19,7 @@ use saker_wire::messages::{Link, POSITION_ROOT};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::actor::{Root, RootArgs, RootMsg};
+use crate::actor::{FRAME_BUDGET, FrameBudget, Root, RootArgs, RootMsg};
 use crate::client::{self, ClientEndpoint, ClientRequest};
 use crate::error::PilotError;
 use crate::local::{AgentCommand, AgentProcesses, Shape, spawn_agents};
@@ -474,12 +474,15 @@ async fn accept_agents(
     hello: Link,
     liveness: Liveness,
 ) {
+    let budget = FrameBudget::new(FRAME_BUDGET);
     while let Some(incoming) = endpoint.accept().await {
         let root = root.clone();
         let hello = hello.clone();
+        let budget = budget.clone();
         tokio::spawn(async move {
             let link = next_link_id();
-            let reason = match serve_agent_link(incoming, link, &root, &hello, liveness).await {
+            let served = serve_agent_link(incoming, link, &root, &budget, &hello, liveness);
+            let reason = match served.await {
                 Ok(()) => "agent closed the link".to_string(),
                 Err(error) => saker_actors::error_chain(&error),
             };
@@ -492,10 +495,12 @@ async fn serve_agent_link(
     incoming: quinn::Incoming,
     link: saker_actors::link::LinkId,
     root: &ActorRef<RootMsg>,
+    budget: &FrameBudget,
     hello: &Link,
     liveness: Liveness,
 ) -> std::result::Result<(), saker_actors::link::LinkError> {
-    let stopped = |_| saker_actors::link::ReceiverStopped;
+    use saker_actors::link::ReceiverStopped;
+    let stopped = |_| ReceiverStopped;
     serve_child_link(
         incoming,
         hello,
@@ -504,9 +509,14 @@ async fn serve_agent_link(
             root.send_message(RootMsg::LinkUp { link, tx })
                 .map_err(stopped)
         },
-        |frame| {
-            root.send_message(RootMsg::AgentFrame { link, frame })
-                .map_err(stopped)
+        |frame| async move {
+            let permit = budget.reserve().await.ok_or(ReceiverStopped)?;
+            root.send_message(RootMsg::AgentFrame {
+                link,
+                frame,
+                permit,
+            })
+            .map_err(stopped)
         },
     )
     .await

@@ -14,7 +14,7 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::attempts::AttemptNote;
-use crate::results::ResultRecord;
+use crate::results::{JobId, ResultRecord, TaskId};
 use crate::spec::JobRequest;
 
 /// Serialized with its kind in a leading `record` field. Deserialization is by hand
@@ -31,8 +31,8 @@ pub enum Record {
     },
     /// A job accepted from a client: acknowledged to the client only once durable.
     Submit {
-        job: u32,
-        first_task: u64,
+        job: JobId,
+        first_task: TaskId,
         count: u32,
         submitted_unix_us: u64,
         request: JobRequest,
@@ -41,11 +41,11 @@ pub enum Record {
     /// clients' view of the same result, so journaling it copies nothing.
     Result(Arc<ResultRecord>),
     /// A client cancelled a job.
-    Cancel { job: u32, unix_us: u64 },
+    Cancel { job: JobId, unix_us: u64 },
     /// An attempt of a task ended without counting (retried or replayed). Only such
     /// attempts are journaled one by one; the accepted one is in the task's `Result`,
     /// which carries these again as its history.
-    Attempt { task: u64, note: AttemptNote },
+    Attempt { task: TaskId, note: AttemptNote },
 }
 
 /// Identifiers, so that reading a key or a kind allocates nothing.
@@ -76,8 +76,8 @@ struct PilotStartedFields {
 
 #[derive(Deserialize)]
 struct SubmitFields {
-    job: u32,
-    first_task: u64,
+    job: JobId,
+    first_task: TaskId,
     count: u32,
     submitted_unix_us: u64,
     request: JobRequest,
@@ -85,13 +85,13 @@ struct SubmitFields {
 
 #[derive(Deserialize)]
 struct CancelFields {
-    job: u32,
+    job: JobId,
     unix_us: u64,
 }
 
 #[derive(Deserialize)]
 struct AttemptFields {
-    task: u64,
+    task: TaskId,
     note: AttemptNote,
 }
 
@@ -179,16 +179,19 @@ mod tests {
                 started_unix_us: 1,
             },
             Record::Submit {
-                job: 3,
-                first_task: 40,
+                job: JobId(3),
+                first_task: TaskId(40),
                 count: 1,
                 submitted_unix_us: 2,
                 request: JobRequest::single(spec),
             },
             Record::Result(Arc::new(sample_record(40))),
-            Record::Cancel { job: 3, unix_us: 4 },
+            Record::Cancel {
+                job: JobId(3),
+                unix_us: 4,
+            },
             Record::Attempt {
-                task: 40,
+                task: TaskId(40),
                 note: AttemptNote {
                     attempt: 9,
                     end: AttemptEnd::Lost,

@@ -54,9 +54,13 @@ pub struct TaskSpec {
     /// Working directory; `None` runs in the agent's working directory.
     #[serde(default)]
     pub cwd: Option<PathBuf>,
-    /// Cores reserved for each task of the job.
+    /// Cores reserved for each task of the job (on each of its nodes).
     #[serde(default = "default_cores")]
     pub cores: u32,
+    /// Nodes each task spans at once (an MPI-style job run by a group of agents).
+    /// Parsed and carried, but more than one is refused until gangs are scheduled.
+    #[serde(default = "default_nodes", skip_serializing_if = "is_one")]
+    pub nodes: u32,
     /// Higher runs first among ready tasks.
     #[serde(default)]
     pub priority: i32,
@@ -91,6 +95,14 @@ fn default_cores() -> u32 {
     1
 }
 
+fn default_nodes() -> u32 {
+    1
+}
+
+fn is_one(value: &u32) -> bool {
+    *value == 1
+}
+
 impl TaskSpec {
     /// A spec for `argv` with every other field at its default.
     pub fn new(argv: Vec<String>) -> Self {
@@ -115,6 +127,9 @@ impl TaskSpec {
         }
         if self.cores == 0 {
             return Err(SpecError::ZeroCores);
+        }
+        if self.nodes == 0 {
+            return Err(SpecError::ZeroNodes);
         }
         for (key, value) in &self.env {
             validate_env(key, value)?;
@@ -199,6 +214,7 @@ impl SpecDefaults {
             env: self.env.clone(),
             cwd: self.cwd.clone(),
             cores: self.cores,
+            nodes: default_nodes(),
             priority: self.priority,
             max_retries: self.max_retries,
             max_replays: self.max_replays,
@@ -278,6 +294,8 @@ pub enum SpecError {
     ShellNeedsOneScript { count: usize },
     #[error("cores must be at least 1")]
     ZeroCores,
+    #[error("nodes must be at least 1")]
+    ZeroNodes,
     #[error("invalid environment variable name {key:?}: must be non-empty without '=' or NUL")]
     InvalidEnvKey { key: String },
     #[error("the value of environment variable {key:?} contains a NUL byte")]

@@ -27,14 +27,14 @@
 //! Typical use:
 //!
 //! ```
-//! use saker_wire::{FrameDecoder, ROUTE_PEER, ToAgent, encode};
+//! use saker_wire::{AttemptId, FrameDecoder, ROUTE_PEER, ToAgent, encode};
 //!
-//! let bytes = encode(ROUTE_PEER, &ToAgent::Cancel { attempts: vec![7] })?;
+//! let bytes = encode(ROUTE_PEER, &ToAgent::Cancel { attempts: vec![AttemptId(7)] })?;
 //! let mut decoder = FrameDecoder::new();
 //! decoder.push(&bytes);
 //! let frame = decoder.next_frame()?.expect("one whole frame was pushed");
 //! let message = frame.access_to_agent()?; // validated, zero-copy
-//! assert!(matches!(message, saker_wire::ArchivedToAgent::Cancel { attempts } if attempts[0] == 7));
+//! assert!(matches!(message, saker_wire::ArchivedToAgent::Cancel { attempts } if attempts[0] == AttemptId(7)));
 //! # Ok::<(), saker_wire::WireError>(())
 //! ```
 

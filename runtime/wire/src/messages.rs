@@ -4,15 +4,26 @@
 //! flows up. Interior agents relay frames for their subtree by the frame header's
 //! route field alone (see [`crate::frame`]), so most relayed payloads are never decoded.
 //!
-//! Tasks travel as compact [`Assignment`]s (task, attempt, job, array index); the
-//! command line and environment travel once per job and agent as a [`JobDef`]. A batch
-//! of a thousand array tasks is therefore ~24 KB, not a thousand copies of an argv.
+//! Tasks travel as compact [`Assignment`]s (task, attempt, job, array index); what to
+//! run travels once per job and agent as a [`JobDef`]. A batch of a thousand array
+//! tasks is therefore ~24 KB, not a thousand copies of an argv.
+//!
+//! The schema speaks the core's vocabulary: ids ([`TaskId`], [`AttemptId`], [`JobId`],
+//! [`NodeId`]), [`Resources`] and [`Placement`] are `saker-core`'s own types, archived
+//! as they are. What a task runs is an open [`Payload`] and what it returns an open
+//! [`ResultBody`]: today a command line and its captured output; function payloads
+//! for persistent workers are the next variants.
 
 use rkyv::{Archive, Deserialize, Serialize};
+pub use saker_core::{
+    ArchivedAttemptId, ArchivedJobId, ArchivedNodeId, ArchivedPlacement, ArchivedResources,
+    ArchivedTaskId, AttemptId, JobId, NodeId, Placement, Resources, TaskId,
+};
 
 /// Bumped on any change to the schema or framing. Checked in the stream preamble
 /// before any rkyv payload is read, so a mismatched peer gets a clear error.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// 4: core ids and resource vectors, open payloads and result bodies, placements.
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Route value for a frame addressed to whichever agent reads it (the link peer).
 pub const ROUTE_PEER: u32 = u32::MAX;
@@ -51,7 +62,7 @@ pub enum ToAgent {
     /// Tasks for this agent's executors, with any job definitions it has not seen.
     Dispatch(Dispatch),
     /// Stop these attempts (task cancelled, or a speculative copy lost the race).
-    Cancel { attempts: Vec<u64> },
+    Cancel { attempts: Vec<AttemptId> },
     /// Finish or kill running work and exit.
     Shutdown { reason: String, kill_running: bool },
     /// The root does not (or no longer) count this agent as live, e.g. it was declared
@@ -62,7 +73,7 @@ pub enum ToAgent {
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[rkyv(derive(Debug))]
 pub struct Welcome {
-    pub node: u32,
+    pub node: NodeId,
     /// Pilot identity, so an agent started for another pilot cannot be mixed in.
     pub pilot_id: String,
 }
@@ -76,26 +87,44 @@ pub struct Dispatch {
     /// sent again, and a job sent again would come with its definition. Without this
     /// an agent would keep every job it ever ran (a task file of a million lines is a
     /// million single-task jobs).
-    pub forget: Vec<u32>,
+    pub forget: Vec<JobId>,
 }
 
 /// Everything an agent needs to run any task of one submitted job.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[rkyv(derive(Debug))]
 pub struct JobDef {
-    pub job: u32,
+    pub job: JobId,
+    /// What each task runs.
+    pub payload: Payload,
+    /// What each task occupies on its node (on each node, for a gang).
+    pub resources: Resources,
+    /// One node per task, or a gang of nodes (not dispatched yet).
+    pub placement: Placement,
+    /// 0 means no limit.
+    pub time_limit_ms: u64,
+    /// Bytes of stdout and of stderr kept inline in the result; the rest is spilled.
+    pub inline_output_bytes: u32,
+    pub is_array: bool,
+}
+
+/// What a task runs. Open: function payloads for persistent workers come next.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub enum Payload {
+    Command(Command),
+}
+
+/// A command line, run as a process of its own.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub struct Command {
     /// Program and arguments. For array jobs `{index}` in an argument is replaced by
     /// the array index on the agent.
     pub argv: Vec<String>,
     /// Overrides on top of the agent's inherited environment.
     pub env: Vec<EnvVar>,
     pub cwd: Option<String>,
-    pub cores: u32,
-    /// 0 means no limit.
-    pub time_limit_ms: u64,
-    /// Bytes of stdout and of stderr kept inline in the result; the rest is spilled.
-    pub inline_output_bytes: u32,
-    pub is_array: bool,
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -108,9 +137,9 @@ pub struct EnvVar {
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[rkyv(derive(Debug))]
 pub struct Assignment {
-    pub task: u64,
-    pub attempt: u64,
-    pub job: u32,
+    pub task: TaskId,
+    pub attempt: AttemptId,
+    pub job: JobId,
     pub index: u32,
 }
 
@@ -124,12 +153,12 @@ pub enum FromAgent {
     Report(Report),
     /// The agent is leaving on purpose (shutdown, fatal local error).
     Goodbye {
-        node: u32,
+        node: NodeId,
         reason: String,
     },
     /// An interior agent lost the link to a child: every node of that subtree is gone.
     NodesLost {
-        nodes: Vec<u32>,
+        nodes: Vec<NodeId>,
         reason: String,
     },
 }
@@ -137,10 +166,10 @@ pub enum FromAgent {
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[rkyv(derive(Debug))]
 pub struct Hello {
-    pub node: u32,
+    pub node: NodeId,
     pub hostname: String,
-    /// Cores this agent offers; equals the sum of its executors' slots.
-    pub cores: u32,
+    /// What this agent offers; its cores equal the sum of its executors' slots.
+    pub capacity: Resources,
     pub executors: u32,
     pub pid: u32,
     pub pilot_id: String,
@@ -149,10 +178,10 @@ pub struct Hello {
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[rkyv(derive(Debug))]
 pub struct Report {
-    pub node: u32,
-    /// Additional cores of work the agent asks for (incremental, like flow-control
-    /// window updates, so in-flight dispatches never race with it).
-    pub credit: u32,
+    pub node: NodeId,
+    /// Additional resources' worth of work the agent asks for (incremental, like
+    /// flow-control window updates, so in-flight dispatches never race with it).
+    pub credit: Resources,
     pub started: Vec<Started>,
     pub results: Vec<TaskResult>,
 }
@@ -160,8 +189,8 @@ pub struct Report {
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[rkyv(derive(Debug))]
 pub struct Started {
-    pub task: u64,
-    pub attempt: u64,
+    pub task: TaskId,
+    pub attempt: AttemptId,
     pub executor: u32,
     pub at_unix_us: u64,
 }
@@ -169,14 +198,31 @@ pub struct Started {
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[rkyv(derive(Debug))]
 pub struct TaskResult {
-    pub task: u64,
-    pub attempt: u64,
+    pub task: TaskId,
+    pub attempt: AttemptId,
     pub executor: u32,
     pub outcome: Outcome,
     pub start_unix_us: u64,
     pub end_unix_us: u64,
-    pub stdout: Output,
-    pub stderr: Output,
+    pub body: ResultBody,
+}
+
+/// What an attempt returned besides how it ended. Open, like [`Payload`].
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub enum ResultBody {
+    /// A command's captured output.
+    Command { stdout: Output, stderr: Output },
+}
+
+impl ResultBody {
+    /// No output (an attempt that never ran its program).
+    pub fn empty_command() -> ResultBody {
+        ResultBody::Command {
+            stdout: Output::default(),
+            stderr: Output::default(),
+        }
+    }
 }
 
 /// How an attempt ended, as seen by the agent.
@@ -224,6 +270,14 @@ const _: () = {
     assert!(align_of::<ArchivedWelcome>() <= MAX);
     assert!(align_of::<ArchivedDispatch>() <= MAX);
     assert!(align_of::<ArchivedJobDef>() <= MAX);
+    assert!(align_of::<ArchivedPayload>() <= MAX);
+    assert!(align_of::<ArchivedCommand>() <= MAX);
+    assert!(align_of::<ArchivedResources>() <= MAX);
+    assert!(align_of::<ArchivedPlacement>() <= MAX);
+    assert!(align_of::<ArchivedTaskId>() <= MAX);
+    assert!(align_of::<ArchivedAttemptId>() <= MAX);
+    assert!(align_of::<ArchivedJobId>() <= MAX);
+    assert!(align_of::<ArchivedNodeId>() <= MAX);
     assert!(align_of::<ArchivedEnvVar>() <= MAX);
     assert!(align_of::<ArchivedAssignment>() <= MAX);
     assert!(align_of::<ArchivedFromAgent>() <= MAX);
@@ -231,6 +285,7 @@ const _: () = {
     assert!(align_of::<ArchivedReport>() <= MAX);
     assert!(align_of::<ArchivedStarted>() <= MAX);
     assert!(align_of::<ArchivedTaskResult>() <= MAX);
+    assert!(align_of::<ArchivedResultBody>() <= MAX);
     assert!(align_of::<ArchivedOutcome>() <= MAX);
     assert!(align_of::<ArchivedOutput>() <= MAX);
 };

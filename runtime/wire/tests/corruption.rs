@@ -7,9 +7,9 @@ mod common;
 use common::{feed_in_chunks, from_agent_samples, rng, to_agent_samples};
 use rand::RngExt;
 use saker_wire::{
-    AlignedVec, ArchivedToAgent, DEFAULT_MAX_PAYLOAD_LEN, FRAME_HEADER_LEN, FrameDecoder,
-    FrameHeader, FromAgent, ToAgent, WireError, access_from_agent, access_to_agent, deserialize,
-    encode, encode_into,
+    AlignedVec, ArchivedToAgent, AttemptId, DEFAULT_MAX_PAYLOAD_LEN, FRAME_HEADER_LEN,
+    FrameDecoder, FrameHeader, FromAgent, ToAgent, WireError, access_from_agent, access_to_agent,
+    deserialize, encode, encode_into,
 };
 
 /// Every sample message of both directions, encoded as one frame each.
@@ -148,7 +148,14 @@ fn random_garbage_never_panics() {
 #[test]
 fn huge_length_is_rejected_from_the_header_alone_after_earlier_frames() {
     let mut buffer = AlignedVec::new();
-    encode_into(&mut buffer, 5, &ToAgent::Cancel { attempts: vec![1] }).unwrap();
+    encode_into(
+        &mut buffer,
+        5,
+        &ToAgent::Cancel {
+            attempts: vec![AttemptId(1)],
+        },
+    )
+    .unwrap();
     for len in [u32::MAX, u32::MAX - 7, DEFAULT_MAX_PAYLOAD_LEN + 1] {
         let mut decoder = FrameDecoder::new();
         decoder.push(&buffer);
@@ -246,7 +253,7 @@ fn invalid_utf8_in_strings_is_rejected() {
 #[test]
 fn out_of_range_relative_pointers_are_rejected() {
     let payload = payload_of(&ToAgent::Cancel {
-        attempts: vec![1, 2, 3],
+        attempts: vec![AttemptId(1), AttemptId(2), AttemptId(3)],
     });
     let ArchivedToAgent::Cancel { attempts } = access_to_agent(&payload).unwrap() else {
         panic!("not a cancel");
@@ -295,7 +302,9 @@ fn out_of_range_relative_pointers_are_rejected() {
 
 #[test]
 fn misaligned_payload_is_an_error_not_a_panic() {
-    let payload = payload_of(&ToAgent::Cancel { attempts: vec![9] });
+    let payload = payload_of(&ToAgent::Cancel {
+        attempts: vec![AttemptId(9)],
+    });
     let mut shifted: AlignedVec = AlignedVec::new();
     shifted.push(0);
     shifted.extend_from_slice(&payload);

@@ -108,7 +108,8 @@ fn access_reads_a_1024_task_dispatch_in_place() {
     let tasks = archived.tasks.as_slice().as_ptr_range();
     assert!(inside(tasks.start.cast()));
     assert!(tasks.end.cast::<u8>() <= payload.end);
-    let argv = &archived.jobs[0].argv;
+    let saker_wire::ArchivedPayload::Command(command) = &archived.jobs[0].payload;
+    let argv = &command.argv;
     assert!(
         argv.iter()
             .all(|argument| inside(argument.as_str().as_ptr()))
@@ -117,7 +118,7 @@ fn access_reads_a_1024_task_dispatch_in_place() {
     let sum: u64 = archived
         .tasks
         .iter()
-        .map(|task| task.task.to_native())
+        .map(|task| task.task.to_native().0)
         .sum();
     assert_eq!(sum, (0..1024).map(|index| 1_000_000 + index).sum::<u64>());
 }

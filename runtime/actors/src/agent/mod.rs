@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use saker_wire::messages::{FromAgent, Hello, ToAgent};
+use saker_wire::messages::{FromAgent, Hello, NodeId, Resources, ToAgent};
 
 use crate::board::{Board, FlushPlan, SharedBoard, lock};
 use crate::executor::{AfterAttempt, AttemptDone, SlotFault, SlotRuns, SlotSink};
@@ -346,6 +346,7 @@ fn on_message(
         } => slots::on_slot_failed(myself, state, slot, generation, fault)?,
         AgentMsg::RestartSlot { slot } => slots::on_restart_slot(myself, state, slot)?,
         AgentMsg::ChildLost { nodes, reason } => {
+            let nodes = nodes.into_iter().map(NodeId).collect();
             let lost = FromAgent::NodesLost { nodes, reason };
             send_up(&state.parent, state.config.node, &lost)?;
         }
@@ -400,19 +401,22 @@ fn say_goodbye(state: &mut AgentState, reason: String) -> Result<(), AgentFailur
     let node = state.config.node;
     let mut board = lock(&state.board);
     board.accepting = false;
-    let sent = state
-        .reporter
-        .send(&mut board)
-        .and_then(|()| send_up(&state.parent, node, &FromAgent::Goodbye { node, reason }));
+    let sent = state.reporter.send(&mut board).and_then(|()| {
+        let goodbye = FromAgent::Goodbye {
+            node: NodeId(node),
+            reason,
+        };
+        send_up(&state.parent, node, &goodbye)
+    });
     board.closed = true;
     sent
 }
 
 fn hello(config: &AgentConfig) -> FromAgent {
     FromAgent::Hello(Hello {
-        node: config.node,
+        node: NodeId(config.node),
         hostname: config.hostname.clone(),
-        cores: config.cores,
+        capacity: Resources::cores(config.cores),
         executors: config.cores.max(1),
         pid: std::process::id(),
         pilot_id: config.pilot_id.clone(),
@@ -430,7 +434,7 @@ fn register_again(state: &mut AgentState) -> Result<(), AgentFailure> {
     send_up(&state.parent, state.config.node, &hello(&state.config))?;
     let prefetch = board.prefetch(state.config.cores, state.config.prefetch, PREFETCH_COVER);
     board.reset_credit(state.config.cores, prefetch);
-    tracing::info!(credit = board.pending.credit, "registering again");
+    tracing::info!(credit = board.credit_cores, "registering again");
     Ok(())
 }
 
@@ -441,7 +445,7 @@ fn on_down(
 ) -> Result<(), AgentFailure> {
     match message {
         ToAgent::Welcome(welcome) => {
-            tracing::debug!(node = welcome.node, "registered with the root");
+            tracing::debug!(node = welcome.node.0, "registered with the root");
         }
         ToAgent::Refused { reason } => return Err(AgentFailure::Refused { reason }),
         ToAgent::Rejoin => {

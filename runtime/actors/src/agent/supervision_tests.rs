@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use saker_wire::messages::{Dispatch, Outcome, Report, TaskResult};
+use saker_wire::messages::{AttemptId, Dispatch, NodeId, Outcome, Report, TaskResult};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
@@ -57,7 +57,10 @@ async fn next_up(rx: &mut UnboundedReceiver<FrameBuf>) -> Option<FromAgent> {
 }
 
 /// Reports until one carries `attempt`'s result; that result, and the paused time.
-async fn result_of(rx: &mut UnboundedReceiver<FrameBuf>, attempt: u64) -> (TaskResult, Instant) {
+async fn result_of(
+    rx: &mut UnboundedReceiver<FrameBuf>,
+    attempt: AttemptId,
+) -> (TaskResult, Instant) {
     loop {
         match next_up(rx).await {
             Some(FromAgent::Report(Report { results, .. })) => {
@@ -89,12 +92,12 @@ async fn a_slot_out_of_file_descriptors_loses_its_attempt_and_restarts_after_the
     let Started { agent, mut rx, .. } = start_agent_with(1, policy(3)).await;
     let limit = exhaust_open_files();
     dispatch(&agent, vec![job(1, &["true"])], &[1]);
-    let (lost, failed_at) = result_of(&mut rx, 10).await;
+    let (lost, failed_at) = result_of(&mut rx, AttemptId(10)).await;
     assert!(lost_for_want_of_descriptors(&lost), "{lost:?}");
     // The fault clears; the next task waits for the slot's restart.
     restore_open_files(limit);
     dispatch(&agent, Vec::new(), &[2]);
-    let (done, at) = result_of(&mut rx, 20).await;
+    let (done, at) = result_of(&mut rx, AttemptId(20)).await;
     assert_eq!(done.outcome, Outcome::Exited { code: 0 });
     assert_eq!(done.executor, 0);
     assert!(
@@ -130,7 +133,7 @@ async fn a_slot_that_keeps_failing_is_given_up_and_its_agent_says_goodbye() {
             Vec::new()
         };
         dispatch(&agent, jobs, &[id]);
-        let (lost, at) = result_of(&mut rx, id * 10).await;
+        let (lost, at) = result_of(&mut rx, AttemptId(id * 10)).await;
         assert!(lost_for_want_of_descriptors(&lost), "{lost:?}");
         failed_at.push(at);
     }
@@ -140,7 +143,11 @@ async fn a_slot_that_keeps_failing_is_given_up_and_its_agent_says_goodbye() {
     assert!(gaps[0] >= BACKOFF && gaps[0] < 2 * BACKOFF, "{gaps:?}");
     assert!(gaps[1] >= 2 * BACKOFF && gaps[1] < 4 * BACKOFF, "{gaps:?}");
     // The third failure within the window is one past two restarts: given up.
-    let Some(FromAgent::Goodbye { node: 3, reason }) = next_up(&mut rx).await else {
+    let Some(FromAgent::Goodbye {
+        node: NodeId(3),
+        reason,
+    }) = next_up(&mut rx).await
+    else {
         panic!("no goodbye");
     };
     assert!(
@@ -158,7 +165,10 @@ async fn a_slot_that_keeps_failing_is_given_up_and_its_agent_says_goodbye() {
             exit,
             AgentExit::Failed(AgentFailure::NoSlotLeft {
                 slots: 1,
-                last: SlotFault::NoResources { attempt: 30, .. }
+                last: SlotFault::NoResources {
+                    attempt: AttemptId(30),
+                    ..
+                }
             })
         ),
         "{exit:?}"
@@ -180,14 +190,14 @@ async fn a_missing_program_is_the_tasks_failure_not_the_slots() {
     agent
         .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
         .unwrap();
-    let (failed, _) = result_of(&mut rx, 10).await;
+    let (failed, _) = result_of(&mut rx, AttemptId(10)).await;
     assert_eq!(
         failed.outcome,
         Outcome::SpawnFailed {
             reason: "program not found: /no/such/program-saker".into()
         }
     );
-    let (done, at) = result_of(&mut rx, 20).await;
+    let (done, at) = result_of(&mut rx, AttemptId(20)).await;
     assert_eq!(done.outcome, Outcome::Exited { code: 0 });
     // A restart would have waited the backoff first.
     assert!(at - started < BACKOFF, "{:?}", at - started);

@@ -1,7 +1,10 @@
 use super::*;
 use crate::board::tests::task;
 use crate::link::{FrameBuf, channel};
-use saker_wire::messages::{Dispatch, EnvVar, JobDef, Outcome, Report};
+use saker_wire::messages::{
+    AttemptId, Command, Dispatch, EnvVar, JobDef, JobId, Outcome, Payload, Placement, Report,
+    ResultBody, TaskId,
+};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 pub(super) fn decode(frame: &FrameBuf) -> FromAgent {
@@ -32,14 +35,17 @@ async fn until(
 
 pub(super) fn job(id: u32, argv: &[&str]) -> JobDef {
     JobDef {
-        job: id,
-        argv: argv.iter().map(|s| s.to_string()).collect(),
-        env: vec![EnvVar {
-            key: "X".into(),
-            value: "1".into(),
-        }],
-        cwd: None,
-        cores: 1,
+        job: JobId(id),
+        payload: Payload::Command(Command {
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            env: vec![EnvVar {
+                key: "X".into(),
+                value: "1".into(),
+            }],
+            cwd: None,
+        }),
+        resources: Resources::cores(1),
+        placement: Placement::Single,
         time_limit_ms: 0,
         inline_output_bytes: 1024,
         is_array: false,
@@ -93,12 +99,16 @@ pub(super) async fn start_agent_with(cores: u32, restarts: RestartPolicy) -> Sta
     .unwrap();
     let hello = decode(&rx.recv().await.unwrap());
     assert!(
-        matches!(hello, FromAgent::Hello(Hello { node: 3, cores: offered, .. }) if offered == cores)
+        matches!(hello, FromAgent::Hello(Hello { node: NodeId(3), capacity: offered, .. }) if offered.core_count() == cores)
     );
     let FromAgent::Report(first) = decode(&rx.recv().await.unwrap()) else {
         panic!("no first report");
     };
-    assert_eq!(first.credit, 2 * cores, "initial credit = slots + prefetch");
+    assert_eq!(
+        first.credit.core_count(),
+        2 * cores,
+        "initial credit = slots + prefetch"
+    );
     Started {
         agent,
         rx,
@@ -134,12 +144,12 @@ async fn rejoin_stops_old_work_and_registers_again() {
             .expect("agent closed its link");
         match decode(&frame) {
             FromAgent::Hello(hello) => {
-                assert_eq!(hello.node, 3);
+                assert_eq!(hello.node, NodeId(3));
                 hellos += 1;
             }
             FromAgent::Report(report) => {
                 if hellos > 0 {
-                    credit_after_hello += report.credit;
+                    credit_after_hello += report.credit.core_count();
                 }
                 results.extend(report.results);
             }
@@ -149,7 +159,7 @@ async fn rejoin_stops_old_work_and_registers_again() {
     assert_eq!(hellos, 1);
     assert!(results.iter().all(|r| r.outcome == Outcome::Cancelled));
     // The queued third task was dropped without a result: the root replays it.
-    assert!(results.iter().all(|r| r.task != 3), "{results:?}");
+    assert!(results.iter().all(|r| r.task != TaskId(3)), "{results:?}");
     // prefetch (2) + both cores as the killed attempts end (0 were free).
     assert_eq!(credit_after_hello, 4);
     agent.stop(None);
@@ -170,7 +180,7 @@ async fn runs_tasks_and_returns_their_cores_as_credit() {
     let mut credit = 0;
     until(&mut rx, |r| {
         results.extend(r.results.clone());
-        credit += r.credit;
+        credit += r.credit.core_count();
         results.len() == 3
     })
     .await;
@@ -179,7 +189,11 @@ async fn runs_tasks_and_returns_their_cores_as_credit() {
             .iter()
             .all(|r| r.outcome == Outcome::Exited { code: 0 })
     );
-    assert!(results.iter().all(|r| r.stdout.inline == b"1\n"));
+    assert!(
+        results.iter().all(
+            |r| matches!(&r.body, ResultBody::Command { stdout, .. } if stdout.inline == b"1\n")
+        )
+    );
     // Each finished task hands back its core; these are short, so the agent may
     // also have grown its prefetch (from 1 round of 2 cores to the most rounds).
     let growth = 2 * crate::board::PREFETCH_ROUNDS - 2;
@@ -207,11 +221,11 @@ async fn a_paced_result_goes_up_while_a_long_attempt_runs() {
         .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
         .unwrap();
     // Task 2 runs until the gate exists, and only this report can open it.
-    until(&mut rx, |r| r.results.iter().any(|x| x.task == 1)).await;
+    until(&mut rx, |r| r.results.iter().any(|x| x.task == TaskId(1))).await;
     std::fs::write(&gate, b"").unwrap();
     let mut done = Vec::new();
     until(&mut rx, |r| {
-        done.extend(r.results.iter().filter(|x| x.task != 1).cloned());
+        done.extend(r.results.iter().filter(|x| x.task != TaskId(1)).cloned());
         done.len() == 2
     })
     .await;
@@ -233,13 +247,16 @@ async fn a_forgotten_job_is_dropped_and_a_new_task_of_it_fails_unknown() {
     agent
         .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
         .unwrap();
-    until(&mut rx, |r| r.results.iter().any(|x| x.attempt == 10)).await;
+    until(&mut rx, |r| {
+        r.results.iter().any(|x| x.attempt == AttemptId(10))
+    })
+    .await;
     // Job 1 is forgotten; job 2 is not. (The root never sends a task of a
     // forgotten job; this shows the definition is gone.)
     let dispatch = Dispatch {
         jobs: Vec::new(),
         tasks: vec![task(2, 1), task(3, 2)],
-        forget: vec![1],
+        forget: vec![JobId(1)],
     };
     agent
         .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
@@ -258,9 +275,9 @@ async fn a_forgotten_job_is_dropped_and_a_new_task_of_it_fails_unknown() {
             .outcome
     };
     assert!(
-        matches!(outcome(20), Outcome::SpawnFailed { reason } if reason == "unknown job 1"),
+        matches!(outcome(AttemptId(20)), Outcome::SpawnFailed { reason } if reason == "unknown job 1"),
         "{results:?}"
     );
-    assert_eq!(outcome(30), &Outcome::Exited { code: 0 });
+    assert_eq!(outcome(AttemptId(30)), &Outcome::Exited { code: 0 });
     agent.stop(None);
 }

@@ -18,6 +18,26 @@ impl Core {
     ///
     /// Errors: `count == 0`, no core in `resources`, a gang placement (not scheduled
     /// yet), or id exhaustion; nothing changes then.
+    /// Whether [`Core::handle_submit`] would accept every one of `specs`, submitted in
+    /// this order, without changing anything: the first refusal, by position. A driver
+    /// that promises "accepted whole or not at all" checks a batch with this first.
+    pub fn check_submissions(&self, specs: &[JobSpec]) -> Result<(), (usize, SubmitError)> {
+        let mut jobs = self.jobs.len();
+        let mut next_task = self.next_task;
+        for (position, spec) in specs.iter().enumerate() {
+            check_spec(spec).map_err(|error| (position, error))?;
+            jobs += 1;
+            if u32::try_from(jobs).is_err() {
+                return Err((position, SubmitError::JobIdsExhausted));
+            }
+            next_task = next_task.checked_add(u64::from(spec.count)).ok_or((
+                position,
+                SubmitError::TaskIdsExhausted { count: spec.count },
+            ))?;
+        }
+        Ok(())
+    }
+
     pub fn handle_submit(&mut self, spec: JobSpec, now: Time) -> Result<SubmittedJob, SubmitError> {
         self.observe(now);
         check_spec(&spec)?;

@@ -227,3 +227,29 @@ fn gang_jobs_are_refused_until_they_can_be_scheduled() {
     let job = harness.submit(JobSpec::single());
     assert_eq!((job.job.0, job.first_task.0), (1, 1));
 }
+
+#[test]
+fn a_batch_is_checked_whole_before_anything_is_submitted() {
+    let mut harness = Harness::new();
+    let gang = JobSpec::single().with_placement(Placement::Gang { nodes: 2 });
+    let batch = [JobSpec::array(3), JobSpec::single(), gang];
+    assert_eq!(
+        harness.core.check_submissions(&batch),
+        Err((2, SubmitError::GangUnsupported { nodes: 2 }))
+    );
+    assert_eq!(
+        harness
+            .core
+            .check_submissions(&[JobSpec::single(), JobSpec::array(0)]),
+        Err((1, SubmitError::EmptyJob))
+    );
+    assert_eq!(
+        harness.core.counts().submitted,
+        0,
+        "checking changes nothing"
+    );
+    assert_eq!(harness.core.check_submissions(&batch[..2]), Ok(()));
+    assert_eq!(harness.core.check_submissions(&[]), Ok(()));
+    let job = harness.submit(JobSpec::single());
+    assert_eq!((job.job.0, job.first_task.0), (1, 1));
+}

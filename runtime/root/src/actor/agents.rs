@@ -4,10 +4,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use saker_actors::link::{LinkId, LinkTx};
-use saker_core::{
-    AttemptId, AttemptOutcome, Disposition, NodeId, Resources, TerminalState as CoreState,
+use saker_core::{AttemptOutcome, Disposition, NodeId, TerminalState as CoreState};
+use saker_wire::messages::{
+    ArchivedFromAgent, ArchivedOutcome, ArchivedOutput, ArchivedReport, ArchivedResultBody,
+    ArchivedTaskResult, Hello, ToAgent, Welcome,
 };
-use saker_wire::messages::{FromAgent, Hello, Outcome, Report, TaskResult, ToAgent, Welcome};
 
 use super::state::{Detail, NodeEntry, RootState};
 use crate::attempts::{AttemptEnd, AttemptNote};
@@ -21,8 +22,8 @@ impl RootState {
 
     pub(super) fn on_link_down(&mut self, link: LinkId, reason: &str) {
         self.port.link_down(link);
-        let lost: Vec<u32> = {
-            let mut lost: Vec<u32> = self
+        let lost: Vec<NodeId> = {
+            let mut lost: Vec<NodeId> = self
                 .nodes
                 .iter()
                 .filter(|(_, n)| n.link == link)
@@ -36,24 +37,24 @@ impl RootState {
         }
     }
 
-    fn lose_node(&mut self, node: u32, reason: &str) {
+    fn lose_node(&mut self, node: NodeId, reason: &str) {
         let Some(entry) = self.nodes.remove(&node) else {
             return;
         };
         let host = entry.hostname;
         if !self.shutting_down {
-            tracing::warn!(node, %reason, "agent lost; its work is replayed");
+            tracing::warn!(%node, %reason, "agent lost; its work is replayed");
         }
         let now = self.now();
-        let lost = self.core.node_attempts(NodeId(node));
-        match self.core.handle_node_lost(NodeId(node), now) {
-            Ok(loss) => tracing::info!(node, ?loss, "node lost"),
-            Err(error) => tracing::debug!(node, %error, "node was not registered with the core"),
+        let lost = self.core.node_attempts(node);
+        match self.core.handle_node_lost(node, now) {
+            Ok(loss) => tracing::info!(%node, ?loss, "node lost"),
+            Err(error) => tracing::debug!(%node, %error, "node was not registered with the core"),
         }
         let end_time = self.timestamp();
         for (task, attempt) in lost {
             self.note_attempt(
-                task.0,
+                task,
                 AttemptNote {
                     attempt: attempt.0,
                     end: AttemptEnd::Lost,
@@ -68,8 +69,11 @@ impl RootState {
         }
     }
 
+    /// Reads an agent's frame in place: the payload is validated once and its fields
+    /// are read straight from the receive buffer. Only a hello (rare) and the parts of
+    /// an accepted result that its record keeps are copied out.
     pub(super) fn on_agent_frame(&mut self, link: LinkId, route: u32, payload: &[u8]) {
-        let message = match saker_wire::frame::decode_from_agent(payload) {
+        let message = match saker_wire::frame::access_from_agent(payload) {
             Ok(message) => message,
             Err(error) => {
                 // A peer that sends garbage loses its link; everything behind it is
@@ -80,18 +84,29 @@ impl RootState {
             }
         };
         match message {
-            FromAgent::Hello(hello) => self.on_hello(link, hello),
-            FromAgent::Report(report) => {
-                if report.node != route {
-                    tracing::error!(route, node = report.node, "report routed from another node");
+            ArchivedFromAgent::Hello(hello) => {
+                match rkyv::deserialize::<Hello, rkyv::rancor::Error>(hello) {
+                    Ok(hello) => self.on_hello(link, hello),
+                    Err(error) => {
+                        tracing::error!(%error, route, "unreadable hello; closing its link");
+                        self.on_link_down(link, "invalid frame");
+                    }
+                }
+            }
+            ArchivedFromAgent::Report(report) => {
+                let node = report.node.to_native();
+                if node.0 != route {
+                    tracing::error!(route, %node, "report routed from another node");
                     return;
                 }
                 self.on_report(report)
             }
-            FromAgent::Goodbye { node, reason } => self.lose_node(node, &reason),
-            FromAgent::NodesLost { nodes, reason } => {
-                for node in nodes {
-                    self.lose_node(node, &reason);
+            ArchivedFromAgent::Goodbye { node, reason } => {
+                self.lose_node(node.to_native(), reason.as_str())
+            }
+            ArchivedFromAgent::NodesLost { nodes, reason } => {
+                for node in nodes.iter().map(|node| node.to_native()) {
+                    self.lose_node(node, reason.as_str());
                     // If the node is in fact alive and already reattached (its
                     // hello overtook this report), it must register again; if it is
                     // gone, the frame dies at the first hop that has no route.
@@ -111,7 +126,7 @@ impl RootState {
             None
         };
         if let Some(reason) = refuse {
-            tracing::error!(node = hello.node, %reason, "refusing agent");
+            tracing::error!(node = %hello.node, %reason, "refusing agent");
             self.send_to(link, hello.node, &ToAgent::Refused { reason });
             return;
         }
@@ -120,10 +135,9 @@ impl RootState {
         // here): the old life's work is replayed, its late results are duplicates.
         self.lose_node(hello.node, "the agent registered again");
         let now = self.now();
-        let capacity = Resources::cores(hello.cores);
         if let Err(error) = self
             .core
-            .handle_node_joined(NodeId(hello.node), capacity, now)
+            .handle_node_joined(hello.node, hello.capacity, now)
         {
             self.send_to(
                 link,
@@ -134,13 +148,13 @@ impl RootState {
             );
             return;
         }
-        tracing::info!(node = hello.node, host = %hello.hostname, cores = hello.cores, "agent joined");
+        tracing::info!(node = %hello.node, host = %hello.hostname, capacity = %hello.capacity, "agent joined");
         self.nodes.insert(
             hello.node,
             NodeEntry {
                 link,
                 hostname: hello.hostname,
-                cores: hello.cores,
+                cores: hello.capacity.core_count(),
                 known_jobs: HashSet::new(),
                 forget: Vec::new(),
                 running: 0,
@@ -156,75 +170,66 @@ impl RootState {
         }
     }
 
-    fn on_report(&mut self, report: Report) {
+    fn on_report(&mut self, report: &ArchivedReport) {
         let now = self.now();
+        let node = report.node.to_native();
         // A node declared lost may still report: its attempts were replayed, so its
         // results only count (and are counted) as duplicates; its starts and credit
         // belong to no live node.
-        let live = self.nodes.contains_key(&report.node);
+        let live = self.nodes.contains_key(&node);
         if live {
-            for started in &report.started {
-                let _ = self.core.handle_started(AttemptId(started.attempt), now);
+            for started in report.started.iter() {
+                let _ = self.core.handle_started(started.attempt.to_native(), now);
             }
         }
-        for result in report.results {
-            if let Some(node) = self.nodes.get_mut(&report.node) {
-                node.running = node.running.saturating_sub(1);
+        for result in report.results.iter() {
+            if let Some(entry) = self.nodes.get_mut(&node) {
+                entry.running = entry.running.saturating_sub(1);
             }
             let outcome = match &result.outcome {
-                Outcome::Exited { code: 0 } => AttemptOutcome::Succeeded,
-                Outcome::Exited { .. }
-                | Outcome::Signaled { .. }
-                | Outcome::TimedOut
-                | Outcome::SpawnFailed { .. } => AttemptOutcome::Failed,
-                Outcome::Lost { .. } => AttemptOutcome::Lost,
-                Outcome::Cancelled => AttemptOutcome::Cancelled,
+                ArchivedOutcome::Exited { code } if code.to_native() == 0 => {
+                    AttemptOutcome::Succeeded
+                }
+                ArchivedOutcome::Exited { .. }
+                | ArchivedOutcome::Signaled { .. }
+                | ArchivedOutcome::TimedOut
+                | ArchivedOutcome::SpawnFailed { .. } => AttemptOutcome::Failed,
+                ArchivedOutcome::Lost { .. } => AttemptOutcome::Lost,
+                ArchivedOutcome::Cancelled => AttemptOutcome::Cancelled,
             };
-            let task = result.task;
-            match self
+            let task = result.task.to_native();
+            let end = match self
                 .core
-                .handle_result(AttemptId(result.attempt), outcome, now)
+                .handle_result(result.attempt.to_native(), outcome, now)
             {
                 Disposition::Accepted { .. } => {
-                    self.attempts.details.insert(
-                        task,
-                        Detail {
-                            node: report.node,
-                            result,
-                        },
-                    );
+                    let detail = Detail::read(node, result);
+                    self.attempts.details.insert(task, detail);
+                    continue;
                 }
-                Disposition::WillRetry { .. } => {
-                    let node = Some(self.hostname_of(report.node));
-                    self.note_attempt(task, attempt_note(&result, AttemptEnd::Failed, node));
+                Disposition::WillRetry { .. } => AttemptEnd::Failed,
+                Disposition::WillReplay { .. } => AttemptEnd::Lost,
+                // One of two speculative copies ended; the other runs on.
+                Disposition::Continues { .. } if outcome == AttemptOutcome::Failed => {
+                    AttemptEnd::Failed
                 }
-                Disposition::WillReplay { .. } => {
-                    let node = Some(self.hostname_of(report.node));
-                    self.note_attempt(task, attempt_note(&result, AttemptEnd::Lost, node));
-                }
-                Disposition::Continues { .. } => {
-                    // One of two speculative copies ended; the other runs on.
-                    let end = match outcome {
-                        AttemptOutcome::Failed => AttemptEnd::Failed,
-                        _ => AttemptEnd::Lost,
-                    };
-                    let node = Some(self.hostname_of(report.node));
-                    self.note_attempt(task, attempt_note(&result, end, node));
-                }
-                Disposition::Duplicate | Disposition::UnknownAttempt => {}
-            }
+                Disposition::Continues { .. } => AttemptEnd::Lost,
+                Disposition::Duplicate | Disposition::UnknownAttempt => continue,
+            };
+            let host = Some(self.hostname_of(node));
+            self.note_attempt(task, attempt_note(result, end, host));
         }
-        if live && report.credit > 0 {
-            let credit = Resources::cores(report.credit);
-            let _ = self.core.handle_credit(NodeId(report.node), credit, now);
+        let credit = report.credit.to_native();
+        if live && !credit.is_zero() {
+            let _ = self.core.handle_credit(node, credit, now);
         }
     }
 
     /// Builds the result record of a task the core has just finished.
     pub(super) fn finish_task(
         &mut self,
-        task: u64,
-        job: u32,
+        task: TaskId,
+        job: JobId,
         offset: u32,
         state: CoreState,
         attempts: u32,
@@ -248,8 +253,8 @@ impl RootState {
         // resume, so it is the better count after one.
         let attempts = attempts.max(history.len() as u32 + u32::from(detail.is_some()));
         let mut record = ResultRecord {
-            task: TaskId(task),
-            job: JobId(job),
+            task,
+            job,
             index,
             state,
             exit_code: None,
@@ -269,19 +274,18 @@ impl RootState {
             history,
         };
         match detail {
-            Some(Detail { node, result }) => {
-                record.node = Some(self.hostname_of(node));
-                record.executor = (result.executor != u32::MAX).then_some(result.executor);
-                record.start_time = Some(Timestamp::from_unix_micros(result.start_unix_us));
-                record.end_time = Timestamp::from_unix_micros(result.end_unix_us);
-                (record.exit_code, record.signal, record.reason) = describe(&result.outcome);
-                if result.outcome == Outcome::Cancelled {
-                    record.reason = Some("cancelled".into());
-                }
-                record.stdout = lossy_text(&result.stdout.inline);
-                record.stderr = lossy_text(&result.stderr.inline);
-                record.stdout_path = result.stdout.spill_path;
-                record.stderr_path = result.stderr.spill_path;
+            Some(detail) => {
+                record.node = Some(self.hostname_of(detail.node));
+                record.executor = detail.executor;
+                record.start_time = Some(Timestamp::from_unix_micros(detail.start_unix_us));
+                record.end_time = Timestamp::from_unix_micros(detail.end_unix_us);
+                record.exit_code = detail.exit_code;
+                record.signal = detail.signal;
+                record.reason = detail.reason;
+                record.stdout = detail.stdout;
+                record.stderr = detail.stderr;
+                record.stdout_path = detail.stdout_path;
+                record.stderr_path = detail.stderr_path;
             }
             None if state == TerminalState::Cancelled => {
                 record.reason = Some("cancelled before it started".into());
@@ -305,7 +309,7 @@ impl RootState {
     }
 
     /// Keeps (and journals) why an attempt did not count.
-    fn note_attempt(&mut self, task: u64, note: AttemptNote) {
+    fn note_attempt(&mut self, task: TaskId, note: AttemptNote) {
         self.unjournaled.attempts.push(Record::Attempt {
             task,
             note: note.clone(),
@@ -313,14 +317,15 @@ impl RootState {
         self.attempts.history.entry(task).or_default().push(note);
     }
 
-    fn hostname_of(&self, node: u32) -> String {
+    fn hostname_of(&self, node: NodeId) -> String {
         self.nodes
             .get(&node)
             .map_or_else(|| format!("node-{node}"), |n| n.hostname.clone())
     }
 
     pub(super) fn broadcast_shutdown(&mut self) {
-        let targets: Vec<(LinkId, u32)> = self.nodes.iter().map(|(id, n)| (n.link, *id)).collect();
+        let targets: Vec<(LinkId, NodeId)> =
+            self.nodes.iter().map(|(id, n)| (n.link, *id)).collect();
         for (link, node) in targets {
             self.send_to(link, node, &shutdown_message());
         }
@@ -328,32 +333,64 @@ impl RootState {
 }
 
 /// Exit code, signal and reason of an outcome, as a result record shows them.
-fn describe(outcome: &Outcome) -> (Option<i32>, Option<i32>, Option<String>) {
+fn describe(outcome: &ArchivedOutcome) -> (Option<i32>, Option<i32>, Option<String>) {
     match outcome {
-        Outcome::Exited { code } => (Some(*code), None, None),
-        Outcome::Signaled { signal } => (
-            None,
-            Some(*signal),
-            Some(format!("killed by signal {signal}")),
-        ),
-        Outcome::TimedOut => (None, None, Some("time limit exceeded".into())),
-        Outcome::SpawnFailed { reason } => (None, None, Some(reason.clone())),
-        Outcome::Lost { reason } => (None, None, Some(format!("lost: {reason}"))),
-        Outcome::Cancelled => (None, None, Some("stopped by its agent".into())),
+        ArchivedOutcome::Exited { code } => (Some(code.to_native()), None, None),
+        ArchivedOutcome::Signaled { signal } => {
+            let signal = signal.to_native();
+            (
+                None,
+                Some(signal),
+                Some(format!("killed by signal {signal}")),
+            )
+        }
+        ArchivedOutcome::TimedOut => (None, None, Some("time limit exceeded".into())),
+        ArchivedOutcome::SpawnFailed { reason } => (None, None, Some(reason.as_str().to_owned())),
+        ArchivedOutcome::Lost { reason } => (None, None, Some(format!("lost: {reason}"))),
+        ArchivedOutcome::Cancelled => (None, None, Some("stopped by its agent".into())),
     }
 }
 
-fn attempt_note(result: &TaskResult, end: AttemptEnd, node: Option<String>) -> AttemptNote {
+impl Detail {
+    /// What the result record will keep of an accepted attempt: the one copy out of
+    /// the agent's frame.
+    fn read(node: NodeId, result: &ArchivedTaskResult) -> Detail {
+        let (exit_code, signal, mut reason) = describe(&result.outcome);
+        if matches!(result.outcome, ArchivedOutcome::Cancelled) {
+            reason = Some("cancelled".into());
+        }
+        let executor = result.executor.to_native();
+        let ArchivedResultBody::Command { stdout, stderr } = &result.body;
+        let spill = |output: &ArchivedOutput| output.spill_path.as_ref().map(|p| p.to_string());
+        Detail {
+            node,
+            executor: (executor != u32::MAX).then_some(executor),
+            start_unix_us: result.start_unix_us.to_native(),
+            end_unix_us: result.end_unix_us.to_native(),
+            exit_code,
+            signal,
+            reason,
+            stdout: lossy_text(&stdout.inline),
+            stderr: lossy_text(&stderr.inline),
+            stdout_path: spill(stdout),
+            stderr_path: spill(stderr),
+        }
+    }
+}
+
+fn attempt_note(result: &ArchivedTaskResult, end: AttemptEnd, node: Option<String>) -> AttemptNote {
     let (exit_code, signal, reason) = describe(&result.outcome);
     AttemptNote {
-        attempt: result.attempt,
+        attempt: result.attempt.to_native().0,
         end,
         reason: reason.unwrap_or_else(|| format!("exit {}", exit_code.unwrap_or_default())),
         exit_code,
         signal,
         node,
-        start_time: Some(Timestamp::from_unix_micros(result.start_unix_us)),
-        end_time: Timestamp::from_unix_micros(result.end_unix_us),
+        start_time: Some(Timestamp::from_unix_micros(
+            result.start_unix_us.to_native(),
+        )),
+        end_time: Timestamp::from_unix_micros(result.end_unix_us.to_native()),
     }
 }
 

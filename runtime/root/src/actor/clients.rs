@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use saker_core::{JobSpec, Placement, Resources, Time};
-use saker_wire::messages::{EnvVar, JobDef};
+use saker_wire::messages::{Command, EnvVar, JobDef, Payload};
 use tokio::sync::mpsc;
 
 use super::port::AfterJournal;
@@ -26,7 +26,7 @@ pub const DEFAULT_INLINE_OUTPUT: u32 = 4096;
 
 #[derive(Debug)]
 pub(crate) struct Waiter {
-    jobs: Option<Vec<u32>>,
+    jobs: Option<Vec<JobId>>,
     reply: Reply<WaitReport>,
 }
 
@@ -71,16 +71,12 @@ impl RootState {
                 let _ = reply.send(Ok(report.unwrap_or_else(|| self.status())));
             }
             ClientRequest::Wait { jobs, reply } => {
-                if let Some(unknown) = jobs
-                    .iter()
-                    .flatten()
-                    .find(|j| !self.jobs.contains_key(&j.0))
-                {
+                if let Some(unknown) = jobs.iter().flatten().find(|j| !self.jobs.contains_key(j)) {
                     let message = format!("unknown job {unknown}");
                     let _ = reply.send(Err(error(ErrorKind::UnknownJob, message)));
                     return;
                 }
-                let jobs = jobs.map(|jobs| jobs.into_iter().map(|j| j.0).collect());
+
                 self.log.waiters.push(Waiter { jobs, reply });
                 self.check_waiters();
             }
@@ -118,6 +114,13 @@ impl RootState {
                 return;
             }
         }
+        // What the core would refuse, it refuses here, before any job is queued.
+        let specs: Vec<JobSpec> = requests.iter().map(base_spec).collect();
+        if let Err((position, problem)) = self.core.check_submissions(&specs) {
+            let message = format!("job {position} of the submission: {problem}");
+            let _ = reply.send(Err(error(ErrorKind::InvalidSpec, message)));
+            return;
+        }
         let submitted_us = self.timestamp().unix_micros();
         let mut submitted = Vec::with_capacity(requests.len());
         let mut records = Vec::with_capacity(requests.len());
@@ -125,9 +128,9 @@ impl RootState {
             let job = match self.register_job(&request, submitted_us) {
                 Ok(job) => job,
                 Err(problem) => {
-                    // Jobs earlier in this submission are already queued; they are
-                    // journaled below so they are not lost.
-                    tracing::error!(%problem, "submission refused by the core");
+                    // Not reached: the batch was checked above. Should it be, the
+                    // jobs queued so far are journaled and acknowledged, not lost.
+                    tracing::error!(%problem, "submission refused by the core after its check");
                     break;
                 }
             };
@@ -137,8 +140,8 @@ impl RootState {
                 count: u64::from(job.count),
             });
             records.push(Record::Submit {
-                job: job.job.0,
-                first_task: job.first_task.0,
+                job: job.job,
+                first_task: job.first_task,
                 count: job.count,
                 submitted_unix_us: submitted_us,
                 request,
@@ -162,7 +165,7 @@ impl RootState {
     ) -> Result<saker_core::SubmittedJob, saker_core::SubmitError> {
         let spec = self.core_spec(request);
         let job = self.core.handle_submit(spec, self.now())?;
-        self.keep_job(job.job.0, request, submitted_us);
+        self.keep_job(job.job, request, submitted_us);
         Ok(job)
     }
 
@@ -173,7 +176,7 @@ impl RootState {
             crate::results::TerminalState::Failed => (1, 0),
             crate::results::TerminalState::Cancelled => (0, 1),
         };
-        if let Some(job) = self.jobs.get_mut(&record.job.0) {
+        if let Some(job) = self.jobs.get_mut(&record.job) {
             job.durable += 1;
             job.failed += failed;
             job.cancelled += cancelled;
@@ -184,22 +187,26 @@ impl RootState {
     }
 
     /// Keeps what agents need to run a job the core has accepted.
-    pub(super) fn keep_job(&mut self, job: u32, request: &JobRequest, submitted_us: u64) {
+    pub(super) fn keep_job(&mut self, job: JobId, request: &JobRequest, submitted_us: u64) {
         self.log.totals.tasks += request.task_count();
         let spec = &request.spec;
+        let core = base_spec(request);
         let def = JobDef {
             job,
-            argv: spec.command().into_owned(),
-            env: spec
-                .env
-                .iter()
-                .map(|(key, value)| EnvVar {
-                    key: key.clone(),
-                    value: value.clone(),
-                })
-                .collect(),
-            cwd: spec.cwd.as_ref().map(|p| p.display().to_string()),
-            cores: spec.cores,
+            payload: Payload::Command(Command {
+                argv: spec.command().into_owned(),
+                env: spec
+                    .env
+                    .iter()
+                    .map(|(key, value)| EnvVar {
+                        key: key.clone(),
+                        value: value.clone(),
+                    })
+                    .collect(),
+                cwd: spec.cwd.as_ref().map(|p| p.display().to_string()),
+            }),
+            resources: core.resources,
+            placement: core.placement,
             time_limit_ms: spec.time_limit.map_or(0, |t| t.as_millis().max(1) as u64),
             inline_output_bytes: request.inline_output.unwrap_or(DEFAULT_INLINE_OUTPUT),
             is_array: request.array.is_some(),
@@ -274,7 +281,7 @@ impl RootState {
     }
 
     fn on_cancel(&mut self, jobs: Vec<JobId>, reply: Reply<CancelReport>) {
-        if let Some(unknown) = jobs.iter().find(|j| !self.jobs.contains_key(&j.0)) {
+        if let Some(unknown) = jobs.iter().find(|j| !self.jobs.contains_key(j)) {
             let _ = reply.send(Err(error(
                 ErrorKind::UnknownJob,
                 format!("unknown job {unknown}"),
@@ -290,7 +297,7 @@ impl RootState {
                 Err(problem) => tracing::warn!(%problem, job = job.0, "cancel"),
             }
             records.push(Record::Cancel {
-                job: job.0,
+                job,
                 unix_us: self.timestamp().unix_micros(),
             });
         }
@@ -408,7 +415,10 @@ fn base_spec(request: &JobRequest) -> JobSpec {
     JobSpec {
         count: request.task_count() as u32,
         resources: Resources::cores(spec.cores),
-        placement: Placement::Single,
+        placement: match spec.nodes {
+            0 | 1 => Placement::Single,
+            nodes => Placement::Gang { nodes },
+        },
         priority: spec.priority,
         max_retries: spec.max_retries,
         max_replays: spec.max_replays,

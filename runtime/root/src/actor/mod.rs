@@ -37,9 +37,11 @@ pub enum RootMsg {
         tx: LinkTx,
     },
     /// One frame from a direct child link (its route field names the origin node).
+    /// The permit is released once the root has handled it (see [`FrameBudget`]).
     AgentFrame {
         link: LinkId,
         frame: saker_transport::stream::Frame,
+        permit: FramePermit,
     },
     LinkDown {
         link: LinkId,
@@ -77,6 +79,43 @@ pub struct RootArgs {
     pub deadline_unix_us: Option<u64>,
 }
 
+/// Agents' frames the root may hold unhandled, across all links. A link whose frame
+/// finds no room waits before it reads on, so a flood of reports from agents queues in
+/// their sockets (and QUIC's flow control stops the senders), not in the root's
+/// memory. A tuning constant, not a guarantee: enough for every link of a wide root
+/// to have a few frames in flight.
+pub const FRAME_BUDGET: usize = 1024;
+
+/// The root's frame budget: a semaphore whose permits travel with frames.
+#[derive(Debug, Clone)]
+pub struct FrameBudget(Arc<tokio::sync::Semaphore>);
+
+impl FrameBudget {
+    pub fn new(frames: usize) -> FrameBudget {
+        FrameBudget(Arc::new(tokio::sync::Semaphore::new(frames)))
+    }
+
+    /// Waits for room for one more frame. `None` once the budget is closed.
+    pub async fn reserve(&self) -> Option<FramePermit> {
+        let permit = Arc::clone(&self.0).acquire_owned().await.ok()?;
+        Some(FramePermit {
+            _held: Some(permit),
+        })
+    }
+
+    /// Frames that may still be sent without waiting.
+    pub fn available(&self) -> usize {
+        self.0.available_permits()
+    }
+}
+
+/// Room for one frame in the root; given back when dropped. The default holds no
+/// room (for frames that did not come over a link).
+#[derive(Debug, Default)]
+pub struct FramePermit {
+    _held: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
 /// What the actor does after a message.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Turn {
@@ -91,9 +130,11 @@ impl RootState {
     pub fn handle(&mut self, message: RootMsg) -> Turn {
         match message {
             RootMsg::LinkUp { link, tx } => self.on_link_up(link, tx),
-            RootMsg::AgentFrame { link, frame } => {
-                self.on_agent_frame(link, frame.route(), frame.payload())
-            }
+            RootMsg::AgentFrame {
+                link,
+                frame,
+                permit: _permit,
+            } => self.on_agent_frame(link, frame.route(), frame.payload()),
             RootMsg::LinkDown { link, reason } => self.on_link_down(link, &reason),
             RootMsg::Client(request) => self.on_client(request),
             RootMsg::Durable { results } => self.on_durable(results),

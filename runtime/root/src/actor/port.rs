@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ractor::ActorRef;
 use saker_actors::link::{LinkId, LinkTx};
-use saker_core::Time;
+use saker_core::{NodeId, Time};
 use saker_journal::JournalWriter;
 use saker_wire::messages::ToAgent;
 
@@ -29,7 +29,7 @@ pub trait Port: std::fmt::Debug + Send + 'static {
     /// Sends `message` to agent `node` over `link`. A link that is gone is reported
     /// by its reader, and the core then replays what was sent here, so a send that
     /// cannot be delivered is dropped.
-    fn send(&mut self, link: LinkId, node: u32, message: &ToAgent);
+    fn send(&mut self, link: LinkId, node: NodeId, message: &ToAgent);
     /// Appends `records` to the journal; once they are durable (or the journal
     /// failed), `after` is finished ([`AfterJournal::finish`]).
     fn append(&mut self, records: Vec<Record>, after: AfterJournal);
@@ -134,15 +134,17 @@ impl Port for ActorPort {
         self.links.remove(&link);
     }
 
-    fn send(&mut self, link: LinkId, node: u32, message: &ToAgent) {
+    fn send(&mut self, link: LinkId, node: NodeId, message: &ToAgent) {
         let Some(tx) = self.links.get(&link) else {
             return;
         };
-        match saker_wire::frame::encode(node, message) {
+        match saker_wire::frame::encode(node.0, message) {
             Ok(frame) => {
                 let _ = tx.send(frame);
             }
-            Err(error) => tracing::error!(%error, node, "could not encode a message for an agent"),
+            Err(error) => {
+                tracing::error!(%error, %node, "could not encode a message for an agent")
+            }
         }
     }
 

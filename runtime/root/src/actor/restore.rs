@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use saker_core::{EarlierAttempts, JobId as CoreJobId, TerminalState as CoreState};
+use saker_core::{EarlierAttempts, JobId, TaskId, TerminalState as CoreState};
 
 use super::state::RootState;
 use crate::attempts::{AttemptEnd, AttemptNote};
@@ -31,30 +31,30 @@ pub enum RestoreError {
     #[error("journal record {position}: job {job} cannot be restored")]
     Job {
         position: usize,
-        job: u32,
+        job: JobId,
         #[source]
         source: saker_core::RestoreError,
     },
     #[error("journal record {position}: job {job} was expected to get id {expected}")]
     IdMismatch {
         position: usize,
-        job: u32,
-        expected: u32,
+        job: JobId,
+        expected: JobId,
     },
     #[error(
         "journal record {position}: job {job} was expected to start at task {first_task}, not {got}"
     )]
     TaskIdMismatch {
         position: usize,
-        job: u32,
-        first_task: u64,
-        got: u64,
+        job: JobId,
+        first_task: TaskId,
+        got: TaskId,
     },
     #[error("journal record {position}: a result for task {task} of unknown job {job}")]
     UnknownJob {
         position: usize,
-        job: u32,
-        task: u64,
+        job: JobId,
+        task: TaskId,
     },
 }
 
@@ -70,7 +70,7 @@ impl RootState {
             .count();
         // Sized up front: a journal of a million single jobs would rehash these maps
         // twenty times over.
-        let mut first_tasks: HashMap<u32, u64> = HashMap::with_capacity(submits);
+        let mut first_tasks: HashMap<JobId, TaskId> = HashMap::with_capacity(submits);
         self.jobs.reserve(submits);
         for record in &records {
             if let Record::Submit {
@@ -80,22 +80,22 @@ impl RootState {
                 first_tasks.insert(*job, *first_task);
             }
         }
-        let mut finished: BTreeMap<u32, Vec<(u32, CoreState)>> = BTreeMap::new();
+        let mut finished: BTreeMap<JobId, Vec<(u32, CoreState)>> = BTreeMap::new();
         let mut results = Vec::new();
         let mut cancelled = Vec::new();
-        let mut notes: HashMap<u64, Vec<AttemptNote>> = HashMap::new();
+        let mut notes: HashMap<TaskId, Vec<AttemptNote>> = HashMap::new();
         for (position, record) in records.iter().enumerate() {
             match record {
                 Record::Result(result) => {
-                    let job = result.job.0;
+                    let job = result.job;
                     let Some(first) = first_tasks.get(&job) else {
                         return Err(RestoreError::UnknownJob {
                             position,
                             job,
-                            task: result.task.0,
+                            task: result.task,
                         });
                     };
-                    let offset = result.task.0.saturating_sub(*first) as u32;
+                    let offset = result.task.0.saturating_sub(first.0) as u32;
                     let state = match result.state {
                         TerminalState::Succeeded => CoreState::Succeeded,
                         TerminalState::Failed => CoreState::Failed,
@@ -135,19 +135,19 @@ impl RootState {
                     job,
                     source,
                 })?;
-            if restored.job.0 != job {
+            if restored.job != job {
                 return Err(RestoreError::IdMismatch {
                     position,
                     job,
-                    expected: restored.job.0,
+                    expected: restored.job,
                 });
             }
-            if restored.first_task.0 != first_task {
+            if restored.first_task != first_task {
                 return Err(RestoreError::TaskIdMismatch {
                     position,
                     job,
                     first_task,
-                    got: restored.first_task.0,
+                    got: restored.first_task,
                 });
             }
             self.keep_job(job, &request, submitted_unix_us);
@@ -157,7 +157,7 @@ impl RootState {
         results.sort_by_key(|r| r.seq);
         for record in &results {
             // A finished task carries its history in its result.
-            notes.remove(&record.task.0);
+            notes.remove(&record.task);
         }
         self.attempts.history = notes;
         for record in results {
@@ -167,8 +167,8 @@ impl RootState {
             summary.finished += 1;
         }
         for job in cancelled {
-            if let Err(error) = self.core.handle_cancel_job(CoreJobId(job), self.now()) {
-                tracing::warn!(%error, job, "re-cancelling a restored job");
+            if let Err(error) = self.core.handle_cancel_job(job, self.now()) {
+                tracing::warn!(%error, %job, "re-cancelling a restored job");
             }
         }
         Ok(summary)
@@ -179,12 +179,12 @@ impl RootState {
 /// journaled attempt notes. Conservative: a failed or lost speculative copy counts too,
 /// although it did not use up a retry while its twin ran on.
 fn earlier_by_job(
-    first_tasks: &HashMap<u32, u64>,
-    notes: &HashMap<u64, Vec<AttemptNote>>,
-) -> HashMap<u32, Vec<(u32, EarlierAttempts)>> {
-    let mut starts: Vec<(u64, u32)> = first_tasks.iter().map(|(&j, &t)| (t, j)).collect();
+    first_tasks: &HashMap<JobId, TaskId>,
+    notes: &HashMap<TaskId, Vec<AttemptNote>>,
+) -> HashMap<JobId, Vec<(u32, EarlierAttempts)>> {
+    let mut starts: Vec<(TaskId, JobId)> = first_tasks.iter().map(|(&j, &t)| (t, j)).collect();
     starts.sort_unstable();
-    let mut by_job: HashMap<u32, Vec<(u32, EarlierAttempts)>> = HashMap::new();
+    let mut by_job: HashMap<JobId, Vec<(u32, EarlierAttempts)>> = HashMap::new();
     for (&task, task_notes) in notes {
         // The job whose first task is the last one at or before `task`.
         let Some(&(first, job)) = starts
@@ -204,7 +204,7 @@ fn earlier_by_job(
         by_job
             .entry(job)
             .or_default()
-            .push(((task - first) as u32, used));
+            .push(((task.0 - first.0) as u32, used));
     }
     by_job
 }

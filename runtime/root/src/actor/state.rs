@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use saker_actors::link::LinkId;
-use saker_core::{Core, Event, Time};
-use saker_wire::messages::{Assignment, Dispatch, JobDef, TaskResult, ToAgent};
+use saker_core::{Core, Event, JobId, NodeId, TaskId, Time};
+use saker_wire::messages::{Assignment, Dispatch, JobDef, ToAgent};
 use tokio::sync::mpsc;
 
 use super::clients::{RateWindow, Waiter};
@@ -25,7 +25,7 @@ pub(super) struct JobEntry {
     pub count: u32,
     /// Nodes this job's definition was sent to (a node may appear twice across lives),
     /// told to forget it once the job is finished.
-    pub known_by: Vec<u32>,
+    pub known_by: Vec<NodeId>,
     /// Terminal results made durable so far.
     pub durable: u32,
     pub failed: u32,
@@ -46,19 +46,19 @@ pub(super) struct JobTable {
 }
 
 impl JobTable {
-    fn slot(job: u32) -> Option<usize> {
-        (job as usize).checked_sub(1)
+    fn slot(job: JobId) -> Option<usize> {
+        (job.0 as usize).checked_sub(1)
     }
 
-    pub fn get(&self, job: &u32) -> Option<&JobEntry> {
+    pub fn get(&self, job: &JobId) -> Option<&JobEntry> {
         self.entries.get(Self::slot(*job)?)?.as_ref()
     }
 
-    pub fn get_mut(&mut self, job: &u32) -> Option<&mut JobEntry> {
+    pub fn get_mut(&mut self, job: &JobId) -> Option<&mut JobEntry> {
         self.entries.get_mut(Self::slot(*job)?)?.as_mut()
     }
 
-    pub fn contains_key(&self, job: &u32) -> bool {
+    pub fn contains_key(&self, job: &JobId) -> bool {
         self.get(job).is_some()
     }
 
@@ -71,7 +71,7 @@ impl JobTable {
     }
 
     /// Keeps `entry` as job `job` (id 0 is never a job and is ignored).
-    pub fn insert(&mut self, job: u32, entry: JobEntry) {
+    pub fn insert(&mut self, job: JobId, entry: JobEntry) {
         let Some(slot) = Self::slot(job) else {
             return;
         };
@@ -103,9 +103,9 @@ pub(super) struct NodeEntry {
     pub hostname: String,
     pub cores: u32,
     /// Jobs whose definition this node already has.
-    pub known_jobs: HashSet<u32>,
+    pub known_jobs: HashSet<JobId>,
     /// Finished jobs this node may drop, sent with the next dispatch.
-    pub forget: Vec<u32>,
+    pub forget: Vec<JobId>,
     pub running: u32,
 }
 
@@ -119,20 +119,30 @@ pub(super) struct Totals {
     pub cancelled: u64,
 }
 
-/// Details of an accepted attempt, kept until the core reports the task finished.
+/// What a result record keeps of an accepted attempt, read out of the agent's report
+/// once and kept until the core reports the task finished.
 #[derive(Debug)]
 pub(super) struct Detail {
-    pub node: u32,
-    pub result: TaskResult,
+    pub node: NodeId,
+    pub executor: Option<u32>,
+    pub start_unix_us: u64,
+    pub end_unix_us: u64,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub reason: Option<String>,
+    pub stdout: String,
+    pub stderr: String,
+    pub stdout_path: Option<String>,
+    pub stderr_path: Option<String>,
 }
 
 /// What attempts left behind that a task's result record will need.
 #[derive(Debug, Default)]
 pub(super) struct AttemptTable {
     /// The accepted attempt of each task the core has not finished yet.
-    pub details: HashMap<u64, Detail>,
+    pub details: HashMap<TaskId, Detail>,
     /// Earlier attempts of tasks not yet finished.
-    pub history: HashMap<u64, Vec<AttemptNote>>,
+    pub history: HashMap<TaskId, Vec<AttemptNote>>,
 }
 
 /// What this turn produced for the journal; journaled together at the end of it.
@@ -188,7 +198,7 @@ pub struct RootState {
     pub(super) port: Box<dyn Port>,
     pub(super) clock: Box<dyn Clock>,
     pub(super) jobs: JobTable,
-    pub(super) nodes: HashMap<u32, NodeEntry>,
+    pub(super) nodes: HashMap<NodeId, NodeEntry>,
     pub(super) attempts: AttemptTable,
     pub(super) unjournaled: Unjournaled,
     /// Runtime estimate class of each set of tags (sorted), numbered from 1.
@@ -270,14 +280,14 @@ impl RootState {
     }
 
     fn send_dispatch(&mut self, dispatch: saker_core::Dispatch) {
-        let node_id = dispatch.node.0;
+        let node_id = dispatch.node;
         let Some(node) = self.nodes.get_mut(&node_id) else {
             return;
         };
         let mut jobs = Vec::new();
         let mut tasks = Vec::with_capacity(dispatch.assignments.len());
         for assignment in &dispatch.assignments {
-            let job_id = assignment.job.0;
+            let job_id = assignment.job;
             let Some(job) = self.jobs.get_mut(&job_id) else {
                 continue;
             };
@@ -286,8 +296,8 @@ impl RootState {
                 job.known_by.push(node_id);
             }
             tasks.push(Assignment {
-                task: assignment.task.0,
-                attempt: assignment.attempt.0,
+                task: assignment.task,
+                attempt: assignment.attempt,
                 job: job_id,
                 index: job.array_index(assignment.index).unwrap_or(0),
             });
@@ -306,7 +316,7 @@ impl RootState {
     /// A finished job's definition is no longer needed by the nodes that have it: they
     /// are told with their next dispatch, or at once when many have piled up (a node
     /// that gets no more work still frees its memory).
-    fn forget_job(&mut self, job: u32) {
+    fn forget_job(&mut self, job: JobId) {
         let Some(entry) = self.jobs.get_mut(&job) else {
             return;
         };
@@ -331,7 +341,7 @@ impl RootState {
     }
 
     /// Sends a message to `node` over `link` (see [`Port::send`]).
-    pub(super) fn send_to(&mut self, link: LinkId, node: u32, message: &ToAgent) {
+    pub(super) fn send_to(&mut self, link: LinkId, node: NodeId, message: &ToAgent) {
         self.port.send(link, node, message);
     }
 
@@ -344,18 +354,18 @@ impl RootState {
                 state,
                 attempts,
             } => {
-                let detail = self.attempts.details.remove(&task.0);
-                self.finish_task(task.0, job.0, index, state, attempts, detail);
+                let detail = self.attempts.details.remove(&task);
+                self.finish_task(task, job, index, state, attempts, detail);
             }
             Event::CancelAttempt { node, attempt } => {
-                if let Some(entry) = self.nodes.get(&node.0) {
+                if let Some(entry) = self.nodes.get(&node) {
                     let message = ToAgent::Cancel {
-                        attempts: vec![attempt.0],
+                        attempts: vec![attempt],
                     };
-                    self.send_to(entry.link, node.0, &message);
+                    self.send_to(entry.link, node, &message);
                 }
             }
-            Event::JobFinished { job } => self.forget_job(job.0),
+            Event::JobFinished { job } => self.forget_job(job),
         }
     }
 
@@ -379,15 +389,20 @@ impl RootState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use saker_core::{Placement, Resources};
+    use saker_wire::messages::{Command, Payload};
 
     fn entry(job: u32) -> JobEntry {
         JobEntry {
             def: Arc::new(JobDef {
-                job,
-                argv: vec!["/bin/true".to_owned()],
-                env: Vec::new(),
-                cwd: None,
-                cores: 1,
+                job: JobId(job),
+                payload: Payload::Command(Command {
+                    argv: vec!["/bin/true".to_owned()],
+                    env: Vec::new(),
+                    cwd: None,
+                }),
+                resources: Resources::cores(1),
+                placement: Placement::Single,
                 time_limit_ms: 0,
                 inline_output_bytes: 0,
                 is_array: false,
@@ -405,20 +420,19 @@ mod tests {
     #[test]
     fn job_table_finds_jobs_by_id_and_tolerates_gaps() {
         let mut jobs = JobTable::default();
-        jobs.insert(1, entry(1));
-        jobs.insert(2, entry(2));
-        jobs.insert(5, entry(5));
-        jobs.insert(0, entry(0));
+        for id in [1, 2, 5, 0] {
+            jobs.insert(JobId(id), entry(id));
+        }
         assert_eq!(jobs.len(), 3);
-        for id in [1, 2, 5] {
+        for id in [1, 2, 5].map(JobId) {
             assert_eq!(jobs.get(&id).map(|j| j.def.job), Some(id));
         }
-        for id in [0, 3, 4, 6, u32::MAX] {
+        for id in [0, 3, 4, 6, u32::MAX].map(JobId) {
             assert!(!jobs.contains_key(&id), "{id}");
         }
-        jobs.get_mut(&2).unwrap().durable = 1;
-        assert_eq!(jobs.get(&2).unwrap().durable, 1);
-        jobs.insert(2, entry(2));
-        assert_eq!((jobs.len(), jobs.get(&2).unwrap().durable), (3, 0));
+        jobs.get_mut(&JobId(2)).unwrap().durable = 1;
+        assert_eq!(jobs.get(&JobId(2)).unwrap().durable, 1);
+        jobs.insert(JobId(2), entry(2));
+        assert_eq!((jobs.len(), jobs.get(&JobId(2)).unwrap().durable), (3, 0));
     }
 }

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use saker_actors::link::{LinkId, LinkTx};
-use saker_core::{CoreConfig, Time};
+use saker_core::{AttemptId, CoreConfig, NodeId, Resources, TaskId, Time};
 use saker_wire::messages::{
-    FromAgent, Hello, Outcome, Output, Report, Started, TaskResult, ToAgent,
+    FromAgent, Hello, Outcome, Output, Payload, Report, ResultBody, Started, TaskResult, ToAgent,
 };
 use tokio::sync::oneshot;
 
@@ -48,8 +48,8 @@ impl Port for TestPort {
 
     fn link_down(&mut self, _link: LinkId) {}
 
-    fn send(&mut self, _link: LinkId, node: u32, message: &ToAgent) {
-        let bytes = saker_wire::encode(node, message).expect("the root's messages encode");
+    fn send(&mut self, _link: LinkId, node: NodeId, message: &ToAgent) {
+        let bytes = saker_wire::encode(node.0, message).expect("the root's messages encode");
         let mut decoder = saker_wire::FrameDecoder::new();
         decoder.push(&bytes);
         let frame = decoder
@@ -154,9 +154,9 @@ impl Harness {
 
     fn hello(&mut self, node: u32, cores: u32, pilot_id: &str) {
         let hello = FromAgent::Hello(Hello {
-            node,
+            node: NodeId(node),
             hostname: format!("host{node}"),
-            cores,
+            capacity: Resources::cores(cores),
             executors: cores,
             pid: 1000 + node,
             pilot_id: pilot_id.to_owned(),
@@ -166,13 +166,13 @@ impl Harness {
 
     fn report(&mut self, node: u32, credit: u32, started: &[(u64, u64)], results: Vec<TaskResult>) {
         let report = FromAgent::Report(Report {
-            node,
-            credit,
+            node: NodeId(node),
+            credit: Resources::cores(credit),
             started: started
                 .iter()
                 .map(|&(task, attempt)| Started {
-                    task,
-                    attempt,
+                    task: TaskId(task),
+                    attempt: AttemptId(attempt),
                     executor: 0,
                     at_unix_us: UNIX_ORIGIN_US,
                 })
@@ -237,14 +237,16 @@ fn single(argv: &[&str]) -> JobRequest {
 
 fn exited(task: u64, attempt: u64, code: i32) -> TaskResult {
     TaskResult {
-        task,
-        attempt,
+        task: TaskId(task),
+        attempt: AttemptId(attempt),
         executor: 0,
         outcome: Outcome::Exited { code },
         start_unix_us: UNIX_ORIGIN_US,
         end_unix_us: UNIX_ORIGIN_US + 1_000,
-        stdout: Output::default(),
-        stderr: Output::default(),
+        body: ResultBody::Command {
+            stdout: Output::default(),
+            stderr: Output::default(),
+        },
     }
 }
 
@@ -253,7 +255,9 @@ fn assignments(sent: &[(u32, ToAgent)], node: u32) -> Vec<(u64, u64)> {
     sent.iter()
         .filter(|(route, _)| *route == node)
         .filter_map(|(_, message)| match message {
-            ToAgent::Dispatch(dispatch) => Some(dispatch.tasks.iter().map(|a| (a.task, a.attempt))),
+            ToAgent::Dispatch(dispatch) => {
+                Some(dispatch.tasks.iter().map(|a| (a.task.0, a.attempt.0)))
+            }
             _ => None,
         })
         .flatten()
@@ -267,7 +271,7 @@ async fn an_agent_is_welcomed_and_one_of_another_pilot_is_refused() {
     h.hello(2, 2, "some-other-pilot");
     let sent = h.sent();
     assert!(
-        matches!(&sent[0], (1, ToAgent::Welcome(w)) if w.node == 1 && w.pilot_id == PILOT),
+        matches!(&sent[0], (1, ToAgent::Welcome(w)) if w.node == NodeId(1) && w.pilot_id == PILOT),
         "{sent:?}"
     );
     assert!(
@@ -291,7 +295,7 @@ async fn a_submission_is_acknowledged_only_once_it_is_durable() {
                 first_task,
                 count,
                 ..
-            } => Some((*job, *first_task, *count)),
+            } => Some((job.0, first_task.0, *count)),
             _ => None,
         })
         .collect();
@@ -321,6 +325,27 @@ async fn a_submission_with_one_bad_job_is_refused_whole() {
 }
 
 #[tokio::test]
+async fn a_submission_the_core_would_refuse_in_part_is_refused_whole() {
+    let mut h = Harness::new();
+    let mut gang = single(&["mpirun", "./solver"]);
+    gang.spec.nodes = 4;
+    let mut answer = h.submit(vec![single(&["true"]), array(&["true"], "1-9"), gang]);
+    let error = answer.try_recv().expect("answered at once").unwrap_err();
+    assert!(
+        error.message.contains("job 2 of the submission")
+            && error.message.contains("gang jobs (4 nodes)"),
+        "{error:?}"
+    );
+    assert!(h.journal_durable().is_empty(), "nothing is journaled");
+    assert_eq!(h.status().queued, 0, "nothing is queued");
+    // Job ids were not used up by the refused submission.
+    let mut answer = h.submit(vec![single(&["true"])]);
+    h.journal_durable();
+    let reply = answer.try_recv().expect("acknowledged").expect("accepted");
+    assert_eq!(reply.jobs[0].job.0, 1);
+}
+
+#[tokio::test]
 async fn credit_brings_work_with_each_job_definition_sent_once_per_node() {
     let mut h = Harness::new();
     h.submit(vec![array(&["echo", "{index}"], "10-12")]);
@@ -333,7 +358,8 @@ async fn credit_brings_work_with_each_job_definition_sent_once_per_node() {
         panic!("one dispatch to node 1: {sent:?}");
     };
     assert_eq!(first.jobs.len(), 1);
-    assert_eq!(first.jobs[0].argv, vec!["echo", "{index}"]);
+    let Payload::Command(command) = &first.jobs[0].payload;
+    assert_eq!(command.argv, vec!["echo", "{index}"]);
     let indices: Vec<u32> = first.tasks.iter().map(|t| t.index).collect();
     assert_eq!(indices, vec![10, 11], "array indices, not offsets");
     h.report(1, 1, &[], Vec::new());
@@ -402,7 +428,7 @@ async fn a_lost_link_replays_its_attempts_on_another_node_and_notes_why() {
     h.report(2, 0, &[], vec![exited(task, replayed[0].1, 0)]);
     let records = h.journal_durable();
     let note = records.iter().find_map(|r| match r {
-        Record::Attempt { task: t, note } if *t == task => Some(note.clone()),
+        Record::Attempt { task: t, note } if t.0 == task => Some(note.clone()),
         _ => None,
     });
     let note = note.expect("the lost attempt is journaled");
@@ -463,7 +489,7 @@ async fn the_walltime_deadline_stops_the_agents_and_status_keeps_its_picture() {
         1,
         1,
         &FromAgent::Goodbye {
-            node: 1,
+            node: NodeId(1),
             reason: "shutting down".into(),
         },
     );
@@ -486,4 +512,28 @@ async fn a_failed_journal_stops_the_root() {
     );
     h.root.close_journal();
     assert!(h.port.with(|r| r.journal_closed));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_frame_budget_holds_links_back_until_the_root_handles_a_frame() {
+    use super::FrameBudget;
+    let budget = FrameBudget::new(2);
+    let first = budget.reserve().await.expect("room");
+    let _second = budget.reserve().await.expect("room");
+    assert_eq!(budget.available(), 0);
+    // Paused time: the timeout fires only if nothing else could make progress.
+    let waited = tokio::time::timeout(Duration::from_secs(60), budget.reserve()).await;
+    assert!(
+        waited.is_err(),
+        "a third frame got room while two were held"
+    );
+    let third = tokio::spawn({
+        let budget = budget.clone();
+        async move { budget.reserve().await.is_some() }
+    });
+    drop(first);
+    assert!(
+        third.await.expect("no panic"),
+        "room came back with the handled frame"
+    );
 }

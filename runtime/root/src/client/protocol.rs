@@ -205,7 +205,7 @@ pub struct AllocationStatus {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct NodeLoad {
-    pub node: u32,
+    pub node: saker_core::NodeId,
     pub hostname: String,
     pub cores: u32,
     /// Cores busy with tasks (dispatched to the node and not yet finished).

@@ -3,7 +3,7 @@ use crate::messages::{ROUTE_PEER, ToAgent};
 
 fn cancel(attempts: &[u64]) -> ToAgent {
     ToAgent::Cancel {
-        attempts: attempts.to_vec(),
+        attempts: attempts.iter().copied().map(crate::AttemptId).collect(),
     }
 }
 

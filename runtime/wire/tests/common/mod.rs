@@ -4,35 +4,52 @@
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
+use saker_core::ResourceKind;
 use saker_wire::{
-    Assignment, Dispatch, EnvVar, Frame, FrameDecoder, FromAgent, Hello, JobDef, Outcome, Output,
-    Report, Started, TaskResult, ToAgent, Welcome, WireError,
+    Assignment, AttemptId, Command, Dispatch, EnvVar, Frame, FrameDecoder, FromAgent, Hello,
+    JobDef, JobId, NodeId, Outcome, Output, Payload, Placement, Report, Resources, ResultBody,
+    Started, TaskId, TaskResult, ToAgent, Welcome, WireError,
 };
 
 pub fn rng(seed: u64) -> StdRng {
     StdRng::seed_from_u64(seed)
 }
 
+pub fn command(job: &mut JobDef) -> &mut Command {
+    let Payload::Command(command) = &mut job.payload;
+    command
+}
+
 pub fn job_def(job: u32) -> JobDef {
     JobDef {
-        job,
-        argv: vec![
-            "/usr/bin/simulate".to_owned(),
-            "--input=data/{index}.h5".to_owned(),
-            "ünïcode-arg".to_owned(),
-        ],
-        env: vec![
-            EnvVar {
-                key: "OMP_NUM_THREADS".to_owned(),
-                value: "4".to_owned(),
-            },
-            EnvVar {
-                key: "EMPTY".to_owned(),
-                value: String::new(),
-            },
-        ],
-        cwd: Some("/scratch/user/run-42".to_owned()),
-        cores: 4,
+        job: JobId(job),
+        payload: Payload::Command(Command {
+            argv: vec![
+                "/usr/bin/simulate".to_owned(),
+                "--input=data/{index}.h5".to_owned(),
+                "ünïcode-arg".to_owned(),
+            ],
+            env: vec![
+                EnvVar {
+                    key: "OMP_NUM_THREADS".to_owned(),
+                    value: "4".to_owned(),
+                },
+                EnvVar {
+                    key: "EMPTY".to_owned(),
+                    value: String::new(),
+                },
+            ],
+            cwd: Some("/scratch/user/run-42".to_owned()),
+        }),
+        resources: Resources::cores(4)
+            .with(ResourceKind::GPUS, 1)
+            .with(ResourceKind::MEMORY_MIB, 8192)
+            .with(ResourceKind::custom(2).expect("a custom kind"), 3),
+        placement: if job.is_multiple_of(2) {
+            Placement::Single
+        } else {
+            Placement::Gang { nodes: job + 2 }
+        },
         time_limit_ms: 3_600_000,
         inline_output_bytes: 4096,
         is_array: true,
@@ -44,25 +61,26 @@ pub fn dispatch(jobs: u32, tasks: u32) -> Dispatch {
         jobs: (0..jobs).map(job_def).collect(),
         tasks: (0..tasks)
             .map(|index| Assignment {
-                task: 1_000_000 + u64::from(index),
-                attempt: u64::from(index % 3),
-                job: index % jobs.max(1),
+                task: TaskId(1_000_000 + u64::from(index)),
+                attempt: AttemptId(u64::from(index % 3)),
+                job: JobId(index % jobs.max(1)),
                 index,
             })
             .collect(),
-        forget: (0..jobs).map(|job| 1000 + job).collect(),
+        forget: (0..jobs).map(|job| JobId(1000 + job)).collect(),
     }
 }
 
 /// One of every `ToAgent` variant, with optional and empty fields exercised.
 pub fn to_agent_samples() -> Vec<ToAgent> {
     let mut minimal_job = job_def(9);
-    minimal_job.cwd = None;
-    minimal_job.env.clear();
+    command(&mut minimal_job).cwd = None;
+    command(&mut minimal_job).env.clear();
     minimal_job.is_array = false;
+    minimal_job.resources = Resources::cores(1);
     vec![
         ToAgent::Welcome(Welcome {
-            node: 17,
+            node: NodeId(17),
             pilot_id: "pilot-7f3a9c".to_owned(),
         }),
         ToAgent::Refused {
@@ -80,10 +98,15 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
         ToAgent::Dispatch(Dispatch {
             jobs: Vec::new(),
             tasks: Vec::new(),
-            forget: vec![3, 4],
+            forget: vec![JobId(3), JobId(4)],
         }),
         ToAgent::Cancel {
-            attempts: vec![1, u64::MAX, 0, 42],
+            attempts: vec![
+                AttemptId(1),
+                AttemptId(u64::MAX),
+                AttemptId(0),
+                AttemptId(42),
+            ],
         },
         ToAgent::Cancel {
             attempts: Vec::new(),
@@ -102,18 +125,20 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
 
 fn task_result(task: u64, outcome: Outcome) -> TaskResult {
     TaskResult {
-        task,
-        attempt: 2,
+        task: TaskId(task),
+        attempt: AttemptId(2),
         executor: 3,
         outcome,
         start_unix_us: 1_700_000_000_000_000,
         end_unix_us: 1_700_000_000_500_000,
-        stdout: Output {
-            inline: b"hello\n\xff\x00binary ok".to_vec(),
-            total_bytes: 1 << 33,
-            spill_path: Some("/scratch/pilot/out/task-1.stdout".to_owned()),
+        body: ResultBody::Command {
+            stdout: Output {
+                inline: b"hello\n\xff\x00binary ok".to_vec(),
+                total_bytes: 1 << 33,
+                spill_path: Some("/scratch/pilot/out/task-1.stdout".to_owned()),
+            },
+            stderr: Output::default(),
         },
-        stderr: Output::default(),
     }
 }
 
@@ -121,26 +146,26 @@ fn task_result(task: u64, outcome: Outcome) -> TaskResult {
 pub fn from_agent_samples() -> Vec<FromAgent> {
     vec![
         FromAgent::Hello(Hello {
-            node: 3,
+            node: NodeId(3),
             hostname: "nid001234".to_owned(),
-            cores: 128,
+            capacity: Resources::cores(128).with(ResourceKind::GPUS, 4),
             executors: 32,
             pid: 4242,
             pilot_id: "pilot-7f3a9c".to_owned(),
         }),
         FromAgent::Report(Report {
-            node: 3,
-            credit: 16,
+            node: NodeId(3),
+            credit: Resources::cores(16),
             started: vec![
                 Started {
-                    task: 1,
-                    attempt: 0,
+                    task: TaskId(1),
+                    attempt: AttemptId(0),
                     executor: 0,
                     at_unix_us: 5,
                 },
                 Started {
-                    task: u64::MAX,
-                    attempt: u64::MAX,
+                    task: TaskId(u64::MAX),
+                    attempt: AttemptId(u64::MAX),
                     executor: u32::MAX,
                     at_unix_us: u64::MAX,
                 },
@@ -166,13 +191,13 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
             ],
         }),
         FromAgent::Report(Report {
-            node: 0,
-            credit: 0,
+            node: NodeId(0),
+            credit: Resources::ZERO,
             started: Vec::new(),
             results: Vec::new(),
         }),
         FromAgent::Goodbye {
-            node: 3,
+            node: NodeId(3),
             reason: "shutdown requested".to_owned(),
         },
     ]
