@@ -14,6 +14,8 @@
 //! [`ResultBody`]: today a command line and its captured output; function payloads
 //! for persistent workers are the next variants.
 
+use std::sync::Arc;
+
 use rkyv::{Archive, Deserialize, Serialize};
 pub use saker_core::{
     ArchivedAttemptId, ArchivedJobId, ArchivedNodeId, ArchivedPlacement, ArchivedResources,
@@ -81,7 +83,9 @@ pub struct Welcome {
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[rkyv(derive(Debug))]
 pub struct Dispatch {
-    pub jobs: Vec<JobDef>,
+    /// Shared, so that the root serializes the definition it keeps without cloning it
+    /// first, and the agent keeps the one it receives as it is.
+    pub jobs: Vec<Arc<JobDef>>,
     pub tasks: Vec<Assignment>,
     /// Finished jobs whose definitions this node may drop: none of their tasks will be
     /// sent again, and a job sent again would come with its definition. Without this

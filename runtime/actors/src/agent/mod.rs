@@ -463,7 +463,7 @@ fn on_down(
                 board.jobs.remove(&job);
             }
             for job in dispatch.jobs {
-                board.jobs.insert(job.job, Arc::new(job));
+                board.jobs.insert(job.job, job);
             }
             board.queue.extend(dispatch.tasks);
         }

@@ -25,7 +25,11 @@ fn policy(max_restarts: u32) -> RestartPolicy {
     }
 }
 
-fn dispatch(agent: &ActorRef<AgentMsg>, jobs: Vec<saker_wire::messages::JobDef>, tasks: &[u64]) {
+fn dispatch(
+    agent: &ActorRef<AgentMsg>,
+    jobs: Vec<std::sync::Arc<saker_wire::messages::JobDef>>,
+    tasks: &[u64],
+) {
     let dispatch = Dispatch {
         jobs,
         tasks: tasks.iter().map(|&id| task(id, 1)).collect(),

@@ -5,6 +5,7 @@ use saker_wire::messages::{
     AttemptId, Command, Dispatch, EnvVar, JobDef, JobId, Outcome, Payload, Placement, Report,
     ResultBody, TaskId,
 };
+use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 pub(super) fn decode(frame: &FrameBuf) -> FromAgent {
@@ -33,8 +34,8 @@ async fn until(
     }
 }
 
-pub(super) fn job(id: u32, argv: &[&str]) -> JobDef {
-    JobDef {
+pub(super) fn job(id: u32, argv: &[&str]) -> Arc<JobDef> {
+    Arc::new(JobDef {
         job: JobId(id),
         payload: Payload::Command(Command {
             argv: argv.iter().map(|s| s.to_string()).collect(),
@@ -49,7 +50,7 @@ pub(super) fn job(id: u32, argv: &[&str]) -> JobDef {
         time_limit_ms: 0,
         inline_output_bytes: 1024,
         is_array: false,
-    }
+    })
 }
 
 async fn start_agent(

@@ -53,8 +53,9 @@ pub enum RootMsg {
     Durable {
         results: Vec<Arc<ResultRecord>>,
     },
+    /// An append failed: nothing more can be acknowledged durably.
     JournalFailed {
-        reason: String,
+        error: saker_journal::JournalError,
     },
     /// The core asked to be woken at or after some time.
     Timer,
@@ -138,12 +139,12 @@ impl RootState {
             RootMsg::LinkDown { link, reason } => self.on_link_down(link, &reason),
             RootMsg::Client(request) => self.on_client(request),
             RootMsg::Durable { results } => self.on_durable(results),
-            RootMsg::JournalFailed { reason } => {
+            RootMsg::JournalFailed { error } => {
                 // Without a journal nothing more can be acknowledged durably: stop the
                 // pilot rather than pretend. Running tasks are killed by the agents.
-                tracing::error!(%reason, "journal failed; stopping the pilot");
+                tracing::error!(%error, "journal failed; stopping the pilot");
                 self.on_shutdown();
-                return Turn::Stop(format!("journal failed: {reason}"));
+                return Turn::Stop(format!("journal failed: {error}"));
             }
             RootMsg::Timer => self.on_timer(),
             RootMsg::Walltime => self.on_walltime(),

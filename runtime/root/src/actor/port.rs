@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use ractor::ActorRef;
 use saker_actors::link::{LinkId, LinkTx};
 use saker_core::{NodeId, Time};
-use saker_journal::JournalWriter;
+use saker_journal::{JournalError, JournalWriter};
 use saker_wire::messages::ToAgent;
 
 use super::RootMsg;
@@ -85,14 +85,14 @@ impl AfterJournal {
     /// Finishes what waited, given the journal's outcome. Returns what the root must
     /// then handle. Runs on the journal's thread in a pilot, so an acknowledgement goes
     /// to its client without waiting for a turn of the root.
-    pub fn finish(self, outcome: Result<(), String>) -> Option<RootMsg> {
+    pub fn finish(self, outcome: Result<(), JournalError>) -> Option<RootMsg> {
         match (self, outcome) {
             (AfterJournal::Nothing, _) => None,
             (AfterJournal::Results(results), Ok(())) => Some(RootMsg::Durable { results }),
-            (AfterJournal::Results(_), Err(reason)) => Some(RootMsg::JournalFailed { reason }),
+            (AfterJournal::Results(_), Err(error)) => Some(RootMsg::JournalFailed { error }),
             (AfterJournal::Acknowledge { reply, jobs }, outcome) => {
-                let answer = outcome.map(|()| SubmitReply { jobs }).map_err(|reason| {
-                    RequestError::new(ErrorKind::Internal, format!("journal failed: {reason}"))
+                let answer = outcome.map(|()| SubmitReply { jobs }).map_err(|error| {
+                    RequestError::new(ErrorKind::Internal, format!("journal failed: {error}"))
                 });
                 let _ = reply.send(answer);
                 None
@@ -151,13 +151,13 @@ impl Port for ActorPort {
     fn append(&mut self, records: Vec<Record>, after: AfterJournal) {
         let myself = self.myself.clone();
         let Some(journal) = &self.journal else {
-            if let Some(message) = after.finish(Err("journal is closed".into())) {
+            if let Some(message) = after.finish(Err(JournalError::WriterStopped)) {
                 let _ = myself.send_message(message);
             }
             return;
         };
         journal.append(records, move |outcome| {
-            if let Some(message) = after.finish(outcome.map_err(|error| error.to_string())) {
+            if let Some(message) = after.finish(outcome) {
                 let _ = myself.send_message(message);
             }
         });

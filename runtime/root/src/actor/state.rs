@@ -292,7 +292,7 @@ impl RootState {
                 continue;
             };
             if node.known_jobs.insert(job_id) {
-                jobs.push(JobDef::clone(&job.def));
+                jobs.push(Arc::clone(&job.def));
                 job.known_by.push(node_id);
             }
             tasks.push(Assignment {

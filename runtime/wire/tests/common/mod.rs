@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+use std::sync::Arc;
+
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use saker_core::ResourceKind;
@@ -58,7 +60,7 @@ pub fn job_def(job: u32) -> JobDef {
 
 pub fn dispatch(jobs: u32, tasks: u32) -> Dispatch {
     Dispatch {
-        jobs: (0..jobs).map(job_def).collect(),
+        jobs: (0..jobs).map(job_def).map(Arc::new).collect(),
         tasks: (0..tasks)
             .map(|index| Assignment {
                 task: TaskId(1_000_000 + u64::from(index)),
@@ -91,7 +93,7 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
         },
         ToAgent::Dispatch(dispatch(2, 64)),
         ToAgent::Dispatch(Dispatch {
-            jobs: vec![minimal_job],
+            jobs: vec![Arc::new(minimal_job)],
             tasks: Vec::new(),
             forget: Vec::new(),
         }),
