@@ -8,7 +8,7 @@
 #   2. venv      Python venv at <repo>/.venv; installs python/requirements-test.txt if present
 #   3. slurm     local multi-node Slurm cluster (up.sh + smoke.sh); exports SLURM_CONF.
 #                Stopped at exit (down.sh) unless SAKER_KEEP_CLUSTER=1.
-#   4. fmt, clippy, build (release), test (nextest, or cargo test without it)
+#   4. fmt, clippy, build (release), test (nextest, or cargo test without it), doctests
 #   5. fuzz      bounded cargo-fuzz runs of the frame decoder and the journal reader
 #                (cargo-fuzz is installed from crates.io when missing)
 #
@@ -148,6 +148,8 @@ else
     profile=()
     [ "${CI:-}" = true ] && profile=(--profile ci)
     step 0 test cargo nextest run "${profile[@]}" --workspace --no-fail-fast
+    # nextest does not run doctests; the crate docs' examples must compile and pass.
+    step 0 doctest cargo test --workspace --doc
   else
     log "cargo-nextest not installed; falling back to cargo test"
     step 0 test cargo test --workspace --no-fail-fast

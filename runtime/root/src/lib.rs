@@ -16,6 +16,44 @@
 //! `saker` CLI and applications that embed a pilot both go through it. [`client`] is
 //! the client protocol (server and Rust client).
 //!
+//! Embedding a pilot: an application starts one, hands the root requests as a client
+//! would, and stops it. Agents are processes of a program the application names (here
+//! the `saker` binary's `agent` subcommand; an application can serve the same role
+//! from its own binary with `saker_actors::node::run_agent`).
+//!
+//! ```no_run
+//! use saker_root::client::{ClientRequest, WaitReport};
+//! use saker_root::local::{Shape, ShapeRequest};
+//! use saker_root::spec::{JobRequest, TaskSpec};
+//! use saker_root::{AgentCommand, Agents, Pilot, PilotOptions};
+//! use tokio::sync::oneshot;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let shape = Shape::new(ShapeRequest { agents: Some(2), slots: None, fanout: 16, allow_none: false })?;
+//! let pilot = Pilot::start(PilotOptions {
+//!     dir: "/tmp/my-pilot".into(),
+//!     agents: Agents::Local(shape),
+//!     agent_command: AgentCommand { program: "saker".into(), args: vec!["agent".into()] },
+//!     sync: true,
+//!     resume: false,
+//!     deadline_unix_us: None,
+//!     liveness: Default::default(),
+//!     core: Default::default(),
+//! })
+//! .await?;
+//! let job = JobRequest::single(TaskSpec::new(vec!["hostname".into()]));
+//! let (reply, submitted) = oneshot::channel();
+//! pilot.request(ClientRequest::Submit { jobs: vec![job], reply })?;
+//! println!("{:?}", submitted.await??);
+//! let (reply, done) = oneshot::channel();
+//! pilot.request(ClientRequest::Wait { jobs: None, reply })?;
+//! let report: WaitReport = done.await??;
+//! println!("{} succeeded", report.succeeded);
+//! pilot.shutdown().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! **Key decision: clients speak newline-delimited JSON over TLS, not the agents'
 //! rkyv frames.** Clients are Python, Parsl and shell scripts; JSON is what they can
 //! speak with their standard library, and the client boundary is not the hot path (a
