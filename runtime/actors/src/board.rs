@@ -298,9 +298,7 @@ impl Board {
             self.queue.pop_front();
             let mut launch = build_launch(&job, &assignment, &self.spill_dir);
             // Which agent ran it: for the task's own logs, and for tests of where work went.
-            launch
-                .env
-                .push(("SAKER_NODE".into(), self.node.to_string()));
+            launch.set_var_number(b"SAKER_NODE", self.node.into());
             let started_us = unix_micros();
             let (cancel_tx, control) = StopHandle::new();
             let slot = &mut self.slots[index];
@@ -570,12 +568,7 @@ pub(crate) mod tests {
             .finish(0, 0, AttemptId(10), exited())
             .expect("the next one");
         assert_eq!(second.attempt, AttemptId(20));
-        assert!(
-            second
-                .launch
-                .env
-                .contains(&("SAKER_NODE".into(), "7".into()))
-        );
+        assert!(second.launch.env_strs().contains(&"SAKER_NODE=7"));
         assert!(
             board.finish(0, 0, AttemptId(20), exited()).is_none(),
             "queue empty"

@@ -193,15 +193,10 @@ mod tests {
 
     fn attempt(attempt: AttemptId, argv: &[&str], dir: &Path) -> (NextAttempt, StopHandle) {
         let (stop, control) = StopHandle::new();
-        let launch = Launch {
-            argv: argv.iter().map(|s| s.to_string()).collect(),
-            env: Vec::new(),
-            cwd: None,
-            time_limit: Some(Duration::from_secs(30)),
-            inline_limit: 64,
-            spill_dir: dir.to_path_buf(),
-            spill_stem: format!("a{attempt}"),
-        };
+        let mut launch = Launch::of(argv, &[], dir);
+        launch.time_limit = Some(Duration::from_secs(30));
+        launch.inline_limit = 64;
+        launch.spill_stem = format!("a{attempt}");
         let next = NextAttempt {
             attempt,
             launch: Box::new(launch),

@@ -1,11 +1,12 @@
 //! Turning a job definition plus one assignment into a concrete [`Launch`].
 
+use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use saker_wire::messages::{Assignment, JobDef, Payload};
 
-use crate::process::Launch;
+use crate::process::{Launch, decimal};
 
 /// Replaces every `{index}` in `arg` with the array index; borrows when there is
 /// nothing to replace (all but one or two arguments, typically).
@@ -17,38 +18,63 @@ pub fn expand_index(arg: &str, index: u32) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// `arg` with every `{index}` replaced by `index`, as [`expand_index`] has it, as bytes
+/// with room for exactly one more: a C string's NUL, added in place.
+fn expand_index_bytes(arg: &str, index: u32) -> Vec<u8> {
+    const PLACEHOLDER: &str = "{index}";
+    let mut digits = [0u8; 20];
+    let digits = decimal(index.into(), &mut digits);
+    let count = arg.matches(PLACEHOLDER).count();
+    let len = arg.len() - count * PLACEHOLDER.len() + count * digits.len();
+    let mut bytes = Vec::with_capacity(len + 1);
+    let mut pieces = arg.split(PLACEHOLDER);
+    bytes.extend_from_slice(pieces.next().unwrap_or_default().as_bytes());
+    for piece in pieces {
+        bytes.extend_from_slice(digits);
+        bytes.extend_from_slice(piece.as_bytes());
+    }
+    bytes
+}
+
 /// Builds the launch for `assignment` of `job`. Array tasks get `{index}` replaced and
-/// `SAKER_ARRAY_INDEX` set; every task gets `SAKER_TASK_ID` and `SAKER_ATTEMPT_ID`.
+/// `SAKER_ARRAY_INDEX` set; every task gets `SAKER_TASK_ID` and `SAKER_ATTEMPT_ID`,
+/// over any value of the job's own.
+///
+/// Each argument and variable is copied once, straight into the C string the spawn
+/// passes on. One holding a NUL byte does not stop the launch being built: it fails to
+/// start (see [`Launch::has_nul`]), as the attempt's own failure.
 pub fn build_launch(job: &JobDef, assignment: &Assignment, spill_dir: &Path) -> Launch {
     let Payload::Command(command) = &job.payload;
-    let argv = if job.is_array {
-        command
-            .argv
-            .iter()
-            .map(|a| expand_index(a, assignment.index).into_owned())
-            .collect()
-    } else {
-        command.argv.clone()
-    };
-    let mut env: Vec<(String, String)> = command
-        .env
-        .iter()
-        .map(|v| (v.key.clone(), v.value.clone()))
-        .collect();
-    env.push(("SAKER_TASK_ID".into(), assignment.task.to_string()));
-    env.push(("SAKER_ATTEMPT_ID".into(), assignment.attempt.to_string()));
+    // The job's variables, three `SAKER_*` ones, and the board's `SAKER_NODE`.
+    let vars = command.env.len() + 4;
+    // `t<task>.a<attempt>`, in one allocation.
+    let mut spill_stem = String::with_capacity(2 * 20 + 3);
+    _ = write!(spill_stem, "t{}.a{}", assignment.task, assignment.attempt);
+    let mut launch = Launch::new(
+        command.argv.len(),
+        vars,
+        spill_dir.to_path_buf(),
+        spill_stem,
+    );
+    for arg in &command.argv {
+        if job.is_array && arg.contains("{index}") {
+            launch.arg_bytes(expand_index_bytes(arg, assignment.index));
+        } else {
+            launch.arg(arg.as_bytes());
+        }
+    }
+    for var in &command.env {
+        launch.set_var(var.key.as_bytes(), var.value.as_bytes());
+    }
+    launch.set_var_number(b"SAKER_TASK_ID", assignment.task.0);
+    launch.set_var_number(b"SAKER_ATTEMPT_ID", assignment.attempt.0);
     if job.is_array {
-        env.push(("SAKER_ARRAY_INDEX".into(), assignment.index.to_string()));
+        launch.set_var_number(b"SAKER_ARRAY_INDEX", assignment.index.into());
     }
-    Launch {
-        argv,
-        env,
-        cwd: command.cwd.as_ref().map(PathBuf::from),
-        time_limit: (job.time_limit_ms > 0).then(|| Duration::from_millis(job.time_limit_ms)),
-        inline_limit: job.inline_output_bytes as usize,
-        spill_dir: spill_dir.to_path_buf(),
-        spill_stem: format!("t{}.a{}", assignment.task, assignment.attempt),
-    }
+    launch.cwd = command.cwd.as_ref().map(PathBuf::from);
+    launch.time_limit = (job.time_limit_ms > 0).then(|| Duration::from_millis(job.time_limit_ms));
+    launch.inline_limit = job.inline_output_bytes as usize;
+    launch
 }
 
 #[cfg(test)]
@@ -88,14 +114,10 @@ mod tests {
             index: 42,
         };
         let launch = build_launch(&job(true), &a, Path::new("/tmp/out"));
-        assert_eq!(launch.argv, ["echo", "in-42.dat", "4242"]);
-        assert!(
-            launch
-                .env
-                .contains(&("SAKER_ARRAY_INDEX".into(), "42".into()))
-        );
-        assert!(launch.env.contains(&("SAKER_TASK_ID".into(), "9".into())));
-        assert!(launch.env.contains(&("A".into(), "b".into())));
+        assert_eq!(launch.argv_strs(), ["echo", "in-42.dat", "4242"]);
+        assert!(launch.env_strs().contains(&"SAKER_ARRAY_INDEX=42"));
+        assert!(launch.env_strs().contains(&"SAKER_TASK_ID=9"));
+        assert!(launch.env_strs().contains(&"A=b"));
         assert_eq!(launch.spill_stem, "t9.a3");
         assert_eq!(launch.time_limit, None);
     }
@@ -109,7 +131,99 @@ mod tests {
             index: 0,
         };
         let launch = build_launch(&job(false), &a, Path::new("/tmp/out"));
-        assert_eq!(launch.argv, ["echo", "in-{index}.dat", "{index}{index}"]);
-        assert!(!launch.env.iter().any(|(k, _)| k == "SAKER_ARRAY_INDEX"));
+        assert_eq!(
+            launch.argv_strs(),
+            ["echo", "in-{index}.dat", "{index}{index}"]
+        );
+        assert!(
+            !launch
+                .env_strs()
+                .iter()
+                .any(|e| e.starts_with("SAKER_ARRAY_INDEX="))
+        );
+    }
+
+    #[test]
+    fn indices_are_substituted_as_expand_index_does() {
+        for arg in [
+            "",
+            "{index}",
+            "a{index}b{index}",
+            "{index}}",
+            "{{index}",
+            "{ind{index}ex}",
+        ] {
+            for index in [0, 7, 42, u32::MAX] {
+                let bytes = expand_index_bytes(arg, index);
+                assert_eq!(bytes, expand_index(arg, index).as_bytes(), "{arg} {index}");
+                assert_eq!(bytes.capacity(), bytes.len() + 1, "room for the NUL only");
+            }
+        }
+    }
+
+    /// The variables as the spawn takes them: one `KEY=value` per key, the last value
+    /// given winning, and Saker's own over the job's.
+    #[test]
+    fn a_variable_set_twice_keeps_its_last_value_only() {
+        let mut job = job(true);
+        let Payload::Command(command) = &mut job.payload;
+        for (key, value) in [("A", "c"), ("SAKER_TASK_ID", "mine"), ("B", "d")] {
+            command.env.push(EnvVar {
+                key: key.into(),
+                value: value.into(),
+            });
+        }
+        let a = Assignment {
+            task: TaskId(9),
+            attempt: AttemptId(3),
+            job: JobId(1),
+            index: 42,
+        };
+        let mut launch = build_launch(&job, &a, Path::new("/tmp/out"));
+        launch.set_var_number(b"SAKER_NODE", 5);
+        launch.set_var_number(b"SAKER_NODE", 7); // as the board does, once
+        assert_eq!(
+            launch.env_strs(),
+            [
+                "A=c",
+                "B=d",
+                "SAKER_TASK_ID=9",
+                "SAKER_ATTEMPT_ID=3",
+                "SAKER_ARRAY_INDEX=42",
+                "SAKER_NODE=7"
+            ]
+        );
+    }
+
+    /// A NUL byte (which a validated spec has not, but the agent does not trust that)
+    /// makes the attempt fail to start, as its own failure; nothing panics.
+    #[test]
+    fn a_nul_byte_fails_the_attempt_without_a_panic() {
+        use crate::process::{Control, Scratch, run};
+        use saker_wire::messages::Outcome;
+        let a = Assignment {
+            task: TaskId(9),
+            attempt: AttemptId(3),
+            job: JobId(1),
+            index: 42,
+        };
+        for (arg, value) in [("in-\0-{index}", "b"), ("x", "b\0"), ("{index}\0", "\0")] {
+            let mut job = job(true);
+            let Payload::Command(command) = &mut job.payload;
+            command.argv[1] = arg.into();
+            command.env[0].value = value.into();
+            let launch = build_launch(&job, &a, Path::new("/tmp/out"));
+            assert!(launch.has_nul(), "{arg:?} {value:?}");
+            let finished = run(&launch, &Control::default(), &mut Scratch::default()).unwrap();
+            let Outcome::SpawnFailed { reason } = finished.outcome else {
+                panic!("{arg:?} {value:?}: {:?}", finished.outcome);
+            };
+            assert_eq!(
+                reason,
+                "could not start echo: a NUL byte in the command line or environment"
+            );
+        }
+        let launch = build_launch(&job(true), &a, Path::new("/tmp/out"));
+        assert!(!launch.has_nul());
     }
 }

@@ -7,12 +7,17 @@
 //! the environment, and HPC login environments are large. Launches that `posix_spawn`
 //! cannot express here (a working directory; a `PATH` of the task's own, which must
 //! guide the program's lookup) go through `Command`.
+//!
+//! The command line and the task's variables arrive as the C strings `posix_spawn`
+//! takes, built once with the [`Launch`], and are passed on by reference: a spawn
+//! copies no argument or variable, it only gathers pointers to them (and to the
+//! inherited entries). `Command`, the rare way, copies them again.
 
-use std::ffi::{CStr, CString, OsString};
+use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStringExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -26,7 +31,7 @@ use nix::sys::signal::SigSet;
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{Pid, pipe2};
 
-use crate::process::Launch;
+use crate::process::{Launch, sets};
 
 /// A started task: the leader of its own process group, and its output.
 #[derive(Debug)]
@@ -46,13 +51,24 @@ pub enum Ended {
 /// Starts `launch` in a new process group, stdin on `/dev/null` (`null`, when this
 /// slot has it open) and both output streams on pipes.
 pub fn start(launch: &Launch, null: Option<&File>) -> io::Result<Started> {
-    let (program, _) = launch
-        .argv
-        .split_first()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command line"))?;
-    let own_path = !program.contains('/') && launch.env.iter().any(|(key, _)| key == "PATH");
+    let Some(program) = launch.program() else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "empty command line",
+        ));
+    };
+    if launch.has_nul() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a NUL byte in the command line or environment",
+        ));
+    }
+    let named_by_path = program.to_bytes().contains(&b'/');
+    let own_path = !named_by_path && launch.env().iter().any(|entry| sets(entry, b"PATH"));
     match null {
-        Some(null) if launch.cwd.is_none() && !own_path => spawn(launch, null),
+        Some(null) if launch.cwd.is_none() && !own_path => {
+            spawn(launch, program, named_by_path, null)
+        }
         _ => command(launch, program),
     }
 }
@@ -73,25 +89,10 @@ pub fn wait(pid: u32) -> io::Result<Ended> {
     }
 }
 
-fn spawn(launch: &Launch, null: &File) -> io::Result<Started> {
-    let argv = launch
-        .argv
-        .iter()
-        .map(|arg| c_string(arg.clone().into_bytes()))
-        .collect::<io::Result<Vec<_>>>()?;
-    let own = overrides(launch)?;
-    let mut envp: Vec<&CStr> = inherited()
-        .iter()
-        .filter(|(key, _)| {
-            !launch
-                .env
-                .iter()
-                .any(|(k, _)| k.as_bytes() == key.as_slice())
-        })
-        .map(|(_, entry)| entry.as_c_str())
-        .collect();
-    envp.extend(own.iter().map(CString::as_c_str));
-
+/// Starts `launch` by `posix_spawn`, passing its command line and variables as they
+/// are.
+fn spawn(launch: &Launch, program: &CStr, named_by_path: bool, null: &File) -> io::Result<Started> {
+    let envp = environment(launch);
     let (stdout, stdout_w) = pipe2(OFlag::O_CLOEXEC)?;
     let (stderr, stderr_w) = pipe2(OFlag::O_CLOEXEC)?;
     let mut actions = PosixSpawnFileActions::init()?;
@@ -108,11 +109,11 @@ fn spawn(launch: &Launch, null: &File) -> io::Result<Started> {
     attr.set_sigmask(&SigSet::empty())?;
     // Rust ignores SIGPIPE in this process; a task starts with every default.
     attr.set_sigdefault(&SigSet::all())?;
-    let program = &argv[0];
-    let pid = if program.as_bytes().contains(&b'/') {
-        posix_spawn(program.as_c_str(), &actions, &attr, &argv, &envp)?
+    let argv = launch.argv();
+    let pid = if named_by_path {
+        posix_spawn(program, &actions, &attr, argv, &envp)?
     } else {
-        posix_spawnp(program, &actions, &attr, &argv, &envp)?
+        posix_spawnp(program, &actions, &attr, argv, &envp)?
     };
     Ok(Started {
         pid: pid.as_raw() as u32,
@@ -121,11 +122,39 @@ fn spawn(launch: &Launch, null: &File) -> io::Result<Started> {
     })
 }
 
-fn command(launch: &Launch, program: &str) -> io::Result<Started> {
-    let mut command = Command::new(program);
+/// The task's whole environment: this process's, as it was when first read, under the
+/// launch's own variables.
+fn environment(launch: &Launch) -> Vec<&CStr> {
+    let own = launch.env();
+    let mut envp: Vec<&CStr> = Vec::with_capacity(inherited().len() + own.len());
+    envp.extend(
+        inherited()
+            .iter()
+            .filter(|(key, _)| !own.iter().any(|entry| sets(entry, key)))
+            .map(|(_, entry)| entry.as_c_str()),
+    );
+    envp.extend(own.iter().map(CString::as_c_str));
+    envp
+}
+
+/// Starts `launch` by std's `Command` (the rare way: see the module's docs), which
+/// copies its command line and variables again.
+fn command(launch: &Launch, program: &CStr) -> io::Result<Started> {
+    let mut command = Command::new(OsStr::from_bytes(program.to_bytes()));
     command
-        .args(&launch.argv[1..])
-        .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        .args(
+            launch.argv()[1..]
+                .iter()
+                .map(|arg| OsStr::from_bytes(arg.to_bytes())),
+        )
+        .envs(launch.env().iter().map(|entry| {
+            let entry = entry.to_bytes();
+            let (key, value) = match entry.iter().position(|&b| b == b'=') {
+                Some(at) => (&entry[..at], &entry[at + 1..]),
+                None => (entry, &[][..]),
+            };
+            (OsStr::from_bytes(key), OsStr::from_bytes(value))
+        }))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -148,16 +177,6 @@ fn command(launch: &Launch, program: &str) -> io::Result<Started> {
     })
 }
 
-/// The launch's variables as `KEY=value`; of a key given twice, the last.
-fn overrides(launch: &Launch) -> io::Result<Vec<CString>> {
-    let env = &launch.env;
-    env.iter()
-        .enumerate()
-        .filter(|(i, (key, _))| !env[i + 1..].iter().any(|(later, _)| later == key))
-        .map(|(_, (key, value))| c_string(format!("{key}={value}").into_bytes()))
-        .collect()
-}
-
 /// This process's environment as `KEY=value` entries, by key. Read once: nothing in
 /// Saker changes its own environment (`set_var` is unsafe, and unsafe code is denied).
 fn inherited() -> &'static [(Vec<u8>, CString)] {
@@ -176,15 +195,6 @@ fn inherited() -> &'static [(Vec<u8>, CString)] {
     })
 }
 
-fn c_string(bytes: Vec<u8>) -> io::Result<CString> {
-    CString::new(bytes).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "a NUL byte in the command line or environment",
-        )
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,18 +202,9 @@ mod tests {
     use std::path::Path;
 
     fn launch(argv: &[&str], env: &[(&str, &str)]) -> Launch {
-        Launch {
-            argv: argv.iter().map(|s| s.to_string()).collect(),
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            cwd: None,
-            time_limit: None,
-            inline_limit: 1024,
-            spill_dir: std::env::temp_dir(),
-            spill_stem: "t".into(),
-        }
+        let mut launch = Launch::of(argv, env, &std::env::temp_dir());
+        launch.inline_limit = 1024;
+        launch
     }
 
     /// Runs `launch` through `start` (with stdin open, so by `posix_spawn` where it
@@ -235,7 +236,34 @@ mod tests {
         let (ended, out, _) = output(&task);
         assert_eq!(ended, Ended::Exited(0));
         assert_eq!(out, "last|/elsewhere|set", "inherited HOME was {home}");
-        assert_eq!(overrides(&task).unwrap().len(), 2, "one entry per key");
+        assert_eq!(task.env().len(), 2, "one entry per key");
+    }
+
+    /// The environment handed to `posix_spawn`: of a variable given twice, the last
+    /// value; a task's variable in place of the inherited one; the rest inherited.
+    #[test]
+    fn a_tasks_variables_override_inherited_ones_and_the_last_value_wins() {
+        let (key, _) = inherited().first().expect("an inherited variable");
+        let key = std::str::from_utf8(key).unwrap();
+        let task = launch(
+            &["true"],
+            &[("SAKER_Y", "first"), (key, "mine"), ("SAKER_Y", "last")],
+        );
+        let own = format!("{key}=mine");
+        assert_eq!(task.env_strs(), [own.as_str(), "SAKER_Y=last"]);
+        let envp: Vec<&str> = environment(&task)
+            .iter()
+            .map(|entry| entry.to_str().unwrap())
+            .collect();
+        let of = |key: &str| {
+            envp.iter()
+                .filter(|entry| entry.split_once('=').is_some_and(|(k, _)| k == key))
+                .copied()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(of(key), [own.as_str()], "{envp:?}");
+        assert_eq!(of("SAKER_Y"), ["SAKER_Y=last"]);
+        assert_eq!(envp.len(), inherited().len() + 1, "the rest is inherited");
     }
 
     #[test]
@@ -288,6 +316,12 @@ mod tests {
         assert_eq!(nul.unwrap_err().kind(), io::ErrorKind::InvalidInput);
         let nul = start(&launch(&["true"], &[("K", "a\0b")]), Some(&null));
         assert_eq!(nul.unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        let mut nul = launch(&["echo", "a\0b"], &[]);
+        nul.cwd = Some(std::env::temp_dir()); // `Command`'s way
+        assert_eq!(
+            start(&nul, Some(&null)).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
         let empty = start(&launch(&[], &[]), Some(&null));
         assert_eq!(empty.unwrap_err().kind(), io::ErrorKind::InvalidInput);
         // Without an open stdin the launch takes `Command`'s way, and still runs.

@@ -4,15 +4,10 @@ use std::sync::Arc;
 use crate::test_support::alive;
 
 fn launch(argv: &[&str], dir: &Path) -> Launch {
-    Launch {
-        argv: argv.iter().map(|s| s.to_string()).collect(),
-        env: vec![("SAKER_TEST_VALUE".into(), "forty-two".into())],
-        cwd: None,
-        time_limit: None,
-        inline_limit: 16,
-        spill_dir: dir.to_path_buf(),
-        spill_stem: "t1.a1".into(),
-    }
+    let mut launch = Launch::of(argv, &[("SAKER_TEST_VALUE", "forty-two")], dir);
+    launch.inline_limit = 16;
+    launch.spill_stem = "t1.a1".into();
+    launch
 }
 
 /// Runs `launch` here with plenty of resources.
@@ -97,7 +92,7 @@ fn a_node_out_of_descriptors_starts_nothing_but_a_missing_program_is_the_tasks_f
                 source,
                 ..
             }) => assert_eq!(source.raw_os_error(), Some(libc::EMFILE)),
-            other => panic!("{:?} started: {other:?}", task.argv),
+            other => panic!("{:?} started: {other:?}", task.argv()),
         }
     }
     crate::test_support::restore_open_files(limit);
