@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use saker_wire::messages::{
-    Assignment, AttemptId, JobDef, JobId, NodeId, Outcome, Output, Report, Resources, ResultBody,
-    Started, TaskResult,
+    Assignment, AttemptId, JobDef, JobId, NodeId, Outcome, Output, Report, ResourceKind, Resources,
+    ResultBody, Started, TaskResult,
 };
 
 use crate::launch::build_launch;
@@ -30,7 +30,7 @@ pub struct NextAttempt {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Running {
     pub assignment: Assignment,
-    pub cores: u32,
+    pub needs: Resources,
     pub started_us: u64,
 }
 
@@ -69,7 +69,10 @@ pub struct Board {
     pub(crate) jobs: HashMap<JobId, Arc<JobDef>>,
     pub(crate) queue: VecDeque<Assignment>,
     pub(crate) slots: Vec<Slot>,
-    pub(crate) free_cores: u32,
+    /// What the node offers, and what of it no running attempt holds. Every kind is
+    /// accounted; cores are the only kind offered until GPUs and memory are.
+    capacity: Resources,
+    pub(crate) free: Resources,
     /// Whether new attempts may start (false once the agent is stopping).
     pub(crate) accepting: bool,
     /// Starts and results not yet sent upward (its credit is unused: see
@@ -123,7 +126,8 @@ impl Board {
             jobs: HashMap::new(),
             queue: VecDeque::new(),
             slots: (0..slots).map(|_| Slot::default()).collect(),
-            free_cores: cores,
+            capacity: Resources::cores(cores),
+            free: Resources::cores(cores),
             accepting: true,
             pending: Report {
                 node: NodeId(node),
@@ -172,7 +176,7 @@ impl Board {
     /// A new life at the root: it holds no credit of ours any more. What is free now is
     /// granted, plus `prefetch`; running attempts give their cores back as they end.
     pub fn reset_credit(&mut self, cores: u32, prefetch: u32) {
-        self.credit_cores = self.free_cores + prefetch;
+        self.credit_cores = self.free.core_count() + prefetch;
         self.window = cores + prefetch;
         self.owed = 0;
     }
@@ -255,7 +259,7 @@ impl Board {
     /// and pace themselves without it.
     pub fn wants_agent(&self) -> bool {
         self.accepting
-            && self.free_cores > 0
+            && self.free.core_count() > 0
             && !self.queue.is_empty()
             && self.slots.iter().any(Slot::is_idle)
     }
@@ -291,10 +295,19 @@ impl Board {
                 self.fail_unstarted(&assignment, format!("unknown job {}", assignment.job));
                 continue;
             };
-            let cores = job.resources.core_count().max(1);
-            if cores > self.free_cores {
-                return None;
+            // Every task holds at least a core (the root never sends one needing none).
+            let needs = job
+                .resources
+                .with(ResourceKind::CORES, job.resources.core_count().max(1));
+            if !needs.fits_in(&self.capacity) {
+                // The root never sends work a node cannot hold: a protocol error.
+                self.queue.pop_front();
+                let reason = format!("needs {needs}; this node offers {}", self.capacity);
+                self.fail_unstarted(&assignment, reason);
+                continue;
             }
+            // What its running attempts leave free: else it waits for one to end.
+            let free = self.free.checked_sub(needs)?;
             self.queue.pop_front();
             let mut launch = build_launch(&job, &assignment, &self.spill_dir);
             // Which agent ran it: for the task's own logs, and for tests of where work went.
@@ -304,11 +317,11 @@ impl Board {
             let slot = &mut self.slots[index];
             slot.running = Some(Running {
                 assignment,
-                cores,
+                needs,
                 started_us,
             });
             slot.cancel = Some(cancel_tx);
-            self.free_cores -= cores;
+            self.free = free;
             self.pending.started.push(Started {
                 task: assignment.task,
                 attempt: assignment.attempt,
@@ -341,7 +354,7 @@ impl Board {
         let (Some(running), _) = (slot.running.take(), slot.cancel.take()) else {
             return;
         };
-        self.free_cores += running.cores;
+        self.free = self.free.saturating_add(running.needs);
         self.pending
             .started
             .retain(|s| s.attempt != running.assignment.attempt);
@@ -367,8 +380,8 @@ impl Board {
         }
         let running = slot.running.take()?;
         slot.cancel = None;
-        self.free_cores += running.cores;
-        self.give_back(running.cores);
+        self.free = self.free.saturating_add(running.needs);
+        self.give_back(running.needs.core_count());
         self.note_run_time(&finished);
         self.pending.results.push(TaskResult {
             task: running.assignment.task,
@@ -450,8 +463,8 @@ impl Board {
             self.report_clock = None;
         }
         if let Some(running) = slot.running.take() {
-            self.free_cores += running.cores;
-            self.give_back(running.cores);
+            self.free = self.free.saturating_add(running.needs);
+            self.give_back(running.needs.core_count());
             self.pending.results.push(TaskResult {
                 task: running.assignment.task,
                 attempt: running.assignment.attempt,
@@ -506,288 +519,4 @@ impl Board {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use crate::process::Stop;
-    use saker_wire::messages::{Command, EnvVar, Payload, Placement, TaskId};
-
-    fn board(cores: u32) -> Board {
-        let mut board = Board::new(7, cores, cores, PathBuf::from("/tmp"), 0);
-        for (job, cores) in [(JobId(1), 1), (JobId(2), 2)] {
-            board.jobs.insert(
-                job,
-                Arc::new(JobDef {
-                    job,
-                    payload: Payload::Command(Command {
-                        argv: vec!["true".into()],
-                        env: vec![EnvVar {
-                            key: "K".into(),
-                            value: "V".into(),
-                        }],
-                        cwd: None,
-                    }),
-                    resources: Resources::cores(cores),
-                    placement: Placement::Single,
-                    time_limit_ms: 0,
-                    inline_output_bytes: 0,
-                    is_array: false,
-                }),
-            );
-        }
-        board
-    }
-
-    /// Task `task` of job `job`, as attempt `task * 10`. (Agent tests use it too.)
-    pub(crate) fn task(task: u64, job: u32) -> Assignment {
-        Assignment {
-            task: TaskId(task),
-            attempt: AttemptId(task * 10),
-            job: JobId(job),
-            index: 0,
-        }
-    }
-
-    fn exited() -> Finished {
-        Finished {
-            outcome: Outcome::Exited { code: 0 },
-            start_unix_us: 1,
-            end_unix_us: 2,
-            stdout: Output::default(),
-            stderr: Output::default(),
-        }
-    }
-
-    #[test]
-    fn a_finished_slot_starts_the_next_queued_attempt_itself() {
-        let mut board = board(1);
-        board.queue.extend([task(1, 1), task(2, 1)]);
-        let first = board.start_on(0).expect("a free core");
-        assert_eq!(first.attempt, AttemptId(10));
-        assert!(board.start_on(0).is_none(), "the slot is busy");
-        let second = board
-            .finish(0, 0, AttemptId(10), exited())
-            .expect("the next one");
-        assert_eq!(second.attempt, AttemptId(20));
-        assert!(second.launch.env_strs().contains(&"SAKER_NODE=7"));
-        assert!(
-            board.finish(0, 0, AttemptId(20), exited()).is_none(),
-            "queue empty"
-        );
-        let report = board.take_report();
-        assert_eq!(report.credit.core_count(), 2);
-        assert_eq!(report.started.len(), 2);
-        assert_eq!(report.results.len(), 2);
-        assert_eq!(board.free_cores, 1);
-        assert!(!board.has_news());
-    }
-
-    #[test]
-    fn one_slot_at_a_time_keeps_the_report_clock() {
-        let gap = std::time::Duration::from_millis(20);
-        let mut board = board(2);
-        board
-            .queue
-            .extend([task(1, 1), task(2, 1), task(3, 1), task(4, 1)]);
-        board.start_on(0).unwrap();
-        board.start_on(1).unwrap();
-        let now = board.last_report;
-        // Slot 0's attempt ends within the gap, with work still queued: not due, and
-        // slot 0 keeps the clock for the end of the gap.
-        board.finish(0, 0, AttemptId(10), exited()).unwrap();
-        assert!(!board.report_from_slot(gap, now));
-        assert_eq!(board.keep_report_clock(0, 0, gap), Some(now + gap));
-        // Slot 1 has news too, but the clock is kept already: no second wake-up.
-        board.finish(1, 0, AttemptId(20), exited()).unwrap();
-        assert_eq!(board.keep_report_clock(1, 0, gap), None);
-        // At the end of the gap the keeper's report is due; once it is sent, nothing
-        // is left and the clock is free for whichever slot has news next.
-        assert!(board.report_from_slot(gap, now + gap));
-        board.take_report();
-        assert_eq!(board.keep_report_clock(0, 0, gap), None);
-        board.finish(1, 0, AttemptId(40), exited());
-        assert_eq!(board.keep_report_clock(1, 0, gap), Some(now + gap));
-        // A stale thread (its executor was replaced) keeps nothing; losing the keeper's
-        // slot frees the clock.
-        assert_eq!(board.keep_report_clock(0, 7, gap), None);
-        board.lose_slot(1, "slot failed".into());
-        assert_eq!(board.keep_report_clock(0, 0, gap), Some(now + gap));
-        // After the goodbye nothing is reported, so nobody keeps the clock.
-        board.closed = true;
-        assert!(!board.report_from_slot(gap, now + gap));
-        assert_eq!(board.keep_report_clock(0, 0, gap), None);
-    }
-
-    #[test]
-    fn work_that_does_not_fit_waits_and_unknown_jobs_fail() {
-        let mut board = board(2);
-        board.queue.extend([task(1, 9), task(2, 1), task(3, 2)]);
-        // Task 1's job is unknown: failed at once; task 2 starts on one core.
-        assert_eq!(board.start_on(0).unwrap().attempt, AttemptId(20));
-        let report = board.take_report();
-        assert!(
-            matches!(&report.results[0].outcome, Outcome::SpawnFailed { reason } if reason == "unknown job 9")
-        );
-        // Task 3 needs both cores: it waits for task 2.
-        assert!(board.start_on(1).is_none());
-        assert_eq!(
-            board.finish(0, 0, AttemptId(20), exited()).unwrap().attempt,
-            AttemptId(30)
-        );
-        assert_eq!(board.free_cores, 0);
-    }
-
-    #[test]
-    fn cancels_answer_queued_work_and_stop_running_work() {
-        let mut board = board(1);
-        board.queue.extend([task(1, 1), task(2, 1)]);
-        let running = board.start_on(0).unwrap();
-        board.cancel(AttemptId(20));
-        let report = board.take_report();
-        assert_eq!(report.results[0].outcome, Outcome::Cancelled);
-        assert_eq!(report.credit.core_count(), 1);
-        board.cancel(AttemptId(10));
-        assert_eq!(running.control.stopped(), Some(Stop::Cancelled));
-        // A stopped attempt still reports; nothing is left to start.
-        assert!(board.finish(0, 0, AttemptId(10), exited()).is_none());
-    }
-
-    #[test]
-    fn a_lost_slot_reports_its_attempt_and_ignores_the_old_runner() {
-        let mut board = board(1);
-        board.queue.extend([task(1, 1), task(2, 1)]);
-        let running = board.start_on(0).unwrap();
-        board.lose_slot(0, "slot failed".into());
-        assert_eq!(
-            running.control.stopped(),
-            Some(Stop::Detached),
-            "the handle is gone: killed"
-        );
-        let report = board.take_report();
-        assert!(
-            matches!(&report.results[0].outcome, Outcome::Lost { reason } if reason == "slot failed")
-        );
-        // The old runner's report is dropped and starts nothing.
-        assert!(board.finish(0, 0, AttemptId(10), exited()).is_none());
-        assert!(board.take_report().results.is_empty());
-        // The slot is down until a fresh thread (generation 1) runs it.
-        assert!(board.start_on(0).is_none());
-        assert_eq!(board.idle_slots().count(), 0);
-        board.slot_up(0);
-        let next = board.start_on(0).unwrap();
-        assert_eq!(next.attempt, AttemptId(20));
-        assert!(board.finish(0, 1, AttemptId(20), exited()).is_none());
-    }
-
-    #[test]
-    fn a_given_up_slot_takes_no_work_and_the_last_one_counts_out() {
-        let mut board = board(2);
-        board.queue.extend([task(1, 1), task(2, 1), task(3, 1)]);
-        board.lose_slot(0, "slot 0 failed".into());
-        assert_eq!(board.give_up_slot(0), 1, "slot 1 is left");
-        board.slot_up(0);
-        assert_eq!(board.idle_slots().collect::<Vec<_>>(), [1], "not revived");
-        assert!(board.start_on(0).is_none());
-        assert_eq!(board.start_on(1).unwrap().attempt, AttemptId(10));
-        assert!(!board.wants_agent(), "no idle slot for the queued work");
-        board.lose_slot(1, "slot 1 failed".into());
-        assert_eq!(board.give_up_slot(1), 0);
-        assert!(
-            matches!(&board.take_report().results[0].outcome, Outcome::Lost { reason } if reason == "slot 1 failed")
-        );
-    }
-
-    fn ran_for(micros: u64) -> Finished {
-        Finished {
-            start_unix_us: 1_000,
-            end_unix_us: 1_000 + micros,
-            ..exited()
-        }
-    }
-
-    #[test]
-    fn the_prefetch_covers_the_pace_of_recent_attempts_within_bounds() {
-        let cover = std::time::Duration::from_millis(10);
-        let mut board = board(4);
-        assert_eq!(
-            board.prefetch(4, 4, cover),
-            4,
-            "nothing known yet: the floor"
-        );
-        board.note_run_time(&ran_for(100));
-        assert_eq!(
-            board.prefetch(4, 4, cover),
-            4 * PREFETCH_ROUNDS,
-            "0.1 ms tasks: capped"
-        );
-        board.mean_run_us = Some(5_000.0);
-        assert_eq!(board.prefetch(4, 4, cover), 8, "4 cores × 10 ms / 5 ms");
-        board.mean_run_us = Some(3_600_000_000.0);
-        assert_eq!(board.prefetch(4, 4, cover), 4, "long tasks: the floor");
-        // The mean follows new attempts by an eighth of the difference; failures to
-        // start and stopped attempts say nothing about the work and are left out.
-        board.mean_run_us = Some(8_000.0);
-        board.note_run_time(&ran_for(16_000));
-        assert_eq!(board.mean_run_us, Some(9_000.0));
-        board.note_run_time(&Finished {
-            outcome: Outcome::Cancelled,
-            ..ran_for(1)
-        });
-        assert_eq!(board.mean_run_us, Some(9_000.0));
-    }
-
-    #[test]
-    fn a_resized_window_grants_growth_and_takes_shrinks_out_of_returns() {
-        let mut board = board(2);
-        board.credit_cores = 0;
-        board.window = 4;
-        board.resize_window(10);
-        assert_eq!(
-            board.take_report().credit.core_count(),
-            6,
-            "growth is granted at once"
-        );
-        board.resize_window(5);
-        board.give_back(2);
-        assert_eq!(
-            board.take_report().credit.core_count(),
-            0,
-            "2 of the 5 owed kept back"
-        );
-        board.resize_window(7);
-        assert_eq!(
-            board.take_report().credit.core_count(),
-            0,
-            "growth first forgives what is owed"
-        );
-        board.give_back(3);
-        assert_eq!(board.take_report().credit.core_count(), 2, "1 still owed");
-        board.reset_credit(2, 2);
-        assert_eq!(
-            board.take_report().credit.core_count(),
-            4,
-            "a new life: free cores + prefetch"
-        );
-        board.give_back(1);
-        assert_eq!(
-            board.take_report().credit.core_count(),
-            1,
-            "and nothing owed"
-        );
-    }
-
-    #[test]
-    fn a_stopping_board_starts_nothing_and_unstart_puts_work_back() {
-        let mut board = board(1);
-        board.queue.extend([task(1, 1), task(2, 1)]);
-        board.start_on(0).unwrap();
-        board.unstart(0);
-        assert_eq!(board.queue.len(), 2);
-        assert!(board.take_report().started.is_empty());
-        assert_eq!(board.free_cores, 1);
-        board.start_on(0).unwrap();
-        board.accepting = false;
-        assert!(board.finish(0, 0, AttemptId(10), exited()).is_none());
-        board.stop_all();
-        assert!(board.queue.is_empty());
-    }
-}
+pub(crate) mod tests;

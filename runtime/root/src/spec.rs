@@ -57,6 +57,17 @@ pub struct TaskSpec {
     /// Cores reserved for each task of the job (on each of its nodes).
     #[serde(default = "default_cores")]
     pub cores: u32,
+    /// GPUs reserved for each task (on each of its nodes).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpus: u32,
+    /// Memory reserved for each task, in MiB (on each of its nodes).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub memory_mib: u32,
+    /// Amounts of named resources of the site's own (licences, scratch bandwidth, …)
+    /// reserved for each task. A pilot numbers the names it sees, at most
+    /// `saker_core::MAX_CUSTOM` of them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resources: BTreeMap<String, u32>,
     /// Nodes each task spans at once (an MPI-style job run by a group of agents).
     /// Parsed and carried, but more than one is refused until gangs are scheduled.
     #[serde(default = "default_nodes", skip_serializing_if = "is_one")]
@@ -103,6 +114,10 @@ fn is_one(value: &u32) -> bool {
     *value == 1
 }
 
+fn is_zero(value: &u32) -> bool {
+    *value == 0
+}
+
 impl TaskSpec {
     /// A spec for `argv` with every other field at its default.
     pub fn new(argv: Vec<String>) -> Self {
@@ -131,6 +146,13 @@ impl TaskSpec {
         if self.nodes == 0 {
             return Err(SpecError::ZeroNodes);
         }
+        if let Some(name) = self
+            .resources
+            .keys()
+            .find(|name| !valid_resource_name(name))
+        {
+            return Err(SpecError::InvalidResourceName { name: name.clone() });
+        }
         for (key, value) in &self.env {
             validate_env(key, value)?;
         }
@@ -158,6 +180,15 @@ impl TaskSpec {
             Cow::Borrowed(&self.argv)
         }
     }
+}
+
+/// A custom resource's name: short, and plain enough to print and log anywhere.
+fn valid_resource_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
 fn validate_env(key: &str, value: &str) -> Result<(), SpecError> {
@@ -214,6 +245,9 @@ impl SpecDefaults {
             env: self.env.clone(),
             cwd: self.cwd.clone(),
             cores: self.cores,
+            gpus: 0,
+            memory_mib: 0,
+            resources: BTreeMap::new(),
             nodes: default_nodes(),
             priority: self.priority,
             max_retries: self.max_retries,
@@ -296,6 +330,8 @@ pub enum SpecError {
     ZeroCores,
     #[error("nodes must be at least 1")]
     ZeroNodes,
+    #[error("invalid resource name {name:?}: use letters, digits, '_', '-' and '.', at most 64")]
+    InvalidResourceName { name: String },
     #[error("invalid environment variable name {key:?}: must be non-empty without '=' or NUL")]
     InvalidEnvKey { key: String },
     #[error("the value of environment variable {key:?} contains a NUL byte")]

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use rkyv::{Archive, Deserialize, Serialize};
 pub use saker_core::{
     ArchivedAttemptId, ArchivedJobId, ArchivedNodeId, ArchivedPlacement, ArchivedResources,
-    ArchivedTaskId, AttemptId, JobId, NodeId, Placement, Resources, TaskId,
+    ArchivedTaskId, AttemptId, JobId, NodeId, Placement, ResourceKind, Resources, TaskId,
 };
 
 /// Bumped on any change to the schema or framing. Checked in the stream preamble

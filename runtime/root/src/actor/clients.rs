@@ -12,6 +12,7 @@ use saker_wire::messages::{Command, EnvVar, JobDef, Payload};
 use tokio::sync::mpsc;
 
 use super::port::AfterJournal;
+use super::resources::TooManyKinds;
 use super::state::{JobEntry, RootState};
 use crate::client::{
     CancelReport, ClientRequest, ErrorKind, NodeLoad, Reply, RequestError, ResultSink, ResultsItem,
@@ -56,6 +57,15 @@ impl RateWindow {
             _ => 0.0,
         }
     }
+}
+
+/// Why a checked request could still not be queued (not expected: see `on_submit`).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum RegisterError {
+    #[error(transparent)]
+    Resources(#[from] TooManyKinds),
+    #[error(transparent)]
+    Core(#[from] saker_core::SubmitError),
 }
 
 fn error(kind: ErrorKind, message: impl Into<String>) -> RequestError {
@@ -114,13 +124,26 @@ impl RootState {
                 return;
             }
         }
-        // What the core would refuse, it refuses here, before any job is queued.
-        let specs: Vec<JobSpec> = requests.iter().map(base_spec).collect();
+        // What the core would refuse, it refuses here, before any job is queued. New
+        // resource names are numbered in a copy, kept only if all is accepted.
+        let mut names = self.resource_names.clone();
+        let mut specs = Vec::with_capacity(requests.len());
+        for (position, request) in requests.iter().enumerate() {
+            match names.vector(&request.spec) {
+                Ok(needs) => specs.push(base_spec(request, needs)),
+                Err(problem) => {
+                    let message = format!("job {position} of the submission: {problem}");
+                    let _ = reply.send(Err(error(ErrorKind::InvalidSpec, message)));
+                    return;
+                }
+            }
+        }
         if let Err((position, problem)) = self.core.check_submissions(&specs) {
             let message = format!("job {position} of the submission: {problem}");
             let _ = reply.send(Err(error(ErrorKind::InvalidSpec, message)));
             return;
         }
+        self.resource_names = names;
         let submitted_us = self.timestamp().unix_micros();
         let mut submitted = Vec::with_capacity(requests.len());
         let mut records = Vec::with_capacity(requests.len());
@@ -162,10 +185,10 @@ impl RootState {
         &mut self,
         request: &JobRequest,
         submitted_us: u64,
-    ) -> Result<saker_core::SubmittedJob, saker_core::SubmitError> {
-        let spec = self.core_spec(request);
+    ) -> Result<saker_core::SubmittedJob, RegisterError> {
+        let spec = self.core_spec(request)?;
         let job = self.core.handle_submit(spec, self.now())?;
-        self.keep_job(job.job, request, submitted_us);
+        self.keep_job(job.job, request, &spec, submitted_us);
         Ok(job)
     }
 
@@ -187,10 +210,15 @@ impl RootState {
     }
 
     /// Keeps what agents need to run a job the core has accepted.
-    pub(super) fn keep_job(&mut self, job: JobId, request: &JobRequest, submitted_us: u64) {
+    pub(super) fn keep_job(
+        &mut self,
+        job: JobId,
+        request: &JobRequest,
+        core: &JobSpec,
+        submitted_us: u64,
+    ) {
         self.log.totals.tasks += request.task_count();
         let spec = &request.spec;
-        let core = base_spec(request);
         let def = JobDef {
             job,
             payload: Payload::Command(Command {
@@ -215,7 +243,7 @@ impl RootState {
             job,
             JobEntry {
                 def: Arc::new(def),
-                array: request.array.clone(),
+                array: request.array.clone().map(Box::new),
                 submitted_us,
                 count: request.task_count() as u32,
                 known_by: Vec::new(),
@@ -390,8 +418,11 @@ impl RootState {
 impl RootState {
     /// What the core needs to know of a job request. Jobs with the same set of tags
     /// share one runtime estimate (for stragglers); untagged jobs share class 0.
-    pub(super) fn core_spec(&mut self, request: &JobRequest) -> JobSpec {
+    /// Errors only if the request names one custom resource more than the pilot can
+    /// number (checked before a submission is accepted).
+    pub(super) fn core_spec(&mut self, request: &JobRequest) -> Result<JobSpec, TooManyKinds> {
         let spec = &request.spec;
+        let needs = self.resource_names.vector(spec)?;
         let class = if spec.tags.is_empty() {
             0
         } else {
@@ -401,20 +432,21 @@ impl RootState {
             let next = self.classes.len() as u32 + 1;
             *self.classes.entry(tags).or_insert(next)
         };
-        JobSpec {
+        Ok(JobSpec {
             class,
             speculative: spec.idempotent,
-            ..base_spec(request)
-        }
+            ..base_spec(request, needs)
+        })
     }
 }
 
-/// The core's spec of a job request, without the estimate class.
-fn base_spec(request: &JobRequest) -> JobSpec {
+/// The core's spec of a job request needing `needs` per task, without the estimate
+/// class.
+fn base_spec(request: &JobRequest, needs: Resources) -> JobSpec {
     let spec = &request.spec;
     JobSpec {
         count: request.task_count() as u32,
-        resources: Resources::cores(spec.cores),
+        resources: needs,
         placement: match spec.nodes {
             0 | 1 => Placement::Single,
             nodes => Placement::Gang { nodes },

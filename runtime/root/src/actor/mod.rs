@@ -10,6 +10,7 @@
 mod agents;
 mod clients;
 mod port;
+mod resources;
 mod restore;
 mod state;
 #[cfg(test)]
@@ -20,6 +21,7 @@ use std::sync::Arc;
 
 pub use port::{ActorPort, AfterJournal, Clock, Port, SystemClock, Wake};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+pub use resources::TooManyKinds;
 pub use restore::{RestoreError, RestoreSummary};
 use saker_journal::JournalWriter;
 pub use state::{RootState, StateArgs};

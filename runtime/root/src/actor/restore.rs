@@ -50,6 +50,13 @@ pub enum RestoreError {
         first_task: TaskId,
         got: TaskId,
     },
+    #[error("journal record {position}: job {job} names more custom resources than a pilot can")]
+    Resources {
+        position: usize,
+        job: JobId,
+        #[source]
+        source: super::resources::TooManyKinds,
+    },
     #[error("journal record {position}: a result for task {task} of unknown job {job}")]
     UnknownJob {
         position: usize,
@@ -126,7 +133,13 @@ impl RootState {
             };
             let done = finished.remove(&job).unwrap_or_default();
             let used = earlier.remove(&job).unwrap_or_default();
-            let spec = self.core_spec(&request);
+            let spec = self
+                .core_spec(&request)
+                .map_err(|source| RestoreError::Resources {
+                    position,
+                    job,
+                    source,
+                })?;
             let restored = self
                 .core
                 .handle_restore_job(spec, &done, &used, self.now())
@@ -150,7 +163,7 @@ impl RootState {
                     got: restored.first_task,
                 });
             }
-            self.keep_job(job, &request, submitted_unix_us);
+            self.keep_job(job, &request, &spec, submitted_unix_us);
             summary.jobs += 1;
             summary.tasks += u64::from(restored.count);
         }

@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 
 use super::clients::{RateWindow, Waiter};
 use super::port::{AfterJournal, Clock, Port, Wake};
+use super::resources::ResourceNames;
 use crate::attempts::AttemptNote;
 use crate::records::Record;
 use crate::results::{ResultRecord, Timestamp};
@@ -20,7 +21,9 @@ use crate::spec::ArraySpec;
 #[derive(Debug)]
 pub(super) struct JobEntry {
     pub def: Arc<JobDef>,
-    pub array: Option<ArraySpec>,
+    /// Boxed: most jobs are single tasks (a task file is a job per line), and an
+    /// unboxed spec would cost each of them 56 bytes for nothing.
+    pub array: Option<Box<ArraySpec>>,
     pub submitted_us: u64,
     pub count: u32,
     /// Nodes this job's definition was sent to (a node may appear twice across lives),
@@ -203,6 +206,8 @@ pub struct RootState {
     pub(super) unjournaled: Unjournaled,
     /// Runtime estimate class of each set of tags (sorted), numbered from 1.
     pub(super) classes: HashMap<Vec<String>, u32>,
+    /// The custom resource kinds this pilot has numbered.
+    pub(super) resource_names: ResourceNames,
     pub(super) log: ResultLog,
     pub(super) shutting_down: bool,
     pub(super) allocation: Option<crate::client::AllocationStatus>,
@@ -231,6 +236,7 @@ impl RootState {
             attempts: AttemptTable::default(),
             unjournaled: Unjournaled::default(),
             classes: HashMap::new(),
+            resource_names: ResourceNames::default(),
             log: ResultLog::default(),
             shutting_down: false,
             allocation: args.allocation,

@@ -346,6 +346,68 @@ async fn a_submission_the_core_would_refuse_in_part_is_refused_whole() {
 }
 
 #[tokio::test]
+async fn a_task_asking_for_gpus_goes_only_to_a_node_that_offers_them() {
+    use saker_core::ResourceKind;
+    let mut h = Harness::new();
+    let mut gpu = single(&["train"]);
+    gpu.spec.gpus = 1;
+    gpu.spec.memory_mib = 1024;
+    gpu.spec.resources = [("licence".to_owned(), 2)].into();
+    h.submit(vec![gpu, single(&["true"])]);
+    h.journal_durable();
+    let licence = ResourceKind::custom(0).expect("a custom kind");
+    let with_gpu = Resources::cores(2)
+        .with(ResourceKind::GPUS, 1)
+        .with(ResourceKind::MEMORY_MIB, 4096)
+        .with(licence, 4);
+    for (node, capacity) in [(1, Resources::cores(2)), (2, with_gpu)] {
+        let (tx, _rx) = saker_actors::link::channel();
+        h.handle(RootMsg::LinkUp {
+            link: LinkId(u64::from(node)),
+            tx,
+        });
+        let hello = FromAgent::Hello(Hello {
+            node: NodeId(node),
+            hostname: format!("host{node}"),
+            capacity,
+            executors: 2,
+            pid: 1,
+            pilot_id: PILOT.to_owned(),
+        });
+        h.agent_sends(u64::from(node), node, &hello);
+        let credit = FromAgent::Report(Report {
+            node: NodeId(node),
+            credit: capacity,
+            started: Vec::new(),
+            results: Vec::new(),
+        });
+        h.agent_sends(u64::from(node), node, &credit);
+    }
+    let sent = h.sent();
+    assert_eq!(
+        assignments(&sent, 1),
+        vec![(2, 1)],
+        "the plain task only: {sent:?}"
+    );
+    let to_gpu_node = sent.iter().find_map(|(node, message)| match message {
+        ToAgent::Dispatch(dispatch) if *node == 2 => Some(dispatch.clone()),
+        _ => None,
+    });
+    let dispatch = to_gpu_node.expect("the GPU node gets the GPU task");
+    assert_eq!(dispatch.tasks[0].task, TaskId(1));
+    let needs = dispatch.jobs[0].resources;
+    assert_eq!(
+        (
+            needs.core_count(),
+            needs.gpu_count(),
+            needs.memory_mib(),
+            needs.get(licence)
+        ),
+        (1, 1, 1024, 2)
+    );
+}
+
+#[tokio::test]
 async fn credit_brings_work_with_each_job_definition_sent_once_per_node() {
     let mut h = Harness::new();
     h.submit(vec![array(&["echo", "{index}"], "10-12")]);
