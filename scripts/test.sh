@@ -147,9 +147,10 @@ else
   if cargo nextest --version >/dev/null 2>&1; then
     profile=()
     [ "${CI:-}" = true ] && profile=(--profile ci)
-    step 0 test cargo nextest run "${profile[@]}" --workspace --no-fail-fast
     # nextest does not run doctests; the crate docs' examples must compile and pass.
+    # First, so that nextest's summary is the run's last test-runner line.
     step 0 doctest cargo test --workspace --doc
+    step 0 test cargo nextest run "${profile[@]}" --workspace --no-fail-fast
   else
     log "cargo-nextest not installed; falling back to cargo test"
     step 0 test cargo test --workspace --no-fail-fast
