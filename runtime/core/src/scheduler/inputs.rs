@@ -10,7 +10,7 @@ use crate::output::{
 };
 use crate::queue::{FreshRange, ReturnedTask};
 use crate::resources::Resources;
-use crate::task::{Bucket, CopyState, JobRecord, Phase};
+use crate::task::{Bucket, CopyState, JobRecord, Phase, StoredSpec};
 
 impl Core {
     /// Accepts a job of `spec.count` tasks, queued at once (held back at once if a
@@ -50,8 +50,9 @@ impl Core {
             .checked_add(u64::from(spec.count))
             .ok_or(SubmitError::TaskIdsExhausted { count: spec.count })?;
         let max_replays = spec.max_replays.unwrap_or(self.config.default_max_replays);
+        let stored = StoredSpec::new(&spec, self.shapes.intern(&spec));
         self.jobs
-            .push(JobRecord::new(spec, max_replays, first_task));
+            .push(JobRecord::new(stored, max_replays, first_task));
         self.counts.submitted += u64::from(spec.count);
         self.counts.queued += u64::from(spec.count);
         if !self.horizon.track(job, spec.time_limit, self.now) {

@@ -21,7 +21,7 @@ use crate::output::{Counts, Disposition, Event, JobCounts, TaskStatus, TerminalS
 use crate::queue::{ReadyQueue, ReturnedTask, Taken};
 use crate::resources::Resources;
 use crate::speculation::Stragglers;
-use crate::task::{AttemptRecord, Bucket, JobRecord, Phase, TaskRecord};
+use crate::task::{AttemptRecord, Bucket, JobRecord, Phase, Shapes, TaskRecord};
 
 /// The pure scheduling core of a pilot: job and task state, the ready queue, node
 /// credit, retry/replay policy and exactly-once result acceptance.
@@ -102,6 +102,8 @@ pub struct Core {
     /// Index `i` holds job `i + 1`; jobs are never removed (a finished job keeps its
     /// counts, its bitset is released).
     jobs: Vec<JobRecord>,
+    /// The distinct resources and placements of the jobs, which records refer to.
+    shapes: Shapes,
     next_task: u64,
     next_attempt: u64,
     /// Tasks that left the queue at least once and are not terminal. Ordered so a
@@ -149,8 +151,8 @@ fn slot(job: JobId) -> usize {
 
 /// What each task of every job needs, for the ready queue (which keeps needs per job,
 /// not per entry). Only for ids from the core's own queue entries.
-fn needs(jobs: &[JobRecord]) -> impl Fn(JobId) -> Resources + Copy + '_ {
-    move |job| jobs[slot(job)].spec.resources
+fn needs<'a>(jobs: &'a [JobRecord], shapes: &'a Shapes) -> impl Fn(JobId) -> Resources + Copy + 'a {
+    move |job| shapes.resources(jobs[slot(job)].spec.shape)
 }
 
 impl Core {
@@ -160,6 +162,7 @@ impl Core {
             config,
             now: Time::ZERO,
             jobs: Vec::new(),
+            shapes: Shapes::default(),
             next_task: 1,
             next_attempt: 1,
             tasks: BTreeMap::new(),
@@ -203,8 +206,9 @@ impl Core {
     }
 
     /// The spec a job was submitted with (`max_replays` as given), `None` if unknown.
-    pub fn job_spec(&self, job: JobId) -> Option<&JobSpec> {
-        self.job(job).map(|record| &record.spec)
+    pub fn job_spec(&self, job: JobId) -> Option<JobSpec> {
+        self.job(job)
+            .map(|record| record.spec.to_spec(&self.shapes))
     }
 
     /// Every submitted task is terminal (pending events may still wait to be polled).

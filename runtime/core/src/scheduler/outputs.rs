@@ -91,7 +91,7 @@ impl Core {
             let node = match self.nodes.next_in_rotation() {
                 Some(node) => node,
                 None => {
-                    let (queue, needs) = (&self.queue, needs(&self.jobs));
+                    let (queue, needs) = (&self.queue, needs(&self.jobs, &self.shapes));
                     let Some(node) = self
                         .nodes
                         .unpark_one(|capacity| queue.need(capacity, needs))
@@ -108,7 +108,7 @@ impl Core {
                 &record.capacity,
                 record.credit,
                 limit,
-                needs(&self.jobs),
+                needs(&self.jobs, &self.shapes),
                 &mut taken,
             );
             if taken.is_empty() {

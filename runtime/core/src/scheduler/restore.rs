@@ -7,7 +7,7 @@ use crate::error::{RestoreError, SubmitError};
 use crate::ids::{JobId, TaskId, Time};
 use crate::output::{EarlierAttempts, SubmittedJob, TerminalState};
 use crate::queue::{FreshRange, ReturnedTask};
-use crate::task::{Bucket, JobRecord, Phase, TaskRecord};
+use crate::task::{Bucket, JobRecord, Phase, StoredSpec, TaskRecord};
 
 impl Core {
     /// Re-creates a job that a previous root accepted, with the tasks at `finished`
@@ -53,8 +53,9 @@ impl Core {
                 }))?;
 
         let max_replays = spec.max_replays.unwrap_or(self.config.default_max_replays);
+        let stored = StoredSpec::new(&spec, self.shapes.intern(&spec));
         self.jobs
-            .push(JobRecord::new(spec, max_replays, first_task));
+            .push(JobRecord::new(stored, max_replays, first_task));
         self.counts.submitted += u64::from(spec.count);
         self.counts.queued += u64::from(spec.count);
         let record = &mut self.jobs[slot(job)];

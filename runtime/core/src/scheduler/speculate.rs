@@ -170,7 +170,11 @@ impl Core {
         } else {
             self.nodes
                 .parked_capacities()
-                .filter(|capacity| self.queue.need(capacity, needs(&self.jobs)).is_some())
+                .filter(|capacity| {
+                    self.queue
+                        .need(capacity, needs(&self.jobs, &self.shapes))
+                        .is_some()
+                })
                 .collect()
         };
         let mut after = None;
@@ -195,7 +199,7 @@ impl Core {
             .get_mut(&live.task)
             .expect("straggler has a task");
         let job = &self.jobs[slot(record.job)];
-        let (need, time_limit) = (job.spec.resources, job.spec.time_limit);
+        let (need, time_limit) = (self.shapes.resources(job.spec.shape), job.spec.time_limit);
         let fits = self.horizon.deadline().is_none_or(|deadline| {
             last_start(deadline, time_limit).is_some_and(|last| self.now <= last)
         });
