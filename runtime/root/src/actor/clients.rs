@@ -59,15 +59,6 @@ impl RateWindow {
     }
 }
 
-/// Why a checked request could still not be queued (not expected: see `on_submit`).
-#[derive(Debug, thiserror::Error)]
-pub(super) enum RegisterError {
-    #[error(transparent)]
-    Resources(#[from] TooManyKinds),
-    #[error(transparent)]
-    Core(#[from] saker_core::SubmitError),
-}
-
 fn error(kind: ErrorKind, message: impl Into<String>) -> RequestError {
     RequestError::new(kind, message)
 }
@@ -147,8 +138,12 @@ impl RootState {
         let submitted_us = self.timestamp().unix_micros();
         let mut submitted = Vec::with_capacity(requests.len());
         let mut records = Vec::with_capacity(requests.len());
-        for request in requests {
-            let job = match self.register_job(&request, submitted_us) {
+        for (request, spec) in requests.into_iter().zip(specs) {
+            let spec = JobSpec {
+                class: self.class_of(&request.spec.tags),
+                ..spec
+            };
+            let job = match self.register_job(&request, spec, submitted_us) {
                 Ok(job) => job,
                 Err(problem) => {
                     // Not reached: the batch was checked above. Should it be, the
@@ -180,13 +175,14 @@ impl RootState {
         );
     }
 
-    /// Queues a validated job in the core and keeps what agents need to run it.
+    /// Queues a validated job as `spec` in the core and keeps what agents need to
+    /// run it.
     pub(super) fn register_job(
         &mut self,
         request: &JobRequest,
+        spec: JobSpec,
         submitted_us: u64,
-    ) -> Result<saker_core::SubmittedJob, RegisterError> {
-        let spec = self.core_spec(request)?;
+    ) -> Result<saker_core::SubmittedJob, saker_core::SubmitError> {
         let job = self.core.handle_submit(spec, self.now())?;
         self.keep_job(job.job, request, &spec, submitted_us);
         Ok(job)
@@ -421,27 +417,28 @@ impl RootState {
     /// Errors only if the request names one custom resource more than the pilot can
     /// number (checked before a submission is accepted).
     pub(super) fn core_spec(&mut self, request: &JobRequest) -> Result<JobSpec, TooManyKinds> {
-        let spec = &request.spec;
-        let needs = self.resource_names.vector(spec)?;
-        let class = if spec.tags.is_empty() {
-            0
-        } else {
-            let mut tags = spec.tags.clone();
-            tags.sort_unstable();
-            tags.dedup();
-            let next = self.classes.len() as u32 + 1;
-            *self.classes.entry(tags).or_insert(next)
-        };
+        let needs = self.resource_names.vector(&request.spec)?;
         Ok(JobSpec {
-            class,
-            speculative: spec.idempotent,
+            class: self.class_of(&request.spec.tags),
             ..base_spec(request, needs)
         })
+    }
+
+    /// The runtime estimate class of a set of tags, numbering a new set.
+    fn class_of(&mut self, tags: &[String]) -> u32 {
+        if tags.is_empty() {
+            return 0;
+        }
+        let mut tags = tags.to_vec();
+        tags.sort_unstable();
+        tags.dedup();
+        let next = self.classes.len() as u32 + 1;
+        *self.classes.entry(tags).or_insert(next)
     }
 }
 
 /// The core's spec of a job request needing `needs` per task, without the estimate
-/// class.
+/// class (which depends on the pilot's other jobs).
 fn base_spec(request: &JobRequest, needs: Resources) -> JobSpec {
     let spec = &request.spec;
     JobSpec {
@@ -456,7 +453,7 @@ fn base_spec(request: &JobRequest, needs: Resources) -> JobSpec {
         max_replays: spec.max_replays,
         time_limit: spec.time_limit.map(|t| t.as_micros() as u64),
         class: 0,
-        speculative: false,
+        speculative: spec.idempotent,
     }
 }
 
