@@ -25,9 +25,9 @@ pub enum Command {
     ///
     /// Non-zero exit if any task failed. Give a command after `--` (with `--array` for
     /// one task per index), or a task FILE (one command per line, or JSON lines).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Start a long-lived pilot that serves clients (`saker submit`, `status`, …).
-    Pilot(PilotArgs),
+    Pilot(Box<PilotArgs>),
     /// Submit tasks to a running pilot.
     Submit(SubmitArgs),
     /// Wait until the pilot's tasks (or the given jobs) have finished.
@@ -77,6 +77,11 @@ pub struct ShapeArgs {
     /// Run on this machine only, even inside a Slurm allocation.
     #[arg(long)]
     pub local: bool,
+    /// The command line of the persistent workers of one kind, for function tasks
+    /// (repeatable): `--worker python="/opt/venv/bin/python -m saker.worker"`. The
+    /// default for `python` is `python3 -m saker.worker`.
+    #[arg(long = "worker", value_name = "KIND=COMMAND")]
+    pub workers: Vec<String>,
     #[command(flatten)]
     pub liveness: LivenessArgs,
     #[command(flatten)]
@@ -84,6 +89,30 @@ pub struct ShapeArgs {
 }
 
 impl ShapeArgs {
+    /// The agents' variables naming each `--worker` command.
+    pub fn worker_env(&self) -> anyhow::Result<Vec<(std::ffi::OsString, std::ffi::OsString)>> {
+        self.workers
+            .iter()
+            .map(|given| {
+                let Some((kind, command)) = given.split_once('=') else {
+                    anyhow::bail!("--worker {given:?}: expected KIND=COMMAND");
+                };
+                if !saker_root::spec::valid_kind(kind) {
+                    anyhow::bail!(
+                        "--worker {given:?}: a kind is letters, digits, '_' and '-' (at most 32)"
+                    );
+                }
+                match shell_words::split(command) {
+                    Ok(words) if !words.is_empty() => {}
+                    Ok(_) => anyhow::bail!("--worker {given:?}: the command is empty"),
+                    Err(error) => anyhow::bail!("--worker {given:?}: {error}"),
+                }
+                let variable = saker_actors::worker::worker_variable(kind);
+                Ok((variable.into(), command.into()))
+            })
+            .collect()
+    }
+
     /// The pilot's agents: one per node inside a Slurm allocation (unless `--local`),
     /// else local agent processes of the shape these flags ask for.
     pub fn agents(&self, allow_none: bool) -> anyhow::Result<saker_root::Agents> {

@@ -59,8 +59,8 @@ fn main() -> ExitCode {
     };
     let outcome = runtime.block_on(async move {
         match cli.command {
-            Command::Run(args) => run::run(args).await,
-            Command::Pilot(args) => run::pilot(args).await,
+            Command::Run(args) => run::run(*args).await,
+            Command::Pilot(args) => run::pilot(*args).await,
             Command::Submit(args) => commands::submit(args).await,
             Command::Wait(args) => commands::wait(args).await,
             Command::Status(args) => commands::status(args).await,

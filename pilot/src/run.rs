@@ -36,8 +36,11 @@ impl PilotSettings<'_> {
             dir: self.dir,
             deadline_unix_us: self.walltime.deadline(&agents)?,
             agents,
-            agent_command: saker_root::AgentCommand::current_exe("agent")
-                .context("finding this executable to start agents from")?,
+            agent_command: saker_root::AgentCommand {
+                env: self.shape.worker_env()?,
+                ..saker_root::AgentCommand::current_exe("agent")
+                    .context("finding this executable to start agents from")?
+            },
             sync: self.sync,
             resume: self.resume,
             liveness: self.shape.liveness.parse()?,

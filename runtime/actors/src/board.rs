@@ -12,19 +12,29 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use saker_wire::messages::{
-    Assignment, AttemptId, JobDef, JobId, NodeId, Outcome, Output, Report, ResourceKind, Resources,
-    ResultBody, Started, TaskResult,
+    Assignment, AttemptId, FRAME_DATA_BUDGET, JobDef, JobId, NodeId, Outcome, Output, Payload,
+    Report, ResourceKind, Resources, ResultBody, Started, TaskResult,
 };
 
 use crate::launch::build_launch;
 use crate::process::{Control, Finished, Launch, StopHandle, unix_micros};
+use crate::worker::Call;
 
 /// An attempt a slot is to start now: what to run and its side of the stop control.
 #[derive(Debug)]
 pub struct NextAttempt {
     pub attempt: AttemptId,
-    pub launch: Box<Launch>,
+    pub work: Work,
     pub control: Arc<Control>,
+}
+
+/// What an attempt runs on its slot.
+#[derive(Debug)]
+pub enum Work {
+    /// A process of its own.
+    Command(Box<Launch>),
+    /// A call on the slot's persistent worker of its kind.
+    Call(Box<Call>),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -270,13 +280,31 @@ impl Board {
             || !self.pending.results.is_empty()
     }
 
-    /// Takes what is to be reported upward.
+    /// Takes what is to be reported upward: everything, or, when results carry more
+    /// than [`FRAME_DATA_BUDGET`] bytes of output, the results up to it (at least one);
+    /// the rest stays pending for the next report ([`Board::has_news`]).
     pub fn take_report(&mut self) -> Report {
+        let mut data = 0;
+        let fits = self
+            .pending
+            .results
+            .iter()
+            .position(|result| {
+                data += result.body.data_len();
+                data > FRAME_DATA_BUDGET
+            })
+            .map_or(self.pending.results.len(), |over| over.max(1));
+        let results = if fits == self.pending.results.len() {
+            std::mem::take(&mut self.pending.results)
+        } else {
+            let rest = self.pending.results.split_off(fits);
+            std::mem::replace(&mut self.pending.results, rest)
+        };
         Report {
             node: NodeId(self.node),
             credit: Resources::cores(std::mem::take(&mut self.credit_cores)),
             started: std::mem::take(&mut self.pending.started),
-            results: std::mem::take(&mut self.pending.results),
+            results,
         }
     }
 
@@ -309,9 +337,24 @@ impl Board {
             // What its running attempts leave free: else it waits for one to end.
             let free = self.free.checked_sub(needs)?;
             self.queue.pop_front();
-            let mut launch = build_launch(&job, &assignment, &self.spill_dir);
-            // Which agent ran it: for the task's own logs, and for tests of where work went.
-            launch.set_var_number(b"SAKER_NODE", self.node.into());
+            let work = match &job.payload {
+                Payload::Command(_) => {
+                    let mut launch = build_launch(&job, &assignment, &self.spill_dir);
+                    // Which agent ran it: for the task's own logs, and for tests of
+                    // where work went.
+                    launch.set_var_number(b"SAKER_NODE", self.node.into());
+                    Work::Command(Box::new(launch))
+                }
+                Payload::Function(_) => Work::Call(Box::new(Call {
+                    time_limit: (job.time_limit_ms > 0)
+                        .then(|| std::time::Duration::from_millis(job.time_limit_ms)),
+                    job,
+                    task: assignment.task,
+                    attempt: assignment.attempt,
+                    node: self.node,
+                    log_dir: self.worker_log_dir(),
+                })),
+            };
             let started_us = unix_micros();
             let (cancel_tx, control) = StopHandle::new();
             let slot = &mut self.slots[index];
@@ -330,10 +373,18 @@ impl Board {
             });
             return Some(NextAttempt {
                 attempt: assignment.attempt,
-                launch: Box::new(launch),
+                work,
                 control,
             });
         }
+    }
+
+    /// Where workers' logs go: `workers/` beside the spilled output.
+    fn worker_log_dir(&self) -> PathBuf {
+        self.spill_dir
+            .parent()
+            .unwrap_or(&self.spill_dir)
+            .join("workers")
     }
 
     /// Idle slots in order, for the agent to start work on.
@@ -390,10 +441,10 @@ impl Board {
             outcome: finished.outcome,
             start_unix_us: finished.start_unix_us,
             end_unix_us: finished.end_unix_us,
-            body: ResultBody::Command {
+            body: finished.body.unwrap_or(ResultBody::Command {
                 stdout: finished.stdout,
                 stderr: finished.stderr,
-            },
+            }),
         });
         self.start_on(index)
     }

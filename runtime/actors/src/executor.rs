@@ -27,8 +27,9 @@ use std::io;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Instant;
 
-use crate::board::NextAttempt;
+use crate::board::{NextAttempt, Work};
 use crate::process::{self, Finished, ResourceError, Scratch, Start};
+use crate::worker::{WorkerCommands, Workers};
 use saker_wire::messages::AttemptId;
 
 /// Reported by a slot's thread to its agent when an attempt ends.
@@ -119,6 +120,8 @@ fn run_slot<S: SlotSink>(
     sink: &S,
 ) -> Result<(), SlotFault> {
     let mut scratch = Scratch::default();
+    // The slot's persistent workers end with its thread (dropped: killed and reaped).
+    let mut workers = Workers::new(executor, WorkerCommands::from_env());
     let mut report_at: Option<Instant> = None;
     loop {
         let received = match report_at {
@@ -135,9 +138,13 @@ fn run_slot<S: SlotSink>(
         };
         let mut next = Some(first);
         while let Some(attempt) = next.take() {
-            let finished = run_attempt(&attempt, &mut scratch, &mut report_at, || {
-                sink.report_clock(executor, generation)
-            })?;
+            let mut ring = || sink.report_clock(executor, generation);
+            let finished = match &attempt.work {
+                Work::Command(launch) => {
+                    run_attempt(launch, &attempt, &mut scratch, &mut report_at, ring)?
+                }
+                Work::Call(call) => workers.run(call, &attempt.control, &mut report_at, &mut ring),
+            };
             let done = AttemptDone {
                 executor,
                 attempt: attempt.attempt,
@@ -152,12 +159,13 @@ fn run_slot<S: SlotSink>(
 /// when to ring next. A next time that has passed already is dropped rather than rung
 /// in a loop.
 fn run_attempt(
+    launch: &process::Launch,
     attempt: &NextAttempt,
     scratch: &mut Scratch,
     report_at: &mut Option<Instant>,
     mut ring: impl FnMut() -> Option<Instant>,
 ) -> Result<Finished, SlotFault> {
-    let mut running = match process::start(&attempt.launch, &attempt.control, scratch) {
+    let mut running = match process::start(launch, &attempt.control, scratch) {
         Start::Running(running) => running,
         Start::Failed(finished) => return Ok(finished),
         Start::NoResources(source) => {
@@ -199,7 +207,7 @@ mod tests {
         launch.spill_stem = format!("a{attempt}");
         let next = NextAttempt {
             attempt,
-            launch: Box::new(launch),
+            work: Work::Command(Box::new(launch)),
             control,
         };
         (next, stop)

@@ -44,7 +44,10 @@ fn expand_index_bytes(arg: &str, index: u32) -> Vec<u8> {
 /// passes on. One holding a NUL byte does not stop the launch being built: it fails to
 /// start (see [`Launch::has_nul`]), as the attempt's own failure.
 pub fn build_launch(job: &JobDef, assignment: &Assignment, spill_dir: &Path) -> Launch {
-    let Payload::Command(command) = &job.payload;
+    let Payload::Command(command) = &job.payload else {
+        // Calls go to workers (see `crate::worker`): as a command, nothing to run.
+        return Launch::new(0, 0, spill_dir.to_path_buf(), String::new());
+    };
     // The job's variables, three `SAKER_*` ones, and the board's `SAKER_NODE`.
     let vars = command.env.len() + 4;
     // `t<task>.a<attempt>`, in one allocation.
@@ -166,7 +169,9 @@ mod tests {
     #[test]
     fn a_variable_set_twice_keeps_its_last_value_only() {
         let mut job = job(true);
-        let Payload::Command(command) = &mut job.payload;
+        let Payload::Command(command) = &mut job.payload else {
+            unreachable!()
+        };
         for (key, value) in [("A", "c"), ("SAKER_TASK_ID", "mine"), ("B", "d")] {
             command.env.push(EnvVar {
                 key: key.into(),
@@ -209,7 +214,9 @@ mod tests {
         };
         for (arg, value) in [("in-\0-{index}", "b"), ("x", "b\0"), ("{index}\0", "\0")] {
             let mut job = job(true);
-            let Payload::Command(command) = &mut job.payload;
+            let Payload::Command(command) = &mut job.payload else {
+                unreachable!()
+            };
             command.argv[1] = arg.into();
             command.env[0].value = value.into();
             let launch = build_launch(&job, &a, Path::new("/tmp/out"));

@@ -50,6 +50,7 @@ pub mod spawn;
 pub mod supervision;
 #[cfg(test)]
 mod test_support;
+pub mod worker;
 
 /// `error` and its sources, joined by ": ": for reasons that travel as text (a lost
 /// attempt's, a goodbye's, a closed link's).

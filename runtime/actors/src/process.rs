@@ -29,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use saker_wire::messages::{Outcome, Output};
+use saker_wire::messages::{Outcome, Output, ResultBody};
 
 use crate::spawn::{self, Ended};
 
@@ -39,7 +39,7 @@ mod control;
 mod tests;
 
 use capture::Capture;
-use control::Group;
+pub(crate) use control::Group;
 pub use control::{Control, Stop, StopHandle};
 
 /// Everything needed to start one attempt.
@@ -203,6 +203,9 @@ pub struct Finished {
     pub end_unix_us: u64,
     pub stdout: Output,
     pub stderr: Output,
+    /// The result body when it is not a command's output (a function call's answer);
+    /// `None` reports `stdout` and `stderr`.
+    pub body: Option<ResultBody>,
 }
 
 pub fn unix_micros() -> u64 {
@@ -312,6 +315,7 @@ pub fn start<'a>(launch: &'a Launch, control: &'a Control, scratch: &'a mut Scra
             end_unix_us: unix_micros(),
             stdout: Output::default(),
             stderr: Output::default(),
+            body: None,
         })
     };
     let Some(program) = launch.program() else {
@@ -461,6 +465,7 @@ impl Running<'_> {
             end_unix_us: unix_micros(),
             stdout: self.stdout.finish(),
             stderr: self.stderr.finish(),
+            body: None,
         }
     }
 }

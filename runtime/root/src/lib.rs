@@ -33,7 +33,11 @@
 //! let pilot = Pilot::start(PilotOptions {
 //!     dir: "/tmp/my-pilot".into(),
 //!     agents: Agents::Local(shape),
-//!     agent_command: AgentCommand { program: "saker".into(), args: vec!["agent".into()] },
+//!     agent_command: AgentCommand {
+//!         program: "saker".into(),
+//!         args: vec!["agent".into()],
+//!         env: Vec::new(),
+//!     },
 //!     sync: true,
 //!     resume: false,
 //!     deadline_unix_us: None,

@@ -89,6 +89,9 @@ pub struct AgentCommand {
     pub program: PathBuf,
     /// Arguments before the agent's own flags (a subcommand, say).
     pub args: Vec<OsString>,
+    /// Variables set for the agents on top of the pilot's environment (worker
+    /// commands, `SAKER_WORKER_<KIND>`, say). An `srun` step passes them on.
+    pub env: Vec<(OsString, OsString)>,
 }
 
 impl AgentCommand {
@@ -97,6 +100,7 @@ impl AgentCommand {
         Ok(AgentCommand {
             program: std::env::current_exe()?,
             args: vec![subcommand.into()],
+            env: Vec::new(),
         })
     }
 }
@@ -116,6 +120,7 @@ pub fn spawn_agents(
         let log = std::fs::File::create(logs.join(format!("agent-{node}.log")))?;
         let child = tokio::process::Command::new(&command.program)
             .args(&command.args)
+            .envs(command.env.iter().map(|(k, v)| (k, v)))
             .arg("--dir")
             .arg(dir)
             .args(["--node", &node.to_string()])

@@ -433,6 +433,7 @@ async fn start_client_server(
     ClientEndpoint {
         addr: address.to_string(),
         protocol: client::PROTOCOL_VERSION,
+        protocols: client::PROTOCOLS.to_vec(),
         pid: std::process::id(),
         pilot_id: pilot_id.to_string(),
     }

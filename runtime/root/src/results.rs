@@ -72,6 +72,10 @@ pub struct ResultRecord {
     pub stderr: String,
     pub stdout_path: Option<String>,
     pub stderr_path: Option<String>,
+    /// A function task's answer from its worker (return value, or the exception it
+    /// raised), base64 in JSON; `null` for commands and when no answer came.
+    #[serde(default, with = "crate::spec::base64_option")]
+    pub output: Option<Vec<u8>>,
     /// Journal sequence number: resume a `results` stream with `from = seq + 1`.
     pub seq: u64,
     /// The attempts before the accepted one and why each did not count, oldest first
@@ -467,6 +471,7 @@ pub(crate) fn sample_record(task: u64) -> ResultRecord {
         stderr: String::new(),
         stdout_path: None,
         stderr_path: None,
+        output: None,
         seq: task + 100,
         history: Vec::new(),
     }
@@ -527,7 +532,8 @@ mod tests {
         assert_eq!(object["state"], "succeeded");
         assert_eq!(object["start_time"], "2023-11-14T22:13:20.500000Z");
         assert!(object["signal"].is_null() && object["stdout_path"].is_null());
-        assert_eq!(object.as_object().unwrap().len(), 19);
+        assert!(object["output"].is_null(), "a command has no output");
+        assert_eq!(object.as_object().unwrap().len(), 20);
         assert_eq!(serde_json::from_str::<ResultRecord>(&text).unwrap(), record);
     }
 

@@ -115,6 +115,7 @@ pub fn srun_agents(
     std::fs::create_dir_all(dir.join("logs"))?;
     let srun = std::env::var_os("SAKER_SRUN").unwrap_or_else(|| "srun".into());
     tokio::process::Command::new(srun)
+        .envs(command.env.iter().map(|(k, v)| (k, v)))
         .args(srun_arguments(
             command,
             dir,
@@ -164,6 +165,7 @@ mod tests {
         let command = AgentCommand {
             program: "/bin/saker".into(),
             args: vec!["agent".into()],
+            env: Vec::new(),
         };
         let args = srun_arguments(
             &command,

@@ -14,6 +14,7 @@
 
 mod array;
 mod duration;
+mod function;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -25,6 +26,7 @@ use serde::{Deserialize, Serialize};
 pub use array::{ArraySpec, IndexRange, MAX_ARRAY_TASKS};
 pub use duration::parse_duration;
 use duration::time_limit_serde;
+pub use function::{FunctionSpec, MAX_FUNCTION_BYTES, base64_bytes, base64_option, valid_kind};
 
 /// Program run for a spec with `shell: true`.
 pub const SHELL_PROGRAM: &str = "/bin/sh";
@@ -36,9 +38,9 @@ pub const MAX_INLINE_OUTPUT: u32 = 16 << 20;
 /// Placeholder replaced by the array index in the arguments of an array task.
 pub const INDEX_PLACEHOLDER: &str = "{index}";
 
-/// One command task.
+/// One task: a command, or a function call for a persistent worker (`function`).
 ///
-/// JSON form (every field but `argv` may be omitted):
+/// JSON form (every field but `argv` — or `function` instead — may be omitted):
 /// `{"argv": ["python", "sim.py", "{index}"], "env": {"OMP_NUM_THREADS": "1"},
 ///   "cwd": "/scratch/run", "cores": 1, "priority": 0, "max_retries": 0,
 ///   "time_limit": "1h", "tags": ["sweep"], "shell": false, "idempotent": false}`
@@ -46,7 +48,13 @@ pub const INDEX_PLACEHOLDER: &str = "{index}";
 #[serde(deny_unknown_fields)]
 pub struct TaskSpec {
     /// Program and arguments, executed directly (no shell) unless `shell` is set.
+    /// Empty (absent) for a function task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub argv: Vec<String>,
+    /// A call for a persistent worker instead of a command (see `docs/workers.md`):
+    /// then `argv`, `env`, `cwd` and `shell` stay unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<FunctionSpec>,
     /// Overrides on top of the environment the agent inherited from the allocation,
     /// so site modules and Slurm variables stay visible to tasks.
     #[serde(default)]
@@ -126,6 +134,24 @@ impl TaskSpec {
 
     /// Checks everything the root and agents rely on; call on any spec from outside.
     pub fn validate(&self) -> Result<(), SpecError> {
+        if let Some(function) = &self.function {
+            function.validate()?;
+            let command_field = if !self.argv.is_empty() {
+                Some("argv")
+            } else if !self.env.is_empty() {
+                Some("env")
+            } else if self.cwd.is_some() {
+                Some("cwd")
+            } else if self.shell {
+                Some("shell")
+            } else {
+                None
+            };
+            if let Some(field) = command_field {
+                return Err(SpecError::CommandFieldInFunction { field });
+            }
+            return self.validate_options();
+        }
         if self.argv.is_empty() {
             return Err(SpecError::EmptyArgv);
         }
@@ -140,6 +166,22 @@ impl TaskSpec {
                 count: self.argv.len(),
             });
         }
+        for (key, value) in &self.env {
+            validate_env(key, value)?;
+        }
+        if let Some(cwd) = &self.cwd {
+            let Some(text) = cwd.to_str() else {
+                return Err(SpecError::CwdNotUtf8 { cwd: cwd.clone() });
+            };
+            if text.is_empty() || text.contains('\0') {
+                return Err(SpecError::InvalidCwd { cwd: cwd.clone() });
+            }
+        }
+        self.validate_options()
+    }
+
+    /// What every task kind shares: resources, nodes, time limit.
+    fn validate_options(&self) -> Result<(), SpecError> {
         if self.cores == 0 {
             return Err(SpecError::ZeroCores);
         }
@@ -152,17 +194,6 @@ impl TaskSpec {
             .find(|name| !valid_resource_name(name))
         {
             return Err(SpecError::InvalidResourceName { name: name.clone() });
-        }
-        for (key, value) in &self.env {
-            validate_env(key, value)?;
-        }
-        if let Some(cwd) = &self.cwd {
-            let Some(text) = cwd.to_str() else {
-                return Err(SpecError::CwdNotUtf8 { cwd: cwd.clone() });
-            };
-            if text.is_empty() || text.contains('\0') {
-                return Err(SpecError::InvalidCwd { cwd: cwd.clone() });
-            }
         }
         if self.time_limit == Some(Duration::ZERO) {
             return Err(SpecError::ZeroTimeLimit);
@@ -242,6 +273,7 @@ impl SpecDefaults {
     pub fn to_spec(&self, argv: Vec<String>) -> TaskSpec {
         TaskSpec {
             argv,
+            function: None,
             env: self.env.clone(),
             cwd: self.cwd.clone(),
             cores: self.cores,
@@ -307,6 +339,9 @@ impl JobRequest {
         {
             return Err(SpecError::InlineOutputTooLarge { bytes });
         }
+        if self.spec.function.is_some() && self.array.is_some() {
+            return Err(SpecError::ArrayOfFunction);
+        }
         self.spec.validate()
     }
 }
@@ -368,6 +403,17 @@ pub enum SpecError {
     ArrayTooLarge { count: u64 },
     #[error("inline output of {bytes} bytes exceeds the limit of {MAX_INLINE_OUTPUT}")]
     InlineOutputTooLarge { bytes: u32 },
+    #[error(
+        "invalid worker kind {kind:?}: use letters, digits, '_' and '-', at most {max}",
+        max = function::MAX_KIND_LEN
+    )]
+    InvalidWorkerKind { kind: String },
+    #[error("function payload of {bytes} bytes exceeds the limit of {MAX_FUNCTION_BYTES}")]
+    PayloadTooLarge { bytes: usize },
+    #[error("a function task takes no {field}: it runs in its worker, not as a command")]
+    CommandFieldInFunction { field: &'static str },
+    #[error("a function task cannot be an array: submit one job per call")]
+    ArrayOfFunction,
     #[error("array throttle '%' in {text:?} is not supported")]
     ArrayThrottleUnsupported { text: String },
 }

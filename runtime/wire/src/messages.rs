@@ -11,8 +11,8 @@
 //! The schema speaks the core's vocabulary: ids ([`TaskId`], [`AttemptId`], [`JobId`],
 //! [`NodeId`]), [`Resources`] and [`Placement`] are `saker-core`'s own types, archived
 //! as they are. What a task runs is an open [`Payload`] and what it returns an open
-//! [`ResultBody`]: today a command line and its captured output; function payloads
-//! for persistent workers are the next variants.
+//! [`ResultBody`]: a command line and its captured output, or a function payload for
+//! a persistent worker and the bytes it answered with (see `docs/workers.md`).
 
 use std::sync::Arc;
 
@@ -25,7 +25,16 @@ pub use saker_core::{
 /// Bumped on any change to the schema or framing. Checked in the stream preamble
 /// before any rkyv payload is read, so a mismatched peer gets a clear error.
 /// 4: core ids and resource vectors, open payloads and result bodies, placements.
-pub const PROTOCOL_VERSION: u32 = 4;
+/// 5: function payloads and results, `Outcome::Raised`.
+pub const PROTOCOL_VERSION: u32 = 5;
+
+/// Most bytes of one function payload, and of one function's output: both travel
+/// inline through the tree, the journal and client lines.
+pub const MAX_FUNCTION_BYTES: usize = 16 << 20;
+
+/// Payload or output bytes past which a sender starts a new frame (a single larger
+/// item travels alone), keeping frames well under the frame limit.
+pub const FRAME_DATA_BUDGET: usize = 8 << 20;
 
 /// Route value for a frame addressed to whichever agent reads it (the link peer).
 pub const ROUTE_PEER: u32 = u32::MAX;
@@ -112,11 +121,30 @@ pub struct JobDef {
     pub is_array: bool,
 }
 
-/// What a task runs. Open: function payloads for persistent workers come next.
+/// What a task runs.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[rkyv(derive(Debug))]
 pub enum Payload {
     Command(Command),
+    Function(Function),
+}
+
+impl Payload {
+    /// Bytes this payload adds to a frame beyond its fixed part (for frame budgets).
+    pub fn data_len(&self) -> usize {
+        match self {
+            Payload::Command(_) => 0,
+            Payload::Function(function) => function.data.len(),
+        }
+    }
+}
+
+/// A call for a persistent worker of `kind`: `data` is opaque to Saker.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub struct Function {
+    pub kind: String,
+    pub data: Vec<u8>,
 }
 
 /// A command line, run as a process of its own.
@@ -217,6 +245,9 @@ pub struct TaskResult {
 pub enum ResultBody {
     /// A command's captured output.
     Command { stdout: Output, stderr: Output },
+    /// A worker's answer to a call (its return value, or its exception when it
+    /// raised), `None` when no answer came.
+    Function { output: Option<Vec<u8>> },
 }
 
 impl ResultBody {
@@ -225,6 +256,14 @@ impl ResultBody {
         ResultBody::Command {
             stdout: Output::default(),
             stderr: Output::default(),
+        }
+    }
+
+    /// Bytes this body adds to a frame beyond its fixed part (for frame budgets).
+    pub fn data_len(&self) -> usize {
+        match self {
+            ResultBody::Command { stdout, stderr } => stdout.inline.len() + stderr.inline.len(),
+            ResultBody::Function { output } => output.as_ref().map_or(0, Vec::len),
         }
     }
 }
@@ -249,6 +288,11 @@ pub enum Outcome {
         reason: String,
     },
     Cancelled,
+    /// A function task's worker answered that the call raised: the task's own failure.
+    /// `message` is the worker's one line about it; the exception is in the body.
+    Raised {
+        message: String,
+    },
 }
 
 /// Captured output of one stream of one attempt.
@@ -276,6 +320,7 @@ const _: () = {
     assert!(align_of::<ArchivedJobDef>() <= MAX);
     assert!(align_of::<ArchivedPayload>() <= MAX);
     assert!(align_of::<ArchivedCommand>() <= MAX);
+    assert!(align_of::<ArchivedFunction>() <= MAX);
     assert!(align_of::<ArchivedResources>() <= MAX);
     assert!(align_of::<ArchivedPlacement>() <= MAX);
     assert!(align_of::<ArchivedTaskId>() <= MAX);

@@ -108,7 +108,9 @@ fn access_reads_a_1024_task_dispatch_in_place() {
     let tasks = archived.tasks.as_slice().as_ptr_range();
     assert!(inside(tasks.start.cast()));
     assert!(tasks.end.cast::<u8>() <= payload.end);
-    let saker_wire::ArchivedPayload::Command(command) = &archived.jobs[0].payload;
+    let saker_wire::ArchivedPayload::Command(command) = &archived.jobs[0].payload else {
+        panic!("a command job")
+    };
     let argv = &command.argv;
     assert!(
         argv.iter()

@@ -159,9 +159,15 @@ impl Reporter {
         if board.closed || !board.has_news() {
             return Ok(());
         }
-        let report = board.take_report();
         board.last_report = Instant::now();
-        send_up(&self.parent, self.node, &FromAgent::Report(report))
+        // Large function outputs go up in several frames (see `Board::take_report`).
+        loop {
+            let report = board.take_report();
+            send_up(&self.parent, self.node, &FromAgent::Report(report))?;
+            if board.pending.results.is_empty() {
+                return Ok(());
+            }
+        }
     }
 }
 

@@ -45,6 +45,7 @@ fn exited() -> Finished {
         end_unix_us: 2,
         stdout: Output::default(),
         stderr: Output::default(),
+        body: None,
     }
 }
 
@@ -59,7 +60,10 @@ fn a_finished_slot_starts_the_next_queued_attempt_itself() {
         .finish(0, 0, AttemptId(10), exited())
         .expect("the next one");
     assert_eq!(second.attempt, AttemptId(20));
-    assert!(second.launch.env_strs().contains(&"SAKER_NODE=7"));
+    let Work::Command(launch) = &second.work else {
+        panic!("a command");
+    };
+    assert!(launch.env_strs().contains(&"SAKER_NODE=7"));
     assert!(
         board.finish(0, 0, AttemptId(20), exited()).is_none(),
         "queue empty"
@@ -307,4 +311,35 @@ fn a_stopping_board_starts_nothing_and_unstart_puts_work_back() {
     assert!(board.finish(0, 0, AttemptId(10), exited()).is_none());
     board.stop_all();
     assert!(board.queue.is_empty());
+}
+
+/// Function outputs past the frame budget go up in several reports, none lost, each
+/// within the budget unless one output alone exceeds it.
+#[test]
+fn large_outputs_are_split_across_reports() {
+    use saker_wire::messages::FRAME_DATA_BUDGET;
+    let mut board = Board::new(1, 4, 4, PathBuf::from("/tmp"), 4);
+    let sizes = [3 << 20, 3 << 20, 3 << 20, FRAME_DATA_BUDGET + 1, 10, 10];
+    for (i, size) in sizes.iter().enumerate() {
+        board.pending.results.push(TaskResult {
+            task: TaskId(i as u64),
+            attempt: AttemptId(i as u64),
+            executor: 0,
+            outcome: Outcome::Exited { code: 0 },
+            start_unix_us: 0,
+            end_unix_us: 0,
+            body: ResultBody::Function {
+                output: Some(vec![0; *size]),
+            },
+        });
+    }
+    let mut reports = Vec::new();
+    while board.has_news() {
+        reports.push(board.take_report());
+    }
+    let tasks: Vec<Vec<u64>> = reports
+        .iter()
+        .map(|r| r.results.iter().map(|t| t.task.0).collect())
+        .collect();
+    assert_eq!(tasks, [vec![0, 1], vec![2], vec![3], vec![4, 5]]);
 }

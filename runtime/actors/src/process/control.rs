@@ -52,7 +52,7 @@ impl Control {
         self.lock().stop
     }
 
-    pub(super) fn started(&self, pgid: u32) {
+    pub(crate) fn started(&self, pgid: u32) {
         let mut state = self.lock();
         state.pgid = Some(pgid);
         if state.stop.is_some() {
@@ -62,7 +62,7 @@ impl Control {
 
     /// The attempt is about to be reaped (or never started): no more signals; returns
     /// why it was stopped.
-    pub(super) fn end(&self) -> Option<Stop> {
+    pub(crate) fn end(&self) -> Option<Stop> {
         let mut state = self.lock();
         state.over = true;
         state.pgid = None;
@@ -99,13 +99,13 @@ impl Drop for StopHandle {
 /// An attempt's process group while it is registered with the reaper. Dropped before
 /// [`Group::finished`] (a panic unwound past the attempt) it kills the group first.
 #[derive(Debug)]
-pub(super) struct Group {
+pub(crate) struct Group {
     pgid: u32,
     done: bool,
 }
 
 impl Group {
-    pub(super) fn register(pgid: u32) -> Group {
+    pub(crate) fn register(pgid: u32) -> Group {
         // A kill of the agent between spawn and this write leaves the group unprotected;
         // the window is a few microseconds.
         if let Some(reaper) = crate::reaper::installed() {

@@ -193,7 +193,8 @@ impl RootState {
                 ArchivedOutcome::Exited { .. }
                 | ArchivedOutcome::Signaled { .. }
                 | ArchivedOutcome::TimedOut
-                | ArchivedOutcome::SpawnFailed { .. } => AttemptOutcome::Failed,
+                | ArchivedOutcome::SpawnFailed { .. }
+                | ArchivedOutcome::Raised { .. } => AttemptOutcome::Failed,
                 ArchivedOutcome::Lost { .. } => AttemptOutcome::Lost,
                 ArchivedOutcome::Cancelled => AttemptOutcome::Cancelled,
             };
@@ -270,6 +271,7 @@ impl RootState {
             stderr: String::new(),
             stdout_path: None,
             stderr_path: None,
+            output: None,
             seq,
             history,
         };
@@ -286,6 +288,7 @@ impl RootState {
                 record.stderr = detail.stderr;
                 record.stdout_path = detail.stdout_path;
                 record.stderr_path = detail.stderr_path;
+                record.output = detail.output;
             }
             None if state == TerminalState::Cancelled => {
                 record.reason = Some("cancelled before it started".into());
@@ -348,6 +351,7 @@ fn describe(outcome: &ArchivedOutcome) -> (Option<i32>, Option<i32>, Option<Stri
         ArchivedOutcome::SpawnFailed { reason } => (None, None, Some(reason.as_str().to_owned())),
         ArchivedOutcome::Lost { reason } => (None, None, Some(format!("lost: {reason}"))),
         ArchivedOutcome::Cancelled => (None, None, Some("stopped by its agent".into())),
+        ArchivedOutcome::Raised { message } => (None, None, Some(format!("raised: {message}"))),
     }
 }
 
@@ -360,8 +364,23 @@ impl Detail {
             reason = Some("cancelled".into());
         }
         let executor = result.executor.to_native();
-        let ArchivedResultBody::Command { stdout, stderr } = &result.body;
         let spill = |output: &ArchivedOutput| output.spill_path.as_ref().map(|p| p.to_string());
+        let (stdout, stderr, stdout_path, stderr_path, output) = match &result.body {
+            ArchivedResultBody::Command { stdout, stderr } => (
+                lossy_text(&stdout.inline),
+                lossy_text(&stderr.inline),
+                spill(stdout),
+                spill(stderr),
+                None,
+            ),
+            ArchivedResultBody::Function { output } => (
+                String::new(),
+                String::new(),
+                None,
+                None,
+                output.as_ref().map(|bytes| bytes.as_slice().to_vec()),
+            ),
+        };
         Detail {
             node,
             executor: (executor != u32::MAX).then_some(executor),
@@ -370,10 +389,11 @@ impl Detail {
             exit_code,
             signal,
             reason,
-            stdout: lossy_text(&stdout.inline),
-            stderr: lossy_text(&stderr.inline),
-            stdout_path: spill(stdout),
-            stderr_path: spill(stderr),
+            stdout,
+            stderr,
+            stdout_path,
+            stderr_path,
+            output,
         }
     }
 }

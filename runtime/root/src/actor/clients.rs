@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use saker_core::{JobSpec, Placement, Resources, Time};
-use saker_wire::messages::{Command, EnvVar, JobDef, Payload};
+use saker_wire::messages::{Command, EnvVar, Function, JobDef, Payload};
 use tokio::sync::mpsc;
 
 use super::port::AfterJournal;
@@ -215,9 +215,12 @@ impl RootState {
     ) {
         self.log.totals.tasks += request.task_count();
         let spec = &request.spec;
-        let def = JobDef {
-            job,
-            payload: Payload::Command(Command {
+        let payload = match &spec.function {
+            Some(function) => Payload::Function(Function {
+                kind: function.kind.clone(),
+                data: function.payload.clone(),
+            }),
+            None => Payload::Command(Command {
                 argv: spec.command().into_owned(),
                 env: spec
                     .env
@@ -229,6 +232,10 @@ impl RootState {
                     .collect(),
                 cwd: spec.cwd.as_ref().map(|p| p.display().to_string()),
             }),
+        };
+        let def = JobDef {
+            job,
+            payload,
             resources: core.resources,
             placement: core.placement,
             time_limit_ms: spec.time_limit.map_or(0, |t| t.as_millis().max(1) as u64),

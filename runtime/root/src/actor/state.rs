@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use saker_actors::link::LinkId;
 use saker_core::{Core, Event, JobId, NodeId, TaskId, Time};
-use saker_wire::messages::{Assignment, Dispatch, JobDef, ToAgent};
+use saker_wire::messages::{Assignment, Dispatch, FRAME_DATA_BUDGET, JobDef, ToAgent};
 use tokio::sync::mpsc;
 
 use super::clients::{RateWindow, Waiter};
@@ -137,6 +137,7 @@ pub(super) struct Detail {
     pub stderr: String,
     pub stdout_path: Option<String>,
     pub stderr_path: Option<String>,
+    pub output: Option<Vec<u8>>,
 }
 
 /// What attempts left behind that a task's result record will need.
@@ -292,15 +293,27 @@ impl RootState {
         };
         let mut jobs = Vec::new();
         let mut tasks = Vec::with_capacity(dispatch.assignments.len());
+        // Function payloads travel in the definitions: past the budget, the frame so
+        // far goes out and the rest follows in another (one big payload goes alone).
+        let mut data = 0;
+        let mut frames = Vec::new();
+        let mut count = 0;
         for assignment in &dispatch.assignments {
             let job_id = assignment.job;
             let Some(job) = self.jobs.get_mut(&job_id) else {
                 continue;
             };
             if node.known_jobs.insert(job_id) {
+                let len = job.def.payload.data_len();
+                if data > 0 && data + len > FRAME_DATA_BUDGET {
+                    frames.push((std::mem::take(&mut jobs), std::mem::take(&mut tasks)));
+                    data = 0;
+                }
+                data += len;
                 jobs.push(Arc::clone(&job.def));
                 job.known_by.push(node_id);
             }
+            count += 1;
             tasks.push(Assignment {
                 task: assignment.task,
                 attempt: assignment.attempt,
@@ -308,15 +321,23 @@ impl RootState {
                 index: job.array_index(assignment.index).unwrap_or(0),
             });
         }
-        node.running += tasks.len() as u32;
-        let forget = std::mem::take(&mut node.forget);
-        let message = ToAgent::Dispatch(Dispatch {
-            jobs,
-            tasks,
-            forget,
-        });
+        node.running += count;
+        frames.push((jobs, tasks));
+        let mut forget = Some(std::mem::take(&mut node.forget));
         let link = node.link;
-        self.send_to(link, node_id, &message);
+        let last = frames.len() - 1;
+        for (i, (jobs, tasks)) in frames.into_iter().enumerate() {
+            let message = ToAgent::Dispatch(Dispatch {
+                jobs,
+                tasks,
+                forget: if i == last {
+                    forget.take().unwrap_or_default()
+                } else {
+                    Vec::new()
+                },
+            });
+            self.send_to(link, node_id, &message);
+        }
     }
 
     /// A finished job's definition is no longer needed by the nodes that have it: they

@@ -420,7 +420,9 @@ async fn credit_brings_work_with_each_job_definition_sent_once_per_node() {
         panic!("one dispatch to node 1: {sent:?}");
     };
     assert_eq!(first.jobs.len(), 1);
-    let Payload::Command(command) = &first.jobs[0].payload;
+    let Payload::Command(command) = &first.jobs[0].payload else {
+        panic!("a command job")
+    };
     assert_eq!(command.argv, vec!["echo", "{index}"]);
     let indices: Vec<u32> = first.tasks.iter().map(|t| t.index).collect();
     assert_eq!(indices, vec![10, 11], "array indices, not offsets");

@@ -197,8 +197,16 @@ impl Client {
     pub async fn results(&self, from: u64, follow: bool) -> Result<ResultStream, ClientError> {
         let (events, receiver) = mpsc::channel(STREAM_BUFFER);
         let id = self.register(Pending::Stream(events))?;
-        self.send(id, "results", &ResultsRequest { from, follow })
-            .await?;
+        self.send(
+            id,
+            "results",
+            &ResultsRequest {
+                from,
+                follow,
+                new_only: false,
+            },
+        )
+        .await?;
         Ok(ResultStream {
             events: receiver,
             end: None,

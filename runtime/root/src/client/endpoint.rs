@@ -18,8 +18,11 @@ pub struct ClientEndpoint {
     /// `host:port` to connect to: an address other nodes (the login node) can reach,
     /// not the wildcard the socket may be bound to. IPv6 hosts are in brackets.
     pub addr: String,
-    /// Client protocol version the pilot speaks.
+    /// The newest client protocol version the pilot speaks.
     pub protocol: u32,
+    /// Every version it speaks.
+    #[serde(default)]
+    pub protocols: Vec<u32>,
     /// Process id of the root, for diagnostics (the root may be on another host).
     pub pid: u32,
     #[serde(default)]
@@ -106,6 +109,7 @@ mod tests {
         let endpoint = ClientEndpoint {
             addr: "127.0.0.1:4567".to_owned(),
             protocol: 1,
+            protocols: vec![1, 2],
             pid: 42,
             pilot_id: pilot_dir.pilot_id().to_string(),
         };

@@ -17,7 +17,13 @@ use crate::spec::JobRequest;
 
 /// Version of the client protocol, exchanged in the hello. Bumped on any incompatible
 /// change; compatible additions (new optional fields, new requests) keep it.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// 2: function tasks (`function` specs, `output` in results), `results` with
+/// `new_only`. A client of version 2 meets a version-1 pilot with a clear
+/// `protocol_mismatch` at its hello instead of a refused field later.
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// Every version this server speaks: version 1 clients keep working unchanged.
+pub const PROTOCOLS: [u32; 2] = [1, 2];
 
 /// Correlates a response with its request; chosen by the client, echoed by the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -112,6 +118,10 @@ pub struct ResultsRequest {
     pub from: u64,
     #[serde(default)]
     pub follow: bool,
+    /// Only results accepted after this request (`from` is ignored): a client that
+    /// follows the results of its own submissions sends this before submitting.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub new_only: bool,
 }
 
 /// `shutdown`: stop the pilot. Queued tasks are not started; running ones finish

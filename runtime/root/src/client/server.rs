@@ -24,9 +24,9 @@ use super::codec::{
     self, DEFAULT_MAX_LINE_BYTES, LineReader, ReadLineError, encode, encode_with_null_id,
 };
 use super::protocol::{
-    CancelReport, CancelRequest, ErrorKind, Hello, PROTOCOL_VERSION, Request, RequestError,
-    RequestId, ResultsRequest, ShutdownRequest, StatusReport, StatusRequest, StreamEnd,
-    SubmitReply, SubmitRequest, WaitReport, WaitRequest, Welcome,
+    CancelReport, CancelRequest, ErrorKind, Hello, PROTOCOL_VERSION, PROTOCOLS, Request,
+    RequestError, RequestId, ResultsRequest, ShutdownRequest, StatusReport, StatusRequest,
+    StreamEnd, SubmitReply, SubmitRequest, WaitReport, WaitRequest, Welcome,
 };
 use crate::results::{JobId, ResultRecord};
 use crate::spec::JobRequest;
@@ -317,11 +317,11 @@ impl Session {
                 return Err(ConnectionError::Refused(error));
             }
         };
-        if hello.protocol != PROTOCOL_VERSION {
+        if !PROTOCOLS.contains(&hello.protocol) {
             let error = RequestError::new(
                 ErrorKind::ProtocolMismatch,
                 format!(
-                    "this pilot speaks client protocol {PROTOCOL_VERSION}, the client asked for {}",
+                    "this pilot speaks client protocols {PROTOCOLS:?}, the client asked for {}",
                     hello.protocol
                 ),
             );
@@ -330,7 +330,7 @@ impl Session {
         }
         tracing::debug!(client = %hello.client, "client hello");
         let welcome = Welcome {
-            protocol: PROTOCOL_VERSION,
+            protocol: hello.protocol,
             pilot_id: self.config.pilot_id.clone(),
             server: concat!("saker ", env!("CARGO_PKG_VERSION")).to_owned(),
         };
@@ -391,7 +391,13 @@ impl Session {
                 self.forward(id, request, answer, permit, |()| serde_json::json!({}))
                     .await;
             }
-            Request::Results(ResultsRequest { from, follow }) => {
+            Request::Results(ResultsRequest {
+                from,
+                follow,
+                new_only,
+            }) => {
+                // Past every sequence number: the history is empty, new results follow.
+                let from = if new_only { u64::MAX } else { from };
                 let (sink, items) = mpsc::channel(self.config.stream_capacity.max(1));
                 let request = ClientRequest::Results { from, follow, sink };
                 if self.requests.send(request).await.is_err() {

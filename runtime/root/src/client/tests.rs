@@ -113,7 +113,7 @@ async fn hello_then_requests_echo_their_ids() {
 async fn protocol_mismatch_is_an_error_and_closes() {
     let (stream, _root, server) = start(test_config());
     let mut raw = Raw::new(stream);
-    raw.send(r#"{"hello": {"protocol": 2, "client": "future"}}"#)
+    raw.send(r#"{"hello": {"protocol": 3, "client": "future"}}"#)
         .await;
     let answer = raw.receive().await;
     assert_eq!(answer["error"]["kind"], "protocol_mismatch");
@@ -121,7 +121,7 @@ async fn protocol_mismatch_is_an_error_and_closes() {
         answer["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("protocol 1")
+            .contains("protocols [1, 2]")
     );
     raw.expect_closed().await;
     assert!(matches!(
@@ -443,6 +443,7 @@ async fn tls_end_to_end_through_the_pilot_directory() {
     let endpoint = ClientEndpoint {
         addr: listener.local_addr().unwrap().to_string(),
         protocol: PROTOCOL_VERSION,
+        protocols: vec![1, 2],
         pid: std::process::id(),
         pilot_id: pilot_dir.pilot_id().to_string(),
     };
@@ -469,4 +470,68 @@ async fn tls_end_to_end_through_the_pilot_directory() {
         client.status().await,
         Err(ClientError::ConnectionClosed)
     ));
+}
+
+/// Version 1 clients keep working beside version 2 ones: each is answered with the
+/// version it asked for.
+#[tokio::test]
+async fn both_protocol_versions_are_spoken() {
+    for version in [1, 2] {
+        let (stream, _root, _server) = start(test_config());
+        let mut raw = Raw::new(stream);
+        raw.send(&format!(
+            r#"{{"hello": {{"protocol": {version}, "client": "v{version}"}}}}"#
+        ))
+        .await;
+        let answer = raw.receive().await;
+        assert_eq!(answer["ok"]["protocol"], version, "{answer}");
+    }
+}
+
+/// `new_only` asks for no history: the root gets a `from` past every sequence number.
+#[tokio::test]
+async fn a_new_only_stream_starts_past_the_history() {
+    let (stream, mut root, _server) = start(test_config());
+    let mut raw = Raw::new(stream);
+    raw.hello().await;
+    raw.send(r#"{"id": 5, "results": {"from": 3, "follow": true, "new_only": true}}"#)
+        .await;
+    let Some(ClientRequest::Results {
+        from, follow: true, ..
+    }) = root.recv().await
+    else {
+        panic!("expected a following results request");
+    };
+    assert_eq!(from, u64::MAX);
+}
+
+/// A function job's payload arrives as the bytes its base64 spelled; a bad one is
+/// refused with the job's position, and nothing reaches the root.
+#[tokio::test]
+async fn function_specs_are_decoded_or_refused_before_the_root() {
+    let (stream, mut root, _server) = start(test_config());
+    let mut raw = Raw::new(stream);
+    raw.hello().await;
+    raw.send(
+        r#"{"id": 6, "submit": {"jobs": [{"spec": {"function": {"kind": "python", "payload": "AP8K"}}}]}}"#,
+    )
+    .await;
+    // Unanswered (kept) until the end: the next answer on the line is the refusal.
+    let Some(ClientRequest::Submit { jobs, reply: _kept }) = root.recv().await else {
+        panic!("expected a submission");
+    };
+    let function = jobs[0].spec.function.as_ref().unwrap();
+    assert_eq!(function.payload, [0x00, 0xff, b'\n']);
+    raw.send(
+        r#"{"id": 7, "submit": {"jobs": [{"spec": {"argv": ["true"]}}, {"spec": {"function": {"kind": "python", "payload": "AP8K"}, "cwd": "/tmp"}}]}}"#,
+    )
+    .await;
+    let answer = raw.receive().await;
+    assert_eq!(answer["error"]["kind"], "invalid_spec", "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("jobs[1]") && message.contains("cwd"),
+        "{message}"
+    );
+    assert!(root.try_recv().is_err(), "nothing of it was submitted");
 }

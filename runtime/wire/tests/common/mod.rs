@@ -8,9 +8,9 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use saker_core::ResourceKind;
 use saker_wire::{
-    Assignment, AttemptId, Command, Dispatch, EnvVar, Frame, FrameDecoder, FromAgent, Hello,
-    JobDef, JobId, NodeId, Outcome, Output, Payload, Placement, Report, Resources, ResultBody,
-    Started, TaskId, TaskResult, ToAgent, Welcome, WireError,
+    Assignment, AttemptId, Command, Dispatch, EnvVar, Frame, FrameDecoder, FromAgent, Function,
+    Hello, JobDef, JobId, NodeId, Outcome, Output, Payload, Placement, Report, Resources,
+    ResultBody, Started, TaskId, TaskResult, ToAgent, Welcome, WireError,
 };
 
 pub fn rng(seed: u64) -> StdRng {
@@ -18,8 +18,21 @@ pub fn rng(seed: u64) -> StdRng {
 }
 
 pub fn command(job: &mut JobDef) -> &mut Command {
-    let Payload::Command(command) = &mut job.payload;
+    let Payload::Command(command) = &mut job.payload else {
+        panic!("a command job");
+    };
     command
+}
+
+/// A function job: a payload for a persistent worker, with bytes no text would hold.
+pub fn function_job(job: u32) -> JobDef {
+    JobDef {
+        payload: Payload::Function(Function {
+            kind: "python".to_owned(),
+            data: (0..=255u8).chain([0, 0xff, b'\n']).collect(),
+        }),
+        ..job_def(job)
+    }
 }
 
 pub fn job_def(job: u32) -> JobDef {
@@ -93,7 +106,7 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
         },
         ToAgent::Dispatch(dispatch(2, 64)),
         ToAgent::Dispatch(Dispatch {
-            jobs: vec![Arc::new(minimal_job)],
+            jobs: vec![Arc::new(function_job(8)), Arc::new(minimal_job)],
             tasks: Vec::new(),
             forget: Vec::new(),
         }),
@@ -190,6 +203,22 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
                     },
                 ),
                 task_result(7, Outcome::Cancelled),
+                task_result(
+                    8,
+                    Outcome::Raised {
+                        message: "ValueError: bad input".to_owned(),
+                    },
+                ),
+                TaskResult {
+                    body: ResultBody::Function {
+                        output: Some(b"\x80\x04returned\x00".to_vec()),
+                    },
+                    ..task_result(9, Outcome::Exited { code: 0 })
+                },
+                TaskResult {
+                    body: ResultBody::Function { output: None },
+                    ..task_result(10, Outcome::TimedOut)
+                },
             ],
         }),
         FromAgent::Report(Report {
