@@ -59,10 +59,16 @@ pub enum Benchmark {
     SlurmStartup,
     /// `/bin/true` tasks per second on 3 Slurm nodes × 4 slots, beside one node.
     SlurmThroughput,
+    /// The Python client: no-op calls per second, round trips, commands, idle worker
+    /// memory and a cold pilot's first result, beside ProcessPoolExecutor.
+    Python,
+    /// No-op `python_app`s through Parsl with SakerExecutor, beside
+    /// HighThroughputExecutor and ThreadPoolExecutor.
+    Parsl,
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 13] = [
+    pub const ALL: [Benchmark; 15] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -76,6 +82,8 @@ impl Benchmark {
         Benchmark::Resume,
         Benchmark::SlurmStartup,
         Benchmark::SlurmThroughput,
+        Benchmark::Python,
+        Benchmark::Parsl,
     ];
 
     /// The name used on the command line and in the JSON output.
@@ -94,6 +102,8 @@ impl Benchmark {
             Benchmark::Resume => "resume",
             Benchmark::SlurmStartup => "slurm-startup",
             Benchmark::SlurmThroughput => "slurm-throughput",
+            Benchmark::Python => "python",
+            Benchmark::Parsl => "parsl",
         }
     }
 

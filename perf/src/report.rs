@@ -17,6 +17,7 @@ pub enum Unit {
     Efficiency,
     BytesPerTask,
     Seconds,
+    Mebibytes,
 }
 
 impl Unit {
@@ -27,6 +28,7 @@ impl Unit {
             Unit::Efficiency => "efficiency",
             Unit::BytesPerTask => "bytes_per_task",
             Unit::Seconds => "seconds",
+            Unit::Mebibytes => "mebibytes",
         }
     }
 
@@ -41,6 +43,7 @@ impl Unit {
             Unit::BytesPerTask => format!("{value:.0} B/task"),
             Unit::Seconds if value < 0.1 => format!("{:.2} ms", value * 1000.0),
             Unit::Seconds => format!("{value:.3} s"),
+            Unit::Mebibytes => format!("{value:.1} MiB"),
         }
     }
 }
@@ -87,6 +90,8 @@ pub enum Target {
     RatioAtLeast(f64),
     /// The saker figure must be at most this, in its own unit (lower is better).
     AtMost(f64),
+    /// saker / baseline must be at most this (lower is better: latencies).
+    RatioAtMost(f64),
     /// Reported for context only.
     None,
 }
@@ -112,6 +117,7 @@ impl Row {
     pub fn met(&self) -> Option<bool> {
         match self.target {
             Target::RatioAtLeast(minimum) => self.ratio().map(|ratio| ratio >= minimum),
+            Target::RatioAtMost(maximum) => self.ratio().map(|ratio| ratio <= maximum),
             Target::AtMost(maximum) => Some(self.saker.value <= maximum),
             Target::None => None,
         }
@@ -120,6 +126,7 @@ impl Row {
     fn target_cell(&self) -> String {
         match self.target {
             Target::RatioAtLeast(minimum) => format!("ratio >= {minimum:.2}"),
+            Target::RatioAtMost(maximum) => format!("ratio <= {maximum:.2}"),
             Target::AtMost(maximum) => format!("<= {}", self.saker.unit.format(maximum)),
             Target::None => "-".to_owned(),
         }
@@ -128,6 +135,7 @@ impl Row {
     fn to_json(&self) -> Value {
         let target = match self.target {
             Target::RatioAtLeast(minimum) => json!({ "ratio_at_least": minimum }),
+            Target::RatioAtMost(maximum) => json!({ "ratio_at_most": maximum }),
             Target::AtMost(maximum) => json!({ "at_most": maximum }),
             Target::None => Value::Null,
         };

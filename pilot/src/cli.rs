@@ -400,7 +400,7 @@ pub struct ResultsArgs {
 #[derive(Debug, Clone, Args)]
 pub struct TemplateArgs {
     /// Which pilot: mtc (run a task file), service (serve submissions), campaign
-    /// (chain allocations until done).
+    /// (chain allocations until done), parsl (run a Parsl workflow script).
     #[arg(value_enum)]
     pub kind: crate::template::TemplateKind,
     #[arg(long)]
@@ -418,6 +418,12 @@ pub struct TemplateArgs {
     /// The pilot directory (on a shared filesystem).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// The Parsl workflow script (parsl).
+    #[arg(long)]
+    pub script: Option<PathBuf>,
+    /// The Python that runs the script and the workers (parsl).
+    #[arg(long)]
+    pub python: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -264,6 +264,8 @@ pub fn template(args: crate::cli::TemplateArgs) -> Result<ExitCode> {
         tasks: args.tasks.map(absolute),
         dir: args.dir.map(absolute),
         saker: std::env::current_exe().ok(),
+        script: args.script.map(absolute),
+        python: args.python,
     };
     print!("{}", crate::template::render(args.kind, &settings));
     Ok(ExitCode::SUCCESS)

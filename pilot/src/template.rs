@@ -13,6 +13,8 @@ pub enum TemplateKind {
     Service,
     /// Run what fits, then continue in a chained allocation, until done.
     Campaign,
+    /// Run a Parsl workflow script on a pilot across the allocation.
+    Parsl,
 }
 
 impl TemplateKind {
@@ -21,6 +23,7 @@ impl TemplateKind {
             TemplateKind::Mtc => include_str!("../../sbatch-templates/mtc.sbatch"),
             TemplateKind::Service => include_str!("../../sbatch-templates/service.sbatch"),
             TemplateKind::Campaign => include_str!("../../sbatch-templates/campaign.sbatch"),
+            TemplateKind::Parsl => include_str!("../../sbatch-templates/parsl.sbatch"),
         }
     }
 }
@@ -35,6 +38,8 @@ pub struct Settings {
     pub tasks: Option<PathBuf>,
     pub dir: Option<PathBuf>,
     pub saker: Option<PathBuf>,
+    pub script: Option<PathBuf>,
+    pub python: Option<PathBuf>,
 }
 
 /// The template with `settings` applied.
@@ -79,6 +84,12 @@ fn render_line(line: &str, settings: &Settings) -> Option<String> {
     if line.starts_with("SAKER=${SAKER:-") {
         return settings.saker.as_deref().map(|s| default("SAKER", s));
     }
+    if line.starts_with("SCRIPT=${SCRIPT:-") {
+        return settings.script.as_deref().map(|s| default("SCRIPT", s));
+    }
+    if line.starts_with("PYTHON=${PYTHON:-") {
+        return settings.python.as_deref().map(|p| default("PYTHON", p));
+    }
     None
 }
 
@@ -96,11 +107,14 @@ mod tests {
             tasks: Some("/scratch/tasks.txt".into()),
             dir: Some("/scratch/pilot".into()),
             saker: Some("/opt/saker/bin/saker".into()),
+            script: Some("/home/me/flow.py".into()),
+            python: Some("/opt/venv/bin/python".into()),
         };
         for kind in [
             TemplateKind::Mtc,
             TemplateKind::Service,
             TemplateKind::Campaign,
+            TemplateKind::Parsl,
         ] {
             let text = render(kind, &settings);
             assert!(text.contains("#SBATCH --nodes=8 "), "{text}");
@@ -123,6 +137,15 @@ mod tests {
         assert!(
             render(TemplateKind::Mtc, &settings).contains("TASKS=${TASKS:-/scratch/tasks.txt}")
         );
+        let parsl = render(TemplateKind::Parsl, &settings);
+        assert!(
+            parsl.contains("SCRIPT=${SCRIPT:-/home/me/flow.py}"),
+            "{parsl}"
+        );
+        assert!(
+            parsl.contains("PYTHON=${PYTHON:-/opt/venv/bin/python}"),
+            "{parsl}"
+        );
     }
 
     #[test]
@@ -131,6 +154,7 @@ mod tests {
             TemplateKind::Mtc,
             TemplateKind::Service,
             TemplateKind::Campaign,
+            TemplateKind::Parsl,
         ] {
             assert_eq!(render(kind, &Settings::default()), kind.text());
         }

@@ -6,6 +6,7 @@ mod efficiency;
 mod failover;
 mod latency;
 mod memory;
+mod python;
 mod resume;
 mod slurm_startup;
 mod slurm_throughput;
@@ -94,6 +95,8 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::Resume => resume::run(setup),
         Benchmark::SlurmStartup => slurm_startup::run(setup),
         Benchmark::SlurmThroughput => slurm_throughput::run(setup),
+        Benchmark::Python => python::run(setup, benchmark, "python_rows.py"),
+        Benchmark::Parsl => python::run(setup, benchmark, "parsl_rows.py"),
     }
 }
 

@@ -1,0 +1,99 @@
+//! Helpers for tests on the real Slurm cluster (scripts/slurm-cluster/up.sh).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Whether the cluster is up; without one, the test passes after saying it did not
+/// run, unless `SAKER_REQUIRE_SLURM=1` (set by scripts/test.sh), where it fails.
+pub fn cluster() -> bool {
+    if std::env::var_os("SLURM_CONF").is_some() {
+        return true;
+    }
+    assert!(
+        std::env::var("SAKER_REQUIRE_SLURM").as_deref() != Ok("1"),
+        "SAKER_REQUIRE_SLURM=1 but SLURM_CONF is unset: start scripts/slurm-cluster/up.sh"
+    );
+    eprintln!("skipped: no Slurm cluster (start scripts/slurm-cluster/up.sh)");
+    false
+}
+
+pub fn saker_bin() -> PathBuf {
+    std::env::var_os("SAKER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_saker")))
+}
+
+pub fn template(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../sbatch-templates")
+        .join(name)
+}
+
+/// Submits a template; returns the job id.
+pub fn sbatch(template: &Path, nodes: u32, env: &[(&str, &Path)], log: &Path) -> String {
+    let mut command = Command::new("sbatch");
+    command
+        .arg("--parsable")
+        .arg(format!("--nodes={nodes}"))
+        .arg(format!("--output={}", log.display()))
+        .arg(template)
+        .env("SAKER", saker_bin());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().expect("sbatch runs");
+    assert!(
+        output.status.success(),
+        "sbatch: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .trim()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// `scontrol show job` fields of a job.
+pub fn job_fields(job: &str) -> BTreeMap<String, String> {
+    let output = Command::new("scontrol")
+        .args(["show", "job", "--oneliner", job])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+pub fn wait_for_state(job: &str, timeout: Duration, log: &Path) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let state = job_fields(job).get("JobState").cloned().unwrap_or_default();
+        if [
+            "COMPLETED",
+            "FAILED",
+            "CANCELLED",
+            "TIMEOUT",
+            "NODE_FAIL",
+            "OUT_OF_MEMORY",
+        ]
+        .contains(&state.as_str())
+        {
+            return state;
+        }
+        if Instant::now() > deadline {
+            let _ = Command::new("scancel").arg(job).status();
+            panic!(
+                "job {job} still {state} after {timeout:?}; its output:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
