@@ -92,6 +92,8 @@ pub enum Target {
     AtMost(f64),
     /// saker / baseline must be at most this (lower is better: latencies).
     RatioAtMost(f64),
+    /// The saker figure must be at least this, in its own unit (a rate to reach).
+    AtLeast(f64),
     /// Reported for context only.
     None,
 }
@@ -118,6 +120,7 @@ impl Row {
         match self.target {
             Target::RatioAtLeast(minimum) => self.ratio().map(|ratio| ratio >= minimum),
             Target::RatioAtMost(maximum) => self.ratio().map(|ratio| ratio <= maximum),
+            Target::AtLeast(minimum) => Some(self.saker.value >= minimum),
             Target::AtMost(maximum) => Some(self.saker.value <= maximum),
             Target::None => None,
         }
@@ -127,6 +130,7 @@ impl Row {
         match self.target {
             Target::RatioAtLeast(minimum) => format!("ratio >= {minimum:.2}"),
             Target::RatioAtMost(maximum) => format!("ratio <= {maximum:.2}"),
+            Target::AtLeast(minimum) => format!(">= {}", self.saker.unit.format(minimum)),
             Target::AtMost(maximum) => format!("<= {}", self.saker.unit.format(maximum)),
             Target::None => "-".to_owned(),
         }
@@ -136,6 +140,7 @@ impl Row {
         let target = match self.target {
             Target::RatioAtLeast(minimum) => json!({ "ratio_at_least": minimum }),
             Target::RatioAtMost(maximum) => json!({ "ratio_at_most": maximum }),
+            Target::AtLeast(minimum) => json!({ "at_least": minimum }),
             Target::AtMost(maximum) => json!({ "at_most": maximum }),
             Target::None => Value::Null,
         };

@@ -5,7 +5,7 @@
 //! A script prints one JSON object per row on stdout:
 //! `{"row": NAME, "unit": "per_second" | "microseconds" | "mebibytes" | "seconds",
 //!   "saker": VALUE, "baseline": VALUE | null, "baseline_name": TEXT,
-//!   "target": {"ratio_at_least": R} | {"ratio_at_most": R} | null}`
+//!   "target": {"ratio_at_least": R} | {"ratio_at_most": R} | {"at_least": V} | null}`
 //! where a VALUE is a number, or `{"samples_us": [..], "percentile": P}`: raw latency
 //! samples, whose percentile is taken here with hdrhistogram like every latency row.
 
@@ -99,6 +99,8 @@ fn row(benchmark: Benchmark, line: &str) -> Result<Row> {
         Target::RatioAtLeast(ratio)
     } else if let Some(ratio) = object["target"]["ratio_at_most"].as_f64() {
         Target::RatioAtMost(ratio)
+    } else if let Some(value) = object["target"]["at_least"].as_f64() {
+        Target::AtLeast(value)
     } else {
         Target::None
     };

@@ -315,6 +315,10 @@ fn cells(record: &ResultRecord) -> [String; WIDTH] {
         (None, None) => dash(),
     };
     let output = match (&record.stdout_path, &record.stderr_path) {
+        // A function task's answer is bytes for its client: only its size is shown.
+        _ if record.output.is_some() => {
+            format!("{} B", record.output.as_ref().map_or(0, Vec::len))
+        }
         (Some(out), Some(err)) => format!("{out} {err}"),
         (Some(path), None) | (None, Some(path)) => path.clone(),
         (None, None) if !record.stdout.is_empty() || !record.stderr.is_empty() => {
@@ -565,9 +569,13 @@ mod tests {
         ) = (None, None, None);
         queued_cancel.start_time = None;
         queued_cancel.stdout.clear();
-        let table = render_table(&[sample(1), failed, queued_cancel]);
+        let mut call = sample(3);
+        call.stdout.clear();
+        call.output = Some(vec![0; 42]);
+        let table = render_table(&[sample(1), failed, queued_cancel, call]);
         let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 4);
+        assert_eq!(lines.len(), 5);
+        assert!(lines[4].ends_with("42 B"), "a call's answer by its size: {}", lines[4]);
         let state_column = lines[0].find("STATE").unwrap();
         let node_column = lines[0].find("NODE").unwrap();
         assert_eq!(&lines[1][state_column..state_column + 9], "succeeded");

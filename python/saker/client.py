@@ -1,0 +1,801 @@
+"""The connection to a pilot: the client protocol (docs/protocol.md) over mutual TLS.
+
+One connection carries everything. Two threads drive it: a writer that batches queued
+submissions into ``submit`` requests (many jobs per request, without waiting for an
+answer before sending the next), and a reader that parses answers and the one
+``results`` stream (``new_only`` and ``follow``, requested right after the hello) and
+completes futures by task id. TLS runs over ``ssl.MemoryBIO`` objects, under a lock held only for
+in-memory work, so neither thread ever blocks the other on socket I/O (an
+``SSLSocket`` cannot be read and written from two threads at once).
+"""
+
+from __future__ import annotations
+
+import binascii
+import collections
+import concurrent.futures
+import dataclasses
+import datetime
+import itertools
+import json
+import os
+import socket
+import ssl
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Deque, Dict, List, Mapping, Optional, Set, Tuple, Union
+
+from .errors import (
+    PilotClosed,
+    PilotNotFound,
+    ProtocolError,
+    SakerError,
+    SpecError,
+    TaskFailed,
+    TaskLost,
+)
+from .futures import MODE_CALL, MODE_COMMAND, MODE_RAW, SakerFuture
+from .serialize import loads_exception, loads_output
+
+__all__ = ["Result", "Connection", "PROTOCOL"]
+
+PROTOCOL = 2
+# Oldest protocol this client still speaks (command tasks only, no `output`).
+_OLDEST_PROTOCOL = 1
+SERVER_NAME = "saker.pilot"
+ALPN = "saker/1"
+
+# A submit request holds at most this many jobs / payload characters: the pilot's
+# line limit is 64 MiB, and smaller batches keep the pipeline moving.
+_BATCH_JOBS = 4096
+_BATCH_CHARS = 24 << 20
+# Bytes handed to one sendall.
+_SEND_CHUNK = 4 << 20
+
+# A submission this long after the previous one is sent by the submitting thread.
+_LONE_GAP = 0.0002
+
+_monotonic = time.monotonic
+_a2b = binascii.a2b_base64
+_loads = json.loads
+_dumps = json.dumps
+
+
+@dataclasses.dataclass
+class Result:
+    """One task's result object (protocol section 5); ``output`` is decoded bytes."""
+
+    task: int
+    job: int
+    index: Optional[int]
+    state: str
+    exit_code: Optional[int]
+    signal: Optional[int]
+    reason: Optional[str]
+    attempts: int
+    node: Optional[str]
+    executor: Optional[int]
+    stdout: str
+    stderr: str
+    stdout_path: Optional[str]
+    stderr_path: Optional[str]
+    seq: int
+    output: Optional[bytes]
+    history: List[Dict[str, Any]]
+    submit_time: Optional[str]
+    start_time: Optional[str]
+    end_time: Optional[str]
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> "Result":
+        """Builds a Result from a ``result`` message body (unknown keys ignored)."""
+        output = body.get("output")
+        return cls(
+            task=body["task"],
+            job=body["job"],
+            index=body.get("index"),
+            state=body["state"],
+            exit_code=body.get("exit_code"),
+            signal=body.get("signal"),
+            reason=body.get("reason"),
+            attempts=body.get("attempts", 0),
+            node=body.get("node"),
+            executor=body.get("executor"),
+            stdout=body.get("stdout") or "",
+            stderr=body.get("stderr") or "",
+            stdout_path=body.get("stdout_path"),
+            stderr_path=body.get("stderr_path"),
+            seq=body.get("seq", 0),
+            output=None if output is None else _a2b(output),
+            history=list(body.get("history") or ()),
+            submit_time=body.get("submit_time"),
+            start_time=body.get("start_time"),
+            end_time=body.get("end_time"),
+        )
+
+    @property
+    def ok(self) -> bool:
+        """Whether the task succeeded."""
+        return self.state == "succeeded"
+
+
+# ------------------------------------------------------------------------- options
+
+_INT_OPTIONS = ("cores", "gpus", "memory_mib", "priority", "max_retries", "max_replays", "nodes")
+_COMMAND_OPTIONS = ("env", "cwd", "shell", "inline_output")
+
+
+def normalize_options(options: Mapping[str, Any]) -> Dict[str, Any]:
+    """Checks task options and names them as in the protocol's spec.
+
+    Checked here because a submit request is accepted or refused whole: a bad option
+    caught now fails one call instead of a batch of them.
+    """
+    spec: Dict[str, Any] = {}
+    for name, value in options.items():
+        if name == "retries":
+            name = "max_retries"
+        if value is None and name not in ("cwd",):
+            continue
+        if name in _INT_OPTIONS:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"option {name} must be an int, not {value!r}")
+            if value < 0 and name != "priority":
+                raise ValueError(f"option {name} must not be negative")
+            if name in ("cores", "nodes") and value < 1:
+                raise ValueError(f"option {name} must be at least 1")
+        elif name == "time_limit":
+            if isinstance(value, datetime.timedelta):
+                value = value.total_seconds()
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise TypeError(f"option time_limit must be seconds or a string like '5m', not {value!r}")
+        elif name == "tags":
+            if isinstance(value, str):
+                value = [value]
+            value = list(value)
+            if not all(isinstance(tag, str) for tag in value):
+                raise TypeError("option tags must be strings")
+        elif name in ("idempotent", "shell"):
+            if not isinstance(value, bool):
+                raise TypeError(f"option {name} must be a bool, not {value!r}")
+        elif name == "resources":
+            value = dict(value)
+            for key, amount in value.items():
+                if not isinstance(key, str) or isinstance(amount, bool) or not isinstance(amount, int):
+                    raise TypeError("option resources must map names to ints")
+        elif name == "env":
+            value = {str(key): str(item) for key, item in dict(value).items()}
+        elif name == "cwd":
+            value = None if value is None else os.fspath(value)
+        elif name == "inline_output":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise TypeError(f"option inline_output must be a non-negative int, not {value!r}")
+        else:
+            raise TypeError(f"unknown task option {name!r}")
+        spec[name] = value
+    return spec
+
+
+def split_options(options: Mapping[str, Any], command: bool) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """(spec fields, job fields) of normalized options; command options refused for functions."""
+    spec = dict(options)
+    job: Dict[str, Any] = {}
+    if "inline_output" in spec:
+        job["inline_output"] = spec.pop("inline_output")
+    if not command:
+        for name in _COMMAND_OPTIONS:
+            if name in options:
+                raise TypeError(f"option {name} applies to command tasks only")
+    return spec, job
+
+
+# ----------------------------------------------------------------------- completion
+
+
+def _complete(future: "SakerFuture[Any]", body: Dict[str, Any]) -> None:
+    """Resolves ``future`` from its task's result body (called on the reader thread)."""
+    state = body["state"]
+    mode = future._mode
+    if state == "succeeded":
+        if mode == MODE_CALL:
+            output = body.get("output")
+            if output is None:
+                future._finish(None, ProtocolError(f"task {body['task']} succeeded without output"))
+                return
+            try:
+                value = loads_output(_a2b(output))
+            except Exception as exc:
+                future._finish(None, exc)
+                return
+            future._finish(value, None)
+        elif mode == MODE_RAW:
+            output = body.get("output")
+            future._finish(b"" if output is None else _a2b(output), None)
+        else:
+            future._finish(Result.from_json(body), None)
+    elif state == "cancelled":
+        future._cancel_here()
+    elif mode == MODE_COMMAND:
+        future._finish(None, TaskFailed(Result.from_json(body)))
+    else:
+        result = Result.from_json(body)
+        if result.output is None:
+            reason = result.reason or "no answer from the worker"
+            future._finish(
+                None, TaskLost(result, f"function task {result.task} ended without an answer: {reason}")
+            )
+        elif mode == MODE_CALL:
+            future._finish(None, loads_exception(result.output, result.reason))
+        else:
+            future._finish(None, TaskFailed(result))
+
+
+def _error_of(body: Any) -> SakerError:
+    if not isinstance(body, dict):
+        return ProtocolError(f"malformed error answer: {body!r}")
+    kind = body.get("kind")
+    message = str(body.get("message", "")) or str(kind)
+    if kind == "invalid_spec":
+        return SpecError(message)
+    if kind == "shutting_down":
+        return PilotClosed(f"the pilot is shutting down: {message}")
+    return ProtocolError(message, kind)
+
+
+# ----------------------------------------------------------------------- connection
+
+_JOB, _BATCH, _REQUEST, _CANCEL = 0, 1, 2, 3
+
+
+def read_endpoint(directory: Path) -> Dict[str, Any]:
+    """The pilot's ``client.json``, or PilotNotFound saying what is missing."""
+    if not directory.is_dir():
+        raise PilotNotFound(f"{directory} is not a pilot directory: no such directory")
+    path = directory / "client.json"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        if (directory / "saker-pilot.json").exists() or (directory / "journal").exists():
+            raise PilotNotFound(
+                f"no pilot is serving clients from {directory}: it has no client.json "
+                "(the pilot has stopped, or has not started listening yet)"
+            ) from None
+        raise PilotNotFound(
+            f"{directory} is not a pilot directory: it has no client.json "
+            "(start one with `saker pilot --dir DIR` or saker.Pilot.start)"
+        ) from None
+    except OSError as exc:
+        raise PilotNotFound(f"cannot read {path}: {exc}") from None
+    try:
+        endpoint = json.loads(text)
+        str(endpoint["addr"]).rsplit(":", 1)[1]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise PilotNotFound(f"{path} is not a valid client.json") from None
+    if not isinstance(endpoint, dict):
+        raise PilotNotFound(f"{path} is not a valid client.json")
+    return endpoint
+
+
+class Connection:
+    """A live connection to a pilot; see the module docstring for its threads."""
+
+    def __init__(self, directory: Union[str, "os.PathLike[str]"], *, timeout: float = 10.0, client: str = "") -> None:
+        self.directory = Path(directory).expanduser()
+        endpoint = read_endpoint(self.directory)
+        self.addr: str = str(endpoint["addr"])
+        self.pilot_id: str = str(endpoint.get("pilot_id", ""))
+        self.server = ""
+        self.protocol = 0
+        self._client = client or f"saker-python (python {sys.version.split()[0]}, pid {os.getpid()})"
+        self._ids = itertools.count(1)
+        self._ssl_lock = threading.Lock()
+        self._queue: Deque[Any] = collections.deque()
+        self._wake = threading.Event()
+        self._closed: Optional[BaseException] = None
+        self._closing = False
+        self._close_lock = threading.Lock()
+        # id -> (kind, ...) of requests sent and not answered yet.
+        self._pending: Dict[int, Any] = {}
+        self._submits_in_flight: Set[int] = set()
+        # task id -> future, for accepted tasks whose result has not come yet.
+        self._tasks: Dict[int, SakerFuture[Any]] = {}
+        # Results that came before the answer to their submit request.
+        self._early: Dict[int, Dict[str, Any]] = {}
+        self._partial: List[bytes] = []
+        self._results_id = -1
+        self._flush_needed = False
+        # Held by whoever turns queued items into bytes and sends them, so that requests
+        # leave in the order they were queued.
+        self._send_lock = threading.Lock()
+        self._last_submit = 0.0
+
+        spoken = endpoint.get("protocols") or [endpoint.get("protocol", PROTOCOL)]
+        candidates = sorted(
+            {int(v) for v in spoken if isinstance(v, int) and _OLDEST_PROTOCOL <= v <= PROTOCOL} or {PROTOCOL},
+            reverse=True,
+        )
+        last: Optional[BaseException] = None
+        for protocol in candidates:
+            try:
+                self._open(timeout)
+                hello = self._hello(protocol)
+            except PilotNotFound:
+                raise
+            except SakerError as exc:
+                self._sock.close()
+                last = exc
+                if getattr(exc, "kind", None) == "protocol_mismatch":
+                    continue
+                raise
+            break
+        else:
+            raise PilotNotFound(f"the pilot in {self.directory} speaks no protocol this client knows: {last}")
+        self.protocol = int(hello.get("protocol", protocol))
+        self.pilot_id = str(hello.get("pilot_id", self.pilot_id))
+        self.server = str(hello.get("server", ""))
+
+        self._sock.settimeout(None)
+        self._reader = threading.Thread(target=self._read_loop, name="saker-reader", daemon=True)
+        self._writer = threading.Thread(target=self._write_loop, name="saker-writer", daemon=True)
+        self._reader.start()
+        self._writer.start()
+        # Requests are handled in order: this stream, sent before any submit, carries
+        # the result of every later submission and none of the pilot's history.
+        stream = {"new_only": True, "follow": True} if self.protocol >= 2 else {"from": 0, "follow": True}
+        self._results_id = next(self._ids)  # known before its first message can come
+        self._push((_REQUEST, self._results_id, "results", stream, None))
+
+    # -- opening
+
+    def _open(self, timeout: float) -> None:
+        directory = self.directory
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        try:
+            context.load_verify_locations(str(directory / "ca.pem"))
+            context.load_cert_chain(str(directory / "client.pem"), str(directory / "client.key"))
+        except (OSError, ssl.SSLError) as exc:
+            raise PilotNotFound(f"cannot load the client credentials of {directory}: {exc}") from None
+        context.set_alpn_protocols([ALPN])
+        host, _, port = self.addr.rpartition(":")
+        host = host.strip("[]")
+        try:
+            sock = socket.create_connection((host, int(port)), timeout=timeout)
+        except ConnectionRefusedError:
+            raise PilotNotFound(
+                f"the pilot of {directory} refused the connection at {self.addr}: it has "
+                "probably stopped (its client.json is stale)"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise PilotNotFound(f"cannot reach the pilot of {directory} at {self.addr}: {exc}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_hostname=SERVER_NAME)
+        self._partial = []
+        try:
+            while True:
+                try:
+                    self._tls.do_handshake()
+                    break
+                except ssl.SSLWantReadError:
+                    self._flush_blocking()
+                    data = sock.recv(65536)
+                    if not data:
+                        raise PilotNotFound(f"the pilot at {self.addr} closed the connection during the TLS handshake")
+                    self._incoming.write(data)
+            self._flush_blocking()
+        except ssl.SSLError as exc:
+            sock.close()
+            raise PilotNotFound(f"TLS with the pilot of {directory} at {self.addr} failed: {exc}") from None
+        except OSError as exc:
+            sock.close()
+            raise PilotNotFound(f"cannot talk to the pilot of {directory} at {self.addr}: {exc}") from None
+
+    def _flush_blocking(self) -> None:
+        data = self._outgoing.read()
+        if data:
+            self._sock.sendall(data)
+
+    def _hello(self, protocol: int) -> Dict[str, Any]:
+        line = _dumps({"hello": {"protocol": protocol, "client": self._client}}) + "\n"
+        try:
+            self._tls.write(line.encode())
+            self._flush_blocking()
+            while True:
+                messages = self._receive_blocking()
+                if messages:
+                    break
+        except (OSError, ssl.SSLError) as exc:
+            self._sock.close()
+            raise PilotNotFound(f"the pilot at {self.addr} did not answer the hello: {exc}") from None
+        answer = messages[0]
+        if len(messages) > 1:
+            raise ProtocolError(f"unexpected messages after the hello answer: {messages[1:]!r}")
+        if "error" in answer:
+            raise _error_of(answer["error"])
+        ok = answer.get("ok")
+        if not isinstance(ok, dict):
+            raise ProtocolError(f"unexpected hello answer: {answer!r}")
+        return ok
+
+    def _receive_blocking(self) -> List[Any]:
+        data = self._sock.recv(65536)
+        if not data:
+            raise ConnectionResetError("the pilot closed the connection")
+        return self._decrypt_and_parse(data)
+
+    def _decrypt_and_parse(self, data: bytes) -> List[Any]:
+        chunks: List[bytes] = []
+        tls = self._tls
+        with self._ssl_lock:
+            self._incoming.write(data)
+            try:
+                while True:
+                    chunk = tls.read(1 << 20)
+                    if not chunk:
+                        raise ConnectionResetError("the pilot closed the connection")
+                    chunks.append(chunk)
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLZeroReturnError:
+                raise ConnectionResetError("the pilot closed the connection") from None
+            if self._outgoing.pending:
+                self._flush_needed = True
+        if self._flush_needed:
+            self._wake.set()
+        if not chunks:
+            return []
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if data.rfind(b"\n") < 0:
+            self._partial.append(data)
+            return []
+        head, _, rest = data.rpartition(b"\n")
+        if self._partial:
+            self._partial.append(head)
+            head = b"".join(self._partial)
+            self._partial = []
+        if rest:
+            self._partial.append(rest)
+        lines = [line for line in head.split(b"\n") if line.strip()]
+        if not lines:
+            return []
+        try:
+            messages: List[Any] = _loads(b"[" + b",".join(lines) + b"]")
+            return messages
+        except ValueError:
+            messages = []
+            for line in lines:
+                try:
+                    messages.append(_loads(line))
+                except ValueError:
+                    sys.stderr.write(f"saker: ignoring a malformed line from the pilot: {line[:200]!r}\n")
+            return messages
+
+    # -- queueing (any thread)
+
+    def _check_open(self) -> None:
+        if self._closed is not None:
+            raise PilotClosed(f"the connection to the pilot is closed: {self._closed}")
+
+    def _push(self, item: Any) -> None:
+        self._queue.append(item)
+        if not self._wake.is_set():
+            self._wake.set()
+        if self._closed is not None:
+            # Closed meanwhile: the writer may be gone, so fail what is queued here.
+            self._fail_queued()
+
+    def submit_job(self, job: Dict[str, Any], future: "SakerFuture[Any]", size: int) -> None:
+        """Queues one job; ``future`` completes from its result.
+
+        A lone submission (none in the last moment, nothing queued, the writer idle)
+        is sent from this thread: waking the writer would add a thread switch to the
+        round trip of every sequential ``call().result()``. Bursts go to the writer,
+        which batches them.
+        """
+        if self._closed is not None:
+            self._check_open()
+        now = _monotonic()
+        lone = now - self._last_submit > _LONE_GAP
+        self._last_submit = now
+        if lone and not self._queue and self._send_lock.acquire(False):
+            try:
+                if not self._queue:
+                    self._send(self._submit_line([job], [future]))
+                    return
+            except (OSError, ssl.SSLError) as exc:
+                self._fail(PilotClosed(f"lost the connection to the pilot: {exc}"))
+                return
+            finally:
+                self._send_lock.release()
+        self._push((_JOB, job, future, size))
+
+    def cancel_job(self, job: int) -> None:
+        """Queues a cancel of ``job`` (consecutive ones share a request)."""
+        if self._closed is None:
+            self._push((_CANCEL, job))
+
+    def request(self, name: str, body: Dict[str, Any]) -> "concurrent.futures.Future[Dict[str, Any]]":
+        """Sends a request; the future resolves to its ``ok`` body or fails with its error."""
+        self._check_open()
+        future: concurrent.futures.Future[Dict[str, Any]] = concurrent.futures.Future()
+        self._enqueue_request(name, body, future)
+        return future
+
+    def _enqueue_request(self, name: str, body: Dict[str, Any], future: Any) -> int:
+        request_id = next(self._ids)
+        self._push((_REQUEST, request_id, name, body, future))
+        return request_id
+
+    # -- writer thread
+
+    def _write_loop(self) -> None:
+        try:
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._closing or self._closed is not None:
+                    return
+                with self._send_lock:
+                    self._write_queued()
+                if self._closed is not None:
+                    # Closed while writing: fail what was registered meanwhile.
+                    self._fail(self._closed)
+                    return
+        except BaseException as exc:  # socket errors end the connection
+            self._fail(PilotClosed(f"lost the connection to the pilot: {exc}"))
+
+    def _write_queued(self) -> None:
+        queue = self._queue
+        out: List[bytes] = []
+        out_size = 0
+        while queue:
+            item = queue.popleft()
+            kind = item[0]
+            if kind == _JOB:
+                jobs = [item[1]]
+                futures = [item[2]]
+                size = item[3]
+                while queue and len(jobs) < _BATCH_JOBS and size < _BATCH_CHARS:
+                    item = queue[0]
+                    if item[0] != _JOB:
+                        break
+                    queue.popleft()
+                    jobs.append(item[1])
+                    futures.append(item[2])
+                    size += item[3]
+                line = self._submit_line(jobs, futures)
+            elif kind == _BATCH:
+                line = self._submit_line(item[1], item[2])
+            elif kind == _CANCEL:
+                job_ids = [item[1]]
+                while queue and queue[0][0] == _CANCEL and len(job_ids) < 65536:
+                    job_ids.append(queue.popleft()[1])
+                request_id = next(self._ids)
+                self._pending[request_id] = (_CANCEL,)
+                line = _dumps({"id": request_id, "cancel": {"jobs": job_ids}}).encode() + b"\n"
+            else:
+                _, request_id, name, body, future = item
+                self._pending[request_id] = (_REQUEST, future)
+                line = _dumps({"id": request_id, name: body}).encode() + b"\n"
+            out.append(line)
+            out_size += len(line)
+            if out_size >= _SEND_CHUNK:
+                self._send(b"".join(out))
+                out = []
+                out_size = 0
+        if out or self._flush_needed:
+            self._send(b"".join(out))
+
+    def _submit_line(self, jobs: List[Dict[str, Any]], futures: List["SakerFuture[Any]"]) -> bytes:
+        request_id = next(self._ids)
+        self._pending[request_id] = (_BATCH, jobs, futures)
+        self._submits_in_flight.add(request_id)
+        return _dumps({"id": request_id, "submit": {"jobs": jobs}}).encode() + b"\n"
+
+    def _send(self, data: bytes) -> None:
+        with self._ssl_lock:
+            if data:
+                self._tls.write(data)
+            self._flush_needed = False
+            encrypted = self._outgoing.read()
+        if encrypted:
+            self._sock.sendall(encrypted)
+
+    # -- reader thread
+
+    def _read_loop(self) -> None:
+        reason: BaseException
+        try:
+            sock = self._sock
+            dispatch = self._dispatch
+            parse = self._decrypt_and_parse
+            while True:
+                data = sock.recv(1 << 18)
+                if not data:
+                    raise ConnectionResetError("the pilot closed the connection")
+                for message in parse(data):
+                    dispatch(message)
+        except BaseException as exc:
+            if self._closing:
+                reason = PilotClosed("the connection was closed")
+            elif isinstance(exc, (OSError, ssl.SSLError)):
+                reason = PilotClosed(f"lost the connection to the pilot: {exc}")
+            else:
+                reason = PilotClosed(f"connection failed: {type(exc).__name__}: {exc}")
+                if not isinstance(exc, Exception):
+                    self._fail(reason)
+                    raise
+            self._fail(reason)
+
+    def _dispatch(self, message: Dict[str, Any]) -> None:
+        body = message.get("result")
+        if body is not None:
+            task = body["task"]
+            future = self._tasks.pop(task, None)
+            if future is not None:
+                _complete(future, body)
+            elif self._submits_in_flight:
+                self._early[task] = body
+            return
+        request_id: Any = message.get("id")
+        if request_id == self._results_id:
+            # The stream ended: the pilot is stopping (or could not read its journal).
+            # Without it no future can complete, so the connection is done.
+            if "error" in message:
+                why = f"the results stream failed: {_error_of(message['error'])}"
+            else:
+                why = "the pilot stopped"
+            self._fail(PilotClosed(why))
+            return
+        entry = self._pending.pop(request_id, None)
+        if entry is None:
+            if "error" in message:
+                sys.stderr.write(f"saker: error from the pilot: {message['error']}\n")
+            return
+        kind = entry[0]
+        if kind == _BATCH:
+            self._on_submit_answer(request_id, entry[1], entry[2], message)
+        elif kind == _REQUEST:
+            future = entry[1]
+            if future is None:
+                return
+            try:
+                if "ok" in message:
+                    future.set_result(message["ok"])
+                else:
+                    future.set_exception(_error_of(message.get("error")))
+            except concurrent.futures.InvalidStateError:
+                pass
+
+    def _on_submit_answer(
+        self,
+        request_id: int,
+        jobs: List[Dict[str, Any]],
+        futures: List["SakerFuture[Any]"],
+        message: Dict[str, Any],
+    ) -> None:
+        ok = message.get("ok")
+        try:
+            if ok is not None:
+                tasks = self._tasks
+                early = self._early
+                for future, answer in zip(futures, ok["jobs"]):
+                    task = answer["first_task"]
+                    job = answer["job"]
+                    future._job = job
+                    future._task = task
+                    if future.done():  # cancelled before its job id was known
+                        early.pop(task, None)
+                        if future.cancelled():
+                            self.cancel_job(job)
+                        continue
+                    body = early.pop(task, None)
+                    if body is not None:
+                        _complete(future, body)
+                    else:
+                        tasks[task] = future
+                return
+            error = _error_of(message.get("error"))
+            if isinstance(error, SpecError) and len(jobs) > 1:
+                # All or nothing: find the bad job(s) by halving, resubmitting the rest.
+                half = len(jobs) // 2
+                self._queue.appendleft((_BATCH, jobs[half:], futures[half:]))
+                self._queue.appendleft((_BATCH, jobs[:half], futures[:half]))
+                self._wake.set()
+                return
+            for future in futures:
+                try:
+                    future.set_exception(error)
+                except concurrent.futures.InvalidStateError:
+                    pass
+        finally:
+            self._submits_in_flight.discard(request_id)
+            if not self._submits_in_flight and self._early:
+                self._early.clear()  # results of other clients' tasks
+
+    # -- failure and closing
+
+    def _fail_tasks(self, error: BaseException) -> None:
+        tasks = self._tasks
+        self._tasks = {}
+        for future in tasks.values():
+            try:
+                future.set_exception(error)
+            except concurrent.futures.InvalidStateError:
+                pass
+
+    def _fail_queued(self) -> None:
+        error = PilotClosed(f"the connection to the pilot is closed: {self._closed}")
+        while True:
+            try:
+                item = self._queue.popleft()
+            except IndexError:
+                return
+            if item[0] == _JOB:
+                futures = [item[2]]
+            elif item[0] == _BATCH:
+                futures = item[2]
+            elif item[0] == _REQUEST:
+                futures = [item[4]] if item[4] is not None else []
+            else:
+                futures = []
+            for future in futures:
+                try:
+                    future.set_exception(error)
+                except concurrent.futures.InvalidStateError:
+                    pass
+
+    def _fail(self, error: BaseException) -> None:
+        """Marks the connection closed and fails everything pending (repeatable)."""
+        with self._close_lock:
+            if self._closed is None:
+                self._closed = error
+            else:
+                error = self._closed
+        self._wake.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the reader
+        except OSError:
+            pass
+        pending = self._pending
+        self._pending = {}
+        for entry in pending.values():
+            if entry[0] == _BATCH:
+                futures = entry[2]
+            elif entry[0] == _REQUEST and entry[1] is not None:
+                futures = [entry[1]]
+            else:
+                continue
+            for future in futures:
+                try:
+                    future.set_exception(error)
+                except concurrent.futures.InvalidStateError:
+                    pass
+        self._fail_tasks(error)
+        self._fail_queued()
+
+    @property
+    def closed(self) -> bool:
+        """Whether the connection has ended (closed here or lost)."""
+        return self._closed is not None
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Closes the connection; pending futures fail with PilotClosed."""
+        self._closing = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._wake.set()
+        for thread in (self._reader, self._writer):
+            if thread is not threading.current_thread():
+                thread.join(timeout)
+        self._fail(PilotClosed("the connection was closed"))
+        try:
+            self._sock.close()
+        except OSError:
+            pass

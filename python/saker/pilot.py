@@ -1,0 +1,486 @@
+"""``Pilot``: a connection to a running pilot, or a local pilot started for the caller.
+
+Everything that submits work lives on :class:`_Target`, shared by the pilot itself and
+by the views that ``pilot.options(...)`` returns (same methods, other default options).
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import binascii
+import itertools
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import (
+    IO,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    TypeVar,
+    Union,
+)
+
+from .client import Connection, Result, normalize_options, split_options
+from .errors import PilotClosed, PilotNotFound, SakerError
+from .futures import MODE_CALL, MODE_COMMAND, MODE_RAW, Executor, SakerFuture, map_results
+from .serialize import _run_chunk, dumps_call, prepare_function
+
+__all__ = ["Pilot"]
+
+T = TypeVar("T")
+PathLike = Union[str, "os.PathLike[str]"]
+_b2a = binascii.b2a_base64
+
+
+class _Target:
+    """What submits tasks: a pilot, or a view of it with other default options."""
+
+    _pilot: "Pilot"
+    _options: Dict[str, Any]
+
+    def _connection(self) -> Connection:
+        return self._pilot._require_connection()
+
+    def _merged(self, options: Mapping[str, Any]) -> Dict[str, Any]:
+        if not options:
+            return self._options
+        merged = dict(self._options)
+        merged.update(normalize_options(options))
+        return merged
+
+    def options(self, **options: Any) -> "PilotView":
+        """A view submitting with these options as defaults (e.g. ``cores=4``)."""
+        return PilotView(self._pilot, self._merged(options))
+
+    def executor(self, **options: Any) -> Executor:
+        """A ``concurrent.futures.Executor`` running calls as function tasks here."""
+        return Executor(self.options(**options) if options else self)
+
+    def submit(self, cmd: Union[str, Sequence[str]], **options: Any) -> "SakerFuture[Result]":
+        """Runs a command: a string runs with ``/bin/sh -c``, a sequence directly.
+
+        Resolves to the :class:`Result` when it succeeds; fails with
+        :class:`TaskFailed` (whose ``result`` says why) when it fails.
+        """
+        merged = self._merged(options)
+        spec, job = split_options(merged, command=True)
+        if isinstance(cmd, str):
+            spec["argv"] = [cmd]
+            spec.setdefault("shell", True)
+        else:
+            argv = [os.fspath(part) for part in cmd]
+            if not argv:
+                raise ValueError("the command is empty")
+            spec["argv"] = argv
+        job["spec"] = spec
+        connection = self._connection()
+        future: SakerFuture[Result] = SakerFuture(connection, MODE_COMMAND)
+        connection.submit_job(job, future, sum(len(arg) for arg in spec["argv"]))
+        return future
+
+    def submit_function(self, payload: bytes, *, kind: str = "python", **options: Any) -> "SakerFuture[bytes]":
+        """Runs an opaque payload on a worker of ``kind``; resolves to its output bytes.
+
+        Fails with :class:`TaskFailed` when the worker raised (``result.output`` holds
+        its serialized exception) and with :class:`TaskLost` when no answer came.
+        """
+        return self._function(bytes(payload), kind, self._merged(options), MODE_RAW)
+
+    def _function(self, payload: bytes, kind: str, options: Dict[str, Any], mode: int) -> "SakerFuture[Any]":
+        spec, job = split_options(options, command=False)
+        encoded = _b2a(payload, newline=False).decode("ascii")
+        spec["function"] = {"kind": kind, "payload": encoded}
+        job["spec"] = spec
+        connection = self._connection()
+        future: SakerFuture[Any] = SakerFuture(connection, mode)
+        connection.submit_job(job, future, len(encoded))
+        return future
+
+    def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> "SakerFuture[T]":
+        """Runs ``fn(*args, **kwargs)`` on a Python worker; resolves to its return value.
+
+        An exception raised there is raised again by ``result()``, with the worker's
+        traceback as its ``__cause__``.
+        """
+        return self._function(dumps_call(fn, args, kwargs), "python", self._options, MODE_CALL)
+
+    def map(
+        self,
+        fn: Callable[..., T],
+        *iterables: Iterable[Any],
+        timeout: Optional[float] = None,
+        chunksize: int = 1,
+        ordered: bool = True,
+        _track: Optional[Callable[[SakerFuture[Any]], None]] = None,
+    ) -> Iterator[T]:
+        """Like ``Executor.map``: submits everything now, yields results in order.
+
+        ``ordered=False`` yields them as they come. ``chunksize`` calls share a task.
+        Leaving the loop early cancels what has not finished.
+        """
+        if chunksize < 1:
+            raise ValueError("chunksize must be >= 1")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        options = self._options
+        connection = self._connection()
+        spec_options, job_options = split_options(options, command=False)
+        prepared = prepare_function(fn)
+        futures: List[SakerFuture[Any]] = []
+        append = futures.append
+        b2a = _b2a
+        submit_job = connection.submit_job
+        if chunksize == 1:
+            argument_tuples: Iterable[Any] = zip(*iterables)
+            function: Any = prepared
+        else:
+            source = zip(*iterables)
+            argument_tuples = (
+                (prepared, chunk)
+                for chunk in iter(lambda: list(itertools.islice(source, chunksize)), [])
+            )
+            function = prepare_function(_run_chunk)
+        empty: Dict[str, Any] = {}
+        # Collections triggered by creating a future per call would more than double
+        # the cost of this loop; whatever it leaves is collected after it.
+        collecting = gc.isenabled()
+        if collecting:
+            gc.disable()
+        try:
+            for args in argument_tuples:
+                encoded = b2a(dumps_call(function, args, empty), newline=False).decode("ascii")
+                spec = {"function": {"kind": "python", "payload": encoded}}
+                if spec_options:
+                    spec.update(spec_options)
+                job = {"spec": spec}
+                if job_options:
+                    job.update(job_options)
+                future: SakerFuture[Any] = SakerFuture(connection, MODE_CALL)
+                submit_job(job, future, len(encoded))
+                if _track is not None:
+                    _track(future)
+                append(future)
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+        finally:
+            if collecting:
+                gc.enable()
+        return map_results(futures, deadline, ordered, chunksize > 1)
+
+
+class PilotView(_Target):
+    """``pilot.options(...)``: the pilot's submit methods with other default options."""
+
+    def __init__(self, pilot: "Pilot", options: Dict[str, Any]) -> None:
+        self._pilot = pilot
+        self._options = options
+
+    def __repr__(self) -> str:
+        return f"<PilotView of {self._pilot!r} options={self._options!r}>"
+
+
+# Pilots started here and not closed yet: stopped at exit (a forgotten one would
+# otherwise outlive this process).
+_started: "Set[Pilot]" = set()
+
+
+@atexit.register
+def _stop_leftover_pilots() -> None:
+    for pilot in list(_started):
+        try:
+            pilot.close(timeout=5.0)
+        except Exception:
+            pass
+
+
+def _find_binary(saker_bin: Optional[PathLike]) -> str:
+    if saker_bin is not None:
+        return os.fspath(saker_bin)
+    from_env = os.environ.get("SAKER_BIN")
+    if from_env:
+        return from_env
+    found = shutil.which("saker")
+    if found is None:
+        raise SakerError("cannot find the saker binary: pass saker_bin=, set SAKER_BIN, or put saker on PATH")
+    return found
+
+
+def _python_path() -> str:
+    """PYTHONPATH for workers: this saker package first, then the caller's own paths.
+
+    Functions travel by reference (module and name), so workers must import what the
+    caller imports: test modules, a script's directory, an uninstalled checkout.
+    """
+    own = str(Path(__file__).resolve().parent.parent)
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    paths = [own]
+    for entry in sys.path:
+        entry = os.path.realpath(entry or os.getcwd())
+        if not os.path.isdir(entry) or any(entry.startswith(prefix + os.sep) for prefix in prefixes):
+            continue
+        if entry not in paths:
+            paths.append(entry)
+    inherited = os.environ.get("PYTHONPATH")
+    if inherited:
+        paths.append(inherited)
+    return os.pathsep.join(paths)
+
+
+class Pilot(_Target):
+    """A pilot this process talks to: ``Pilot.connect(dir)`` or ``Pilot.start(...)``.
+
+    Use it as a context manager. ``close()`` closes the connection, and stops the pilot
+    too when ``start`` started it.
+    """
+
+    def __init__(self, connection: Connection, *, process: Optional["subprocess.Popen[bytes]"] = None,
+                 temporary: Optional[str] = None, log: Optional[IO[bytes]] = None,
+                 log_path: Optional[str] = None) -> None:
+        self._pilot = self
+        self._options = {}
+        self._conn: Optional[Connection] = connection
+        self._process = process
+        self._temporary = temporary
+        self._log = log
+        self._log_path = log_path
+        self._close_lock = threading.Lock()
+        self.dir = connection.directory
+        self.pilot_id = connection.pilot_id
+
+    # -- opening
+
+    @classmethod
+    def connect(cls, dir: PathLike, *, timeout: float = 10.0) -> "Pilot":
+        """Connects to the pilot serving clients from directory ``dir``."""
+        return cls(Connection(dir, timeout=timeout))
+
+    @classmethod
+    def start(
+        cls,
+        dir: Optional[PathLike] = None,
+        agents: int = 1,
+        slots: Optional[int] = None,
+        *,
+        saker_bin: Optional[PathLike] = None,
+        workers: Optional[Mapping[str, str]] = None,
+        log: Union[None, PathLike, IO[bytes]] = None,
+        extra_args: Sequence[str] = (),
+        timeout: float = 60.0,
+        sync: Optional[bool] = None,
+    ) -> "Pilot":
+        """Starts ``saker pilot`` on this machine and connects to it.
+
+        ``dir`` must not hold a pilot yet (None: a temporary directory, removed at
+        close). Python workers run ``<this interpreter> -m saker.worker`` with this
+        saker package on their PYTHONPATH; ``workers`` adds or overrides worker
+        commands by kind. The pilot's stdout and stderr go to ``log`` (a path or a
+        binary file), else to a temporary file quoted when the start fails.
+        ``sync`` fsyncs the journal before each result is reported; by default only
+        a pilot in a directory of your own does (a temporary one is never resumed).
+        """
+        binary = _find_binary(saker_bin)
+        temporary = None
+        if dir is None:
+            temporary = tempfile.mkdtemp(prefix="saker-")
+            directory = Path(temporary) / "pilot"
+        else:
+            directory = Path(dir).expanduser().resolve()
+        commands = {"python": f"{shlex.quote(sys.executable)} -m saker.worker"}
+        commands.update(workers or {})
+        argv = [binary, "pilot", "--dir", str(directory), "--agents", str(agents)]
+        if slots is not None:
+            argv += ["--slots", str(slots)]
+        for kind, command in commands.items():
+            argv += ["--worker", f"{kind}={command}"]
+        # A temporary pilot is removed at close: nothing will ever resume from its
+        # journal, so fsyncing each result (about 0.3 ms per call here) buys nothing.
+        if not (temporary is None if sync is None else sync) and "--no-sync" not in extra_args:
+            argv.append("--no-sync")
+        argv += list(extra_args)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = _python_path()
+
+        log_file: IO[bytes]
+        log_path: Optional[str] = None
+        if log is None:
+            log_file = tempfile.TemporaryFile(prefix="saker-pilot-", suffix=".log")
+        elif isinstance(log, (str, os.PathLike)):
+            log_path = os.fspath(log)
+            log_file = open(log_path, "ab")
+        else:
+            log_file = log
+        try:
+            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file,
+                                       stderr=subprocess.STDOUT, env=env)
+        except OSError as exc:
+            if log is None or log_path is not None:
+                log_file.close()
+            if temporary:
+                shutil.rmtree(temporary, ignore_errors=True)
+            raise SakerError(f"cannot run {binary}: {exc}") from None
+        pilot: Optional[Pilot] = None
+        try:
+            connection = _wait_for_pilot(directory, process, timeout, lambda: _tail(log_file, log_path))
+            pilot = cls(connection, process=process, temporary=temporary,
+                        log=log_file if (log is None or log_path is not None) else None,
+                        log_path=log_path)
+            _started.add(pilot)
+            return pilot
+        finally:
+            if pilot is None:
+                _stop_process(process, 5.0)
+                if log is None or log_path is not None:
+                    log_file.close()
+                if temporary:
+                    shutil.rmtree(temporary, ignore_errors=True)
+
+    # -- state
+
+    def _require_connection(self) -> Connection:
+        connection = self._conn
+        if connection is None:
+            raise PilotClosed("this Pilot is closed")
+        return connection
+
+    def __repr__(self) -> str:
+        state = "closed" if self._conn is None else "open"
+        return f"<saker.Pilot {self.dir} {self.pilot_id} {state}>"
+
+    def __enter__(self) -> "Pilot":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def status(self, timeout: Optional[float] = 30.0) -> Dict[str, Any]:
+        """The pilot's counters (``queued``, ``running``, ``succeeded``, ``slots``, ...)."""
+        return self._require_connection().request("status", {}).result(timeout)
+
+    def cancel(self, future: "SakerFuture[Any]") -> bool:
+        """Cancels the future's task (queued or running); same as ``future.cancel()``."""
+        return future.cancel()
+
+    def shutdown(self, kill_running: bool = False, timeout: Optional[float] = 30.0) -> None:
+        """Asks the pilot to stop (whoever started it); then closes this connection."""
+        connection = self._require_connection()
+        try:
+            connection.request("shutdown", {"kill_running": kill_running}).result(timeout)
+        except PilotClosed:
+            pass  # the pilot stopped before its answer reached us: done all the same
+        finally:
+            self.close()
+
+    @property
+    def log_tail(self) -> str:
+        """The end of the pilot's own output (for pilots started here)."""
+        if self._log is None and self._log_path is None:
+            return ""
+        return _tail(self._log, self._log_path)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Closes the connection; stops the pilot (and removes its temp dir) if started here."""
+        with self._close_lock:
+            connection, self._conn = self._conn, None
+            process, self._process = self._process, None
+        asked = False
+        if connection is not None:
+            if process is not None and connection.closed:
+                asked = True  # lost: the pilot is stopping or gone; give it time to exit
+            elif process is not None:
+                try:
+                    connection.request("shutdown", {"kill_running": True}).result(min(timeout, 10.0))
+                    asked = True
+                except PilotClosed:
+                    asked = True  # it is stopping already
+                except Exception:
+                    pass
+            connection.close()
+        if process is not None:
+            _stop_process(process, timeout if asked else 2.0)
+            _started.discard(self)
+            if self._log is not None:
+                self._log.close()
+            if self._temporary:
+                shutil.rmtree(self._temporary, ignore_errors=True)
+
+
+def _tail(log_file: Optional[IO[bytes]], log_path: Optional[str], limit: int = 4000) -> str:
+    try:
+        if log_path is not None:
+            with open(log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - limit))
+                data = f.read()
+        elif log_file is not None:
+            fd = log_file.fileno()
+            size = os.fstat(fd).st_size
+            # pread: the pilot shares this file's offset, which must not move.
+            data = os.pread(fd, limit, max(0, size - limit))
+        else:
+            return ""
+    except (OSError, ValueError):
+        return ""
+    return data.decode("utf-8", "replace")
+
+
+def _wait_for_pilot(directory: Path, process: "subprocess.Popen[bytes]", timeout: float,
+                    tail: Callable[[], str]) -> Connection:
+    deadline = time.monotonic() + timeout
+    path = directory / "client.json"
+    delay = 0.005
+    last_error: Optional[BaseException] = None
+    while True:
+        code = process.poll()
+        if code is not None:
+            raise SakerError(f"saker pilot exited with code {code} before serving clients:\n{tail().rstrip()}")
+        try:
+            endpoint = json.loads(path.read_text())
+            ours = endpoint.get("pid") == process.pid
+        except (OSError, ValueError, AttributeError):
+            ours = False
+        if ours:
+            try:
+                return Connection(directory, timeout=max(1.0, deadline - time.monotonic()))
+            except PilotNotFound as exc:
+                last_error = exc
+        if time.monotonic() > deadline:
+            detail = f" (last error: {last_error})" if last_error else ""
+            raise SakerError(
+                f"saker pilot did not serve clients from {directory} within {timeout:g}s{detail}:\n"
+                f"{tail().rstrip()}"
+            )
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+def _stop_process(process: "subprocess.Popen[bytes]", timeout: float) -> None:
+    """Waits for the pilot to exit, then SIGTERM (it stops its agents), then SIGKILL."""
+    try:
+        process.wait(timeout)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    process.terminate()
+    try:
+        process.wait(5.0)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

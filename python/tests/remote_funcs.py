@@ -1,0 +1,93 @@
+"""Functions the tests run on workers (importable there: Pilot.start puts this
+directory on the workers' PYTHONPATH)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Dict, Optional
+
+
+def add(a: int, b: int = 0) -> int:
+    return a + b
+
+
+def identity(x: Any) -> Any:
+    return x
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def environment() -> Dict[str, Optional[str]]:
+    return {name: os.environ.get(name) for name in ("SAKER_TASK_ID", "SAKER_ATTEMPT_ID", "SAKER_WORKER_KIND")}
+
+
+def sleep_then(seconds: float, value: Any) -> Any:
+    time.sleep(seconds)
+    return value
+
+
+def fail(message: str) -> None:
+    raise ValueError(message)
+
+
+class NeedsTwoArgs(Exception):
+    def __init__(self, a: int, b: int) -> None:
+        super().__init__(f"needs {a} and {b}")
+
+
+def fail_custom() -> None:
+    raise NeedsTwoArgs(1, 2)
+
+
+class Unpicklable(Exception):
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        raise TypeError("not today")
+
+
+def fail_unpicklable() -> None:
+    raise Unpicklable("secret")
+
+
+def return_unpicklable() -> Any:
+    return lambda: None
+
+
+def block_until(started: str, release: str, timeout: float = 30.0) -> str:
+    """Marks itself started, then waits (bounded) for the release file."""
+    with open(started, "a") as f:
+        f.write(os.environ.get("SAKER_ATTEMPT_ID", "") + "\n")
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(release):
+        if time.monotonic() > deadline:
+            return "timed out"
+        time.sleep(0.01)
+    return "released"
+
+
+def crash_first_attempt(marker: str) -> str:
+    """Kills its worker the first time (no answer: the attempt is lost and replayed)."""
+    attempt = os.environ["SAKER_ATTEMPT_ID"]
+    if not os.path.exists(marker):
+        with open(marker, "w") as f:
+            f.write(attempt)
+        sys.stdout.flush()
+        os._exit(1)
+    return attempt
+
+
+def hello_print(text: str) -> str:
+    print(text)
+    sys.stdout.flush()
+    return "printed"
+
+
+def read_stdin() -> str:
+    return sys.stdin.read()
+
+
+def pid() -> int:
+    return os.getpid()

@@ -1,0 +1,382 @@
+"""The client against real pilots: connecting, commands, calls, map, executor, cancel,
+replays and time limits."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any, List
+
+import pytest
+
+import remote_funcs
+import saker
+from conftest import wait_for
+
+
+# ----------------------------------------------------------------------------- connect
+
+
+def test_connect_to_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(saker.PilotNotFound, match="no such directory"):
+        saker.Pilot.connect(tmp_path / "nope")
+
+
+def test_connect_to_a_directory_that_is_not_a_pilot(tmp_path: Path) -> None:
+    with pytest.raises(saker.PilotNotFound, match="not a pilot directory"):
+        saker.Pilot.connect(tmp_path)
+
+
+def test_connect_to_a_stale_client_json(tmp_path: Path, pilot: saker.Pilot) -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for name in ("ca.pem", "client.pem", "client.key"):
+        (tmp_path / name).write_bytes((pilot.dir / name).read_bytes())
+    (tmp_path / "client.json").write_text(json.dumps({"addr": f"127.0.0.1:{port}", "protocol": 2, "pid": 1, "pilot_id": "0" * 32}))
+    with pytest.raises(saker.PilotNotFound, match="refused"):
+        saker.Pilot.connect(tmp_path)
+
+
+def test_protocol_1_pilots_still_run_commands(tmp_path: Path, pilot: saker.Pilot) -> None:
+    # A client.json that offers only version 1 (as older pilots write it).
+    endpoint = json.loads((pilot.dir / "client.json").read_text())
+    endpoint.pop("protocols", None)
+    endpoint["protocol"] = 1
+    for name in ("ca.pem", "client.pem", "client.key"):
+        (tmp_path / name).write_bytes((pilot.dir / name).read_bytes())
+    (tmp_path / "client.json").write_text(json.dumps(endpoint))
+    with saker.Pilot.connect(tmp_path) as old:
+        assert old._require_connection().protocol == 1
+        assert old.submit(["echo", "v1"]).result(30).stdout == "v1\n"
+
+
+def test_second_connection_sees_the_same_pilot(pilot: saker.Pilot) -> None:
+    with saker.Pilot.connect(pilot.dir) as other:
+        assert other.pilot_id == pilot.pilot_id
+        status = other.status()
+        assert status["slots"] == 2
+        assert other.call(remote_funcs.add, 1, 2).result(30) == 3
+    # Closing a connected Pilot leaves the pilot running.
+    assert pilot.call(remote_funcs.add, 2, 2).result(30) == 4
+
+
+def test_start_reports_the_pilots_error(saker_bin: str, pilot: saker.Pilot) -> None:
+    with pytest.raises(saker.SakerError, match="already holds a pilot"):
+        saker.Pilot.start(dir=pilot.dir, saker_bin=saker_bin, timeout=30)
+
+
+def test_start_with_a_missing_binary(tmp_path: Path) -> None:
+    with pytest.raises(saker.SakerError, match="cannot run"):
+        saker.Pilot.start(saker_bin=tmp_path / "no-such-saker")
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+def test_commands(pilot: saker.Pilot, tmp_path: Path) -> None:
+    shell = pilot.submit("echo hello; echo oops >&2")
+    argv = pilot.submit(["printf", "%s-%s", "a", "b"])
+    env = pilot.submit("echo $SAKER_TEST_VALUE", env={"SAKER_TEST_VALUE": "from-env"})
+    cwd = pilot.submit(["pwd"], cwd=tmp_path)
+    result = shell.result(30)
+    assert isinstance(result, saker.Result)
+    assert result.state == "succeeded" and result.exit_code == 0 and result.ok
+    assert result.stdout == "hello\n" and result.stderr == "oops\n"
+    assert result.output is None and result.task == shell.task and result.job == shell.job
+    assert argv.result(30).stdout == "a-b"
+    assert env.result(30).stdout == "from-env\n"
+    assert cwd.result(30).stdout.strip() == str(tmp_path)
+
+
+def test_failed_command(pilot: saker.Pilot) -> None:
+    future = pilot.submit("echo bad >&2; exit 3")
+    with pytest.raises(saker.TaskFailed) as info:
+        future.result(30)
+    assert not isinstance(info.value, saker.TaskLost)
+    result = info.value.result
+    assert result.state == "failed" and result.exit_code == 3 and result.stderr == "bad\n"
+    assert "exit" in str(info.value) and "bad" in str(info.value)
+
+
+def test_spawn_failure_and_retries(pilot: saker.Pilot) -> None:
+    with pytest.raises(saker.TaskFailed) as info:
+        pilot.submit(["/no/such/program"]).result(30)
+    assert info.value.result.reason
+    retried = pilot.options(retries=1).submit("exit 1")
+    with pytest.raises(saker.TaskFailed) as info:
+        retried.result(60)
+    assert info.value.result.attempts == 2
+    assert len(info.value.result.history) == 1
+
+
+# ------------------------------------------------------------------------------- calls
+
+
+def test_call_returns_values(pilot: saker.Pilot) -> None:
+    assert pilot.call(remote_funcs.add, 40, b=2).result(30) == 42
+    big = os.urandom(1 << 20)
+    assert pilot.call(remote_funcs.identity, big).result(30) == big
+    value = {"nested": [1, 2.5, None, ("t", frozenset({3}))]}
+    assert pilot.call(remote_funcs.identity, value).result(30) == value
+    env = pilot.call(remote_funcs.environment).result(30)
+    assert env["SAKER_WORKER_KIND"] == "python"
+    assert int(env["SAKER_TASK_ID"]) > 0 and int(env["SAKER_ATTEMPT_ID"]) > 0
+
+
+def test_workers_persist(pilot: saker.Pilot) -> None:
+    pids = {pilot.call(remote_funcs.pid).result(30) for _ in range(20)}
+    assert 1 <= len(pids) <= 2  # one worker per slot, reused
+
+
+def test_remote_exceptions(pilot: saker.Pilot) -> None:
+    with pytest.raises(ValueError, match="^kaboom$") as info:
+        pilot.call(remote_funcs.fail, "kaboom").result(30)
+    cause = info.value.__cause__
+    assert isinstance(cause, saker.RemoteTraceback)
+    assert "remote_funcs.py" in str(cause) and "in fail" in str(cause)
+
+    with pytest.raises(saker.RemoteError) as remote:
+        pilot.call(remote_funcs.fail_unpicklable).result(30)
+    assert remote.value.type_name == "Unpicklable" and remote.value.message == "secret"
+    assert isinstance(remote.value.__cause__, saker.RemoteTraceback)
+
+    with pytest.raises(TypeError, match="could not be pickled"):
+        pilot.call(remote_funcs.return_unpicklable).result(30)
+
+
+def test_submit_function_raw(pilot: saker.Pilot) -> None:
+    from saker.serialize import dumps_call
+
+    output = pilot.submit_function(dumps_call(remote_funcs.square, (7,), {})).result(30)
+    assert output == __import__("pickle").dumps(49, protocol=5)
+    with pytest.raises(saker.TaskFailed) as info:
+        pilot.submit_function(b"\x66hello").result(30)
+    assert not isinstance(info.value, saker.TaskLost)
+    assert info.value.result.output is not None
+    assert "unknown payload format 0x66" in (info.value.result.reason or "")
+
+
+# --------------------------------------------------------------------------------- map
+
+
+def test_map(pilot: saker.Pilot) -> None:
+    assert list(pilot.map(remote_funcs.square, range(200))) == [i * i for i in range(200)]
+    assert list(pilot.map(remote_funcs.add, [1, 2, 3], [10, 20, 30])) == [11, 22, 33]
+    assert list(pilot.map(remote_funcs.square, range(50), chunksize=7)) == [i * i for i in range(50)]
+    unordered = list(pilot.map(remote_funcs.square, range(100), ordered=False))
+    assert sorted(unordered) == [i * i for i in range(100)]
+    assert list(pilot.map(remote_funcs.square, [])) == []
+    many = [pilot.call(remote_funcs.square, i) for i in range(2000)]
+    assert sorted(f.result() for f in saker.as_completed(many, timeout=60)) == [i * i for i in range(2000)]
+
+
+def test_map_order_and_timeout(idle: saker.Pilot) -> None:
+    delays = [0.8, 0.0, 0.0]
+    ordered = list(idle.map(remote_funcs.sleep_then, delays, ["slow", "a", "b"]))
+    assert ordered == ["slow", "a", "b"]
+    unordered = list(idle.map(remote_funcs.sleep_then, delays, ["slow", "a", "b"], ordered=False))
+    assert unordered[-1] == "slow"
+    results = idle.map(remote_funcs.sleep_then, [5.0], [1], timeout=0.3)
+    with pytest.raises(concurrent.futures.TimeoutError):
+        next(results)
+    # Leaving the iterator cancelled the rest (the slot is free again soon).
+    wait_for(lambda: idle.status()["busy_slots"] == 0, what="the timed-out map's task to be cancelled")
+
+
+def test_as_completed_and_wait(idle: saker.Pilot) -> None:
+    slow = idle.call(remote_funcs.sleep_then, 0.8, "slow")
+    fast = idle.call(remote_funcs.sleep_then, 0.0, "fast")
+    order = [f.result() for f in saker.as_completed([slow, fast], timeout=30)]
+    assert order == ["fast", "slow"]
+    futures = [idle.call(remote_funcs.square, i) for i in range(10)]
+    done, not_done = saker.wait(futures, timeout=30)
+    assert not not_done and {f.result() for f in done} == {i * i for i in range(10)}
+    first = idle.call(remote_funcs.sleep_then, 0.0, 1)
+    second = idle.call(remote_funcs.sleep_then, 5.0, 2)
+    done, not_done = saker.wait([first, second], timeout=30, return_when=saker.FIRST_COMPLETED)
+    assert done == {first} and not_done == {second}
+    assert second.cancel() and second.cancelled()
+    with pytest.raises(concurrent.futures.CancelledError):
+        second.result()
+
+
+# ---------------------------------------------------------------------------- executor
+
+
+def test_executor(pilot: saker.Pilot) -> None:
+    executor = pilot.executor()
+    assert isinstance(executor, concurrent.futures.Executor)
+    with executor:
+        future = executor.submit(remote_funcs.add, 1, b=2)
+        assert isinstance(future, concurrent.futures.Future)
+        assert future.result(30) == 3
+        assert list(executor.map(remote_funcs.square, range(10))) == [i * i for i in range(10)]
+        assert list(executor.map(remote_funcs.square, range(10), chunksize=3)) == [i * i for i in range(10)]
+        slow = executor.submit(remote_funcs.sleep_then, 0.3, "done")
+    # shutdown(wait=True) waited for it.
+    assert slow.done() and slow.result() == "done"
+    with pytest.raises(RuntimeError):
+        executor.submit(remote_funcs.add, 1)
+    # The pilot itself is still usable.
+    assert pilot.call(remote_funcs.add, 5).result(30) == 5
+
+
+def test_executor_shutdown_cancel_futures(idle: saker.Pilot, tmp_path: Path) -> None:
+    executor = idle.options(priority=5).executor()
+    started, release = tmp_path / "started", tmp_path / "release"
+    blockers = [executor.submit(remote_funcs.block_until, str(started), str(release)) for _ in range(2)]
+    queued = executor.submit(remote_funcs.add, 1)
+    wait_for(lambda: started.exists() and len(started.read_text().split()) == 2, what="both slots busy")
+    executor.shutdown(wait=False, cancel_futures=True)
+    assert queued.cancelled() and all(b.cancelled() for b in blockers)
+    wait_for(lambda: idle.status()["busy_slots"] == 0, what="cancelled blockers to stop")
+
+
+# ------------------------------------------------------------------------------ cancel
+
+
+def test_cancel_a_queued_task(idle: saker.Pilot, tmp_path: Path) -> None:
+    started, release = tmp_path / "started", tmp_path / "release"
+    before = idle.status()["cancelled"]
+    blockers = [idle.call(remote_funcs.block_until, str(started), str(release)) for _ in range(2)]
+    wait_for(lambda: started.exists() and len(started.read_text().split()) == 2, what="both slots busy")
+    queued = idle.call(remote_funcs.add, 1, 1)
+    wait_for(lambda: queued.task is not None, what="the submission to be accepted")
+    assert idle.cancel(queued) is True
+    assert queued.cancelled() and queued.done()
+    with pytest.raises(concurrent.futures.CancelledError):
+        queued.result()
+    wait_for(lambda: idle.status()["cancelled"] == before + 1, what="the pilot to cancel the task")
+    release.touch()
+    assert [b.result(30) for b in blockers] == ["released", "released"]
+
+
+def test_cancel_a_running_task(idle: saker.Pilot, tmp_path: Path) -> None:
+    started, release = tmp_path / "started", tmp_path / "release"
+    before = idle.status()["cancelled"]
+    running = idle.call(remote_funcs.block_until, str(started), str(release), 60.0)
+    wait_for(started.exists, what="the task to start")
+    assert running.cancel() is True
+    assert running.cancelled()
+    assert running.cancel() is True  # idempotent
+    wait_for(lambda: idle.status()["cancelled"] == before + 1, what="the pilot to cancel the task")
+    wait_for(lambda: idle.status()["busy_slots"] == 0, what="the killed task's slot to be free")
+    # The slot works again (with a new worker).
+    assert idle.call(remote_funcs.add, 2, 3).result(30) == 5
+
+
+def test_cancel_before_the_submission_is_answered(pilot: saker.Pilot) -> None:
+    futures = [pilot.call(remote_funcs.sleep_then, 0.2, i) for i in range(20)]
+    for f in futures:
+        f.cancel()
+    assert all(f.cancelled() for f in futures)
+    wait_for(lambda: all(f.job is not None for f in futures), what="the jobs to be known")
+    wait_for(lambda: pilot.status()["queued"] == 0 and pilot.status()["busy_slots"] == 0,
+             what="the cancelled jobs to leave the pilot")
+
+
+# ------------------------------------------------------------------- replays and limits
+
+
+def test_worker_crash_is_replayed(pilot: saker.Pilot, tmp_path: Path) -> None:
+    marker = tmp_path / "crashed-once"
+    replays = pilot.status()["replays"]
+    second_attempt = pilot.call(remote_funcs.crash_first_attempt, str(marker)).result(60)
+    first_attempt = marker.read_text()
+    assert first_attempt and second_attempt != first_attempt
+    assert pilot.status()["replays"] == replays + 1
+    # The history says the first attempt was lost.
+    marker2 = tmp_path / "crashed-once-2"
+    from saker.serialize import dumps_call
+
+    raw = pilot.submit_function(dumps_call(remote_funcs.crash_first_attempt, (str(marker2),), {})).result(60)
+    assert __import__("pickle").loads(raw) != marker2.read_text()
+
+
+def test_lost_beyond_replays(pilot: saker.Pilot, tmp_path: Path) -> None:
+    marker = tmp_path / "crashed"
+    future = pilot.options(max_replays=0).call(remote_funcs.crash_first_attempt, str(marker))
+    with pytest.raises(saker.TaskLost) as info:
+        future.result(60)
+    assert info.value.result.output is None
+    assert pilot.call(remote_funcs.add, 1, 1).result(30) == 2
+
+
+def test_time_limit_kills_a_hung_worker(pilot: saker.Pilot) -> None:
+    t0 = time.monotonic()
+    hung = pilot.options(time_limit=1).call(time.sleep, 60)
+    with pytest.raises(saker.TaskFailed) as info:
+        hung.result(30)
+    assert time.monotonic() - t0 < 20
+    assert isinstance(info.value, saker.TaskLost)
+    assert "time limit" in (info.value.result.reason or "")
+    assert "time limit" in str(info.value)
+    assert pilot.call(remote_funcs.add, 1, 2).result(30) == 3
+
+
+# ------------------------------------------------------------------------------ errors
+
+
+def test_options_are_checked_before_submitting(pilot: saker.Pilot) -> None:
+    with pytest.raises(TypeError, match="unknown task option"):
+        pilot.options(colour="blue")
+    with pytest.raises(TypeError):
+        pilot.options(cores="two")
+    with pytest.raises(TypeError, match="command tasks only"):
+        pilot.options(env={"A": "1"}).call(remote_funcs.add, 1)
+    with pytest.raises(ValueError):
+        pilot.options(cores=0)
+    view = pilot.options(priority=-3, cores=1, tags="t", time_limit="1m", idempotent=True, max_replays=1)
+    assert view.call(remote_funcs.add, 1, 1).result(30) == 2
+    assert view.options(time_limit=30.5).submit("true").result(30).ok
+
+
+def test_invalid_spec_fails_only_its_own_call(pilot: saker.Pilot) -> None:
+    good: List[Any] = []
+    bad: List[Any] = []
+    gang = pilot.options(nodes=2)
+    for i in range(50):
+        good.append(pilot.call(remote_funcs.square, i))
+        if i % 20 == 7:
+            bad.append(gang.call(remote_funcs.square, i))
+    assert [f.result(30) for f in good] == [i * i for i in range(50)]
+    for f in bad:
+        with pytest.raises(saker.SpecError):
+            f.result(30)
+
+
+def test_pending_futures_fail_when_the_pilot_stops(saker_bin: str, tmp_path: Path) -> None:
+    own = saker.Pilot.start(slots=1, saker_bin=saker_bin, extra_args=["--no-sync"])
+    try:
+        started, release = tmp_path / "started", tmp_path / "release"
+        running = own.call(remote_funcs.block_until, str(started), str(release), 60.0)
+        queued = own.call(remote_funcs.add, 1)
+        wait_for(started.exists, what="the task to start")
+        with saker.Pilot.connect(own.dir) as other:
+            other.shutdown(kill_running=True)
+        for future in (running, queued):
+            with pytest.raises(saker.PilotClosed):
+                future.result(30)
+        # Refused (unavailable) while the pilot stops, PilotClosed once it is gone.
+        with pytest.raises((saker.PilotClosed, saker.ProtocolError)):
+            own.call(remote_funcs.add, 1).result(30)
+    finally:
+        own.close()
+    assert not own.dir.exists()  # a temporary pilot directory is removed
+
+
+def test_close_fails_pending_futures(saker_bin: str, tmp_path: Path) -> None:
+    with saker.Pilot.start(slots=1, saker_bin=saker_bin, dir=tmp_path / "p", extra_args=["--no-sync"]) as own:
+        future = own.call(remote_funcs.sleep_then, 30, 1)
+    with pytest.raises(saker.PilotClosed):
+        future.result(30)
+    with pytest.raises(saker.PilotClosed):
+        own.call(remote_funcs.add, 1)
+    assert (tmp_path / "p" / "journal").exists()  # a given directory stays
+    with pytest.raises(saker.PilotNotFound, match="no client.json"):
+        saker.Pilot.connect(tmp_path / "p")
