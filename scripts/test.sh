@@ -9,7 +9,10 @@
 #   3. slurm     local multi-node Slurm cluster (up.sh + smoke.sh); exports SLURM_CONF.
 #                Stopped at exit (down.sh) unless SAKER_KEEP_CLUSTER=1.
 #   4. fmt, clippy, build (release), test (nextest, or cargo test without it), doctests
-#   5. fuzz      bounded cargo-fuzz runs of the frame decoder and the journal reader
+#   5. python    the Python package's pytest suite against the release binary; Parsl's
+#                own test suite against SakerExecutor beside HighThroughputExecutor
+#                (scripts/parsl-suite.sh); the wheel, installed into an empty venv
+#   6. fuzz      bounded cargo-fuzz runs of the frame decoder and the journal reader
 #                (cargo-fuzz is installed from crates.io when missing)
 #
 # Environment:
@@ -156,7 +159,31 @@ else
     step 0 test cargo test --workspace --no-fail-fast
   fi
 
-  # ---------------------------------------------------------------- 5. fuzz smoke
+  # ---------------------------------------------------------------- 5. python
+  # Tests that need the release binary fail (not skip) without it under CI=true.
+  pytest_package() {
+    (cd "$REPO/python" && "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider)
+  }
+  step 0 pytest pytest_package
+  step 0 parsl-suite bash "$REPO/scripts/parsl-suite.sh"
+  # The wheel `pip install saker` takes: built here, installed alone into an empty
+  # venv, where the client and the worker import with the standard library only.
+  wheel() {
+    local wheels=$REPO/target/wheels empty
+    rm -rf "$wheels" && mkdir -p "$wheels"
+    "$VENV/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps \
+      -w "$wheels" "$REPO/python"
+    empty=$(mktemp -d)
+    python3 -m venv "$empty/venv"
+    "$empty/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+      --no-index "$wheels"/saker-*.whl
+    (cd "$empty" && "$empty/venv/bin/python" -c \
+      'import saker, saker.worker, saker.client; print("wheel:", saker.__file__)')
+    rm -rf "$empty"
+  }
+  step 0 wheel wheel
+
+  # ---------------------------------------------------------------- 6. fuzz smoke
   fuzz_seconds=${SAKER_FUZZ_SECONDS:-30}
   if [ ! -d "$REPO/runtime/wire/fuzz" ]; then
     skip fuzz "runtime/wire/fuzz does not exist"

@@ -1,0 +1,478 @@
+"""A Parsl executor that runs Parsl apps as Saker function tasks.
+
+::
+
+    import parsl
+    from parsl.config import Config
+    from saker.parsl import SakerExecutor
+
+    parsl.load(Config(executors=[SakerExecutor(label="saker", slots=4)]))
+
+Each Parsl task becomes one Saker *function task* of worker kind ``python``: its payload
+is the tag byte ``0x02`` followed by ``parsl.serialize.pack_apply_message(func, args,
+kwargs)``, the same buffer HighThroughputExecutor sends to its workers. The persistent
+Python worker of the slot runs it with :func:`saker._parsl_payload.run` and answers with
+the serialized result, or with a serialized ``RemoteExceptionWrapper`` that this
+executor re-raises, as HTEX does. See ``docs/parsl.md`` for the resource specification
+mapping, monitoring and the differences from HTEX.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+from concurrent.futures import CancelledError, Future
+from typing import Any, Callable, Dict, Optional, Sequence
+
+from parsl.app.errors import RemoteExceptionWrapper
+from parsl.executors.base import ParslExecutor
+from parsl.executors.errors import ExecutorError, InvalidResourceSpecification
+from parsl.monitoring.radios.base import RadioConfig
+from parsl.monitoring.radios.filesystem import FilesystemRadio
+from parsl.serialize import deserialize, pack_apply_message
+from parsl.serialize.errors import DeserializationError, SerializationError
+from parsl.utils import RepresentationMixin
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SakerExecutor", "SakerTaskError", "PAYLOAD_TAG", "saker_priority"]
+
+#: First payload byte of a Parsl task (the worker dispatches on it).
+PAYLOAD_TAG = b"\x02"
+
+#: Saker refuses function payloads above this size at submit (docs/workers.md).
+MAX_PAYLOAD = 16 * 1024 * 1024
+
+_I32_MAX = 2**31 - 1
+
+#: Resource specification keys the executor understands (see _task_options).
+ACCEPTED_RESOURCE_KEYS = frozenset(
+    {"cores", "priority", "walltime", "running_time_min", "num_nodes", "memory", "gpus"}
+)
+
+
+class SakerTaskError(ExecutorError):
+    """A task ended without an answer from its worker: lost with its agent or worker
+    (after the pilot's replays), stopped at its time limit, cancelled, or its worker
+    could not start. ``reason`` is the pilot's reason; ``result`` the pilot's result
+    object when there is one."""
+
+    def __init__(self, executor: ParslExecutor, reason: str, result: Any = None):
+        super().__init__(executor, reason)
+        self.result = result
+
+    def __reduce__(self):  # picklable without the executor (Parsl may serialize it)
+        return (_rebuild_task_error, (self.executor.label, self.reason))
+
+
+class _LabelOnly:
+    def __init__(self, label: str):
+        self.label = label
+
+
+def _rebuild_task_error(label: str, reason: str) -> SakerTaskError:
+    return SakerTaskError(_LabelOnly(label), reason)  # type: ignore[arg-type]
+
+
+#: Parsl priority 0 maps to this Saker priority (see saker_priority).
+PRIORITY_OFFSET = 2**30
+
+
+def saker_priority(priority: float) -> int:
+    """Saker priority (higher runs first, 0 by default) of a Parsl priority (lower runs
+    first, as HTEX orders them): ``2**30 - priority``, rounded and kept within 1 .. 2**31-1.
+
+    Parsl priorities from about -2**30 to 2**30 keep their exact order; every task with
+    a priority runs before tasks without one (Saker's default 0), as with HTEX, where
+    tasks without a priority come last.
+    """
+    if isinstance(priority, float) and not math.isfinite(priority):
+        return 1 if priority > 0 else _I32_MAX
+    return max(1, min(_I32_MAX, PRIORITY_OFFSET - int(round(priority))))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class SakerExecutor(ParslExecutor, RepresentationMixin):
+    """Runs Parsl apps on a Saker pilot.
+
+    Parameters
+    ----------
+    label : str
+        Executor label.
+    pilot_dir : str or None
+        The pilot directory. With ``local=False``: the directory of a running pilot to
+        connect to (``saker pilot`` started elsewhere, e.g. by a batch job). With
+        ``local=True``: where the embedded pilot keeps its state (None: a fresh
+        temporary directory).
+    local : bool or None
+        True: start an embedded pilot (``saker pilot`` subprocess on this node) in
+        :meth:`start` and stop it in :meth:`shutdown`. False: connect to the pilot at
+        ``pilot_dir``. None (default): local when ``pilot_dir`` is None, connect
+        otherwise.
+    agents, slots : embedded pilot only
+        Number of agents, and executor slots across all of them (``saker pilot
+        --agents/--slots``); ``slots=None``: the pilot's default, one per core. Inside
+        a Slurm allocation ``saker pilot`` spans the allocation; ``pilot_args=["--local"]``
+        keeps it on this machine.
+    saker_bin : str or None
+        The ``saker`` binary for the embedded pilot (None: ``$SAKER_BIN`` or the
+        client's default lookup).
+    worker_command : str or None
+        Embedded pilot only: command line of the workers of ``worker_kind``. None:
+        the client's default for ``python``, ``<sys.executable> -m saker.worker`` with
+        the saker package and this process's import paths on PYTHONPATH, so workers
+        import the same Parsl and the same functions as the submit side.
+    pilot_log : str or None
+        Embedded pilot only: file for the pilot's own log.
+    pilot_args : sequence of str
+        Embedded pilot only: further ``saker pilot`` arguments.
+    sync : bool or None
+        Embedded pilot only: fsync the journal before each result is reported. None:
+        the client's default (only a pilot in a ``pilot_dir`` of your own does; a
+        temporary one is never resumed).
+    worker_kind : str
+        Saker worker kind the tasks run on (``python``).
+    task_options : dict or None
+        Saker task options applied to every task (e.g. ``{"max_replays": 1,
+        "tags": ["parsl"]}``); the resource specification of a task overrides
+        ``cores``, ``priority`` and ``time_limit``.
+    default_priority : int or None
+        Parsl priority (lower runs first, as with HTEX) of tasks that give none.
+        None: after every task that gives one, as HTEX orders them.
+    storage_access : list of Staging or None
+        Parsl staging providers (None: Parsl's default).
+    working_dir : str or None
+        Working directory for staging providers that need one.
+    remote_monitoring_radio : RadioConfig or None
+        How workers send Parsl monitoring messages. None: ``FilesystemRadio``, through
+        ``<run_dir>/monitor-fs-radio`` (the run directory must be reachable from the
+        workers' nodes, as a pilot directory is).
+    buffer_threshold : int
+        Passed to ``pack_apply_message`` (Parsl logs a warning above it).
+    """
+
+    def __init__(
+        self,
+        label: str = "saker",
+        pilot_dir: Optional[str] = None,
+        local: Optional[bool] = None,
+        agents: int = 1,
+        slots: Optional[int] = None,
+        saker_bin: Optional[str] = None,
+        worker_command: Optional[str] = None,
+        pilot_log: Optional[str] = None,
+        pilot_args: Sequence[str] = (),
+        sync: Optional[bool] = None,
+        worker_kind: str = "python",
+        task_options: Optional[Dict[str, Any]] = None,
+        default_priority: Optional[int] = None,
+        storage_access: Optional[list] = None,
+        working_dir: Optional[str] = None,
+        remote_monitoring_radio: Optional[RadioConfig] = None,
+        buffer_threshold: int = 1 << 20,
+    ):
+        ParslExecutor.__init__(self)
+        self.label = label
+        self.pilot_dir = pilot_dir
+        self.local = local
+        self.agents = agents
+        self.slots = slots
+        self.saker_bin = saker_bin
+        self.worker_command = worker_command
+        self.pilot_log = pilot_log
+        self.pilot_args = tuple(pilot_args)
+        self.sync = sync
+        self.worker_kind = worker_kind
+        self.task_options = dict(task_options or {})
+        self.default_priority = default_priority
+        self.storage_access = storage_access
+        self.working_dir = working_dir
+        self.buffer_threshold = buffer_threshold
+        if remote_monitoring_radio is not None:
+            self.remote_monitoring_radio = remote_monitoring_radio
+        else:
+            self.remote_monitoring_radio = FilesystemRadio()
+
+        if local is False and pilot_dir is None:
+            raise ValueError("SakerExecutor(local=False) needs pilot_dir: the running pilot to connect to")
+        if "kind" in self.task_options:
+            raise ValueError("task_options must not contain 'kind': use worker_kind")
+
+        self.pilot: Any = None
+        self._lock = threading.Lock()
+        self._outstanding: Dict[Future, Any] = {}
+        self._counter = 0
+        self._done: "queue.SimpleQueue[Optional[tuple]]" = queue.SimpleQueue()
+        self._thread: Optional[threading.Thread] = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def is_local(self) -> bool:
+        return self.pilot_dir is None if self.local is None else bool(self.local)
+
+    def start(self) -> None:
+        import saker
+
+        if self.is_local:
+            # Pilot.start runs python workers with this interpreter and this saker
+            # package on their PYTHONPATH: they import the same Parsl and functions.
+            workers = {self.worker_kind: self.worker_command} if self.worker_command else None
+            logger.info("Starting an embedded Saker pilot (agents=%s, slots=%s, dir=%s)",
+                        self.agents, self.slots, self.pilot_dir)
+            self.pilot = saker.Pilot.start(
+                dir=self.pilot_dir,
+                agents=self.agents,
+                slots=self.slots,
+                saker_bin=self.saker_bin,
+                workers=workers,
+                log=self.pilot_log,
+                extra_args=self.pilot_args,
+                **({} if self.sync is None else {"sync": self.sync}),
+            )
+        else:
+            logger.info("Connecting to the Saker pilot at %s", self.pilot_dir)
+            self.pilot = saker.Pilot.connect(self.pilot_dir)
+
+        self._thread = threading.Thread(
+            target=self._complete_loop, name=f"SakerExecutor-{self.label}-results", daemon=True
+        )
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        """Stops the embedded pilot (or disconnects from a running one). Tasks still
+        outstanding fail with :class:`SakerTaskError`."""
+        if self._closed:
+            return
+        self._closed = True
+        pilot, self.pilot = self.pilot, None
+        if pilot is not None:
+            with self._lock:
+                pending = [inner for inner in self._outstanding.values() if not inner.done()]
+            for inner in pending:
+                try:
+                    pilot.cancel(inner)
+                except Exception:
+                    logger.debug("cancelling an outstanding task at shutdown failed", exc_info=True)
+            try:
+                pilot.close()
+            except Exception:
+                logger.exception("Closing the Saker pilot failed")
+        if self._thread is not None:
+            self._done.put(None)
+            self._thread.join()
+            self._thread = None
+        with self._lock:
+            left = list(self._outstanding)
+            self._outstanding.clear()
+        for fut in left:
+            self._set_exception(fut, SakerTaskError(self, "the executor shut down before the task finished"))
+        super().shutdown()
+
+    @property
+    def outstanding(self) -> int:
+        """Tasks submitted whose future is not done yet."""
+        with self._lock:
+            return len(self._outstanding)
+
+    def monitor_resources(self) -> bool:
+        # Workers are processes of their own: Parsl's resource monitor works there.
+        return True
+
+    # ------------------------------------------------------------------ submission
+
+    def _task_options(self, resource_specification: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+        """Saker task options for one Parsl resource specification.
+
+        cores            → cores (integer ≥ 1)
+        priority         → priority: see saker_priority(); tasks without one keep
+                           Saker's default 0 and so come after every task that gives
+                           one (HTEX's order), unless default_priority
+        walltime         → time_limit in seconds
+        running_time_min → time_limit in minutes × 60 (the smaller of both if both)
+        num_nodes        → must be 1
+        memory           → accepted, not reserved (agents offer cores only)
+        gpus             → must be 0 (agents offer no GPUs: the task would never start)
+        anything else    → InvalidResourceSpecification
+        """
+        spec = resource_specification or {}
+        options: Dict[str, Any] = dict(self.task_options)
+
+        unknown = set(spec) - ACCEPTED_RESOURCE_KEYS
+        if unknown:
+            message = ("SakerExecutor accepts only these resource specification keys: "
+                       + ", ".join(sorted(ACCEPTED_RESOURCE_KEYS)))
+            raise InvalidResourceSpecification(unknown, message)
+
+        def bad(key: str, why: str) -> InvalidResourceSpecification:
+            return InvalidResourceSpecification({key}, f"{key}={spec[key]!r}: {why}")
+
+        if "cores" in spec:
+            cores = spec["cores"]
+            if not _is_number(cores) or cores != int(cores) or int(cores) < 1:
+                raise bad("cores", "must be a whole number ≥ 1")
+            options["cores"] = int(cores)
+
+        priority = spec.get("priority", self.default_priority)
+        if "priority" in spec and not _is_number(spec["priority"]):
+            raise bad("priority", "must be a number (lower runs first, as with HTEX)")
+        if priority is not None:
+            options["priority"] = saker_priority(priority)
+
+        limits = []
+        if "walltime" in spec:
+            value = spec["walltime"]
+            if not _is_number(value) or not value > 0:
+                raise bad("walltime", "must be a number of seconds > 0")
+            limits.append(float(value))
+        if "running_time_min" in spec:
+            value = spec["running_time_min"]
+            if not _is_number(value) or not value > 0:
+                raise bad("running_time_min", "must be a number of minutes > 0")
+            limits.append(float(value) * 60.0)
+        if limits:
+            limit = min(limits)
+            options["time_limit"] = int(limit) if limit == int(limit) else limit
+
+        if "num_nodes" in spec and spec["num_nodes"] != 1:
+            raise bad("num_nodes", "Saker runs a Parsl task on one node (num_nodes must be 1)")
+
+        if "gpus" in spec:
+            gpus = spec["gpus"]
+            if not _is_number(gpus) or gpus < 0:
+                raise bad("gpus", "must be a number ≥ 0")
+            if gpus > 0:
+                raise bad("gpus", "Saker agents offer no GPUs yet: such a task would never start")
+
+        if "memory" in spec:
+            memory = spec["memory"]
+            if not _is_number(memory) or memory < 0:
+                raise bad("memory", "must be a number of MB ≥ 0")
+            # Accepted but not reserved: agents offer cores only (docs/parsl.md).
+
+        return options
+
+    def submit(self, func: Callable, resource_specification: Dict[str, Any], *args: Any, **kwargs: Any) -> Future:
+        pilot = self.pilot
+        if pilot is None:
+            raise ExecutorError(self, "submit after shutdown" if self._closed else "submit before start")
+        options = self._task_options(resource_specification)
+
+        try:
+            buffer = pack_apply_message(func, args, kwargs, buffer_threshold=self.buffer_threshold)
+        except TypeError:
+            raise SerializationError(getattr(func, "__name__", repr(func)))
+        payload = PAYLOAD_TAG + buffer
+        if len(payload) > MAX_PAYLOAD:
+            raise ExecutorError(
+                self,
+                f"task {getattr(func, '__name__', func)!s} serializes to {len(payload)} bytes, above "
+                f"Saker's {MAX_PAYLOAD} byte payload limit: pass large data as files",
+            )
+
+        fut: Future = Future()
+        inner = pilot.submit_function(payload, kind=self.worker_kind, **options)
+        with self._lock:
+            self._counter += 1
+            # The executor's own count: Saker's task id is known only once the pilot
+            # has answered the submit (inner.task).
+            fut.parsl_executor_task_id = self._counter  # type: ignore[attr-defined]
+            self._outstanding[fut] = inner
+        # Completed on our own thread: the client's callback thread must never run
+        # Parsl's callbacks (which submit further tasks) nor deserialize results.
+        inner.add_done_callback(lambda done, fut=fut: self._done.put((fut, done)))
+        return fut
+
+    # ------------------------------------------------------------------ completion
+
+    def _complete_loop(self) -> None:
+        while True:
+            item = self._done.get()
+            if item is None:
+                return
+            fut, inner = item
+            try:
+                self._complete(fut, inner)
+            except Exception as e:  # never let one bad result stop the thread
+                logger.exception("completing a Saker task failed")
+                self._set_exception(fut, e)
+            finally:
+                with self._lock:
+                    self._outstanding.pop(fut, None)
+
+    def _complete(self, fut: Future, inner: Future) -> None:
+        import saker
+
+        task = getattr(fut, "parsl_executor_task_id", "?")
+        try:
+            output = inner.result()
+        except saker.TaskLost as e:
+            reason = getattr(getattr(e, "result", None), "reason", None) or str(e)
+            self._set_exception(fut, SakerTaskError(self, f"task {task} ended without an answer: {reason}",
+                                                    getattr(e, "result", None)))
+            return
+        except saker.TaskFailed as e:
+            result = getattr(e, "result", None)
+            data = getattr(result, "output", None)
+            reason = getattr(result, "reason", None) or str(e)
+            if data:
+                self._set_remote_exception(fut, data, f"task {task} failed: {reason}")
+            else:
+                self._set_exception(fut, SakerTaskError(self, f"task {task} failed: {reason}", result))
+            return
+        except CancelledError:
+            why = "the executor shut down before it finished" if self._closed else "it was cancelled"
+            self._set_exception(fut, SakerTaskError(self, f"task {task} ended without an answer: {why}"))
+            return
+        except BaseException as e:  # the connection to the pilot failed
+            self._set_exception(fut, SakerTaskError(self, f"task {task}: {type(e).__name__}: {e}"))
+            return
+
+        try:
+            value = deserialize(output)
+        except Exception as e:
+            self._set_exception(fut, DeserializationError(f"result of task {task}: {type(e).__name__}: {e}"))
+            return
+        self._set_result(fut, value)
+
+    def _set_remote_exception(self, fut: Future, data: bytes, failed: str) -> None:
+        # As HTEX's result thread: a RemoteExceptionWrapper is re-raised so that the
+        # future holds the task's own exception, with its remote traceback.
+        try:
+            wrapped = deserialize(data)
+            if isinstance(wrapped, RemoteExceptionWrapper):
+                try:
+                    wrapped.reraise()
+                except BaseException as e:
+                    self._set_exception(fut, e)
+            elif isinstance(wrapped, BaseException):
+                self._set_exception(fut, wrapped)
+            else:
+                raise ValueError(f"unknown exception-like type received: {type(wrapped)}")
+        except Exception as e:
+            # Not a Parsl-serialized exception (e.g. the worker could not import Parsl):
+            # the pilot's reason carries the worker's one-line message.
+            self._set_exception(fut, SakerTaskError(
+                self, f"{failed} (its exception could not be deserialized: {type(e).__name__}: {e})"))
+
+    @staticmethod
+    def _set_result(fut: Future, value: Any) -> None:
+        if not fut.done():
+            try:
+                fut.set_result(value)
+            except Exception:  # cancelled meanwhile
+                pass
+
+    @staticmethod
+    def _set_exception(fut: Future, exc: BaseException) -> None:
+        if not fut.done():
+            try:
+                fut.set_exception(exc)
+            except Exception:
+                pass
