@@ -575,7 +575,11 @@ mod tests {
         let table = render_table(&[sample(1), failed, queued_cancel, call]);
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 5);
-        assert!(lines[4].ends_with("42 B"), "a call's answer by its size: {}", lines[4]);
+        assert!(
+            lines[4].ends_with("42 B"),
+            "a call's answer by its size: {}",
+            lines[4]
+        );
         let state_column = lines[0].find("STATE").unwrap();
         let node_column = lines[0].find("NODE").unwrap();
         assert_eq!(&lines[1][state_column..state_column + 9], "succeeded");
