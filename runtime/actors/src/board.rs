@@ -309,8 +309,10 @@ impl Board {
     }
 
     /// Starts the queue's first attempt on idle slot `index` if it fits the free cores.
-    /// A queued task of a job this node does not know fails at once (the root always
-    /// sends a definition before or with its first task: a protocol error).
+    /// A queued task of a job this node does not know is lost at once: its definition
+    /// went to another life of this node (an agent restarted under the same node id
+    /// while a route still led to the old one). The root replays it, sending the
+    /// definition again, and never counts it as the task's own failure.
     pub fn start_on(&mut self, index: usize) -> Option<NextAttempt> {
         let slot = self.slots.get(index)?;
         if !self.accepting || slot.running.is_some() || slot.state != SlotState::Up {
@@ -320,7 +322,8 @@ impl Board {
             let assignment = *self.queue.front()?;
             let Some(job) = self.jobs.get(&assignment.job).cloned() else {
                 self.queue.pop_front();
-                self.fail_unstarted(&assignment, format!("unknown job {}", assignment.job));
+                let reason = format!("unknown job {} on this agent", assignment.job);
+                self.fail_unstarted(&assignment, Outcome::Lost { reason });
                 continue;
             };
             // Every task holds at least a core (the root never sends one needing none).
@@ -331,7 +334,7 @@ impl Board {
                 // The root never sends work a node cannot hold: a protocol error.
                 self.queue.pop_front();
                 let reason = format!("needs {needs}; this node offers {}", self.capacity);
-                self.fail_unstarted(&assignment, reason);
+                self.fail_unstarted(&assignment, Outcome::SpawnFailed { reason });
                 continue;
             }
             // What its running attempts leave free: else it waits for one to end.
@@ -551,14 +554,14 @@ impl Board {
             .count()
     }
 
-    fn fail_unstarted(&mut self, assignment: &Assignment, reason: String) {
+    fn fail_unstarted(&mut self, assignment: &Assignment, outcome: Outcome) {
         let now = unix_micros();
         self.give_back(1);
         self.pending.results.push(TaskResult {
             task: assignment.task,
             attempt: assignment.attempt,
             executor: u32::MAX,
-            outcome: Outcome::SpawnFailed { reason },
+            outcome,
             start_unix_us: now,
             end_unix_us: now,
             body: ResultBody::Command {

@@ -276,7 +276,7 @@ async fn a_forgotten_job_is_dropped_and_a_new_task_of_it_fails_unknown() {
             .outcome
     };
     assert!(
-        matches!(outcome(AttemptId(20)), Outcome::SpawnFailed { reason } if reason == "unknown job 1"),
+        matches!(outcome(AttemptId(20)), Outcome::Lost { reason } if reason == "unknown job 1 on this agent"),
         "{results:?}"
     );
     assert_eq!(outcome(AttemptId(30)), &Outcome::Exited { code: 0 });

@@ -140,14 +140,14 @@ fn one_slot_at_a_time_keeps_the_report_clock() {
 }
 
 #[test]
-fn work_that_does_not_fit_waits_and_unknown_jobs_fail() {
+fn work_that_does_not_fit_waits_and_unknown_jobs_are_lost() {
     let mut board = board(2);
     board.queue.extend([task(1, 9), task(2, 1), task(3, 2)]);
-    // Task 1's job is unknown: failed at once; task 2 starts on one core.
+    // Task 1's job is unknown: lost at once (replayed by the root); task 2 starts.
     assert_eq!(board.start_on(0).unwrap().attempt, AttemptId(20));
     let report = board.take_report();
     assert!(
-        matches!(&report.results[0].outcome, Outcome::SpawnFailed { reason } if reason == "unknown job 9")
+        matches!(&report.results[0].outcome, Outcome::Lost { reason } if reason == "unknown job 9 on this agent")
     );
     // Task 3 needs both cores: it waits for task 2.
     assert!(board.start_on(1).is_none());

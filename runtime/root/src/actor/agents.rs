@@ -198,6 +198,13 @@ impl RootState {
                 ArchivedOutcome::Lost { .. } => AttemptOutcome::Lost,
                 ArchivedOutcome::Cancelled => AttemptOutcome::Cancelled,
             };
+            if outcome == AttemptOutcome::Lost
+                && let Some(entry) = self.nodes.get_mut(&node)
+            {
+                // The agent may have lost a definition we counted as sent (it went
+                // to another life of this node): send each again with its next task.
+                entry.known_jobs.clear();
+            }
             let task = result.task.to_native();
             let end = match self
                 .core

@@ -435,6 +435,40 @@ async fn credit_brings_work_with_each_job_definition_sent_once_per_node() {
     assert_eq!(second.tasks[0].index, 12);
 }
 
+/// An attempt lost for want of its job's definition (it reached another life of the
+/// node) is replayed with the definition sent again, not failed.
+#[tokio::test]
+async fn a_lost_attempt_brings_its_job_definition_again() {
+    let mut h = Harness::new();
+    h.submit(vec![array(&["echo", "{index}"], "1-2")]);
+    h.journal_durable();
+    h.join(1, 1);
+    h.sent();
+    h.report(1, 1, &[], Vec::new());
+    let sent = h.sent();
+    let [(1, ToAgent::Dispatch(first))] = sent.as_slice() else {
+        panic!("one dispatch to node 1: {sent:?}");
+    };
+    assert_eq!(first.jobs.len(), 1);
+    let (task, attempt) = (first.tasks[0].task.0, first.tasks[0].attempt.0);
+    let lost = TaskResult {
+        outcome: Outcome::Lost {
+            reason: "unknown job 1 on this agent".into(),
+        },
+        ..exited(task, attempt, 0)
+    };
+    h.report(1, 1, &[], vec![lost]);
+    let sent = h.sent();
+    let replay = sent
+        .iter()
+        .find_map(|(node, message)| match message {
+            ToAgent::Dispatch(d) if *node == 1 && !d.tasks.is_empty() => Some(d.clone()),
+            _ => None,
+        })
+        .expect("the lost attempt's task is sent again");
+    assert_eq!(replay.jobs.len(), 1, "with its definition: {replay:?}");
+}
+
 #[tokio::test]
 async fn results_reach_waiters_only_once_durable_and_a_duplicate_counts_once() {
     let mut h = Harness::new();
