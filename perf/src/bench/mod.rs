@@ -95,8 +95,21 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::Resume => resume::run(setup),
         Benchmark::SlurmStartup => slurm_startup::run(setup),
         Benchmark::SlurmThroughput => slurm_throughput::run(setup),
-        Benchmark::Python => python::run(setup, benchmark, "python_rows.py"),
-        Benchmark::Parsl => python::run(setup, benchmark, "parsl_rows.py"),
+        Benchmark::Python => python::run(setup, benchmark, "python_rows.py", &[]),
+        Benchmark::Parsl => {
+            let mut rows = python::run(setup, benchmark, "parsl_rows.py", &[])?;
+            // The same with Parsl's per-task log off for every executor: the executors
+            // themselves, without the DataFlowKernel's logging (a full run only).
+            if !setup.quick {
+                rows.extend(python::run(
+                    setup,
+                    benchmark,
+                    "parsl_rows.py",
+                    &["--log-off"],
+                )?);
+            }
+            Ok(rows)
+        }
     }
 }
 

@@ -32,7 +32,7 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-pub fn run(setup: &Setup, benchmark: Benchmark, script: &str) -> Result<Vec<Row>> {
+pub fn run(setup: &Setup, benchmark: Benchmark, script: &str, args: &[&str]) -> Result<Vec<Row>> {
     let python = python();
     if !python.exists() {
         bail!(
@@ -44,6 +44,7 @@ pub fn run(setup: &Setup, benchmark: Benchmark, script: &str) -> Result<Vec<Row>
     let mut command = Command::new(&python);
     command
         .arg(&script)
+        .args(args)
         .env("SAKER_BIN", &setup.saker)
         .env("PYTHONPATH", repo().join("python"))
         // HighThroughputExecutor starts its interchange from the venv's bin/.

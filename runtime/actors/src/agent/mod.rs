@@ -360,11 +360,10 @@ fn on_message(
             tracing::warn!("parent lost; dropping this node's work");
             lock(&state.board).stop_all();
         }
-        AgentMsg::Reattached => register_again(state)?,
+        AgentMsg::Reattached => register_again(state, false)?,
         AgentMsg::Rejoin => {
             tracing::warn!("the root asks this node to register again");
-            lock(&state.board).stop_all();
-            register_again(state)?;
+            register_again(state, true)?;
         }
         AgentMsg::ParentGone(gone) => {
             tracing::error!(
@@ -433,9 +432,15 @@ fn hello(config: &AgentConfig) -> FromAgent {
 /// root judges it against the old life: late results of replayed attempts are dropped
 /// and counted there); then the hello, and credit for what is free now. Attempts still
 /// being stopped give their cores back as they end, as always.
-fn register_again(state: &mut AgentState) -> Result<(), AgentFailure> {
+/// Says hello again, after what was pending; with `stop_old_work`, first stops every
+/// attempt (the root lost this node's old life), so that their ends are reported
+/// only after the hello.
+fn register_again(state: &mut AgentState, stop_old_work: bool) -> Result<(), AgentFailure> {
     // One hold of the lock: no slot thread may report between these steps.
     let mut board = lock(&state.board);
+    if stop_old_work {
+        board.stop_all();
+    }
     state.reporter.send(&mut board)?;
     send_up(&state.parent, state.config.node, &hello(&state.config))?;
     let prefetch = board.prefetch(state.config.cores, state.config.prefetch, PREFETCH_COVER);
@@ -456,8 +461,7 @@ fn on_down(
         ToAgent::Refused { reason } => return Err(AgentFailure::Refused { reason }),
         ToAgent::Rejoin => {
             tracing::warn!("the root asks this node to register again");
-            lock(&state.board).stop_all();
-            register_again(state)?;
+            register_again(state, true)?;
         }
         ToAgent::Dispatch(dispatch) => {
             let mut board = lock(&state.board);
