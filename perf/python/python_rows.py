@@ -8,7 +8,7 @@ per line from stdout. Each row's baseline runs right before its saker figure:
 - sequential `call().result()` round trips (p50, p99) beside `ProcessPoolExecutor`;
 - `/bin/true` command tasks through the client beside two threads of
   `subprocess.run` (raw spawns from Python);
-- idle worker memory (RSS) beside an idle ProcessPoolExecutor worker;
+- idle worker memory (proportional set size) beside an idle ProcessPoolExecutor worker;
 - time to the first result from a cold start (`Pilot.start` to the first call's
   value) beside a new ProcessPoolExecutor's first result.
 """
@@ -44,12 +44,15 @@ def samples(values: List[float], percentile: int) -> Dict[str, Any]:
     return {"samples_us": values, "percentile": percentile}
 
 
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
+def pss_mib(pid: int) -> float:
+    """Proportional set size: shared pages count once across the processes sharing
+    them, so a worker forked from this process is not charged for its parent's memory
+    (its RSS would be) and a spawned one is charged the same way."""
+    with open(f"/proc/{pid}/smaps_rollup") as rollup:
+        for line in rollup:
+            if line.startswith("Pss:"):
                 return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
+    raise RuntimeError(f"no Pss for {pid}")
 
 
 def throughput() -> None:
@@ -123,11 +126,12 @@ def commands() -> None:
 def memory() -> None:
     with concurrent.futures.ProcessPoolExecutor(1) as pool:
         pid = pool.submit(os.getpid).result()
-        pool_rss = rss_mib(pid)
+        pool_memory = pss_mib(pid)
     with saker.Pilot.start(slots=1) as pilot:
         pid = pilot.call(os.getpid).result()
-        rss = rss_mib(pid)
-    row("python: idle worker RSS", "mebibytes", rss, pool_rss, "ProcessPoolExecutor worker")
+        memory = pss_mib(pid)
+    row("python: idle worker memory (PSS)", "mebibytes", memory, pool_memory,
+        "ProcessPoolExecutor worker")
 
 
 def cold_start() -> None:
