@@ -27,7 +27,6 @@ run dir goes to a temporary directory.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import shutil
@@ -40,6 +39,7 @@ from typing import Any, Dict, List, Optional
 import parsl
 from parsl.app.app import python_app
 from parsl.config import Config
+from rows import row, samples
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 WORKERS = 2
@@ -104,16 +104,6 @@ def measure(name: str, tasks: int, calls: int, base: str, sync: Optional[bool]) 
     finally:
         dfk.cleanup()
     return {"rate": rate, "latencies_us": latencies_us}
-
-
-def row(name: str, unit: str, saker_value: Any, baseline: Any, baseline_name: str,
-        target: Optional[Dict[str, float]] = None) -> None:
-    print(json.dumps({"row": name, "unit": unit, "saker": saker_value, "baseline": baseline,
-                      "baseline_name": baseline_name, "target": target}), flush=True)
-
-
-def samples(values: List[float], percentile: int) -> Dict[str, Any]:
-    return {"samples_us": values, "percentile": percentile}
 
 
 def main() -> int:

@@ -16,15 +16,14 @@ per line from stdout. Each row's baseline runs right before its saker figure:
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import os
 import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional
 
 import saker
+from rows import row, samples
 
 QUICK = "--quick" in sys.argv
 SLOTS = 2
@@ -32,16 +31,6 @@ SLOTS = 2
 
 def noop(x: int) -> int:
     return x
-
-
-def row(name: str, unit: str, saker_value: Any, baseline: Any, baseline_name: str,
-        target: Optional[Dict[str, float]] = None) -> None:
-    print(json.dumps({"row": name, "unit": unit, "saker": saker_value, "baseline": baseline,
-                      "baseline_name": baseline_name, "target": target}), flush=True)
-
-
-def samples(values: List[float], percentile: int) -> Dict[str, Any]:
-    return {"samples_us": values, "percentile": percentile}
 
 
 def pss_mib(pid: int) -> float:

@@ -12,7 +12,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::slurm::{cluster, job_fields, saker_bin, sbatch, template, wait_for_state};
+use common::slurm::{
+    allocated_nodes, cluster, job_fields, saker_bin, sbatch, template, wait_for_state,
+};
 use common::{assert_one_result_per_task, results};
 
 #[test]
@@ -52,15 +54,7 @@ fn the_mtc_template_spans_three_nodes_and_runs_every_task_once() {
         .map(|r| r["node"].as_str().unwrap())
         .collect();
     assert_eq!(hosts.len(), 3, "tasks ran on every node: {hosts:?}");
-    let allocated = job_fields(&job)["NodeList"].clone();
-    let expanded = Command::new("scontrol")
-        .args(["show", "hostnames", &allocated])
-        .output()
-        .unwrap();
-    let allocated: BTreeSet<String> = String::from_utf8_lossy(&expanded.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let allocated: BTreeSet<String> = allocated_nodes(&job).into_iter().collect();
     assert_eq!(
         hosts.iter().map(|h| h.to_string()).collect::<BTreeSet<_>>(),
         allocated
@@ -233,19 +227,6 @@ impl Drop for CancelOnDrop {
             let _ = Command::new("scancel").arg(&self.0).status();
         }
     }
-}
-
-/// The nodes of a job's allocation, in order.
-fn allocated_nodes(job: &str) -> Vec<String> {
-    let list = job_fields(job).get("NodeList").cloned().unwrap_or_default();
-    let expanded = Command::new("scontrol")
-        .args(["show", "hostnames", &list])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&expanded.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
 }
 
 /// The agent of the pilot in `pilot` that runs on Slurm node `node`: its command line

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::slurm::{cluster, job_fields, sbatch, template, wait_for_state};
+use common::slurm::{allocated_nodes, cluster, sbatch, template, wait_for_state};
 
 const WORKFLOW: &str = r#"
 import os, sys, tempfile
@@ -78,15 +78,7 @@ fn a_parsl_workflow_runs_its_apps_on_every_node_of_the_allocation() {
         .lines()
         .map(str::to_string)
         .collect();
-    let allocated = job_fields(&job)["NodeList"].clone();
-    let expanded = std::process::Command::new("scontrol")
-        .args(["show", "hostnames", &allocated])
-        .output()
-        .unwrap();
-    let allocated: BTreeSet<String> = String::from_utf8_lossy(&expanded.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let allocated: BTreeSet<String> = allocated_nodes(&job).into_iter().collect();
     assert_eq!(allocated.len(), 3);
     assert_eq!(
         nodes, allocated,

@@ -97,3 +97,16 @@ pub fn wait_for_state(job: &str, timeout: Duration, log: &Path) -> String {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// The nodes of a job's allocation, in order.
+pub fn allocated_nodes(job: &str) -> Vec<String> {
+    let list = job_fields(job).get("NodeList").cloned().unwrap_or_default();
+    let expanded = Command::new("scontrol")
+        .args(["show", "hostnames", &list])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&expanded.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}

@@ -472,7 +472,7 @@ impl Running<'_> {
 
 /// A poll timeout that ends at `at`, rounded up: waking a little early would only
 /// loop once more.
-fn poll_timeout(at: Option<Instant>) -> PollTimeout {
+pub(crate) fn poll_timeout(at: Option<Instant>) -> PollTimeout {
     let Some(at) = at else {
         return PollTimeout::NONE;
     };

@@ -31,12 +31,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::poll::{PollFd, PollFlags, poll};
 use saker_wire::messages::{
     AttemptId, JobDef, MAX_FUNCTION_BYTES, Outcome, Output, Payload, ResultBody, TaskId,
 };
 
-use crate::process::{Control, Finished, Group, Stop, unix_micros};
+use crate::process::{Control, Finished, Group, Stop, poll_timeout, unix_micros};
 
 /// Frame types of the worker protocol.
 const READY: u8 = 1;
@@ -402,7 +402,7 @@ impl Worker {
             if writing {
                 fds.push(PollFd::new(self.stdin.as_fd(), PollFlags::POLLOUT));
             }
-            let ready = match poll(&mut fds, timeout(wake_at)) {
+            let ready = match poll(&mut fds, poll_timeout(wake_at)) {
                 Ok(_) => fds
                     .iter()
                     .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
@@ -593,18 +593,6 @@ fn set_nonblocking(fd: impl AsFd) -> io::Result<()> {
     let flags = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
     fcntl(fd, FcntlArg::F_SETFL(flags)).map_err(io::Error::from)?;
     Ok(())
-}
-
-fn timeout(at: Option<Instant>) -> PollTimeout {
-    let Some(at) = at else {
-        return PollTimeout::NONE;
-    };
-    let millis = at
-        .saturating_duration_since(Instant::now())
-        .as_micros()
-        .div_ceil(1000)
-        .min(i32::MAX as u128) as i32;
-    PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX)
 }
 
 #[cfg(test)]
