@@ -311,7 +311,8 @@ class Pilot(_Target):
             argv += ["--worker", f"{kind}={command}"]
         # A temporary pilot is removed at close: nothing will ever resume from its
         # journal, so fsyncing each result (about 0.3 ms per call here) buys nothing.
-        if not (temporary is None if sync is None else sync) and "--no-sync" not in extra_args:
+        fsync = temporary is None if sync is None else sync
+        if not fsync and "--no-sync" not in extra_args:
             argv.append("--no-sync")
         argv += list(extra_args)
         env = dict(os.environ)

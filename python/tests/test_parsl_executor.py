@@ -257,20 +257,19 @@ def start_time(seconds, marker=None):
 
 def test_priority_order_as_with_htex(saker_bin, tmp_path):
     # Tasks queued at the pilot start lower Parsl priority first, those without one
-    # last. A fresh pilot with one slot (its node's prefetch window adapts to the run
-    # times of recent tasks, docs/runtime-semantics.md: a fresh one holds one task):
-    # two blockers fill the slot and the window, then the rest queue at the root.
+    # last. One slot; blockers (no priority) are submitted until one of them stays
+    # queued at the root: the node's slot and prefetch window are then full, so the
+    # prioritized tasks submitted next all wait at the root, which orders them.
+    # (Requests on one connection are handled in order: a status after a submit sees
+    # whether that submit was dispatched at once.)
     executor = SakerExecutor(label="prio", slots=1, saker_bin=saker_bin)
     executor.run_dir = str(tmp_path)
     executor.start()
     try:
-        marker = tmp_path / "blocker"
-        blockers = [executor.submit(start_time, {}, 0.5, str(marker) if i == 0 else None) for i in range(2)]
-        deadline = time.monotonic() + 30
-        while not marker.exists():
-            assert time.monotonic() < deadline, "the blocker did not start"
-            time.sleep(0.01)
-        time.sleep(0.05)
+        blockers = []
+        while not blockers or executor.pilot.status()["queued"] == 0:
+            assert len(blockers) < 10, "the node took every blocker"
+            blockers.append(executor.submit(start_time, {}, 0.5))
         queued = {name: executor.submit(start_time, spec, 0.15) for name, spec in [
             ("p5", {"priority": 5}), ("none", {}), ("p1", {"priority": 1}),
             ("p7", {"priority": 7}), ("p3", {"priority": 3})]}

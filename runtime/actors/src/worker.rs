@@ -386,13 +386,6 @@ impl Worker {
             if let Some(answer) = self.take_frame(ex) {
                 return answer;
             }
-            let broken = |why: String, ready: bool| {
-                if ready {
-                    Answer::Broken(why)
-                } else {
-                    Answer::NeverReady(why)
-                }
-            };
             let wake_at = [ex.deadline, ex.ready_by, *report_at]
                 .into_iter()
                 .flatten()
@@ -408,16 +401,19 @@ impl Worker {
                     .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
                     .collect(),
                 Err(Errno::EINTR) => vec![false; fds.len()],
-                Err(e) => return broken(format!("polling the worker failed: {e}"), self.ready),
+                Err(e) => return self.broken(format!("polling the worker failed: {e}")),
             };
             drop(fds);
             if ready[0] {
                 match self.stdout.read(&mut buf) {
-                    Ok(0) => return broken(format!("worker ended ({})", self.reap()), self.ready),
+                    Ok(0) => {
+                        let status = self.reap();
+                        return self.broken(format!("worker ended ({status})"));
+                    }
                     Ok(n) => self.inbox.extend_from_slice(&buf[..n]),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return broken(format!("reading from the worker: {e}"), self.ready),
+                    Err(e) => return self.broken(format!("reading from the worker: {e}")),
                 }
             }
             if writing && ready.get(1) == Some(&true) {
@@ -492,7 +488,11 @@ impl Worker {
     }
 
     fn garbage(&self, what: &str) -> Answer {
-        let why = format!("worker sent {what}");
+        self.broken(format!("worker sent {what}"))
+    }
+
+    /// The worker failed the call: before READY it never got ready.
+    fn broken(&self, why: String) -> Answer {
         if self.ready {
             Answer::Broken(why)
         } else {

@@ -39,6 +39,7 @@ while True:
         print("worker crashing on purpose", file=sys.stderr)
         sys.exit(int(arg))
     elif word == b"hang":
+        print("hanging", file=sys.stderr, flush=True)
         time.sleep(600)
     elif word == b"garbage":
         out.write(b"\x05\x00\x00\x00\x09xxxx")
@@ -203,8 +204,14 @@ fn a_cancel_kills_the_call_and_its_worker() {
     let mut f = Fixture::new("", &[]);
     let worker = pid_in(&output(&f.call("return 1", None)).unwrap());
     let (stop, control) = StopHandle::new();
+    // Cancelled once the call runs: the worker says so in its log.
+    let log = f.dir.path().join("workers/node4-slot0-test.log");
     let canceller = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(200));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !std::fs::read_to_string(&log).is_ok_and(|text| text.contains("hanging")) {
+            assert!(Instant::now() < deadline, "the call never started");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         stop.cancel();
     });
     let finished = f.call_with("test", "hang", None, &control);
