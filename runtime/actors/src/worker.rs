@@ -252,8 +252,10 @@ impl Workers {
                 None,
             ),
         };
-        // A worker that answered stays for the next call; any other is killed.
-        if matches!(outcome, Outcome::Exited { .. } | Outcome::Raised { .. }) && output.is_some() {
+        // A worker that answered stays for the next call; any other is killed, and so
+        // is one whose group a stop signalled just after it answered.
+        let answered = matches!(outcome, Outcome::Exited { .. } | Outcome::Raised { .. });
+        if answered && output.is_some() && stop.is_none() {
             self.by_kind.insert(function.kind.clone(), worker);
         }
         ended(outcome, output)
