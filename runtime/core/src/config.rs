@@ -113,9 +113,9 @@ pub enum Placement {
     /// Each task on one node, needing [`JobSpec::resources`] there.
     #[default]
     Single,
-    /// Each task on `nodes` nodes at once, needing [`JobSpec::resources`] on each
-    /// (an MPI-style job run by a group). Not scheduled yet: the core refuses it
-    /// ([`SubmitError::GangUnsupported`](crate::SubmitError::GangUnsupported)).
+    /// Each task on `nodes` distinct nodes at once, needing [`JobSpec::resources`] free
+    /// on each (an MPI-style job run by a group): one attempt spans them all, starts
+    /// whole or not at all, and ends whole. See the core's gang rules.
     Gang {
         /// Nodes per task.
         nodes: u32,

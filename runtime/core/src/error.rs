@@ -13,12 +13,9 @@ pub enum SubmitError {
     /// `resources` asked for no core (whatever else it asked for).
     #[error("a task must need at least one core")]
     ZeroCores,
-    /// The job asked for a gang placement, which the core does not schedule yet.
-    #[error("gang jobs ({nodes} nodes) cannot be scheduled yet")]
-    GangUnsupported {
-        /// Nodes per task that the job asked for.
-        nodes: u32,
-    },
+    /// The job asked for a gang of no nodes.
+    #[error("a gang job must ask for at least one node")]
+    EmptyGang,
     /// Every job id has been used.
     #[error("job ids exhausted")]
     JobIdsExhausted,

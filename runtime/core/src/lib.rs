@@ -20,7 +20,7 @@
 //! node offers), `queue.rs` (ready-queue order), `node.rs` (credit, round-robin,
 //! parking), `task.rs` (per-job and per-task records),
 //! `horizon.rs` (the deadline and the work it holds back), `speculation.rs` (runtime
-//! estimates and stragglers). The simulator in
+//! estimates and stragglers), `scheduler/gang.rs` (gangs and their reservation). The simulator in
 //! `tests/sim/` drives 10,000 virtual nodes through the public API and checks the
 //! guarantees after every step.
 //!
@@ -63,8 +63,14 @@
 //!   dispatch (a straggler that does not gets none); none while draining.
 //! * **Resources**: a task ([`JobSpec::resources`], at least one core) runs only on a
 //!   node whose capacity it fits in every kind. Every kind is accounted; only cores
-//!   are enforced on the nodes today. A task runs on one node ([`Placement::Single`]);
-//!   gang jobs ([`Placement::Gang`]) are refused until a later issue schedules them.
+//!   are enforced on the nodes today. A task runs on one node ([`Placement::Single`]),
+//!   or on a gang of distinct nodes at once ([`Placement::Gang`], below).
+//! * **Gangs**: one attempt spans all member nodes; it is placed whole on nodes whose
+//!   free capacity (not only credit) covers its need, ends whole (a lost member
+//!   stops the others and replays the task), and is never speculated. The first gang
+//!   that cannot start reserves the nodes that free up soonest by time limits; they
+//!   take only work that ends by then, or of a higher priority (EASY backfill). See
+//!   `scheduler/gang.rs` and [`Core::reservation`].
 //! * **Credit**: a node is never sent more than it granted, in any kind; see [`Core`]
 //!   for the dispatch policy and its head-of-line rule.
 //! * **Deadline** ([`Core::handle_deadline`]): an attempt is dispatched at `now` only
@@ -93,7 +99,8 @@ pub use error::{AttemptError, CancelError, NodeError, RestoreError, SubmitError}
 pub use ids::{AttemptId, JobId, NodeId, TaskId, Time};
 pub use output::{
     Assignment, AttemptOutcome, CancelSummary, Counts, Dispatch, Disposition, EarlierAttempts,
-    Event, JobCounts, NodeLoss, SubmittedJob, TaskStatus, TerminalState, UnstartedSummary,
+    Event, GangReservation, JobCounts, NodeLoss, SubmittedJob, TaskStatus, TerminalState,
+    UnstartedSummary,
 };
 pub use resources::{MAX_CUSTOM, ResourceKind, Resources};
 pub use scheduler::{ConsistencyError, Core};

@@ -47,6 +47,18 @@ pub(crate) struct NodeRecord {
     place: Place,
     /// Live attempts on the node, in issue order (replayed in this order on loss).
     pub(crate) attempts: BTreeSet<AttemptId>,
+    /// What those attempts occupy: capacity minus this is what is really free, which
+    /// is what a gang needs (credit may include a prefetch margin).
+    pub(crate) in_use: Resources,
+}
+
+impl NodeRecord {
+    /// Capacity not held by live attempts.
+    pub(crate) fn free(&self) -> Resources {
+        self.capacity
+            .checked_sub(self.in_use)
+            .unwrap_or(Resources::ZERO)
+    }
 }
 
 /// All live nodes. See the module doc.
@@ -60,6 +72,10 @@ pub(crate) struct Nodes {
     parked: BTreeMap<Resources, BTreeSet<(Resources, NodeId)>>,
     next_incarnation: u64,
     total_credit: Totals,
+    /// (free, node) of every live node, for gang placement: the nodes whose free
+    /// capacity covers a need are a range of it (cores-only, exactly the range).
+    /// Kept only while gangs exist: it costs two B-tree updates per attempt.
+    by_free: Option<BTreeSet<(Resources, NodeId)>>,
 }
 
 impl Nodes {
@@ -73,10 +89,6 @@ impl Nodes {
 
     pub(crate) fn get(&self, node: NodeId) -> Option<&NodeRecord> {
         self.map.get(&node)
-    }
-
-    pub(crate) fn get_mut(&mut self, node: NodeId) -> Option<&mut NodeRecord> {
-        self.map.get_mut(&node)
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (NodeId, &NodeRecord)> {
@@ -99,9 +111,121 @@ impl Nodes {
                 incarnation: self.next_incarnation,
                 place: Place::Idle,
                 attempts: BTreeSet::new(),
+                in_use: Resources::ZERO,
             },
         );
+        if let Some(by_free) = &mut self.by_free {
+            by_free.insert((capacity, node));
+        }
         Ok(())
+    }
+
+    /// Starts (building it) or stops keeping the index of nodes by free capacity.
+    pub(crate) fn index_free(&mut self, on: bool) {
+        match (on, &self.by_free) {
+            (true, None) => {
+                let index = self.map.iter().map(|(node, record)| (record.free(), *node));
+                self.by_free = Some(index.collect());
+            }
+            (false, Some(_)) => self.by_free = None,
+            _ => {}
+        }
+    }
+
+    /// `attempt`, needing `need`, now runs on `node` (a live node).
+    pub(crate) fn attach(&mut self, node: NodeId, attempt: AttemptId, need: Resources) {
+        // Invariant: callers attach to nodes they just chose among live ones.
+        let record = self.map.get_mut(&node).expect("attached node is live");
+        let before = record.free();
+        record.attempts.insert(attempt);
+        record.in_use = record.in_use.saturating_add(need);
+        if let Some(by_free) = &mut self.by_free {
+            by_free.remove(&(before, node));
+            by_free.insert((record.free(), node));
+        }
+    }
+
+    /// `attempt`, needing `need`, no longer runs on `node` (nothing if the node is gone).
+    pub(crate) fn detach(&mut self, node: NodeId, attempt: AttemptId, need: Resources) {
+        let Some(record) = self.map.get_mut(&node) else {
+            return;
+        };
+        if !record.attempts.remove(&attempt) {
+            return;
+        }
+        let before = record.free();
+        record.in_use = record.in_use.checked_sub(need).unwrap_or(Resources::ZERO);
+        if let Some(by_free) = &mut self.by_free {
+            by_free.remove(&(before, node));
+            by_free.insert((record.free(), node));
+        }
+    }
+
+    /// Live nodes whose free capacity and credit both cover `need`, fullest first (so
+    /// that wide free nodes stay for wide work), ties by node id, skipping `skip`.
+    /// None unless the index is kept ([`Nodes::index_free`]).
+    pub(crate) fn free_for<'a>(
+        &'a self,
+        need: Resources,
+        mut skip: impl FnMut(NodeId) -> bool + 'a,
+    ) -> impl Iterator<Item = NodeId> + 'a {
+        self.by_free
+            .iter()
+            .flat_map(move |by_free| by_free.range((need, NodeId(0))..))
+            .filter(move |(free, node)| {
+                need.fits_in(free)
+                    && !skip(*node)
+                    && self
+                        .map
+                        .get(node)
+                        .is_some_and(|record| need.fits_in(&record.credit))
+            })
+            .map(|(_, node)| *node)
+    }
+
+    /// Takes `used` out of a node's credit outside the rotation's order (a gang member):
+    /// the node keeps its place, re-filed under its new credit if parked.
+    pub(crate) fn debit(&mut self, node: NodeId, used: Resources) {
+        // Invariant: callers debit live nodes whose credit covers `used`.
+        let record = self.map.get_mut(&node).expect("debited node is live");
+        if record.place == Place::Parked {
+            unpark(&mut self.parked, record.capacity, record.credit, node);
+        }
+        record.credit = record
+            .credit
+            .checked_sub(used)
+            .expect("gang member's credit covers its part");
+        self.total_credit.sub(used);
+        if record.place == Place::Parked {
+            if record.credit.core_count() > 0 {
+                self.parked
+                    .entry(record.capacity)
+                    .or_default()
+                    .insert((record.credit, node));
+            } else {
+                record.place = Place::Idle;
+            }
+        }
+    }
+
+    /// Keeps a node out of both the rotation and the parking (it is reserved for a gang
+    /// and may take nothing now); [`Nodes::add_credit`] or [`Nodes::restore`] bring it
+    /// back.
+    pub(crate) fn set_aside(&mut self, node: NodeId) {
+        // Invariant: only called for the live node next_in_rotation just returned.
+        let record = self.map.get_mut(&node).expect("set-aside node is live");
+        record.place = Place::Idle;
+    }
+
+    /// Puts a set-aside node back in the rotation if it still has credit.
+    pub(crate) fn restore(&mut self, node: NodeId) {
+        let Some(record) = self.map.get_mut(&node) else {
+            return;
+        };
+        if record.place == Place::Idle && record.credit.core_count() > 0 {
+            record.place = Place::Rotation;
+            self.rotation.push_back((node, record.incarnation));
+        }
     }
 
     /// Adds credit (saturating) and puts the node in the rotation if it is not there.
@@ -135,6 +259,9 @@ impl Nodes {
     /// Removes a lost node; its credit vanishes.
     pub(crate) fn remove(&mut self, node: NodeId) -> Option<NodeRecord> {
         let record = self.map.remove(&node)?;
+        if let Some(by_free) = &mut self.by_free {
+            by_free.remove(&(record.free(), node));
+        }
         if record.place == Place::Parked {
             unpark(&mut self.parked, record.capacity, record.credit, node);
         }
@@ -298,6 +425,8 @@ impl Nodes {
             + attempts
             + self.rotation.capacity() * size_of::<(NodeId, u64)>()
             + self.placed().1 * (size_of::<(Resources, NodeId)>() + 8)
+            + self.by_free.as_ref().map_or(0, BTreeSet::len)
+                * (size_of::<(Resources, NodeId)>() * 3 / 2 + 8)
     }
 }
 

@@ -104,6 +104,23 @@ pub struct Dispatch {
     /// At most [`CoreConfig::max_bundle`](crate::CoreConfig::max_bundle) assignments, in
     /// queue order.
     pub assignments: Vec<Assignment>,
+    /// Empty for single-node work. For a gang ([`Placement::Gang`](crate::Placement)):
+    /// its one assignment runs on all these nodes at once, `node` (the group's leader)
+    /// first; the driver sends each member its part. Each member's credit was charged.
+    pub members: Vec<NodeId>,
+}
+
+/// The nodes held for the gang at the head of the gang queue
+/// ([`Core::reservation`](crate::Core::reservation)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GangReservation {
+    /// The gang's job.
+    pub job: JobId,
+    /// The reserved nodes, ascending.
+    pub nodes: Vec<NodeId>,
+    /// When they are expected to have the gang's need free, from the time limits of
+    /// the work on them; `None` if some of it has no limit.
+    pub start: Option<Time>,
 }
 
 /// One attempt of one task, sent to a node.

@@ -13,7 +13,9 @@
 //!
 //! Entries do not carry what their tasks need: a 32-byte [`Resources`] would triple a
 //! returned task (16 bytes), and a mass node loss returns hundreds of thousands. The
-//! caller passes `needs`, which looks the job's resources up (one per job).
+//! caller passes `needs`, which looks the job's resources up (one per job), or says
+//! `None` for work a node may not take from here: gangs, which are placed whole by
+//! their own pass, and work a node reserved for a gang may not backfill.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, VecDeque};
@@ -82,6 +84,11 @@ impl ReadyQueue {
         self.entries == 0
     }
 
+    /// The highest priority with queued work, if any.
+    pub(crate) fn top_priority(&self) -> Option<i32> {
+        self.levels.keys().next().map(|&Reverse(priority)| priority)
+    }
+
     /// Queued tasks.
     pub(crate) fn tasks(&self) -> u64 {
         self.tasks
@@ -117,7 +124,7 @@ impl ReadyQueue {
     fn first_fitting(
         &self,
         capacity: &Resources,
-        needs: impl Fn(JobId) -> Resources,
+        needs: impl Fn(JobId) -> Option<Resources>,
     ) -> Option<Position> {
         for (Reverse(priority), level) in &self.levels {
             let returned = level
@@ -132,7 +139,7 @@ impl ReadyQueue {
                 .map(|(index, range)| (Lane::Fresh, index, range.job));
             if let Some((lane, index, need)) = returned
                 .chain(fresh)
-                .map(|(lane, index, job)| (lane, index, needs(job)))
+                .filter_map(|(lane, index, job)| Some((lane, index, needs(job)?)))
                 .find(|(_, _, need)| need.fits_in(capacity))
             {
                 return Some(Position {
@@ -150,7 +157,7 @@ impl ReadyQueue {
     pub(crate) fn need(
         &self,
         capacity: &Resources,
-        needs: impl Fn(JobId) -> Resources,
+        needs: impl Fn(JobId) -> Option<Resources>,
     ) -> Option<Resources> {
         self.first_fitting(capacity, needs)
             .map(|position| position.need)
@@ -166,7 +173,7 @@ impl ReadyQueue {
         capacity: &Resources,
         credit: Resources,
         limit: usize,
-        needs: impl Fn(JobId) -> Resources,
+        needs: impl Fn(JobId) -> Option<Resources>,
         out: &mut Vec<Taken>,
     ) -> Resources {
         let mut left = credit;
@@ -370,8 +377,8 @@ mod tests {
         }
     }
 
-    fn one_core(_: JobId) -> Resources {
-        Resources::cores(1)
+    fn one_core(_: JobId) -> Option<Resources> {
+        Some(Resources::cores(1))
     }
 
     fn cores(n: u32) -> Resources {
@@ -428,7 +435,7 @@ mod tests {
         queue.push_fresh(0, fresh(1, 1));
         queue.push_fresh(0, fresh(2, 3));
         queue.push_fresh(0, fresh(3, 5));
-        let needs = |job: JobId| cores([16, 4, 1][job.0 as usize - 1]);
+        let needs = |job: JobId| Some(cores([16, 4, 1][job.0 as usize - 1]));
         let mut out = Vec::new();
         // Capacity 8: job 1 never fits and is skipped; job 2 needs 4 per task.
         assert_eq!(
@@ -454,10 +461,12 @@ mod tests {
     #[test]
     fn take_needs_every_kind_to_fit_capacity_and_credit() {
         let gpu = |n: u32| Resources::cores(1).with(ResourceKind::GPUS, n);
-        let needs = |job: JobId| match job.0 {
-            1 => gpu(4),
-            2 => gpu(1),
-            _ => cores(1),
+        let needs = |job: JobId| {
+            Some(match job.0 {
+                1 => gpu(4),
+                2 => gpu(1),
+                _ => cores(1),
+            })
         };
         let mut queue = ReadyQueue::default();
         queue.push_fresh(0, fresh(1, 1));
@@ -493,6 +502,29 @@ mod tests {
                 end: 3
             }]
         );
+    }
+
+    #[test]
+    fn entries_without_a_need_are_skipped() {
+        let mut queue = ReadyQueue::default();
+        queue.push_fresh(0, fresh(1, 1));
+        queue.push_fresh(0, fresh(2, 2));
+        let needs = |job: JobId| (job.0 != 1).then_some(cores(1));
+        let mut out = Vec::new();
+        assert_eq!(
+            queue.take(&cores(8), cores(8), 100, needs, &mut out),
+            cores(2)
+        );
+        assert_eq!(
+            out,
+            vec![Taken::Fresh {
+                job: JobId(2),
+                start: 0,
+                end: 2
+            }]
+        );
+        assert_eq!(queue.need(&cores(8), needs), None);
+        assert_eq!(queue.tasks(), 1);
     }
 
     #[test]

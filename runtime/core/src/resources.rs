@@ -156,6 +156,11 @@ impl Resources {
             .unwrap_or(u32::MAX)
     }
 
+    /// The smaller amount of each kind.
+    pub fn min_each(self, other: Resources) -> Resources {
+        self.zip(other, u32::min)
+    }
+
     fn zip(self, other: Resources, f: impl Fn(u32, u32) -> u32) -> Resources {
         let mut amounts = self.0;
         for (amount, other) in amounts.iter_mut().zip(other.0) {

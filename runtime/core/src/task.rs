@@ -114,11 +114,12 @@ impl StoredSpec {
             max_replays: spec.max_replays,
             time_limit: spec.time_limit,
             class: spec.class,
-            speculative: spec.speculative,
+            // A gang's attempt spans its nodes: no copy of it can start elsewhere.
+            speculative: spec.speculative && spec.placement == Placement::Single,
         }
     }
 
-    /// The spec this was made from.
+    /// The spec this was made from (a gang's `speculative` is false).
     pub(crate) fn to_spec(self, shapes: &Shapes) -> JobSpec {
         JobSpec {
             count: self.count,

@@ -188,6 +188,9 @@ impl TaskSpec {
         if self.nodes == 0 {
             return Err(SpecError::ZeroNodes);
         }
+        if self.nodes > 1 {
+            return Err(SpecError::MultiNodeNotRunYet { nodes: self.nodes });
+        }
         if let Some(name) = self
             .resources
             .keys()
@@ -365,6 +368,8 @@ pub enum SpecError {
     ZeroCores,
     #[error("nodes must be at least 1")]
     ZeroNodes,
+    #[error("multi-node jobs ({nodes} nodes) are not run by this root yet")]
+    MultiNodeNotRunYet { nodes: u32 },
     #[error("invalid resource name {name:?}: use letters, digits, '_', '-' and '.', at most 64")]
     InvalidResourceName { name: String },
     #[error("invalid environment variable name {key:?}: must be non-empty without '=' or NUL")]

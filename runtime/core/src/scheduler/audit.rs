@@ -4,8 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Core, PendingEvent, slot};
+use crate::config::Placement;
 use crate::horizon::last_start;
-use crate::ids::{AttemptId, JobId, TaskId, Time};
+use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
 use crate::output::Counts;
 use crate::resources::{Resources, Totals};
 use crate::task::{AttemptRecord, CopyState, JobRecord, Phase, TaskRecord};
@@ -54,6 +55,14 @@ pub enum ConsistencyError {
         counted: Resources,
         /// What the total says (capped likewise).
         recorded: Resources,
+    },
+    /// A node's or a gang's bookkeeping contradicts the rest of the state.
+    #[error("node {node}: {problem}")]
+    Node {
+        /// The node (a gang's leader for gang problems).
+        node: NodeId,
+        /// What is wrong.
+        problem: &'static str,
     },
     /// The straggler index contradicts itself.
     #[error("straggler index: {problem}")]
@@ -182,10 +191,16 @@ impl Core {
             self.counts.delayed,
         )?;
         let node_attempts: usize = self.nodes.iter().map(|(_, node)| node.attempts.len()).sum();
+        let extra_members: usize = self
+            .gangs
+            .members
+            .values()
+            .map(|members| members.len().saturating_sub(1))
+            .sum();
         expect_equal(
             "node attempts",
             node_attempts as u64,
-            self.attempts.len() as u64,
+            (self.attempts.len() + extra_members) as u64,
         )?;
         expect_equal(
             "live attempts",
@@ -205,18 +220,34 @@ impl Core {
             });
         }
         for (node, record) in self.nodes.iter() {
+            let mut in_use = Resources::ZERO;
             for attempt in &record.attempts {
-                match self.attempts.get(attempt) {
-                    Some(live) if live.node == node => {}
-                    _ => {
-                        return Err(ConsistencyError::Attempt {
-                            attempt: *attempt,
-                            problem: "node holds an attempt that is not live there",
-                        });
-                    }
+                let held_here = self.attempts.get(attempt).is_some_and(|live| {
+                    live.node == node
+                        || self
+                            .gangs
+                            .members
+                            .get(attempt)
+                            .is_some_and(|members| members.contains(&node))
+                });
+                if !held_here {
+                    return Err(ConsistencyError::Attempt {
+                        attempt: *attempt,
+                        problem: "node holds an attempt that is not live there",
+                    });
                 }
+                let job = self.tasks[&self.attempts[attempt].task].job;
+                in_use =
+                    in_use.saturating_add(self.shapes.resources(self.jobs[slot(job)].spec.shape));
+            }
+            if in_use != record.in_use {
+                return Err(ConsistencyError::Node {
+                    node,
+                    problem: "what it holds differs from its attempts' needs",
+                });
             }
         }
+        self.check_gangs()?;
         let mut credit = Totals::default();
         for (_, node) in self.nodes.iter() {
             credit.add(node.credit);
@@ -356,6 +387,67 @@ impl Core {
                 if waiting > 0 && !tracked.contains(&job) && !self.horizon.is_held(job) {
                     return job_error(job, "has queued work but is neither tracked nor held");
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every live gang attempt spans its job's node count of distinct live nodes, its
+    /// leader first, each holding it; the gang queue lists exactly the unfinished gang
+    /// jobs; a reservation holds the head's node count of distinct nodes.
+    fn check_gangs(&self) -> Result<(), ConsistencyError> {
+        let attempt_error = |attempt, problem| Err(ConsistencyError::Attempt { attempt, problem });
+        for (attempt, members) in &self.gangs.members {
+            let Some(live) = self.attempts.get(attempt) else {
+                return attempt_error(*attempt, "gang members of an attempt that is not live");
+            };
+            let job = self.tasks[&live.task].job;
+            let size = self.gang_size(job);
+            if size != Some(members.len() as u32) || members.first() != Some(&live.node) {
+                return attempt_error(*attempt, "gang members differ from its job's gang");
+            }
+            let distinct: BTreeSet<NodeId> = members.iter().copied().collect();
+            if distinct.len() != members.len() {
+                return attempt_error(*attempt, "a node twice in one gang");
+            }
+            if members.iter().any(|node| {
+                self.nodes
+                    .get(*node)
+                    .is_none_or(|record| !record.attempts.contains(attempt))
+            }) {
+                return attempt_error(*attempt, "a gang member does not hold it");
+            }
+        }
+        for (attempt, live) in &self.attempts {
+            let job = self.tasks[&live.task].job;
+            if self.gang_size(job).is_some() != self.gangs.members.contains_key(attempt) {
+                return attempt_error(*attempt, "gang attempt without members, or the reverse");
+            }
+        }
+        for (position, record) in self.jobs.iter().enumerate() {
+            let job = JobId(position as u32 + 1);
+            let gang = matches!(
+                self.shapes.placement(record.spec.shape),
+                Placement::Gang { .. }
+            );
+            let listed = self
+                .gangs
+                .jobs
+                .contains(&(std::cmp::Reverse(record.spec.priority), job));
+            if listed != (gang && !record.counts.is_finished()) {
+                return Err(ConsistencyError::Job {
+                    job,
+                    problem: "gang queue disagrees with its placement or state",
+                });
+            }
+        }
+        if let Some(held) = &self.gangs.reservation {
+            let size = self.gang_size(held.job).unwrap_or(0) as usize;
+            if held.nodes.len() != size || held.nodes.windows(2).any(|pair| pair[0] >= pair[1]) {
+                return Err(ConsistencyError::Job {
+                    job: held.job,
+                    problem: "reservation is not its node count of distinct nodes",
+                });
             }
         }
         Ok(())

@@ -55,6 +55,7 @@ impl Core {
             .push(JobRecord::new(stored, max_replays, first_task));
         self.counts.submitted += u64::from(spec.count);
         self.counts.queued += u64::from(spec.count);
+        self.note_gang(job, &spec);
         if !self.horizon.track(job, spec.time_limit, self.now) {
             self.horizon.hold(job);
         }
@@ -159,7 +160,9 @@ impl Core {
                 }
             };
         };
-        let Ended { task, from, other } = self.end_attempt(attempt, live);
+        let Ended {
+            task, from, other, ..
+        } = self.end_attempt(attempt, live);
         // Invariant: end_attempt returns a task that has a record.
         let job = self.tasks[&task].job;
         if self.jobs[slot(job)].counts.cancel_requested {
@@ -213,7 +216,20 @@ impl Core {
                 .attempts
                 .remove(&attempt)
                 .expect("node attempt is live");
-            let Ended { task, from, other } = self.end_attempt(attempt, live);
+            let Ended {
+                task,
+                from,
+                other,
+                members,
+            } = self.end_attempt(attempt, live);
+            // A gang ends whole: its surviving members stop their parts.
+            for &member in members.iter().flatten().filter(|&&member| member != node) {
+                self.events
+                    .push_back(PendingEvent::Ready(Event::CancelAttempt {
+                        node: member,
+                        attempt,
+                    }));
+            }
             // Invariant: end_attempt returns a task that has a record.
             let job = self.tasks[&task].job;
             if self.jobs[slot(job)].counts.cancel_requested {
@@ -300,11 +316,15 @@ impl Core {
                         if let Some(started) = live.started() {
                             self.unindex(job, started, attempt);
                         }
-                        self.events
-                            .push_back(PendingEvent::Ready(Event::CancelAttempt {
-                                node: live.node,
-                                attempt,
-                            }));
+                        let leader = [live.node];
+                        let nodes = self.gangs.members.get(&attempt).map_or(&leader[..], |m| m);
+                        for &node in nodes {
+                            self.events
+                                .push_back(PendingEvent::Ready(Event::CancelAttempt {
+                                    node,
+                                    attempt,
+                                }));
+                        }
                         summary.attempts_signalled += 1;
                     }
                 }
@@ -374,6 +394,7 @@ pub(super) fn check_spec(spec: &JobSpec) -> Result<(), SubmitError> {
     }
     match spec.placement {
         Placement::Single => Ok(()),
-        Placement::Gang { nodes } => Err(SubmitError::GangUnsupported { nodes }),
+        Placement::Gang { nodes: 0 } => Err(SubmitError::EmptyGang),
+        Placement::Gang { .. } => Ok(()),
     }
 }

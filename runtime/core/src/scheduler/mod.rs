@@ -3,6 +3,7 @@
 
 mod audit;
 mod deadline;
+mod gang;
 mod inputs;
 mod outputs;
 mod query;
@@ -13,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 pub use audit::ConsistencyError;
 
-use crate::config::{CoreConfig, JobSpec};
+use crate::config::{CoreConfig, JobSpec, Placement};
 use crate::horizon::Horizon;
 use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
 use crate::node::Nodes;
@@ -122,6 +123,8 @@ pub struct Core {
     /// Runtime estimates per class and the started attempts that may become stragglers.
     stragglers: Stragglers,
     nodes: Nodes,
+    /// Gang jobs, the members of live gang attempts, and the head gang's reservation.
+    gangs: gang::Gangs,
     events: VecDeque<PendingEvent>,
     counts: Counts,
     /// Reused buffer for [`ReadyQueue::take`].
@@ -150,9 +153,19 @@ fn slot(job: JobId) -> usize {
 }
 
 /// What each task of every job needs, for the ready queue (which keeps needs per job,
-/// not per entry). Only for ids from the core's own queue entries.
-fn needs<'a>(jobs: &'a [JobRecord], shapes: &'a Shapes) -> impl Fn(JobId) -> Resources + Copy + 'a {
-    move |job| shapes.resources(jobs[slot(job)].spec.shape)
+/// not per entry); `None` for gangs, which single-node dispatch skips. Only for ids
+/// from the core's own queue entries.
+fn needs<'a>(
+    jobs: &'a [JobRecord],
+    shapes: &'a Shapes,
+) -> impl Fn(JobId) -> Option<Resources> + Copy + 'a {
+    move |job| {
+        let shape = jobs[slot(job)].spec.shape;
+        match shapes.placement(shape) {
+            Placement::Single => Some(shapes.resources(shape)),
+            Placement::Gang { .. } => None,
+        }
+    }
 }
 
 impl Core {
@@ -173,6 +186,7 @@ impl Core {
             draining: false,
             stragglers: Stragglers::new(config.speculation),
             nodes: Nodes::default(),
+            gangs: gang::Gangs::default(),
             events: VecDeque::new(),
             counts: Counts::default(),
             scratch: Vec::new(),
@@ -325,8 +339,9 @@ impl Core {
 
     fn finish_job_if_done(&mut self, job: JobId) {
         if self.job_mut(job).release_if_finished() {
-            let time_limit = self.jobs[slot(job)].spec.time_limit;
-            self.horizon.forget(job, time_limit);
+            let spec = self.jobs[slot(job)].spec;
+            self.horizon.forget(job, spec.time_limit);
+            self.forget_gang(job, spec.priority);
             self.events
                 .push_back(PendingEvent::Ready(Event::JobFinished { job }));
         }

@@ -1,7 +1,7 @@
 //! The `poll_*` outputs of [`Core`].
 
 use super::{Core, PendingEvent, needs, slot};
-use crate::ids::{AttemptId, NodeId, TaskId, Time};
+use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
 use crate::output::{Assignment, Dispatch, Event, TerminalState};
 use crate::queue::Taken;
 use crate::task::{AttemptRecord, Bucket, Phase, TaskRecord};
@@ -74,6 +74,9 @@ impl Core {
         if self.draining {
             return None;
         }
+        if let Some(dispatch) = self.dispatch_gang() {
+            return Some(dispatch);
+        }
         if !self.queue.is_empty()
             && let Some(dispatch) = self.dispatch_queued()
         {
@@ -104,20 +107,55 @@ impl Core {
             // Invariant: next_in_rotation returns live nodes.
             let record = self.nodes.get(node).expect("rotation node is live");
             taken.clear();
-            let used = self.queue.take(
-                &record.capacity,
-                record.credit,
-                limit,
-                needs(&self.jobs, &self.shapes),
-                &mut taken,
-            );
+            let held = self
+                .gangs
+                .reservation
+                .as_ref()
+                .filter(|held| held.holds(node));
+            let used = match held {
+                None => self.queue.take(
+                    &record.capacity,
+                    record.credit,
+                    limit,
+                    needs(&self.jobs, &self.shapes),
+                    &mut taken,
+                ),
+                Some(held) => {
+                    // Held for a gang: only what it has free (no prefetch), and only
+                    // work that the reservation admits.
+                    let (jobs, shapes, now) = (&self.jobs, &self.shapes, self.now);
+                    let all = needs(jobs, shapes);
+                    let admitted = move |job: JobId| {
+                        let spec = &jobs[slot(job)].spec;
+                        all(job)
+                            .filter(|_| Core::admitted(held, now, spec.priority, spec.time_limit))
+                    };
+                    self.queue.take(
+                        &record.capacity,
+                        record.credit.min_each(record.free()),
+                        limit,
+                        admitted,
+                        &mut taken,
+                    )
+                }
+            };
             if taken.is_empty() {
-                self.nodes.park(node);
+                match &mut self.gangs.reservation {
+                    Some(held) if held.holds(node) => {
+                        self.nodes.set_aside(node);
+                        held.aside.push(node);
+                    }
+                    _ => self.nodes.park(node),
+                }
                 continue;
             }
             self.nodes.served(node, used);
             let assignments = self.assign(node, &taken);
-            dispatch = Some(Dispatch { node, assignments });
+            dispatch = Some(Dispatch {
+                node,
+                assignments,
+                members: Vec::new(),
+            });
             break;
         }
         taken.clear();
@@ -135,8 +173,6 @@ impl Core {
             })
             .sum();
         let mut assignments = Vec::with_capacity(total);
-        // Invariant: the caller just served this live node.
-        let node_record = self.nodes.get_mut(node).expect("assigned node is live");
         for taken in taken {
             match *taken {
                 Taken::Returned(returned) => {
@@ -154,7 +190,8 @@ impl Core {
                     job.shift(&mut self.counts, Bucket::Queued, Bucket::Assigned, 1);
                     self.attempts
                         .insert(attempt, AttemptRecord::new(returned.task, node));
-                    node_record.attempts.insert(attempt);
+                    let need = self.shapes.resources(job.spec.shape);
+                    self.nodes.attach(node, attempt, need);
                     assignments.push(Assignment {
                         task: returned.task,
                         attempt,
@@ -164,6 +201,7 @@ impl Core {
                 }
                 Taken::Fresh { job, start, end } => {
                     let record = &mut self.jobs[slot(job)];
+                    let need = self.shapes.resources(record.spec.shape);
                     record.shift(
                         &mut self.counts,
                         Bucket::Queued,
@@ -187,7 +225,7 @@ impl Core {
                         );
                         self.attempts
                             .insert(attempt, AttemptRecord::new(task, node));
-                        node_record.attempts.insert(attempt);
+                        self.nodes.attach(node, attempt, need);
                         assignments.push(Assignment {
                             task,
                             attempt,

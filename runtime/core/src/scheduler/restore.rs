@@ -58,6 +58,7 @@ impl Core {
             .push(JobRecord::new(stored, max_replays, first_task));
         self.counts.submitted += u64::from(spec.count);
         self.counts.queued += u64::from(spec.count);
+        self.note_gang(job, &spec);
         let record = &mut self.jobs[slot(job)];
         for &(index, state) in &sorted {
             record.mark_finished(index);

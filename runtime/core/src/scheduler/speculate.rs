@@ -10,7 +10,7 @@
 
 use super::{Core, PendingEvent, needs, slot};
 use crate::horizon::last_start;
-use crate::ids::{AttemptId, JobId, TaskId, Time};
+use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
 use crate::output::{Assignment, Dispatch, Event};
 use crate::resources::Resources;
 use crate::task::{AttemptRecord, Bucket, CopySlot, CopyState, Phase};
@@ -29,21 +29,26 @@ pub(super) struct Ended {
     pub(super) from: Bucket,
     /// The task's other live attempt, if it had a copy.
     pub(super) other: Option<AttemptId>,
+    /// A gang attempt's member nodes, leader first (it had no copy).
+    pub(super) members: Option<Box<[NodeId]>>,
 }
 
 impl Core {
     /// Ends the live attempt `attempt` (already out of the live map): forgets it on
     /// its node and in the straggler index.
     pub(super) fn end_attempt(&mut self, attempt: AttemptId, record: AttemptRecord) -> Ended {
-        if let Some(node) = self.nodes.get_mut(record.node) {
-            node.attempts.remove(&attempt);
-        }
         // Invariant: a live attempt's task has an in-flight record.
-        let task = self
+        let job = self
             .tasks
             .get(&record.task)
-            .expect("live attempt has a task");
-        let job = task.job;
+            .expect("live attempt has a task")
+            .job;
+        let need = self.shapes.resources(self.jobs[slot(job)].spec.shape);
+        let members = self.end_gang_attempt(attempt, need);
+        if members.is_none() {
+            self.nodes.detach(record.node, attempt, need);
+        }
+        let task = &self.tasks[&record.task];
         let (from, other) = match task.phase {
             Phase::InFlight {
                 attempt: original,
@@ -71,6 +76,7 @@ impl Core {
             task: record.task,
             from,
             other,
+            members,
         }
     }
 
@@ -99,9 +105,8 @@ impl Core {
         let Some(live) = self.attempts.remove(&other) else {
             return;
         };
-        if let Some(node) = self.nodes.get_mut(live.node) {
-            node.attempts.remove(&other);
-        }
+        let need = self.shapes.resources(self.jobs[slot(job)].spec.shape);
+        self.nodes.detach(live.node, other, need);
         if let Some(started) = live.started() {
             self.unindex(job, started, other);
         }
@@ -229,13 +234,12 @@ impl Core {
         };
         self.attempts
             .insert(copy, AttemptRecord::new(live.task, node));
-        // Invariant: take_for_copy returns a live node.
-        let node_record = self.nodes.get_mut(node).expect("copy node is live");
-        node_record.attempts.insert(copy);
+        self.nodes.attach(node, copy, need);
         self.counts.speculated += 1;
         Some(Dispatch {
             node,
             assignments: vec![assignment],
+            members: Vec::new(),
         })
     }
 }

@@ -8,6 +8,8 @@ mod cancel;
 mod deadline;
 mod dispatch;
 mod failures;
+mod gang_load;
+mod gangs;
 mod memory;
 mod nodes;
 mod resources;

@@ -1,5 +1,5 @@
 //! Resource vectors: tasks that need GPUs, memory or custom kinds go only where they
-//! fit, credit is never exceeded in any kind, and gang jobs are refused for now.
+//! fit, credit is never exceeded in any kind, and a gang of no nodes is refused.
 
 use saker_core::{
     AttemptOutcome, JobSpec, NodeError, NodeId, NodeLoss, Placement, ResourceKind, Resources,
@@ -206,20 +206,18 @@ fn a_task_needs_a_core_and_a_node_offers_one() {
 }
 
 #[test]
-fn gang_jobs_are_refused_until_they_can_be_scheduled() {
+fn gangs_of_no_nodes_are_refused() {
     let mut harness = Harness::new();
-    let gang = JobSpec::single().with_placement(Placement::Gang { nodes: 4 });
-    let refused = Err(SubmitError::GangUnsupported { nodes: 4 });
+    let gang = JobSpec::single().with_placement(Placement::Gang { nodes: 0 });
+    let refused = Err(SubmitError::EmptyGang);
     assert_eq!(harness.core.handle_submit(gang, Time::ZERO), refused);
     assert_eq!(
-        SubmitError::GangUnsupported { nodes: 4 }.to_string(),
-        "gang jobs (4 nodes) cannot be scheduled yet"
+        SubmitError::EmptyGang.to_string(),
+        "a gang job must ask for at least one node"
     );
     assert_eq!(
         harness.core.handle_restore_job(gang, &[], &[], Time::ZERO),
-        Err(RestoreError::Submit(SubmitError::GangUnsupported {
-            nodes: 4
-        }))
+        Err(RestoreError::Submit(SubmitError::EmptyGang))
     );
     assert_eq!(harness.core.counts().submitted, 0, "nothing changed");
     assert_eq!(JobSpec::default().placement, Placement::Single);
@@ -231,11 +229,11 @@ fn gang_jobs_are_refused_until_they_can_be_scheduled() {
 #[test]
 fn a_batch_is_checked_whole_before_anything_is_submitted() {
     let mut harness = Harness::new();
-    let gang = JobSpec::single().with_placement(Placement::Gang { nodes: 2 });
+    let gang = JobSpec::single().with_placement(Placement::Gang { nodes: 0 });
     let batch = [JobSpec::array(3), JobSpec::single(), gang];
     assert_eq!(
         harness.core.check_submissions(&batch),
-        Err((2, SubmitError::GangUnsupported { nodes: 2 }))
+        Err((2, SubmitError::EmptyGang))
     );
     assert_eq!(
         harness

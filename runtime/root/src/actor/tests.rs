@@ -332,8 +332,7 @@ async fn a_submission_the_core_would_refuse_in_part_is_refused_whole() {
     let mut answer = h.submit(vec![single(&["true"]), array(&["true"], "1-9"), gang]);
     let error = answer.try_recv().expect("answered at once").unwrap_err();
     assert!(
-        error.message.contains("job 2 of the submission")
-            && error.message.contains("gang jobs (4 nodes)"),
+        error.message.contains("multi-node jobs (4 nodes)"),
         "{error:?}"
     );
     assert!(h.journal_durable().is_empty(), "nothing is journaled");

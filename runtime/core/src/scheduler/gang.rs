@@ -1,0 +1,384 @@
+//! Gangs: jobs whose every task runs on `nodes` distinct nodes at once
+//! ([`Placement::Gang`](crate::Placement)), and the reservation that keeps them from
+//! starving behind small work.
+//!
+//! A gang's task has one attempt that spans all its member nodes (the first is the
+//! group's leader). It is placed whole, only on nodes whose *free* capacity (capacity
+//! minus what live attempts hold) and credit both cover its need: credit alone may
+//! include an agent's prefetch margin, and a member that had to queue behind
+//! prefetched work would start late. It ends whole: one result for the attempt frees
+//! every member; the loss of any member node ends it on all of them
+//! ([`Event::CancelAttempt`] to each survivor) and replays the task.
+//!
+//! **Order.** Gangs wait in the ready queue like other work (priority, deadline
+//! holding and cancellation apply unchanged), but single-node dispatch skips them;
+//! this pass places them, before single-node work, in (priority, submission) order,
+//! as long as no queued single-node work has a higher priority.
+//!
+//! **Reservation (EASY backfill).** The first queued gang that cannot start now (the
+//! *head*) reserves the `nodes` nodes expected to have its need free soonest, judged
+//! from the time limits of what runs there (an attempt not yet started counts from
+//! now). A reserved node takes single-node work of the head's priority or lower only
+//! if that work has a time limit and ends by the expected start, and never more than
+//! it has free (no prefetch); work of higher priority is not held back. Work without
+//! a time limit is never backfilled onto a reserved node, so a reserved node running
+//! such work holds the gang until it ends (the expected start is then unknown).
+//! Other gangs may start meanwhile only on unreserved nodes. The head therefore starts
+//! no later than the longest time limit on its nodes when it was made head (plus any
+//! work without a limit already running there), unless higher-priority work arrives.
+//! The reservation is made again when the head changes or one of its nodes is lost.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap};
+
+use super::{Core, slot};
+use crate::config::Placement;
+use crate::ids::{AttemptId, JobId, NodeId, Time};
+use crate::output::{Assignment, Dispatch, GangReservation};
+use crate::queue::FreshRange;
+use crate::resources::Resources;
+use crate::task::{AttemptRecord, Bucket, Phase, TaskRecord};
+
+/// How many queued gangs one [`Core::poll_dispatch`] tries to place. Bounds the cost
+/// of a dispatch when many gangs wait; those further back wait for the ones ahead.
+const SCAN: usize = 16;
+
+/// The gang state of a [`Core`].
+#[derive(Debug, Default)]
+pub(super) struct Gangs {
+    /// Gang jobs not yet finished, in placement order.
+    pub(super) jobs: BTreeSet<(Reverse<i32>, JobId)>,
+    /// The member nodes of each live gang attempt, leader first.
+    pub(super) members: HashMap<AttemptId, Box<[NodeId]>>,
+    pub(super) reservation: Option<Reservation>,
+}
+
+/// Nodes held for the head gang.
+#[derive(Debug)]
+pub(super) struct Reservation {
+    pub(super) job: JobId,
+    pub(super) priority: i32,
+    /// Ascending.
+    pub(super) nodes: Vec<NodeId>,
+    pub(super) start: Option<Time>,
+    /// Reserved nodes kept out of the rotation because they could take nothing;
+    /// they go back when the reservation ends.
+    pub(super) aside: Vec<NodeId>,
+}
+
+impl Reservation {
+    pub(super) fn holds(&self, node: NodeId) -> bool {
+        self.nodes.binary_search(&node).is_ok()
+    }
+}
+
+impl Core {
+    /// Nodes per task if `job` is a gang.
+    pub(super) fn gang_size(&self, job: JobId) -> Option<u32> {
+        match self.shapes.placement(self.jobs[slot(job)].spec.shape) {
+            Placement::Single => None,
+            Placement::Gang { nodes } => Some(nodes),
+        }
+    }
+
+    /// A new job: a gang joins the gang queue. New work may be admitted on the nodes a
+    /// reservation set aside, so they go back to the rotation.
+    pub(super) fn note_gang(&mut self, job: JobId, spec: &crate::config::JobSpec) {
+        if matches!(spec.placement, Placement::Gang { .. }) {
+            self.gangs.jobs.insert((Reverse(spec.priority), job));
+            self.nodes.index_free(true);
+        }
+        self.restore_aside();
+    }
+
+    /// A finished job leaves the gang queue; the free-capacity index goes with the last.
+    pub(super) fn forget_gang(&mut self, job: JobId, priority: i32) {
+        if self.gangs.jobs.remove(&(Reverse(priority), job)) && self.gangs.jobs.is_empty() {
+            self.nodes.index_free(false);
+        }
+    }
+
+    /// The member nodes of a live gang attempt, leader first.
+    pub fn gang_members(&self, attempt: AttemptId) -> Option<&[NodeId]> {
+        self.gangs.members.get(&attempt).map(|members| &members[..])
+    }
+
+    /// The nodes currently held for the head gang, if any.
+    pub fn reservation(&self) -> Option<GangReservation> {
+        self.gangs
+            .reservation
+            .as_ref()
+            .map(|reservation| GangReservation {
+                job: reservation.job,
+                nodes: reservation.nodes.clone(),
+                start: reservation.start,
+            })
+    }
+
+    /// Places the first queued gang that can start now, if any; otherwise makes sure
+    /// the head gang has its reservation. Called first by [`Core::poll_dispatch`].
+    pub(super) fn dispatch_gang(&mut self) -> Option<Dispatch> {
+        if self.gangs.jobs.is_empty() {
+            return None;
+        }
+        let candidates: Vec<(i32, JobId)> = self
+            .gangs
+            .jobs
+            .iter()
+            .map(|&(Reverse(priority), job)| (priority, job))
+            .filter(|&(_, job)| {
+                self.jobs[slot(job)].counts.queued > 0 && !self.horizon.is_held(job)
+            })
+            .take(SCAN)
+            .collect();
+        let Some(&(head_priority, head)) = candidates.first() else {
+            self.release_reservation();
+            return None;
+        };
+        let top_single = self.queue.top_priority();
+        let mut head_blocked = false;
+        for (priority, job) in candidates {
+            if top_single.is_some_and(|top| top > priority) {
+                break;
+            }
+            let need = self.shapes.resources(self.jobs[slot(job)].spec.shape);
+            // Invariant: candidates are gang jobs.
+            let size = self.gang_size(job).expect("a gang job") as usize;
+            let reservation = self.gangs.reservation.as_ref();
+            let chosen: Vec<NodeId> = self
+                .nodes
+                .free_for(need, |node| {
+                    head_blocked && reservation.is_some_and(|held| held.holds(node))
+                })
+                .take(size)
+                .collect();
+            if chosen.len() == size {
+                return Some(self.start_gang(job, priority, need, chosen));
+            }
+            head_blocked = true;
+        }
+        self.ensure_reservation(head, head_priority);
+        None
+    }
+
+    /// Creates the attempt of one queued task of gang `job` on `members`.
+    fn start_gang(
+        &mut self,
+        job: JobId,
+        priority: i32,
+        need: Resources,
+        members: Vec<NodeId>,
+    ) -> Dispatch {
+        let (fresh, mut returned) = self.queue.remove_job(job, priority);
+        let attempt = AttemptId(self.next_attempt);
+        self.next_attempt += 1;
+        let (task, index) = if returned.is_empty() {
+            // Invariant: the job has queued tasks and is not held, so they are in the
+            // queue: returned ones or a fresh range.
+            let range = fresh.expect("a queued gang has tasks in the queue");
+            let record = &self.jobs[slot(job)];
+            let (task, index) = (record.task(range.next), range.next);
+            self.tasks.insert(
+                task,
+                TaskRecord {
+                    job,
+                    index,
+                    attempts: 1,
+                    failures: 0,
+                    replays: 0,
+                    phase: Phase::dispatched(attempt),
+                },
+            );
+            let rest = (range.next + 1 < range.end).then_some(FreshRange {
+                next: range.next + 1,
+                ..range
+            });
+            self.queue
+                .restore(priority, rest.into_iter().collect(), Vec::new());
+            (task, index)
+        } else {
+            let first = returned.remove(0);
+            // Invariant: a returned task has a queued record.
+            let record = self
+                .tasks
+                .get_mut(&first.task)
+                .expect("returned task has a record");
+            record.attempts += 1;
+            record.phase = Phase::dispatched(attempt);
+            let index = record.index;
+            self.queue
+                .restore(priority, fresh.into_iter().collect(), returned);
+            (first.task, index)
+        };
+        let record = &mut self.jobs[slot(job)];
+        record.shift(&mut self.counts, Bucket::Queued, Bucket::Assigned, 1);
+        for &node in &members {
+            self.nodes.debit(node, need);
+            self.nodes.attach(node, attempt, need);
+        }
+        self.attempts
+            .insert(attempt, AttemptRecord::new(task, members[0]));
+        self.gangs
+            .members
+            .insert(attempt, members.clone().into_boxed_slice());
+        if self
+            .gangs
+            .reservation
+            .as_ref()
+            .is_some_and(|held| held.job == job)
+        {
+            self.release_reservation();
+        }
+        Dispatch {
+            node: members[0],
+            assignments: vec![Assignment {
+                task,
+                attempt,
+                job,
+                index,
+            }],
+            members,
+        }
+    }
+
+    /// Keeps the reservation if it is for `head` and all its nodes are live; makes it
+    /// anew otherwise.
+    fn ensure_reservation(&mut self, head: JobId, priority: i32) {
+        if let Some(held) = &self.gangs.reservation
+            && held.job == head
+            && held
+                .nodes
+                .iter()
+                .all(|&node| self.nodes.get(node).is_some())
+        {
+            return;
+        }
+        self.release_reservation();
+        let need = self.shapes.resources(self.jobs[slot(head)].spec.shape);
+        // Invariant: the head is a gang job.
+        let size = self.gang_size(head).expect("a gang job") as usize;
+        let mut expected: Vec<(Option<Time>, NodeId)> = self
+            .nodes
+            .iter()
+            .filter(|(_, record)| need.fits_in(&record.capacity))
+            .map(|(node, record)| (self.free_at(record.free(), &record.attempts, need), node))
+            .collect();
+        if expected.len() < size {
+            return; // it cannot run on the nodes there are; nothing to hold
+        }
+        // Known times first, earliest first; ties by node id (no hash order leaks).
+        expected.sort_unstable_by_key(|&(at, node)| (at.is_none(), at, node));
+        expected.truncate(size);
+        let start = expected
+            .iter()
+            .map(|&(at, _)| at)
+            .try_fold(Time::ZERO, |latest, at| at.map(|at| latest.max(at)));
+        let mut nodes: Vec<NodeId> = expected.into_iter().map(|(_, node)| node).collect();
+        nodes.sort_unstable();
+        self.gangs.reservation = Some(Reservation {
+            job: head,
+            priority,
+            nodes,
+            start,
+            aside: Vec::new(),
+        });
+    }
+
+    /// When a node with `free` now and `attempts` live will have `need` free, if the
+    /// attempts end by their time limits; `None` if that needs one without a limit.
+    fn free_at(
+        &self,
+        free: Resources,
+        attempts: &BTreeSet<AttemptId>,
+        need: Resources,
+    ) -> Option<Time> {
+        if need.fits_in(&free) {
+            return Some(self.now);
+        }
+        let limit_of = |attempt: &AttemptId| {
+            // Invariant: a node's attempt set holds live attempts with records.
+            let live = &self.attempts[attempt];
+            let job = &self.jobs[slot(self.tasks[&live.task].job)];
+            (live.started(), job.spec.time_limit, job.spec.shape)
+        };
+        // Work not started yet (queued on the agent behind what runs) is assumed to
+        // start when the last started attempt ends.
+        let started_end = attempts
+            .iter()
+            .map(limit_of)
+            .filter_map(|(started, limit, _)| Some(started?.saturating_add_micros(limit?)))
+            .max()
+            .unwrap_or(self.now)
+            .max(self.now);
+        let mut ends: Vec<(Option<Time>, Resources)> = attempts
+            .iter()
+            .map(limit_of)
+            .map(|(started, limit, shape)| {
+                let from = started.unwrap_or(started_end);
+                let end = limit.map(|limit| from.saturating_add_micros(limit).max(self.now));
+                (end, self.shapes.resources(shape))
+            })
+            .collect();
+        ends.sort_unstable_by_key(|&(end, _)| (end.is_none(), end));
+        let mut free = free;
+        for (end, resources) in ends {
+            free = free.saturating_add(resources);
+            if need.fits_in(&free) {
+                return end;
+            }
+        }
+        None
+    }
+
+    /// Ends the reservation and puts its set-aside nodes back in the rotation.
+    pub(super) fn release_reservation(&mut self) {
+        if let Some(held) = self.gangs.reservation.take() {
+            for node in held.aside {
+                self.nodes.restore(node);
+            }
+        }
+    }
+
+    /// Puts the reservation's set-aside nodes back in the rotation (new work may be
+    /// admitted there), keeping the reservation.
+    pub(super) fn restore_aside(&mut self) {
+        if let Some(held) = &mut self.gangs.reservation {
+            for node in held.aside.drain(..) {
+                self.nodes.restore(node);
+            }
+        }
+    }
+
+    /// What a reserved `node` may take of `job` now: its resources if the job is
+    /// single-node work of a higher priority than the reservation's, or has a time
+    /// limit that ends by the expected start.
+    pub(super) fn admitted(
+        held: &Reservation,
+        now: Time,
+        priority: i32,
+        limit: Option<u64>,
+    ) -> bool {
+        priority > held.priority
+            || held
+                .start
+                .zip(limit)
+                .is_some_and(|(start, limit)| now.saturating_add_micros(limit) <= start)
+    }
+
+    /// Ends a live gang attempt's hold on its members (the attempt is out of the live
+    /// map); returns the members.
+    pub(super) fn end_gang_attempt(
+        &mut self,
+        attempt: AttemptId,
+        need: Resources,
+    ) -> Option<Box<[NodeId]>> {
+        if self.gangs.members.is_empty() {
+            return None; // no hashing on the single-task path
+        }
+        let members = self.gangs.members.remove(&attempt)?;
+        for &node in &members {
+            self.nodes.detach(node, attempt, need);
+        }
+        Some(members)
+    }
+}
