@@ -29,7 +29,9 @@ cd "$REPO"
 CLUSTER=$REPO/scripts/slurm-cluster
 export SLURM_ROOT=${SLURM_ROOT:-$REPO/.slurm-cluster}
 VENV=$REPO/.venv
-TEST_PKGS="build-essential pkg-config python3-venv"
+# OpenMPI and MPICH: HPC jobs' tests build and launch real MPI programs through the
+# pilot's agents (docs/hpc-jobs.md).
+TEST_PKGS="build-essential pkg-config python3-venv openmpi-bin libopenmpi-dev mpich libmpich-dev"
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 log() { echo "[test.sh $(date +%T)] $*"; }
@@ -137,6 +139,8 @@ source "$SLURM_ROOT/env.sh"
 export SLURM_CONF
 # The cluster is up: tests that need it must run, not skip.
 export SAKER_REQUIRE_SLURM=1
+# HPC tests build and launch real MPI programs (packages from step 1).
+export SAKER_REQUIRE_MPI=1
 log "SLURM_CONF=$SLURM_CONF"
 
 # ------------------------------------------------------------------ 4. cargo checks

@@ -228,12 +228,39 @@ pub struct TaskArgs {
     /// the first result wins.
     #[arg(long)]
     pub idempotent: bool,
+    #[command(flatten)]
+    pub hpc: HpcArgs,
     /// A task file: one command per line, or JSON task specs, one per line.
     #[arg(conflicts_with = "command")]
     pub file: Option<PathBuf>,
     /// The command to run, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+/// An HPC job: one program on several nodes at once (docs/hpc-jobs.md).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "HPC jobs")]
+pub struct HpcArgs {
+    /// Nodes the job runs on at once.
+    #[arg(long, default_value_t = 1)]
+    pub nodes: u32,
+    /// Ranks on each node [default: 1, or what --ranks needs].
+    #[arg(long)]
+    pub ranks_per_node: Option<u32>,
+    /// Ranks in all [default: nodes × ranks per node].
+    #[arg(long)]
+    pub ranks: Option<u32>,
+    /// Cores of each rank [default: --cores].
+    #[arg(long)]
+    pub cores_per_rank: Option<u32>,
+    /// Hold whole nodes: nothing else runs on them meanwhile.
+    #[arg(long)]
+    pub exclusive: bool,
+    /// What starts the ranks: none (Saker, with RANK, WORLD_SIZE, MASTER_ADDR, …),
+    /// openmpi (mpirun.openmpi) or mpich (mpiexec.mpich).
+    #[arg(long, value_parser = ["none", "openmpi", "mpich"])]
+    pub mpi: Option<String>,
 }
 
 /// When the pilot must stop.

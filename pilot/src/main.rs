@@ -23,6 +23,13 @@ use clap::Parser;
 use cli::{Cli, Command};
 
 fn main() -> ExitCode {
+    // The remote shell of an HPC job's MPI launcher takes ssh's arguments, which are
+    // not this CLI's: served before parsing (see saker_actors::gang::endpoint).
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).is_some_and(|command| command == "rsh-agent") {
+        let code = saker_actors::gang::endpoint::rsh_agent_main(&args[2..]);
+        return ExitCode::from(u8::try_from(code).unwrap_or(255));
+    }
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -3,7 +3,7 @@
 use anyhow::{Context, Result, bail};
 
 use crate::cli::TaskArgs;
-use saker_root::spec::{ArraySpec, JobRequest, SpecDefaults, parse_duration};
+use saker_root::spec::{ArraySpec, HpcOptions, JobRequest, MpiKind, SpecDefaults, parse_duration};
 use saker_root::taskfile::TaskFile;
 
 /// The defaults the CLI options give every task of the submission.
@@ -16,6 +16,18 @@ pub fn defaults_from(args: &TaskArgs) -> Result<SpecDefaults> {
         cwd: args.cwd.clone(),
         tags: args.tags.clone(),
         idempotent: args.idempotent,
+        hpc: HpcOptions {
+            nodes: args.hpc.nodes,
+            ranks_per_node: args.hpc.ranks_per_node,
+            ranks: args.hpc.ranks,
+            cores_per_rank: args.hpc.cores_per_rank,
+            exclusive: args.hpc.exclusive,
+            mpi: match &args.hpc.mpi {
+                Some(name) => Some(name.parse::<MpiKind>().context("--mpi")?),
+                None => None,
+            },
+            launcher: None,
+        },
         ..SpecDefaults::default()
     };
     if let Some(limit) = &args.time_limit {

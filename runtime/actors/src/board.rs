@@ -42,13 +42,16 @@ pub(crate) struct Running {
     pub assignment: Assignment,
     pub needs: Resources,
     pub started_us: u64,
+    /// Set for a process of a gang part (its number there); the part holds the
+    /// resources, and reports one result for all its processes (see `crate::gang`).
+    pub part: Option<u32>,
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Slot {
     pub running: Option<Running>,
     /// Stops the running attempt; dropping it stops it too.
-    cancel: Option<StopHandle>,
+    pub(crate) cancel: Option<StopHandle>,
     /// Bumped when the slot's thread failed: whatever that thread still reports is
     /// then ignored.
     pub generation: u64,
@@ -74,8 +77,8 @@ impl Slot {
 
 #[derive(Debug)]
 pub struct Board {
-    node: u32,
-    spill_dir: PathBuf,
+    pub(crate) node: u32,
+    pub(crate) spill_dir: PathBuf,
     pub(crate) jobs: HashMap<JobId, Arc<JobDef>>,
     pub(crate) queue: VecDeque<Assignment>,
     pub(crate) slots: Vec<Slot>,
@@ -106,6 +109,8 @@ pub struct Board {
     /// Recent attempts' mean run time in µs (exponentially weighted), which sizes the
     /// prefetch.
     mean_run_us: Option<f64>,
+    /// This node's parts of gang attempts.
+    pub(crate) parts: crate::gang::Parts,
 }
 
 /// Whether the agent has a report on its way out (a `Flush` message to itself).
@@ -153,6 +158,7 @@ impl Board {
             window: credit,
             owed: 0,
             mean_run_us: None,
+            parts: crate::gang::Parts::default(),
         }
     }
 
@@ -193,7 +199,7 @@ impl Board {
 
     /// Credit for `cores` that came back (an attempt ended or a queued one was
     /// answered), less what is owed after a shrink.
-    fn give_back(&mut self, cores: u32) {
+    pub(crate) fn give_back(&mut self, cores: u32) {
         let kept = cores.min(self.owed);
         self.owed -= kept;
         self.credit_cores += cores - kept;
@@ -269,8 +275,8 @@ impl Board {
     /// and pace themselves without it.
     pub fn wants_agent(&self) -> bool {
         self.accepting
-            && self.free.core_count() > 0
-            && !self.queue.is_empty()
+            && ((self.free.core_count() > 0 && !self.queue.is_empty())
+                || !self.parts.queue.is_empty())
             && self.slots.iter().any(Slot::is_idle)
     }
 
@@ -278,6 +284,7 @@ impl Board {
         self.credit_cores > 0
             || !self.pending.started.is_empty()
             || !self.pending.results.is_empty()
+            || !self.parts.launch_ends.is_empty()
     }
 
     /// Takes what is to be reported upward: everything, or, when results carry more
@@ -317,6 +324,10 @@ impl Board {
         let slot = self.slots.get(index)?;
         if !self.accepting || slot.running.is_some() || slot.state != SlotState::Up {
             return None;
+        }
+        // Gang parts' processes first: their resources are held already.
+        if let Some(next) = self.start_part_process(index) {
+            return Some(next);
         }
         loop {
             let assignment = *self.queue.front()?;
@@ -365,6 +376,7 @@ impl Board {
                 assignment,
                 needs,
                 started_us,
+                part: None,
             });
             slot.cancel = Some(cancel_tx);
             self.free = free;
@@ -434,6 +446,10 @@ impl Board {
         }
         let running = slot.running.take()?;
         slot.cancel = None;
+        if let Some(number) = running.part {
+            self.part_process_ended(number, attempt, finished);
+            return self.start_on(index);
+        }
         self.free = self.free.saturating_add(running.needs);
         self.give_back(running.needs.core_count());
         self.note_run_time(&finished);
@@ -455,6 +471,9 @@ impl Board {
     /// Cancels `attempt`: a queued one is answered at once; a running one is stopped
     /// (its runner reports it).
     pub fn cancel(&mut self, attempt: AttemptId) {
+        if self.cancel_part(attempt) {
+            return;
+        }
         if let Some(position) = self.queue.iter().position(|a| a.attempt == attempt) {
             let Some(assignment) = self.queue.remove(position) else {
                 return;
@@ -493,6 +512,7 @@ impl Board {
     /// Drops the queue and stops everything running (the root replays this node's work).
     pub fn stop_all(&mut self) {
         self.queue.clear();
+        self.cancel_all_parts();
         for slot in &mut self.slots {
             if let Some(cancel) = slot.cancel.take() {
                 cancel.cancel();
@@ -516,22 +536,35 @@ impl Board {
             // The old thread no longer keeps it; the agent paces what is pending.
             self.report_clock = None;
         }
-        if let Some(running) = slot.running.take() {
-            self.free = self.free.saturating_add(running.needs);
-            self.give_back(running.needs.core_count());
-            self.pending.results.push(TaskResult {
-                task: running.assignment.task,
-                attempt: running.assignment.attempt,
-                executor: index as u32,
+        let Some(running) = slot.running.take() else {
+            return;
+        };
+        if let Some(number) = running.part {
+            let lost = Finished {
                 outcome: Outcome::Lost { reason },
                 start_unix_us: running.started_us,
                 end_unix_us: unix_micros(),
-                body: ResultBody::Command {
-                    stdout: Output::default(),
-                    stderr: Output::default(),
-                },
-            });
+                stdout: Output::default(),
+                stderr: Output::default(),
+                body: None,
+            };
+            self.part_process_ended(number, running.assignment.attempt, lost);
+            return;
         }
+        self.free = self.free.saturating_add(running.needs);
+        self.give_back(running.needs.core_count());
+        self.pending.results.push(TaskResult {
+            task: running.assignment.task,
+            attempt: running.assignment.attempt,
+            executor: index as u32,
+            outcome: Outcome::Lost { reason },
+            start_unix_us: running.started_us,
+            end_unix_us: unix_micros(),
+            body: ResultBody::Command {
+                stdout: Output::default(),
+                stderr: Output::default(),
+            },
+        });
     }
 
     /// A fresh thread runs slot `index` (down until now).

@@ -102,6 +102,7 @@ mod tests {
             }),
             resources: Resources::cores(1),
             placement: Placement::Single,
+            hpc: None,
             time_limit_ms: 0,
             inline_output_bytes: 10,
             is_array,

@@ -80,6 +80,22 @@ impl Agents {
         })
     }
 
+    /// The most agents (nodes) the pilot will have.
+    fn max_nodes(&self) -> u32 {
+        match self {
+            Agents::Local(shape) => shape.slots_per_agent.len() as u32,
+            Agents::Slurm { allocation, .. } => allocation.nodes,
+        }
+    }
+
+    /// Cores of the widest node the pilot will have, when known before they join.
+    fn node_cores(&self) -> Option<u32> {
+        match self {
+            Agents::Local(shape) => shape.slots_per_agent.iter().copied().max(),
+            Agents::Slurm { slots_per_node, .. } => *slots_per_node,
+        }
+    }
+
     fn in_slurm(&self) -> bool {
         matches!(self, Agents::Slurm { .. })
     }
@@ -215,6 +231,8 @@ impl Pilot {
                 core: options.core,
                 shutdown: shutdown.clone(),
                 allocation: options.agents.allocation_status(),
+                max_nodes: Some(options.agents.max_nodes()),
+                node_cores: options.agents.node_cores(),
                 restore: history,
                 restored: Some(restored_tx),
                 deadline_unix_us: options.deadline_unix_us,

@@ -35,7 +35,8 @@ pub enum Record {
         first_task: TaskId,
         count: u32,
         submitted_unix_us: u64,
-        request: JobRequest,
+        /// Boxed: a spec is many times the size of every other record.
+        request: Box<JobRequest>,
     },
     /// A task reached its terminal state (exactly once per task). Shared with the
     /// clients' view of the same result, so journaling it copies nothing.
@@ -140,7 +141,7 @@ impl<'de> Visitor<'de> for RecordVisitor {
                     first_task: fields.first_task,
                     count: fields.count,
                     submitted_unix_us: fields.submitted_unix_us,
-                    request: fields.request,
+                    request: Box::new(fields.request),
                 }
             }
             Kind::Result => Record::Result(Arc::new(ResultRecord::deserialize(rest)?)),
@@ -183,7 +184,7 @@ mod tests {
                 first_task: TaskId(40),
                 count: 1,
                 submitted_unix_us: 2,
-                request: JobRequest::single(spec),
+                request: Box::new(JobRequest::single(spec)),
             },
             Record::Result(Arc::new(sample_record(40))),
             Record::Cancel {

@@ -82,6 +82,35 @@ pub struct ResultRecord {
     /// (empty when the first attempt counted).
     #[serde(default)]
     pub history: Vec<AttemptNote>,
+    /// For an HPC job: the nodes it ran on and how each process ended; `null` for
+    /// other tasks.
+    #[serde(default)]
+    pub gang: Option<GangRecord>,
+}
+
+/// Where an HPC job ran and how each of its processes ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GangRecord {
+    /// Host names of its nodes, the group's leader (rank 0's node) first.
+    pub nodes: Vec<String>,
+    /// Ranks in all.
+    pub ranks: u32,
+    /// Each process: the ranks Saker started, or for an MPI job the launcher (rank 0,
+    /// on the leader) and the daemons each member ran.
+    pub processes: Vec<ProcessRecord>,
+}
+
+/// How one process of an HPC job ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessRecord {
+    pub node: String,
+    /// Its node's position in the job (0: the leader), which tells nodes apart when
+    /// host names repeat (several agents on one machine).
+    pub member: u32,
+    pub rank: u32,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub reason: Option<String>,
 }
 
 impl ResultRecord {
@@ -478,6 +507,7 @@ pub(crate) fn sample_record(task: u64) -> ResultRecord {
         output: None,
         seq: task + 100,
         history: Vec::new(),
+        gang: None,
     }
 }
 
@@ -537,7 +567,8 @@ mod tests {
         assert_eq!(object["start_time"], "2023-11-14T22:13:20.500000Z");
         assert!(object["signal"].is_null() && object["stdout_path"].is_null());
         assert!(object["output"].is_null(), "a command has no output");
-        assert_eq!(object.as_object().unwrap().len(), 20);
+        assert!(object["gang"].is_null(), "not an HPC job");
+        assert_eq!(object.as_object().unwrap().len(), 21);
         assert_eq!(serde_json::from_str::<ResultRecord>(&text).unwrap(), record);
     }
 

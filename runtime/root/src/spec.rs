@@ -15,6 +15,7 @@
 mod array;
 mod duration;
 mod function;
+mod hpc;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -27,6 +28,7 @@ pub use array::{ArraySpec, IndexRange, MAX_ARRAY_TASKS};
 pub use duration::parse_duration;
 use duration::time_limit_serde;
 pub use function::{FunctionSpec, MAX_FUNCTION_BYTES, base64_bytes, base64_option, valid_kind};
+pub use hpc::{LauncherKind, Layout, MpiKind};
 
 /// Program run for a spec with `shell: true`.
 pub const SHELL_PROGRAM: &str = "/bin/sh";
@@ -76,10 +78,28 @@ pub struct TaskSpec {
     /// `saker_core::MAX_CUSTOM` of them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resources: BTreeMap<String, u32>,
-    /// Nodes each task spans at once (an MPI-style job run by a group of agents).
-    /// Parsed and carried, but more than one is refused until gangs are scheduled.
+    /// Nodes each task spans at once: an HPC job (an MPI-style program run by a group
+    /// of agents; see `spec/hpc.rs` and `docs/hpc-jobs.md`).
     #[serde(default = "default_nodes", skip_serializing_if = "is_one")]
     pub nodes: u32,
+    /// HPC: ranks on each node (default: 1, or what `ranks` needs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks_per_node: Option<u32>,
+    /// HPC: ranks in all (default: nodes × ranks per node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<u32>,
+    /// HPC: cores of each rank (default: `cores`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores_per_rank: Option<u32>,
+    /// HPC: hold the whole of each node.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub exclusive: bool,
+    /// HPC: `none` (Saker starts the ranks), `openmpi` or `mpich`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mpi: Option<MpiKind>,
+    /// HPC: what starts an MPI job's daemons: `agents` (default) or `srun`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launcher: Option<LauncherKind>,
     /// Higher runs first among ready tasks.
     #[serde(default)]
     pub priority: i32,
@@ -124,6 +144,10 @@ fn is_one(value: &u32) -> bool {
 
 fn is_zero(value: &u32) -> bool {
     *value == 0
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 impl TaskSpec {
@@ -188,9 +212,7 @@ impl TaskSpec {
         if self.nodes == 0 {
             return Err(SpecError::ZeroNodes);
         }
-        if self.nodes > 1 {
-            return Err(SpecError::MultiNodeNotRunYet { nodes: self.nodes });
-        }
+        self.layout()?;
         if let Some(name) = self
             .resources
             .keys()
@@ -253,6 +275,34 @@ pub struct SpecDefaults {
     pub time_limit: Option<Duration>,
     pub tags: Vec<String>,
     pub idempotent: bool,
+    /// HPC options (`--nodes`, `--ranks-per-node`, `--mpi`, …).
+    pub hpc: HpcOptions,
+}
+
+/// The HPC fields of a spec, as the CLI sets them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HpcOptions {
+    pub nodes: u32,
+    pub ranks_per_node: Option<u32>,
+    pub ranks: Option<u32>,
+    pub cores_per_rank: Option<u32>,
+    pub exclusive: bool,
+    pub mpi: Option<MpiKind>,
+    pub launcher: Option<LauncherKind>,
+}
+
+impl Default for HpcOptions {
+    fn default() -> Self {
+        HpcOptions {
+            nodes: default_nodes(),
+            ranks_per_node: None,
+            ranks: None,
+            cores_per_rank: None,
+            exclusive: false,
+            mpi: None,
+            launcher: None,
+        }
+    }
 }
 
 impl Default for SpecDefaults {
@@ -267,6 +317,7 @@ impl Default for SpecDefaults {
             time_limit: None,
             tags: Vec::new(),
             idempotent: false,
+            hpc: HpcOptions::default(),
         }
     }
 }
@@ -283,7 +334,13 @@ impl SpecDefaults {
             gpus: 0,
             memory_mib: 0,
             resources: BTreeMap::new(),
-            nodes: default_nodes(),
+            nodes: self.hpc.nodes,
+            ranks_per_node: self.hpc.ranks_per_node,
+            ranks: self.hpc.ranks,
+            cores_per_rank: self.hpc.cores_per_rank,
+            exclusive: self.hpc.exclusive,
+            mpi: self.hpc.mpi,
+            launcher: self.hpc.launcher,
             priority: self.priority,
             max_retries: self.max_retries,
             max_replays: self.max_replays,
@@ -368,8 +425,22 @@ pub enum SpecError {
     ZeroCores,
     #[error("nodes must be at least 1")]
     ZeroNodes,
-    #[error("multi-node jobs ({nodes} nodes) are not run by this root yet")]
-    MultiNodeNotRunYet { nodes: u32 },
+    #[error("unknown MPI {name:?}: use none, openmpi or mpich")]
+    UnknownMpi { name: String },
+    #[error("{field} must be at least 1")]
+    ZeroHpcField { field: &'static str },
+    #[error(
+        "{ranks} ranks do not fit {nodes} nodes of {ranks_per_node} ranks each with at least one on every node"
+    )]
+    RanksDoNotFit {
+        ranks: u32,
+        nodes: u32,
+        ranks_per_node: u32,
+    },
+    #[error("a function task cannot be an HPC job (nodes, ranks, mpi)")]
+    FunctionAsHpc,
+    #[error("launcher srun is not available yet: use the default launcher (agents)")]
+    SrunLauncherNotYet,
     #[error("invalid resource name {name:?}: use letters, digits, '_', '-' and '.', at most 64")]
     InvalidResourceName { name: String },
     #[error("invalid environment variable name {key:?}: must be non-empty without '=' or NUL")]

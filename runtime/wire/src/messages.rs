@@ -26,7 +26,8 @@ pub use saker_core::{
 /// before any rkyv payload is read, so a mismatched peer gets a clear error.
 /// 4: core ids and resource vectors, open payloads and result bodies, placements.
 /// 5: function payloads and results, `Outcome::Raised`.
-pub const PROTOCOL_VERSION: u32 = 5;
+/// 6: HPC jobs: `JobDef::hpc`, gang parts in dispatches, launch relays, part results.
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
@@ -72,8 +73,14 @@ pub enum ToAgent {
     Refused { reason: String },
     /// Tasks for this agent's executors, with any job definitions it has not seen.
     Dispatch(Dispatch),
-    /// Stop these attempts (task cancelled, or a speculative copy lost the race).
+    /// Stop these attempts (task cancelled, or a speculative copy lost the race). For
+    /// a gang attempt: stop this node's part.
     Cancel { attempts: Vec<AttemptId> },
+    /// Run `command` (a shell command line an MPI launcher gave its remote-shell
+    /// agent, e.g. an `orted` daemon) in this node's part of gang `attempt`.
+    GangLaunch(GangLaunch),
+    /// To a gang's leader: the command it asked a member to run ended with `code`.
+    GangLaunchEnded(GangLaunchEnded),
     /// Finish or kill running work and exit.
     Shutdown { reason: String, kill_running: bool },
     /// The root does not (or no longer) count this agent as live, e.g. it was declared
@@ -101,6 +108,81 @@ pub struct Dispatch {
     /// an agent would keep every job it ever ran (a task file of a million lines is a
     /// million single-task jobs).
     pub forget: Vec<JobId>,
+    /// Set when `tasks` is one gang attempt: this node's part in it.
+    pub gang: Option<GangPart>,
+}
+
+/// One node's part in a gang attempt (an HPC job's run on several nodes at once).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub struct GangPart {
+    /// This node's position among the members; 0 is the group's leader.
+    pub member: u32,
+    /// The members' nodes, leader first.
+    pub nodes: Vec<NodeId>,
+    /// The members' host names, leader first (the agents' own names, which may repeat
+    /// when several agents share a machine).
+    pub hosts: Vec<String>,
+    /// A TCP port for the job's rendezvous (`MASTER_PORT`), distinct among the
+    /// pilot's running gangs.
+    pub port: u16,
+}
+
+/// How an HPC job's ranks are laid out and started.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct Hpc {
+    /// Ranks in all (at most `ranks_per_node` on each node, filled in node order).
+    pub ranks: u32,
+    pub ranks_per_node: u32,
+    pub cores_per_rank: u32,
+    pub mpi: Mpi,
+    pub launcher: Launcher,
+}
+
+/// Which MPI starts the ranks.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub enum Mpi {
+    /// No MPI: Saker starts every rank with a rendezvous environment.
+    None,
+    /// OpenMPI's `mpirun`, with Saker's agents as its remote shell.
+    OpenMpi,
+    /// MPICH's `mpiexec` (hydra), with Saker's agents as its remote shell.
+    Mpich,
+}
+
+/// What starts an MPI job's remote daemons.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub enum Launcher {
+    /// Saker's own agents, in the gang's slots.
+    Agents,
+    /// One `srun --overlap` step on the gang's nodes (inside Slurm).
+    Srun,
+}
+
+/// A command an MPI launcher on a gang's leader wants run on a member.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub struct GangLaunch {
+    pub attempt: AttemptId,
+    /// Which member runs it (going up); ignored going down.
+    pub member: u32,
+    /// The leader's number for this launch, echoed in [`GangLaunchEnded`].
+    pub launch: u32,
+    /// A `/bin/sh -c` command line.
+    pub command: String,
+}
+
+/// How a [`GangLaunch`] ended: its exit code, or 128 + the signal that killed it, or
+/// 255 if it could not run.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct GangLaunchEnded {
+    pub attempt: AttemptId,
+    pub launch: u32,
+    pub code: i32,
 }
 
 /// Everything an agent needs to run any task of one submitted job.
@@ -112,8 +194,10 @@ pub struct JobDef {
     pub payload: Payload,
     /// What each task occupies on its node (on each node, for a gang).
     pub resources: Resources,
-    /// One node per task, or a gang of nodes (not dispatched yet).
+    /// One node per task, or a gang of nodes.
     pub placement: Placement,
+    /// Set for an HPC job: its ranks and how they start.
+    pub hpc: Option<Hpc>,
     /// 0 means no limit.
     pub time_limit_ms: u64,
     /// Bytes of stdout and of stderr kept inline in the result; the rest is spilled.
@@ -193,6 +277,10 @@ pub enum FromAgent {
         nodes: Vec<NodeId>,
         reason: String,
     },
+    /// A gang's leader asks for a command to run on a member (relayed by the root).
+    GangLaunch(GangLaunch),
+    /// A member's launched command ended (relayed by the root to the leader).
+    GangLaunchEnded(GangLaunchEnded),
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -248,6 +336,23 @@ pub enum ResultBody {
     /// A worker's answer to a call (its return value, or its exception when it
     /// raised), `None` when no answer came.
     Function { output: Option<Vec<u8>> },
+    /// One node's part of a gang attempt: the output of its first process (rank 0's
+    /// on the leader, or the MPI launcher's) and how each of its processes ended.
+    Part {
+        stdout: Output,
+        stderr: Output,
+        ends: Vec<ProcessEnd>,
+    },
+}
+
+/// How one process of a gang part ended.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub struct ProcessEnd {
+    /// Its rank, for ranks Saker started; for an MPI job, 0 is the launcher and
+    /// 1, 2, ... the daemons a member ran.
+    pub rank: u32,
+    pub outcome: Outcome,
 }
 
 impl ResultBody {
@@ -264,6 +369,7 @@ impl ResultBody {
         match self {
             ResultBody::Command { stdout, stderr } => stdout.inline.len() + stderr.inline.len(),
             ResultBody::Function { output } => output.as_ref().map_or(0, Vec::len),
+            ResultBody::Part { stdout, stderr, .. } => stdout.inline.len() + stderr.inline.len(),
         }
     }
 }
@@ -337,4 +443,11 @@ const _: () = {
     assert!(align_of::<ArchivedResultBody>() <= MAX);
     assert!(align_of::<ArchivedOutcome>() <= MAX);
     assert!(align_of::<ArchivedOutput>() <= MAX);
+    assert!(align_of::<ArchivedGangPart>() <= MAX);
+    assert!(align_of::<ArchivedHpc>() <= MAX);
+    assert!(align_of::<ArchivedMpi>() <= MAX);
+    assert!(align_of::<ArchivedLauncher>() <= MAX);
+    assert!(align_of::<ArchivedGangLaunch>() <= MAX);
+    assert!(align_of::<ArchivedGangLaunchEnded>() <= MAX);
+    assert!(align_of::<ArchivedProcessEnd>() <= MAX);
 };

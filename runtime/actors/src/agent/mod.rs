@@ -30,6 +30,7 @@ use saker_wire::messages::{FromAgent, Hello, NodeId, Resources, ToAgent};
 
 use crate::board::{Board, FlushPlan, SharedBoard, lock};
 use crate::executor::{AfterAttempt, AttemptDone, SlotFault, SlotRuns, SlotSink};
+use crate::gang::endpoint::{Endpoint, Uplink};
 use crate::link::{FrameBuf, LinkClosed, LinkTx};
 use crate::node::ParentLost;
 use crate::supervision::{RestartPolicy, Restarts};
@@ -160,6 +161,10 @@ impl Reporter {
             return Ok(());
         }
         board.last_report = Instant::now();
+        // Ends of gang daemons first: a leader's launcher waits on them.
+        for ended in std::mem::take(&mut board.parts.launch_ends) {
+            send_up(&self.parent, self.node, &FromAgent::GangLaunchEnded(ended))?;
+        }
         // Large function outputs go up in several frames (see `Board::take_report`).
         loop {
             let report = board.take_report();
@@ -475,7 +480,27 @@ fn on_down(
             for job in dispatch.jobs {
                 board.jobs.insert(job.job, job);
             }
-            board.queue.extend(dispatch.tasks);
+            match dispatch.gang {
+                None => board.queue.extend(dispatch.tasks),
+                Some(gang) => {
+                    for assignment in dispatch.tasks {
+                        if board.accept_part(assignment, &gang) {
+                            open_endpoint(state, &mut board, assignment.attempt, &gang);
+                        }
+                    }
+                }
+            }
+        }
+        ToAgent::GangLaunch(launch) => lock(&state.board).part_launch(launch),
+        ToAgent::GangLaunchEnded(ended) => {
+            let waiter = lock(&state.board)
+                .parts
+                .waiters
+                .remove(&(ended.attempt, ended.launch));
+            // A waiter gone (its part ended) needs no answer.
+            if let Some(waiter) = waiter {
+                let _ = waiter.send(ended.code);
+            }
         }
         ToAgent::Cancel { attempts } => {
             let mut board = lock(&state.board);
@@ -497,6 +522,40 @@ fn on_down(
         }
     }
     Ok(())
+}
+
+/// Opens the remote-shell endpoint of an MPI gang this node leads; if it cannot, the
+/// part fails (its launcher could start no daemon).
+fn open_endpoint(
+    state: &AgentState,
+    board: &mut Board,
+    attempt: saker_wire::messages::AttemptId,
+    gang: &saker_wire::messages::GangPart,
+) {
+    let uplink = Uplink {
+        parent: state.parent.clone(),
+        node: state.config.node,
+    };
+    let opened = std::env::current_exe().and_then(|program| {
+        Endpoint::open(
+            Arc::clone(&state.board),
+            uplink,
+            attempt,
+            gang.nodes.len() as u32,
+            &state.config.spill_dir,
+            &program,
+        )
+    });
+    match opened {
+        Ok(endpoint) => board.set_endpoint(attempt, endpoint),
+        Err(error) => {
+            tracing::error!(%attempt, %error, "cannot open the gang's remote-shell endpoint");
+            board.fail_part(
+                attempt,
+                format!("cannot open the remote-shell endpoint: {error}"),
+            );
+        }
+    }
 }
 
 /// Starts queued work on every idle slot it fits.

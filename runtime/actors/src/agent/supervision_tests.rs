@@ -34,6 +34,7 @@ fn dispatch(
         jobs,
         tasks: tasks.iter().map(|&id| task(id, 1)).collect(),
         forget: Vec::new(),
+        gang: None,
     };
     agent
         .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
@@ -190,6 +191,7 @@ async fn a_missing_program_is_the_tasks_failure_not_the_slots() {
         jobs,
         tasks: vec![task(1, 1), task(2, 2)],
         forget: Vec::new(),
+        gang: None,
     };
     agent
         .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))

@@ -47,6 +47,7 @@ pub(super) fn job(id: u32, argv: &[&str]) -> Arc<JobDef> {
         }),
         resources: Resources::cores(1),
         placement: Placement::Single,
+        hpc: None,
         time_limit_ms: 0,
         inline_output_bytes: 1024,
         is_array: false,
@@ -129,6 +130,7 @@ async fn rejoin_stops_old_work_and_registers_again() {
         jobs: vec![job(1, &["sleep", "30"])],
         tasks: vec![task(1, 1), task(2, 1), task(3, 1)],
         forget: Vec::new(),
+        gang: None,
     };
     agent
         .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
@@ -173,6 +175,7 @@ async fn runs_tasks_and_returns_their_cores_as_credit() {
         jobs: vec![job(1, &["sh", "-c", "echo $X"])],
         tasks: vec![task(1, 1), task(2, 1), task(3, 1)],
         forget: Vec::new(),
+        gang: None,
     };
     agent
         .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
@@ -217,6 +220,7 @@ async fn a_paced_result_goes_up_while_a_long_attempt_runs() {
         jobs: vec![job(1, &["true"]), job(2, &["sh", "-c", &wait])],
         tasks: vec![task(1, 1), task(2, 2), task(3, 1)],
         forget: Vec::new(),
+        gang: None,
     };
     agent
         .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
@@ -244,6 +248,7 @@ async fn a_forgotten_job_is_dropped_and_a_new_task_of_it_fails_unknown() {
         jobs: vec![job(1, &["true"]), job(2, &["true"])],
         tasks: vec![task(1, 1)],
         forget: Vec::new(),
+        gang: None,
     };
     agent
         .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
@@ -258,6 +263,7 @@ async fn a_forgotten_job_is_dropped_and_a_new_task_of_it_fails_unknown() {
         jobs: Vec::new(),
         tasks: vec![task(2, 1), task(3, 2)],
         forget: vec![JobId(1)],
+        gang: None,
     };
     agent
         .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))

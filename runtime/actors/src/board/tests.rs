@@ -19,6 +19,7 @@ fn board(cores: u32) -> Board {
                 }),
                 resources: Resources::cores(cores),
                 placement: Placement::Single,
+                hpc: None,
                 time_limit_ms: 0,
                 inline_output_bytes: 0,
                 is_array: false,

@@ -104,6 +104,7 @@ impl Fixture {
                 }),
                 resources: Resources::cores(1),
                 placement: Placement::Single,
+                hpc: None,
                 time_limit_ms: 0,
                 inline_output_bytes: 0,
                 is_array: false,

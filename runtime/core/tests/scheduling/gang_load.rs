@@ -7,9 +7,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
-use saker_core::{
-    AttemptId, AttemptOutcome, Dispatch, Event, JobId, JobSpec, NodeId, Placement, Time,
-};
+use saker_core::{AttemptId, AttemptOutcome, Dispatch, Event, JobId, JobSpec, Placement, Time};
 
 use crate::harness::Harness;
 
@@ -184,9 +182,8 @@ fn run(seed: u64) {
         }
         world.drain(0);
     }
-    let mut now = 0;
     while let Some(Reverse((end, attempt, node, cores))) = world.ends.pop() {
-        now = end;
+        let now = end;
         world.harness.advance_to(Time(now));
         world.agents.get_mut(&node).unwrap().used -= cores;
         world.harness.credit(node, cores);
@@ -212,5 +209,4 @@ fn run(seed: u64) {
         !world.reserved.is_empty(),
         "seed {seed}: some gang had to wait"
     );
-    let _ = NodeId(0);
 }

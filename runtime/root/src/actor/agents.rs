@@ -7,7 +7,7 @@ use saker_actors::link::{LinkId, LinkTx};
 use saker_core::{AttemptOutcome, Disposition, NodeId, TerminalState as CoreState};
 use saker_wire::messages::{
     ArchivedFromAgent, ArchivedOutcome, ArchivedOutput, ArchivedReport, ArchivedResultBody,
-    ArchivedTaskResult, Hello, ToAgent, Welcome,
+    ArchivedTaskResult, GangLaunch, GangLaunchEnded, Hello, TaskResult, ToAgent, Welcome,
 };
 
 use super::state::{Detail, NodeEntry, RootState};
@@ -51,6 +51,7 @@ impl RootState {
             Ok(loss) => tracing::info!(%node, ?loss, "node lost"),
             Err(error) => tracing::debug!(%node, %error, "node was not registered with the core"),
         }
+        self.forget_dead_gangs();
         let end_time = self.timestamp();
         for (task, attempt) in lost {
             self.note_attempt(
@@ -103,6 +104,18 @@ impl RootState {
             }
             ArchivedFromAgent::Goodbye { node, reason } => {
                 self.lose_node(node.to_native(), reason.as_str())
+            }
+            ArchivedFromAgent::GangLaunch(launch) => {
+                match rkyv::deserialize::<GangLaunch, rkyv::rancor::Error>(launch) {
+                    Ok(launch) => self.relay_launch(NodeId(route), launch),
+                    Err(error) => tracing::error!(%error, route, "unreadable gang launch"),
+                }
+            }
+            ArchivedFromAgent::GangLaunchEnded(ended) => {
+                match rkyv::deserialize::<GangLaunchEnded, rkyv::rancor::Error>(ended) {
+                    Ok(ended) => self.relay_launch_end(ended),
+                    Err(error) => tracing::error!(%error, route, "unreadable gang launch end"),
+                }
             }
             ArchivedFromAgent::NodesLost { nodes, reason } => {
                 for node in nodes.iter().map(|node| node.to_native()) {
@@ -186,6 +199,18 @@ impl RootState {
             if let Some(entry) = self.nodes.get_mut(&node) {
                 entry.running = entry.running.saturating_sub(1);
             }
+            if matches!(result.body, ArchivedResultBody::Part { .. })
+                && self.gangs.contains_key(&result.attempt.to_native())
+            {
+                // Rare and small: copied out, as the gang's result waits for the rest.
+                match rkyv::deserialize::<TaskResult, rkyv::rancor::Error>(result) {
+                    Ok(result) => {
+                        self.on_part_result(node, result);
+                    }
+                    Err(error) => tracing::error!(%error, %node, "unreadable part result"),
+                }
+                continue;
+            }
             let outcome = match &result.outcome {
                 ArchivedOutcome::Exited { code } if code.to_native() == 0 => {
                     AttemptOutcome::Succeeded
@@ -206,31 +231,65 @@ impl RootState {
                 entry.known_jobs.clear();
             }
             let task = result.task.to_native();
-            let end = match self
-                .core
-                .handle_result(result.attempt.to_native(), outcome, now)
-            {
-                Disposition::Accepted { .. } => {
-                    let detail = Detail::read(node, result);
-                    self.attempts.details.insert(task, detail);
-                    continue;
-                }
-                Disposition::WillRetry { .. } => AttemptEnd::Failed,
-                Disposition::WillReplay { .. } => AttemptEnd::Lost,
-                // One of two speculative copies ended; the other runs on.
-                Disposition::Continues { .. } if outcome == AttemptOutcome::Failed => {
-                    AttemptEnd::Failed
-                }
-                Disposition::Continues { .. } => AttemptEnd::Lost,
-                Disposition::Duplicate | Disposition::UnknownAttempt => continue,
-            };
+            let attempt = result.attempt.to_native();
             let host = Some(self.hostname_of(node));
-            self.note_attempt(task, attempt_note(result, end, host));
+            self.settle_with(
+                task,
+                attempt,
+                outcome,
+                || Detail::read(node, result),
+                |end| attempt_note(result, end, host),
+            );
         }
         let credit = report.credit.to_native();
         if live && !credit.is_zero() {
             let _ = self.core.handle_credit(node, credit, now);
         }
+    }
+
+    /// Hands an attempt's outcome to the core: an accepted one keeps `detail` for the
+    /// task's record, one that does not count is noted in the task's history.
+    pub(super) fn settle(
+        &mut self,
+        task: TaskId,
+        attempt: saker_core::AttemptId,
+        outcome: AttemptOutcome,
+        detail: Detail,
+        note: AttemptNote,
+    ) {
+        self.settle_with(
+            task,
+            attempt,
+            outcome,
+            || detail,
+            |end| AttemptNote { end, ..note },
+        );
+    }
+
+    fn settle_with(
+        &mut self,
+        task: TaskId,
+        attempt: saker_core::AttemptId,
+        outcome: AttemptOutcome,
+        detail: impl FnOnce() -> Detail,
+        note: impl FnOnce(AttemptEnd) -> AttemptNote,
+    ) {
+        let now = self.now();
+        let end = match self.core.handle_result(attempt, outcome, now) {
+            Disposition::Accepted { .. } => {
+                self.attempts.details.insert(task, detail());
+                return;
+            }
+            Disposition::WillRetry { .. } => AttemptEnd::Failed,
+            Disposition::WillReplay { .. } => AttemptEnd::Lost,
+            // One of two speculative copies ended; the other runs on.
+            Disposition::Continues { .. } if outcome == AttemptOutcome::Failed => {
+                AttemptEnd::Failed
+            }
+            Disposition::Continues { .. } => AttemptEnd::Lost,
+            Disposition::Duplicate | Disposition::UnknownAttempt => return,
+        };
+        self.note_attempt(task, note(end));
     }
 
     /// Builds the result record of a task the core has just finished.
@@ -281,6 +340,7 @@ impl RootState {
             output: None,
             seq,
             history,
+            gang: None,
         };
         match detail {
             Some(detail) => {
@@ -296,6 +356,7 @@ impl RootState {
                 record.stdout_path = detail.stdout_path;
                 record.stderr_path = detail.stderr_path;
                 record.output = detail.output;
+                record.gang = detail.gang;
             }
             None if state == TerminalState::Cancelled => {
                 record.reason = Some("cancelled before it started".into());
@@ -327,7 +388,7 @@ impl RootState {
         self.attempts.history.entry(task).or_default().push(note);
     }
 
-    fn hostname_of(&self, node: NodeId) -> String {
+    pub(super) fn hostname_of(&self, node: NodeId) -> String {
         self.nodes
             .get(&node)
             .map_or_else(|| format!("node-{node}"), |n| n.hostname.clone())
@@ -387,6 +448,14 @@ impl Detail {
                 None,
                 output.as_ref().map(|bytes| bytes.as_slice().to_vec()),
             ),
+            // A part of a gang that is no longer in flight: only ever a duplicate.
+            ArchivedResultBody::Part { stdout, stderr, .. } => (
+                lossy_text(&stdout.inline),
+                lossy_text(&stderr.inline),
+                spill(stdout),
+                spill(stderr),
+                None,
+            ),
         };
         Detail {
             node,
@@ -401,6 +470,7 @@ impl Detail {
             stdout_path,
             stderr_path,
             output,
+            gang: None,
         }
     }
 }

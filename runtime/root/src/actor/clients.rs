@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use saker_core::{JobSpec, Placement, Resources, Time};
-use saker_wire::messages::{Command, EnvVar, Function, JobDef, Payload};
+use saker_wire::messages::{Command, EnvVar, Function, Hpc, JobDef, Launcher, Mpi, Payload};
 use tokio::sync::mpsc;
 
 use super::port::AfterJournal;
@@ -20,7 +20,7 @@ use crate::client::{
 };
 use crate::records::Record;
 use crate::results::{JobId, ResultRecord};
-use crate::spec::JobRequest;
+use crate::spec::{JobRequest, MpiKind};
 
 /// Inline output kept per stream when a request does not say.
 pub const DEFAULT_INLINE_OUTPUT: u32 = 4096;
@@ -120,8 +120,13 @@ impl RootState {
         let mut names = self.resource_names.clone();
         let mut specs = Vec::with_capacity(requests.len());
         for (position, request) in requests.iter().enumerate() {
+            if let Err(problem) = self.check_fits(request) {
+                let message = format!("job {position} of the submission: {problem}");
+                let _ = reply.send(Err(error(ErrorKind::InvalidSpec, message)));
+                return;
+            }
             match names.vector(&request.spec) {
-                Ok(needs) => specs.push(base_spec(request, needs)),
+                Ok(needs) => specs.push(base_spec(request, needs, self.widest_node())),
                 Err(problem) => {
                     let message = format!("job {position} of the submission: {problem}");
                     let _ = reply.send(Err(error(ErrorKind::InvalidSpec, message)));
@@ -162,7 +167,7 @@ impl RootState {
                 first_task: job.first_task,
                 count: job.count,
                 submitted_unix_us: submitted_us,
-                request,
+                request: Box::new(request),
             });
         }
         // Acknowledged only once durable: an acknowledged submission survives a crash.
@@ -233,11 +238,23 @@ impl RootState {
                 cwd: spec.cwd.as_ref().map(|p| p.display().to_string()),
             }),
         };
+        let hpc = spec.layout().ok().flatten().map(|layout| Hpc {
+            ranks: layout.ranks,
+            ranks_per_node: layout.ranks_per_node,
+            cores_per_rank: layout.cores_per_rank,
+            mpi: match layout.mpi {
+                MpiKind::None => Mpi::None,
+                MpiKind::Openmpi => Mpi::OpenMpi,
+                MpiKind::Mpich => Mpi::Mpich,
+            },
+            launcher: Launcher::Agents,
+        });
         let def = JobDef {
             job,
             payload,
             resources: core.resources,
             placement: core.placement,
+            hpc,
             time_limit_ms: spec.time_limit.map_or(0, |t| t.as_millis().max(1) as u64),
             inline_output_bytes: request.inline_output.unwrap_or(DEFAULT_INLINE_OUTPUT),
             is_array: request.array.is_some(),
@@ -425,10 +442,47 @@ impl RootState {
     /// number (checked before a submission is accepted).
     pub(super) fn core_spec(&mut self, request: &JobRequest) -> Result<JobSpec, TooManyKinds> {
         let needs = self.resource_names.vector(&request.spec)?;
+        let spec = base_spec(request, needs, self.widest_node());
         Ok(JobSpec {
             class: self.class_of(&request.spec.tags),
-            ..base_spec(request, needs)
+            ..spec
         })
+    }
+
+    /// Cores of the widest node (what `exclusive` holds of a node): of those that
+    /// joined, or of what the pilot was started with; 0 if neither is known.
+    fn widest_node(&self) -> u32 {
+        let joined = self.nodes.values().map(|node| node.cores).max();
+        joined.max(self.node_cores).unwrap_or(0)
+    }
+
+    /// Whether an HPC job can ever run on this pilot's nodes: no more nodes than it
+    /// will have, and no more cores per node than the widest that joined.
+    fn check_fits(&self, request: &JobRequest) -> Result<(), String> {
+        let Ok(Some(layout)) = request.spec.layout() else {
+            return Ok(());
+        };
+        if let Some(most) = self.max_nodes
+            && layout.nodes > most
+        {
+            return Err(format!(
+                "it asks for {} nodes; this pilot has at most {most}",
+                layout.nodes
+            ));
+        }
+        let widest = self.widest_node();
+        if widest > 0 && layout.cores_per_node() > widest {
+            return Err(format!(
+                "it needs {} cores on each node ({} ranks of {} cores); the widest node has {widest}",
+                layout.cores_per_node(),
+                layout.ranks_per_node,
+                layout.cores_per_rank
+            ));
+        }
+        if layout.exclusive && widest == 0 {
+            return Err("--exclusive needs a node to have joined, to know its size".into());
+        }
+        Ok(())
     }
 
     /// The runtime estimate class of a set of tags, numbering a new set.
@@ -445,16 +499,31 @@ impl RootState {
 }
 
 /// The core's spec of a job request needing `needs` per task, without the estimate
-/// class (which depends on the pilot's other jobs).
-fn base_spec(request: &JobRequest, needs: Resources) -> JobSpec {
+/// class (which depends on the pilot's other jobs). An HPC job needs its ranks' cores
+/// on each of its nodes, or all of the widest node's with `exclusive`.
+fn base_spec(request: &JobRequest, needs: Resources, widest_node: u32) -> JobSpec {
     let spec = &request.spec;
+    let (needs, placement) = match spec.layout() {
+        Ok(Some(layout)) => {
+            let cores = if layout.exclusive {
+                layout.cores_per_node().max(widest_node)
+            } else {
+                layout.cores_per_node()
+            };
+            let needs = needs.with(saker_core::ResourceKind::CORES, cores.max(1));
+            (
+                needs,
+                Placement::Gang {
+                    nodes: layout.nodes,
+                },
+            )
+        }
+        _ => (needs, Placement::Single),
+    };
     JobSpec {
         count: request.task_count() as u32,
         resources: needs,
-        placement: match spec.nodes {
-            0 | 1 => Placement::Single,
-            nodes => Placement::Gang { nodes },
-        },
+        placement,
         priority: spec.priority,
         max_retries: spec.max_retries,
         max_replays: spec.max_replays,

@@ -9,6 +9,7 @@
 
 mod agents;
 mod clients;
+mod gangs;
 mod port;
 mod resources;
 mod restore;
@@ -74,6 +75,10 @@ pub struct RootArgs {
     pub shutdown: Arc<tokio::sync::Notify>,
     /// The batch allocation the pilot runs in, if any (for `status`).
     pub allocation: Option<crate::client::AllocationStatus>,
+    /// The most nodes the pilot can have, when known.
+    pub max_nodes: Option<u32>,
+    /// Cores of the widest node it will have, when known.
+    pub node_cores: Option<u32>,
     /// Journal records of a previous root to resume from (empty for a new pilot).
     pub restore: Vec<Record>,
     /// Receives what the resume found, once the root has started.
@@ -178,6 +183,8 @@ impl Actor for Root {
         let state_args = StateArgs {
             pilot_id: args.pilot_id,
             core: args.core,
+            max_nodes: args.max_nodes,
+            node_cores: args.node_cores,
             allocation: args.allocation,
         };
         let mut state = RootState::new(state_args, Box::new(port), Box::new(SystemClock::new()));

@@ -138,6 +138,8 @@ pub(super) struct Detail {
     pub stdout_path: Option<String>,
     pub stderr_path: Option<String>,
     pub output: Option<Vec<u8>>,
+    /// For an HPC job: its nodes and how each of its processes ended.
+    pub gang: Option<crate::results::GangRecord>,
 }
 
 /// What attempts left behind that a task's result record will need.
@@ -214,6 +216,14 @@ pub struct RootState {
     pub(super) allocation: Option<crate::client::AllocationStatus>,
     pub(super) walltime: Walltime,
     timer_at: Option<Time>,
+    /// Gang attempts in flight (HPC jobs), waiting for their members' parts.
+    pub(super) gangs: super::gangs::GangRuns,
+    /// The most nodes this pilot can have (its allocation's, or its local agents'),
+    /// when known: an HPC job asking for more is refused at submission.
+    pub(super) max_nodes: Option<u32>,
+    /// The widest node the pilot will have (its local agents' or the allocation's
+    /// slots per node), when known before nodes join.
+    pub(super) node_cores: Option<u32>,
 }
 
 /// What a root starts from, besides its port and clock.
@@ -223,6 +233,10 @@ pub struct StateArgs {
     pub core: saker_core::CoreConfig,
     /// The batch allocation the pilot runs in, if any (for `status`).
     pub allocation: Option<crate::client::AllocationStatus>,
+    /// The most nodes the pilot can have, when known (see `RootState::max_nodes`).
+    pub max_nodes: Option<u32>,
+    /// Cores of the widest node the pilot will have, when known.
+    pub node_cores: Option<u32>,
 }
 
 impl RootState {
@@ -243,6 +257,9 @@ impl RootState {
             allocation: args.allocation,
             walltime: Walltime::default(),
             timer_at: None,
+            gangs: super::gangs::GangRuns::default(),
+            max_nodes: args.max_nodes,
+            node_cores: args.node_cores,
         }
     }
 
@@ -287,6 +304,9 @@ impl RootState {
     }
 
     fn send_dispatch(&mut self, dispatch: saker_core::Dispatch) {
+        if !dispatch.members.is_empty() {
+            return self.send_gang(dispatch);
+        }
         let node_id = dispatch.node;
         let Some(node) = self.nodes.get_mut(&node_id) else {
             return;
@@ -335,6 +355,7 @@ impl RootState {
                 } else {
                     Vec::new()
                 },
+                gang: None,
             });
             self.send_to(link, node_id, &message);
         }
@@ -360,6 +381,7 @@ impl RootState {
                     jobs: Vec::new(),
                     tasks: Vec::new(),
                     forget: std::mem::take(&mut node.forget),
+                    gang: None,
                 });
                 let link = node.link;
                 self.send_to(link, node_id, &message);
@@ -430,6 +452,7 @@ mod tests {
                 }),
                 resources: Resources::cores(1),
                 placement: Placement::Single,
+                hpc: None,
                 time_limit_ms: 0,
                 inline_output_bytes: 0,
                 is_array: false,

@@ -122,6 +122,8 @@ impl Harness {
             pilot_id: PILOT.to_owned(),
             core: CoreConfig::default(),
             allocation: None,
+            max_nodes: Some(4),
+            node_cores: None,
         };
         let root = RootState::new(args, Box::new(port.clone()), Box::new(clock.clone()));
         Harness { root, port, clock }
@@ -328,11 +330,12 @@ async fn a_submission_with_one_bad_job_is_refused_whole() {
 async fn a_submission_the_core_would_refuse_in_part_is_refused_whole() {
     let mut h = Harness::new();
     let mut gang = single(&["mpirun", "./solver"]);
-    gang.spec.nodes = 4;
+    gang.spec.nodes = 5;
     let mut answer = h.submit(vec![single(&["true"]), array(&["true"], "1-9"), gang]);
     let error = answer.try_recv().expect("answered at once").unwrap_err();
     assert!(
-        error.message.contains("multi-node jobs (4 nodes)"),
+        error.message.contains("job 2 of the submission")
+            && error.message.contains("5 nodes; this pilot has at most 4"),
         "{error:?}"
     );
     assert!(h.journal_durable().is_empty(), "nothing is journaled");

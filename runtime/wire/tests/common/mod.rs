@@ -9,8 +9,9 @@ use rand::{RngExt, SeedableRng};
 use saker_core::ResourceKind;
 use saker_wire::{
     Assignment, AttemptId, Command, Dispatch, EnvVar, Frame, FrameDecoder, FromAgent, Function,
-    Hello, JobDef, JobId, NodeId, Outcome, Output, Payload, Placement, Report, Resources,
-    ResultBody, Started, TaskId, TaskResult, ToAgent, Welcome, WireError,
+    GangLaunch, GangLaunchEnded, GangPart, Hello, Hpc, JobDef, JobId, Launcher, Mpi, NodeId,
+    Outcome, Output, Payload, Placement, ProcessEnd, Report, Resources, ResultBody, Started,
+    TaskId, TaskResult, ToAgent, Welcome, WireError,
 };
 
 pub fn rng(seed: u64) -> StdRng {
@@ -65,6 +66,13 @@ pub fn job_def(job: u32) -> JobDef {
         } else {
             Placement::Gang { nodes: job + 2 }
         },
+        hpc: (!job.is_multiple_of(2)).then_some(Hpc {
+            ranks: 2 * (job + 2) - 1,
+            ranks_per_node: 2,
+            cores_per_rank: 2,
+            mpi: [Mpi::None, Mpi::OpenMpi, Mpi::Mpich][job as usize % 3],
+            launcher: Launcher::Agents,
+        }),
         time_limit_ms: 3_600_000,
         inline_output_bytes: 4096,
         is_array: true,
@@ -83,6 +91,7 @@ pub fn dispatch(jobs: u32, tasks: u32) -> Dispatch {
             })
             .collect(),
         forget: (0..jobs).map(|job| JobId(1000 + job)).collect(),
+        gang: None,
     }
 }
 
@@ -109,11 +118,13 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
             jobs: vec![Arc::new(function_job(8)), Arc::new(minimal_job)],
             tasks: Vec::new(),
             forget: Vec::new(),
+            gang: None,
         }),
         ToAgent::Dispatch(Dispatch {
             jobs: Vec::new(),
             tasks: Vec::new(),
             forget: vec![JobId(3), JobId(4)],
+            gang: None,
         }),
         ToAgent::Cancel {
             attempts: vec![
@@ -126,6 +137,26 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
         ToAgent::Cancel {
             attempts: Vec::new(),
         },
+        ToAgent::Dispatch(Dispatch {
+            gang: Some(GangPart {
+                member: 2,
+                nodes: vec![NodeId(4), NodeId(9), NodeId(1)],
+                hosts: vec!["n4".into(), "n9".into(), "nid001".into()],
+                port: 29_500,
+            }),
+            ..dispatch(1, 1)
+        }),
+        ToAgent::GangLaunch(GangLaunch {
+            attempt: AttemptId(7),
+            member: 1,
+            launch: 3,
+            command: " orted -mca ess \"env\" -mca orte_hnp_uri \"1.0;tcp://10.0.0.1:4\"".into(),
+        }),
+        ToAgent::GangLaunchEnded(GangLaunchEnded {
+            attempt: AttemptId(7),
+            launch: 3,
+            code: 255,
+        }),
         ToAgent::Shutdown {
             reason: "allocation ends in 60 s".to_owned(),
             kill_running: true,
@@ -231,6 +262,43 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
             node: NodeId(3),
             reason: "shutdown requested".to_owned(),
         },
+        FromAgent::Report(Report {
+            node: NodeId(4),
+            credit: Resources::cores(4),
+            started: Vec::new(),
+            results: vec![TaskResult {
+                body: ResultBody::Part {
+                    stdout: Output {
+                        inline: b"probe rank=0 size=6\n".to_vec(),
+                        total_bytes: 20,
+                        spill_path: None,
+                    },
+                    stderr: Output::default(),
+                    ends: vec![
+                        ProcessEnd {
+                            rank: 0,
+                            outcome: Outcome::Exited { code: 0 },
+                        },
+                        ProcessEnd {
+                            rank: 1,
+                            outcome: Outcome::Signaled { signal: 15 },
+                        },
+                    ],
+                },
+                ..task_result(11, Outcome::Exited { code: 0 })
+            }],
+        }),
+        FromAgent::GangLaunch(GangLaunch {
+            attempt: AttemptId(7),
+            member: 2,
+            launch: 4,
+            command: "/usr/bin/hydra_pmi_proxy --control-port vm:39937 --proxy-id 2".into(),
+        }),
+        FromAgent::GangLaunchEnded(GangLaunchEnded {
+            attempt: AttemptId(7),
+            launch: 4,
+            code: 0,
+        }),
     ]
 }
 

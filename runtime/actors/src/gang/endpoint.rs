@@ -1,0 +1,312 @@
+//! The gang leader's remote-shell endpoint, and the remote shell itself.
+//!
+//! An MPI launcher starts its daemons on other hosts through a remote shell
+//! (`rsh`/`ssh`): it runs `AGENT [options] HOST COMMAND…` and takes the agent's exit
+//! as the daemon's. On a gang's leader the launcher's agent is Saker's
+//! ([`rsh_agent_main`], behind a small script per attempt): it hands HOST and
+//! COMMAND to this endpoint, a Unix socket the leader's agent listens on in a
+//! directory only its user may enter. The endpoint sends the command up the tree
+//! ([`FromAgent::GangLaunch`]); the root relays it to the member, which runs it in its
+//! part and answers with its exit code ([`FromAgent::GangLaunchEnded`]), relayed back
+//! here and written to the waiting remote shell, which exits with it. No ssh, no srun:
+//! the daemons start in the slots the gang holds, as children of Saker's agents.
+
+use std::io::{self, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use saker_wire::messages::{AttemptId, FromAgent, GangLaunch};
+
+use super::member_of_host;
+use crate::board::{SharedBoard, lock};
+use crate::link::LinkTx;
+
+/// The variable that tells the remote shell where the endpoint is.
+pub const SOCKET_VAR: &str = "SAKER_GANG_SOCKET";
+
+/// Most bytes a remote shell may send (a host and a daemon's command line).
+const MAX_REQUEST: u64 = 1 << 20;
+
+/// The endpoint's socket for `attempt`: short (a socket path has a ~100-byte limit),
+/// in a directory of this user's that nobody else may enter (whoever can connect can
+/// run commands on the gang's nodes as this user).
+pub fn socket_path(_spill_dir: &Path, attempt: AttemptId) -> PathBuf {
+    private_dir().join(format!("g{}-{attempt}.sock", std::process::id()))
+}
+
+/// The script the launcher runs as its remote shell for `attempt`.
+pub fn shim_path(spill_dir: &Path, attempt: AttemptId) -> PathBuf {
+    spill_dir.join(format!("a{attempt}.rsh"))
+}
+
+fn private_dir() -> PathBuf {
+    let uid = rustix::process::getuid().as_raw();
+    std::env::temp_dir().join(format!("saker-{uid}"))
+}
+
+/// Creates the private directory (mode 0700) if needed and checks it is ours alone.
+fn ensure_private_dir() -> io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let dir = private_dir();
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(error) => return Err(error),
+    }
+    let meta = std::fs::symlink_metadata(&dir)?;
+    let uid = rustix::process::getuid().as_raw();
+    if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
+        return Err(io::Error::other(format!(
+            "{} is not a directory private to this user",
+            dir.display()
+        )));
+    }
+    Ok(dir)
+}
+
+/// Where the endpoint's requests go up: this node's link to its parent.
+#[derive(Debug, Clone)]
+pub struct Uplink {
+    pub parent: LinkTx,
+    pub node: u32,
+}
+
+/// A listening endpoint; dropping it stops it and removes its files.
+#[derive(Debug)]
+pub struct Endpoint {
+    socket: PathBuf,
+    shim: PathBuf,
+    closed: Arc<AtomicBool>,
+}
+
+impl Endpoint {
+    /// Opens the endpoint of gang `attempt` (with `members` members) and writes its
+    /// remote-shell script, which runs `program rsh-agent`.
+    pub fn open(
+        board: SharedBoard,
+        uplink: Uplink,
+        attempt: AttemptId,
+        members: u32,
+        spill_dir: &Path,
+        program: &Path,
+    ) -> io::Result<Endpoint> {
+        ensure_private_dir()?;
+        let socket = socket_path(spill_dir, attempt);
+        let _ = std::fs::remove_file(&socket);
+        let listener = UnixListener::bind(&socket)?;
+        let shim = shim_path(spill_dir, attempt);
+        std::fs::create_dir_all(spill_dir)?;
+        write_shim(&shim, program)?;
+        let closed = Arc::new(AtomicBool::new(false));
+        let serve = Serve {
+            board,
+            uplink,
+            attempt,
+            members,
+            launches: Arc::new(AtomicU32::new(0)),
+        };
+        let stop = Arc::clone(&closed);
+        std::thread::Builder::new()
+            .name(format!("gang-{attempt}"))
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    let serve = serve.clone();
+                    let spawned = std::thread::Builder::new()
+                        .name(format!("gang-{attempt}-rsh"))
+                        .spawn(move || serve.answer(stream));
+                    if let Err(error) = spawned {
+                        tracing::warn!(%error, "no thread for a remote-shell request");
+                    }
+                }
+            })?;
+        Ok(Endpoint {
+            socket,
+            shim,
+            closed,
+        })
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.closed.store(true, Ordering::Release);
+        // Wakes the accept loop, which then sees it is closed.
+        let _ = UnixStream::connect(&self.socket);
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_file(&self.shim);
+    }
+}
+
+fn write_shim(path: &Path, program: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let quoted = program.display().to_string().replace('\'', r"'\''");
+    std::fs::write(
+        path,
+        format!("#!/bin/sh\nexec '{quoted}' rsh-agent \"$@\"\n"),
+    )?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
+}
+
+#[derive(Debug, Clone)]
+struct Serve {
+    board: SharedBoard,
+    uplink: Uplink,
+    attempt: AttemptId,
+    members: u32,
+    launches: Arc<AtomicU32>,
+}
+
+impl Serve {
+    /// One remote-shell request: relay it, wait for its end, answer with the code.
+    fn answer(self, mut stream: UnixStream) {
+        let mut request = Vec::new();
+        if (&mut stream)
+            .take(MAX_REQUEST)
+            .read_to_end(&mut request)
+            .is_err()
+        {
+            return;
+        }
+        let code = self.relay(&request).unwrap_or_else(|problem| {
+            tracing::warn!(attempt = %self.attempt, %problem, "remote-shell request refused");
+            255
+        });
+        let _ = stream.write_all(format!("{code}\n").as_bytes());
+    }
+
+    fn relay(&self, request: &[u8]) -> Result<i32, String> {
+        let text = std::str::from_utf8(request).map_err(|_| "request is not UTF-8")?;
+        let (host, command) = text.split_once('\n').ok_or("request without a host line")?;
+        let member = member_of_host(host)
+            .filter(|member| *member < self.members)
+            .ok_or_else(|| format!("{host:?} is not a member of this gang"))?;
+        // 0 stands for the launcher itself among the part's processes.
+        let launch = self.launches.fetch_add(1, Ordering::Relaxed) + 1;
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let mut board = lock(&self.board);
+            if !board.parts.parts.contains_key(&self.attempt) {
+                return Err("the gang's part has ended".into());
+            }
+            board.parts.waiters.insert((self.attempt, launch), tx);
+            let message = FromAgent::GangLaunch(GangLaunch {
+                attempt: self.attempt,
+                member,
+                launch,
+                command: command.to_owned(),
+            });
+            tracing::debug!(attempt = %self.attempt, member, launch, "relaying a remote-shell request");
+            let frame = saker_wire::frame::encode(self.uplink.node, &message)
+                .map_err(|error| error.to_string())?;
+            self.uplink
+                .parent
+                .send(frame)
+                .map_err(|error| error.to_string())?;
+        }
+        // The part's end drops the sender: the launcher then sees a failed daemon.
+        rx.recv().map_err(|_| "the gang's part ended first".into())
+    }
+}
+
+/// The remote shell an MPI launcher runs (`saker rsh-agent [ssh options] HOST
+/// COMMAND…`): asks the gang's endpoint to run COMMAND on member HOST and exits with
+/// its code (255 when it could not). Returns the exit code.
+pub fn rsh_agent_main(args: &[String]) -> i32 {
+    let Some((host, command)) = split_remote_command(args) else {
+        eprintln!("saker rsh-agent: usage: rsh-agent [ssh options] HOST COMMAND...");
+        return 255;
+    };
+    let Some(socket) = std::env::var_os(SOCKET_VAR) else {
+        eprintln!("saker rsh-agent: {SOCKET_VAR} is not set: run only by a gang's MPI launcher");
+        return 255;
+    };
+    match ask(Path::new(&socket), host, &command) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("saker rsh-agent: {host}: {error}");
+            255
+        }
+    }
+}
+
+fn ask(socket: &Path, host: &str, command: &str) -> io::Result<i32> {
+    let mut stream = UnixStream::connect(socket)?;
+    stream.write_all(format!("{host}\n{command}").as_bytes())?;
+    stream.shutdown(std::net::Shutdown::Write)?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    answer
+        .trim()
+        .parse()
+        .map_err(|_| io::Error::other(format!("unreadable answer {answer:?}")))
+}
+
+/// HOST and the command line of an `ssh`/`rsh`-style argument list: options before
+/// HOST are skipped (those that take a value, with it); the rest is joined by spaces,
+/// as a remote shell would.
+pub fn split_remote_command(args: &[String]) -> Option<(&str, String)> {
+    const WITH_VALUE: &[&str] = &[
+        "-b", "-c", "-D", "-E", "-e", "-F", "-I", "-i", "-J", "-L", "-l", "-m", "-O", "-o", "-p",
+        "-Q", "-R", "-S", "-W", "-w",
+    ];
+    let mut rest = args.iter();
+    let host = loop {
+        let arg = rest.next()?;
+        if WITH_VALUE.contains(&arg.as_str()) {
+            rest.next()?;
+        } else if !arg.starts_with('-') {
+            break arg;
+        }
+    };
+    let command: Vec<&str> = rest.map(String::as_str).collect();
+    if command.is_empty() {
+        return None;
+    }
+    Some((host.as_str(), command.join(" ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|arg| (*arg).to_owned()).collect()
+    }
+
+    #[test]
+    fn ssh_options_before_the_host_are_skipped() {
+        let args = strings(&[
+            "-x",
+            "-l",
+            "me",
+            "-o",
+            "A=b",
+            "saker-m2",
+            "hydra_pmi_proxy",
+            "--x",
+        ]);
+        let (host, command) = split_remote_command(&args).expect("a command");
+        assert_eq!(host, "saker-m2");
+        assert_eq!(command, "hydra_pmi_proxy --x");
+        let args = strings(&["saker-m1", " orted", "-mca", "ess", "\"env\""]);
+        assert_eq!(
+            split_remote_command(&args),
+            Some(("saker-m1", " orted -mca ess \"env\"".to_owned()))
+        );
+        assert_eq!(split_remote_command(&strings(&["-x", "saker-m1"])), None);
+        assert_eq!(split_remote_command(&strings(&["-l"])), None);
+    }
+
+    #[test]
+    fn member_names_round_trip() {
+        assert_eq!(member_of_host(&super::super::member_host(7)), Some(7));
+        assert_eq!(member_of_host("node7"), None);
+        assert_eq!(member_of_host("saker-mx"), None);
+    }
+}

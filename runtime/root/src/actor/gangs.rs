@@ -1,0 +1,331 @@
+//! The root's side of HPC jobs: sending each member of a gang its part, relaying an
+//! MPI launcher's remote-shell requests between the leader and the members, and
+//! turning the members' part results into the job's one result.
+//!
+//! The core places a gang whole and ends it whole; in between, the root waits for
+//! every member's part. The first part that fails (for a job without MPI), or the
+//! leader's part ending (the MPI launcher, whose end is the job's), makes the root
+//! stop the parts still running, so no rank outlives its job anywhere. When every
+//! part has reported, the job's outcome is the first failure's (by arrival), else
+//! the leader's, and the core hears of it once. A member lost with its node is the
+//! core's business: it replays the gang, and the run here is forgotten.
+
+use std::collections::HashMap;
+
+use saker_core::{AttemptId, AttemptOutcome, NodeId, TaskId};
+use saker_wire::messages::{
+    Assignment, Dispatch, GangLaunch, GangLaunchEnded, GangPart, Mpi, Outcome, ProcessEnd,
+    ResultBody, TaskResult, ToAgent,
+};
+
+use super::state::{Detail, RootState};
+use crate::results::{GangRecord, ProcessRecord, lossy_text};
+
+/// Ports for rendezvous start here; a gang's is this plus its attempt id modulo
+/// [`PORT_SPAN`], so gangs running at the same time get different ones.
+const PORT_BASE: u16 = 20_000;
+const PORT_SPAN: u64 = 40_000;
+
+/// A gang attempt in flight.
+#[derive(Debug)]
+pub(super) struct GangRun {
+    task: TaskId,
+    members: Vec<NodeId>,
+    hosts: Vec<String>,
+    /// Each member's part result, once in.
+    parts: Vec<Option<TaskResult>>,
+    /// The member whose part failed first, if any.
+    first_failure: Option<usize>,
+    mpi: Option<Mpi>,
+    ranks: u32,
+    /// The parts still running were told to stop.
+    stopped: bool,
+}
+
+/// Gang attempts in flight, by attempt.
+pub(super) type GangRuns = HashMap<AttemptId, GangRun>;
+
+impl RootState {
+    /// Sends each member of a gang dispatch its part.
+    pub(super) fn send_gang(&mut self, dispatch: saker_core::Dispatch) {
+        let Some(&assignment) = dispatch.assignments.first() else {
+            return;
+        };
+        let Some(job) = self.jobs.get(&assignment.job) else {
+            return;
+        };
+        let def = std::sync::Arc::clone(&job.def);
+        let index = job.array_index(assignment.index).unwrap_or(0);
+        let hosts: Vec<String> = dispatch
+            .members
+            .iter()
+            .map(|node| self.hostname_of(*node))
+            .collect();
+        let port = PORT_BASE + (assignment.attempt.0 % PORT_SPAN) as u16;
+        for (member, node_id) in dispatch.members.iter().enumerate() {
+            let Some(node) = self.nodes.get_mut(node_id) else {
+                continue;
+            };
+            let mut jobs = Vec::new();
+            if node.known_jobs.insert(assignment.job) {
+                jobs.push(std::sync::Arc::clone(&def));
+                if let Some(entry) = self.jobs.get_mut(&assignment.job) {
+                    entry.known_by.push(*node_id);
+                }
+            }
+            node.running += 1;
+            let message = ToAgent::Dispatch(Dispatch {
+                jobs,
+                tasks: vec![Assignment {
+                    task: assignment.task,
+                    attempt: assignment.attempt,
+                    job: assignment.job,
+                    index,
+                }],
+                forget: std::mem::take(&mut node.forget),
+                gang: Some(GangPart {
+                    member: member as u32,
+                    nodes: dispatch.members.clone(),
+                    hosts: hosts.clone(),
+                    port,
+                }),
+            });
+            let link = node.link;
+            self.send_to(link, *node_id, &message);
+        }
+        let count = dispatch.members.len();
+        self.gangs.insert(
+            assignment.attempt,
+            GangRun {
+                task: assignment.task,
+                members: dispatch.members,
+                hosts,
+                parts: vec![None; count],
+                first_failure: None,
+                mpi: def.hpc.map(|hpc| hpc.mpi),
+                ranks: def.hpc.map_or(0, |hpc| hpc.ranks),
+                stopped: false,
+            },
+        );
+    }
+
+    /// Forgets the runs of gang attempts the core no longer counts live (a member
+    /// was lost: the gang is replayed).
+    pub(super) fn forget_dead_gangs(&mut self) {
+        let core = &self.core;
+        self.gangs
+            .retain(|attempt, _| core.gang_members(*attempt).is_some());
+    }
+
+    /// A part result from `node`; false if `result` is not of a gang in flight (it
+    /// then takes the ordinary path, where a stale one is a duplicate).
+    pub(super) fn on_part_result(&mut self, node: NodeId, result: TaskResult) -> bool {
+        let attempt = result.attempt;
+        let Some(run) = self.gangs.get_mut(&attempt) else {
+            return false;
+        };
+        let Some(member) = run.members.iter().position(|m| *m == node) else {
+            return true; // not a member: dropped
+        };
+        if run.parts[member].is_some() {
+            return true;
+        }
+        let failed = !matches!(
+            result.outcome,
+            Outcome::Exited { code: 0 } | Outcome::Cancelled
+        );
+        if failed && run.first_failure.is_none() {
+            run.first_failure = Some(member);
+        }
+        let launcher_ended = member == 0 && matches!(run.mpi, Some(Mpi::OpenMpi | Mpi::Mpich));
+        run.parts[member] = Some(result);
+        if !run.stopped && (failed || launcher_ended) {
+            run.stopped = true;
+            let running: Vec<NodeId> = run
+                .members
+                .iter()
+                .zip(&run.parts)
+                .filter(|(_, part)| part.is_none())
+                .map(|(node, _)| *node)
+                .collect();
+            for node in running {
+                if let Some(entry) = self.nodes.get(&node) {
+                    let stop = ToAgent::Cancel {
+                        attempts: vec![attempt],
+                    };
+                    self.send_to(entry.link, node, &stop);
+                }
+            }
+        }
+        let Some(run) = self.gangs.get(&attempt) else {
+            return true;
+        };
+        if run.parts.iter().any(Option::is_none) {
+            return true;
+        }
+        let Some(run) = self.gangs.remove(&attempt) else {
+            return true;
+        };
+        self.settle_gang(attempt, run);
+        true
+    }
+
+    /// Every part is in: one outcome for the core, one detail for the record.
+    fn settle_gang(&mut self, attempt: AttemptId, mut run: GangRun) {
+        let parts: Vec<TaskResult> = std::mem::take(&mut run.parts)
+            .into_iter()
+            .flatten()
+            .collect();
+        let deciding = run.first_failure.unwrap_or(0);
+        let outcome = parts[deciding].outcome.clone();
+        let core_outcome = match &outcome {
+            Outcome::Exited { code: 0 } => AttemptOutcome::Succeeded,
+            Outcome::Lost { .. } => AttemptOutcome::Lost,
+            Outcome::Cancelled => AttemptOutcome::Cancelled,
+            _ => AttemptOutcome::Failed,
+        };
+        let mut processes = Vec::new();
+        for (member, part) in parts.iter().enumerate() {
+            let ResultBody::Part { ends, .. } = &part.body else {
+                continue;
+            };
+            let offset = self.rank_offset(&run, member);
+            for ProcessEnd { rank, outcome } in ends {
+                let (exit_code, signal, reason) = describe_owned(outcome);
+                processes.push(ProcessRecord {
+                    node: run.hosts[member].clone(),
+                    member: member as u32,
+                    rank: offset + rank,
+                    exit_code,
+                    signal,
+                    reason,
+                });
+            }
+        }
+        processes.sort_by_key(|process| (process.rank, process.member));
+        let (exit_code, signal, reason) = describe_owned(&outcome);
+        let reason = match (run.first_failure, reason) {
+            (Some(member), Some(reason)) => Some(format!("{reason} (on {})", run.hosts[member])),
+            (Some(member), None) => Some(format!(
+                "exit {} (on {})",
+                exit_code.unwrap_or_default(),
+                run.hosts[member]
+            )),
+            (None, reason) => reason,
+        };
+        let leader = &parts[0];
+        let (stdout, stderr) = match &leader.body {
+            ResultBody::Part { stdout, stderr, .. } | ResultBody::Command { stdout, stderr } => {
+                (Some(stdout), Some(stderr))
+            }
+            ResultBody::Function { .. } => (None, None),
+        };
+        let detail = Detail {
+            node: run.members[0],
+            executor: None,
+            start_unix_us: parts.iter().map(|p| p.start_unix_us).min().unwrap_or(0),
+            end_unix_us: parts.iter().map(|p| p.end_unix_us).max().unwrap_or(0),
+            exit_code,
+            signal,
+            reason,
+            stdout: stdout.map(|o| lossy_text(&o.inline)).unwrap_or_default(),
+            stderr: stderr.map(|o| lossy_text(&o.inline)).unwrap_or_default(),
+            stdout_path: stdout.and_then(|o| o.spill_path.clone()),
+            stderr_path: stderr.and_then(|o| o.spill_path.clone()),
+            output: None,
+            gang: Some(GangRecord {
+                nodes: run.hosts.clone(),
+                ranks: run.ranks,
+                processes,
+            }),
+        };
+        let note = crate::attempts::AttemptNote {
+            attempt: attempt.0,
+            end: crate::attempts::AttemptEnd::Failed,
+            reason: detail
+                .reason
+                .clone()
+                .unwrap_or_else(|| format!("exit {}", exit_code.unwrap_or_default())),
+            exit_code,
+            signal,
+            node: Some(run.hosts[deciding].clone()),
+            start_time: Some(crate::results::Timestamp::from_unix_micros(
+                detail.start_unix_us,
+            )),
+            end_time: crate::results::Timestamp::from_unix_micros(detail.end_unix_us),
+        };
+        self.settle(run.task, attempt, core_outcome, detail, note);
+    }
+
+    /// The rank of `member`'s first process: ranks fill nodes in order. For an MPI
+    /// job the processes are the launcher and daemons, numbered per node: shown
+    /// under the member's first rank.
+    fn rank_offset(&self, run: &GangRun, member: usize) -> u32 {
+        let per_node = run.ranks.div_ceil(run.members.len().max(1) as u32);
+        match run.mpi {
+            Some(Mpi::None) | None => member as u32 * per_node,
+            Some(_) => 0,
+        }
+    }
+
+    /// A leader's launcher asks for a command on a member: relayed to it.
+    pub(super) fn relay_launch(&mut self, from: NodeId, launch: GangLaunch) {
+        tracing::debug!(%from, attempt = %launch.attempt, member = launch.member, "relaying a gang launch");
+        let Some(run) = self.gangs.get(&launch.attempt) else {
+            return self.answer_launch(from, launch.attempt, launch.launch);
+        };
+        let target = (run.members.first() == Some(&from))
+            .then(|| run.members.get(launch.member as usize).copied())
+            .flatten();
+        let Some(target) = target.filter(|node| self.nodes.contains_key(node)) else {
+            return self.answer_launch(from, launch.attempt, launch.launch);
+        };
+        let link = self.nodes[&target].link;
+        self.send_to(link, target, &ToAgent::GangLaunch(launch));
+    }
+
+    /// A member's launched command ended: relayed to the leader.
+    pub(super) fn relay_launch_end(&mut self, ended: GangLaunchEnded) {
+        let Some(leader) = self
+            .gangs
+            .get(&ended.attempt)
+            .and_then(|run| run.members.first().copied())
+        else {
+            return;
+        };
+        if let Some(entry) = self.nodes.get(&leader) {
+            let link = entry.link;
+            self.send_to(link, leader, &ToAgent::GangLaunchEnded(ended));
+        }
+    }
+
+    /// Answers a launch that cannot be relayed (its gang or member is gone) as failed.
+    fn answer_launch(&mut self, leader: NodeId, attempt: AttemptId, launch: u32) {
+        if let Some(entry) = self.nodes.get(&leader) {
+            let link = entry.link;
+            let ended = GangLaunchEnded {
+                attempt,
+                launch,
+                code: 255,
+            };
+            self.send_to(link, leader, &ToAgent::GangLaunchEnded(ended));
+        }
+    }
+}
+
+/// Exit code, signal and reason of an outcome (owned), as a record shows them.
+fn describe_owned(outcome: &Outcome) -> (Option<i32>, Option<i32>, Option<String>) {
+    match outcome {
+        Outcome::Exited { code } => (Some(*code), None, None),
+        Outcome::Signaled { signal } => (
+            None,
+            Some(*signal),
+            Some(format!("killed by signal {signal}")),
+        ),
+        Outcome::TimedOut => (None, None, Some("time limit exceeded".into())),
+        Outcome::SpawnFailed { reason } => (None, None, Some(reason.clone())),
+        Outcome::Lost { reason } => (None, None, Some(format!("lost: {reason}"))),
+        Outcome::Cancelled => (None, None, Some("stopped".into())),
+        Outcome::Raised { message } => (None, None, Some(format!("raised: {message}"))),
+    }
+}
