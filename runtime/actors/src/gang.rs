@@ -211,8 +211,8 @@ impl Board {
                 let mut launch = build_launch(job, assignment, &self.spill_dir);
                 let local = rank - first;
                 launch.spill_stem = format!("t{}.a{}.r{rank}", assignment.task, assignment.attempt);
-                if local > 0 {
-                    launch.inline_limit = 0; // all of it goes to its files
+                if rank > 0 {
+                    launch.inline_limit = 0; // only rank 0's is inline: the rest to files
                 }
                 for (key, value) in [
                     ("SAKER_RANK", rank.to_string()),
@@ -274,6 +274,9 @@ impl Board {
                 args.push(hpc.ranks.to_string());
                 for (key, value) in [
                     ("plm", "rsh".to_string()),
+                    // Saker names the hosts: inside Slurm, OpenMPI would otherwise take
+                    // the allocation's (and its slot counts) as the only hosts there are.
+                    ("ras", "^slurm".into()),
                     ("plm_rsh_agent", shim.display().to_string()),
                     // Member names never resolve, and must not: a launcher that
                     // resolves them may take them for itself.

@@ -1,0 +1,174 @@
+//! HPC jobs on the project's real Slurm cluster (scripts/slurm-cluster/up.sh): one
+//! `sbatch -N 3` service pilot runs a 3 × 2 job with OpenMPI, with MPICH and without
+//! MPI; every rank sees the whole world across three distinct hosts.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::slurm::{cluster, saker_bin, sbatch, template, wait_for_state};
+
+fn saker() -> Command {
+    Command::new(saker_bin())
+}
+
+/// `key=value` of one line.
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    line.split_whitespace()
+        .find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+}
+
+/// Six ranks of world size 6 (and the MPI sum), two on each of three hosts.
+fn check_world(lines: &[String], mpi: bool) {
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    let ranks: BTreeSet<&str> = lines.iter().map(|line| field(line, "rank")).collect();
+    assert_eq!(ranks.len(), 6, "{lines:?}");
+    let mut hosts = BTreeMap::new();
+    for line in lines {
+        assert_eq!(field(line, "size"), "6", "{line}");
+        if mpi {
+            assert_eq!(field(line, "sum"), "21", "{line}");
+        }
+        *hosts.entry(field(line, "host").to_owned()).or_insert(0) += 1;
+    }
+    assert_eq!(hosts.len(), 3, "three distinct hosts: {hosts:?}");
+    assert!(hosts.values().all(|&count| count == 2), "{hosts:?}");
+}
+
+fn submit_and_wait(pilot: &Path, args: &[&str]) {
+    let output = saker()
+        .args(["submit", "--wait", "--time-limit", "60s", "--dir"])
+        .arg(pilot)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{args:?}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_and_rendezvous_jobs() {
+    if !cluster() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let log = dir.path().join("job.log");
+    let job = sbatch(&template("service.sbatch"), 3, &[("PILOT", &pilot)], &log);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let status = saker()
+            .args(["status", "--dir"])
+            .arg(&pilot)
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&status.stdout).contains("agents    3") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pilot never had 3 agents; job log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let mut submitted = 0;
+    for kind in ["openmpi", "mpich"] {
+        let binary = dir.path().join(format!("probe-{kind}"));
+        let built = Command::new(format!("mpicc.{kind}"))
+            .args(["-O2", "-o"])
+            .arg(&binary)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/probe.c"))
+            .status()
+            .expect("the test command installs OpenMPI and MPICH");
+        assert!(built.success());
+        let binary = binary.display().to_string();
+        submit_and_wait(
+            &pilot,
+            &[
+                "--nodes",
+                "3",
+                "--ranks-per-node",
+                "2",
+                "--mpi",
+                kind,
+                "--",
+                &binary,
+            ],
+        );
+        submitted += 1;
+    }
+    let ranks = dir.path().join("ranks");
+    std::fs::create_dir(&ranks).unwrap();
+    let script = format!(
+        "echo \"rank=$RANK size=$WORLD_SIZE host=$(hostname) master=$MASTER_ADDR:$MASTER_PORT\" > {}/$RANK",
+        ranks.display()
+    );
+    submit_and_wait(
+        &pilot,
+        &[
+            "--nodes",
+            "3",
+            "--ranks-per-node",
+            "2",
+            "--shell",
+            "--",
+            &script,
+        ],
+    );
+    submitted += 1;
+
+    let output = saker()
+        .args(["results", "--format", "jsonl", "--dir"])
+        .arg(&pilot)
+        .output()
+        .unwrap();
+    let records: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(records.len(), submitted);
+    for record in &records[..2] {
+        assert_eq!(record["state"], "succeeded", "{record}");
+        let lines: Vec<String> = record["stdout"]
+            .as_str()
+            .unwrap()
+            .lines()
+            .filter(|line| line.starts_with("probe rank="))
+            .map(str::to_owned)
+            .collect();
+        check_world(&lines, true);
+        let nodes = record["gang"]["nodes"].as_array().unwrap();
+        let distinct: BTreeSet<&str> = nodes.iter().map(|n| n.as_str().unwrap()).collect();
+        assert_eq!(distinct.len(), 3, "{nodes:?}");
+    }
+    let lines: Vec<String> = (0..6)
+        .map(|rank| std::fs::read_to_string(ranks.join(rank.to_string())).unwrap())
+        .collect();
+    check_world(&lines, false);
+    let masters: BTreeSet<&str> = lines.iter().map(|line| field(line, "master")).collect();
+    assert_eq!(masters.len(), 1, "one rendezvous address: {masters:?}");
+
+    let shutdown = saker()
+        .args(["shutdown", "--dir"])
+        .arg(&pilot)
+        .output()
+        .unwrap();
+    assert!(shutdown.status.success());
+    let state = wait_for_state(&job, Duration::from_secs(60), &log);
+    assert_eq!(
+        state,
+        "COMPLETED",
+        "job log:\n{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+}
