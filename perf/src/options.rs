@@ -65,10 +65,13 @@ pub enum Benchmark {
     /// No-op `python_app`s through Parsl with SakerExecutor, beside
     /// HighThroughputExecutor and ThreadPoolExecutor.
     Parsl,
+    /// HPC jobs: an MPI job's launch through the agents beside the launcher's own,
+    /// and the start delay of a job behind a full load of small tasks.
+    Hpc,
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 15] = [
+    pub const ALL: [Benchmark; 16] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -84,6 +87,7 @@ impl Benchmark {
         Benchmark::SlurmThroughput,
         Benchmark::Python,
         Benchmark::Parsl,
+        Benchmark::Hpc,
     ];
 
     /// The name used on the command line and in the JSON output.
@@ -104,6 +108,7 @@ impl Benchmark {
             Benchmark::SlurmThroughput => "slurm-throughput",
             Benchmark::Python => "python",
             Benchmark::Parsl => "parsl",
+            Benchmark::Hpc => "hpc",
         }
     }
 

@@ -4,6 +4,7 @@
 mod durability;
 mod efficiency;
 mod failover;
+mod hpc;
 mod latency;
 mod memory;
 mod python;
@@ -96,6 +97,7 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::SlurmStartup => slurm_startup::run(setup),
         Benchmark::SlurmThroughput => slurm_throughput::run(setup),
         Benchmark::Python => python::run(setup, benchmark, "python_rows.py", &[]),
+        Benchmark::Hpc => hpc::run(setup),
         Benchmark::Parsl => {
             let mut rows = python::run(setup, benchmark, "parsl_rows.py", &[])?;
             // The same with Parsl's per-task log off for every executor: the executors

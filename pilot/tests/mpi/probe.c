@@ -2,6 +2,9 @@
  *
  * Each rank prints exactly one line:
  *   probe rank=R size=S host=H sum=X ring=T saker_rank=V saker_node=N init_ms=M
+ *         init_unix_us=U
+ * (U: wall clock when MPI_Init returned, for launch-time measurements across
+ * processes; saker-perf's hpc rows read it.)
  * and rank 0 finally prints "probe done". Tests parse these lines: checking
  * size and sum (not only exit codes) catches launches that silently start N
  * singletons (each seeing size=1).
@@ -37,6 +40,9 @@ int main(int argc, char **argv)
 
     MPI_Init(&argc, &argv);
     double init_ms = now_ms() - t0;
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    long long init_unix_us = (long long)wall.tv_sec * 1000000LL + wall.tv_nsec / 1000;
 
     /* Parse after MPI_Init: some launchers/MPI_Init may rewrite argv. */
     for (int i = 1; i < argc; i++) {
@@ -93,9 +99,9 @@ int main(int argc, char **argv)
     const char *saker_rank = getenv("SAKER_RANK");
     const char *saker_node = getenv("SAKER_NODE");
     printf("probe rank=%d size=%d host=%s sum=%d ring=%d saker_rank=%s saker_node=%s "
-           "init_ms=%.3f\n",
+           "init_ms=%.3f init_unix_us=%lld\n",
            rank, size, host, sum, ring, saker_rank ? saker_rank : "-",
-           saker_node ? saker_node : "-", init_ms);
+           saker_node ? saker_node : "-", init_ms, init_unix_us);
     fflush(stdout);
 
     /* Barrier so "probe done" comes after every rank has printed (ordering

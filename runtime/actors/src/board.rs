@@ -468,6 +468,15 @@ impl Board {
         self.start_on(index)
     }
 
+    /// Gives back `attempt` if it waits in the queue (answered `Cancelled` at once, its
+    /// credit returned); a started one runs on. The root asks when it reserves this
+    /// node for a gang.
+    pub fn give_back_queued(&mut self, attempt: AttemptId) {
+        if self.queue.iter().any(|a| a.attempt == attempt) {
+            self.cancel(attempt);
+        }
+    }
+
     /// Cancels `attempt`: a queued one is answered at once; a running one is stopped
     /// (its runner reports it).
     pub fn cancel(&mut self, attempt: AttemptId) {

@@ -87,6 +87,12 @@ pub enum Disposition {
         /// The task.
         task: TaskId,
     },
+    /// The node gave back an attempt it had not started, as asked
+    /// ([`Event::ReturnUnstarted`]): the task is queued again, as if never dispatched.
+    Returned {
+        /// The task.
+        task: TaskId,
+    },
     /// The attempt was issued but is no longer live (superseded by a replay, its task is
     /// already terminal, or it lost to a speculative copy): the result is dropped and
     /// counted.
@@ -161,6 +167,18 @@ pub enum Event {
         /// Where the attempt runs.
         node: NodeId,
         /// The attempt to stop.
+        attempt: AttemptId,
+    },
+    /// Ask `node` to give back `attempt` if it has not started it (it waits in the
+    /// node's local queue): its cores are reserved for a gang, and work queued there
+    /// would hold them past the reservation. An attempt given back ends
+    /// [`AttemptOutcome::Cancelled`] and its task is queued again, counted neither as
+    /// a failure nor as a replay ([`Disposition::Returned`]); one already started
+    /// runs on and ends as usual.
+    ReturnUnstarted {
+        /// The reserved node.
+        node: NodeId,
+        /// An attempt of it not known to have started.
         attempt: AttemptId,
     },
     /// Every task of the job is terminal. Follows the job's last `TaskFinished`.

@@ -76,6 +76,10 @@ pub enum ToAgent {
     /// Stop these attempts (task cancelled, or a speculative copy lost the race). For
     /// a gang attempt: stop this node's part.
     Cancel { attempts: Vec<AttemptId> },
+    /// Give these attempts back if they wait in the local queue (not started): the
+    /// node is reserved for a gang. Each one given back ends `Cancelled`; one that
+    /// started already runs on.
+    Return { attempts: Vec<AttemptId> },
     /// Run `command` (a shell command line an MPI launcher gave its remote-shell
     /// agent, e.g. an `orted` daemon) in this node's part of gang `attempt`.
     GangLaunch(GangLaunch),

@@ -492,6 +492,12 @@ fn on_down(
             }
         }
         ToAgent::GangLaunch(launch) => lock(&state.board).part_launch(launch),
+        ToAgent::Return { attempts } => {
+            let mut board = lock(&state.board);
+            for attempt in attempts {
+                board.give_back_queued(attempt);
+            }
+        }
         ToAgent::GangLaunchEnded(ended) => {
             let waiter = lock(&state.board)
                 .parts

@@ -441,6 +441,14 @@ impl Core {
                 });
             }
         }
+        if let Some(attempt) = self
+            .gangs
+            .returning
+            .iter()
+            .find(|attempt| !self.attempts.contains_key(*attempt))
+        {
+            return attempt_error(*attempt, "asked back but not live");
+        }
         if let Some(held) = &self.gangs.reservation {
             let size = self.gang_size(held.job).unwrap_or(0) as usize;
             if held.nodes.len() != size || held.nodes.windows(2).any(|pair| pair[0] >= pair[1]) {

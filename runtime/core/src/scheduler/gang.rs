@@ -29,13 +29,13 @@
 //! The reservation is made again when the head changes or one of its nodes is lost.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
-use super::{Core, slot};
+use super::{Core, PendingEvent, slot};
 use crate::config::Placement;
-use crate::ids::{AttemptId, JobId, NodeId, Time};
-use crate::output::{Assignment, Dispatch, GangReservation};
-use crate::queue::FreshRange;
+use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
+use crate::output::{Assignment, Dispatch, Disposition, Event, GangReservation};
+use crate::queue::{FreshRange, ReturnedTask};
 use crate::resources::Resources;
 use crate::task::{AttemptRecord, Bucket, Phase, TaskRecord};
 
@@ -51,6 +51,8 @@ pub(super) struct Gangs {
     /// The member nodes of each live gang attempt, leader first.
     pub(super) members: HashMap<AttemptId, Box<[NodeId]>>,
     pub(super) reservation: Option<Reservation>,
+    /// Attempts a reserved node was asked to give back unstarted.
+    pub(super) returning: HashSet<AttemptId>,
 }
 
 /// Nodes held for the head gang.
@@ -261,7 +263,10 @@ impl Core {
             .nodes
             .iter()
             .filter(|(_, record)| need.fits_in(&record.capacity))
-            .map(|(node, record)| (self.free_at(record.free(), &record.attempts, need), node))
+            .map(|(node, record)| {
+                let at = self.free_at(record.free(), &record.attempts, need);
+                (at, node)
+            })
             .collect();
         if expected.len() < size {
             return; // it cannot run on the nodes there are; nothing to hold
@@ -275,6 +280,9 @@ impl Core {
             .try_fold(Time::ZERO, |latest, at| at.map(|at| latest.max(at)));
         let mut nodes: Vec<NodeId> = expected.into_iter().map(|(_, node)| node).collect();
         nodes.sort_unstable();
+        for &node in &nodes {
+            self.ask_back_unstarted(node);
+        }
         self.gangs.reservation = Some(Reservation {
             job: head,
             priority,
@@ -286,6 +294,10 @@ impl Core {
 
     /// When a node with `free` now and `attempts` live will have `need` free, if the
     /// attempts end by their time limits; `None` if that needs one without a limit.
+    /// An attempt not known to have started counts from now: it is asked back
+    /// (`Event::ReturnUnstarted`), and one that started before the request arrived
+    /// (its report still on the way) started about now. So the estimate holds even
+    /// for those, and what is given back only makes the node free sooner.
     fn free_at(
         &self,
         free: Resources,
@@ -295,28 +307,18 @@ impl Core {
         if need.fits_in(&free) {
             return Some(self.now);
         }
-        let limit_of = |attempt: &AttemptId| {
-            // Invariant: a node's attempt set holds live attempts with records.
-            let live = &self.attempts[attempt];
-            let job = &self.jobs[slot(self.tasks[&live.task].job)];
-            (live.started(), job.spec.time_limit, job.spec.shape)
-        };
-        // Work not started yet (queued on the agent behind what runs) is assumed to
-        // start when the last started attempt ends.
-        let started_end = attempts
-            .iter()
-            .map(limit_of)
-            .filter_map(|(started, limit, _)| Some(started?.saturating_add_micros(limit?)))
-            .max()
-            .unwrap_or(self.now)
-            .max(self.now);
         let mut ends: Vec<(Option<Time>, Resources)> = attempts
             .iter()
-            .map(limit_of)
-            .map(|(started, limit, shape)| {
-                let from = started.unwrap_or(started_end);
-                let end = limit.map(|limit| from.saturating_add_micros(limit).max(self.now));
-                (end, self.shapes.resources(shape))
+            .map(|attempt| {
+                // Invariant: a node's attempt set holds live attempts with records.
+                let live = &self.attempts[attempt];
+                let job = &self.jobs[slot(self.tasks[&live.task].job)];
+                let from = live.started().unwrap_or(self.now);
+                let end = job
+                    .spec
+                    .time_limit
+                    .map(|limit| from.saturating_add_micros(limit).max(self.now));
+                (end, self.shapes.resources(job.spec.shape))
             })
             .collect();
         ends.sort_unstable_by_key(|&(end, _)| (end.is_none(), end));
@@ -328,6 +330,54 @@ impl Core {
             }
         }
         None
+    }
+
+    /// Asks a reserved node for the attempts it has not started (see
+    /// [`Event::ReturnUnstarted`]).
+    fn ask_back_unstarted(&mut self, node: NodeId) {
+        let Some(record) = self.nodes.get(node) else {
+            return;
+        };
+        let attempts: Vec<AttemptId> = record
+            .attempts
+            .iter()
+            .copied()
+            .filter(|attempt| {
+                self.attempts[attempt].started().is_none()
+                    && !self.gangs.members.contains_key(attempt)
+                    && !self.gangs.returning.contains(attempt)
+            })
+            .collect();
+        for attempt in attempts {
+            self.gangs.returning.insert(attempt);
+            self.events
+                .push_back(PendingEvent::Ready(Event::ReturnUnstarted {
+                    node,
+                    attempt,
+                }));
+        }
+    }
+
+    /// A task whose attempt a reserved node gave back unstarted: queued again ahead of
+    /// fresh work, counted neither as a failure nor as a replay.
+    pub(super) fn requeue_given_back(&mut self, task: TaskId, from: Bucket) -> Disposition {
+        // Invariant: callers pass a task that has a record.
+        let record = self
+            .tasks
+            .get_mut(&task)
+            .expect("given-back task has a record");
+        record.attempts = record.attempts.saturating_sub(1);
+        record.phase = Phase::Queued;
+        let job_id = record.job;
+        let job = &mut self.jobs[slot(job_id)];
+        job.shift(&mut self.counts, from, Bucket::Queued, 1);
+        let priority = job.spec.priority;
+        self.horizon.push_returned(
+            &mut self.queue,
+            priority,
+            ReturnedTask { task, job: job_id },
+        );
+        Disposition::Returned { task }
     }
 
     /// Ends the reservation and puts its set-aside nodes back in the rotation.

@@ -160,11 +160,19 @@ impl Core {
                 }
             };
         };
+        let asked_back = self.gangs.returning.remove(&attempt);
         let Ended {
             task, from, other, ..
         } = self.end_attempt(attempt, live);
         // Invariant: end_attempt returns a task that has a record.
         let job = self.tasks[&task].job;
+        if asked_back
+            && outcome == AttemptOutcome::Cancelled
+            && other.is_none()
+            && !self.jobs[slot(job)].counts.cancel_requested
+        {
+            return self.requeue_given_back(task, from);
+        }
         if self.jobs[slot(job)].counts.cancel_requested {
             if let Some(other) = other {
                 self.drop_other(job, other, false);

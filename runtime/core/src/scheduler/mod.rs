@@ -40,8 +40,11 @@ use crate::task::{AttemptRecord, Bucket, JobRecord, Phase, Shapes, TaskRecord};
 /// * **Outputs** are the `poll_*` methods. After **every** `handle_*` call the driver
 ///   drains [`Core::poll_event`] until it returns `None` (journal and forward the
 ///   events), then [`Core::poll_dispatch`] until it returns `None` (send each
-///   [`Dispatch`](crate::Dispatch) as one frame to its node). Nothing is lost if the
-///   driver batches several inputs before draining; it only delays work.
+///   [`Dispatch`](crate::Dispatch) as one frame to its node), then events again:
+///   dispatching may ask for some (a gang's reservation asks its nodes to give back
+///   queued work, [`Event::ReturnUnstarted`]), which must reach nodes after the work
+///   dispatched before them. Nothing is lost if the driver batches several inputs
+///   before draining; it only delays work.
 /// * **Timers**: [`Core::poll_timeout`] says when the core next has something to do on
 ///   its own (a retry whose backoff ends, or a job that stops fitting the deadline);
 ///   the driver calls [`Core::handle_timeout`] at or after that time, then drains as

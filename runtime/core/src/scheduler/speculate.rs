@@ -44,6 +44,9 @@ impl Core {
             .expect("live attempt has a task")
             .job;
         let need = self.shapes.resources(self.jobs[slot(job)].spec.shape);
+        if !self.gangs.returning.is_empty() {
+            self.gangs.returning.remove(&attempt);
+        }
         let members = self.end_gang_attempt(attempt, need);
         if members.is_none() {
             self.nodes.detach(record.node, attempt, need);

@@ -49,6 +49,8 @@ struct World {
     /// Gang job -> (made head at, expected start) when a reservation first named it.
     reserved: BTreeMap<JobId, (u64, Time)>,
     finished: u64,
+    /// Queued attempts reserved nodes gave back.
+    returned: u64,
 }
 
 impl World {
@@ -66,11 +68,14 @@ impl World {
             return;
         }
         if let Some((_, start)) = self.reserved.get(&assignment.job) {
-            // Prefetched work may start after the estimate, but within one limit.
+            // The estimate holds but for one race: a queued attempt that starts while
+            // the request to give it back is on its way (a slot freed meanwhile) may
+            // hold its node up to its time limit.
             assert!(
                 now <= start.as_micros() + SMALL_LIMIT,
-                "gang {} started at {now}, expected by {start}",
-                assignment.job
+                "gang {} started at {now}, expected by {start} (reserved at {})",
+                assignment.job,
+                self.reserved[&assignment.job].0
             );
         }
         let duration = 20 + self.rng.below(60);
@@ -122,8 +127,19 @@ impl World {
 
     fn drain(&mut self, now: u64) {
         for event in self.harness.take_events() {
-            if let Event::TaskFinished { .. } = event {
-                self.finished += 1;
+            match event {
+                Event::TaskFinished { .. } => self.finished += 1,
+                Event::ReturnUnstarted { node, attempt } => {
+                    // Given back only if still in the agent's queue, as agents do.
+                    let agent = self.agents.get_mut(&node.0).unwrap();
+                    if let Some(at) = agent.queue.iter().position(|(a, ..)| *a == attempt) {
+                        let (_, cores, _) = agent.queue.remove(at).unwrap();
+                        self.harness.result(attempt, AttemptOutcome::Cancelled);
+                        self.harness.credit(node.0, cores);
+                        self.returned += 1;
+                    }
+                }
+                _ => {}
             }
         }
         for dispatch in self.harness.take_dispatches() {
@@ -151,6 +167,7 @@ fn run(seed: u64) {
         gangs: Vec::new(),
         reserved: BTreeMap::new(),
         finished: 0,
+        returned: 0,
     };
     for node in 1..=NODES {
         world.agents.insert(node, Agent::default());

@@ -271,6 +271,7 @@ fn gangs_go_in_priority_order_and_a_later_gang_may_use_unreserved_nodes() {
     // Occupy node 1 (no limit): the 3-node head gang cannot start and reserves all.
     harness.submit(JobSpec::single());
     assert_eq!(harness.take_assigned(), vec![(1, 0, 1)]);
+    harness.started(saker_core::AttemptId(1));
     let head = harness.submit(gang(3, 1).with_priority(1));
     assert_eq!(
         harness.core.reservation().map(|held| held.job),
@@ -300,4 +301,55 @@ fn a_gang_that_cannot_finish_by_the_deadline_is_held() {
     assert_eq!(harness.core.reservation(), None);
     harness.set_deadline(None);
     assert_eq!(harness.take_dispatches().len(), 1);
+}
+
+#[test]
+fn a_reserved_node_is_asked_back_what_it_has_not_started() {
+    let mut harness = Harness::new();
+    // 2 cores with a prefetch of 4: six 1-core tasks go there, two start.
+    harness.join(1, 2);
+    harness.credit(1, 6);
+    harness.submit(JobSpec::array(6).with_time_limit_micros(100));
+    let attempts: Vec<_> = harness.take_dispatches()[0]
+        .assignments
+        .iter()
+        .map(|assignment| assignment.attempt)
+        .collect();
+    harness.started(attempts[0]);
+    harness.started(attempts[1]);
+    harness.take_events();
+    let head = harness.submit(gang(1, 2));
+    let asked: Vec<_> = harness
+        .take_events()
+        .into_iter()
+        .filter_map(|event| match event {
+            Event::ReturnUnstarted { node, attempt } => Some((node, attempt)),
+            _ => None,
+        })
+        .collect();
+    let expected: Vec<_> = attempts[2..].iter().map(|a| (NodeId(1), *a)).collect();
+    assert_eq!(
+        asked, expected,
+        "the four queued attempts, none that started"
+    );
+    // Three are given back; one had started meanwhile and ends as usual.
+    for attempt in &attempts[2..5] {
+        assert!(matches!(
+            harness.result(*attempt, AttemptOutcome::Cancelled),
+            Disposition::Returned { .. }
+        ));
+    }
+    assert_eq!(harness.core.counts().replays, 0, "not a replay");
+    assert_eq!(
+        harness.core.counts().queued,
+        4,
+        "three back in the queue, and the gang"
+    );
+    for attempt in [attempts[0], attempts[1], attempts[5]] {
+        harness.result(attempt, AttemptOutcome::Succeeded);
+    }
+    harness.credit(1, 6);
+    let dispatches = harness.take_dispatches();
+    assert_eq!(dispatches[0].assignments[0].job, head.job, "the gang first");
+    assert_eq!(harness.core.reservation(), None);
 }

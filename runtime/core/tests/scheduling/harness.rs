@@ -51,6 +51,10 @@ impl Harness {
             assert!(!dispatch.assignments.is_empty(), "empty dispatch");
             self.dispatches.push(dispatch);
         }
+        // Dispatching can ask for events too (a gang's reservation).
+        while let Some(event) = self.core.poll_event() {
+            self.events.push(event);
+        }
         if let Err(error) = self.core.check_consistency() {
             panic!("core inconsistent: {error}");
         }

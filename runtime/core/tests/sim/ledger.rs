@@ -528,6 +528,7 @@ impl Ledger {
                     TerminalState::Cancelled => self.cancelled += 1,
                 }
             }
+            Event::ReturnUnstarted { .. } => panic!("these worlds have no gangs"),
             Event::CancelAttempt { node, attempt } => {
                 let live = self.attempts[&attempt];
                 assert_eq!(live.node, node, "cancel sent to the attempt's node");

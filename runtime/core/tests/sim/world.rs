@@ -248,6 +248,8 @@ impl World {
                 self.trace(&[8, u64::from(node.0), attempt.0]);
             }
             Event::JobFinished { job } => self.trace(&[9, u64::from(job.0)]),
+            // Only reserved nodes are asked, and these worlds have no gangs.
+            Event::ReturnUnstarted { .. } => panic!("no gang, yet a node was asked back"),
         }
     }
 
@@ -259,6 +261,7 @@ impl World {
             Disposition::Continues { task } => [17, task.0, 0],
             Disposition::Duplicate => [13, 0, 0],
             Disposition::UnknownAttempt => [14, 0, 0],
+            Disposition::Returned { task } => [18, task.0, 0],
         };
         self.trace(&[attempt.0]);
         self.trace(&values);

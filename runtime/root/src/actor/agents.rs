@@ -287,7 +287,10 @@ impl RootState {
                 AttemptEnd::Failed
             }
             Disposition::Continues { .. } => AttemptEnd::Lost,
-            Disposition::Duplicate | Disposition::UnknownAttempt => return,
+            // Given back unstarted for a gang's reservation: as if never dispatched.
+            Disposition::Returned { .. } | Disposition::Duplicate | Disposition::UnknownAttempt => {
+                return;
+            }
         };
         self.note_attempt(task, note(end));
     }

@@ -287,6 +287,11 @@ impl RootState {
         while let Some(dispatch) = self.core.poll_dispatch() {
             self.send_dispatch(dispatch);
         }
+        // Dispatching can ask for events too (a gang's reservation asks its nodes for
+        // their queued work back): they go out after the work already on its way.
+        while let Some(event) = self.core.poll_event() {
+            self.on_core_event(event);
+        }
         self.journal_accepted();
         self.arm_timer();
     }
@@ -409,6 +414,14 @@ impl RootState {
             Event::CancelAttempt { node, attempt } => {
                 if let Some(entry) = self.nodes.get(&node) {
                     let message = ToAgent::Cancel {
+                        attempts: vec![attempt],
+                    };
+                    self.send_to(entry.link, node, &message);
+                }
+            }
+            Event::ReturnUnstarted { node, attempt } => {
+                if let Some(entry) = self.nodes.get(&node) {
+                    let message = ToAgent::Return {
                         attempts: vec![attempt],
                     };
                     self.send_to(entry.link, node, &message);

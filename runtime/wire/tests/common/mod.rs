@@ -157,6 +157,9 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
             launch: 3,
             code: 255,
         }),
+        ToAgent::Return {
+            attempts: vec![AttemptId(11), AttemptId(12)],
+        },
         ToAgent::Shutdown {
             reason: "allocation ends in 60 s".to_owned(),
             kill_running: true,

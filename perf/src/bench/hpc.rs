@@ -1,0 +1,364 @@
+//! HPC jobs: how long an MPI job takes from its start on the nodes to the last rank's
+//! `MPI_Init` returning, 3 nodes × 2 ranks, beside the same launcher starting the same
+//! daemons through a plain remote shell of its own (the launcher's own cost) and, for
+//! context, with its local defaults (no remote daemons at all); and how long an HPC
+//! job that arrives while every slot runs small tasks waits to start, beside the
+//! ideal (the small tasks' run time: what one already running may have left).
+//!
+//! The MPI program is `pilot/tests/mpi/probe.c`, built here with each MPI's compiler
+//! wrapper; every rank prints when its `MPI_Init` returned (`init_unix_us`). In local
+//! mode three agents act as nodes, so the baseline's remote shell runs the daemon on
+//! the same machine too, with the same launcher options Saker gives (see
+//! `docs/hpc-jobs.md`). Saker's figure starts when the first node took its part of
+//! the job (the result's `start_time`), so pilot start-up is not in it; the
+//! baseline's starts when the launcher is spawned. Runs alternate (Saker, baseline).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use saker_root::results::ResultRecord;
+use saker_root::spec::{JobRequest, MpiKind, TaskSpec};
+
+use super::{Setup, Summary, client_runtime, summary};
+use crate::options::Benchmark;
+use crate::pilot::{PilotShape, RunningPilot};
+use crate::process::TempDir;
+use crate::report::{Measure, Row, Target, Unit};
+
+/// What Saker may add to the launcher's own time.
+const LAUNCH_MARGIN: Duration = Duration::from_millis(20);
+
+/// The remote shell of the baseline: runs the command here, each "host" with an
+/// OpenMPI session directory of its own (as Saker's agents give their daemons).
+const PLAIN_RSH: &str = r#"#!/bin/sh
+while [ $# -gt 0 ]; do
+  case "$1" in -l|-p|-o|-i|-F) shift 2 ;; -*) shift ;; *) break ;; esac
+done
+host=$1; shift
+export OMPI_MCA_orte_tmpdir_base="$(dirname "$0")/session-$host"
+mkdir -p "$OMPI_MCA_orte_tmpdir_base"
+exec /bin/sh -c "$*"
+"#;
+
+pub fn run(setup: &Setup) -> Result<Vec<Row>> {
+    let directory = TempDir::new("hpc").context("creating a temporary directory")?;
+    let rsh = directory.path().join("plain-rsh");
+    std::fs::write(&rsh, PLAIN_RSH)?;
+    make_executable(&rsh)?;
+    let rounds = if setup.quick { 3 } else { 7 };
+    let mut rows = Vec::new();
+    for kind in [MpiKind::Openmpi, MpiKind::Mpich] {
+        let probe = build_probe(kind, directory.path())?;
+        let (mut saker, mut own, mut local) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 1..=rounds {
+            saker.push(saker_launch(setup, kind, &probe, directory.path(), round)?);
+            own.push(launcher_alone(kind, &probe, Some(&rsh))?);
+            local.push(launcher_alone(kind, &probe, None)?);
+            eprintln!(
+                "saker-perf: hpc {} round {round}/{rounds}: saker {:.1} ms, launcher {:.1} ms",
+                kind.name(),
+                ms(saker[saker.len() - 1]),
+                ms(own[own.len() - 1])
+            );
+        }
+        rows.extend(launch_rows(
+            kind,
+            &summary(&mut saker),
+            &summary(&mut own),
+            &summary(&mut local),
+        ));
+    }
+    rows.push(start_delay(setup)?);
+    Ok(rows)
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+fn launch_rows(kind: MpiKind, saker: &Summary, own: &Summary, local: &Summary) -> Vec<Row> {
+    let seconds = |summary: &Summary| summary.median.as_secs_f64();
+    let detail = |summary: &Summary| summary.detail();
+    vec![
+        Row {
+            benchmark: Benchmark::Hpc,
+            name: format!(
+                "{} 3×2 ranks: start on the nodes → last MPI_Init",
+                kind.name()
+            ),
+            saker: Measure::new(seconds(saker), Unit::Seconds).with_detail(detail(saker)),
+            baseline: Some(
+                Measure::new(seconds(own), Unit::Seconds)
+                    .with_detail(format!("launcher, plain remote shell; {}", detail(own))),
+            ),
+            target: Target::AtMost(seconds(own) + LAUNCH_MARGIN.as_secs_f64()),
+        },
+        Row {
+            benchmark: Benchmark::Hpc,
+            name: format!(
+                "{} 3×2 ranks, beside the launcher's local defaults",
+                kind.name()
+            ),
+            saker: Measure::new(seconds(saker), Unit::Seconds).with_detail(detail(saker)),
+            baseline: Some(
+                Measure::new(seconds(local), Unit::Seconds)
+                    .with_detail(format!("6 local ranks, no daemons; {}", detail(local))),
+            ),
+            target: Target::None,
+        },
+    ]
+}
+
+fn build_probe(kind: MpiKind, directory: &Path) -> Result<PathBuf> {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pilot/tests/mpi/probe.c");
+    let binary = directory.join(format!("probe-{}", kind.name()));
+    let compiler = format!("mpicc.{}", kind.name());
+    let status = Command::new(&compiler)
+        .args(["-O2", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .status()
+        .with_context(|| {
+            format!("running {compiler}: install openmpi-bin libopenmpi-dev mpich libmpich-dev")
+        })?;
+    if !status.success() {
+        bail!("{compiler} failed on {}", source.display());
+    }
+    Ok(binary)
+}
+
+/// The latest `init_unix_us` of six ranks in a launcher's (or result's) output.
+fn last_init(stdout: &str) -> Result<u64> {
+    let inits: Vec<u64> = stdout
+        .lines()
+        .filter(|line| line.starts_with("probe rank="))
+        .filter_map(|line| {
+            line.split_whitespace()
+                .find_map(|word| word.strip_prefix("init_unix_us="))?
+                .parse()
+                .ok()
+        })
+        .collect();
+    if inits.len() != 6 {
+        bail!(
+            "expected 6 ranks' init times, got {}:\n{stdout}",
+            inits.len()
+        );
+    }
+    Ok(inits.into_iter().max().unwrap_or(0))
+}
+
+/// One `saker run` of the job on 3 local agents: from its start on the nodes to
+/// the last rank's `MPI_Init`.
+fn saker_launch(
+    setup: &Setup,
+    kind: MpiKind,
+    probe: &Path,
+    directory: &Path,
+    round: u32,
+) -> Result<Duration> {
+    let pilot = directory.join(format!("pilot-{}-{round}", kind.name()));
+    let output = Command::new(&setup.saker)
+        .args([
+            "run",
+            "--progress",
+            "none",
+            "--no-sync",
+            "--agents",
+            "3",
+            "--slots",
+            "6",
+        ])
+        .arg("--dir")
+        .arg(&pilot)
+        .args([
+            "--nodes",
+            "3",
+            "--ranks-per-node",
+            "2",
+            "--mpi",
+            kind.name(),
+            "--",
+        ])
+        .arg(probe)
+        .stdin(Stdio::null())
+        .output()
+        .context("running saker")?;
+    if !output.status.success() {
+        bail!(
+            "saker run failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let results = Command::new(&setup.saker)
+        .args(["results", "--format", "jsonl", "--dir"])
+        .arg(&pilot)
+        .output()
+        .context("reading the result")?;
+    let text = String::from_utf8_lossy(&results.stdout);
+    let record: ResultRecord =
+        serde_json::from_str(text.lines().next().context("no result")?).context("a result")?;
+    let start = record.start_time.context("the job has no start time")?;
+    let last = last_init(&record.stdout)?;
+    let _ = std::fs::remove_dir_all(&pilot);
+    Ok(Duration::from_micros(
+        last.saturating_sub(start.unix_micros()),
+    ))
+}
+
+/// The launcher alone: through `rsh` on three named hosts, or with its local
+/// defaults when `rsh` is `None`; from its spawn to the last rank's `MPI_Init`.
+fn launcher_alone(kind: MpiKind, probe: &Path, rsh: Option<&Path>) -> Result<Duration> {
+    let mut command = match (kind, rsh) {
+        (MpiKind::Openmpi, Some(rsh)) => {
+            let mut command = Command::new("mpirun.openmpi");
+            command.args(["--host", "saker-m0:2,saker-m1:2,saker-m2:2", "-np", "6"]);
+            for (key, value) in [
+                ("plm", "rsh"),
+                ("if_base_do_not_resolve", "1"),
+                ("plm_rsh_no_tree_spawn", "1"),
+                ("orte_leave_session_attached", "1"),
+                ("btl", "self,tcp"),
+                ("btl_tcp_if_include", "lo"),
+                ("oob_tcp_if_include", "lo"),
+            ] {
+                command.args(["--mca", key, value]);
+            }
+            command.args(["--mca", "plm_rsh_agent"]).arg(rsh);
+            command
+        }
+        (MpiKind::Openmpi, None) => {
+            let mut command = Command::new("mpirun.openmpi");
+            command.args(["-np", "6", "--oversubscribe"]);
+            command
+        }
+        (MpiKind::Mpich, Some(rsh)) => {
+            let mut command = Command::new("mpiexec.mpich");
+            command
+                .args(["-launcher", "ssh", "-launcher-exec"])
+                .arg(rsh);
+            command.args([
+                "-hosts",
+                "saker-m0,saker-m1,saker-m2",
+                "-n",
+                "6",
+                "-ppn",
+                "2",
+            ]);
+            command
+        }
+        (MpiKind::Mpich, None) => {
+            let mut command = Command::new("mpiexec.mpich");
+            command.args(["-n", "6"]);
+            command
+        }
+        (MpiKind::None, _) => bail!("not an MPI"),
+    };
+    if kind == MpiKind::Openmpi && rustix::process::geteuid().is_root() {
+        command.arg("--allow-run-as-root");
+    }
+    command.arg(probe).stdin(Stdio::null());
+    let spawned = unix_micros();
+    let output = command.output().context("running the launcher")?;
+    if !output.status.success() {
+        bail!(
+            "the launcher failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let last = last_init(&String::from_utf8_lossy(&output.stdout))?;
+    Ok(Duration::from_micros(last.saturating_sub(spawned)))
+}
+
+fn unix_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_micros() as u64)
+}
+
+fn make_executable(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
+    Ok(())
+}
+
+/// Small tasks of this length keep every slot busy while the job waits.
+const SMALL_TASK: Duration = Duration::from_millis(200);
+
+/// An HPC job (2 nodes × 2 cores) submitted while 4 agents × 2 slots run and queue
+/// 0.2 s tasks (time limit 1 s): from its submission to its start, beside the ideal.
+fn start_delay(setup: &Setup) -> Result<Row> {
+    let repeats = if setup.quick { 2 } else { 5 };
+    let runtime = client_runtime()?;
+    let mut delays = Vec::new();
+    for _ in 0..repeats {
+        delays.push(runtime.block_on(delay_once(&setup.saker))?);
+        eprintln!("saker-perf: hpc delay {:?}", delays[delays.len() - 1]);
+    }
+    let delay = summary(&mut delays);
+    Ok(Row {
+        benchmark: Benchmark::Hpc,
+        name: "HPC job behind a full load of 0.2 s tasks: submit → start".into(),
+        saker: Measure::new(delay.median.as_secs_f64(), Unit::Seconds).with_detail(delay.detail()),
+        baseline: Some(
+            Measure::new(SMALL_TASK.as_secs_f64(), Unit::Seconds)
+                .with_detail("ideal: a running task's length"),
+        ),
+        target: Target::RatioAtMost(2.0),
+    })
+}
+
+async fn delay_once(saker: &Path) -> Result<Duration> {
+    let shape = PilotShape {
+        agents: 4,
+        slots: Some(8),
+        sync: false,
+        heartbeat: None,
+    };
+    let pilot = RunningPilot::start(saker, "hpc-delay", shape).await?;
+    pilot.warm_up().await?;
+    let mut small = TaskSpec::new(vec![
+        "sleep".into(),
+        format!("{}", SMALL_TASK.as_secs_f64()),
+    ]);
+    small.time_limit = Some(Duration::from_secs(1));
+    let load = JobRequest {
+        array: Some("1-400".parse().context("an array")?),
+        ..JobRequest::single(small)
+    };
+    pilot.client.submit(vec![load]).await?;
+    // Every slot busy before the job arrives.
+    loop {
+        let status = pilot.client.status().await?;
+        if status.running >= 8 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut job = TaskSpec::new(vec!["true".into()]);
+    job.nodes = 2;
+    job.ranks_per_node = Some(2);
+    let submitted = pilot.client.submit(vec![JobRequest::single(job)]).await?;
+    let id = submitted.first().context("no job")?.job;
+    pilot.client.wait(Some(vec![id])).await?;
+    let mut results = pilot.client.results(0, false).await?;
+    let mut delay = None;
+    while let Some(record) = results.next().await? {
+        if record.job == id {
+            if record.attempts > 1 {
+                eprintln!(
+                    "saker-perf: hpc: the job needed {} attempts: {:?}",
+                    record.attempts, record.history
+                );
+            }
+            let start = record.start_time.context("no start")?.unix_micros();
+            delay = Some(Duration::from_micros(
+                start.saturating_sub(record.submit_time.unix_micros()),
+            ));
+        }
+    }
+    pilot.shutdown().await?;
+    delay.context("the HPC job's result")
+}
