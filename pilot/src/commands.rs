@@ -4,6 +4,8 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+use std::fmt::Write as _;
+
 use anyhow::{Context, Result};
 
 use crate::cli::{CancelArgs, DirArgs, ResultsArgs, ResultsFormat, SubmitArgs, WaitArgs};
@@ -73,21 +75,46 @@ pub async fn wait(args: WaitArgs) -> Result<ExitCode> {
 pub async fn status(args: DirArgs) -> Result<ExitCode> {
     let client = connect(&args).await?;
     let status = client.status().await?;
-    println!("pilot     {}", status.pilot_id);
-    println!(
+    // Written at once: a closed pipe (`saker status | head`) is an error to return,
+    // not a panic.
+    let mut out = String::new();
+    writeln!(out, "pilot     {}", status.pilot_id)?;
+    writeln!(
+        out,
         "agents    {} ({} slots, {} busy)",
         status.agents, status.slots, status.busy_slots
-    );
-    println!("jobs      {}", status.jobs);
-    println!(
+    )?;
+    writeln!(out, "jobs      {}", status.jobs)?;
+    writeln!(
+        out,
         "tasks     queued {}  running {}  succeeded {}  failed {}  cancelled {}",
         status.queued, status.running, status.succeeded, status.failed, status.cancelled
-    );
-    println!("rate      {:.1} tasks/s", status.rate);
-    println!(
+    )?;
+    writeln!(out, "rate      {:.1} tasks/s", status.rate)?;
+    let hpc = &status.hpc;
+    if hpc.running + hpc.waiting > 0 {
+        let held = match (hpc.reserved_for, hpc.reserved_seconds) {
+            (Some(job), Some(seconds)) => format!(
+                "  nodes {} held for job {job}, free in {seconds:.1} s by time limits",
+                hpc.reserved_nodes.join(",")
+            ),
+            (Some(job), None) => format!(
+                "  nodes {} held for job {job} (work without a time limit runs there)",
+                hpc.reserved_nodes.join(",")
+            ),
+            _ => String::new(),
+        };
+        writeln!(
+            out,
+            "hpc jobs  running {}  waiting {}{held}",
+            hpc.running, hpc.waiting
+        )?;
+    }
+    writeln!(
+        out,
         "attempts  retried {}  replayed {}  speculative copies {}  duplicates dropped {}",
         status.retries, status.replays, status.speculated, status.duplicates
-    );
+    )?;
     if let Some(allocation) = &status.allocation {
         let left = match allocation.seconds_left {
             Some(seconds) => format!(
@@ -98,20 +125,27 @@ pub async fn status(args: DirArgs) -> Result<ExitCode> {
             ),
             None => "end time unknown".to_string(),
         };
-        println!(
+        writeln!(
+            out,
             "slurm     job {} on {} nodes ({}), {left}",
             allocation.job_id, allocation.nodes, allocation.node_list
-        );
+        )?;
     }
     if !status.nodes.is_empty() {
-        println!("{:<6} {:<20} {:>5} {:>5}", "NODE", "HOST", "CORES", "BUSY");
+        writeln!(
+            out,
+            "{:<6} {:<20} {:>5} {:>5}",
+            "NODE", "HOST", "CORES", "BUSY"
+        )?;
         for node in &status.nodes {
-            println!(
+            writeln!(
+                out,
                 "{:<6} {:<20} {:>5} {:>5}",
                 node.node, node.hostname, node.cores, node.busy
-            );
+            )?;
         }
     }
+    std::io::Write::write_all(&mut std::io::stdout(), out.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -294,6 +294,12 @@ fn a_cancelled_job_leaves_no_rank_running_on_any_node() {
     let dir = tempfile::tempdir().unwrap();
     let mut job = Running::start(dir.path(), "3", &[]);
     let ranks = job.rank_pids();
+    let status = run(saker().args(["status", "--dir"]).arg(&job.pilot));
+    let status = String::from_utf8_lossy(&status.stdout).into_owned();
+    assert!(
+        status.contains("hpc jobs  running 1  waiting 0"),
+        "{status}"
+    );
     let cancelled = run(saker().args(["cancel", "--dir"]).arg(&job.pilot).arg("1"));
     assert!(cancelled.status.success());
     let status = job.child.wait().unwrap();
@@ -401,4 +407,79 @@ fn requests_that_can_never_run_are_refused_and_a_missing_launcher_fails_only_its
     assert!(reason.contains("mpirun.missing"), "{reason}");
     let other = records.iter().find(|r| r["job"] == 2).unwrap();
     assert_eq!(other["state"], "succeeded");
+}
+
+/// The mixed load: 20,000 short tasks and 10 HPC jobs of 2–3 nodes submitted
+/// together on 4 agents. Every task and job ends once; each job's ranks start within
+/// a short time of each other on distinct agents.
+#[test]
+fn twenty_thousand_tasks_and_ten_hpc_jobs_share_four_agents() {
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let starts = dir.path().join("starts");
+    std::fs::create_dir(&starts).unwrap();
+    let mut lines = String::new();
+    for chunk in 0..10 {
+        lines.push_str(&format!(
+            "{{\"argv\": [\"true\"], \"time_limit\": \"5s\"}}\n{}",
+            "{\"argv\": [\"true\"], \"time_limit\": \"5s\"}\n".repeat(1_999)
+        ));
+        let nodes = 2 + chunk % 2;
+        let script = format!(
+            "echo \"$SAKER_NODE $(date +%s%N)\" > {}/{chunk}.$RANK",
+            starts.display()
+        );
+        lines.push_str(&format!(
+            "{}\n",
+            serde_json::json!({
+                "argv": [script],
+                "shell": true,
+                "nodes": nodes,
+                "ranks_per_node": 2,
+                "time_limit": "30s",
+            })
+        ));
+    }
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, lines).unwrap();
+    let output = run(saker()
+        .args([
+            "run",
+            "--progress",
+            "none",
+            "--no-sync",
+            "--agents",
+            "4",
+            "--slots",
+            "8",
+        ])
+        .arg("--dir")
+        .arg(&pilot)
+        .arg(&tasks));
+    assert!(output.status.success());
+    let records = results(&pilot);
+    common::assert_one_result_per_task(&records, 20_010);
+    assert!(records.iter().all(|r| r["state"] == "succeeded"));
+    for chunk in 0..10u32 {
+        let nodes = 2 + chunk % 2;
+        let mut agents = BTreeSet::new();
+        let mut times = Vec::new();
+        for rank in 0..nodes * 2 {
+            let line = std::fs::read_to_string(starts.join(format!("{chunk}.{rank}")))
+                .unwrap_or_else(|_| panic!("job {chunk} rank {rank} ran"));
+            let mut words = line.split_whitespace();
+            agents.insert(words.next().unwrap().to_owned());
+            times.push(words.next().unwrap().parse::<u64>().unwrap());
+        }
+        assert_eq!(
+            agents.len() as u32,
+            nodes,
+            "job {chunk} on {nodes} distinct agents"
+        );
+        let spread = times.iter().max().unwrap() - times.iter().min().unwrap();
+        assert!(
+            spread < 2_000_000_000,
+            "job {chunk}'s ranks started {spread} ns apart"
+        );
+    }
 }

@@ -87,6 +87,9 @@ class Result:
     submit_time: Optional[str]
     start_time: Optional[str]
     end_time: Optional[str]
+    #: An HPC job's nodes and how each of its processes ended (docs/hpc-jobs.md);
+    #: ``None`` for other tasks.
+    gang: Optional[Dict[str, Any]] = None
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> "Result":
@@ -113,6 +116,7 @@ class Result:
             submit_time=body.get("submit_time"),
             start_time=body.get("start_time"),
             end_time=body.get("end_time"),
+            gang=body.get("gang"),
         )
 
     @property
@@ -123,7 +127,10 @@ class Result:
 
 # ------------------------------------------------------------------------- options
 
-_INT_OPTIONS = ("cores", "gpus", "memory_mib", "priority", "max_retries", "max_replays", "nodes")
+_INT_OPTIONS = ("cores", "gpus", "memory_mib", "priority", "max_retries", "max_replays", "nodes",
+                "ranks_per_node", "ranks", "cores_per_rank")
+#: What starts an HPC job's ranks (docs/hpc-jobs.md).
+_MPI_KINDS = ("none", "openmpi", "mpich")
 _COMMAND_OPTIONS = ("env", "cwd", "shell", "inline_output")
 
 
@@ -144,8 +151,11 @@ def normalize_options(options: Mapping[str, Any]) -> Dict[str, Any]:
                 raise TypeError(f"option {name} must be an int, not {value!r}")
             if value < 0 and name != "priority":
                 raise ValueError(f"option {name} must not be negative")
-            if name in ("cores", "nodes") and value < 1:
+            if name in ("cores", "nodes", "ranks_per_node", "ranks", "cores_per_rank") and value < 1:
                 raise ValueError(f"option {name} must be at least 1")
+        elif name == "mpi":
+            if value not in _MPI_KINDS:
+                raise ValueError(f"option mpi must be one of {', '.join(_MPI_KINDS)}, not {value!r}")
         elif name == "time_limit":
             if isinstance(value, datetime.timedelta):
                 value = value.total_seconds()
@@ -157,7 +167,7 @@ def normalize_options(options: Mapping[str, Any]) -> Dict[str, Any]:
             value = list(value)
             if not all(isinstance(tag, str) for tag in value):
                 raise TypeError("option tags must be strings")
-        elif name in ("idempotent", "shell"):
+        elif name in ("idempotent", "shell", "exclusive"):
             if not isinstance(value, bool):
                 raise TypeError(f"option {name} must be a bool, not {value!r}")
         elif name == "resources":

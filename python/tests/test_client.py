@@ -380,3 +380,24 @@ def test_close_fails_pending_futures(saker_bin: str, tmp_path: Path) -> None:
     assert (tmp_path / "p" / "journal").exists()  # a given directory stays
     with pytest.raises(saker.PilotNotFound, match="no client.json"):
         saker.Pilot.connect(tmp_path / "p")
+
+
+# --------------------------------------------------------------------------- HPC jobs
+
+
+def test_an_hpc_job_runs_its_ranks_on_several_agents(saker_bin: str) -> None:
+    # Three agents act as nodes; each rank reports its rendezvous variables.
+    with saker.Pilot.start(agents=3, slots=6, saker_bin=saker_bin) as hpc:
+        result = hpc.submit(
+            'echo "$RANK/$WORLD_SIZE on $SAKER_NODE_RANK"',
+            nodes=3, ranks_per_node=2,
+        ).result(60)
+        assert result.stdout == "0/6 on 0\n"
+        assert result.gang is not None
+        assert result.gang["ranks"] == 6
+        processes = result.gang["processes"]
+        assert [p["rank"] for p in processes] == list(range(6))
+        assert sorted({p["member"] for p in processes}) == [0, 1, 2]
+        with pytest.raises(saker.SpecError) as info:
+            hpc.submit("true", nodes=4).result(30)
+        assert "at most 3" in str(info.value)

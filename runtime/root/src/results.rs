@@ -361,10 +361,17 @@ fn cells(record: &ResultRecord) -> [String; WIDTH] {
         record.state.as_str().to_owned(),
         exit,
         record.attempts.to_string(),
-        record.node.clone().unwrap_or_else(dash),
-        record
-            .executor
-            .map_or_else(dash, |executor| executor.to_string()),
+        // An HPC job: its leader and how many more nodes, and its ranks.
+        match (&record.gang, &record.node) {
+            (Some(gang), Some(node)) => format!("{node} +{}", gang.nodes.len().saturating_sub(1)),
+            _ => record.node.clone().unwrap_or_else(dash),
+        },
+        match &record.gang {
+            Some(gang) => format!("{} ranks", gang.ranks),
+            None => record
+                .executor
+                .map_or_else(dash, |executor| executor.to_string()),
+        },
         record.run_time().map_or_else(dash, format_run_time),
         note(record),
         output,
@@ -619,6 +626,21 @@ mod tests {
         assert!(lines[2].contains("earlier: lost"), "{}", lines[2]);
         assert!(lines[1].contains("1.250s") && lines[1].ends_with("inline"));
         assert!(lines[3].contains("cancelled") && lines[3].ends_with('-'));
+    }
+
+    #[test]
+    fn an_hpc_job_shows_its_nodes_and_ranks() {
+        let mut job = sample(7);
+        job.node = Some("n1".to_owned());
+        job.executor = None;
+        job.gang = Some(GangRecord {
+            nodes: vec!["n1".into(), "n2".into(), "n3".into()],
+            ranks: 6,
+            processes: Vec::new(),
+        });
+        let table = render_table(&[job]);
+        let row = table.lines().nth(1).unwrap();
+        assert!(row.contains("n1 +2") && row.contains("6 ranks"), "{row}");
     }
 
     #[test]

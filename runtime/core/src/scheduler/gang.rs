@@ -105,6 +105,17 @@ impl Core {
         self.gangs.members.get(&attempt).map(|members| &members[..])
     }
 
+    /// Gang tasks queued (waiting to start whole) and gang attempts in flight.
+    pub fn gang_counts(&self) -> (u64, u64) {
+        let waiting = self
+            .gangs
+            .jobs
+            .iter()
+            .map(|&(_, job)| u64::from(self.jobs[slot(job)].counts.queued))
+            .sum();
+        (waiting, self.gangs.members.len() as u64)
+    }
+
     /// The nodes currently held for the head gang, if any.
     pub fn reservation(&self) -> Option<GangReservation> {
         self.gangs

@@ -15,8 +15,8 @@ use super::port::AfterJournal;
 use super::resources::TooManyKinds;
 use super::state::{JobEntry, RootState};
 use crate::client::{
-    CancelReport, ClientRequest, ErrorKind, NodeLoad, Reply, RequestError, ResultSink, ResultsItem,
-    StatusReport, StreamEnd, SubmitReply, SubmittedJob, UnstartedJob, WaitReport,
+    CancelReport, ClientRequest, ErrorKind, HpcStatus, NodeLoad, Reply, RequestError, ResultSink,
+    ResultsItem, StatusReport, StreamEnd, SubmitReply, SubmittedJob, UnstartedJob, WaitReport,
 };
 use crate::records::Record;
 use crate::results::{JobId, ResultRecord};
@@ -414,6 +414,24 @@ impl RootState {
             } else {
                 Vec::new()
             },
+            hpc: self.hpc_status(),
+        }
+    }
+
+    fn hpc_status(&self) -> HpcStatus {
+        let (waiting, running) = self.core.gang_counts();
+        let reservation = self.core.reservation();
+        HpcStatus {
+            running,
+            waiting,
+            reserved_for: reservation.as_ref().map(|held| held.job),
+            reserved_nodes: reservation
+                .as_ref()
+                .map(|held| held.nodes.iter().map(|n| self.hostname_of(*n)).collect())
+                .unwrap_or_default(),
+            reserved_seconds: reservation
+                .and_then(|held| held.start)
+                .map(|start| start.as_micros().saturating_sub(self.now().as_micros()) as f64 / 1e6),
         }
     }
 }

@@ -24,9 +24,9 @@ pub use codec::{DEFAULT_MAX_LINE_BYTES, ReadLineError};
 pub use connection::{Client, ClientError, ResultStream};
 pub use endpoint::{CLIENT_ENDPOINT_FILE_NAME, ClientEndpoint, EndpointError};
 pub use protocol::{
-    AllocationStatus, CancelReport, ErrorKind, NodeLoad, PROTOCOL_VERSION, PROTOCOLS, RequestError,
-    RequestId, StatusReport, StreamEnd, SubmitReply, SubmittedJob, UnstartedJob, WaitReport,
-    Welcome,
+    AllocationStatus, CancelReport, ErrorKind, HpcStatus, NodeLoad, PROTOCOL_VERSION, PROTOCOLS,
+    RequestError, RequestId, StatusReport, StreamEnd, SubmitReply, SubmittedJob, UnstartedJob,
+    WaitReport, Welcome,
 };
 pub use server::{
     ClientRequest, ConnectionError, Reply, ResultSink, ResultsItem, ServerConfig, serve,

@@ -187,6 +187,25 @@ pub struct StatusReport {
     pub walltime_reached: bool,
     /// Per job, tasks that have not run (filled once the walltime is reached).
     pub unstarted: Vec<UnstartedJob>,
+    /// HPC jobs (several nodes at once): running, waiting, and the nodes held for the
+    /// first that waits.
+    pub hpc: HpcStatus,
+}
+
+/// HPC jobs in a [`StatusReport`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HpcStatus {
+    /// HPC jobs running (each on all its nodes).
+    pub running: u64,
+    /// HPC jobs queued, waiting to start whole.
+    pub waiting: u64,
+    /// The job the nodes below are held for, if one waits for them.
+    pub reserved_for: Option<JobId>,
+    /// Host names of the held nodes.
+    pub reserved_nodes: Vec<String>,
+    /// Seconds until they are expected free, from time limits; absent when unknown.
+    pub reserved_seconds: Option<f64>,
 }
 
 /// Tasks of one job that did not run.
