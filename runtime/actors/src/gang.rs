@@ -201,9 +201,15 @@ impl Board {
                 .min(hpc.ranks_per_node);
             _ = writeln!(lines, "{host} slots={slots}");
         }
-        // A missing hostfile is the job's to notice; the ranks still start.
+        // Written whole, then renamed into place: agents that share a directory (local
+        // mode) write the same file, and a rank must never read it half-written. A
+        // missing hostfile is the job's to notice; the ranks still start.
+        let partial = self
+            .spill_dir
+            .join(format!("a{}.hosts.{}", assignment.attempt, self.node));
         let _ = std::fs::create_dir_all(&self.spill_dir)
-            .and_then(|()| std::fs::write(&hostfile, lines));
+            .and_then(|()| std::fs::write(&partial, lines))
+            .and_then(|()| std::fs::rename(&partial, &hostfile));
         let nodes = gang.hosts.join(",");
         let leader = gang.hosts.first().map_or("localhost", String::as_str);
         (first..end)

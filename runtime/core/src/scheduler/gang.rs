@@ -234,11 +234,13 @@ impl Core {
         self.gangs
             .members
             .insert(attempt, members.clone().into_boxed_slice());
+        // The reservation is spent when its gang starts, and stale when a gang ahead of
+        // it (a replay, a higher priority) took some of its nodes: made again then.
         if self
             .gangs
             .reservation
             .as_ref()
-            .is_some_and(|held| held.job == job)
+            .is_some_and(|held| held.job == job || members.iter().any(|node| held.holds(*node)))
         {
             self.release_reservation();
         }
@@ -275,7 +277,7 @@ impl Core {
             .iter()
             .filter(|(_, record)| need.fits_in(&record.capacity))
             .map(|(node, record)| {
-                let at = self.free_at(record.free(), &record.attempts, need);
+                let at = self.free_at(record.capacity, &record.attempts, need);
                 (at, node)
             })
             .collect();
@@ -303,37 +305,57 @@ impl Core {
         });
     }
 
-    /// When a node with `free` now and `attempts` live will have `need` free, if the
+    /// When a node of `capacity` with `attempts` live will have `need` free, if the
     /// attempts end by their time limits; `None` if that needs one without a limit.
-    /// An attempt not known to have started counts from now: it is asked back
-    /// (`Event::ReturnUnstarted`), and one that started before the request arrived
-    /// (its report still on the way) started about now. So the estimate holds even
-    /// for those, and what is given back only makes the node free sooner.
+    ///
+    /// Attempts the node has started (and gang parts, which never queue) hold their
+    /// resources until their limits. Those not known to have started wait in the
+    /// agent's queue and are asked back (`Event::ReturnUnstarted`), but the ones at its
+    /// head that fit the cores free now may start before the request arrives: they
+    /// count as running from now to their limits. The rest will be given back.
     fn free_at(
         &self,
-        free: Resources,
+        capacity: Resources,
         attempts: &BTreeSet<AttemptId>,
         need: Resources,
     ) -> Option<Time> {
+        let mut ends: Vec<(Option<Time>, Resources)> = Vec::new();
+        let mut queued = Vec::new();
+        let mut held = Resources::ZERO;
+        for attempt in attempts {
+            // Invariant: a node's attempt set holds live attempts with records.
+            let live = &self.attempts[attempt];
+            let job = &self.jobs[slot(self.tasks[&live.task].job)];
+            let resources = self.shapes.resources(job.spec.shape);
+            let limit = job.spec.time_limit;
+            let started =
+                live.started()
+                    .or(self.gangs.members.contains_key(attempt).then_some(self.now));
+            match started {
+                Some(from) => {
+                    held = held.saturating_add(resources);
+                    let end = limit.map(|limit| from.saturating_add_micros(limit).max(self.now));
+                    ends.push((end, resources));
+                }
+                None => queued.push((limit, resources)),
+            }
+        }
+        let mut free = capacity.checked_sub(held).unwrap_or(Resources::ZERO);
+        // The queue's head, in dispatch order, as far as it fits what is free now.
+        for (limit, resources) in queued {
+            let Some(left) = free.checked_sub(resources) else {
+                break;
+            };
+            free = left;
+            ends.push((
+                limit.map(|limit| self.now.saturating_add_micros(limit)),
+                resources,
+            ));
+        }
         if need.fits_in(&free) {
             return Some(self.now);
         }
-        let mut ends: Vec<(Option<Time>, Resources)> = attempts
-            .iter()
-            .map(|attempt| {
-                // Invariant: a node's attempt set holds live attempts with records.
-                let live = &self.attempts[attempt];
-                let job = &self.jobs[slot(self.tasks[&live.task].job)];
-                let from = live.started().unwrap_or(self.now);
-                let end = job
-                    .spec
-                    .time_limit
-                    .map(|limit| from.saturating_add_micros(limit).max(self.now));
-                (end, self.shapes.resources(job.spec.shape))
-            })
-            .collect();
         ends.sort_unstable_by_key(|&(end, _)| (end.is_none(), end));
-        let mut free = free;
         for (end, resources) in ends {
             free = free.saturating_add(resources);
             if need.fits_in(&free) {

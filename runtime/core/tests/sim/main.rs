@@ -15,6 +15,7 @@
 //! `search_for_failing_seeds` looks for such seeds on demand.
 
 mod config;
+mod gangs;
 mod ledger;
 mod world;
 
@@ -363,6 +364,46 @@ fn ten_thousand_nodes_one_million_tasks() {
     .run();
     assert_eq!(summary.tasks, 1_000_000);
     assert!(summary.succeeded > 900_000, "{summary:?}");
+}
+
+/// Gangs among small tasks at 10,000 nodes, with node losses: see `gangs.rs` for
+/// what is checked at every step.
+#[test]
+fn ten_thousand_nodes_with_gangs_among_small_tasks() {
+    let summary = gangs::run(gangs::GangWorld {
+        seed: 7,
+        nodes: 10_000,
+        cores: 8,
+        prefetch: 4,
+        tasks: 200_000,
+        max_array: 500,
+        gangs: 200,
+        max_gang: 64,
+        losses: 20,
+        audit_every: 100_000,
+    });
+    assert!(summary.gangs_started >= 200, "{summary:?}");
+    assert!(summary.reservations > 0, "some gang waited: {summary:?}");
+}
+
+/// The same on 64 nodes, many seeds, every step audited by the core too.
+#[test]
+fn gangs_among_small_tasks_on_small_clusters() {
+    for seed in 1..=30 {
+        let summary = gangs::run(gangs::GangWorld {
+            seed,
+            nodes: 64,
+            cores: 4,
+            prefetch: 4,
+            tasks: 3_000,
+            max_array: 40,
+            gangs: 30,
+            max_gang: 16,
+            losses: 3,
+            audit_every: 1,
+        });
+        assert!(summary.gangs_started >= 30, "seed {seed}: {summary:?}");
+    }
 }
 
 /// Copies start for stragglers (the heavy tail) and some finish first; the ledger
