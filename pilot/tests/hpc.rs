@@ -483,3 +483,66 @@ fn twenty_thousand_tasks_and_ten_hpc_jobs_share_four_agents() {
         );
     }
 }
+
+/// HPC jobs are journaled like any job: a root killed while one runs and the rest
+/// wait is resumed, and every job then runs whole once more or keeps its result.
+#[test]
+fn a_killed_root_resumes_its_queued_and_running_hpc_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let log = dir.path().join("ranks.log");
+    let script = format!(
+        "echo \"$SAKER_TASK_ID $RANK\" >> {}; sleep 0.2",
+        log.display()
+    );
+    let line = serde_json::json!({
+        "argv": [script], "shell": true, "nodes": 3, "ranks_per_node": 2, "time_limit": "20s",
+    });
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, format!("{line}\n").repeat(5)).unwrap();
+    let mut first = saker()
+        .args([
+            "run",
+            "--progress",
+            "none",
+            "--agents",
+            "3",
+            "--slots",
+            "6",
+            "--dir",
+        ])
+        .arg(&pilot)
+        .arg(&tasks)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the first job's ranks", Duration::from_secs(60), || {
+        std::fs::read_to_string(&log).is_ok_and(|text| text.lines().count() >= 6)
+    });
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let _ = Command::new("pkill")
+        .args(["-KILL", "-f", &format!("agent --dir {}", pilot.display())])
+        .status();
+    let resumed = run(saker()
+        .args([
+            "run",
+            "--resume",
+            "--progress",
+            "none",
+            "--agents",
+            "3",
+            "--slots",
+            "6",
+        ])
+        .arg("--dir")
+        .arg(&pilot));
+    assert!(resumed.status.success());
+    let records = results(&pilot);
+    common::assert_one_result_per_task(&records, 5);
+    for record in &records {
+        assert_eq!(record["state"], "succeeded");
+        assert_eq!(record["gang"]["processes"].as_array().unwrap().len(), 6);
+    }
+}

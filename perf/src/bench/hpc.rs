@@ -71,6 +71,7 @@ pub fn run(setup: &Setup) -> Result<Vec<Row>> {
         ));
     }
     rows.push(start_delay(setup)?);
+    rows.push(mixed_utilization(setup)?);
     Ok(rows)
 }
 
@@ -361,4 +362,65 @@ async fn delay_once(saker: &Path) -> Result<Duration> {
     }
     pilot.shutdown().await?;
     delay.context("the HPC job's result")
+}
+
+/// Small tasks and HPC jobs together on 4 agents × 2 slots: `SMALL` tasks of
+/// `sleep 0.05` (1 core) and `GANGS` jobs of 2 nodes × 2 cores running `sleep 0.5`, all
+/// with time limits, submitted at once; efficiency = ideal makespan (their
+/// core-seconds over the 8 cores) ÷ submit → all done.
+fn mixed_utilization(setup: &Setup) -> Result<Row> {
+    const SMALL: u32 = 400;
+    const GANGS: u32 = 4;
+    let core_seconds = f64::from(SMALL) * 0.05 + f64::from(GANGS) * 4.0 * 0.5;
+    let ideal = core_seconds / 8.0;
+    let runtime = client_runtime()?;
+    let repeats = if setup.quick { 1 } else { 3 };
+    let mut makespans = Vec::new();
+    for _ in 0..repeats {
+        makespans.push(runtime.block_on(async {
+            let shape = PilotShape {
+                agents: 4,
+                slots: Some(8),
+                sync: false,
+                heartbeat: None,
+            };
+            let pilot = RunningPilot::start(&setup.saker, "hpc-mixed", shape).await?;
+            pilot.warm_up().await?;
+            let mut small = TaskSpec::new(vec!["sleep".into(), "0.05".into()]);
+            small.time_limit = Some(Duration::from_secs(2));
+            let mut jobs = Vec::new();
+            let per_gang = SMALL / GANGS;
+            for _ in 0..GANGS {
+                jobs.push(JobRequest {
+                    array: Some(format!("1-{per_gang}").parse().context("an array")?),
+                    ..JobRequest::single(small.clone())
+                });
+                let mut gang = TaskSpec::new(vec!["sleep".into(), "0.5".into()]);
+                gang.nodes = 2;
+                gang.ranks_per_node = Some(2);
+                gang.time_limit = Some(Duration::from_secs(2));
+                jobs.push(JobRequest::single(gang));
+            }
+            let started = std::time::Instant::now();
+            pilot.client.submit(jobs).await?;
+            let report = pilot.client.wait(None).await?;
+            let elapsed = started.elapsed();
+            pilot.shutdown().await?;
+            if report.failed + report.cancelled > 0 {
+                bail!("{report:?}");
+            }
+            anyhow::Ok(elapsed)
+        })?);
+    }
+    let makespan = summary(&mut makespans);
+    Ok(Row {
+        benchmark: Benchmark::Hpc,
+        name: format!("{SMALL} small tasks + {GANGS} HPC jobs on 4×2 slots: efficiency"),
+        saker: Measure::new(ideal / makespan.median.as_secs_f64(), Unit::Efficiency)
+            .with_detail(format!("makespan {}", makespan.detail())),
+        baseline: Some(Measure::new(1.0, Unit::Efficiency).with_detail(format!(
+            "ideal: {core_seconds} core-s on 8 cores = {ideal:.2} s"
+        ))),
+        target: Target::RatioAtLeast(0.85),
+    })
 }
