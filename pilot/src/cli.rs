@@ -261,6 +261,10 @@ pub struct HpcArgs {
     /// openmpi (mpirun.openmpi) or mpich (mpiexec.mpich).
     #[arg(long, value_parser = ["none", "openmpi", "mpich"])]
     pub mpi: Option<String>,
+    /// What starts the ranks' daemons: agents (Saker's, the default) or srun (one
+    /// `srun --overlap --exact` step; inside a Slurm allocation).
+    #[arg(long, value_parser = ["agents", "srun"])]
+    pub launcher: Option<String>,
 }
 
 /// When the pilot must stop.

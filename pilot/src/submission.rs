@@ -3,7 +3,9 @@
 use anyhow::{Context, Result, bail};
 
 use crate::cli::TaskArgs;
-use saker_root::spec::{ArraySpec, HpcOptions, JobRequest, MpiKind, SpecDefaults, parse_duration};
+use saker_root::spec::{
+    ArraySpec, HpcOptions, JobRequest, LauncherKind, MpiKind, SpecDefaults, parse_duration,
+};
 use saker_root::taskfile::TaskFile;
 
 /// The defaults the CLI options give every task of the submission.
@@ -26,7 +28,10 @@ pub fn defaults_from(args: &TaskArgs) -> Result<SpecDefaults> {
                 Some(name) => Some(name.parse::<MpiKind>().context("--mpi")?),
                 None => None,
             },
-            launcher: None,
+            launcher: match &args.hpc.launcher {
+                Some(name) => Some(name.parse::<LauncherKind>().context("--launcher")?),
+                None => None,
+            },
         },
         ..SpecDefaults::default()
     };

@@ -1,6 +1,7 @@
 //! HPC jobs on the project's real Slurm cluster (scripts/slurm-cluster/up.sh): one
-//! `sbatch -N 3` service pilot runs a 3 × 2 job with OpenMPI, with MPICH and without
-//! MPI; every rank sees the whole world across three distinct hosts.
+//! `sbatch -N 3` service pilot runs a 3 × 2 job with OpenMPI and with MPICH, each
+//! started through Saker's agents and through an srun step, and one without MPI;
+//! every rank sees the whole world across three distinct hosts.
 
 mod common;
 
@@ -82,7 +83,12 @@ fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_and_rendezvous_jobs() {
     }
 
     let mut submitted = 0;
-    for kind in ["openmpi", "mpich"] {
+    for (kind, launcher) in [
+        ("openmpi", "agents"),
+        ("mpich", "agents"),
+        ("openmpi", "srun"),
+        ("mpich", "srun"),
+    ] {
         let binary = dir.path().join(format!("probe-{kind}"));
         let built = Command::new(format!("mpicc.{kind}"))
             .args(["-O2", "-o"])
@@ -101,6 +107,8 @@ fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_and_rendezvous_jobs() {
                 "2",
                 "--mpi",
                 kind,
+                "--launcher",
+                launcher,
                 "--",
                 &binary,
             ],
@@ -137,7 +145,7 @@ fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_and_rendezvous_jobs() {
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
     assert_eq!(records.len(), submitted);
-    for record in &records[..2] {
+    for record in &records[..4] {
         assert_eq!(record["state"], "succeeded", "{record}");
         let lines: Vec<String> = record["stdout"]
             .as_str()

@@ -72,7 +72,117 @@ pub fn run(setup: &Setup) -> Result<Vec<Row>> {
     }
     rows.push(start_delay(setup)?);
     rows.push(mixed_utilization(setup)?);
+    if crate::slurm::cluster_configured() {
+        for kind in [MpiKind::Openmpi, MpiKind::Mpich] {
+            let probe = build_probe(kind, directory.path())?;
+            rows.push(agents_beside_srun(
+                setup,
+                kind,
+                &probe,
+                directory.path(),
+                rounds,
+            )?);
+        }
+    } else {
+        eprintln!("saker-perf: hpc: no Slurm cluster, so no row beside srun");
+    }
     Ok(rows)
+}
+
+/// On 3 Slurm nodes (a service pilot): the MPI job through Saker's agents beside the
+/// same job as one `srun` step in the same allocation (`--launcher srun`: PMIx for
+/// OpenMPI, PMI-2 for MPICH), alternated; start on the nodes → last `MPI_Init`.
+fn agents_beside_srun(
+    setup: &Setup,
+    kind: MpiKind,
+    probe: &Path,
+    directory: &Path,
+    rounds: u32,
+) -> Result<Row> {
+    use crate::slurm::{Batch, SlurmJob, template};
+    let pilot = directory.join(format!("slurm-pilot-{}", kind.name()));
+    let log = directory.join(format!("slurm-pilot-{}.log", kind.name()));
+    let saker = setup.saker.as_os_str();
+    let env = [("PILOT", pilot.as_os_str()), ("SAKER", saker)];
+    let mut job = SlurmJob::submit(&Batch {
+        script: &template("service.sbatch")?,
+        nodes: 3,
+        time_limit_minutes: 10,
+        log: &log,
+        env: &env,
+    })?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let status = Command::new(&setup.saker)
+            .args(["status", "--dir"])
+            .arg(&pilot)
+            .output()?;
+        if String::from_utf8_lossy(&status.stdout).contains("agents    3") {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("the pilot never had 3 agents:\n{}", job.log_tail(20));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut submitted = 0;
+    let (mut agents, mut srun) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        for (launcher, samples) in [("agents", &mut agents), ("srun", &mut srun)] {
+            let output = Command::new(&setup.saker)
+                .args(["submit", "--wait", "--time-limit", "60s", "--dir"])
+                .arg(&pilot)
+                .args([
+                    "--nodes",
+                    "3",
+                    "--ranks-per-node",
+                    "2",
+                    "--mpi",
+                    kind.name(),
+                ])
+                .args(["--launcher", launcher, "--"])
+                .arg(probe)
+                .output()?;
+            if !output.status.success() {
+                bail!("{launcher}: {}", String::from_utf8_lossy(&output.stderr));
+            }
+            submitted += 1;
+            let results = Command::new(&setup.saker)
+                .args(["results", "--format", "jsonl", "--dir"])
+                .arg(&pilot)
+                .output()?;
+            let text = String::from_utf8_lossy(&results.stdout);
+            let line = text
+                .lines()
+                .nth(submitted - 1)
+                .context("the job's result")?;
+            let record: ResultRecord = serde_json::from_str(line)?;
+            let start = record.start_time.context("no start time")?.unix_micros();
+            samples.push(Duration::from_micros(
+                last_init(&record.stdout)?.saturating_sub(start),
+            ));
+        }
+    }
+    let _ = Command::new(&setup.saker)
+        .args(["shutdown", "--dir"])
+        .arg(&pilot)
+        .output();
+    job.wait_final(Duration::from_secs(60), Duration::from_millis(200))?;
+    let (agents, srun) = (summary(&mut agents), summary(&mut srun));
+    Ok(Row {
+        benchmark: Benchmark::Hpc,
+        name: format!(
+            "slurm, {} 3×2 ranks: agents beside an srun step",
+            kind.name()
+        ),
+        saker: Measure::new(agents.median.as_secs_f64(), Unit::Seconds)
+            .with_detail(agents.detail()),
+        baseline: Some(
+            Measure::new(srun.median.as_secs_f64(), Unit::Seconds)
+                .with_detail(format!("srun step, same allocation; {}", srun.detail())),
+        ),
+        target: Target::RatioAtMost(1.0),
+    })
 }
 
 fn ms(duration: Duration) -> f64 {

@@ -27,8 +27,8 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use saker_wire::messages::{
-    Assignment, AttemptId, GangLaunch, GangLaunchEnded, GangPart, Hpc, JobDef, Mpi, Outcome,
-    Output, ProcessEnd, ResourceKind, Resources, ResultBody, Started, TaskResult,
+    Assignment, AttemptId, GangLaunch, GangLaunchEnded, GangPart, Hpc, JobDef, Launcher, Mpi,
+    Outcome, Output, ProcessEnd, ResourceKind, Resources, ResultBody, Started, TaskResult,
 };
 
 use crate::board::{Board, NextAttempt, Running, Work};
@@ -105,7 +105,7 @@ fn layout(job: &JobDef, members: usize) -> Hpc {
         ranks_per_node: 1,
         cores_per_rank: job.resources.core_count().max(1),
         mpi: Mpi::None,
-        launcher: saker_wire::messages::Launcher::Agents,
+        launcher: Launcher::Agents,
     })
 }
 
@@ -139,7 +139,12 @@ impl Board {
         });
         let hpc = layout(&job, gang.nodes.len());
         let leader = gang.member == 0;
+        // With srun, Slurm starts every rank: the leader runs srun, the others hold
+        // their cores for the ranks Slurm puts there.
+        let srun = hpc.launcher == Launcher::Srun;
         let processes: Vec<(u32, Launch)> = match hpc.mpi {
+            _ if srun && leader => vec![(0, self.srun_launch(&job, &assignment, gang, &hpc))],
+            _ if srun => Vec::new(),
             Mpi::None => self.rank_launches(&job, &assignment, gang, &hpc),
             Mpi::OpenMpi | Mpi::Mpich if leader => {
                 vec![(0, self.launcher_launch(&job, &assignment, gang, &hpc))]
@@ -165,18 +170,52 @@ impl Board {
                 first: None,
                 failure: None,
                 cancelled: false,
-                ends_with_processes: hpc.mpi == Mpi::None || leader,
+                ends_with_processes: (hpc.mpi == Mpi::None && !srun) || leader,
                 endpoint: None,
                 member: gang.member,
                 shared_machine: has_repeats(&gang.hosts),
-                mpi: hpc.mpi != Mpi::None,
+                mpi: hpc.mpi != Mpi::None || srun,
             },
         );
-        if live == 0 && hpc.mpi == Mpi::None {
+        if live == 0 && hpc.mpi == Mpi::None && !srun {
             // No rank on this node (fewer ranks than nodes × ranks per node).
             self.complete_part(assignment.attempt);
         }
-        leader && hpc.mpi != Mpi::None
+        leader && hpc.mpi != Mpi::None && !srun
+    }
+
+    /// The leader's `srun` step for the whole job, on the members' hosts (Slurm node
+    /// names), overlapping the pilot's own step and limited to the cores asked for.
+    fn srun_launch(
+        &self,
+        job: &JobDef,
+        assignment: &Assignment,
+        gang: &GangPart,
+        hpc: &Hpc,
+    ) -> Launch {
+        let user = build_launch(job, assignment, &self.spill_dir);
+        let mut args: Vec<String> = vec![
+            "srun".into(),
+            "--overlap".into(),
+            "--exact".into(),
+            "--quiet".into(),
+            "--kill-on-bad-exit=1".into(),
+            format!("--nodes={}", gang.nodes.len()),
+            format!("--ntasks={}", hpc.ranks),
+            format!("--ntasks-per-node={}", hpc.ranks_per_node),
+            format!("--cpus-per-task={}", hpc.cores_per_rank),
+            format!("--nodelist={}", gang.hosts.join(",")),
+        ];
+        // Debian's OpenMPI speaks PMIx only, its MPICH PMI-2.
+        args.push(
+            match hpc.mpi {
+                Mpi::OpenMpi => "--mpi=pmix",
+                Mpi::Mpich => "--mpi=pmi2",
+                Mpi::None => "--mpi=none",
+            }
+            .into(),
+        );
+        wrap(user, &args, &self.spill_dir, assignment, self.node)
     }
 
     /// This node's ranks of a job without MPI, each with the rendezvous variables.
@@ -319,26 +358,8 @@ impl Board {
             }
             Mpi::None => {}
         }
-        let mut launch = Launch::new(
-            args.len() + user.argv().len(),
-            env.len() + 4,
-            self.spill_dir.clone(),
-            format!("t{}.a{}", assignment.task, assignment.attempt),
-        );
-        for arg in &args {
-            launch.arg(arg.as_bytes());
-        }
-        for arg in user.argv() {
-            launch.arg(arg.to_bytes());
-        }
-        for (key, value) in &env {
-            launch.set_var(key, value);
-        }
+        let mut launch = wrap(user, &args, &self.spill_dir, assignment, self.node);
         launch.set_var(b"SAKER_GANG_SOCKET", socket.as_os_str().as_encoded_bytes());
-        launch.set_var_number(b"SAKER_NODE", self.node.into());
-        launch.cwd = user.cwd.clone();
-        launch.time_limit = user.time_limit;
-        launch.inline_limit = user.inline_limit;
         launch
     }
 
@@ -569,6 +590,46 @@ impl Board {
             self.cancel_part(attempt);
         }
     }
+}
+
+/// The job's command line behind `prefix` (a launcher and its options), with the
+/// job's environment, directory, time limit and output limit.
+fn wrap(
+    user: Launch,
+    prefix: &[String],
+    spill_dir: &std::path::Path,
+    assignment: &Assignment,
+    node: u32,
+) -> Launch {
+    let env: Vec<(Vec<u8>, Vec<u8>)> = user
+        .env()
+        .iter()
+        .filter_map(|entry| {
+            let bytes = entry.to_bytes();
+            let at = bytes.iter().position(|&b| b == b'=')?;
+            Some((bytes[..at].to_vec(), bytes[at + 1..].to_vec()))
+        })
+        .collect();
+    let mut launch = Launch::new(
+        prefix.len() + user.argv().len(),
+        env.len() + 4,
+        spill_dir.to_path_buf(),
+        format!("t{}.a{}", assignment.task, assignment.attempt),
+    );
+    for arg in prefix {
+        launch.arg(arg.as_bytes());
+    }
+    for arg in user.argv() {
+        launch.arg(arg.to_bytes());
+    }
+    for (key, value) in &env {
+        launch.set_var(key, value);
+    }
+    launch.set_var_number(b"SAKER_NODE", node.into());
+    launch.cwd = user.cwd.clone();
+    launch.time_limit = user.time_limit;
+    launch.inline_limit = user.inline_limit;
+    launch
 }
 
 /// A process's end as one exit code: its own, 128 + a killing signal, or 255.

@@ -439,8 +439,8 @@ pub enum SpecError {
     },
     #[error("a function task cannot be an HPC job (nodes, ranks, mpi)")]
     FunctionAsHpc,
-    #[error("launcher srun is not available yet: use the default launcher (agents)")]
-    SrunLauncherNotYet,
+    #[error("unknown launcher {name:?}: use agents or srun")]
+    UnknownLauncher { name: String },
     #[error("invalid resource name {name:?}: use letters, digits, '_', '-' and '.', at most 64")]
     InvalidResourceName { name: String },
     #[error("invalid environment variable name {key:?}: must be non-empty without '=' or NUL")]

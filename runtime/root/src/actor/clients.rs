@@ -20,7 +20,7 @@ use crate::client::{
 };
 use crate::records::Record;
 use crate::results::{JobId, ResultRecord};
-use crate::spec::{JobRequest, MpiKind};
+use crate::spec::{JobRequest, LauncherKind, MpiKind};
 
 /// Inline output kept per stream when a request does not say.
 pub const DEFAULT_INLINE_OUTPUT: u32 = 4096;
@@ -247,7 +247,10 @@ impl RootState {
                 MpiKind::Openmpi => Mpi::OpenMpi,
                 MpiKind::Mpich => Mpi::Mpich,
             },
-            launcher: Launcher::Agents,
+            launcher: match layout.launcher {
+                LauncherKind::Agents => Launcher::Agents,
+                LauncherKind::Srun => Launcher::Srun,
+            },
         });
         let def = JobDef {
             job,
@@ -496,6 +499,11 @@ impl RootState {
                 layout.ranks_per_node,
                 layout.cores_per_rank
             ));
+        }
+        if layout.launcher == LauncherKind::Srun && self.allocation.is_none() {
+            return Err(
+                "launcher srun needs a Slurm allocation: this pilot runs outside one".into(),
+            );
         }
         if layout.exclusive && widest == 0 {
             return Err("--exclusive needs a node to have joined, to know its size".into());

@@ -36,7 +36,9 @@ pub(super) struct GangRun {
     parts: Vec<Option<TaskResult>>,
     /// The member whose part failed first, if any.
     first_failure: Option<usize>,
-    mpi: Option<Mpi>,
+    /// One process on the leader starts the job (an MPI launcher, or srun): its end
+    /// is the job's.
+    launched: bool,
     ranks: u32,
     /// The parts still running were told to stop.
     stopped: bool,
@@ -102,7 +104,9 @@ impl RootState {
                 hosts,
                 parts: vec![None; count],
                 first_failure: None,
-                mpi: def.hpc.map(|hpc| hpc.mpi),
+                launched: def.hpc.is_some_and(|hpc| {
+                    hpc.mpi != Mpi::None || hpc.launcher == saker_wire::messages::Launcher::Srun
+                }),
                 ranks: def.hpc.map_or(0, |hpc| hpc.ranks),
                 stopped: false,
             },
@@ -137,7 +141,7 @@ impl RootState {
         if failed && run.first_failure.is_none() {
             run.first_failure = Some(member);
         }
-        let launcher_ended = member == 0 && matches!(run.mpi, Some(Mpi::OpenMpi | Mpi::Mpich));
+        let launcher_ended = member == 0 && run.launched;
         run.parts[member] = Some(result);
         if !run.stopped && (failed || launcher_ended) {
             run.stopped = true;
@@ -262,9 +266,10 @@ impl RootState {
     /// under the member's first rank.
     fn rank_offset(&self, run: &GangRun, member: usize) -> u32 {
         let per_node = run.ranks.div_ceil(run.members.len().max(1) as u32);
-        match run.mpi {
-            Some(Mpi::None) | None => member as u32 * per_node,
-            Some(_) => 0,
+        if run.launched {
+            0
+        } else {
+            member as u32 * per_node
         }
     }
 

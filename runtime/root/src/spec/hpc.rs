@@ -34,6 +34,20 @@ impl MpiKind {
     }
 }
 
+impl std::str::FromStr for LauncherKind {
+    type Err = SpecError;
+
+    fn from_str(text: &str) -> Result<Self, SpecError> {
+        match text {
+            "agents" => Ok(LauncherKind::Agents),
+            "srun" => Ok(LauncherKind::Srun),
+            _ => Err(SpecError::UnknownLauncher {
+                name: text.to_owned(),
+            }),
+        }
+    }
+}
+
 impl std::str::FromStr for MpiKind {
     type Err = SpecError;
 
@@ -68,6 +82,7 @@ pub struct Layout {
     pub cores_per_rank: u32,
     pub exclusive: bool,
     pub mpi: MpiKind,
+    pub launcher: LauncherKind,
 }
 
 impl Layout {
@@ -96,9 +111,6 @@ impl TaskSpec {
         }
         if self.function.is_some() {
             return Err(SpecError::FunctionAsHpc);
-        }
-        if self.launcher == Some(LauncherKind::Srun) {
-            return Err(SpecError::SrunLauncherNotYet);
         }
         let nodes = self.nodes.max(1);
         let zero = |field| Err(SpecError::ZeroHpcField { field });
@@ -134,6 +146,7 @@ impl TaskSpec {
             cores_per_rank: self.cores_per_rank.unwrap_or(self.cores.max(1)),
             exclusive: self.exclusive,
             mpi: self.mpi.unwrap_or(MpiKind::None),
+            launcher: self.launcher.unwrap_or(LauncherKind::Agents),
         }))
     }
 }
@@ -202,7 +215,8 @@ mod tests {
         );
         let mut hpc = spec();
         hpc.launcher = Some(LauncherKind::Srun);
-        assert_eq!(hpc.layout(), Err(SpecError::SrunLauncherNotYet));
+        hpc.nodes = 2;
+        assert_eq!(hpc.layout().unwrap().unwrap().launcher, LauncherKind::Srun);
         assert_eq!(
             "mpich2".parse::<MpiKind>(),
             Err(SpecError::UnknownMpi {
