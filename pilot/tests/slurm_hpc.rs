@@ -55,6 +55,60 @@ fn submit_and_wait(pilot: &Path, args: &[&str]) {
     );
 }
 
+/// Waits for `count` rank marks (`ATTEMPT.RANK.NODE`, holding a pid) of one attempt;
+/// returns (file name, node) of each.
+fn wait_for_marks(marks: &Path, count: usize) -> Vec<(String, String)> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let names: Vec<(String, String)> = std::fs::read_dir(marks)
+            .unwrap()
+            .flatten()
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.split('.').count() == 3)
+            .filter(|name| {
+                std::fs::read_to_string(marks.join(name)).is_ok_and(|pid| pid.ends_with('\n'))
+            })
+            .map(|name| {
+                let node = name.split('.').nth(2).unwrap().to_owned();
+                (name, node)
+            })
+            .collect();
+        if names.len() >= count {
+            return names;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {count} ranks running: {names:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The pid of the agent of the pilot in `pilot` on Slurm node `node` (its command line
+/// is `saker agent --dir <pilot> …`, its environment names the node).
+fn slurm_agent_on(pilot: &Path, node: &str) -> Option<u32> {
+    let pilot = pilot.display().to_string();
+    let wanted = format!("SLURMD_NODENAME={node}");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let argv: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).to_string())
+            .collect();
+        if argv.len() < 4 || argv[1] != "agent" || argv[2] != "--dir" || argv[3] != pilot {
+            continue;
+        }
+        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        if environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes()) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
 #[test]
 fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_and_rendezvous_jobs() {
     if !cluster() {
@@ -165,6 +219,92 @@ fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_and_rendezvous_jobs() {
     check_world(&lines, false);
     let masters: BTreeSet<&str> = lines.iter().map(|line| field(line, "master")).collect();
     assert_eq!(masters.len(), 1, "one rendezvous address: {masters:?}");
+
+    // A member's agent killed mid-job: no rank of that attempt survives anywhere, and
+    // the job is replayed on the nodes left (the one lost is not among them).
+    let marks = dir.path().join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    let script = format!(
+        "echo $$ > {m}/$SAKER_ATTEMPT_ID.$RANK.$SLURMD_NODENAME; \
+         if [ -e {m}/done ]; then exit 0; fi; exec sleep 600",
+        m = marks.display()
+    );
+    let submitted = saker()
+        .args(["submit", "--dir"])
+        .arg(&pilot)
+        .args([
+            "--nodes",
+            "2",
+            "--time-limit",
+            "120s",
+            "--shell",
+            "--",
+            &script,
+        ])
+        .output()
+        .unwrap();
+    assert!(submitted.status.success());
+    let first = wait_for_marks(&marks, 2);
+    std::fs::write(marks.join("done"), "").unwrap();
+    // The member that is not rank 0's node.
+    let victim_node = first
+        .iter()
+        .find(|(name, _)| name.split('.').nth(1) == Some("1"))
+        .map(|(_, node)| node.clone())
+        .unwrap();
+    let agent = slurm_agent_on(&pilot, &victim_node).expect("the member's agent runs");
+    let _ = Command::new("kill")
+        .args(["-KILL", &agent.to_string()])
+        .status();
+    let waited = saker()
+        .args(["wait", "--dir"])
+        .arg(&pilot)
+        .output()
+        .unwrap();
+    assert!(
+        waited.status.success(),
+        "{}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    for (name, _) in &first {
+        let pid: u32 = std::fs::read_to_string(marks.join(name))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ")
+        {
+            assert!(
+                Instant::now() < deadline,
+                "rank {name} survived its attempt"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let output = saker()
+        .args(["results", "--format", "jsonl", "--dir"])
+        .arg(&pilot)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["state"], "succeeded", "{last}");
+    assert_eq!(last["attempts"], 2);
+    assert_eq!(last["history"][0]["end"], "lost");
+    let nodes: Vec<&str> = last["gang"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(
+        !nodes.contains(&victim_node.as_str()),
+        "replayed on {nodes:?}"
+    );
 
     let shutdown = saker()
         .args(["shutdown", "--dir"])

@@ -53,6 +53,9 @@ pub(super) struct Gangs {
     pub(super) reservation: Option<Reservation>,
     /// Attempts a reserved node was asked to give back unstarted.
     pub(super) returning: HashSet<AttemptId>,
+    /// Nodes lost under a gang job's attempts (ids that may join again as new
+    /// nodes): its replays go elsewhere when enough other nodes are free.
+    pub(super) avoid: HashMap<JobId, BTreeSet<NodeId>>,
 }
 
 /// Nodes held for the head gang.
@@ -93,8 +96,14 @@ impl Core {
         self.restore_aside();
     }
 
+    /// A gang attempt of `job` lost its member `node`: replays go elsewhere if they can.
+    pub(super) fn note_lost_member(&mut self, job: JobId, node: NodeId) {
+        self.gangs.avoid.entry(job).or_default().insert(node);
+    }
+
     /// A finished job leaves the gang queue; the free-capacity index goes with the last.
     pub(super) fn forget_gang(&mut self, job: JobId, priority: i32) {
+        self.gangs.avoid.remove(&job);
         if self.gangs.jobs.remove(&(Reverse(priority), job)) && self.gangs.jobs.is_empty() {
             self.nodes.index_free(false);
         }
@@ -158,13 +167,20 @@ impl Core {
             // Invariant: candidates are gang jobs.
             let size = self.gang_size(job).expect("a gang job") as usize;
             let reservation = self.gangs.reservation.as_ref();
-            let chosen: Vec<NodeId> = self
+            let held =
+                |node: NodeId| head_blocked && reservation.is_some_and(|held| held.holds(node));
+            // A replay prefers nodes other than those its earlier attempts lost.
+            let avoid = self.gangs.avoid.get(&job);
+            let mut chosen: Vec<NodeId> = self
                 .nodes
                 .free_for(need, |node| {
-                    head_blocked && reservation.is_some_and(|held| held.holds(node))
+                    held(node) || avoid.is_some_and(|lost| lost.contains(&node))
                 })
                 .take(size)
                 .collect();
+            if chosen.len() < size && avoid.is_some() {
+                chosen = self.nodes.free_for(need, held).take(size).collect();
+            }
             if chosen.len() == size {
                 return Some(self.start_gang(job, priority, need, chosen));
             }

@@ -231,6 +231,10 @@ impl Core {
                 members,
             } = self.end_attempt(attempt, live);
             // A gang ends whole: its surviving members stop their parts.
+            if members.is_some() {
+                let job = self.tasks[&task].job;
+                self.note_lost_member(job, node);
+            }
             for &member in members.iter().flatten().filter(|&&member| member != node) {
                 self.events
                     .push_back(PendingEvent::Ready(Event::CancelAttempt {

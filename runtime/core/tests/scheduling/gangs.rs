@@ -353,3 +353,30 @@ fn a_reserved_node_is_asked_back_what_it_has_not_started() {
     assert_eq!(dispatches[0].assignments[0].job, head.job, "the gang first");
     assert_eq!(harness.core.reservation(), None);
 }
+
+#[test]
+fn a_replay_prefers_nodes_other_than_the_one_its_attempt_lost() {
+    let mut harness = Harness::new();
+    for node in 1..=4 {
+        harness.join_with_credit(node, 2);
+    }
+    harness.submit(gang(3, 2));
+    let first = harness.take_dispatches().remove(0);
+    assert_eq!(first.members, node_ids(&[1, 2, 3]));
+    harness.lose(2);
+    for node in [1, 3] {
+        harness.credit(node, 2);
+    }
+    // Node 2 comes back (a new life of the id) before the replay is placed.
+    harness.join_with_credit(2, 2);
+    let replay = harness.take_dispatches().remove(0);
+    assert_eq!(replay.members.len(), 3);
+    assert!(!replay.members.contains(&NodeId(2)), "{:?}", replay.members);
+    // With no other choice, the lost node's id is used again.
+    harness.lose(4);
+    for node in [1, 3] {
+        harness.credit(node, 2);
+    }
+    let again = harness.take_dispatches().remove(0);
+    assert_eq!(again.members, node_ids(&[1, 2, 3]));
+}
