@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{agent_pid, results, run, saker, sigkill, wait_for};
+use common::{agent_pid, alive, field, results, run, saker, sigkill, wait_for};
 use serde_json::Value;
 
 /// The MPI test program built with `kind`'s compiler wrapper, or `None` (the test
@@ -55,13 +55,6 @@ fn only_result(pilot: &Path) -> Value {
     let records = results(pilot);
     assert_eq!(records.len(), 1, "one result for the whole job");
     records.into_iter().next().unwrap()
-}
-
-/// `key=value` of one probe line.
-fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    line.split_whitespace()
-        .find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
-        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
 }
 
 /// Every rank of a 3 × 2 probe saw the whole world: 6 ranks, the right sum, the ring
@@ -280,13 +273,6 @@ impl Running {
         pids.sort();
         pids
     }
-}
-
-fn alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .unwrap_or_default()
-            .contains(") Z ")
 }
 
 #[test]

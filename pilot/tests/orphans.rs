@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{agent_pid, run, saker, wait_for};
+use common::{agent_pid, alive, run, saker, wait_for};
 
 struct PilotProcess(std::process::Child);
 
@@ -17,18 +17,6 @@ impl Drop for PilotProcess {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// Whether `pid` runs (a zombie has finished: nobody may be reaping orphans here).
-fn alive(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // The state follows the command name, which is in parentheses.
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.trim().chars().next());
-    !matches!(state, None | Some('Z' | 'X'))
 }
 
 /// Task processes by node: each attempt writes "node shell-pid background-pid".

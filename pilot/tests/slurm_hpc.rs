@@ -10,17 +10,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::slurm::{cluster, saker_bin, sbatch, template, wait_for_state};
+use common::slurm::{cluster, saker_bin, sbatch, slurm_agent_on, template, wait_for_state};
+use common::{alive, field, wait_for};
 
 fn saker() -> Command {
     Command::new(saker_bin())
-}
-
-/// `key=value` of one line.
-fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    line.split_whitespace()
-        .find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
-        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
 }
 
 /// Six ranks of world size 6 (and the MPI sum), two on each of three hosts.
@@ -82,31 +76,6 @@ fn wait_for_marks(marks: &Path, count: usize) -> Vec<(String, String)> {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// The pid of the agent of the pilot in `pilot` on Slurm node `node` (its command line
-/// is `saker agent --dir <pilot> …`, its environment names the node).
-fn slurm_agent_on(pilot: &Path, node: &str) -> Option<u32> {
-    let pilot = pilot.display().to_string();
-    let wanted = format!("SLURMD_NODENAME={node}");
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let argv: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).to_string())
-            .collect();
-        if argv.len() < 4 || argv[1] != "agent" || argv[2] != "--dir" || argv[3] != pilot {
-            continue;
-        }
-        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
-        if environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes()) {
-            return Some(pid);
-        }
-    }
-    None
 }
 
 #[test]
@@ -252,7 +221,7 @@ fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_and_rendezvous_jobs() {
         .find(|(name, _)| name.split('.').nth(1) == Some("1"))
         .map(|(_, node)| node.clone())
         .unwrap();
-    let agent = slurm_agent_on(&pilot, &victim_node).expect("the member's agent runs");
+    let (agent, _) = slurm_agent_on(&pilot, &victim_node).expect("the member's agent runs");
     let _ = Command::new("kill")
         .args(["-KILL", &agent.to_string()])
         .status();
@@ -272,18 +241,11 @@ fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_and_rendezvous_jobs() {
             .trim()
             .parse()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while std::path::Path::new(&format!("/proc/{pid}")).exists()
-            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .unwrap_or_default()
-                .contains(") Z ")
-        {
-            assert!(
-                Instant::now() < deadline,
-                "rank {name} survived its attempt"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_for(
+            &format!("rank {name} gone"),
+            Duration::from_secs(15),
+            || !alive(pid),
+        );
     }
     let output = saker()
         .args(["results", "--format", "jsonl", "--dir"])

@@ -90,3 +90,22 @@ pub fn assert_one_result_per_task(records: &[Value], count: usize) {
         .collect();
     assert_eq!(tasks.len(), count, "no task accepted twice");
 }
+
+/// Whether `pid` runs (a zombie has finished: nobody may be reaping orphans here).
+pub fn alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim().chars().next());
+    !matches!(state, None | Some('Z' | 'X'))
+}
+
+/// `key=value` of one line of words (a probe's or a rank's report).
+pub fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    line.split_whitespace()
+        .find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+}

@@ -110,3 +110,40 @@ pub fn allocated_nodes(job: &str) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// The agent of the pilot in `pilot` that runs on Slurm node `node`: its command line
+/// is `saker agent --dir <pilot> …` and its environment names the node. Returns its
+/// pid and `SLURM_NODEID`.
+pub fn slurm_agent_on(pilot: &Path, node: &str) -> Option<(u32, String)> {
+    let pilot = pilot.display().to_string();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let argv: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).to_string())
+            .collect();
+        // Not srun, whose command line carries the agent's after its own options.
+        if argv.len() < 4 || argv[1] != "agent" || argv[2] != "--dir" || argv[3] != pilot {
+            continue;
+        }
+        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        let environ: BTreeMap<String, String> = environ
+            .split(|b| *b == 0)
+            .filter_map(|v| {
+                let v = String::from_utf8_lossy(v);
+                v.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            })
+            .collect();
+        if environ.get("SLURMD_NODENAME").map(String::as_str) == Some(node) {
+            return Some((
+                pid,
+                environ.get("SLURM_NODEID").cloned().unwrap_or_default(),
+            ));
+        }
+    }
+    None
+}

@@ -33,7 +33,7 @@ use saker_wire::messages::{
 
 use crate::board::{Board, NextAttempt, Running, Work};
 use crate::launch::build_launch;
-use crate::process::{Finished, Launch, StopHandle, unix_micros};
+use crate::process::{Finished, Launch, StopHandle, sets, unix_micros};
 
 /// The name a gang member goes by on an MPI launcher's command line. Not the node's
 /// host name: several agents may share a machine (local mode, tests), and a launcher
@@ -291,21 +291,17 @@ impl Board {
         hpc: &Hpc,
     ) -> Launch {
         let user = build_launch(job, assignment, &self.spill_dir);
-        let socket = endpoint::socket_path(&self.spill_dir, assignment.attempt);
+        let socket = endpoint::socket_path(assignment.attempt);
         let shim = endpoint::shim_path(&self.spill_dir, assignment.attempt);
-        let env: Vec<(Vec<u8>, Vec<u8>)> = user
+        // The job's SAKER_MPIRUN, if it names another launcher program.
+        let chosen = user
             .env()
             .iter()
-            .filter_map(|entry| {
+            .find(|entry| sets(entry, b"SAKER_MPIRUN"))
+            .map(|entry| {
                 let bytes = entry.to_bytes();
-                let at = bytes.iter().position(|&b| b == b'=')?;
-                Some((bytes[..at].to_vec(), bytes[at + 1..].to_vec()))
-            })
-            .collect();
-        let chosen = env
-            .iter()
-            .find(|(key, _)| key == b"SAKER_MPIRUN")
-            .map(|(_, value)| String::from_utf8_lossy(value).into_owned());
+                String::from_utf8_lossy(&bytes[b"SAKER_MPIRUN=".len()..]).into_owned()
+            });
         let hosts: Vec<String> = (0..gang.nodes.len()).map(member_host).collect();
         let mut args: Vec<String> = Vec::new();
         match hpc.mpi {

@@ -32,7 +32,7 @@ const MAX_REQUEST: u64 = 1 << 20;
 /// The endpoint's socket for `attempt`: short (a socket path has a ~100-byte limit),
 /// in a directory of this user's that nobody else may enter (whoever can connect can
 /// run commands on the gang's nodes as this user).
-pub fn socket_path(_spill_dir: &Path, attempt: AttemptId) -> PathBuf {
+pub fn socket_path(attempt: AttemptId) -> PathBuf {
     private_dir().join(format!("g{}-{attempt}.sock", std::process::id()))
 }
 
@@ -93,7 +93,7 @@ impl Endpoint {
         program: &Path,
     ) -> io::Result<Endpoint> {
         ensure_private_dir()?;
-        let socket = socket_path(spill_dir, attempt);
+        let socket = socket_path(attempt);
         let _ = std::fs::remove_file(&socket);
         let listener = UnixListener::bind(&socket)?;
         let shim = shim_path(spill_dir, attempt);

@@ -160,7 +160,8 @@ impl Core {
                 }
             };
         };
-        let asked_back = self.gangs.returning.remove(&attempt);
+        // Not hashed on the single-task path: only reserved nodes are asked back.
+        let asked_back = !self.gangs.returning.is_empty() && self.gangs.returning.remove(&attempt);
         let Ended {
             task, from, other, ..
         } = self.end_attempt(attempt, live);
