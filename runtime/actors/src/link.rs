@@ -91,14 +91,15 @@ pub fn spawn_writer(
 /// Serves one link a child opened to us (an agent's child, or an agent at the root):
 /// the handshake, our [`Link::Hello`] as the first frame, then every frame the child
 /// sends goes to `on_frame` until the link ends, fails, goes silent or `on_frame`
-/// refuses. `on_up` gets the link's sending half once it is ready. The connection is
+/// refuses. `on_up` gets the link's sending half once it is ready, and the node the
+/// child said it is. The connection is
 /// closed with the reason, so the child learns at once and can look for another way in.
 /// `Ok` when the child closed the link.
 pub async fn serve_child_link<F>(
     incoming: quinn::Incoming,
     hello: &Link,
     liveness: Liveness,
-    on_up: impl FnOnce(LinkTx) -> Result<(), ReceiverStopped>,
+    on_up: impl FnOnce(LinkTx, Option<u32>) -> Result<(), ReceiverStopped>,
     mut on_frame: impl FnMut(Frame) -> F,
 ) -> Result<(), LinkError>
 where
@@ -113,7 +114,18 @@ where
     let (tx, _writer_task) = spawn_writer(writer, liveness.interval);
     tx.send(link_frame(hello))
         .map_err(LinkError::WriterStopped)?;
-    on_up(tx)?;
+    // The child's first frame names the node it is (`Link::Child`).
+    let (node, early) = match next_incoming(&mut reader, liveness.timeout).await {
+        Ok(Some(Incoming::Link(Link::Child { node }))) => (Some(node), None),
+        Ok(Some(Incoming::Link(_))) => (None, None),
+        Ok(Some(Incoming::Frame(frame))) => (None, Some(frame)),
+        Ok(None) => return Ok(()),
+        Err(error) => return Err(LinkError::Read(error)),
+    };
+    on_up(tx, node)?;
+    if let Some(frame) = early {
+        on_frame(frame).await?;
+    }
     let result = loop {
         match next_incoming(&mut reader, liveness.timeout).await {
             Ok(Some(Incoming::Frame(frame))) => {
@@ -138,6 +150,12 @@ where
 
 /// Which child link leads to which node, learned from the route field (origin node) of
 /// upward frames, so no payload needs decoding to build it.
+///
+/// One node has one live agent: when a child links as a node another child link
+/// already is, the older link is told [`Link::Superseded`] (its agent stops) and
+/// frames for the node go to the newer one. A node reached through two links (an
+/// agent that reattached elsewhere in this subtree before its old path failed) is
+/// routed through the newer link.
 #[derive(Debug, Default)]
 pub struct Router {
     inner: Mutex<RouterInner>,
@@ -146,7 +164,14 @@ pub struct Router {
 #[derive(Debug, Default)]
 struct RouterInner {
     via: HashMap<u32, LinkId>,
-    links: HashMap<LinkId, LinkTx>,
+    links: HashMap<LinkId, ChildLink>,
+}
+
+#[derive(Debug)]
+struct ChildLink {
+    tx: LinkTx,
+    /// The node at the other end of the link (the one that dialed), when it said.
+    node: Option<u32>,
 }
 
 impl Router {
@@ -154,14 +179,35 @@ impl Router {
         Arc::default()
     }
 
-    pub fn add_link(&self, link: LinkId, tx: LinkTx) {
-        self.lock().links.insert(link, tx);
+    /// A child link came up; `node` is the node that dialed it. Returns the older
+    /// links told they are superseded.
+    pub fn add_link(&self, link: LinkId, tx: LinkTx, node: Option<u32>) -> Vec<LinkId> {
+        let mut inner = self.lock();
+        let mut superseded = Vec::new();
+        if let Some(node) = node {
+            for (old, child) in &inner.links {
+                if child.node == Some(node) {
+                    let _ = child.tx.send(link_frame(&Link::Superseded { node }));
+                    superseded.push(*old);
+                }
+            }
+            inner.via.insert(node, link);
+        }
+        inner.links.insert(link, ChildLink { tx, node });
+        superseded.sort_unstable();
+        superseded
     }
 
-    /// Records that `node` is reached through `link`.
+    /// Records that `node` is reached through `link`, unless a newer live link
+    /// already leads there.
     pub fn learn(&self, node: u32, link: LinkId) {
         let mut inner = self.lock();
-        if inner.via.get(&node) != Some(&link) {
+        let keep = match inner.via.get(&node) {
+            Some(current) if *current == link => true,
+            Some(current) => *current > link && inner.links.contains_key(current),
+            None => false,
+        };
+        if !keep {
             inner.via.insert(node, link);
         }
     }
@@ -173,12 +219,16 @@ impl Router {
             .via
             .get(&node)
             .and_then(|l| inner.links.get(l))
-            .cloned()
+            .map(|child| child.tx.clone())
     }
 
     /// Every child link, e.g. to tell the whole subtree something.
     pub fn links(&self) -> Vec<LinkTx> {
-        self.lock().links.values().cloned().collect()
+        self.lock()
+            .links
+            .values()
+            .map(|child| child.tx.clone())
+            .collect()
     }
 
     /// Forgets a closed link; returns the nodes that were reached through it, sorted.
@@ -216,8 +266,8 @@ mod tests {
         let router = Router::new();
         let (a, _ra) = channel();
         let (b, _rb) = channel();
-        router.add_link(LinkId(1), a);
-        router.add_link(LinkId(2), b);
+        router.add_link(LinkId(1), a, Some(5));
+        router.add_link(LinkId(2), b, Some(7));
         router.learn(5, LinkId(1));
         router.learn(9, LinkId(1));
         router.learn(7, LinkId(2));
@@ -226,5 +276,58 @@ mod tests {
         assert_eq!(router.remove_link(LinkId(1)), vec![5, 9]);
         assert!(router.route(5).is_none());
         assert!(router.route(7).is_some());
+    }
+
+    fn next_link_message(receiver: &mut mpsc::UnboundedReceiver<FrameBuf>) -> Option<Link> {
+        let frame = receiver.try_recv().ok()?;
+        let len = u32::from_le_bytes(frame[0..4].try_into().ok()?) as usize;
+        saker_wire::frame::decode::<Link>(&frame[8..8 + len]).ok()
+    }
+
+    /// Two live agents as one node (one started twice by hand): the older is told it
+    /// is superseded, and frames for the node reach the newer only, even while the
+    /// older still sends (a route that flipped to it would strand work there).
+    #[test]
+    fn a_second_agent_as_the_same_node_supersedes_the_first() {
+        let router = Router::new();
+        let (old, mut old_rx) = channel();
+        let (new, mut new_rx) = channel();
+        assert!(router.add_link(LinkId(1), old, Some(5)).is_empty());
+        router.learn(5, LinkId(1));
+        assert_eq!(router.add_link(LinkId(2), new, Some(5)), vec![LinkId(1)]);
+        assert_eq!(
+            next_link_message(&mut old_rx),
+            Some(Link::Superseded { node: 5 })
+        );
+        router.learn(5, LinkId(1));
+        router.route(5).unwrap().send_raw(b"x").unwrap();
+        assert!(
+            old_rx.try_recv().is_err(),
+            "nothing more for the stale agent"
+        );
+        assert!(new_rx.try_recv().is_ok());
+        // The stale link closing loses nothing: the node lives behind the newer one.
+        assert!(router.remove_link(LinkId(1)).is_empty());
+        assert!(router.route(5).is_some());
+    }
+
+    /// A node that reattached deeper in this subtree is routed through the newer
+    /// link, and the older link's frames do not take the route back.
+    #[test]
+    fn a_node_behind_two_links_is_routed_through_the_newer() {
+        let router = Router::new();
+        let (a, _ra) = channel();
+        let (b, mut rb) = channel();
+        router.add_link(LinkId(3), a, Some(1));
+        router.add_link(LinkId(4), b, Some(2));
+        router.learn(9, LinkId(3));
+        router.learn(9, LinkId(4));
+        router.learn(9, LinkId(3));
+        router.route(9).unwrap().send_raw(b"x").unwrap();
+        assert!(rb.try_recv().is_ok());
+        // Once the newer link is gone, the older one may carry the route again.
+        assert_eq!(router.remove_link(LinkId(4)), vec![2, 9]);
+        router.learn(9, LinkId(3));
+        assert!(router.route(9).is_some());
     }
 }

@@ -160,6 +160,8 @@ pub enum ParentLinkError {
     InvalidFrame(#[source] saker_wire::WireError),
     #[error("the agent has stopped")]
     AgentStopped,
+    #[error("a newer agent linked as node {node}; this one is a stale copy and stops")]
+    Superseded { node: u32 },
 }
 
 /// Why an agent that lost its parent gave up: no ancestor of the same root took it
@@ -475,6 +477,11 @@ impl Dialer {
                 .write_preamble()
                 .await
                 .map_err(DialErrorKind::Preamble)?;
+            // Which node this link leads to, for the parent's routes.
+            writer
+                .write_frames(&link_frame(&Link::Child { node: self.node }))
+                .await
+                .map_err(DialErrorKind::Preamble)?;
             let mut reader = FrameReader::new(recv);
             reader
                 .read_preamble()
@@ -553,6 +560,12 @@ async fn serve_parent(
         };
         let reason = crate::error_chain(&lost);
         link.connection.close(0u32.into(), reason.as_bytes());
+        if let ParentLinkError::Superseded { node } = lost {
+            // Looking for another parent would only supersede the newer agent in turn.
+            tracing::error!(node, "another agent runs as this node; stopping");
+            let _ = agent.send_message(AgentMsg::Superseded { node });
+            return false;
+        }
         tracing::warn!(%reason, "lost the parent link; looking for a live ancestor");
         if agent.send_message(AgentMsg::ParentLost).is_err() {
             return false;
@@ -602,6 +615,9 @@ async fn read_parent(
                     return ParentLinkError::AgentStopped;
                 }
                 continue;
+            }
+            Ok(Some(Incoming::Link(Link::Superseded { node }))) => {
+                return ParentLinkError::Superseded { node };
             }
             Ok(Some(Incoming::Link(other))) => {
                 tracing::debug!(?other, "ignoring link message from parent");
@@ -671,8 +687,15 @@ async fn serve_child(
         incoming,
         hello,
         liveness,
-        |tx| {
-            router.add_link(link, tx);
+        |tx, node| {
+            let superseded = router.add_link(link, tx, node);
+            if !superseded.is_empty() {
+                tracing::warn!(
+                    ?node,
+                    ?superseded,
+                    "a newer agent linked as the same node; the older one is told to stop"
+                );
+            }
             Ok(())
         },
         |frame| {

@@ -524,8 +524,8 @@ async fn serve_agent_link(
         incoming,
         hello,
         liveness,
-        |tx| {
-            root.send_message(RootMsg::LinkUp { link, tx })
+        |tx, node| {
+            root.send_message(RootMsg::LinkUp { link, tx, node })
                 .map_err(stopped)
         },
         |frame| async move {

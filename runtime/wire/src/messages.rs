@@ -27,7 +27,7 @@ pub use saker_core::{
 /// 4: core ids and resource vectors, open payloads and result bodies, placements.
 /// 5: function payloads and results, `Outcome::Raised`.
 /// 6: HPC jobs: `JobDef::hpc`, gang parts in dispatches, launch relays, part results.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
@@ -61,6 +61,13 @@ pub enum Link {
     /// From a parent that has just reattached to the tree: the root declared this
     /// whole subtree lost meanwhile, so every agent below registers again.
     Rejoin,
+    /// The dialing end's first frame: the node it is, so its parent knows which node
+    /// each child link leads to directly.
+    Child { node: u32 },
+    /// From a parent to a child link: a newer agent has linked as the same node, so
+    /// this one is a stale copy (say, started twice by hand) and must stop rather
+    /// than look for another parent; frames for the node go to the newer one.
+    Superseded { node: u32 },
 }
 
 /// Messages from the root (or a relaying ancestor) to an agent.

@@ -139,6 +139,8 @@ fn link_messages_round_trip_and_are_not_mistaken_for_other_directions() {
         },
         Link::Heartbeat,
         Link::Rejoin,
+        Link::Child { node: 41 },
+        Link::Superseded { node: u32::MAX },
     ] {
         let bytes = encode(ROUTE_LINK, &message).unwrap();
         let mut decoder = FrameDecoder::new();

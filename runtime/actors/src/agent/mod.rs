@@ -97,6 +97,11 @@ pub enum AgentMsg {
     Rejoin,
     /// No live ancestor answered: stop and exit.
     ParentGone(ParentLost),
+    /// A newer agent linked as this node: this one is a stale copy; stop and exit
+    /// without a goodbye (the goodbye would count against the newer one).
+    Superseded {
+        node: u32,
+    },
 }
 
 /// How the agent's actor ended, for the process exit code.
@@ -369,6 +374,11 @@ fn on_message(
         AgentMsg::Rejoin => {
             tracing::warn!("the root asks this node to register again");
             register_again(state, true)?;
+        }
+        AgentMsg::Superseded { node } => {
+            return Err(AgentFailure::Refused {
+                reason: format!("a newer agent linked as node {node}"),
+            });
         }
         AgentMsg::ParentGone(gone) => {
             tracing::error!(

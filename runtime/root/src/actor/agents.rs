@@ -16,12 +16,39 @@ use crate::records::Record;
 use crate::results::{JobId, ResultRecord, TaskId, TerminalState, Timestamp, lossy_text};
 
 impl RootState {
-    pub(super) fn on_link_up(&mut self, link: LinkId, tx: LinkTx) {
+    /// A child linked as `node`: an older link of the same node leads to a stale
+    /// copy of it (an agent started twice), which is told to stop. Its work is
+    /// replayed when the newer one says hello.
+    pub(super) fn on_link_up(&mut self, link: LinkId, tx: LinkTx, node: Option<u32>) {
         self.port.link_up(link, tx);
+        let Some(node) = node.map(NodeId) else {
+            return;
+        };
+        let stale: Vec<LinkId> = self
+            .link_nodes
+            .iter()
+            .filter(|(_, n)| **n == node)
+            .map(|(l, _)| *l)
+            .collect();
+        for old in stale {
+            tracing::warn!(%node, ?old, "a newer agent linked as this node; the older one is told to stop");
+            self.port.supersede(old, node);
+            self.link_nodes.remove(&old);
+        }
+        self.link_nodes.insert(link, node);
+    }
+
+    /// Whether `node` is registered through `link`: what a link carries for a node
+    /// registered elsewhere comes from a stale copy or an old path of it.
+    fn registered_via(&self, node: NodeId, link: LinkId) -> bool {
+        self.nodes
+            .get(&node)
+            .is_some_and(|entry| entry.link == link)
     }
 
     pub(super) fn on_link_down(&mut self, link: LinkId, reason: &str) {
         self.port.link_down(link);
+        self.link_nodes.remove(&link);
         let lost: Vec<NodeId> = {
             let mut lost: Vec<NodeId> = self
                 .nodes
@@ -100,10 +127,13 @@ impl RootState {
                     tracing::error!(route, %node, "report routed from another node");
                     return;
                 }
-                self.on_report(report)
+                self.on_report(link, report)
             }
             ArchivedFromAgent::Goodbye { node, reason } => {
-                self.lose_node(node.to_native(), reason.as_str())
+                // A stale copy's goodbye must not end the node's live agent.
+                if self.registered_via(node.to_native(), link) {
+                    self.lose_node(node.to_native(), reason.as_str())
+                }
             }
             ArchivedFromAgent::GangLaunch(launch) => {
                 match rkyv::deserialize::<GangLaunch, rkyv::rancor::Error>(launch) {
@@ -119,6 +149,10 @@ impl RootState {
             }
             ArchivedFromAgent::NodesLost { nodes, reason } => {
                 for node in nodes.iter().map(|node| node.to_native()) {
+                    // Registered again through another link since: that life stays.
+                    if self.nodes.contains_key(&node) && !self.registered_via(node, link) {
+                        continue;
+                    }
                     self.lose_node(node, reason.as_str());
                     // If the node is in fact alive and already reattached (its
                     // hello overtook this report), it must register again; if it is
@@ -183,13 +217,14 @@ impl RootState {
         }
     }
 
-    fn on_report(&mut self, report: &ArchivedReport) {
+    fn on_report(&mut self, link: LinkId, report: &ArchivedReport) {
         let now = self.now();
         let node = report.node.to_native();
         // A node declared lost may still report: its attempts were replayed, so its
         // results only count (and are counted) as duplicates; its starts and credit
-        // belong to no live node.
-        let live = self.nodes.contains_key(&node);
+        // belong to no live node. So do those of a node's stale copy, or of its old
+        // path (a report sent before a reattached agent's hello).
+        let live = self.registered_via(node, link);
         if live {
             for started in report.started.iter() {
                 let _ = self.core.handle_started(started.attempt.to_native(), now);

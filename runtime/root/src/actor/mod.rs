@@ -38,6 +38,8 @@ pub enum RootMsg {
     LinkUp {
         link: LinkId,
         tx: LinkTx,
+        /// The node that dialed the link, as it said (`Link::Child`).
+        node: Option<u32>,
     },
     /// One frame from a direct child link (its route field names the origin node).
     /// The permit is released once the root has handled it (see [`FrameBudget`]).
@@ -137,7 +139,7 @@ impl RootState {
     /// the root's loop, whoever drives it.
     pub fn handle(&mut self, message: RootMsg) -> Turn {
         match message {
-            RootMsg::LinkUp { link, tx } => self.on_link_up(link, tx),
+            RootMsg::LinkUp { link, tx, node } => self.on_link_up(link, tx, node),
             RootMsg::AgentFrame {
                 link,
                 frame,

@@ -26,6 +26,9 @@ pub trait Port: std::fmt::Debug + Send + 'static {
     fn link_up(&mut self, link: LinkId, tx: LinkTx);
     /// The link is gone; messages for it are dropped from now on.
     fn link_down(&mut self, link: LinkId);
+    /// Tells the agent at the other end of `link` that a newer agent linked as its
+    /// node `node`: it must stop.
+    fn supersede(&mut self, link: LinkId, node: NodeId);
     /// Sends `message` to agent `node` over `link`. A link that is gone is reported
     /// by its reader, and the core then replays what was sent here, so a send that
     /// cannot be delivered is dropped.
@@ -132,6 +135,13 @@ impl Port for ActorPort {
 
     fn link_down(&mut self, link: LinkId) {
         self.links.remove(&link);
+    }
+
+    fn supersede(&mut self, link: LinkId, node: NodeId) {
+        if let Some(tx) = self.links.get(&link) {
+            let message = saker_wire::messages::Link::Superseded { node: node.0 };
+            let _ = tx.send(saker_actors::liveness::link_frame(&message));
+        }
     }
 
     fn send(&mut self, link: LinkId, node: NodeId, message: &ToAgent) {

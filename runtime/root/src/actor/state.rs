@@ -205,6 +205,8 @@ pub struct RootState {
     pub(super) clock: Box<dyn Clock>,
     pub(super) jobs: JobTable,
     pub(super) nodes: HashMap<NodeId, NodeEntry>,
+    /// The node that dialed each agent link (its direct child), as it said.
+    pub(super) link_nodes: HashMap<LinkId, NodeId>,
     pub(super) attempts: AttemptTable,
     pub(super) unjournaled: Unjournaled,
     /// Runtime estimate class of each set of tags (sorted), numbered from 1.
@@ -248,6 +250,7 @@ impl RootState {
             clock,
             jobs: JobTable::default(),
             nodes: HashMap::new(),
+            link_nodes: HashMap::new(),
             attempts: AttemptTable::default(),
             unjournaled: Unjournaled::default(),
             classes: HashMap::new(),

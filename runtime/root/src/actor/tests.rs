@@ -27,6 +27,7 @@ const PILOT: &str = "pilot-under-test";
 struct Recorded {
     /// (route, message), decoded from the frames the root encoded.
     sent: Vec<(u32, ToAgent)>,
+    superseded: Vec<(LinkId, NodeId)>,
     /// Appends not yet made durable, records decoded from their journal form.
     appends: Vec<(Vec<Record>, AfterJournal)>,
     wakes: Vec<(Duration, Wake)>,
@@ -47,6 +48,10 @@ impl Port for TestPort {
     fn link_up(&mut self, _link: LinkId, _tx: LinkTx) {}
 
     fn link_down(&mut self, _link: LinkId) {}
+
+    fn supersede(&mut self, link: LinkId, node: NodeId) {
+        self.with(|r| r.superseded.push((link, node)));
+    }
 
     fn send(&mut self, _link: LinkId, node: NodeId, message: &ToAgent) {
         let bytes = saker_wire::encode(node.0, message).expect("the root's messages encode");
@@ -150,6 +155,7 @@ impl Harness {
         self.handle(RootMsg::LinkUp {
             link: LinkId(u64::from(node)),
             tx,
+            node: Some(node),
         });
         self.hello(node, cores, PILOT);
     }
@@ -367,6 +373,7 @@ async fn a_task_asking_for_gpus_goes_only_to_a_node_that_offers_them() {
         h.handle(RootMsg::LinkUp {
             link: LinkId(u64::from(node)),
             tx,
+            node: Some(node),
         });
         let hello = FromAgent::Hello(Hello {
             node: NodeId(node),
@@ -541,6 +548,72 @@ async fn a_lost_link_replays_its_attempts_on_another_node_and_notes_why() {
     assert_eq!(result.attempts, 2);
     assert_eq!(result.node.as_deref(), Some("host2"));
     assert_eq!(result.history.len(), 1);
+}
+
+/// One node's agent started twice: the newer link supersedes the older, the work
+/// given to the older copy is replayed on the newer, and the stale copy's credit and
+/// goodbye count for nothing (a route or a loss that followed it would strand work).
+#[tokio::test]
+async fn a_stale_copy_of_a_node_is_superseded_and_cannot_end_the_live_one() {
+    let mut h = Harness::new();
+    h.submit(vec![single(&["sleep", "9"])]);
+    h.journal_durable();
+    h.join(5, 1);
+    h.report(5, 1, &[], Vec::new());
+    let [(task, first)] = assignments(&h.sent(), 5)[..] else {
+        panic!("one task dispatched");
+    };
+    let (tx, _rx) = saker_actors::link::channel();
+    h.handle(RootMsg::LinkUp {
+        link: LinkId(50),
+        tx,
+        node: Some(5),
+    });
+    assert_eq!(
+        h.port.with(|r| r.superseded.clone()),
+        vec![(LinkId(5), NodeId(5))]
+    );
+    let hello = FromAgent::Hello(Hello {
+        node: NodeId(5),
+        hostname: "host5".into(),
+        capacity: Resources::cores(1),
+        executors: 1,
+        pid: 2005,
+        pilot_id: PILOT.to_owned(),
+    });
+    h.agent_sends(50, 5, &hello);
+    h.agent_sends(50, 5, &report_of(5, 1));
+    let replayed = assignments(&h.sent(), 5);
+    assert_eq!(
+        replayed.len(),
+        1,
+        "the stale copy's task runs on the new one"
+    );
+    assert_eq!(replayed[0].0, task);
+    assert_ne!(replayed[0].1, first);
+    // The stale copy's credit brings nothing; its goodbye ends nothing.
+    h.agent_sends(5, 5, &report_of(5, 1));
+    h.agent_sends(
+        5,
+        5,
+        &FromAgent::Goodbye {
+            node: NodeId(5),
+            reason: "stopping".into(),
+        },
+    );
+    h.root.drain();
+    assert!(assignments(&h.sent(), 5).is_empty());
+    assert_eq!(h.status().agents, 1, "the newer agent stays registered");
+    assert_eq!(h.status().running, 1);
+}
+
+fn report_of(node: u32, credit: u32) -> FromAgent {
+    FromAgent::Report(Report {
+        node: NodeId(node),
+        credit: Resources::cores(credit),
+        started: Vec::new(),
+        results: Vec::new(),
+    })
 }
 
 #[tokio::test]
