@@ -163,6 +163,19 @@ else
     step 0 test cargo test --workspace --no-fail-fast
   fi
 
+  # The Rust API's examples, run as a user runs them: each starts an embedded pilot
+  # whose agents and workers are its own binary.
+  rust_examples() {
+    local out
+    out=$(cargo run --release --quiet -p saker --example pi) || return 1
+    echo "$out"
+    case "$out" in
+      *"pi ~ 3.14"*) ;;
+      *) log "the pi example printed no estimate of pi"; return 1 ;;
+    esac
+  }
+  step 0 rust-examples rust_examples
+
   # ---------------------------------------------------------------- 5. python
   # Tests that need the release binary fail (not skip) without it under CI=true.
   pytest_package() {

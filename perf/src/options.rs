@@ -68,10 +68,13 @@ pub enum Benchmark {
     /// HPC jobs: an MPI job's launch through the agents beside the launcher's own,
     /// and the start delay of a job behind a full load of small tasks.
     Hpc,
+    /// The Rust API: no-op typed tasks per second (map and submit) and a call's round
+    /// trip, beside the same batches over one raw QUIC stream.
+    Rust,
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 16] = [
+    pub const ALL: [Benchmark; 17] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -88,6 +91,7 @@ impl Benchmark {
         Benchmark::Python,
         Benchmark::Parsl,
         Benchmark::Hpc,
+        Benchmark::Rust,
     ];
 
     /// The name used on the command line and in the JSON output.
@@ -109,6 +113,7 @@ impl Benchmark {
             Benchmark::Python => "python",
             Benchmark::Parsl => "parsl",
             Benchmark::Hpc => "hpc",
+            Benchmark::Rust => "rust",
         }
     }
 

@@ -144,7 +144,9 @@ fn start_reaper() {
             }
         }
     };
-    command.arg(SUBCOMMAND);
+    command
+        .args(saker_actors::self_exe::prefix())
+        .arg(SUBCOMMAND);
     match Reaper::start(command) {
         Ok(handle) => {
             tracing::debug!(pid = ?handle.pid(), "reaper started");

@@ -82,6 +82,16 @@ pub struct ShapeArgs {
     /// default for `python` is `python3 -m saker.worker`.
     #[arg(long = "worker", value_name = "KIND=COMMAND")]
     pub workers: Vec<String>,
+    /// A program built on Saker's Rust API (the `saker` crate) to drive this pilot:
+    /// its typed tasks run on the pilot's workers (as `--worker KIND=PATH`), and it
+    /// runs once the pilot is up, with `SAKER_PILOT_DIR` naming it. The pilot stops
+    /// when the program exits, and exits with its code. With `saker run`, the
+    /// arguments after `--` are the program's.
+    #[arg(long, value_name = "PATH")]
+    pub app: Option<PathBuf>,
+    /// The worker kind of the `--app` program's tasks (its `App::kind`).
+    #[arg(long, value_name = "KIND", default_value = "rust")]
+    pub app_kind: String,
     #[command(flatten)]
     pub liveness: LivenessArgs,
     #[command(flatten)]
@@ -91,8 +101,13 @@ pub struct ShapeArgs {
 impl ShapeArgs {
     /// The agents' variables naming each `--worker` command.
     pub fn worker_env(&self) -> anyhow::Result<Vec<(std::ffi::OsString, std::ffi::OsString)>> {
+        let app = match &self.app {
+            Some(path) => Some(crate::app::worker_flag(path, &self.app_kind)?),
+            None => None,
+        };
         self.workers
             .iter()
+            .chain(app.as_ref())
             .map(|given| {
                 let Some((kind, command)) = given.split_once('=') else {
                     anyhow::bail!("--worker {given:?}: expected KIND=COMMAND");
@@ -372,6 +387,9 @@ pub struct PilotArgs {
     /// continuation allocation).
     #[arg(long)]
     pub resume: bool,
+    /// With `--app`: the program's arguments.
+    #[arg(last = true, value_name = "APP_ARGS")]
+    pub app_args: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -59,7 +59,12 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         allow_no_agents: false,
     }
     .options()?;
-    let requests = if args.resume && args.task.file.is_none() && args.task.command.is_empty() {
+    let requests = if args.shape.app.is_some() {
+        if args.task.file.is_some() || args.task.array.is_some() {
+            anyhow::bail!("--app takes the program's arguments after `--`, not tasks");
+        }
+        Vec::new()
+    } else if args.resume && args.task.file.is_none() && args.task.command.is_empty() {
         Vec::new()
     } else {
         requests_from(&args.task, args.inline_output)?
@@ -76,6 +81,14 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     .await
     .map_err(crate::cli::with_flags)?;
 
+    if let Some(app) = &args.shape.app {
+        let exit = drive_app(&pilot, app, &args.task.command).await;
+        pilot.shutdown().await?;
+        if temporary {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        return exit;
+    }
     let outcome = drive(&mut pilot, requests, &args, started).await;
     pilot.shutdown().await?;
     match outcome? {
@@ -279,9 +292,25 @@ fn temporary_dir() -> PathBuf {
     std::env::temp_dir().join(format!("saker-run-{}-{nanos}", std::process::id()))
 }
 
+/// Runs an `--app` program against the pilot until it exits (or the pilot stops).
+async fn drive_app(pilot: &Pilot, app: &std::path::Path, args: &[String]) -> Result<ExitCode> {
+    let mut child = crate::app::spawn(app, args, pilot.path())?;
+    let stopped = pilot.stopped();
+    tokio::select! {
+        status = child.wait() => Ok(crate::app::exit_code(status.context("waiting for --app")?)),
+        () = stopped => {
+            let _ = child.kill().await;
+            anyhow::bail!("the pilot stopped before --app {} finished", app.display())
+        }
+    }
+}
+
 /// `saker pilot`: a long-lived local pilot serving clients until `saker shutdown`
 /// or a signal.
 pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
+    if !args.app_args.is_empty() && args.shape.app.is_none() {
+        anyhow::bail!("arguments after `--` are for an --app program, and there is none");
+    }
     let options = PilotSettings {
         dir: args.dir.clone(),
         shape: &args.shape,
@@ -297,12 +326,28 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
     eprintln!("saker: pilot running in {}", args.dir.display());
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
+    let mut app = match &args.shape.app {
+        Some(path) => Some(crate::app::spawn(path, &args.app_args, &args.dir)?),
+        None => None,
+    };
+    let app_exit = async {
+        match app.as_mut() {
+            Some(child) => child.wait().await.ok(),
+            None => std::future::pending().await,
+        }
+    };
     let stopped = pilot.stopped();
+    let mut code = ExitCode::SUCCESS;
     tokio::select! {
         () = stopped => {}
         _ = tokio::signal::ctrl_c() => pilot.request_shutdown(),
         _ = terminate.recv() => pilot.request_shutdown(),
+        status = app_exit => {
+            // The pilot lives as long as the program that drives it.
+            code = status.map_or(ExitCode::FAILURE, crate::app::exit_code);
+            pilot.request_shutdown();
+        }
     }
     pilot.wait_stopped().await?;
-    Ok(ExitCode::SUCCESS)
+    Ok(code)
 }

@@ -15,6 +15,8 @@ pub enum TemplateKind {
     Campaign,
     /// Run a Parsl workflow script on a pilot across the allocation.
     Parsl,
+    /// Run a program built on the Rust API (`APP`) on a pilot across the allocation.
+    App,
 }
 
 impl TemplateKind {
@@ -24,6 +26,7 @@ impl TemplateKind {
             TemplateKind::Service => include_str!("../../sbatch-templates/service.sbatch"),
             TemplateKind::Campaign => include_str!("../../sbatch-templates/campaign.sbatch"),
             TemplateKind::Parsl => include_str!("../../sbatch-templates/parsl.sbatch"),
+            TemplateKind::App => include_str!("../../sbatch-templates/app.sbatch"),
         }
     }
 }
@@ -115,6 +118,7 @@ mod tests {
             TemplateKind::Service,
             TemplateKind::Campaign,
             TemplateKind::Parsl,
+            TemplateKind::App,
         ] {
             let text = render(kind, &settings);
             assert!(text.contains("#SBATCH --nodes=8 "), "{text}");
@@ -155,6 +159,7 @@ mod tests {
             TemplateKind::Service,
             TemplateKind::Campaign,
             TemplateKind::Parsl,
+            TemplateKind::App,
         ] {
             assert_eq!(render(kind, &Settings::default()), kind.text());
         }

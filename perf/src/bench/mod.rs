@@ -9,6 +9,7 @@ mod latency;
 mod memory;
 mod python;
 mod resume;
+mod rust_api;
 mod slurm_startup;
 mod slurm_throughput;
 mod throughput;
@@ -98,6 +99,7 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::SlurmThroughput => slurm_throughput::run(setup),
         Benchmark::Python => python::run(setup, benchmark, "python_rows.py", &[]),
         Benchmark::Hpc => hpc::run(setup),
+        Benchmark::Rust => rust_api::run(setup),
         Benchmark::Parsl => {
             let mut rows = python::run(setup, benchmark, "parsl_rows.py", &[])?;
             // The same with Parsl's per-task log off for every executor: the executors

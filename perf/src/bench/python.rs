@@ -63,7 +63,12 @@ pub fn run(setup: &Setup, benchmark: Benchmark, script: &str, args: &[&str]) -> 
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    String::from_utf8_lossy(&output.stdout)
+    rows(benchmark, &String::from_utf8_lossy(&output.stdout))
+}
+
+/// The rows a program printed, one JSON object per line (other lines are ignored).
+pub(super) fn rows(benchmark: Benchmark, printed: &str) -> Result<Vec<Row>> {
+    printed
         .lines()
         .filter(|line| line.starts_with('{'))
         .map(|line| row(benchmark, line))

@@ -47,6 +47,7 @@ pub mod liveness;
 pub mod node;
 pub mod process;
 pub mod reaper;
+pub mod self_exe;
 pub mod spawn;
 pub mod supervision;
 #[cfg(test)]

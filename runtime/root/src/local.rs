@@ -97,9 +97,15 @@ pub struct AgentCommand {
 impl AgentCommand {
     /// This very executable with `subcommand` (`saker agent`).
     pub fn current_exe(subcommand: &str) -> std::io::Result<AgentCommand> {
+        // An application that embeds the command line reaches it behind its prefix.
+        let mut args: Vec<OsString> = saker_actors::self_exe::prefix()
+            .iter()
+            .map(OsString::from)
+            .collect();
+        args.push(subcommand.into());
         Ok(AgentCommand {
             program: std::env::current_exe()?,
-            args: vec![subcommand.into()],
+            args,
             env: Vec::new(),
         })
     }

@@ -145,11 +145,13 @@ impl Drop for Endpoint {
 
 fn write_shim(path: &Path, program: &Path) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let quoted = program.display().to_string().replace('\'', r"'\''");
-    std::fs::write(
-        path,
-        format!("#!/bin/sh\nexec '{quoted}' rsh-agent \"$@\"\n"),
-    )?;
+    let quote = |text: &str| format!("'{}'", text.replace('\'', r"'\''"));
+    let mut line = quote(&program.display().to_string());
+    for argument in crate::self_exe::prefix() {
+        line.push(' ');
+        line.push_str(&quote(argument));
+    }
+    std::fs::write(path, format!("#!/bin/sh\nexec {line} rsh-agent \"$@\"\n"))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
 }
 

@@ -195,6 +195,21 @@ impl Client {
     /// Streams accepted results from journal sequence number `from` on; with `follow`
     /// the stream continues with new results until dropped.
     pub async fn results(&self, from: u64, follow: bool) -> Result<ResultStream, ClientError> {
+        self.open_results(from, follow, false).await
+    }
+
+    /// Streams the results accepted from now on (none of the history) until dropped:
+    /// what a driver follows for the tasks it is about to submit.
+    pub async fn follow_new(&self) -> Result<ResultStream, ClientError> {
+        self.open_results(0, true, true).await
+    }
+
+    async fn open_results(
+        &self,
+        from: u64,
+        follow: bool,
+        new_only: bool,
+    ) -> Result<ResultStream, ClientError> {
         let (events, receiver) = mpsc::channel(STREAM_BUFFER);
         let id = self.register(Pending::Stream(events))?;
         self.send(
@@ -203,7 +218,7 @@ impl Client {
             &ResultsRequest {
                 from,
                 follow,
-                new_only: false,
+                new_only,
             },
         )
         .await?;

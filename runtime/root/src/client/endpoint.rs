@@ -8,6 +8,10 @@ use std::path::PathBuf;
 use saker_transport::{DirError, PilotDir};
 use serde::{Deserialize, Serialize};
 
+/// The variable that names a pilot directory to a program started to drive it
+/// (`saker run --app`, `saker pilot --app`).
+pub const PILOT_DIR_VAR: &str = "SAKER_PILOT_DIR";
+
 /// File name of the endpoint file inside the pilot directory.
 pub const CLIENT_ENDPOINT_FILE_NAME: &str = "client.json";
 

@@ -22,7 +22,7 @@ mod tests;
 
 pub use codec::{DEFAULT_MAX_LINE_BYTES, ReadLineError};
 pub use connection::{Client, ClientError, ResultStream};
-pub use endpoint::{CLIENT_ENDPOINT_FILE_NAME, ClientEndpoint, EndpointError};
+pub use endpoint::{CLIENT_ENDPOINT_FILE_NAME, ClientEndpoint, EndpointError, PILOT_DIR_VAR};
 pub use protocol::{
     AllocationStatus, CancelReport, ErrorKind, HpcStatus, NodeLoad, PROTOCOL_VERSION, PROTOCOLS,
     RequestError, RequestId, StatusReport, StreamEnd, SubmitReply, SubmittedJob, UnstartedJob,

@@ -1,0 +1,253 @@
+//! [`App`]: the one entry point of an application's binary, which plays every role
+//! the pilot needs of it:
+//!
+//! - **driver** (the default): runs the application's code against a pilot, either
+//!   the one named by `--pilot-dir DIR` / `SAKER_PILOT_DIR` (set by `saker run --app`
+//!   and `saker pilot --app`), or an embedded pilot on this machine that the driver
+//!   starts and stops itself;
+//! - **worker**: started by an agent with `SAKER_WORKER_KIND` set to the app's kind,
+//!   it runs calls of the registered task types;
+//! - **the `saker` command line**, behind the hidden first argument `__saker`: the
+//!   embedded pilot's agents are this same binary (`myapp __saker agent …`), so an
+//!   application needs nothing installed but itself.
+
+use std::ffi::OsString;
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use saker_root::local::{Shape, ShapeRequest};
+use saker_root::{AgentCommand, Agents, PilotOptions};
+
+use crate::error::Error;
+use crate::link::Link;
+use crate::pilot::Pilot;
+use crate::task::Task;
+use crate::worker::Registry;
+
+/// The hidden first argument under which the binary is the `saker` command line.
+pub const CLI_ARGUMENT: &str = "__saker";
+/// The worker kind of an application's tasks unless [`App::kind`] says otherwise.
+pub const DEFAULT_KIND: &str = "rust";
+/// Where `saker run --app` and `saker pilot --app` tell the driver its pilot is.
+pub use saker_root::client::PILOT_DIR_VAR;
+
+/// An application: its task types and how to run its driver.
+#[derive(Debug)]
+pub struct App {
+    registry: Registry,
+    kind: String,
+    pilot_dir: Option<PathBuf>,
+    agents: Option<u32>,
+    slots: Option<u32>,
+    args: Vec<OsString>,
+}
+
+impl Default for App {
+    fn default() -> Self {
+        App::new()
+    }
+}
+
+impl App {
+    /// An application with no task types yet. Reads `--pilot-dir DIR` from the
+    /// command line (removed from [`Self::args`]) and `SAKER_PILOT_DIR`.
+    pub fn new() -> App {
+        let mut args: Vec<OsString> = std::env::args_os().collect();
+        let mut pilot_dir = std::env::var_os(PILOT_DIR_VAR).map(PathBuf::from);
+        if let Some(at) = args.iter().position(|a| a == "--pilot-dir")
+            && at + 1 < args.len()
+        {
+            pilot_dir = Some(PathBuf::from(args.remove(at + 1)));
+            args.remove(at);
+        } else if let Some(at) = args
+            .iter()
+            .position(|a| a.to_str().is_some_and(|a| a.starts_with("--pilot-dir=")))
+        {
+            let given = args.remove(at);
+            let given = given.to_string_lossy();
+            pilot_dir = Some(PathBuf::from(&given["--pilot-dir=".len()..]));
+        }
+        App {
+            registry: Registry::default(),
+            kind: DEFAULT_KIND.to_owned(),
+            pilot_dir,
+            agents: None,
+            slots: None,
+            args,
+        }
+    }
+
+    /// Registers task type `T`: workers can run it and the driver can submit it.
+    pub fn task<T: Task>(mut self) -> App {
+        self.registry.add::<T>();
+        self
+    }
+
+    /// The worker kind this application's tasks run on (default `rust`). A pilot
+    /// started with `saker … --app` runs the app under this kind.
+    pub fn kind(mut self, kind: &str) -> App {
+        self.kind = kind.to_owned();
+        self
+    }
+
+    /// Uses the pilot in `dir` rather than `--pilot-dir` / `SAKER_PILOT_DIR` or an
+    /// embedded one.
+    pub fn pilot_dir(mut self, dir: impl Into<PathBuf>) -> App {
+        self.pilot_dir = Some(dir.into());
+        self
+    }
+
+    /// Agent processes of the embedded pilot (default 1).
+    pub fn agents(mut self, agents: u32) -> App {
+        self.agents = Some(agents);
+        self
+    }
+
+    /// Slots (cores) of the embedded pilot, shared among its agents (default: this
+    /// machine's cores).
+    pub fn slots(mut self, slots: u32) -> App {
+        self.slots = Some(slots);
+        self
+    }
+
+    /// The command line, without `--pilot-dir DIR`.
+    pub fn args(&self) -> &[OsString] {
+        &self.args
+    }
+
+    /// Plays the role this process was started for, and returns its exit code: as
+    /// driver, runs `driver` with a [`Pilot`] and reports its error, if any.
+    ///
+    /// ```no_run
+    /// struct Square;
+    /// impl saker::Task for Square {
+    ///     const NAME: &'static str = "square";
+    ///     type Input = u64;
+    ///     type Output = u64;
+    ///     async fn run(x: u64) -> u64 { x * x }
+    /// }
+    ///
+    /// fn main() -> std::process::ExitCode {
+    ///     saker::App::new().task::<Square>().run(|pilot| async move {
+    ///         let nine = pilot.submit::<Square>(3).await?;
+    ///         println!("{nine}");
+    ///         Ok::<_, saker::TaskError>(())
+    ///     })
+    /// }
+    /// ```
+    pub fn run<F, Fut, E>(self, driver: F) -> ExitCode
+    where
+        F: FnOnce(Pilot) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: std::fmt::Display,
+    {
+        if self.args.get(1).is_some_and(|a| a == CLI_ARGUMENT) {
+            saker_actors::self_exe::set_prefix(CLI_ARGUMENT);
+            let mut args = self.args;
+            args.remove(1);
+            return saker_pilot::main_with(args);
+        }
+        if std::env::var_os("SAKER_WORKER_KIND").is_some_and(|kind| kind == *self.kind) {
+            return match crate::worker::serve(&self.registry) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("saker worker: {error}");
+                    ExitCode::from(3)
+                }
+            };
+        }
+        let runtime = match tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime,
+            Err(error) => {
+                eprintln!("error: {}", Error::Runtime(error));
+                return ExitCode::from(2);
+            }
+        };
+        runtime.block_on(async move {
+            match self.drive(driver).await {
+                Ok(Ok(())) => ExitCode::SUCCESS,
+                Ok(Err(error)) => {
+                    eprintln!("error: {error}");
+                    ExitCode::FAILURE
+                }
+                Err(error) => {
+                    eprintln!("error: {}", crate::error_chain(&error));
+                    ExitCode::from(2)
+                }
+            }
+        })
+    }
+
+    async fn drive<F, Fut, E>(self, driver: F) -> Result<Result<(), E>, Error>
+    where
+        F: FnOnce(Pilot) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+    {
+        if let Some(dir) = &self.pilot_dir {
+            let pilot = Pilot::start(Link::connect(dir).await?, self.kind.clone()).await?;
+            return Ok(driver(pilot).await);
+        }
+        let embedded = self.start_embedded().await?;
+        let pilot = Pilot::start(
+            Link::Embedded(embedded.pilot.root.clone()),
+            self.kind.clone(),
+        )
+        .await?;
+        let outcome = driver(pilot).await;
+        if let Err(error) = embedded.pilot.shutdown().await {
+            tracing::warn!(%error, "stopping the embedded pilot");
+        }
+        Ok(outcome)
+    }
+
+    async fn start_embedded(&self) -> Result<Embedded, Error> {
+        let temp = tempfile::Builder::new()
+            .prefix("saker-app-")
+            .tempdir()
+            .map_err(Error::TempDir)?;
+        let dir = temp.path().join("pilot");
+        let program = std::env::current_exe().map_err(Error::CurrentExe)?;
+        let worker = shell_words::quote(&program.to_string_lossy()).into_owned();
+        let shape = Shape::new(ShapeRequest {
+            agents: Some(self.agents.unwrap_or(1)),
+            slots: self.slots,
+            fanout: 16,
+            allow_none: false,
+        })
+        .map_err(|error| Error::Shape(error.to_string()))?;
+        let pilot = saker_root::Pilot::start(PilotOptions {
+            dir: dir.clone(),
+            agents: Agents::Local(shape),
+            agent_command: AgentCommand {
+                program,
+                args: vec![CLI_ARGUMENT.into(), "agent".into()],
+                env: vec![(
+                    saker_actors::worker::worker_variable(&self.kind).into(),
+                    worker.into(),
+                )],
+            },
+            // A temporary pilot outlives nothing: its journal need not reach the disk.
+            sync: false,
+            resume: false,
+            deadline_unix_us: None,
+            liveness: Default::default(),
+            core: Default::default(),
+        })
+        .await
+        .map_err(|source| Error::Start {
+            dir,
+            source: Box::new(source),
+        })?;
+        Ok(Embedded { pilot, _dir: temp })
+    }
+}
+
+/// An embedded pilot and the directory it lives in (removed when dropped).
+struct Embedded {
+    pilot: saker_root::Pilot,
+    _dir: tempfile::TempDir,
+}

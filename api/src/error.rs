@@ -1,0 +1,62 @@
+//! Typed errors: how a task can fail ([`TaskError`]) and how the driver's use of the
+//! pilot can fail ([`Error`]).
+
+use std::path::PathBuf;
+
+/// Why a task gave no output.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskError {
+    /// The task's code panicked (on its last attempt, when it had retries).
+    #[error("the task panicked: {message}")]
+    Panicked { message: String },
+    /// The worker that ran it has no task of this name: the pilot's workers run
+    /// another program than the driver.
+    #[error("{message}")]
+    UnknownTask { message: String },
+    /// The driver and the worker were built from different versions of the program
+    /// and disagree on the task's types.
+    #[error("{message}")]
+    TypeMismatch { message: String },
+    /// The input or the output did not validate (a corrupted or foreign archive).
+    #[error("invalid data: {message}")]
+    InvalidData { message: String },
+    /// The pilot ended the task without an answer: time limit, lost too many times,
+    /// its worker could not start. `reason` is the pilot's own words.
+    #[error("the task failed: {reason}")]
+    Failed { reason: String },
+    /// Cancelled before it finished.
+    #[error("the task was cancelled")]
+    Cancelled,
+    /// The driver lost the pilot before the task's result came.
+    #[error("the pilot is gone: {reason}")]
+    PilotGone { reason: String },
+}
+
+/// Why a driver could not start, reach or use its pilot.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot start the embedded pilot in {dir}")]
+    Start {
+        dir: PathBuf,
+        #[source]
+        source: Box<saker_root::PilotError>,
+    },
+    #[error("cannot reach the pilot in {dir}")]
+    Connect {
+        dir: PathBuf,
+        #[source]
+        source: Box<saker_root::client::ClientError>,
+    },
+    #[error("the pilot refused the request: {message}")]
+    Refused { message: String },
+    #[error("the pilot is gone: {reason}")]
+    PilotGone { reason: String },
+    #[error("cannot create a directory for the embedded pilot")]
+    TempDir(#[source] std::io::Error),
+    #[error("cannot find this program's own path")]
+    CurrentExe(#[source] std::io::Error),
+    #[error("cannot start the async runtime")]
+    Runtime(#[source] std::io::Error),
+    #[error("invalid embedded pilot shape: {0}")]
+    Shape(String),
+}

@@ -1,0 +1,80 @@
+//! Saker's Rust API: typed tasks on a Saker pilot, from one binary that is the
+//! driver, the pilot's agents and its workers.
+//!
+//! An application implements [`Task`] for each kind of work (input → output, both
+//! rkyv types), registers them on an [`App`], and runs its driver code with a
+//! [`Pilot`]: `submit` returns a [`TaskHandle`], a future of the output; `map`
+//! returns a [`MapStream`] of outputs in input order (or, unordered, as they come).
+//!
+//! ```no_run
+//! use saker::{App, Task, TaskError};
+//!
+//! struct Square;
+//!
+//! impl Task for Square {
+//!     const NAME: &'static str = "square";
+//!     type Input = u64;
+//!     type Output = u64;
+//!
+//!     async fn run(x: u64) -> u64 {
+//!         x * x
+//!     }
+//! }
+//!
+//! fn main() -> std::process::ExitCode {
+//!     App::new().task::<Square>().run(|pilot| async move {
+//!         println!("{}", pilot.submit::<Square>(7).await?);
+//!         let mut squares = pilot.map::<Square, _>(0..1000u64);
+//!         let mut sum = 0;
+//!         while let Some((_, square)) = squares.next().await {
+//!             sum += square?;
+//!         }
+//!         println!("{sum}");
+//!         Ok::<_, TaskError>(())
+//!     })
+//! }
+//! ```
+//!
+//! Run as it is, the program starts an embedded pilot on this machine (its agents
+//! and workers are processes of the same binary). Under `saker run --app ./myapp` or
+//! `saker pilot --app ./myapp` (inside `sbatch`), it drives that pilot instead, and
+//! its tasks run on the allocation's nodes; `--pilot-dir DIR` attaches to any pilot
+//! whose agents were given `--worker rust=./myapp`.
+//!
+//! **Owns:** the typed layer: encoding calls and answers (validated rkyv), the
+//! worker loop, batching submissions, routing results to their waiters. **Must
+//! never:** bypass the pilot's scheduling, journal or client protocol; everything a
+//! typed task does, a function task of kind `rust` does for any client.
+//! `docs/rust-api.md` is the guide.
+
+mod app;
+mod error;
+mod link;
+mod options;
+mod pilot;
+mod submit;
+mod task;
+mod worker;
+
+pub use app::{App, CLI_ARGUMENT, DEFAULT_KIND, PILOT_DIR_VAR};
+pub use error::{Error, TaskError};
+pub use options::TaskOptions;
+pub use pilot::Pilot;
+pub use submit::{MapStream, Submitter, TaskHandle};
+pub use task::{CodecError, Data, Task};
+
+/// The rkyv this crate archives with: derive `Archive`, `Serialize` and `Deserialize`
+/// from it for task inputs and outputs.
+pub use rkyv;
+
+/// An error with its sources, on one line.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,138 @@
+//! How a driver speaks to its pilot: in process (an embedded pilot's root actor, no
+//! encoding at all) or over the client protocol (a pilot started by `saker run --app`
+//! or `saker pilot`). Both take the same requests; only the transport differs.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ractor::ActorRef;
+use saker_root::actor::RootMsg;
+use saker_root::client::{
+    Client, ClientRequest, RequestError, ResultsItem, StatusReport, SubmittedJob,
+};
+use saker_root::results::ResultRecord;
+use saker_root::spec::JobRequest;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::Error;
+
+#[derive(Debug, Clone)]
+pub(crate) enum Link {
+    Embedded(ActorRef<RootMsg>),
+    Client(Arc<Client>),
+}
+
+/// Results as they are accepted, from the moment the feed was opened.
+#[derive(Debug)]
+pub(crate) enum Feed {
+    Embedded(mpsc::Receiver<ResultsItem>),
+    Client(saker_root::client::ResultStream),
+}
+
+impl Feed {
+    /// The next result; `Err` when the pilot went away.
+    pub(crate) async fn next(&mut self) -> Result<Arc<ResultRecord>, String> {
+        match self {
+            Feed::Embedded(items) => match items.recv().await {
+                Some(ResultsItem::Record(record)) => Ok(record),
+                Some(ResultsItem::End(end)) => Err(format!("the pilot stopped ({end:?})")),
+                Some(ResultsItem::Error(error)) => Err(error.message),
+                None => Err("the pilot stopped".to_owned()),
+            },
+            Feed::Client(stream) => match stream.next().await {
+                Ok(Some(record)) => Ok(Arc::new(record)),
+                Ok(None) => Err("the pilot ended the result stream".to_owned()),
+                Err(error) => Err(error.to_string()),
+            },
+        }
+    }
+}
+
+fn refused(error: RequestError) -> Error {
+    Error::Refused {
+        message: error.message,
+    }
+}
+
+fn gone() -> Error {
+    Error::PilotGone {
+        reason: "the root stopped".to_owned(),
+    }
+}
+
+fn client_error(error: saker_root::client::ClientError) -> Error {
+    match error.server_error() {
+        Some(server) => Error::Refused {
+            message: server.message.clone(),
+        },
+        None => Error::PilotGone {
+            reason: error.to_string(),
+        },
+    }
+}
+
+impl Link {
+    pub(crate) async fn connect(dir: &Path) -> Result<Link, Error> {
+        let client = Client::connect(dir, "saker-rust")
+            .await
+            .map_err(|source| Error::Connect {
+                dir: dir.to_owned(),
+                source: Box::new(source),
+            })?;
+        Ok(Link::Client(Arc::new(client)))
+    }
+
+    async fn ask<T>(
+        root: &ActorRef<RootMsg>,
+        request: impl FnOnce(oneshot::Sender<Result<T, RequestError>>) -> ClientRequest,
+    ) -> Result<T, Error> {
+        let (reply, answer) = oneshot::channel();
+        root.send_message(RootMsg::Client(request(reply)))
+            .map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?.map_err(refused)
+    }
+
+    pub(crate) async fn submit(&self, jobs: Vec<JobRequest>) -> Result<Vec<SubmittedJob>, Error> {
+        match self {
+            Link::Embedded(root) => {
+                // The client server validates what it forwards; in process, so do we.
+                for job in &jobs {
+                    job.validate().map_err(|error| Error::Refused {
+                        message: error.to_string(),
+                    })?;
+                }
+                let reply = Self::ask(root, |reply| ClientRequest::Submit { jobs, reply }).await?;
+                Ok(reply.jobs)
+            }
+            Link::Client(client) => client.submit(jobs).await.map_err(client_error),
+        }
+    }
+
+    pub(crate) async fn status(&self) -> Result<StatusReport, Error> {
+        match self {
+            Link::Embedded(root) => Self::ask(root, |reply| ClientRequest::Status { reply }).await,
+            Link::Client(client) => client.status().await.map_err(client_error),
+        }
+    }
+
+    /// Opens a feed of the results accepted from now on (none of the history).
+    pub(crate) async fn follow(&self) -> Result<Feed, Error> {
+        match self {
+            Link::Embedded(root) => {
+                let (sink, items) = mpsc::channel(4096);
+                root.send_message(RootMsg::Client(ClientRequest::Results {
+                    // Past every sequence number: only results accepted from now on.
+                    from: u64::MAX,
+                    follow: true,
+                    sink,
+                }))
+                .map_err(|_| gone())?;
+                Ok(Feed::Embedded(items))
+            }
+            Link::Client(client) => {
+                let stream = client.follow_new().await.map_err(client_error)?;
+                Ok(Feed::Client(stream))
+            }
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! Submitting typed calls: [`Submitter`] (a pilot with task options),
+//! [`TaskHandle`] (a future of one output) and [`MapStream`] (outputs of many).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use saker_root::spec::MAX_FUNCTION_BYTES;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::TaskError;
+use crate::options::TaskOptions;
+use crate::pilot::{Pilot, Waiter, answers};
+use crate::task::{Answer, Task, encode_call};
+
+/// Most inputs `map` puts in one pilot task unless told otherwise.
+const MAX_CHUNK: usize = 1024;
+/// Chunks per core `map` aims for, so that every core stays busy while the last
+/// chunks finish.
+const CHUNKS_PER_SLOT: usize = 4;
+/// What `map` assumes of an iterator that does not say how long it is.
+const UNKNOWN_COUNT: usize = 65_536;
+
+/// A pilot with options for the tasks submitted through it.
+#[derive(Debug, Clone)]
+pub struct Submitter {
+    pub(crate) pilot: Pilot,
+    pub(crate) options: TaskOptions,
+}
+
+impl Submitter {
+    /// Submits one call of `T` on `input`. The returned handle is a future of its
+    /// output; dropping it does not cancel the task. Calls made in a loop leave in
+    /// few requests (batched submission).
+    pub fn submit<T: Task>(&self, input: T::Input) -> TaskHandle<T::Output> {
+        let (sender, receiver) = oneshot::channel();
+        let payload = match encode_call::<T>(&vec![input]) {
+            Ok(payload) if payload.len() <= MAX_FUNCTION_BYTES => payload,
+            Ok(payload) => {
+                let _ = sender.send(Err(too_large(payload.len())));
+                return TaskHandle { receiver };
+            }
+            Err(error) => {
+                let _ = sender.send(Err(TaskError::InvalidData {
+                    message: error.to_string(),
+                }));
+                return TaskHandle { receiver };
+            }
+        };
+        let waiter: Waiter = Box::new(move |record| {
+            let output = record.and_then(|record| {
+                let mut answers = answers::<T::Output>(&record)?;
+                match answers.pop() {
+                    Some(Answer::Returned(output)) if answers.is_empty() => Ok(output),
+                    Some(Answer::Panicked(message)) => Err(TaskError::Panicked { message }),
+                    _ => Err(TaskError::InvalidData {
+                        message: "a call of one input answered with another count".to_owned(),
+                    }),
+                }
+            });
+            let _ = sender.send(output);
+        });
+        self.pilot
+            .send(self.pilot.job(payload, &self.options), waiter);
+        TaskHandle { receiver }
+    }
+
+    /// Runs `T` on every input and yields the outputs in the inputs' order (an output
+    /// waits for those before it). Inputs go to the pilot in chunks (see
+    /// [`TaskOptions::chunk`]); a chunk is one task of the pilot, and an input whose
+    /// run panics is retried alone while the options allow retries.
+    pub fn map<T, I>(&self, inputs: I) -> MapStream<T::Output>
+    where
+        T: Task,
+        I: IntoIterator<Item = T::Input>,
+        I::IntoIter: Send + 'static,
+    {
+        self.start_map::<T, _>(inputs.into_iter(), true)
+    }
+
+    /// Like [`Self::map`], but each output comes as soon as it is ready, with the
+    /// index of its input.
+    pub fn map_unordered<T, I>(&self, inputs: I) -> MapStream<T::Output>
+    where
+        T: Task,
+        I: IntoIterator<Item = T::Input>,
+        I::IntoIter: Send + 'static,
+    {
+        self.start_map::<T, _>(inputs.into_iter(), false)
+    }
+
+    fn start_map<T, I>(&self, inputs: I, ordered: bool) -> MapStream<T::Output>
+    where
+        T: Task,
+        I: Iterator<Item = T::Input> + Send + 'static,
+    {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let (total_tx, total) = oneshot::channel();
+        let chunk = self.options.chunk.unwrap_or_else(|| {
+            // A filtered iterator knows only its upper bound; an unbounded one neither.
+            let count = match inputs.size_hint() {
+                (low, Some(high)) => low.max(high),
+                (0, None) => UNKNOWN_COUNT,
+                (low, None) => low,
+            };
+            let slots = self.pilot.slots() as usize;
+            (count / (slots * CHUNKS_PER_SLOT)).clamp(1, MAX_CHUNK)
+        });
+        let submitter = self.clone();
+        // Encoding a million inputs takes a while: the stream yields meanwhile.
+        tokio::spawn(async move {
+            let mut inputs = inputs;
+            let mut first = 0usize;
+            loop {
+                let batch: Vec<T::Input> = inputs.by_ref().take(chunk).collect();
+                if batch.is_empty() {
+                    break;
+                }
+                let count = batch.len();
+                submitter.submit_chunk::<T>(first, batch, &sender);
+                first += count;
+                tokio::task::yield_now().await;
+            }
+            let _ = total_tx.send(first);
+        });
+        MapStream {
+            receiver,
+            total,
+            expected: None,
+            yielded: 0,
+            ordered,
+            next: 0,
+            waiting: BTreeMap::new(),
+            seen: Vec::new(),
+        }
+    }
+
+    /// Submits inputs `first..` as one task; their outputs go to `sink`.
+    fn submit_chunk<T: Task>(
+        &self,
+        first: usize,
+        inputs: Vec<T::Input>,
+        sink: &mpsc::UnboundedSender<Item<T::Output>>,
+    ) {
+        let count = inputs.len();
+        let payload = match encode_call::<T>(&inputs) {
+            Ok(payload) if payload.len() <= MAX_FUNCTION_BYTES => payload,
+            Ok(payload) if count > 1 => {
+                // Too big together: halves, until each fits or is one input.
+                let mut inputs = inputs;
+                let rest = inputs.split_off(count / 2);
+                self.submit_chunk::<T>(first, inputs, sink);
+                self.submit_chunk::<T>(first + count / 2, rest, sink);
+                let _ = payload;
+                return;
+            }
+            Ok(payload) => {
+                let _ = sink.send((first, Err(too_large(payload.len()))));
+                return;
+            }
+            Err(error) => {
+                for index in first..first + count {
+                    let _ = sink.send((
+                        index,
+                        Err(TaskError::InvalidData {
+                            message: error.to_string(),
+                        }),
+                    ));
+                }
+                return;
+            }
+        };
+        // Kept to retry an input that panicked, alone, while retries are left.
+        let retry = (self.options.retries > 0 && count > 1).then(|| {
+            (
+                self.clone(),
+                inputs.into_iter().map(Some).collect::<Vec<_>>(),
+            )
+        });
+        let sink = sink.clone();
+        let waiter: Waiter = Box::new(move |record| {
+            let answers = record.and_then(|record| answers::<T::Output>(&record));
+            let answers = match answers {
+                Ok(answers) if answers.len() == count => answers,
+                Ok(answers) => {
+                    let message = format!("{count} inputs answered with {}", answers.len());
+                    for index in first..first + count {
+                        let error = TaskError::InvalidData {
+                            message: message.clone(),
+                        };
+                        let _ = sink.send((index, Err(error)));
+                    }
+                    drop(answers);
+                    return;
+                }
+                Err(error) => {
+                    for index in first..first + count {
+                        let _ = sink.send((index, Err(error.clone())));
+                    }
+                    return;
+                }
+            };
+            let mut retry = retry;
+            for (offset, answer) in answers.into_iter().enumerate() {
+                let index = first + offset;
+                match answer {
+                    Answer::Returned(output) => {
+                        let _ = sink.send((index, Ok(output)));
+                    }
+                    Answer::Panicked(message) => {
+                        match retry
+                            .as_mut()
+                            .and_then(|(s, inputs)| Some((s, inputs[offset].take()?)))
+                        {
+                            Some((submitter, input)) => {
+                                submitter.retry_alone::<T>(index, input, &sink)
+                            }
+                            None => {
+                                let _ = sink.send((index, Err(TaskError::Panicked { message })));
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        self.pilot
+            .send(self.pilot.job(payload, &self.options), waiter);
+    }
+
+    /// One input of a chunk again, as a task of its own with one retry fewer.
+    fn retry_alone<T: Task>(
+        &self,
+        index: usize,
+        input: T::Input,
+        sink: &mpsc::UnboundedSender<Item<T::Output>>,
+    ) {
+        let options = TaskOptions {
+            retries: self.options.retries - 1,
+            ..self.options.clone()
+        };
+        let handle = Submitter {
+            pilot: self.pilot.clone(),
+            options,
+        }
+        .submit::<T>(input);
+        let sink = sink.clone();
+        tokio::spawn(async move {
+            let _ = sink.send((index, handle.await));
+        });
+    }
+}
+
+fn too_large(bytes: usize) -> TaskError {
+    TaskError::InvalidData {
+        message: format!(
+            "a call of {bytes} bytes is larger than a task's payload may be ({MAX_FUNCTION_BYTES})"
+        ),
+    }
+}
+
+/// One input's outcome, by index.
+type Item<O> = (usize, Result<O, TaskError>);
+
+/// A future of one task's output.
+#[derive(Debug)]
+pub struct TaskHandle<O> {
+    receiver: oneshot::Receiver<Result<O, TaskError>>,
+}
+
+impl<O> Future for TaskHandle<O> {
+    type Output = Result<O, TaskError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.receiver).poll(cx).map(|received| {
+            received.unwrap_or_else(|_| {
+                Err(TaskError::PilotGone {
+                    reason: "the driver stopped waiting for results".to_owned(),
+                })
+            })
+        })
+    }
+}
+
+/// The outputs of a `map`: `(index, output)` pairs, in input order for
+/// [`Submitter::map`], as they come for [`Submitter::map_unordered`]. A `Stream`;
+/// [`MapStream::next`] needs no extra crate.
+#[derive(Debug)]
+pub struct MapStream<O> {
+    receiver: mpsc::UnboundedReceiver<Item<O>>,
+    total: oneshot::Receiver<usize>,
+    expected: Option<usize>,
+    yielded: usize,
+    ordered: bool,
+    next: usize,
+    waiting: BTreeMap<usize, Result<O, TaskError>>,
+    /// Unordered: which indices were yielded (to name the missing ones if the pilot
+    /// goes away).
+    seen: Vec<bool>,
+}
+
+impl<O> MapStream<O> {
+    /// The next output, or `None` after the last.
+    pub async fn next(&mut self) -> Option<(usize, Result<O, TaskError>)> {
+        std::future::poll_fn(|cx| self.poll_item(cx)).await
+    }
+
+    /// Every output, in the stream's order.
+    pub async fn collect(mut self) -> Vec<(usize, Result<O, TaskError>)> {
+        let mut all = Vec::new();
+        while let Some(item) = self.next().await {
+            all.push(item);
+        }
+        all
+    }
+
+    fn poll_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<Item<O>>> {
+        loop {
+            if self.expected.is_none()
+                && let Poll::Ready(total) = Pin::new(&mut self.total).poll(cx)
+            {
+                self.expected = Some(total.unwrap_or(self.yielded));
+            }
+            if self.expected.is_some_and(|total| self.yielded >= total) {
+                return Poll::Ready(None);
+            }
+            if self.ordered
+                && let Some(result) = self.waiting.remove(&self.next)
+            {
+                let item = (self.next, result);
+                self.next += 1;
+                self.yielded += 1;
+                return Poll::Ready(Some(item));
+            }
+            match self.receiver.poll_recv(cx) {
+                Poll::Ready(Some((index, result))) => {
+                    if self.ordered {
+                        self.waiting.insert(index, result);
+                        continue;
+                    }
+                    if self.seen.len() <= index {
+                        self.seen.resize(index + 1, false);
+                    }
+                    self.seen[index] = true;
+                    self.yielded += 1;
+                    return Poll::Ready(Some((index, result)));
+                }
+                // Every sender gone before every output came: the pilot went away.
+                // Each missing input gets an error, once.
+                Poll::Ready(None) => {
+                    if self.expected.is_some_and(|total| self.yielded < total) {
+                        let index = if self.ordered {
+                            self.next
+                        } else {
+                            while self.seen.get(self.next).copied().unwrap_or(false) {
+                                self.next += 1;
+                            }
+                            self.next
+                        };
+                        self.yielded += 1;
+                        self.next += 1;
+                        return Poll::Ready(Some((
+                            index,
+                            Err(TaskError::PilotGone {
+                                reason: "results stopped coming".to_owned(),
+                            }),
+                        )));
+                    }
+                    if self.expected.is_none() {
+                        return Poll::Pending;
+                    }
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl<O> futures_core::Stream for MapStream<O>
+where
+    O: Unpin,
+{
+    type Item = (usize, Result<O, TaskError>);
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_item(cx)
+    }
+}

@@ -1,0 +1,311 @@
+//! A Saker application for the API's tests: one binary that is driver, agent and
+//! worker, with a scenario per first argument. Each scenario checks what it can see
+//! as a driver and prints `ok …` on success; the tests in `tests/` check the rest
+//! (exit codes, what they did to the pilot meanwhile).
+//!
+//! `SAKER_TESTAPP_V2=1` registers a different `square` (another input type), as a
+//! newer build of the program would; `SAKER_TESTAPP_EXTRA=1` registers a task the
+//! pilot's workers (started without it) do not have.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use saker::{App, Task, TaskError, TaskOptions};
+
+struct Square;
+impl Task for Square {
+    const NAME: &'static str = "square";
+    type Input = u64;
+    type Output = u64;
+    async fn run(x: u64) -> u64 {
+        x * x
+    }
+}
+
+/// `square` as a later version of the program has it.
+struct SquareV2;
+impl Task for SquareV2 {
+    const NAME: &'static str = "square";
+    type Input = String;
+    type Output = u64;
+    async fn run(x: String) -> u64 {
+        x.len() as u64
+    }
+}
+
+/// Panics on odd inputs.
+struct Boom;
+impl Task for Boom {
+    const NAME: &'static str = "boom";
+    type Input = u64;
+    type Output = u64;
+    async fn run(x: u64) -> u64 {
+        assert!(x.is_multiple_of(2), "odd input {x}");
+        x
+    }
+}
+
+/// Panics unless its marker file exists, which it creates: fails once per path.
+struct FailsOnce;
+impl Task for FailsOnce {
+    const NAME: &'static str = "fails-once";
+    type Input = String;
+    type Output = String;
+    async fn run(path: String) -> String {
+        if std::fs::metadata(&path).is_err() {
+            std::fs::write(&path, b"tried").expect("the marker is written");
+            panic!("first try of {path}");
+        }
+        path
+    }
+}
+
+/// Sleeps the given milliseconds (async), then tells where it ran.
+struct Nap;
+impl Task for Nap {
+    const NAME: &'static str = "nap";
+    type Input = u64;
+    type Output = (String, u64);
+    async fn run(millis: u64) -> (String, u64) {
+        tokio::time::sleep(Duration::from_millis(millis)).await;
+        (std::env::var("SAKER_NODE").unwrap_or_default(), millis)
+    }
+}
+
+/// A record with strings and vectors, to round-trip a derived type.
+#[derive(
+    Debug, Clone, PartialEq, saker::rkyv::Archive, saker::rkyv::Serialize, saker::rkyv::Deserialize,
+)]
+#[rkyv(crate = saker::rkyv)]
+struct Sample {
+    name: String,
+    values: Vec<f64>,
+    weight: Option<u32>,
+}
+
+struct Stats;
+impl Task for Stats {
+    const NAME: &'static str = "stats";
+    type Input = Sample;
+    type Output = (String, f64, usize);
+    async fn run(sample: Sample) -> (String, f64, usize) {
+        let sum: f64 = sample.values.iter().sum();
+        let weight = f64::from(sample.weight.unwrap_or(1));
+        (
+            sample.name.to_uppercase(),
+            sum * weight,
+            sample.values.len(),
+        )
+    }
+}
+
+/// Registered only with `SAKER_TESTAPP_EXTRA`.
+struct Extra;
+impl Task for Extra {
+    const NAME: &'static str = "extra";
+    type Input = u64;
+    type Output = u64;
+    async fn run(x: u64) -> u64 {
+        x
+    }
+}
+
+fn main() -> ExitCode {
+    let mut app = App::new().agents(2).slots(2);
+    app = if std::env::var_os("SAKER_TESTAPP_V2").is_some() {
+        app.task::<SquareV2>()
+    } else {
+        app.task::<Square>()
+    };
+    if std::env::var_os("SAKER_TESTAPP_EXTRA").is_some() {
+        app = app.task::<Extra>();
+    }
+    let app = app
+        .task::<Boom>()
+        .task::<FailsOnce>()
+        .task::<Nap>()
+        .task::<Stats>();
+    let args: Vec<String> = app
+        .args()
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    app.run(move |pilot| async move { scenario(pilot, &args).await })
+}
+
+fn check(condition: bool, what: impl std::fmt::Display) -> Result<(), String> {
+    if condition {
+        Ok(())
+    } else {
+        Err(format!("check failed: {what}"))
+    }
+}
+
+async fn scenario(pilot: saker::Pilot, args: &[String]) -> Result<(), String> {
+    let name = args.first().map(String::as_str).unwrap_or("");
+    match name {
+        "round-trip" => round_trip(&pilot).await,
+        "failures" => failures(&pilot, args.get(1).map(String::as_str).unwrap_or("/tmp")).await,
+        "v2" => {
+            let error = pilot.submit::<SquareV2>("abc".into()).await;
+            println!("{error:?}");
+            check(
+                matches!(error, Err(TaskError::TypeMismatch { .. })),
+                "a type mismatch",
+            )
+            .map(|()| println!("ok type mismatch"))
+        }
+        "extra" => {
+            let error = pilot.submit::<Extra>(1).await;
+            println!("{error:?}");
+            check(
+                matches!(error, Err(TaskError::UnknownTask { .. })),
+                "an unknown task",
+            )
+            .map(|()| println!("ok unknown task"))
+        }
+        "naps" => {
+            // Slow enough that an agent killed meanwhile holds some of them.
+            let count: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(40);
+            let millis: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(300);
+            let options = TaskOptions::new().chunk(1);
+            let mut naps = pilot
+                .with(options)
+                .map::<Nap, _>(vec![millis; count as usize]);
+            let mut nodes = std::collections::BTreeSet::new();
+            let mut next = 0;
+            while let Some((index, result)) = naps.next().await {
+                check(index == next, format!("index {index} in order"))?;
+                let (node, slept) = result.map_err(|e| e.to_string())?;
+                check(slept == millis, "the input came back")?;
+                nodes.insert(node);
+                next += 1;
+                println!("done {index}");
+            }
+            check(next == count as usize, "every nap")?;
+            println!("ok {count} naps on nodes {nodes:?}");
+            Ok(())
+        }
+        other => Err(format!("unknown scenario {other:?}")),
+    }
+}
+
+async fn round_trip(pilot: &saker::Pilot) -> Result<(), String> {
+    let nine = pilot.submit::<Square>(3).await.map_err(|e| e.to_string())?;
+    check(nine == 9, "3² = 9")?;
+    // Many single calls, batched into few requests.
+    let handles: Vec<_> = (0..500u64).map(|x| pilot.submit::<Square>(x)).collect();
+    for (x, handle) in handles.into_iter().enumerate() {
+        let square = handle.await.map_err(|e| e.to_string())?;
+        check(square == (x as u64) * (x as u64), format!("{x}²"))?;
+    }
+    // Ordered map over chunks of varying fill.
+    let outputs = pilot
+        .with(TaskOptions::new().chunk(7))
+        .map::<Square, _>(0..1000u64)
+        .collect()
+        .await;
+    check(outputs.len() == 1000, "1000 outputs")?;
+    for (position, (index, square)) in outputs.into_iter().enumerate() {
+        check(index == position, "in input order")?;
+        let square = square.map_err(|e| e.to_string())?;
+        check(square == (index as u64).pow(2), format!("{index}²"))?;
+    }
+    // Unordered: every index once.
+    let mut seen = vec![false; 3000];
+    let mut unordered = pilot.map_unordered::<Square, _>(0..3000u64);
+    while let Some((index, square)) = unordered.next().await {
+        check(!seen[index], format!("{index} once"))?;
+        seen[index] = true;
+        check(
+            square.map_err(|e| e.to_string())? == (index as u64).pow(2),
+            "square",
+        )?;
+    }
+    check(seen.iter().all(|s| *s), "every index")?;
+    // A derived record type.
+    let sample = Sample {
+        name: "mixed".into(),
+        values: vec![1.5, 2.5, 4.0],
+        weight: Some(2),
+    };
+    let (name, total, len) = pilot
+        .submit::<Stats>(sample)
+        .await
+        .map_err(|e| e.to_string())?;
+    check(name == "MIXED" && total == 16.0 && len == 3, "stats")?;
+    // An empty map ends at once.
+    check(
+        pilot
+            .map::<Square, _>(Vec::new())
+            .collect()
+            .await
+            .is_empty(),
+        "empty map",
+    )?;
+    println!("ok round trip");
+    Ok(())
+}
+
+async fn failures(pilot: &saker::Pilot, scratch: &str) -> Result<(), String> {
+    // A panic is a failed task with its message.
+    match pilot.submit::<Boom>(3).await {
+        Err(TaskError::Panicked { message }) => check(message.contains("odd input 3"), &message)?,
+        other => return Err(format!("expected a panic, got {other:?}")),
+    }
+    // In a map, one panicking input costs only itself.
+    let outputs = pilot
+        .with(TaskOptions::new().chunk(10))
+        .map::<Boom, _>(0..10u64)
+        .collect()
+        .await;
+    for (index, output) in outputs {
+        match (index % 2, output) {
+            (0, Ok(x)) => check(x == index as u64, "even returns")?,
+            (1, Err(TaskError::Panicked { message })) => {
+                check(message.contains(&format!("odd input {index}")), &message)?
+            }
+            (_, other) => return Err(format!("input {index}: {other:?}")),
+        }
+    }
+    // With retries, a panic is tried again: alone, and inside a chunk.
+    let once = format!("{scratch}/single");
+    let retried = pilot
+        .with(TaskOptions::new().retries(1))
+        .submit::<FailsOnce>(once.clone())
+        .await;
+    check(
+        retried.as_ref() == Ok(&once),
+        format!("retried alone: {retried:?}"),
+    )?;
+    let paths: Vec<String> = (0..4).map(|i| format!("{scratch}/chunk-{i}")).collect();
+    let outputs = pilot
+        .with(TaskOptions::new().retries(1).chunk(4))
+        .map::<FailsOnce, _>(paths.clone())
+        .collect()
+        .await;
+    for ((index, output), path) in outputs.into_iter().zip(&paths) {
+        check(
+            output.as_ref() == Ok(path),
+            format!("chunk input {index}: {output:?}"),
+        )?;
+    }
+    // Without retries a panic stays a failure.
+    let never = pilot.submit::<FailsOnce>(format!("{scratch}/never")).await;
+    check(
+        matches!(never, Err(TaskError::Panicked { .. })),
+        format!("{never:?}"),
+    )?;
+    // A time limit fails the task with the pilot's reason.
+    let limited = pilot
+        .with(TaskOptions::new().time_limit(Duration::from_millis(300)))
+        .submit::<Nap>(30_000)
+        .await;
+    match limited {
+        Err(TaskError::Failed { reason }) => check(reason.contains("time limit"), &reason)?,
+        other => return Err(format!("expected a time limit, got {other:?}")),
+    }
+    println!("ok failures");
+    Ok(())
+}

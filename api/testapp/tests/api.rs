@@ -1,0 +1,224 @@
+//! The Rust API end to end: the test application (`src/main.rs`) run as its users
+//! run theirs — alone (an embedded pilot of its own binary), under `saker run --app`,
+//! and against a `saker pilot` whose workers are a different build of it — with
+//! agents killed under it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn testapp() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_saker-testapp"));
+    command.env_remove("SAKER_PILOT_DIR");
+    command
+}
+
+/// The `saker` binary: `SAKER_BIN` (the release build, in CI), else the one built
+/// beside this test's application.
+fn saker_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("SAKER_BIN") {
+        return PathBuf::from(bin);
+    }
+    let beside = Path::new(env!("CARGO_BIN_EXE_saker-testapp")).with_file_name("saker");
+    assert!(
+        beside.exists(),
+        "{} is not built: build the workspace (or set SAKER_BIN)",
+        beside.display()
+    );
+    beside
+}
+
+fn saker() -> Command {
+    let mut command = Command::new(saker_bin());
+    command.env_remove("SAKER_DIR");
+    command
+}
+
+fn output(command: &mut Command) -> Output {
+    let output = command.output().expect("the program runs");
+    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    output
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Polls `done` every 20 ms until it holds, failing after `timeout`.
+fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A `saker pilot` whose workers of kind `rust` are the test application; shut down
+/// (and killed) when dropped.
+struct ServicePilot {
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl ServicePilot {
+    fn start(agents: u32) -> ServicePilot {
+        let dir = tempfile::tempdir().unwrap();
+        let child = saker()
+            .args(["pilot", "--agents", &agents.to_string()])
+            .args(["--slots", &agents.to_string(), "--fanout", "2"])
+            .args(["--heartbeat-interval", "200ms", "--heartbeat-timeout", "1s"])
+            .arg("--worker")
+            .arg(format!("rust={}", env!("CARGO_BIN_EXE_saker-testapp")))
+            .arg("--dir")
+            .arg(dir.path().join("pilot"))
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pilot = ServicePilot { dir, child };
+        wait_for(
+            "the pilot's client endpoint",
+            Duration::from_secs(30),
+            || pilot.path().join("client.json").exists(),
+        );
+        pilot
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().join("pilot")
+    }
+
+    fn status(&self) -> String {
+        stdout(&output(saker().args(["status", "--dir"]).arg(self.path())))
+    }
+}
+
+impl Drop for ServicePilot {
+    fn drop(&mut self) {
+        let _ = saker()
+            .args(["shutdown", "--dir"])
+            .arg(self.path())
+            .output();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn typed_tasks_round_trip_on_an_embedded_pilot() {
+    let done = output(testapp().arg("round-trip"));
+    assert!(done.status.success(), "{}", stdout(&done));
+    assert!(stdout(&done).contains("ok round trip"));
+}
+
+#[test]
+fn panics_retries_and_time_limits_come_back_typed() {
+    let scratch = tempfile::tempdir().unwrap();
+    let done = output(testapp().arg("failures").arg(scratch.path()));
+    assert!(done.status.success(), "{}", stdout(&done));
+    assert!(stdout(&done).contains("ok failures"));
+}
+
+#[test]
+fn saker_run_app_drives_the_pilot_it_starts_and_exits_with_the_app() {
+    let done = output(
+        saker()
+            .args(["run", "--agents", "2", "--app"])
+            .arg(env!("CARGO_BIN_EXE_saker-testapp"))
+            .args(["--", "round-trip"]),
+    );
+    assert!(done.status.success());
+    assert!(stdout(&done).contains("ok round trip"));
+    // The app's failure is the run's.
+    let failed = output(
+        saker()
+            .args(["run", "--app"])
+            .arg(env!("CARGO_BIN_EXE_saker-testapp"))
+            .args(["--", "no-such-scenario"]),
+    );
+    assert_eq!(failed.status.code(), Some(1));
+}
+
+/// A driver built differently from the pilot's workers: a changed type is refused
+/// with a typed error naming the task, never read as the wrong type; a task the
+/// workers lack is refused as unknown.
+#[test]
+fn a_driver_and_workers_of_different_builds_get_typed_refusals() {
+    let pilot = ServicePilot::start(1);
+    let mismatch = output(
+        testapp()
+            .env("SAKER_TESTAPP_V2", "1")
+            .arg("--pilot-dir")
+            .arg(pilot.path())
+            .arg("v2"),
+    );
+    assert!(mismatch.status.success(), "{}", stdout(&mismatch));
+    assert!(stdout(&mismatch).contains("different versions"));
+    let unknown = output(
+        testapp()
+            .env("SAKER_TESTAPP_EXTRA", "1")
+            .arg("--pilot-dir")
+            .arg(pilot.path())
+            .arg("extra"),
+    );
+    assert!(unknown.status.success(), "{}", stdout(&unknown));
+    assert!(
+        stdout(&unknown).contains("no task named"),
+        "{}",
+        stdout(&unknown)
+    );
+}
+
+fn agent_pid(dir: &Path, node: u32) -> Option<u32> {
+    let pattern = format!("agent --dir {} --node {node} ", dir.display());
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid = entry.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            cmdline.contains(&pattern).then_some(pid)
+        })
+}
+
+/// SIGKILL of an agent while typed tasks run on it: they are replayed on the others,
+/// and the driver gets every output once, in order, none lost.
+#[test]
+fn typed_tasks_of_a_killed_agent_are_replayed_elsewhere() {
+    let pilot = ServicePilot::start(3);
+    let mut driver = testapp()
+        .arg("--pilot-dir")
+        .arg(pilot.path())
+        .args(["naps", "30", "400"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
+    // Once work flows, kill node 1's agent mid-task.
+    let first = lines.next().expect("a line").unwrap();
+    assert!(first.starts_with("done"), "{first}");
+    let victim = agent_pid(&pilot.path(), 1).expect("node 1's agent runs");
+    let killed = Command::new("kill")
+        .args(["-KILL", &victim.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let rest: Vec<String> = lines.map(|line| line.unwrap()).collect();
+    let status = driver.wait().unwrap();
+    assert!(status.success(), "{rest:?}");
+    let last = rest.last().expect("a summary");
+    assert!(last.starts_with("ok 30 naps"), "{last}");
+    let summary = pilot.status();
+    let replayed: u64 = summary
+        .split_whitespace()
+        .skip_while(|word| *word != "replayed")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("a replay count");
+    assert!(replayed >= 1, "{summary}");
+}
