@@ -24,6 +24,7 @@ pub struct TaskOptions {
     pub(crate) tags: Vec<String>,
     pub(crate) idempotent: bool,
     pub(crate) chunk: Option<usize>,
+    pub(crate) node: Option<u32>,
 }
 
 impl Default for TaskOptions {
@@ -38,6 +39,7 @@ impl Default for TaskOptions {
             tags: Vec::new(),
             idempotent: false,
             chunk: None,
+            node: None,
         }
     }
 }
@@ -105,6 +107,13 @@ impl TaskOptions {
         self
     }
 
+    /// Runs each task on node `node` only (its id, as `saker status` lists nodes). A
+    /// queued task waits for its node while the node is away.
+    pub fn node(mut self, node: u32) -> Self {
+        self.node = Some(node);
+        self
+    }
+
     pub(crate) fn apply(&self, spec: &mut TaskSpec) {
         spec.cores = self.cores;
         spec.gpus = self.gpus;
@@ -114,5 +123,6 @@ impl TaskOptions {
         spec.time_limit = self.time_limit;
         spec.tags = self.tags.clone();
         spec.idempotent = self.idempotent;
+        spec.node = self.node;
     }
 }

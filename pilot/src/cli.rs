@@ -243,6 +243,10 @@ pub struct TaskArgs {
     /// the first result wins.
     #[arg(long)]
     pub idempotent: bool,
+    /// Run every task on this node only (its id, as `saker status` lists nodes); a
+    /// queued task waits for its node while the node is away.
+    #[arg(long, value_name = "ID")]
+    pub node: Option<u32>,
     #[command(flatten)]
     pub hpc: HpcArgs,
     /// A task file: one command per line, or JSON task specs, one per line.

@@ -18,6 +18,7 @@ pub fn defaults_from(args: &TaskArgs) -> Result<SpecDefaults> {
         cwd: args.cwd.clone(),
         tags: args.tags.clone(),
         idempotent: args.idempotent,
+        node: args.node,
         hpc: HpcOptions {
             nodes: args.hpc.nodes,
             ranks_per_node: args.hpc.ranks_per_node,

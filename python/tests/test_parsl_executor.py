@@ -261,7 +261,8 @@ def test_priority_order_as_with_htex(saker_bin, tmp_path):
     # queued at the root: the node's slot and prefetch window are then full, so the
     # prioritized tasks submitted next all wait at the root, which orders them.
     # (Requests on one connection are handled in order: a status after a submit sees
-    # whether that submit was dispatched at once.)
+    # whether that submit was dispatched at once.) Blockers last 2 s, so that none ends
+    # and frees the slot while the loop still submits on a loaded machine.
     executor = SakerExecutor(label="prio", slots=1, saker_bin=saker_bin)
     executor.run_dir = str(tmp_path)
     executor.start()
@@ -269,7 +270,7 @@ def test_priority_order_as_with_htex(saker_bin, tmp_path):
         blockers = []
         while not blockers or executor.pilot.status()["queued"] == 0:
             assert len(blockers) < 10, "the node took every blocker"
-            blockers.append(executor.submit(start_time, {}, 0.5))
+            blockers.append(executor.submit(start_time, {}, 2.0))
         queued = {name: executor.submit(start_time, spec, 0.15) for name, spec in [
             ("p5", {"priority": 5}), ("none", {}), ("p1", {"priority": 1}),
             ("p7", {"priority": 7}), ("p3", {"priority": 3})]}

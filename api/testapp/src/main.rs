@@ -187,8 +187,39 @@ async fn scenario(pilot: saker::Pilot, args: &[String]) -> Result<(), String> {
             println!("ok {count} naps on nodes {nodes:?}");
             Ok(())
         }
+        "pinned" => pinned(&pilot).await,
         other => Err(format!("unknown scenario {other:?}")),
     }
+}
+
+/// Tasks placed on a given node run there, whatever the other node has free; a node
+/// the pilot cannot have is refused at submission.
+async fn pinned(pilot: &saker::Pilot) -> Result<(), String> {
+    for node in [1u32, 0] {
+        let outputs = pilot
+            .with(TaskOptions::new().node(node).chunk(1))
+            .map_unordered::<Nap, _>(vec![20u64; 8])
+            .collect()
+            .await;
+        check(outputs.len() == 8, "eight naps")?;
+        for (_, output) in outputs {
+            let (ran_on, _) = output.map_err(|e| e.to_string())?;
+            check(
+                ran_on == node.to_string(),
+                format!("ran on {ran_on}, not {node}"),
+            )?;
+        }
+    }
+    match pilot
+        .with(TaskOptions::new().node(7))
+        .submit::<Nap>(1)
+        .await
+    {
+        Err(TaskError::Failed { reason }) => check(reason.contains("node 7"), &reason)?,
+        other => return Err(format!("node 7 accepted: {other:?}")),
+    }
+    println!("ok pinned");
+    Ok(())
 }
 
 async fn round_trip(pilot: &saker::Pilot) -> Result<(), String> {

@@ -116,6 +116,13 @@ fn typed_tasks_round_trip_on_an_embedded_pilot() {
 }
 
 #[test]
+fn tasks_placed_on_a_node_run_there_and_a_missing_node_is_refused() {
+    let done = output(testapp().arg("pinned"));
+    assert!(done.status.success(), "{}", stdout(&done));
+    assert!(stdout(&done).contains("ok pinned"));
+}
+
+#[test]
 fn panics_retries_and_time_limits_come_back_typed() {
     let scratch = tempfile::tempdir().unwrap();
     let done = output(testapp().arg("failures").arg(scratch.path()));

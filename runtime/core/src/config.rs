@@ -1,5 +1,6 @@
 //! Configuration of the core and of one job submission.
 
+use crate::ids::NodeId;
 use crate::resources::{ResourceKind, Resources};
 
 /// Exponential backoff before a failed task is retried: the `n`-th retry of a task
@@ -119,6 +120,13 @@ pub enum Placement {
     Gang {
         /// Nodes per task.
         nodes: u32,
+    },
+    /// Each task on `node` only, needing [`JobSpec::resources`] there. Queued tasks
+    /// wait for that node (while it is lost, until it registers again); they are
+    /// never speculated elsewhere.
+    Node {
+        /// The node.
+        node: NodeId,
     },
 }
 

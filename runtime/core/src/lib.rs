@@ -64,7 +64,9 @@
 //! * **Resources**: a task ([`JobSpec::resources`], at least one core) runs only on a
 //!   node whose capacity it fits in every kind. Every kind is accounted; only cores
 //!   are enforced on the nodes today. A task runs on one node ([`Placement::Single`]),
-//!   or on a gang of distinct nodes at once ([`Placement::Gang`], below).
+//!   on one given node only ([`Placement::Node`]: that node takes it first, others
+//!   skip it, and it waits for its node while the node is away), or on a gang of
+//!   distinct nodes at once ([`Placement::Gang`], below).
 //! * **Gangs**: one attempt spans all member nodes; it is placed whole on nodes whose
 //!   free capacity (not only credit) covers its need, ends whole (a lost member
 //!   stops the others and replays the task), and is never speculated. The first gang

@@ -217,6 +217,18 @@ impl Nodes {
         record.place = Place::Idle;
     }
 
+    /// Puts a parked node back in the rotation (work only it may take was queued).
+    pub(crate) fn wake(&mut self, node: NodeId) {
+        let Some(record) = self.map.get_mut(&node) else {
+            return;
+        };
+        if record.place == Place::Parked {
+            unpark(&mut self.parked, record.capacity, record.credit, node);
+            record.place = Place::Rotation;
+            self.rotation.push_back((node, record.incarnation));
+        }
+    }
+
     /// Puts a set-aside node back in the rotation if it still has credit.
     pub(crate) fn restore(&mut self, node: NodeId) {
         let Some(record) = self.map.get_mut(&node) else {

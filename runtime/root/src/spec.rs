@@ -100,6 +100,10 @@ pub struct TaskSpec {
     /// HPC: what starts an MPI job's daemons: `agents` (default) or `srun`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launcher: Option<LauncherKind>,
+    /// Run every task on this node only (its id, as `saker status` lists nodes). A
+    /// queued task waits for its node while that node is away. Not with `nodes` > 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<u32>,
     /// Higher runs first among ready tasks.
     #[serde(default)]
     pub priority: i32,
@@ -212,6 +216,9 @@ impl TaskSpec {
         if self.nodes == 0 {
             return Err(SpecError::ZeroNodes);
         }
+        if self.node.is_some() && self.nodes > 1 {
+            return Err(SpecError::NodeWithNodes { nodes: self.nodes });
+        }
         self.layout()?;
         if let Some(name) = self
             .resources
@@ -275,6 +282,8 @@ pub struct SpecDefaults {
     pub time_limit: Option<Duration>,
     pub tags: Vec<String>,
     pub idempotent: bool,
+    /// Run on this node only (`--node`).
+    pub node: Option<u32>,
     /// HPC options (`--nodes`, `--ranks-per-node`, `--mpi`, …).
     pub hpc: HpcOptions,
 }
@@ -317,6 +326,7 @@ impl Default for SpecDefaults {
             time_limit: None,
             tags: Vec::new(),
             idempotent: false,
+            node: None,
             hpc: HpcOptions::default(),
         }
     }
@@ -341,6 +351,7 @@ impl SpecDefaults {
             exclusive: self.hpc.exclusive,
             mpi: self.hpc.mpi,
             launcher: self.hpc.launcher,
+            node: self.node,
             priority: self.priority,
             max_retries: self.max_retries,
             max_replays: self.max_replays,
@@ -425,6 +436,8 @@ pub enum SpecError {
     ZeroCores,
     #[error("nodes must be at least 1")]
     ZeroNodes,
+    #[error("node (run on one given node) and nodes = {nodes} (an HPC job) exclude each other")]
+    NodeWithNodes { nodes: u32 },
     #[error("unknown MPI {name:?}: use none, openmpi or mpich")]
     UnknownMpi { name: String },
     #[error("{field} must be at least 1")]

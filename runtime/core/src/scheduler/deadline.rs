@@ -38,7 +38,15 @@ impl Core {
             returned.extend(entries.returned);
         }
         for (priority, (fresh, returned)) in levels {
+            let jobs: Vec<JobId> = fresh
+                .iter()
+                .map(|range| range.job)
+                .chain(returned.iter().map(|task| task.job))
+                .collect();
             self.queue.restore(priority, fresh, returned);
+            for job in jobs {
+                self.wake_pinned(job);
+            }
         }
         if deadline.is_none() {
             return;

@@ -81,7 +81,7 @@ impl Core {
     /// Nodes per task if `job` is a gang.
     pub(super) fn gang_size(&self, job: JobId) -> Option<u32> {
         match self.shapes.placement(self.jobs[slot(job)].spec.shape) {
-            Placement::Single => None,
+            Placement::Single | Placement::Node { .. } => None,
             Placement::Gang { nodes } => Some(nodes),
         }
     }
@@ -426,6 +426,7 @@ impl Core {
             priority,
             ReturnedTask { task, job: job_id },
         );
+        self.wake_pinned(job_id);
         Disposition::Returned { task }
     }
 

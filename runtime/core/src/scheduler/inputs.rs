@@ -68,6 +68,7 @@ impl Core {
                 end: spec.count,
             },
         );
+        self.wake_pinned(job);
         Ok(SubmittedJob {
             job,
             first_task,
@@ -385,6 +386,7 @@ impl Core {
                 priority,
                 ReturnedTask { task, job: job_id },
             );
+            self.wake_pinned(job_id);
         }
     }
 
@@ -406,7 +408,7 @@ pub(super) fn check_spec(spec: &JobSpec) -> Result<(), SubmitError> {
         return Err(SubmitError::ZeroCores);
     }
     match spec.placement {
-        Placement::Single => Ok(()),
+        Placement::Single | Placement::Node { .. } => Ok(()),
         Placement::Gang { nodes: 0 } => Err(SubmitError::EmptyGang),
         Placement::Gang { .. } => Ok(()),
     }

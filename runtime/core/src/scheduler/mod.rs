@@ -132,6 +132,9 @@ pub struct Core {
     counts: Counts,
     /// Reused buffer for [`ReadyQueue::take`].
     scratch: Vec<Taken>,
+    /// Nodes that may have work pinned to them in the queue (set when such work is
+    /// queued, cleared when a look finds none): each takes its pinned work first.
+    pinned_waiting: std::collections::BTreeSet<NodeId>,
 }
 
 /// An event waiting to be polled. A cancelled queued range is kept as a range and
@@ -155,18 +158,38 @@ fn slot(job: JobId) -> usize {
     job.0 as usize - 1
 }
 
-/// What each task of every job needs, for the ready queue (which keeps needs per job,
-/// not per entry); `None` for gangs, which single-node dispatch skips. Only for ids
-/// from the core's own queue entries.
+/// What each task of every job needs on node `serving`, for the ready queue (which
+/// keeps needs per job, not per entry); `None` for gangs, which single-node dispatch
+/// skips, and for work pinned to another node. With `serving` unknown (a search by
+/// capacity only), pinned work counts for no node: its own node is woken when the
+/// work is queued ([`Core::wake_pinned`]). Only for ids from the core's own queue
+/// entries.
 fn needs<'a>(
     jobs: &'a [JobRecord],
     shapes: &'a Shapes,
+    serving: Option<NodeId>,
 ) -> impl Fn(JobId) -> Option<Resources> + Copy + 'a {
     move |job| {
         let shape = jobs[slot(job)].spec.shape;
         match shapes.placement(shape) {
             Placement::Single => Some(shapes.resources(shape)),
-            Placement::Gang { .. } => None,
+            Placement::Node { node } if serving == Some(node) => Some(shapes.resources(shape)),
+            Placement::Node { .. } | Placement::Gang { .. } => None,
+        }
+    }
+}
+
+/// What each task of the jobs pinned to `node` needs; `None` for every other job.
+fn pinned_to<'a>(
+    jobs: &'a [JobRecord],
+    shapes: &'a Shapes,
+    node: NodeId,
+) -> impl Fn(JobId) -> Option<Resources> + Copy + 'a {
+    move |job| {
+        let shape = jobs[slot(job)].spec.shape;
+        match shapes.placement(shape) {
+            Placement::Node { node: pinned } if pinned == node => Some(shapes.resources(shape)),
+            _ => None,
         }
     }
 }
@@ -193,6 +216,7 @@ impl Core {
             events: VecDeque::new(),
             counts: Counts::default(),
             scratch: Vec::new(),
+            pinned_waiting: std::collections::BTreeSet::new(),
         }
     }
 
@@ -376,6 +400,7 @@ impl Core {
                 priority,
                 ReturnedTask { task, job: job_id },
             );
+            self.wake_pinned(job_id);
         } else {
             job.shift(&mut self.counts, from, Bucket::Delayed, 1);
             record.phase = Phase::Delayed { not_before };
@@ -407,6 +432,16 @@ impl Core {
             priority,
             ReturnedTask { task, job: job_id },
         );
+        self.wake_pinned(job_id);
         Disposition::WillReplay { task }
+    }
+
+    /// Queued work of `job`, if pinned to a node, wakes that node when it is parked:
+    /// searches by capacity alone do not see pinned work ([`needs`]).
+    pub(super) fn wake_pinned(&mut self, job: JobId) {
+        if let Placement::Node { node } = self.shapes.placement(self.jobs[slot(job)].spec.shape) {
+            self.pinned_waiting.insert(node);
+            self.nodes.wake(node);
+        }
     }
 }

@@ -1,9 +1,10 @@
 //! The `poll_*` outputs of [`Core`].
 
-use super::{Core, PendingEvent, needs, slot};
+use super::{Core, PendingEvent, needs, pinned_to, slot};
 use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
 use crate::output::{Assignment, Dispatch, Event, TerminalState};
 use crate::queue::Taken;
+use crate::resources::Resources;
 use crate::task::{AttemptRecord, Bucket, Phase, TaskRecord};
 
 impl Core {
@@ -94,7 +95,7 @@ impl Core {
             let node = match self.nodes.next_in_rotation() {
                 Some(node) => node,
                 None => {
-                    let (queue, needs) = (&self.queue, needs(&self.jobs, &self.shapes));
+                    let (queue, needs) = (&self.queue, needs(&self.jobs, &self.shapes, None));
                     let Some(node) = self
                         .nodes
                         .unpark_one(|capacity| queue.need(capacity, needs))
@@ -113,18 +114,50 @@ impl Core {
                 .as_ref()
                 .filter(|held| held.holds(node));
             let used = match held {
-                None => self.queue.take(
-                    &record.capacity,
-                    record.credit,
-                    limit,
-                    needs(&self.jobs, &self.shapes),
-                    &mut taken,
-                ),
+                None => {
+                    // Work pinned here first: no other node can take it, and work
+                    // ahead of it that this node cannot fit now must not park the
+                    // node with it (nothing else would wake it).
+                    let pinned = self
+                        .pinned_waiting
+                        .contains(&node)
+                        .then(|| pinned_to(&self.jobs, &self.shapes, node));
+                    let mut used = Resources::ZERO;
+                    if let Some(pinned) = pinned {
+                        if self.queue.need(&record.capacity, pinned).is_none() {
+                            self.pinned_waiting.remove(&node);
+                        } else {
+                            used = self.queue.take(
+                                &record.capacity,
+                                record.credit,
+                                limit,
+                                pinned,
+                                &mut taken,
+                            );
+                        }
+                    }
+                    let left = limit.saturating_sub(taken_tasks(&taken));
+                    if left > 0
+                        && let Some(credit) = record.credit.checked_sub(used)
+                    {
+                        // Then what any node may take, seen as the search by capacity
+                        // sees it (pinned work hidden), or a node it unparked could
+                        // find nothing and be unparked again forever.
+                        used = used.saturating_add(self.queue.take(
+                            &record.capacity,
+                            credit,
+                            left,
+                            needs(&self.jobs, &self.shapes, None),
+                            &mut taken,
+                        ));
+                    }
+                    used
+                }
                 Some(held) => {
                     // Held for a gang: only what it has free (no prefetch), and only
                     // work that the reservation admits.
                     let (jobs, shapes, now) = (&self.jobs, &self.shapes, self.now);
-                    let all = needs(jobs, shapes);
+                    let all = needs(jobs, shapes, Some(node));
                     let admitted = move |job: JobId| {
                         let spec = &jobs[slot(job)].spec;
                         all(job)
@@ -238,4 +271,15 @@ impl Core {
         }
         assignments
     }
+}
+
+/// Tasks in what a queue take returned.
+fn taken_tasks(taken: &[Taken]) -> usize {
+    taken
+        .iter()
+        .map(|taken| match *taken {
+            Taken::Returned(_) => 1,
+            Taken::Fresh { start, end, .. } => (end - start) as usize,
+        })
+        .sum()
 }

@@ -107,6 +107,7 @@ impl Core {
             self.horizon
                 .push_returned(&mut self.queue, spec.priority, ReturnedTask { task, job });
         }
+        self.wake_pinned(job);
         if tail < spec.count {
             self.horizon.push_fresh(
                 &mut self.queue,

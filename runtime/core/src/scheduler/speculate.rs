@@ -180,7 +180,7 @@ impl Core {
                 .parked_capacities()
                 .filter(|capacity| {
                     self.queue
-                        .need(capacity, needs(&self.jobs, &self.shapes))
+                        .need(capacity, needs(&self.jobs, &self.shapes, None))
                         .is_some()
                 })
                 .collect()

@@ -12,6 +12,7 @@ mod gang_load;
 mod gangs;
 mod memory;
 mod nodes;
+mod pinned;
 mod resources;
 mod restore;
 mod speculation;

@@ -47,6 +47,10 @@ pub struct SimConfig {
     /// Probability that a job is speculative (0: none, and no draw, so runs without
     /// speculation stay as they were).
     pub speculative_fraction: f64,
+    /// Probability that a job is pinned to one node, drawn at random (0: none, and no
+    /// draw, so runs without pins stay as they were). Only in worlds without a mix of
+    /// node shapes, where every task fits every node.
+    pub pinned_fraction: f64,
     /// Jobs are spread over this many estimate classes (drawn only with speculative
     /// jobs). Each class scales the duration range by its number plus one, so classes
     /// differ.

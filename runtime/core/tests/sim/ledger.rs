@@ -95,6 +95,8 @@ struct JobEntry {
     time_limit: Option<u64>,
     class: u32,
     speculative: bool,
+    /// The node its tasks are pinned to, if any.
+    pinned: Option<NodeId>,
     cancelled: bool,
     finished_tasks: u32,
     job_finished: bool,
@@ -190,6 +192,10 @@ impl Ledger {
             time_limit: spec.time_limit,
             class: spec.class,
             speculative: spec.speculative,
+            pinned: match spec.placement {
+                saker_core::Placement::Node { node } => Some(node),
+                _ => None,
+            },
             cancelled: false,
             finished_tasks: 0,
             job_finished: false,
@@ -256,6 +262,9 @@ impl Ledger {
             );
             self.last_attempt = assignment.attempt.0;
             let job = self.jobs[assignment.job.0 as usize - 1];
+            if let Some(pinned) = job.pinned {
+                assert_eq!(node, pinned, "pinned work goes to its node only");
+            }
             assert_eq!(
                 assignment.task.0,
                 job.first_task.0 + u64::from(assignment.index),

@@ -73,6 +73,7 @@ fn small(seed: u64) -> SimConfig {
         deadline: None,
         speculation: Some(Speculation::default()),
         speculative_fraction: 0.0,
+        pinned_fraction: 0.0,
         classes: 1,
         slow_fraction: 0.0,
         slow_factor: 1,
@@ -216,6 +217,24 @@ fn small_runs_with_node_losses_keep_every_invariant() {
     }
 }
 
+/// Jobs pinned to one node among free ones, with crashes, partitions and rejoins: the
+/// ledger checks that every dispatch of pinned work goes to its node, and every task
+/// still ends once (a pinned task waits out its node's absence).
+#[test]
+fn pinned_work_among_node_losses_keeps_every_invariant() {
+    for seed in 1..=12 {
+        let config = SimConfig {
+            pinned_fraction: 0.3,
+            ..small(seed)
+        };
+        let summary = World::new(config).run();
+        assert_eq!(
+            summary.succeeded + summary.failed + summary.cancelled,
+            summary.tasks
+        );
+    }
+}
+
 /// Tasks that need GPUs, memory or a licence run only where they fit; the ledger
 /// checks at every dispatch that no node is sent more than its credit in any kind nor
 /// a task its capacity does not fit, and the agents that they never hold more than
@@ -356,6 +375,7 @@ fn ten_thousand_nodes_one_million_tasks() {
         deadline: None,
         speculation: Some(Speculation::default()),
         speculative_fraction: 0.0,
+        pinned_fraction: 0.0,
         classes: 1,
         slow_fraction: 0.0,
         slow_factor: 1,

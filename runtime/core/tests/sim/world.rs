@@ -305,10 +305,20 @@ impl World {
             } else {
                 (0, false)
             };
+            let placement = if self.config.pinned_fraction > 0.0
+                && self.config.mix.is_none()
+                && self.rng.random_bool(self.config.pinned_fraction)
+            {
+                Placement::Node {
+                    node: NodeId(self.rng.random_range(0..self.config.nodes)),
+                }
+            } else {
+                Placement::Single
+            };
             let spec = JobSpec {
                 count,
                 resources,
-                placement: Placement::Single,
+                placement,
                 priority: self.rng.random_range(0..3),
                 max_retries: self.config.max_retries,
                 max_replays: None,

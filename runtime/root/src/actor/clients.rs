@@ -480,6 +480,14 @@ impl RootState {
     /// Whether an HPC job can ever run on this pilot's nodes: no more nodes than it
     /// will have, and no more cores per node than the widest that joined.
     fn check_fits(&self, request: &JobRequest) -> Result<(), String> {
+        if let (Some(node), Some(most)) = (request.spec.node, self.max_nodes)
+            && node >= most
+        {
+            return Err(format!(
+                "it asks for node {node}; this pilot's nodes are 0 to {}",
+                most.saturating_sub(1)
+            ));
+        }
         let Ok(Some(layout)) = request.spec.layout() else {
             return Ok(());
         };
@@ -544,7 +552,15 @@ fn base_spec(request: &JobRequest, needs: Resources, widest_node: u32) -> JobSpe
                 },
             )
         }
-        _ => (needs, Placement::Single),
+        _ => match spec.node {
+            Some(node) => (
+                needs,
+                Placement::Node {
+                    node: saker_core::NodeId(node),
+                },
+            ),
+            None => (needs, Placement::Single),
+        },
     };
     JobSpec {
         count: request.task_count() as u32,
