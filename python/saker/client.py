@@ -128,7 +128,7 @@ class Result:
 # ------------------------------------------------------------------------- options
 
 _INT_OPTIONS = ("cores", "gpus", "memory_mib", "priority", "max_retries", "max_replays", "nodes",
-                "ranks_per_node", "ranks", "cores_per_rank")
+                "ranks_per_node", "ranks", "cores_per_rank", "node")
 #: What starts an HPC job's ranks (docs/hpc-jobs.md).
 _MPI_KINDS = ("none", "openmpi", "mpich")
 _COMMAND_OPTIONS = ("env", "cwd", "shell", "inline_output")

@@ -336,6 +336,12 @@ def test_options_are_checked_before_submitting(pilot: saker.Pilot) -> None:
     assert view.options(time_limit=30.5).submit("true").result(30).ok
 
 
+def test_a_task_placed_on_a_node_runs_there_and_a_missing_node_is_refused(pilot: saker.Pilot) -> None:
+    assert pilot.options(node=0).call(os.getenv, "SAKER_NODE").result(30) == "0"
+    with pytest.raises(saker.SpecError, match="node 64"):
+        pilot.options(node=64).call(os.getenv, "SAKER_NODE").result(30)
+
+
 def test_invalid_spec_fails_only_its_own_call(pilot: saker.Pilot) -> None:
     good: List[Any] = []
     bad: List[Any] = []
