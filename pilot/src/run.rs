@@ -63,6 +63,11 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         if args.task.file.is_some() || args.task.array.is_some() {
             anyhow::bail!("--app takes the program's arguments after `--`, not tasks");
         }
+        if let Some(flag) = task_flag_given(&args.task) {
+            anyhow::bail!(
+                "{flag} does not apply to an --app program's tasks: set it in the program (TaskOptions)"
+            );
+        }
         Vec::new()
     } else if args.resume && args.task.file.is_none() && args.task.command.is_empty() {
         Vec::new()
@@ -290,6 +295,33 @@ fn temporary_dir() -> PathBuf {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
     std::env::temp_dir().join(format!("saker-run-{}-{nanos}", std::process::id()))
+}
+
+/// The first task flag given, if any: with `--app` they would be silently ignored.
+fn task_flag_given(task: &crate::cli::TaskArgs) -> Option<&'static str> {
+    let hpc = &task.hpc;
+    [
+        (task.cores != 1, "--cores"),
+        (task.priority != 0, "--priority"),
+        (task.retries != 0, "--retries"),
+        (task.max_replays.is_some(), "--max-replays"),
+        (task.time_limit.is_some(), "--time-limit"),
+        (!task.env.is_empty(), "--env"),
+        (task.cwd.is_some(), "--cwd"),
+        (!task.tags.is_empty(), "--tag"),
+        (task.shell, "--shell"),
+        (task.idempotent, "--idempotent"),
+        (task.node.is_some(), "--node"),
+        (hpc.nodes != 1, "--nodes"),
+        (hpc.ranks_per_node.is_some(), "--ranks-per-node"),
+        (hpc.ranks.is_some(), "--ranks"),
+        (hpc.cores_per_rank.is_some(), "--cores-per-rank"),
+        (hpc.exclusive, "--exclusive"),
+        (hpc.mpi.is_some(), "--mpi"),
+        (hpc.launcher.is_some(), "--launcher"),
+    ]
+    .into_iter()
+    .find_map(|(given, flag)| given.then_some(flag))
 }
 
 /// Runs an `--app` program against the pilot until it exits (or the pilot stops).

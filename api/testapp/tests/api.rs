@@ -148,6 +148,15 @@ fn saker_run_app_drives_the_pilot_it_starts_and_exits_with_the_app() {
             .args(["--", "no-such-scenario"]),
     );
     assert_eq!(failed.status.code(), Some(1));
+    // Task flags would not reach typed tasks: refused, not ignored.
+    let refused = output(
+        saker()
+            .args(["run", "--cores", "2", "--app"])
+            .arg(env!("CARGO_BIN_EXE_saker-testapp"))
+            .args(["--", "round-trip"]),
+    );
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--cores does not apply"));
 }
 
 /// A driver built differently from the pilot's workers: a changed type is refused
