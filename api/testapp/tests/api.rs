@@ -189,17 +189,30 @@ fn a_driver_and_workers_of_different_builds_get_typed_refusals() {
     );
 }
 
+/// The agent of `node`: a worker it is starting shows the agent's command line until
+/// it execs, so a match whose parent matches too is skipped.
 fn agent_pid(dir: &Path, node: u32) -> Option<u32> {
     let pattern = format!("agent --dir {} --node {node} ", dir.display());
-    std::fs::read_dir("/proc")
+    let matching: Vec<(u32, Option<u32>)> = std::fs::read_dir("/proc")
         .ok()?
         .flatten()
-        .find_map(|entry| {
+        .filter_map(|entry| {
             let pid = entry.file_name().to_string_lossy().parse::<u32>().ok()?;
             let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
             let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            cmdline.contains(&pattern).then_some(pid)
+            cmdline.contains(&pattern).then(|| (pid, parent_pid(pid)))
         })
+        .collect();
+    matching
+        .iter()
+        .find(|(_, parent)| !matching.iter().any(|(pid, _)| Some(*pid) == *parent))
+        .map(|(pid, _)| *pid)
+}
+
+fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// SIGKILL of an agent while typed tasks run on it: they are replayed on the others,

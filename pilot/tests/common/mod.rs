@@ -44,8 +44,14 @@ pub fn results(dir: &Path) -> Vec<Value> {
 }
 
 /// Pid of the agent process for `node` of the pilot in `dir` (started by the pilot).
+///
+/// A task the agent is starting shows the agent's command line until it execs (it
+/// shares the agent's memory after `vfork`): a process whose parent matches too is such
+/// a child, not the agent. (Taking one for the agent once killed a task instead: it
+/// failed with signal 9 and the chaos test counted a failure.)
 pub fn agent_pid(dir: &Path, node: u32) -> Option<u32> {
     let pattern = format!("agent --dir {} --node {node} ", dir.display());
+    let mut matching = Vec::new();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
             continue;
@@ -53,10 +59,21 @@ pub fn agent_pid(dir: &Path, node: u32) -> Option<u32> {
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
         if cmdline.contains(&pattern) {
-            return Some(pid);
+            matching.push((pid, parent_pid(pid)));
         }
     }
-    None
+    matching
+        .iter()
+        .find(|(_, parent)| !matching.iter().any(|(pid, _)| Some(*pid) == *parent))
+        .map(|(pid, _)| *pid)
+}
+
+/// The parent of process `pid`, from `/proc/PID/stat` (the field after the command
+/// name, which may itself hold spaces and parentheses).
+pub fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Sends SIGKILL to process `pid`: no goodbye, whatever it runs is mid-flight.
