@@ -175,7 +175,7 @@ impl App {
                     ExitCode::FAILURE
                 }
                 Err(error) => {
-                    eprintln!("error: {}", crate::error_chain(&error));
+                    eprintln!("error: {}", saker_actors::error_chain(&error));
                     ExitCode::from(2)
                 }
             }

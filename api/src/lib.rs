@@ -66,15 +66,3 @@ pub use task::{CodecError, Data, Task};
 /// The rkyv this crate archives with: derive `Archive`, `Serialize` and `Deserialize`
 /// from it for task inputs and outputs.
 pub use rkyv;
-
-/// An error with its sources, on one line.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}

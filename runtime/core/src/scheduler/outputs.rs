@@ -198,14 +198,7 @@ impl Core {
 
     /// Creates one attempt per taken task on `node`.
     fn assign(&mut self, node: NodeId, taken: &[Taken]) -> Vec<Assignment> {
-        let total: usize = taken
-            .iter()
-            .map(|taken| match *taken {
-                Taken::Returned(_) => 1,
-                Taken::Fresh { start, end, .. } => (end - start) as usize,
-            })
-            .sum();
-        let mut assignments = Vec::with_capacity(total);
+        let mut assignments = Vec::with_capacity(taken_tasks(taken));
         for taken in taken {
             match *taken {
                 Taken::Returned(returned) => {
