@@ -165,14 +165,43 @@ else
 
   # The Rust API's examples, run as a user runs them: each starts an embedded pilot
   # whose agents and workers are its own binary.
+  # The parameter server also runs on three nodes of the Slurm cluster.
   rust_examples() {
-    local out
-    out=$(cargo run --release --quiet -p saker --example pi) || return 1
+    local out examples=$REPO/target/release/examples
+    cargo build --release --quiet -p saker --examples || return 1
+    out=$("$examples/pi") || return 1
     echo "$out"
     case "$out" in
       *"pi ~ 3.14"*) ;;
       *) log "the pi example printed no estimate of pi"; return 1 ;;
     esac
+    out=$("$examples/param_server") || return 1
+    echo "$out"
+    case "$out" in *converged*) ;; *) log "param_server did not converge"; return 1 ;; esac
+    out=$("$examples/pipeline") || return 1
+    echo "$out"
+    case "$out" in *"in order"*) ;; *) log "pipeline lost lines"; return 1 ;; esac
+    local job_dir job
+    job_dir=$(mktemp -d)
+    job=$(APP="$examples/param_server" SAKER="$REPO/target/release/saker" \
+      PILOT="$job_dir/pilot" sbatch --parsable --nodes=3 --output="$job_dir/log" \
+      "$REPO/sbatch-templates/app.sbatch") || return 1
+    job=${job%%;*}
+    local waited=0
+    while squeue -h -j "$job" 2>/dev/null | grep -q .; do
+      if [ "$waited" -ge 300 ]; then
+        scancel "$job"; log "param_server on Slurm: job $job still running after 300 s"
+        cat "$job_dir/log"; return 1
+      fi
+      sleep 1; waited=$((waited + 1))
+    done
+    out=$(cat "$job_dir/log")
+    echo "$out"
+    case "$out" in
+      *"3 workers on nodes {0, 1, 2}"*converged*) ;;
+      *) log "param_server on 3 Slurm nodes did not converge"; return 1 ;;
+    esac
+    rm -rf "$job_dir"
   }
   step 0 rust-examples rust_examples
 

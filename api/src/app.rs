@@ -19,14 +19,16 @@ use std::process::ExitCode;
 use saker_root::local::{Shape, ShapeRequest};
 use saker_root::{AgentCommand, Agents, PilotOptions};
 
+use crate::actor::Actor;
 use crate::error::Error;
+use crate::host::{ActorTypes, Host};
 use crate::link::Link;
 use crate::pilot::Pilot;
 use crate::task::Task;
 use crate::worker::Registry;
 
 /// The hidden first argument under which the binary is the `saker` command line.
-pub const CLI_ARGUMENT: &str = "__saker";
+pub const CLI_ARGUMENT: &str = saker_actors::self_exe::APP_PREFIX;
 /// The worker kind of an application's tasks unless [`App::kind`] says otherwise.
 pub const DEFAULT_KIND: &str = "rust";
 /// Where `saker run --app` and `saker pilot --app` tell the driver its pilot is.
@@ -36,6 +38,7 @@ pub use saker_root::client::PILOT_DIR_VAR;
 #[derive(Debug)]
 pub struct App {
     registry: Registry,
+    actors: ActorTypes,
     kind: String,
     pilot_dir: Option<PathBuf>,
     agents: Option<u32>,
@@ -70,6 +73,7 @@ impl App {
         }
         App {
             registry: Registry::default(),
+            actors: ActorTypes::default(),
             kind: DEFAULT_KIND.to_owned(),
             pilot_dir,
             agents: None,
@@ -81,6 +85,13 @@ impl App {
     /// Registers task type `T`: workers can run it and the driver can submit it.
     pub fn task<T: Task>(mut self) -> App {
         self.registry.add::<T>();
+        self
+    }
+
+    /// Registers actor type `A`: the application's agents can host it and anyone
+    /// with the pilot can spawn it.
+    pub fn actor<A: Actor>(mut self) -> App {
+        self.actors.add::<A>();
         self
     }
 
@@ -144,6 +155,8 @@ impl App {
     {
         if self.args.get(1).is_some_and(|a| a == CLI_ARGUMENT) {
             saker_actors::self_exe::set_prefix(CLI_ARGUMENT);
+            // As an agent, this binary hosts the application's actors.
+            saker_actors::actor_host::install(std::sync::Arc::new(Host::new(self.actors)));
             let mut args = self.args;
             args.remove(1);
             return saker_pilot::main_with(args);

@@ -32,6 +32,59 @@ pub enum TaskError {
     PilotGone { reason: String },
 }
 
+/// Why an actor call, cast, spawn or stop gave no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ActorError {
+    /// The actor's node was lost while the call was in flight, or no node runs it
+    /// now. The call may or may not have been handled (at most once).
+    #[error("the actor was lost: {message}")]
+    Lost { message: String },
+    /// The handler (or `on_start`) panicked; that life of the actor ended.
+    #[error("the actor panicked: {message}")]
+    Panicked { message: String },
+    /// No such actor: it was stopped, or ended without a restart.
+    #[error("{message}")]
+    Unknown { message: String },
+    /// The node's program has another type under the actor's name (another build),
+    /// or none.
+    #[error("{message}")]
+    TypeMismatch { message: String },
+    /// A message, reply or the spawn arguments did not validate as their type.
+    #[error("invalid data: {message}")]
+    InvalidData { message: String },
+    /// No node of the pilot can host actors: its agents are not this program.
+    #[error("{message}")]
+    NoHost { message: String },
+    /// The actor was stopped before it answered.
+    #[error("the actor was stopped: {message}")]
+    Stopped { message: String },
+    /// The pilot refused the request (a bad placement, shutting down).
+    #[error("the pilot refused: {message}")]
+    Refused { message: String },
+    /// The pilot could not be reached.
+    #[error("the pilot is gone: {reason}")]
+    PilotGone { reason: String },
+}
+
+impl ActorError {
+    /// The typed error for a pilot's refusal of an actor request.
+    pub(crate) fn from_request(error: saker_root::client::RequestError) -> ActorError {
+        use saker_root::client::ErrorKind;
+        let message = error.message;
+        match error.kind {
+            ErrorKind::ActorLost => ActorError::Lost { message },
+            ErrorKind::ActorPanicked => ActorError::Panicked { message },
+            ErrorKind::UnknownActor => ActorError::Unknown { message },
+            ErrorKind::ActorTypeMismatch => ActorError::TypeMismatch { message },
+            ErrorKind::ActorInvalidData => ActorError::InvalidData { message },
+            ErrorKind::NoActorHost => ActorError::NoHost { message },
+            ErrorKind::ActorStopped => ActorError::Stopped { message },
+            ErrorKind::Unavailable => ActorError::PilotGone { reason: message },
+            _ => ActorError::Refused { message },
+        }
+    }
+}
+
 /// Why a driver could not start, reach or use its pilot.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -47,8 +47,11 @@
 //! typed task does, a function task of kind `rust` does for any client.
 //! `docs/rust-api.md` is the guide.
 
+mod actor;
 mod app;
+mod context;
 mod error;
+mod host;
 mod link;
 mod options;
 mod pilot;
@@ -56,8 +59,10 @@ mod submit;
 mod task;
 mod worker;
 
+pub use actor::{Actor, ActorId, Placement, RemoteRef, Restart, Spawn, spawn};
 pub use app::{App, CLI_ARGUMENT, DEFAULT_KIND, PILOT_DIR_VAR};
-pub use error::{Error, TaskError};
+pub use error::{ActorError, Error, TaskError};
+pub use host::node;
 pub use options::TaskOptions;
 pub use pilot::Pilot;
 pub use submit::{MapStream, Submitter, TaskHandle};

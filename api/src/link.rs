@@ -14,7 +14,8 @@ use saker_root::results::ResultRecord;
 use saker_root::spec::JobRequest;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::error::Error;
+use crate::error::{ActorError, Error};
+use saker_root::client::actors::ActorSpawnRequest;
 
 #[derive(Debug, Clone)]
 pub(crate) enum Link {
@@ -134,5 +135,81 @@ impl Link {
                 Ok(Feed::Client(stream))
             }
         }
+    }
+
+    pub(crate) async fn actor_spawn(&self, spawn: ActorSpawnRequest) -> Result<u64, ActorError> {
+        match self {
+            Link::Embedded(root) => {
+                let reply =
+                    ask_actor(root, |reply| ClientRequest::ActorSpawn { spawn, reply }).await?;
+                Ok(reply.actor)
+            }
+            Link::Client(client) => client
+                .actor_spawn(&spawn)
+                .await
+                .map(|reply| reply.actor)
+                .map_err(actor_client_error),
+        }
+    }
+
+    pub(crate) async fn actor_call(
+        &self,
+        actor: u64,
+        data: Vec<u8>,
+        cast: bool,
+    ) -> Result<Vec<u8>, ActorError> {
+        match self {
+            Link::Embedded(root) => {
+                let request = |reply| ClientRequest::ActorCall {
+                    actor,
+                    data,
+                    cast,
+                    reply,
+                };
+                Ok(ask_actor(root, request).await?.reply)
+            }
+            Link::Client(client) => client
+                .actor_call(actor, data, cast)
+                .await
+                .map_err(actor_client_error),
+        }
+    }
+
+    pub(crate) async fn actor_stop(&self, actor: u64) -> Result<(), ActorError> {
+        match self {
+            Link::Embedded(root) => {
+                ask_actor(root, |reply| ClientRequest::ActorStop { actor, reply }).await?;
+                Ok(())
+            }
+            Link::Client(client) => client.actor_stop(actor).await.map_err(actor_client_error),
+        }
+    }
+}
+
+fn actor_gone() -> ActorError {
+    ActorError::PilotGone {
+        reason: "the root stopped".to_owned(),
+    }
+}
+
+async fn ask_actor<T>(
+    root: &ActorRef<RootMsg>,
+    request: impl FnOnce(oneshot::Sender<Result<T, RequestError>>) -> ClientRequest,
+) -> Result<T, ActorError> {
+    let (reply, answer) = oneshot::channel();
+    root.send_message(RootMsg::Client(request(reply)))
+        .map_err(|_| actor_gone())?;
+    answer
+        .await
+        .map_err(|_| actor_gone())?
+        .map_err(ActorError::from_request)
+}
+
+fn actor_client_error(error: saker_root::client::ClientError) -> ActorError {
+    match error.server_error() {
+        Some(server) => ActorError::from_request(server.clone()),
+        None => ActorError::PilotGone {
+            reason: error.to_string(),
+        },
     }
 }

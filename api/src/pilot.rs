@@ -69,6 +69,7 @@ impl std::fmt::Debug for Pilot {
 impl Pilot {
     /// Starts the background tasks on the current tokio runtime.
     pub(crate) async fn start(link: Link, kind: String) -> Result<Pilot, Error> {
+        crate::context::set_driver(&link);
         let feed = link.follow().await?;
         let status = link.status().await?;
         let (events, event_rx) = mpsc::unbounded_channel();
@@ -120,9 +121,30 @@ impl Pilot {
             .map_unordered::<T, I>(inputs)
     }
 
+    /// Starts actor `A` from `args`: set its placement and restart policy on the
+    /// returned [`crate::Spawn`], then `.await` it for a [`crate::RemoteRef`].
+    pub fn spawn<A: crate::Actor>(&self, args: A::Args) -> crate::Spawn<A> {
+        crate::Spawn::new(args)
+    }
+
     /// The pilot's state now (nodes, slots, counts).
     pub async fn status(&self) -> Result<StatusReport, Error> {
         self.shared.link.status().await
+    }
+
+    /// The nodes the pilot has, once every node it expects (its local agents, or its
+    /// allocation's nodes) has joined, or after a minute at most: for a driver that
+    /// places work on each node.
+    pub async fn nodes(&self) -> Result<u32, Error> {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let status = self.status().await?;
+            let all = status.max_nodes.is_none_or(|max| status.agents >= max);
+            if all || tokio::time::Instant::now() >= deadline {
+                return Ok(status.agents);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     /// Cores the pilot had when this driver started.

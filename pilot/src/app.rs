@@ -27,6 +27,16 @@ fn absolute(path: &Path) -> Result<PathBuf> {
     Ok(absolute)
 }
 
+/// The app's own binary as the pilot's agents (`APP __saker agent`): they host its
+/// actors, and its tasks' workers are the same program.
+pub fn agent_command(path: &Path) -> Result<saker_root::AgentCommand> {
+    Ok(saker_root::AgentCommand {
+        program: absolute(path)?,
+        args: vec![saker_actors::self_exe::APP_PREFIX.into(), "agent".into()],
+        env: Vec::new(),
+    })
+}
+
 /// Starts the app as the pilot's driver.
 pub fn spawn(path: &Path, args: &[String], pilot_dir: &Path) -> Result<tokio::process::Child> {
     let program = absolute(path)?;

@@ -91,6 +91,9 @@ pub async fn status(args: DirArgs) -> Result<ExitCode> {
         status.queued, status.running, status.succeeded, status.failed, status.cancelled
     )?;
     writeln!(out, "rate      {:.1} tasks/s", status.rate)?;
+    if status.actors > 0 {
+        writeln!(out, "actors    {} placed", status.actors)?;
+    }
     let hpc = &status.hpc;
     if hpc.running + hpc.waiting > 0 {
         let held = match (hpc.reserved_for, hpc.reserved_seconds) {

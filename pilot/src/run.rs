@@ -38,8 +38,11 @@ impl PilotSettings<'_> {
             agents,
             agent_command: saker_root::AgentCommand {
                 env: self.shape.worker_env()?,
-                ..saker_root::AgentCommand::current_exe("agent")
-                    .context("finding this executable to start agents from")?
+                ..match &self.shape.app {
+                    Some(app) => crate::app::agent_command(app)?,
+                    None => saker_root::AgentCommand::current_exe("agent")
+                        .context("finding this executable to start agents from")?,
+                }
             },
             sync: self.sync,
             resume: self.resume,

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use saker::{App, Task, TaskError, TaskOptions};
 
+mod actors;
+
 struct Square;
 impl Task for Square {
     const NAME: &'static str = "square";
@@ -120,7 +122,14 @@ fn main() -> ExitCode {
     if std::env::var_os("SAKER_TESTAPP_EXTRA").is_some() {
         app = app.task::<Extra>();
     }
+    app = if std::env::var_os("SAKER_TESTAPP_V2").is_some() {
+        app.actor::<actors::CounterV2>()
+    } else {
+        app.actor::<actors::Counter>()
+    };
     let app = app
+        .actor::<actors::Relay>()
+        .task::<actors::AddVia>()
         .task::<Boom>()
         .task::<FailsOnce>()
         .task::<Nap>()
@@ -134,7 +143,7 @@ fn main() -> ExitCode {
     app.run(move |pilot| async move { scenario(pilot, &args).await })
 }
 
-fn check(condition: bool, what: impl std::fmt::Display) -> Result<(), String> {
+pub(crate) fn check(condition: bool, what: impl std::fmt::Display) -> Result<(), String> {
     if condition {
         Ok(())
     } else {
@@ -188,6 +197,12 @@ async fn scenario(pilot: saker::Pilot, args: &[String]) -> Result<(), String> {
             Ok(())
         }
         "pinned" => pinned(&pilot).await,
+        "actors" => actors::actors(&pilot).await,
+        "actor-loss" => actors::loss(&pilot).await,
+        "actor-v2" => actors::mismatch(&pilot).await,
+        "actor-nohost" => actors::no_host(&pilot).await,
+        // Drives nothing: keeps a `saker pilot --app` up for other drivers.
+        "serve" => std::future::pending().await,
         other => Err(format!("unknown scenario {other:?}")),
     }
 }

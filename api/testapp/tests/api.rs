@@ -3,6 +3,7 @@
 //! and against a `saker pilot` whose workers are a different build of it — with
 //! agents killed under it.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -62,16 +63,34 @@ struct ServicePilot {
 }
 
 impl ServicePilot {
+    /// Agents are `saker`, workers of kind `rust` the test application.
     fn start(agents: u32) -> ServicePilot {
+        let worker = format!("rust={}", env!("CARGO_BIN_EXE_saker-testapp"));
+        ServicePilot::start_with(agents, &[OsStr::new("--worker"), OsStr::new(&worker)])
+    }
+
+    /// Agents and workers are the test application (`--app`), whose driver only
+    /// keeps the pilot up.
+    fn start_app(agents: u32) -> ServicePilot {
+        let app = OsStr::new(env!("CARGO_BIN_EXE_saker-testapp"));
+        let args = [
+            OsStr::new("--app"),
+            app,
+            OsStr::new("--"),
+            OsStr::new("serve"),
+        ];
+        ServicePilot::start_with(agents, &args)
+    }
+
+    fn start_with(agents: u32, args: &[&OsStr]) -> ServicePilot {
         let dir = tempfile::tempdir().unwrap();
         let child = saker()
             .args(["pilot", "--agents", &agents.to_string()])
             .args(["--slots", &agents.to_string(), "--fanout", "2"])
             .args(["--heartbeat-interval", "200ms", "--heartbeat-timeout", "1s"])
-            .arg("--worker")
-            .arg(format!("rust={}", env!("CARGO_BIN_EXE_saker-testapp")))
             .arg("--dir")
             .arg(dir.path().join("pilot"))
+            .args(args)
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
@@ -250,4 +269,74 @@ fn typed_tasks_of_a_killed_agent_are_replayed_elsewhere() {
         .and_then(|n| n.parse().ok())
         .expect("a replay count");
     assert!(replayed >= 1, "{summary}");
+}
+
+#[test]
+fn actors_answer_calls_and_casts_carry_refs_restart_and_stop_on_an_embedded_pilot() {
+    let done = output(testapp().arg("actors"));
+    assert!(done.status.success(), "{}", stdout(&done));
+    assert!(stdout(&done).contains("ok actors"));
+}
+
+/// SIGKILL of the agent an actor runs on, with a call in flight: the call fails as
+/// lost, the actor starts again on another node, and later calls succeed.
+#[test]
+fn an_actor_of_a_killed_agent_restarts_elsewhere_and_its_call_in_flight_is_lost() {
+    let pilot = ServicePilot::start_app(3);
+    wait_for("three agents", Duration::from_secs(30), || {
+        pilot.status().contains("agents    3 ")
+    });
+    let mut driver = testapp()
+        .arg("--pilot-dir")
+        .arg(pilot.path())
+        .arg("actor-loss")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
+    let ready = lines.next().expect("a line").unwrap();
+    assert_eq!(ready, "ready");
+    let victim = agent_pid(&pilot.path(), 1).expect("node 1's agent runs");
+    let killed = Command::new("kill")
+        .args(["-KILL", &victim.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let rest: Vec<String> = lines.map(|line| line.unwrap()).collect();
+    let status = driver.wait().unwrap();
+    assert!(status.success(), "{rest:?}");
+    assert!(
+        rest.iter().any(|line| line.starts_with("in flight: lost")),
+        "{rest:?}"
+    );
+    assert!(
+        rest.last().is_some_and(|l| l.starts_with("ok actor loss")),
+        "{rest:?}"
+    );
+}
+
+/// A driver whose actor type differs from the nodes' build is refused at the spawn
+/// with a typed error; a pilot whose agents are not the application hosts none.
+#[test]
+fn actors_of_another_build_or_without_a_host_are_refused_typed() {
+    let app = ServicePilot::start_app(1);
+    let mismatch = output(
+        testapp()
+            .env("SAKER_TESTAPP_V2", "1")
+            .arg("--pilot-dir")
+            .arg(app.path())
+            .arg("actor-v2"),
+    );
+    assert!(mismatch.status.success(), "{}", stdout(&mismatch));
+    assert!(stdout(&mismatch).contains("ok actor type mismatch"));
+    drop(app);
+    let plain = ServicePilot::start(1);
+    let no_host = output(
+        testapp()
+            .arg("--pilot-dir")
+            .arg(plain.path())
+            .arg("actor-nohost"),
+    );
+    assert!(no_host.status.success(), "{}", stdout(&no_host));
+    assert!(stdout(&no_host).contains("ok no actor host"));
 }

@@ -5,7 +5,8 @@
 //! A script prints one JSON object per row on stdout:
 //! `{"row": NAME, "unit": "per_second" | "microseconds" | "mebibytes" | "seconds",
 //!   "saker": VALUE, "baseline": VALUE | null, "baseline_name": TEXT,
-//!   "target": {"ratio_at_least": R} | {"ratio_at_most": R} | {"at_least": V} | null}`
+//!   "target": {"ratio_at_least": R} | {"ratio_at_most": R} | {"at_least": V} |
+//!   {"at_most": V} | null}` (units also `"bytes_per_task"`),
 //! where a VALUE is a number, or `{"samples_us": [..], "percentile": P}`: raw latency
 //! samples, whose percentile is taken here with hdrhistogram like every latency row.
 
@@ -91,6 +92,7 @@ fn row(benchmark: Benchmark, line: &str) -> Result<Row> {
         Some("microseconds") => Unit::Microseconds,
         Some("mebibytes") => Unit::Mebibytes,
         Some("seconds") => Unit::Seconds,
+        Some("bytes_per_task") => Unit::BytesPerTask,
         other => bail!("row {line:?}: unknown unit {other:?}"),
     };
     let saker = measure(&object["saker"], unit)?.context("a row needs a saker value")?;
@@ -107,6 +109,8 @@ fn row(benchmark: Benchmark, line: &str) -> Result<Row> {
         Target::RatioAtMost(ratio)
     } else if let Some(value) = object["target"]["at_least"].as_f64() {
         Target::AtLeast(value)
+    } else if let Some(value) = object["target"]["at_most"].as_f64() {
+        Target::AtMost(value)
     } else {
         Target::None
     };

@@ -29,10 +29,17 @@ fn program() -> Result<PathBuf> {
     Ok(beside)
 }
 
+/// The task rows (one agent), then the actor rows (sixteen agents).
 pub fn run(setup: &Setup) -> Result<Vec<Row>> {
+    let mut rows = run_mode(setup, "rows")?;
+    rows.extend(run_mode(setup, "actors")?);
+    Ok(rows)
+}
+
+fn run_mode(setup: &Setup, mode: &str) -> Result<Vec<Row>> {
     let program = program()?;
     let mut command = Command::new(&program);
-    command.arg("rows");
+    command.arg(mode);
     if setup.quick {
         command.arg("--quick");
     }

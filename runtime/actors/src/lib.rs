@@ -37,6 +37,7 @@
 //!   (`a_slot_that_keeps_failing_is_given_up_and_its_agent_says_goodbye`,
 //!   `restarts_back_off_doubling_up_to_the_most_then_give_up`.)
 
+pub mod actor_host;
 pub mod agent;
 pub mod board;
 pub mod executor;

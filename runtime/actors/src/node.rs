@@ -263,6 +263,7 @@ pub fn ancestors(node: u32, fanout: u32) -> Vec<Position> {
 pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
     use saker_transport::{credentials, pilot_dir, quic};
     saker_transport::crypto::install_crypto_provider().map_err(transport)?;
+    crate::actor_host::set_pilot_dir(&options.pilot_dir);
     let dir = pilot_dir::PilotDir::open(&options.pilot_dir).map_err(transport)?;
     let creds =
         credentials::Credentials::load(&dir, credentials::Role::Agent).map_err(transport)?;

@@ -7,6 +7,10 @@ use std::sync::OnceLock;
 
 static PREFIX: OnceLock<String> = OnceLock::new();
 
+/// The hidden first argument under which an application built on the API crate is
+/// the `saker` command line (`myapp __saker agent …`).
+pub const APP_PREFIX: &str = "__saker";
+
 /// Puts `argument` before every subcommand this process runs itself with. Set at
 /// most once; a second call is ignored (one binary has one way in).
 pub fn set_prefix(argument: &str) {

@@ -339,7 +339,12 @@ impl Worker {
             .append(true)
             .open(&log)
             .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
-        let mut child = Command::new(&argv[0])
+        let mut command = Command::new(&argv[0]);
+        // A task may call the pilot (a placed actor, say) through its client socket.
+        if let Some(dir) = crate::actor_host::pilot_dir() {
+            command.env("SAKER_PILOT_DIR", dir);
+        }
+        let mut child = command
             .args(&argv[1..])
             .env("SAKER_WORKER_KIND", kind)
             .env("SAKER_NODE", call.node.to_string())

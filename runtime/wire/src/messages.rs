@@ -27,7 +27,10 @@ pub use saker_core::{
 /// 4: core ids and resource vectors, open payloads and result bodies, placements.
 /// 5: function payloads and results, `Outcome::Raised`.
 /// 6: HPC jobs: `JobDef::hpc`, gang parts in dispatches, launch relays, part results.
-pub const PROTOCOL_VERSION: u32 = 7;
+/// 7: `Link::Child` and `Link::Superseded` (one live agent per node).
+/// 8: placed actors: `ActorSpawn`/`ActorCall`/`ActorStop` down, `ActorReply` and
+/// `ActorEvent` up, `Hello::hosts_actors`.
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
@@ -92,6 +95,14 @@ pub enum ToAgent {
     GangLaunch(GangLaunch),
     /// To a gang's leader: the command it asked a member to run ended with `code`.
     GangLaunchEnded(GangLaunchEnded),
+    /// Start an actor on this node (a new life of it, if it ran before).
+    ActorSpawn(ActorSpawn),
+    /// A message for an actor of this node, to be answered with an
+    /// [`FromAgent::ActorReply`] unless it is a cast.
+    ActorCall(ActorCall),
+    /// Stop this life of an actor (its `on_stop` runs); answered with an
+    /// [`FromAgent::ActorEvent`].
+    ActorStop { actor: u64, life: u32 },
     /// Finish or kill running work and exit.
     Shutdown { reason: String, kill_running: bool },
     /// The root does not (or no longer) count this agent as live, e.g. it was declared
@@ -292,6 +303,98 @@ pub enum FromAgent {
     GangLaunch(GangLaunch),
     /// A member's launched command ended (relayed by the root to the leader).
     GangLaunchEnded(GangLaunchEnded),
+    /// The answer to an [`ActorCall`].
+    ActorReply(ActorReply),
+    /// An actor of this node started, failed to start, stopped or panicked.
+    ActorEvent(ActorEvent),
+}
+
+/// One life of a placed actor: what to start and with which arguments. The type is
+/// named by the application's own `NAME` and checked by `fingerprint` (of its
+/// argument, message and reply types), so two builds that disagree on a type fail at
+/// the spawn with a clear error, never read each other's bytes as the wrong type.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub struct ActorSpawn {
+    /// The pilot-wide actor id.
+    pub actor: u64,
+    /// Which life of it: 0 first, one more per restart. Calls and events name it,
+    /// so nothing of a previous life is taken for the current one.
+    pub life: u32,
+    pub name: String,
+    pub fingerprint: u64,
+    /// The spawn arguments, archived by the application.
+    pub args: Vec<u8>,
+}
+
+/// One message for an actor.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub struct ActorCall {
+    pub actor: u64,
+    pub life: u32,
+    /// The root's number for the call, echoed in the reply; 0 for a cast (no reply).
+    pub call: u64,
+    pub data: Vec<u8>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub struct ActorReply {
+    pub call: u64,
+    pub answer: ActorAnswer,
+}
+
+/// What a call came to on the actor's node.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub enum ActorAnswer {
+    /// The reply, archived by the application.
+    Reply(Vec<u8>),
+    Failed {
+        fault: ActorFault,
+        message: String,
+    },
+}
+
+/// Why an actor could not answer, or start.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub enum ActorFault {
+    /// No such actor (never spawned, or stopped).
+    Unknown,
+    /// Its node was lost while the call was in flight (or before it started).
+    Lost,
+    /// The handler (or `on_start`) panicked; the actor's life ended.
+    Panicked,
+    /// The node's program registers no actor type of that name, or a different type
+    /// under it (another build of the application).
+    TypeMismatch,
+    /// The message, reply or arguments did not validate as their type.
+    InvalidData,
+    /// The node's agent cannot host actors (it is not the application's binary).
+    NoHost,
+    /// The actor was stopped before it answered.
+    Stopped,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub struct ActorEvent {
+    pub actor: u64,
+    pub life: u32,
+    pub status: ActorStatus,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[rkyv(derive(Debug))]
+pub enum ActorStatus {
+    /// `on_start` returned: calls are being answered.
+    Started,
+    /// This life never started (`fault` says why) or ended abnormally.
+    Failed { fault: ActorFault, message: String },
+    /// Stopped as asked (`on_stop` ran).
+    Stopped,
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -304,6 +407,8 @@ pub struct Hello {
     pub executors: u32,
     pub pid: u32,
     pub pilot_id: String,
+    /// Whether this agent's program hosts actors (it is the application's binary).
+    pub hosts_actors: bool,
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -461,4 +566,11 @@ const _: () = {
     assert!(align_of::<ArchivedGangLaunch>() <= MAX);
     assert!(align_of::<ArchivedGangLaunchEnded>() <= MAX);
     assert!(align_of::<ArchivedProcessEnd>() <= MAX);
+    assert!(align_of::<ArchivedActorSpawn>() <= MAX);
+    assert!(align_of::<ArchivedActorCall>() <= MAX);
+    assert!(align_of::<ArchivedActorReply>() <= MAX);
+    assert!(align_of::<ArchivedActorAnswer>() <= MAX);
+    assert!(align_of::<ArchivedActorFault>() <= MAX);
+    assert!(align_of::<ArchivedActorEvent>() <= MAX);
+    assert!(align_of::<ArchivedActorStatus>() <= MAX);
 };

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use saker_wire::messages::{FromAgent, Hello, NodeId, Resources, ToAgent};
 
+use crate::actor_host::{self, HostUplink, Refused};
 use crate::board::{Board, FlushPlan, SharedBoard, lock};
 use crate::executor::{AfterAttempt, AttemptDone, SlotFault, SlotRuns, SlotSink};
 use crate::gang::endpoint::{Endpoint, Uplink};
@@ -251,6 +252,8 @@ pub struct AgentState {
     restarts: Vec<Restarts>,
     exit: Option<AgentExit>,
     exit_tx: Option<tokio::sync::oneshot::Sender<AgentExit>>,
+    /// Where actor frames are answered from (the host's, or this agent's refusals).
+    actor_uplink: HostUplink,
 }
 
 #[derive(Debug, Default)]
@@ -297,6 +300,10 @@ impl Actor for Agent {
         let slot_runs = (0..slots)
             .map(|slot| crate::executor::start(slot, 0, sink.clone()))
             .collect::<Result<Vec<_>, _>>()?;
+        let actor_uplink = HostUplink::new(args.parent.clone(), config.node);
+        if let Some(host) = actor_host::installed() {
+            host.attach(actor_uplink.clone());
+        }
         send_up(&args.parent, config.node, &hello(&config))?;
         let state = AgentState {
             config,
@@ -308,6 +315,7 @@ impl Actor for Agent {
             restarts: (0..slots).map(|_| Restarts::default()).collect(),
             exit: None,
             exit_tx: args.exit,
+            actor_uplink,
         };
         lock(&state.board).flush = FlushPlan::Now;
         myself.send_message(AgentMsg::Flush)?;
@@ -369,6 +377,7 @@ fn on_message(
         AgentMsg::ParentLost => {
             tracing::warn!("parent lost; dropping this node's work");
             lock(&state.board).stop_all();
+            stop_actors();
         }
         AgentMsg::Reattached => register_again(state, false)?,
         AgentMsg::Rejoin => {
@@ -440,6 +449,7 @@ fn hello(config: &AgentConfig) -> FromAgent {
         executors: config.cores.max(1),
         pid: std::process::id(),
         pilot_id: config.pilot_id.clone(),
+        hosts_actors: actor_host::installed().is_some(),
     })
 }
 
@@ -451,6 +461,8 @@ fn hello(config: &AgentConfig) -> FromAgent {
 /// attempt (the root lost this node's old life), so that their ends are reported
 /// only after the hello.
 fn register_again(state: &mut AgentState, stop_old_work: bool) -> Result<(), AgentFailure> {
+    // The root counts this node's old life lost and starts its actors elsewhere.
+    stop_actors();
     // One hold of the lock: no slot thread may report between these steps.
     let mut board = lock(&state.board);
     if stop_old_work {
@@ -524,6 +536,25 @@ fn on_down(
                 board.cancel(attempt);
             }
         }
+        ToAgent::ActorSpawn(spawn) => match actor_host::installed() {
+            Some(host) => host.spawn(spawn),
+            None => actor_host::refuse(
+                &state.actor_uplink,
+                Refused::Spawn {
+                    actor: spawn.actor,
+                    life: spawn.life,
+                },
+            ),
+        },
+        ToAgent::ActorCall(call) => match actor_host::installed() {
+            Some(host) => host.call(call),
+            None => actor_host::refuse(&state.actor_uplink, Refused::Call { call: call.call }),
+        },
+        ToAgent::ActorStop { actor, life } => {
+            if let Some(host) = actor_host::installed() {
+                host.stop(actor, life);
+            }
+        }
         ToAgent::Shutdown {
             reason,
             kill_running,
@@ -594,7 +625,15 @@ fn start_queued(state: &mut AgentState) {
     }
 }
 
+/// Ends this node's actors: the root starts them again elsewhere.
+fn stop_actors() {
+    if let Some(host) = actor_host::installed() {
+        host.stop_all();
+    }
+}
+
 fn stop_all(state: &mut AgentState) {
+    stop_actors();
     let mut board = lock(&state.board);
     board.stop_all();
     board.accepting = false;

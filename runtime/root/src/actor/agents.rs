@@ -6,8 +6,9 @@ use std::sync::Arc;
 use saker_actors::link::{LinkId, LinkTx};
 use saker_core::{AttemptOutcome, Disposition, NodeId, TerminalState as CoreState};
 use saker_wire::messages::{
-    ArchivedFromAgent, ArchivedOutcome, ArchivedOutput, ArchivedReport, ArchivedResultBody,
-    ArchivedTaskResult, GangLaunch, GangLaunchEnded, Hello, TaskResult, ToAgent, Welcome,
+    ActorEvent, ActorReply, ArchivedFromAgent, ArchivedOutcome, ArchivedOutput, ArchivedReport,
+    ArchivedResultBody, ArchivedTaskResult, GangLaunch, GangLaunchEnded, Hello, TaskResult,
+    ToAgent, Welcome,
 };
 
 use super::state::{Detail, NodeEntry, RootState};
@@ -79,6 +80,7 @@ impl RootState {
             Err(error) => tracing::debug!(%node, %error, "node was not registered with the core"),
         }
         self.forget_dead_gangs();
+        self.actors_lost_with(node, reason);
         let end_time = self.timestamp();
         for (task, attempt) in lost {
             self.note_attempt(
@@ -147,6 +149,25 @@ impl RootState {
                     Err(error) => tracing::error!(%error, route, "unreadable gang launch end"),
                 }
             }
+            ArchivedFromAgent::ActorReply(reply) => {
+                // Answers of a stale copy of the node are no answers.
+                if !self.registered_via(NodeId(route), link) {
+                    return;
+                }
+                match rkyv::deserialize::<ActorReply, rkyv::rancor::Error>(reply) {
+                    Ok(reply) => self.on_actor_reply(NodeId(route), reply),
+                    Err(error) => tracing::error!(%error, route, "unreadable actor reply"),
+                }
+            }
+            ArchivedFromAgent::ActorEvent(event) => {
+                if !self.registered_via(NodeId(route), link) {
+                    return;
+                }
+                match rkyv::deserialize::<ActorEvent, rkyv::rancor::Error>(event) {
+                    Ok(event) => self.on_actor_event(NodeId(route), event),
+                    Err(error) => tracing::error!(%error, route, "unreadable actor event"),
+                }
+            }
             ArchivedFromAgent::NodesLost { nodes, reason } => {
                 for node in nodes.iter().map(|node| node.to_native()) {
                     // Registered again through another link since: that life stays.
@@ -205,6 +226,7 @@ impl RootState {
                 known_jobs: HashSet::new(),
                 forget: Vec::new(),
                 running: 0,
+                hosts_actors: hello.hosts_actors,
             },
         );
         let welcome = ToAgent::Welcome(Welcome {
@@ -214,6 +236,8 @@ impl RootState {
         self.send_to(link, hello.node, &welcome);
         if self.shutting_down {
             self.send_to(link, hello.node, &shutdown_message());
+        } else {
+            self.place_waiting();
         }
     }
 

@@ -90,6 +90,14 @@ impl RootState {
                 self.on_shutdown();
                 let _ = reply.send(Ok(()));
             }
+            ClientRequest::ActorSpawn { spawn, reply } => self.on_actor_spawn(spawn, reply),
+            ClientRequest::ActorCall {
+                actor,
+                data,
+                cast,
+                reply,
+            } => self.on_actor_call(actor, data, cast, reply),
+            ClientRequest::ActorStop { actor, reply } => self.on_actor_stop(actor, reply),
         }
     }
 
@@ -418,6 +426,8 @@ impl RootState {
                 Vec::new()
             },
             hpc: self.hpc_status(),
+            actors: self.actors.live(),
+            max_nodes: self.max_nodes,
         }
     }
 

@@ -110,6 +110,8 @@ pub(super) struct NodeEntry {
     /// Finished jobs this node may drop, sent with the next dispatch.
     pub forget: Vec<JobId>,
     pub running: u32,
+    /// Its agent is the application's binary and runs actors.
+    pub hosts_actors: bool,
 }
 
 /// Pilot-wide counts of durable results, kept as results arrive so that waits and
@@ -226,6 +228,8 @@ pub struct RootState {
     /// The widest node the pilot will have (its local agents' or the allocation's
     /// slots per node), when known before nodes join.
     pub(super) node_cores: Option<u32>,
+    /// Placed actors and the calls in flight to them.
+    pub(super) actors: super::placed::PlacedActors,
 }
 
 /// What a root starts from, besides its port and clock.
@@ -263,6 +267,7 @@ impl RootState {
             gangs: super::gangs::GangRuns::default(),
             max_nodes: args.max_nodes,
             node_cores: args.node_cores,
+            actors: Default::default(),
         }
     }
 

@@ -20,6 +20,8 @@ use crate::client::{ClientRequest, StatusReport, SubmitReply, WaitReport};
 use crate::records::Record;
 use crate::spec::{ArraySpec, JobRequest, TaskSpec};
 
+mod placed;
+
 const PILOT: &str = "pilot-under-test";
 
 /// What the root did, as the recording port saw it.
@@ -117,6 +119,8 @@ struct Harness {
     root: RootState,
     port: TestPort,
     clock: ManualClock,
+    /// What the agents joining from now on say of hosting actors.
+    hosts_actors: bool,
 }
 
 impl Harness {
@@ -131,7 +135,12 @@ impl Harness {
             node_cores: None,
         };
         let root = RootState::new(args, Box::new(port.clone()), Box::new(clock.clone()));
-        Harness { root, port, clock }
+        Harness {
+            root,
+            port,
+            clock,
+            hosts_actors: true,
+        }
     }
 
     fn handle(&mut self, message: RootMsg) -> Turn {
@@ -168,6 +177,7 @@ impl Harness {
             executors: cores,
             pid: 1000 + node,
             pilot_id: pilot_id.to_owned(),
+            hosts_actors: self.hosts_actors,
         });
         self.agent_sends(u64::from(node), node, &hello);
     }
@@ -382,6 +392,7 @@ async fn a_task_asking_for_gpus_goes_only_to_a_node_that_offers_them() {
             executors: 2,
             pid: 1,
             pilot_id: PILOT.to_owned(),
+            hosts_actors: true,
         });
         h.agent_sends(u64::from(node), node, &hello);
         let credit = FromAgent::Report(Report {
@@ -580,6 +591,7 @@ async fn a_stale_copy_of_a_node_is_superseded_and_cannot_end_the_live_one() {
         executors: 1,
         pid: 2005,
         pilot_id: PILOT.to_owned(),
+        hosts_actors: true,
     });
     h.agent_sends(50, 5, &hello);
     h.agent_sends(50, 5, &report_of(5, 1));

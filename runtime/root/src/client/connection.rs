@@ -19,6 +19,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
 
+use super::actors::{
+    ActorCallReply, ActorCallRequest, ActorSpawnReply, ActorSpawnRequest, ActorStopReply,
+    ActorStopRequest,
+};
 use super::codec::{self, DEFAULT_MAX_LINE_BYTES, LineReader, ReadLineError, encode};
 use super::endpoint::{ClientEndpoint, EndpointError};
 use super::protocol::{
@@ -169,6 +173,33 @@ impl Client {
     pub async fn submit(&self, jobs: Vec<JobRequest>) -> Result<Vec<SubmittedJob>, ClientError> {
         let reply: SubmitReply = self.call("submit", &SubmitRequest { jobs }).await?;
         Ok(reply.jobs)
+    }
+
+    /// Starts an actor; answered once its `on_start` returned.
+    pub async fn actor_spawn(
+        &self,
+        spawn: &ActorSpawnRequest,
+    ) -> Result<ActorSpawnReply, ClientError> {
+        self.call("actor_spawn", spawn).await
+    }
+
+    /// Sends `data` to `actor` and waits for its reply (or, with `cast`, only until
+    /// the pilot routed it).
+    pub async fn actor_call(
+        &self,
+        actor: u64,
+        data: Vec<u8>,
+        cast: bool,
+    ) -> Result<Vec<u8>, ClientError> {
+        let request = ActorCallRequest { actor, data, cast };
+        let reply: ActorCallReply = self.call("actor_call", &request).await?;
+        Ok(reply.reply)
+    }
+
+    /// Stops `actor`; answered once it has stopped.
+    pub async fn actor_stop(&self, actor: u64) -> Result<(), ClientError> {
+        let _: ActorStopReply = self.call("actor_stop", &ActorStopRequest { actor }).await?;
+        Ok(())
     }
 
     pub async fn status(&self) -> Result<StatusReport, ClientError> {

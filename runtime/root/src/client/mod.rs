@@ -11,6 +11,7 @@
 //! client requests like any other message in its loop, and a slow or malicious client
 //! can cost the root nothing but a channel send.
 
+pub mod actors;
 mod codec;
 pub mod connection;
 pub mod endpoint;

@@ -12,6 +12,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use super::actors::{ActorCallRequest, ActorSpawnRequest, ActorStopRequest};
 use crate::results::{JobId, TaskId};
 use crate::spec::JobRequest;
 
@@ -65,6 +66,9 @@ pub enum Request {
     Cancel(CancelRequest),
     Results(ResultsRequest),
     Shutdown(ShutdownRequest),
+    ActorSpawn(ActorSpawnRequest),
+    ActorCall(ActorCallRequest),
+    ActorStop(ActorStopRequest),
 }
 
 impl Request {
@@ -77,6 +81,9 @@ impl Request {
             Request::Cancel(_) => "cancel",
             Request::Results(_) => "results",
             Request::Shutdown(_) => "shutdown",
+            Request::ActorSpawn(_) => "actor_spawn",
+            Request::ActorCall(_) => "actor_call",
+            Request::ActorStop(_) => "actor_stop",
         }
     }
 }
@@ -190,6 +197,11 @@ pub struct StatusReport {
     /// HPC jobs (several nodes at once): running, waiting, and the nodes held for the
     /// first that waits.
     pub hpc: HpcStatus,
+    /// Placed actors with a node now (starting, running or stopping).
+    pub actors: u64,
+    /// The most nodes this pilot can have (its local agents, or its allocation's
+    /// nodes), when known.
+    pub max_nodes: Option<u32>,
 }
 
 /// HPC jobs in a [`StatusReport`].
@@ -312,6 +324,21 @@ pub enum ErrorKind {
     Unavailable,
     /// A bug in the pilot.
     Internal,
+    /// An actor id the pilot does not know, or an actor that has ended.
+    UnknownActor,
+    /// The actor's node was lost while the call was in flight (or while no node
+    /// could run it).
+    ActorLost,
+    /// The actor's handler, or its `on_start`, panicked.
+    ActorPanicked,
+    /// The node's program has no actor type of that name, or another type under it.
+    ActorTypeMismatch,
+    /// A message, reply or spawn argument did not validate as its type.
+    ActorInvalidData,
+    /// No node of the pilot can host actors (its agents are not the application).
+    NoActorHost,
+    /// The actor was stopped before it answered.
+    ActorStopped,
     /// A kind this client does not know (sent by a newer server).
     #[serde(other)]
     Unknown,
@@ -330,6 +357,13 @@ impl ErrorKind {
             ErrorKind::ShuttingDown => "shutting_down",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Internal => "internal",
+            ErrorKind::UnknownActor => "unknown_actor",
+            ErrorKind::ActorLost => "actor_lost",
+            ErrorKind::ActorPanicked => "actor_panicked",
+            ErrorKind::ActorTypeMismatch => "actor_type_mismatch",
+            ErrorKind::ActorInvalidData => "actor_invalid_data",
+            ErrorKind::NoActorHost => "no_actor_host",
+            ErrorKind::ActorStopped => "actor_stopped",
             ErrorKind::Unknown => "unknown",
         }
     }

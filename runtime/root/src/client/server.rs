@@ -20,6 +20,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
+use super::actors::{
+    ActorCallReply, ActorCallRequest, ActorSpawnReply, ActorSpawnRequest, ActorStopReply,
+    ActorStopRequest,
+};
 use super::codec::{
     self, DEFAULT_MAX_LINE_BYTES, LineReader, ReadLineError, encode, encode_with_null_id,
 };
@@ -74,6 +78,23 @@ pub enum ClientRequest {
     Shutdown {
         kill_running: bool,
         reply: Reply<()>,
+    },
+    /// Start an actor; answer once it has started. Validated.
+    ActorSpawn {
+        spawn: ActorSpawnRequest,
+        reply: Reply<ActorSpawnReply>,
+    },
+    /// Route a message to an actor; answer with its reply (a cast: once sent).
+    ActorCall {
+        actor: u64,
+        data: Vec<u8>,
+        cast: bool,
+        reply: Reply<ActorCallReply>,
+    },
+    /// Stop an actor; answer once it has stopped.
+    ActorStop {
+        actor: u64,
+        reply: Reply<ActorStopReply>,
     },
 }
 
@@ -391,6 +412,26 @@ impl Session {
                 self.forward(id, request, answer, permit, |()| serde_json::json!({}))
                     .await;
             }
+            Request::ActorSpawn(spawn) => {
+                let (reply, answer) = oneshot::channel();
+                let request = ClientRequest::ActorSpawn { spawn, reply };
+                self.forward(id, request, answer, permit, |r| r).await;
+            }
+            Request::ActorCall(ActorCallRequest { actor, data, cast }) => {
+                let (reply, answer) = oneshot::channel();
+                let request = ClientRequest::ActorCall {
+                    actor,
+                    data,
+                    cast,
+                    reply,
+                };
+                self.forward(id, request, answer, permit, |r| r).await;
+            }
+            Request::ActorStop(ActorStopRequest { actor }) => {
+                let (reply, answer) = oneshot::channel();
+                let request = ClientRequest::ActorStop { actor, reply };
+                self.forward(id, request, answer, permit, |r| r).await;
+            }
             Request::Results(ResultsRequest {
                 from,
                 follow,
@@ -578,6 +619,9 @@ pub(crate) fn parse_request(line: &[u8]) -> Result<(RequestId, Request), ParseFa
         "cancel" => body_of(&name, body).map(Request::Cancel),
         "results" => body_of(&name, body).map(Request::Results),
         "shutdown" => body_of(&name, body).map(Request::Shutdown),
+        "actor_spawn" => body_of(&name, body).map(Request::ActorSpawn),
+        "actor_call" => body_of(&name, body).map(Request::ActorCall),
+        "actor_stop" => body_of(&name, body).map(Request::ActorStop),
         "hello" => Err((
             ErrorKind::Malformed,
             "hello is only valid as the first message".to_owned(),
@@ -588,6 +632,11 @@ pub(crate) fn parse_request(line: &[u8]) -> Result<(RequestId, Request), ParseFa
         )),
     }
     .map_err(|(kind, message)| fail(kind, message))?;
+    if let Request::ActorSpawn(spawn) = &request {
+        spawn
+            .validate()
+            .map_err(|message| fail(ErrorKind::InvalidSpec, format!("actor_spawn: {message}")))?;
+    }
     if let Request::Submit(submit) = &request {
         for (position, job) in submit.jobs.iter().enumerate() {
             job.validate().map_err(|error| {

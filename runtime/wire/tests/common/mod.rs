@@ -8,6 +8,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use saker_core::ResourceKind;
 use saker_wire::{
+    ActorAnswer, ActorCall, ActorEvent, ActorFault, ActorReply, ActorSpawn, ActorStatus,
     Assignment, AttemptId, Command, Dispatch, EnvVar, Frame, FrameDecoder, FromAgent, Function,
     GangLaunch, GangLaunchEnded, GangPart, Hello, Hpc, JobDef, JobId, Launcher, Mpi, NodeId,
     Outcome, Output, Payload, Placement, ProcessEnd, Report, Resources, ResultBody, Started,
@@ -160,6 +161,26 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
         ToAgent::Return {
             attempts: vec![AttemptId(11), AttemptId(12)],
         },
+        ToAgent::ActorSpawn(ActorSpawn {
+            actor: 12,
+            life: 2,
+            name: "param-server".into(),
+            fingerprint: u64::MAX,
+            args: vec![0, 1, 2, 255],
+        }),
+        ToAgent::ActorCall(ActorCall {
+            actor: 12,
+            life: 2,
+            call: 0,
+            data: Vec::new(),
+        }),
+        ToAgent::ActorCall(ActorCall {
+            actor: u64::MAX,
+            life: u32::MAX,
+            call: u64::MAX,
+            data: vec![7; 100],
+        }),
+        ToAgent::ActorStop { actor: 12, life: 2 },
         ToAgent::Shutdown {
             reason: "allocation ends in 60 s".to_owned(),
             kill_running: true,
@@ -201,6 +222,7 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
             executors: 32,
             pid: 4242,
             pilot_id: "pilot-7f3a9c".to_owned(),
+            hosts_actors: true,
         }),
         FromAgent::Report(Report {
             node: NodeId(3),
@@ -301,6 +323,35 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
             attempt: AttemptId(7),
             launch: 4,
             code: 0,
+        }),
+        FromAgent::ActorReply(ActorReply {
+            call: 9,
+            answer: ActorAnswer::Reply(vec![1, 2, 3]),
+        }),
+        FromAgent::ActorReply(ActorReply {
+            call: u64::MAX,
+            answer: ActorAnswer::Failed {
+                fault: ActorFault::TypeMismatch,
+                message: "another build".into(),
+            },
+        }),
+        FromAgent::ActorEvent(ActorEvent {
+            actor: 3,
+            life: 0,
+            status: ActorStatus::Started,
+        }),
+        FromAgent::ActorEvent(ActorEvent {
+            actor: 3,
+            life: 1,
+            status: ActorStatus::Failed {
+                fault: ActorFault::Panicked,
+                message: "index out of bounds".into(),
+            },
+        }),
+        FromAgent::ActorEvent(ActorEvent {
+            actor: 3,
+            life: 1,
+            status: ActorStatus::Stopped,
         }),
     ]
 }

@@ -1,0 +1,414 @@
+//! Typed actors placed on the pilot's nodes: the [`Actor`] trait, [`RemoteRef`] (a
+//! typed handle that can travel inside messages and task inputs), where an actor
+//! runs ([`Placement`]) and what happens when its life ends ([`Restart`]).
+//!
+//! A message travels as the actor type's fingerprint (8 bytes) and an rkyv archive
+//! of the message; a reply as an archive. The node checks the fingerprint against
+//! its own type of that name and validates every archive before reading it, so two
+//! builds that disagree on a type meet a [`ActorError::TypeMismatch`], never
+//! undefined behaviour.
+
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::marker::PhantomData;
+use std::pin::Pin;
+
+use rkyv::rancor;
+use rkyv::util::AlignedVec;
+use saker_root::client::actors::{ActorPlacement, ActorRestart, ActorSpawnRequest};
+
+use crate::context;
+use crate::error::ActorError;
+use crate::task::{CodecError, Data, Fnv};
+
+/// A kind of actor: state on one node, changed only by its own messages, handled one
+/// at a time in the order they arrive.
+///
+/// ```
+/// use saker::Actor;
+///
+/// struct Counter(u64);
+///
+/// impl Actor for Counter {
+///     const NAME: &'static str = "counter";
+///     type Args = u64;
+///     type Msg = u64;
+///     type Reply = u64;
+///
+///     async fn on_start(start: u64) -> Counter {
+///         Counter(start)
+///     }
+///
+///     async fn handle(&mut self, add: u64) -> u64 {
+///         self.0 += add;
+///         self.0
+///     }
+/// }
+/// ```
+///
+/// A handler runs on the node's actor runtime, beside other actors: one that
+/// computes for long should do it in `tokio::task::spawn_blocking`. An actor that
+/// calls another actor which calls it back deadlocks, as in every actor system whose
+/// handlers run one at a time.
+pub trait Actor: Sized + Send + 'static {
+    /// Unique among the application's actor types: how a node finds the code.
+    const NAME: &'static str;
+    /// Raise it when the meaning of a type changes without its name or size changing.
+    const VERSION: u32 = 0;
+    /// What it starts from (kept by the pilot, to start it again after a loss).
+    type Args: Data;
+    type Msg: Data;
+    type Reply: Data;
+
+    fn on_start(args: Self::Args) -> impl Future<Output = Self> + Send;
+    fn handle(&mut self, message: Self::Msg) -> impl Future<Output = Self::Reply> + Send;
+    /// Runs when the actor is stopped on purpose (not when its node is lost).
+    fn on_stop(&mut self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+}
+
+/// The identity of an actor type's types (see `task::fingerprint`).
+pub(crate) fn fingerprint<A: Actor>() -> u64 {
+    let mut hash = Fnv::new();
+    hash.write(b"actor");
+    hash.write(A::NAME.as_bytes());
+    hash.write(&A::VERSION.to_le_bytes());
+    for (name, size, align) in [
+        (
+            std::any::type_name::<A::Args>(),
+            size_of::<<A::Args as rkyv::Archive>::Archived>(),
+            align_of::<<A::Args as rkyv::Archive>::Archived>(),
+        ),
+        (
+            std::any::type_name::<A::Msg>(),
+            size_of::<<A::Msg as rkyv::Archive>::Archived>(),
+            align_of::<<A::Msg as rkyv::Archive>::Archived>(),
+        ),
+        (
+            std::any::type_name::<A::Reply>(),
+            size_of::<<A::Reply as rkyv::Archive>::Archived>(),
+            align_of::<<A::Reply as rkyv::Archive>::Archived>(),
+        ),
+    ] {
+        hash.write(name.as_bytes());
+        hash.write(&(size as u64).to_le_bytes());
+        hash.write(&(align as u64).to_le_bytes());
+    }
+    hash.finish()
+}
+
+/// The pilot-wide id of an actor.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
+)]
+#[rkyv(derive(Debug))]
+pub struct ActorId(pub u64);
+
+impl fmt::Display for ActorId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "actor {}", self.0)
+    }
+}
+
+/// Where an actor's first life runs. A restart runs wherever a node can take it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// The node with the fewest actors.
+    #[default]
+    Any,
+    /// This node (0-based, as `--node` and `TaskOptions::node`).
+    Node(u32),
+    /// Beside this actor, on its node.
+    With(ActorId),
+}
+
+impl<A> From<&RemoteRef<A>> for Placement {
+    fn from(other: &RemoteRef<A>) -> Placement {
+        Placement::With(other.id)
+    }
+}
+
+/// What happens when an actor's life ends other than by [`RemoteRef::stop`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Restart {
+    /// It stays ended: calls fail.
+    #[default]
+    Never,
+    /// When its node is lost, it starts again on another node from its spawn
+    /// arguments (its state is not kept), at most `max_restarts` times.
+    OnNodeLoss { max_restarts: u32 },
+    /// When its node is lost or a handler panics, likewise.
+    Always { max_restarts: u32 },
+}
+
+/// A typed handle on a placed actor. Cheap to copy, and [`Data`] itself: put it in a
+/// message or a task's input, and the receiver calls the same actor.
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct RemoteRef<A> {
+    id: ActorId,
+    /// The type's fingerprint where the handle was made: a receiver built from
+    /// another version of the program sees the mismatch before sending anything.
+    fingerprint: u64,
+    #[rkyv(with = rkyv::with::Skip)]
+    _actor: PhantomData<fn() -> A>,
+}
+
+impl<A> Clone for RemoteRef<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for RemoteRef<A> {}
+
+impl<A> PartialEq for RemoteRef<A> {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl<A> Eq for RemoteRef<A> {}
+
+impl<A> fmt::Debug for RemoteRef<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemoteRef")
+            .field("id", &self.id.0)
+            .field("type", &std::any::type_name::<A>())
+            .finish()
+    }
+}
+
+impl<A: Actor> RemoteRef<A> {
+    pub(crate) fn new(id: ActorId) -> RemoteRef<A> {
+        RemoteRef {
+            id,
+            fingerprint: fingerprint::<A>(),
+            _actor: PhantomData,
+        }
+    }
+
+    pub fn id(&self) -> ActorId {
+        self.id
+    }
+
+    /// Sends `message` and waits for the reply. At most once: a call that fails with
+    /// [`ActorError::Lost`] may or may not have been handled.
+    pub async fn call(&self, message: A::Msg) -> Result<A::Reply, ActorError> {
+        let data = self.encode(&message)?;
+        let link = context::link().await?;
+        let reply = link.actor_call(self.id.0, data, false).await?;
+        decode::<A::Reply>(&reply, "the actor's reply").map_err(invalid)
+    }
+
+    /// Sends `message` without waiting for a reply (returns once the pilot routed
+    /// it). Messages from one sender reach the actor in the order they were sent.
+    pub async fn cast(&self, message: A::Msg) -> Result<(), ActorError> {
+        let data = self.encode(&message)?;
+        let link = context::link().await?;
+        link.actor_call(self.id.0, data, true).await.map(drop)
+    }
+
+    /// Stops the actor (its `on_stop` runs); returns once it has stopped. Later
+    /// calls fail with [`ActorError::Unknown`].
+    pub async fn stop(&self) -> Result<(), ActorError> {
+        context::link().await?.actor_stop(self.id.0).await
+    }
+
+    fn encode(&self, message: &A::Msg) -> Result<Vec<u8>, ActorError> {
+        if self.fingerprint != fingerprint::<A>() {
+            return Err(ActorError::TypeMismatch {
+                message: format!(
+                    "{} was made by another version of the program: actor type {:?} differs",
+                    self.id,
+                    A::NAME
+                ),
+            });
+        }
+        let archive = archive(message, "the message").map_err(invalid)?;
+        let mut data = Vec::with_capacity(8 + archive.len());
+        data.extend_from_slice(&self.fingerprint.to_le_bytes());
+        data.extend_from_slice(&archive);
+        Ok(data)
+    }
+}
+
+fn invalid(error: CodecError) -> ActorError {
+    ActorError::InvalidData {
+        message: error.to_string(),
+    }
+}
+
+pub(crate) fn archive<T: Data>(value: &T, what: &'static str) -> Result<AlignedVec, CodecError> {
+    rkyv::to_bytes::<rancor::Error>(value).map_err(|error| CodecError::Archive {
+        what,
+        message: error.to_string(),
+    })
+}
+
+/// Validates and reads one archived value.
+pub(crate) fn decode<T: Data>(bytes: &[u8], what: &'static str) -> Result<T, CodecError> {
+    // Archives are read in place and must be aligned; bytes arrive at any address.
+    let mut aligned = AlignedVec::<16>::with_capacity(bytes.len());
+    aligned.extend_from_slice(bytes);
+    rkyv::from_bytes::<T, rancor::Error>(&aligned).map_err(|error| CodecError::Invalid {
+        what,
+        message: error.to_string(),
+    })
+}
+
+/// A spawn on its way: set where and how it restarts, then `.await` it.
+///
+/// ```no_run
+/// # use saker::{Actor, Placement, Restart};
+/// # struct Model;
+/// # impl Actor for Model {
+/// #     const NAME: &'static str = "model";
+/// #     type Args = u32; type Msg = u32; type Reply = u32;
+/// #     async fn on_start(_: u32) -> Model { Model }
+/// #     async fn handle(&mut self, m: u32) -> u32 { m }
+/// # }
+/// # async fn f(pilot: saker::Pilot) -> Result<(), saker::ActorError> {
+/// let model = pilot
+///     .spawn::<Model>(10)
+///     .on(Placement::Node(1))
+///     .restart(Restart::OnNodeLoss { max_restarts: 3 })
+///     .await?;
+/// let reply = model.call(5).await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a spawn does nothing until it is awaited"]
+pub struct Spawn<A: Actor> {
+    args: A::Args,
+    placement: Placement,
+    restart: Restart,
+}
+
+impl<A: Actor> fmt::Debug for Spawn<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Spawn")
+            .field("actor", &A::NAME)
+            .field("placement", &self.placement)
+            .field("restart", &self.restart)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: Actor> Spawn<A> {
+    pub(crate) fn new(args: A::Args) -> Spawn<A> {
+        Spawn {
+            args,
+            placement: Placement::Any,
+            restart: Restart::Never,
+        }
+    }
+
+    /// Where its first life runs (default [`Placement::Any`]).
+    pub fn on(mut self, placement: impl Into<Placement>) -> Spawn<A> {
+        self.placement = placement.into();
+        self
+    }
+
+    /// What happens when a life ends (default [`Restart::Never`]).
+    pub fn restart(mut self, restart: Restart) -> Spawn<A> {
+        self.restart = restart;
+        self
+    }
+
+    async fn run(self) -> Result<RemoteRef<A>, ActorError> {
+        let args = archive(&self.args, "the spawn arguments").map_err(invalid)?;
+        let request = ActorSpawnRequest {
+            name: A::NAME.to_owned(),
+            fingerprint: fingerprint::<A>(),
+            args: args.to_vec(),
+            placement: match self.placement {
+                Placement::Any => ActorPlacement::Any,
+                Placement::Node(node) => ActorPlacement::Node(node),
+                Placement::With(other) => ActorPlacement::With(other.0),
+            },
+            restart: match self.restart {
+                Restart::Never => ActorRestart::Never,
+                Restart::OnNodeLoss { max_restarts } => ActorRestart::OnNodeLoss { max_restarts },
+                Restart::Always { max_restarts } => ActorRestart::Always { max_restarts },
+            },
+        };
+        let link = context::link().await?;
+        let actor = link.actor_spawn(request).await?;
+        Ok(RemoteRef::new(ActorId(actor)))
+    }
+}
+
+impl<A: Actor> IntoFuture for Spawn<A> {
+    type Output = Result<RemoteRef<A>, ActorError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.run())
+    }
+}
+
+/// Starts an actor from anywhere in the application: the driver, a task, or another
+/// actor (which reaches the pilot through its client socket).
+pub fn spawn<A: Actor>(args: A::Args) -> Spawn<A> {
+    Spawn::new(args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Counter(u64);
+    impl Actor for Counter {
+        const NAME: &'static str = "counter";
+        type Args = u64;
+        type Msg = u64;
+        type Reply = u64;
+        async fn on_start(start: u64) -> Counter {
+            Counter(start)
+        }
+        async fn handle(&mut self, add: u64) -> u64 {
+            self.0 += add;
+            self.0
+        }
+    }
+
+    struct Named;
+    impl Actor for Named {
+        const NAME: &'static str = "counter";
+        type Args = u64;
+        type Msg = String;
+        type Reply = u64;
+        async fn on_start(_: u64) -> Named {
+            Named
+        }
+        async fn handle(&mut self, text: String) -> u64 {
+            text.len() as u64
+        }
+    }
+
+    #[test]
+    fn actor_types_that_differ_have_different_fingerprints() {
+        assert_ne!(fingerprint::<Counter>(), fingerprint::<Named>());
+        assert_eq!(fingerprint::<Counter>(), fingerprint::<Counter>());
+    }
+
+    #[test]
+    fn a_remote_ref_travels_inside_data() {
+        let counter = RemoteRef::<Counter>::new(ActorId(42));
+        let bytes = archive(&(counter, 7u32), "a message").unwrap();
+        let (back, seven): (RemoteRef<Counter>, u32) = decode(&bytes, "a message").unwrap();
+        assert_eq!(back, counter);
+        assert_eq!(back.id(), ActorId(42));
+        assert_eq!(seven, 7);
+        assert!(back.encode(&3).is_ok());
+    }
+
+    #[test]
+    fn a_message_carries_its_fingerprint_and_garbage_is_refused() {
+        let counter = RemoteRef::<Counter>::new(ActorId(1));
+        let data = counter.encode(&5).unwrap();
+        assert_eq!(data[..8], fingerprint::<Counter>().to_le_bytes());
+        assert_eq!(decode::<u64>(&data[8..], "m").unwrap(), 5);
+        assert!(decode::<String>(&[0xff; 3], "m").is_err());
+    }
+}

@@ -1,0 +1,42 @@
+//! How actor handles reach the pilot from wherever they are used: the driver's own
+//! link, or, in a task's worker or an actor on a node, a client connection to the
+//! pilot opened on first use (the agent tells both where the pilot directory is).
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use crate::error::ActorError;
+use crate::link::Link;
+
+/// The driver's link, set when its [`crate::Pilot`] starts.
+static DRIVER: OnceLock<Link> = OnceLock::new();
+/// A node's connection, opened on first use.
+static NODE: tokio::sync::OnceCell<Link> = tokio::sync::OnceCell::const_new();
+
+pub(crate) fn set_driver(link: &Link) {
+    let _ = DRIVER.set(link.clone());
+}
+
+/// The link this process uses for actor requests.
+pub(crate) async fn link() -> Result<&'static Link, ActorError> {
+    if let Some(link) = DRIVER.get() {
+        return Ok(link);
+    }
+    NODE.get_or_try_init(|| async {
+        let dir = saker_actors::actor_host::pilot_dir()
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os(crate::PILOT_DIR_VAR).map(PathBuf::from))
+            .ok_or_else(|| ActorError::PilotGone {
+                reason: format!(
+                    "this process is neither the driver nor on a pilot's node ({} is unset)",
+                    crate::PILOT_DIR_VAR
+                ),
+            })?;
+        Link::connect(&dir)
+            .await
+            .map_err(|error| ActorError::PilotGone {
+                reason: saker_actors::error_chain(&error),
+            })
+    })
+    .await
+}

@@ -1,0 +1,494 @@
+//! The root's registry of placed actors: where each runs, which life of it, and the
+//! calls in flight to it.
+//!
+//! Actor frames bypass the scheduling core: a spawn picks a node here and goes
+//! straight to it, and a call is routed by the actor's node, answered by the node,
+//! and handed back to its caller. What the root adds is supervision. When a node is
+//! lost, every call in flight to its actors fails with `actor_lost` (the call may or
+//! may not have run: at most once, never twice), and each actor whose restart policy
+//! allows it starts a new life on another node from its spawn arguments. A life is
+//! numbered, and frames of an older life (a late reply, a stale copy's event) are
+//! ignored, so nothing of the old life is taken for the new one.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use saker_core::NodeId;
+use saker_wire::messages::{
+    ActorAnswer, ActorCall, ActorEvent, ActorFault, ActorReply, ActorSpawn, ActorStatus, ToAgent,
+};
+
+use super::state::RootState;
+use crate::client::actors::{
+    ActorCallReply, ActorPlacement, ActorSpawnReply, ActorSpawnRequest, ActorStopReply,
+};
+use crate::client::{ErrorKind, Reply, RequestError};
+
+/// Every actor the pilot started, and the calls in flight to them.
+#[derive(Debug, Default)]
+pub(crate) struct PlacedActors {
+    next_actor: u64,
+    next_call: u64,
+    actors: HashMap<u64, Placed>,
+    calls: HashMap<u64, PendingCall>,
+    /// Actors waiting for a node that can host them, oldest first.
+    waiting: BTreeSet<u64>,
+    /// Live actors per node, for placing `Any` on the least loaded.
+    per_node: HashMap<NodeId, u32>,
+}
+
+#[derive(Debug)]
+struct Placed {
+    spawn: ActorSpawnRequest,
+    node: Option<NodeId>,
+    life: u32,
+    restarts: u32,
+    phase: Phase,
+    /// Who waits for the first life to start.
+    spawn_waiters: Vec<Reply<ActorSpawnReply>>,
+    stop_waiters: Vec<Reply<ActorStopReply>>,
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// No node runs it: none can host it yet, or it is between lives.
+    Waiting,
+    Starting,
+    Running,
+    Stopping,
+    /// For good: calls fail with this error.
+    Ended(RequestError),
+}
+
+#[derive(Debug)]
+struct PendingCall {
+    actor: u64,
+    node: NodeId,
+    reply: Reply<ActorCallReply>,
+}
+
+fn error(kind: ErrorKind, message: impl Into<String>) -> RequestError {
+    RequestError::new(kind, message)
+}
+
+fn fault_kind(fault: ActorFault) -> ErrorKind {
+    match fault {
+        ActorFault::Unknown => ErrorKind::UnknownActor,
+        ActorFault::Lost => ErrorKind::ActorLost,
+        ActorFault::Panicked => ErrorKind::ActorPanicked,
+        ActorFault::TypeMismatch => ErrorKind::ActorTypeMismatch,
+        ActorFault::InvalidData => ErrorKind::ActorInvalidData,
+        ActorFault::NoHost => ErrorKind::NoActorHost,
+        ActorFault::Stopped => ErrorKind::ActorStopped,
+    }
+}
+
+impl PlacedActors {
+    /// Actors with a node now (starting, running or stopping).
+    pub(crate) fn live(&self) -> u64 {
+        self.per_node.values().map(|n| u64::from(*n)).sum()
+    }
+}
+
+impl RootState {
+    pub(super) fn on_actor_spawn(
+        &mut self,
+        spawn: ActorSpawnRequest,
+        reply: Reply<ActorSpawnReply>,
+    ) {
+        if self.shutting_down {
+            let _ = reply.send(Err(error(
+                ErrorKind::ShuttingDown,
+                "the pilot is shutting down",
+            )));
+            return;
+        }
+        if let Err(message) = spawn.validate() {
+            let _ = reply.send(Err(error(ErrorKind::InvalidSpec, message)));
+            return;
+        }
+        match spawn.placement {
+            ActorPlacement::Node(node) if self.max_nodes.is_some_and(|max| node >= max) => {
+                let message = format!(
+                    "node {node} does not exist: this pilot has at most {} nodes",
+                    self.max_nodes.unwrap_or(0)
+                );
+                let _ = reply.send(Err(error(ErrorKind::InvalidSpec, message)));
+                return;
+            }
+            ActorPlacement::With(other) => match self.actors.actors.get(&other).map(|a| &a.phase) {
+                None | Some(Phase::Ended(_)) => {
+                    let message = format!("cannot place beside actor {other}: it does not run");
+                    let _ = reply.send(Err(error(ErrorKind::UnknownActor, message)));
+                    return;
+                }
+                Some(_) => {}
+            },
+            _ => {}
+        }
+        self.actors.next_actor += 1;
+        let id = self.actors.next_actor;
+        tracing::debug!(actor = id, name = %spawn.name, placement = ?spawn.placement, "spawning an actor");
+        self.actors.actors.insert(
+            id,
+            Placed {
+                spawn,
+                node: None,
+                life: 0,
+                restarts: 0,
+                phase: Phase::Waiting,
+                spawn_waiters: vec![reply],
+                stop_waiters: Vec::new(),
+            },
+        );
+        self.actors.waiting.insert(id);
+        self.place_waiting();
+    }
+
+    pub(super) fn on_actor_call(
+        &mut self,
+        actor: u64,
+        data: Vec<u8>,
+        cast: bool,
+        reply: Reply<ActorCallReply>,
+    ) {
+        let Some(placed) = self.actors.actors.get(&actor) else {
+            let _ = reply.send(Err(error(
+                ErrorKind::UnknownActor,
+                format!("no actor {actor}"),
+            )));
+            return;
+        };
+        let node = match (&placed.phase, placed.node) {
+            (Phase::Ended(ended), _) => {
+                let _ = reply.send(Err(ended.clone()));
+                return;
+            }
+            (Phase::Stopping, _) => {
+                let message = format!("actor {actor} is stopping");
+                let _ = reply.send(Err(error(ErrorKind::ActorStopped, message)));
+                return;
+            }
+            (Phase::Starting | Phase::Running, Some(node)) => node,
+            (Phase::Waiting | Phase::Starting | Phase::Running, _) => {
+                let message = format!("actor {actor} runs on no node now (it waits to restart)");
+                let _ = reply.send(Err(error(ErrorKind::ActorLost, message)));
+                return;
+            }
+        };
+        let life = placed.life;
+        let call = if cast {
+            0
+        } else {
+            self.actors.next_call += 1;
+            self.actors.next_call
+        };
+        let Some(link) = self.nodes.get(&node).map(|entry| entry.link) else {
+            let _ = reply.send(Err(error(ErrorKind::ActorLost, "its node is gone")));
+            return;
+        };
+        let message = ToAgent::ActorCall(ActorCall {
+            actor,
+            life,
+            call,
+            data,
+        });
+        self.send_to(link, node, &message);
+        if cast {
+            let _ = reply.send(Ok(ActorCallReply::default()));
+        } else {
+            self.actors
+                .calls
+                .insert(call, PendingCall { actor, node, reply });
+        }
+    }
+
+    pub(super) fn on_actor_stop(&mut self, actor: u64, reply: Reply<ActorStopReply>) {
+        let Some(placed) = self.actors.actors.get_mut(&actor) else {
+            let _ = reply.send(Err(error(
+                ErrorKind::UnknownActor,
+                format!("no actor {actor}"),
+            )));
+            return;
+        };
+        match (&placed.phase, placed.node) {
+            (Phase::Ended(_), _) => {
+                let _ = reply.send(Ok(ActorStopReply {}));
+            }
+            (Phase::Stopping, _) => placed.stop_waiters.push(reply),
+            (Phase::Starting | Phase::Running, Some(node)) => {
+                placed.phase = Phase::Stopping;
+                placed.stop_waiters.push(reply);
+                let life = placed.life;
+                if let Some(link) = self.nodes.get(&node).map(|entry| entry.link) {
+                    self.send_to(link, node, &ToAgent::ActorStop { actor, life });
+                }
+            }
+            (Phase::Waiting | Phase::Starting | Phase::Running, _) => {
+                let _ = reply.send(Ok(ActorStopReply {}));
+                self.end_actor(
+                    actor,
+                    error(
+                        ErrorKind::ActorStopped,
+                        format!("actor {actor} was stopped"),
+                    ),
+                );
+            }
+        }
+    }
+
+    /// A node answered a call: hand the answer to its caller.
+    pub(super) fn on_actor_reply(&mut self, from: NodeId, reply: ActorReply) {
+        let Some(pending) = self.actors.calls.remove(&reply.call) else {
+            // Already failed (its node was declared lost meanwhile): at most once.
+            return;
+        };
+        if pending.node != from {
+            tracing::warn!(call = reply.call, %from, "an actor reply from another node; ignored");
+            self.actors.calls.insert(reply.call, pending);
+            return;
+        }
+        let answer = match reply.answer {
+            ActorAnswer::Reply(bytes) => Ok(ActorCallReply { reply: bytes }),
+            ActorAnswer::Failed { fault, message } => Err(error(fault_kind(fault), message)),
+        };
+        let _ = pending.reply.send(answer);
+    }
+
+    /// A node tells what became of a life of an actor.
+    pub(super) fn on_actor_event(&mut self, from: NodeId, event: ActorEvent) {
+        let id = event.actor;
+        let Some(placed) = self.actors.actors.get_mut(&id) else {
+            return;
+        };
+        if placed.life != event.life || placed.node != Some(from) {
+            return;
+        }
+        match event.status {
+            ActorStatus::Started => {
+                if matches!(placed.phase, Phase::Starting) {
+                    placed.phase = Phase::Running;
+                }
+                tracing::debug!(actor = id, node = %from, life = event.life, "actor started");
+                for waiter in placed.spawn_waiters.drain(..) {
+                    let _ = waiter.send(Ok(ActorSpawnReply {
+                        actor: id,
+                        node: from.0,
+                    }));
+                }
+            }
+            ActorStatus::Stopped => {
+                self.end_actor(
+                    id,
+                    error(ErrorKind::ActorStopped, format!("actor {id} was stopped")),
+                );
+            }
+            ActorStatus::Failed { fault, message } => {
+                let never_started = !placed.spawn_waiters.is_empty();
+                let stopping = matches!(placed.phase, Phase::Stopping);
+                tracing::warn!(actor = id, node = %from, ?fault, %message, "an actor's life ended");
+                // A spawn that cannot start (unknown type, panicking on_start) fails
+                // its caller; restarting it would fail the same way.
+                let restart = !never_started
+                    && !stopping
+                    && placed.restarts < placed.spawn.restart.allows(fault == ActorFault::Panicked);
+                // The call that panicked was answered by the node; the others in
+                // flight were lost with the life.
+                let lost = format!("actor {id}'s life ended before it answered: {message}");
+                self.fail_calls(&HashSet::from([id]), ErrorKind::ActorLost, &lost);
+                self.unplace(id);
+                if restart {
+                    self.restart(id);
+                } else {
+                    self.end_actor(id, error(fault_kind(fault), message));
+                }
+            }
+        }
+    }
+
+    /// `node` is lost: calls in flight to its actors fail, and the actors restart
+    /// elsewhere where their policy allows it.
+    pub(super) fn actors_lost_with(&mut self, node: NodeId, reason: &str) {
+        let on_node: Vec<u64> = self
+            .actors
+            .actors
+            .iter()
+            .filter(|(_, placed)| placed.node == Some(node))
+            .map(|(id, _)| *id)
+            .collect();
+        if on_node.is_empty() {
+            return;
+        }
+        let message = format!("its node {node} was lost: {reason}");
+        self.fail_calls(
+            &on_node.iter().copied().collect(),
+            ErrorKind::ActorLost,
+            &message,
+        );
+        for id in on_node {
+            self.unplace(id);
+            let Some(placed) = self.actors.actors.get(&id) else {
+                continue;
+            };
+            if matches!(placed.phase, Phase::Stopping) {
+                self.end_actor(
+                    id,
+                    error(ErrorKind::ActorStopped, format!("actor {id} was stopped")),
+                );
+            } else if placed.restarts < placed.spawn.restart.allows(false) {
+                self.restart(id);
+            } else {
+                let message = format!(
+                    "actor {id} ended: {message} (its restart policy allows no more restarts)"
+                );
+                self.end_actor(id, error(ErrorKind::ActorLost, message));
+            }
+        }
+    }
+
+    /// Places every waiting actor that a live node can take now.
+    pub(super) fn place_waiting(&mut self) {
+        let waiting: Vec<u64> = self.actors.waiting.iter().copied().collect();
+        for id in waiting {
+            let Some(placed) = self.actors.actors.get(&id) else {
+                self.actors.waiting.remove(&id);
+                continue;
+            };
+            let (placement, first_life) = (placed.spawn.placement, placed.life == 0);
+            let chosen = match (placement, first_life) {
+                (ActorPlacement::Node(node), true) => {
+                    match self
+                        .nodes
+                        .get(&NodeId(node))
+                        .map(|entry| entry.hosts_actors)
+                    {
+                        Some(true) => Some(NodeId(node)),
+                        Some(false) => {
+                            let message = format!("node {node}'s agent hosts no actors");
+                            self.actors.waiting.remove(&id);
+                            self.end_actor(id, error(ErrorKind::NoActorHost, message));
+                            continue;
+                        }
+                        None => None,
+                    }
+                }
+                (ActorPlacement::With(other), true) => {
+                    match self.actors.actors.get(&other).map(|o| (&o.phase, o.node)) {
+                        Some((Phase::Starting | Phase::Running, Some(node))) => Some(node),
+                        Some((Phase::Ended(_), _)) | None => {
+                            let message = format!("cannot place beside actor {other}: it ended");
+                            self.actors.waiting.remove(&id);
+                            self.end_actor(id, error(ErrorKind::UnknownActor, message));
+                            continue;
+                        }
+                        Some(_) => None,
+                    }
+                }
+                _ => self.least_loaded_host(),
+            };
+            match chosen {
+                Some(node) => {
+                    self.actors.waiting.remove(&id);
+                    self.start_life(id, node);
+                }
+                None if !self.nodes.is_empty() && !self.nodes.values().any(|n| n.hosts_actors) => {
+                    self.actors.waiting.remove(&id);
+                    let message = "no agent of this pilot hosts actors: its agents are not the \
+                                   application's binary (start the pilot with `--app`, or let \
+                                   the application start its own)";
+                    self.end_actor(id, error(ErrorKind::NoActorHost, message));
+                }
+                None => {}
+            }
+        }
+    }
+
+    fn least_loaded_host(&self) -> Option<NodeId> {
+        self.nodes
+            .iter()
+            .filter(|(_, entry)| entry.hosts_actors)
+            .map(|(node, _)| (self.actors.per_node.get(node).copied().unwrap_or(0), *node))
+            .min()
+            .map(|(_, node)| node)
+    }
+
+    fn start_life(&mut self, id: u64, node: NodeId) {
+        let Some(link) = self.nodes.get(&node).map(|entry| entry.link) else {
+            return;
+        };
+        let Some(placed) = self.actors.actors.get_mut(&id) else {
+            return;
+        };
+        placed.node = Some(node);
+        placed.phase = Phase::Starting;
+        *self.actors.per_node.entry(node).or_default() += 1;
+        let message = ToAgent::ActorSpawn(ActorSpawn {
+            actor: id,
+            life: placed.life,
+            name: placed.spawn.name.clone(),
+            fingerprint: placed.spawn.fingerprint,
+            args: placed.spawn.args.clone(),
+        });
+        self.send_to(link, node, &message);
+    }
+
+    /// A new life of `id`, on whichever node can take it.
+    fn restart(&mut self, id: u64) {
+        let Some(placed) = self.actors.actors.get_mut(&id) else {
+            return;
+        };
+        placed.restarts += 1;
+        placed.life += 1;
+        placed.phase = Phase::Waiting;
+        tracing::info!(actor = id, life = placed.life, "restarting an actor");
+        self.actors.waiting.insert(id);
+        self.place_waiting();
+    }
+
+    /// Takes `id` off its node (its life there is over).
+    fn unplace(&mut self, id: u64) {
+        let Some(placed) = self.actors.actors.get_mut(&id) else {
+            return;
+        };
+        if let Some(node) = placed.node.take()
+            && let Some(count) = self.actors.per_node.get_mut(&node)
+        {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.actors.per_node.remove(&node);
+            }
+        }
+    }
+
+    /// Ends `id` for good: its waiters are answered and its arguments dropped.
+    fn end_actor(&mut self, id: u64, ended: RequestError) {
+        self.unplace(id);
+        self.actors.waiting.remove(&id);
+        let Some(placed) = self.actors.actors.get_mut(&id) else {
+            return;
+        };
+        for waiter in placed.spawn_waiters.drain(..) {
+            let _ = waiter.send(Err(ended.clone()));
+        }
+        for waiter in placed.stop_waiters.drain(..) {
+            let _ = waiter.send(Ok(ActorStopReply {}));
+        }
+        placed.spawn.args = Vec::new();
+        placed.phase = Phase::Ended(ended);
+    }
+
+    /// Fails every call in flight to `actors`.
+    fn fail_calls(&mut self, actors: &HashSet<u64>, kind: ErrorKind, message: &str) {
+        let failed: Vec<u64> = self
+            .actors
+            .calls
+            .iter()
+            .filter(|(_, call)| actors.contains(&call.actor))
+            .map(|(id, _)| *id)
+            .collect();
+        for call in failed {
+            if let Some(pending) = self.actors.calls.remove(&call) {
+                let _ = pending.reply.send(Err(error(kind, message)));
+            }
+        }
+    }
+}

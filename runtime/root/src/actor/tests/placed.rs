@@ -1,0 +1,268 @@
+//! Placed actors at the root: placement, routing of calls and replies by node, and
+//! supervision (a lost node's calls fail, its actors restart elsewhere).
+
+use saker_wire::messages::{
+    ActorAnswer, ActorEvent, ActorFault, ActorReply, ActorStatus, FromAgent, ToAgent,
+};
+use tokio::sync::oneshot;
+
+use super::{Harness, RootMsg};
+use crate::client::actors::{
+    ActorCallReply, ActorPlacement, ActorRestart, ActorSpawnReply, ActorSpawnRequest,
+};
+use crate::client::{ClientRequest, ErrorKind, RequestError};
+
+type Answer<T> = oneshot::Receiver<Result<T, RequestError>>;
+
+fn request(placement: ActorPlacement, restart: ActorRestart) -> ActorSpawnRequest {
+    ActorSpawnRequest {
+        name: "counter".into(),
+        fingerprint: 7,
+        args: vec![1, 2, 3],
+        placement,
+        restart,
+    }
+}
+
+impl Harness {
+    fn spawn_actor(&mut self, spawn: ActorSpawnRequest) -> Answer<ActorSpawnReply> {
+        let (reply, answer) = oneshot::channel();
+        self.handle(RootMsg::Client(ClientRequest::ActorSpawn { spawn, reply }));
+        answer
+    }
+
+    fn call_actor(&mut self, actor: u64, data: &[u8]) -> Answer<ActorCallReply> {
+        let (reply, answer) = oneshot::channel();
+        self.handle(RootMsg::Client(ClientRequest::ActorCall {
+            actor,
+            data: data.to_vec(),
+            cast: false,
+            reply,
+        }));
+        answer
+    }
+
+    fn actor_event(&mut self, node: u32, actor: u64, life: u32, status: ActorStatus) {
+        let event = FromAgent::ActorEvent(ActorEvent {
+            actor,
+            life,
+            status,
+        });
+        self.agent_sends(u64::from(node), node, &event);
+    }
+
+    /// The actor frames sent so far: (node, message).
+    fn actor_frames(&self) -> Vec<(u32, ToAgent)> {
+        self.sent()
+            .into_iter()
+            .filter(|(_, message)| {
+                matches!(
+                    message,
+                    ToAgent::ActorSpawn(_) | ToAgent::ActorCall(_) | ToAgent::ActorStop { .. }
+                )
+            })
+            .collect()
+    }
+
+    fn lose(&mut self, node: u32) {
+        self.handle(RootMsg::LinkDown {
+            link: saker_actors::link::LinkId(u64::from(node)),
+            reason: "killed".into(),
+        });
+    }
+}
+
+fn spawned_on(frames: &[(u32, ToAgent)]) -> Vec<(u32, u64, u32)> {
+    frames
+        .iter()
+        .filter_map(|(node, message)| match message {
+            ToAgent::ActorSpawn(spawn) => Some((*node, spawn.actor, spawn.life)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_spawn_waits_for_a_hosting_node_and_answers_once_started() {
+    let mut h = Harness::new();
+    let mut answer = h.spawn_actor(request(ActorPlacement::Any, ActorRestart::Never));
+    assert!(h.actor_frames().is_empty(), "no node yet");
+    h.join(2, 1);
+    let frames = h.actor_frames();
+    assert_eq!(spawned_on(&frames), vec![(2, 1, 0)]);
+    assert!(answer.try_recv().is_err(), "not started yet");
+    h.actor_event(2, 1, 0, ActorStatus::Started);
+    let reply = answer.try_recv().expect("answered").expect("started");
+    assert_eq!(reply, ActorSpawnReply { actor: 1, node: 2 });
+    assert_eq!(h.status().actors, 1);
+}
+
+#[test]
+fn any_placement_takes_the_least_loaded_node_and_with_follows_the_other_actor() {
+    let mut h = Harness::new();
+    h.join(0, 1);
+    h.join(1, 1);
+    for _ in 0..4 {
+        drop(h.spawn_actor(request(ActorPlacement::Any, ActorRestart::Never)));
+    }
+    let mut per_node = [0, 0];
+    for (node, _, _) in spawned_on(&h.actor_frames()) {
+        per_node[node as usize] += 1;
+    }
+    assert_eq!(per_node, [2, 2]);
+    // Beside actor 1, wherever that is, even where Any would not go.
+    drop(h.spawn_actor(request(ActorPlacement::Node(1), ActorRestart::Never)));
+    drop(h.spawn_actor(request(ActorPlacement::With(5), ActorRestart::Never)));
+    drop(h.spawn_actor(request(ActorPlacement::With(5), ActorRestart::Never)));
+    assert_eq!(
+        spawned_on(&h.actor_frames()),
+        vec![(1, 5, 0), (1, 6, 0), (1, 7, 0)]
+    );
+}
+
+#[test]
+fn calls_go_to_the_actors_node_and_replies_come_back_to_their_caller() {
+    let mut h = Harness::new();
+    h.join(0, 1);
+    h.join(1, 1);
+    drop(h.spawn_actor(request(ActorPlacement::Node(1), ActorRestart::Never)));
+    h.actor_event(1, 1, 0, ActorStatus::Started);
+    h.actor_frames();
+    let mut first = h.call_actor(1, b"one");
+    let mut second = h.call_actor(1, b"two");
+    let calls: Vec<(u32, u64)> = h
+        .actor_frames()
+        .into_iter()
+        .map(|(node, message)| match message {
+            ToAgent::ActorCall(call) => (node, call.call),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(calls.len(), 2);
+    assert!(calls.iter().all(|(node, _)| *node == 1));
+    // Answered out of order: each reply finds its own caller.
+    for (call, bytes) in [(calls[1].1, b"2".to_vec()), (calls[0].1, b"1".to_vec())] {
+        let reply = FromAgent::ActorReply(ActorReply {
+            call,
+            answer: ActorAnswer::Reply(bytes),
+        });
+        h.agent_sends(1, 1, &reply);
+    }
+    assert_eq!(first.try_recv().unwrap().unwrap().reply, b"1");
+    assert_eq!(second.try_recv().unwrap().unwrap().reply, b"2");
+    // A reply from another node than the call's is not taken.
+    let mut third = h.call_actor(1, b"three");
+    let call = match h.actor_frames().pop() {
+        Some((_, ToAgent::ActorCall(call))) => call.call,
+        other => panic!("{other:?}"),
+    };
+    let forged = FromAgent::ActorReply(ActorReply {
+        call,
+        answer: ActorAnswer::Reply(b"forged".to_vec()),
+    });
+    h.agent_sends(0, 0, &forged);
+    assert!(third.try_recv().is_err(), "still waiting");
+    // An unknown actor is refused at once.
+    let unknown = h.call_actor(99, b"x").try_recv().unwrap().unwrap_err();
+    assert_eq!(unknown.kind, ErrorKind::UnknownActor);
+}
+
+#[test]
+fn a_lost_node_fails_calls_in_flight_and_restarts_its_actors_elsewhere_within_the_policy() {
+    let mut h = Harness::new();
+    h.join(0, 1);
+    h.join(1, 1);
+    let restart = ActorRestart::OnNodeLoss { max_restarts: 1 };
+    drop(h.spawn_actor(request(ActorPlacement::Node(1), restart)));
+    drop(h.spawn_actor(request(ActorPlacement::Node(1), ActorRestart::Never)));
+    h.actor_event(1, 1, 0, ActorStatus::Started);
+    h.actor_event(1, 2, 0, ActorStatus::Started);
+    h.actor_frames();
+    let mut in_flight = h.call_actor(1, b"slow");
+    h.lose(1);
+    let lost = in_flight.try_recv().unwrap().unwrap_err();
+    assert_eq!(lost.kind, ErrorKind::ActorLost);
+    // Actor 1 starts its second life on node 0; actor 2 may not restart.
+    assert_eq!(spawned_on(&h.actor_frames()), vec![(0, 1, 1)]);
+    let ended = h.call_actor(2, b"x").try_recv().unwrap().unwrap_err();
+    assert_eq!(ended.kind, ErrorKind::ActorLost);
+    // The old life's late event changes nothing; the new life's start counts.
+    h.actor_event(0, 1, 0, ActorStatus::Stopped);
+    h.actor_event(0, 1, 1, ActorStatus::Started);
+    drop(h.call_actor(1, b"again"));
+    assert!(matches!(
+        h.actor_frames().as_slice(),
+        [(0, ToAgent::ActorCall(call))] if call.life == 1
+    ));
+    // Its one restart is spent: losing node 0 ends it.
+    h.lose(0);
+    assert!(h.actor_frames().is_empty());
+    let gone = h.call_actor(1, b"x").try_recv().unwrap().unwrap_err();
+    assert_eq!(gone.kind, ErrorKind::ActorLost);
+    assert_eq!(h.status().actors, 0);
+}
+
+#[test]
+fn a_panic_restarts_only_under_always_and_a_failed_start_fails_the_spawn() {
+    let mut h = Harness::new();
+    h.join(0, 1);
+    let mut bad = h.spawn_actor(request(
+        ActorPlacement::Any,
+        ActorRestart::Always { max_restarts: 3 },
+    ));
+    let failed = ActorStatus::Failed {
+        fault: ActorFault::TypeMismatch,
+        message: "no actor type named counter".into(),
+    };
+    h.actor_event(0, 1, 0, failed);
+    let refused = bad.try_recv().unwrap().unwrap_err();
+    assert_eq!(refused.kind, ErrorKind::ActorTypeMismatch);
+    h.actor_frames();
+    for (actor, restart, restarts) in [
+        (2, ActorRestart::Always { max_restarts: 1 }, true),
+        (3, ActorRestart::OnNodeLoss { max_restarts: 1 }, false),
+    ] {
+        drop(h.spawn_actor(request(ActorPlacement::Any, restart)));
+        h.actor_event(0, actor, 0, ActorStatus::Started);
+        h.actor_frames();
+        let panicked = ActorStatus::Failed {
+            fault: ActorFault::Panicked,
+            message: "boom".into(),
+        };
+        h.actor_event(0, actor, 0, panicked);
+        let again = spawned_on(&h.actor_frames());
+        assert_eq!(again.is_empty(), !restarts, "actor {actor}: {again:?}");
+    }
+    let ended = h.call_actor(3, b"x").try_recv().unwrap().unwrap_err();
+    assert_eq!(ended.kind, ErrorKind::ActorPanicked);
+}
+
+#[test]
+fn agents_that_host_no_actors_refuse_spawns_and_bad_placements_are_refused() {
+    let mut h = Harness::new();
+    h.hosts_actors = false;
+    h.join(0, 1);
+    let mut none = h.spawn_actor(request(ActorPlacement::Any, ActorRestart::Never));
+    assert_eq!(
+        none.try_recv().unwrap().unwrap_err().kind,
+        ErrorKind::NoActorHost
+    );
+    let mut far = h.spawn_actor(request(ActorPlacement::Node(9), ActorRestart::Never));
+    assert_eq!(
+        far.try_recv().unwrap().unwrap_err().kind,
+        ErrorKind::InvalidSpec
+    );
+    let mut beside = h.spawn_actor(request(ActorPlacement::With(42), ActorRestart::Never));
+    assert_eq!(
+        beside.try_recv().unwrap().unwrap_err().kind,
+        ErrorKind::UnknownActor
+    );
+    let mut bad_name = h.spawn_actor(ActorSpawnRequest {
+        name: "no spaces".into(),
+        ..request(ActorPlacement::Any, ActorRestart::Never)
+    });
+    assert_eq!(
+        bad_name.try_recv().unwrap().unwrap_err().kind,
+        ErrorKind::InvalidSpec
+    );
+}
