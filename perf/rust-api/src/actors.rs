@@ -139,7 +139,7 @@ pub async fn rows(pilot: saker::Pilot, quick: bool) -> Result<(), String> {
     println!(
         "{}",
         json!({"row": format!("rust: memory per actor, {actors} on {AGENTS} agents (root and agents' RSS)"),
-               "unit": "bytes_per_task", "saker": per_actor, "baseline": bare_actor_bytes(actors).await,
+               "unit": "bytes_per_task", "saker": per_actor, "baseline": bare_actor_bytes(actors)?,
                "baseline_name": "a tokio task with a mailbox, in one process", "target": null})
     );
     drop(refs);
@@ -196,27 +196,55 @@ fn parent(pid: u32) -> Option<u32> {
 }
 
 /// Bytes per bare in-process actor: a task awaiting an unbounded mailbox, holding a
-/// number, as `count` of them change this process's RSS.
-async fn bare_actor_bytes(count: u32) -> f64 {
-    let before = rss(std::process::id()).unwrap_or(0);
-    let mut mailboxes = Vec::with_capacity(count as usize);
-    let mut tasks = JoinSet::new();
-    for value in 0..count {
-        let (sender, mut inbox) = tokio::sync::mpsc::unbounded_channel::<u64>();
-        mailboxes.push(sender);
-        tasks.spawn(async move {
-            let mut state = u64::from(value);
-            while let Some(add) = inbox.recv().await {
-                state += add;
-            }
-            state
-        });
-    }
-    for mailbox in &mailboxes {
-        let _ = mailbox.send(1);
-    }
-    let after = rss(std::process::id()).unwrap_or(0);
-    drop(mailboxes);
-    while tasks.join_next().await.is_some() {}
-    after.saturating_sub(before) as f64 / f64::from(count)
+/// number, measured in a fresh process of this binary (`bare N`), whose small heap
+/// grows by what the actors take.
+fn bare_actor_bytes(count: u32) -> Result<f64, String> {
+    let program = std::env::current_exe().map_err(failed)?;
+    let output = std::process::Command::new(program)
+        .args(["bare", &count.to_string()])
+        .output()
+        .map_err(failed)?;
+    String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .map_err(|_| {
+            format!(
+                "`bare {count}` printed {:?}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        })
+}
+
+/// `bare N`: prints the bytes of RSS per bare actor, for N of them.
+pub fn bare(count: u32) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let per_actor = runtime.block_on(async move {
+        let before = rss(std::process::id()).unwrap_or(0);
+        let mut mailboxes = Vec::with_capacity(count as usize);
+        let mut tasks = JoinSet::new();
+        for value in 0..count {
+            let (sender, mut inbox) = tokio::sync::mpsc::unbounded_channel::<u64>();
+            mailboxes.push(sender);
+            tasks.spawn(async move {
+                let mut state = u64::from(value);
+                while let Some(add) = inbox.recv().await {
+                    state += add;
+                }
+                state
+            });
+        }
+        // Every task has run to its first wait, as a started actor has.
+        for mailbox in &mailboxes {
+            let _ = mailbox.send(1);
+        }
+        tokio::task::yield_now().await;
+        let after = rss(std::process::id()).unwrap_or(0);
+        drop(mailboxes);
+        while tasks.join_next().await.is_some() {}
+        after.saturating_sub(before) as f64 / f64::from(count)
+    });
+    println!("{per_actor}");
 }

@@ -30,6 +30,14 @@ impl Task for Noop {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("bare") {
+        let count = std::env::args()
+            .nth(2)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(10_000);
+        actors::bare(count);
+        return ExitCode::SUCCESS;
+    }
     // `actors`: the actor rows, on 16 agents; otherwise the task rows, on one.
     let actors = std::env::args().nth(1).as_deref() == Some("actors");
     let app = App::new()

@@ -11,19 +11,19 @@
 //!
 //! Why in the agent's process and not in a worker process of its own: a call is one
 //! QUIC hop from the root and a channel send, not a hop plus a pipe round trip and a
-//! second process to supervise. The host runs actors on a runtime of its own, so a
-//! busy actor never delays the agent's heartbeats or reports; an actor that aborts
-//! the process takes the agent with it, which the root handles as a node loss.
-//!
-//! [`ToAgent::ActorSpawn`]: saker_wire::messages::ToAgent::ActorSpawn
-//! [`ToAgent::ActorCall`]: saker_wire::messages::ToAgent::ActorCall
-//! [`ToAgent::ActorStop`]: saker_wire::messages::ToAgent::ActorStop
+//! second process to supervise. The task that reads the parent link hands actor
+//! frames to the host itself (not through the agent actor), and actors run on the
+//! agent's runtime, so a message wakes its actor on the thread that read it. The
+//! price: a handler that blocks holds one of the agent's threads (handlers must
+//! `spawn_blocking` long computations), and an actor that aborts the process takes
+//! the agent with it, which the root handles as a node loss.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use saker_wire::messages::{
     ActorAnswer, ActorCall, ActorEvent, ActorFault, ActorReply, ActorSpawn, ActorStatus, FromAgent,
+    ToAgent,
 };
 
 use crate::link::{FrameBuf, LinkTx};
@@ -110,6 +110,23 @@ impl HostUplink {
             Err(error) => tracing::error!(%error, "cannot encode an actor frame"),
         }
     }
+}
+
+/// Hands an actor frame straight to the installed host, from the task that read it
+/// off the parent link: one hop fewer than through the agent actor, in the order
+/// the frames arrived (spawns, calls and stops alike). Any other frame, or any
+/// frame when no host is installed (the agent refuses those), comes back.
+pub(crate) fn deliver(message: ToAgent) -> Option<ToAgent> {
+    let Some(host) = installed() else {
+        return Some(message);
+    };
+    match message {
+        ToAgent::ActorSpawn(spawn) => host.spawn(spawn),
+        ToAgent::ActorCall(call) => host.call(call),
+        ToAgent::ActorStop { actor, life } => host.stop(actor, life),
+        other => return Some(other),
+    }
+    None
 }
 
 /// Answers actor frames on an agent that hosts no actors.

@@ -630,6 +630,9 @@ async fn read_parent(
         if frame.route() == node || frame.route() == ROUTE_PEER {
             match saker_wire::frame::decode_to_agent(frame.payload()) {
                 Ok(message) => {
+                    let Some(message) = crate::actor_host::deliver(message) else {
+                        continue;
+                    };
                     if agent.send_message(AgentMsg::Down(message)).is_err() {
                         return ParentLinkError::AgentStopped;
                     }
