@@ -16,6 +16,7 @@ use std::pin::Pin;
 use rkyv::rancor;
 use rkyv::util::AlignedVec;
 use saker_root::client::actors::{ActorPlacement, ActorRestart, ActorSpawnRequest};
+use saker_wire::messages::MAX_FUNCTION_BYTES;
 
 use crate::context;
 use crate::error::ActorError;
@@ -196,8 +197,7 @@ impl<A: Actor> RemoteRef<A> {
     /// [`ActorError::Lost`] may or may not have been handled.
     pub async fn call(&self, message: A::Msg) -> Result<A::Reply, ActorError> {
         let data = self.encode(&message)?;
-        let link = context::link().await?;
-        let reply = link.actor_call(self.id.0, data, false).await?;
+        let reply = context::call(self.id.0, data, false).await?;
         decode::<A::Reply>(&reply, "the actor's reply").map_err(invalid)
     }
 
@@ -205,8 +205,7 @@ impl<A: Actor> RemoteRef<A> {
     /// it). Messages from one sender reach the actor in the order they were sent.
     pub async fn cast(&self, message: A::Msg) -> Result<(), ActorError> {
         let data = self.encode(&message)?;
-        let link = context::link().await?;
-        link.actor_call(self.id.0, data, true).await.map(drop)
+        context::call(self.id.0, data, true).await.map(drop)
     }
 
     /// Stops the actor (its `on_stop` runs); returns once it has stopped. Later
@@ -226,6 +225,14 @@ impl<A: Actor> RemoteRef<A> {
             });
         }
         let archive = archive(message, "the message").map_err(invalid)?;
+        if archive.len() > MAX_FUNCTION_BYTES - 8 {
+            return Err(ActorError::InvalidData {
+                message: format!(
+                    "a message of {} bytes exceeds the limit of {MAX_FUNCTION_BYTES}",
+                    archive.len() + 8
+                ),
+            });
+        }
         let mut data = Vec::with_capacity(8 + archive.len());
         data.extend_from_slice(&self.fingerprint.to_le_bytes());
         data.extend_from_slice(&archive);
@@ -317,6 +324,14 @@ impl<A: Actor> Spawn<A> {
 
     async fn run(self) -> Result<RemoteRef<A>, ActorError> {
         let args = archive(&self.args, "the spawn arguments").map_err(invalid)?;
+        if args.len() > MAX_FUNCTION_BYTES {
+            return Err(ActorError::InvalidData {
+                message: format!(
+                    "spawn arguments of {} bytes exceed the limit of {MAX_FUNCTION_BYTES}",
+                    args.len()
+                ),
+            });
+        }
         let request = ActorSpawnRequest {
             name: A::NAME.to_owned(),
             fingerprint: fingerprint::<A>(),

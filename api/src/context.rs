@@ -1,9 +1,13 @@
 //! How actor handles reach the pilot from wherever they are used: the driver's own
-//! link, or, in a task's worker or an actor on a node, a client connection to the
-//! pilot opened on first use (the agent tells both where the pilot directory is).
+//! link; in an actor (the agent's process), the agent's own link up the tree for
+//! calls and casts; otherwise (a task's worker, and spawns and stops from an actor)
+//! a client connection to the pilot opened on first use (the agent tells both where
+//! the pilot directory is).
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
+
+use saker_wire::messages::ActorAnswer;
 
 use crate::error::ActorError;
 use crate::link::Link;
@@ -15,6 +19,20 @@ static NODE: tokio::sync::OnceCell<Link> = tokio::sync::OnceCell::const_new();
 
 pub(crate) fn set_driver(link: &Link) {
     let _ = DRIVER.set(link.clone());
+}
+
+/// Sends a message to `actor` and waits for its reply (a cast: until it is on its
+/// way): up the tree from an agent's process, else over [`link`].
+pub(crate) async fn call(actor: u64, data: Vec<u8>, cast: bool) -> Result<Vec<u8>, ActorError> {
+    if DRIVER.get().is_none()
+        && let Some(uplink) = saker_actors::actor_host::uplink()
+    {
+        return match uplink.call(actor, data, cast).await {
+            ActorAnswer::Reply(reply) => Ok(reply),
+            ActorAnswer::Failed { fault, message } => Err(ActorError::from_fault(fault, message)),
+        };
+    }
+    link().await?.actor_call(actor, data, cast).await
 }
 
 /// The link this process uses for actor requests.

@@ -67,6 +67,23 @@ pub enum ActorError {
 }
 
 impl ActorError {
+    /// The typed error for a node's answer that a call failed.
+    pub(crate) fn from_fault(
+        fault: saker_wire::messages::ActorFault,
+        message: String,
+    ) -> ActorError {
+        use saker_wire::messages::ActorFault;
+        match fault {
+            ActorFault::Unknown => ActorError::Unknown { message },
+            ActorFault::Lost => ActorError::Lost { message },
+            ActorFault::Panicked => ActorError::Panicked { message },
+            ActorFault::TypeMismatch => ActorError::TypeMismatch { message },
+            ActorFault::InvalidData => ActorError::InvalidData { message },
+            ActorFault::NoHost => ActorError::NoHost { message },
+            ActorFault::Stopped => ActorError::Stopped { message },
+        }
+    }
+
     /// The typed error for a pilot's refusal of an actor request.
     pub(crate) fn from_request(error: saker_root::client::RequestError) -> ActorError {
         use saker_root::client::ErrorKind;

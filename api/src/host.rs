@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use futures_util::FutureExt;
 use saker_actors::actor_host::{ActorHost, HostUplink};
-use saker_wire::messages::{ActorAnswer, ActorCall, ActorFault, ActorSpawn, ActorStatus};
+use saker_wire::messages::{
+    ActorAnswer, ActorCall, ActorFault, ActorSpawn, ActorStatus, MAX_FUNCTION_BYTES,
+};
 use tokio::sync::mpsc;
 
 use crate::actor::{Actor, archive, decode, fingerprint};
@@ -298,6 +300,13 @@ async fn run_actor<A: Actor>(
         };
         match AssertUnwindSafe(actor.handle(message)).catch_unwind().await {
             Ok(reply) => match archive(&reply, "the reply") {
+                Ok(bytes) if bytes.len() > MAX_FUNCTION_BYTES => answer(ActorAnswer::Failed {
+                    fault: ActorFault::InvalidData,
+                    message: format!(
+                        "a reply of {} bytes exceeds the limit of {MAX_FUNCTION_BYTES}",
+                        bytes.len()
+                    ),
+                }),
                 Ok(bytes) => answer(ActorAnswer::Reply(bytes.to_vec())),
                 Err(error) => answer(ActorAnswer::Failed {
                     fault: ActorFault::InvalidData,

@@ -1,7 +1,7 @@
 //! `--app PATH` on `saker run` and `saker pilot`: a program built on the `saker`
-//! crate drives the pilot. Its binary is also the pilot's worker of its kind, and it
-//! runs as a child once the pilot is up, told where the pilot is by
-//! `SAKER_PILOT_DIR`; the pilot lives as long as it does.
+//! crate drives the pilot. Its binary is also the pilot's agents (which host its
+//! actors) and its worker of its kind, and it runs as a child once the pilot is up,
+//! told where the pilot is by `SAKER_PILOT_DIR`; the pilot lives as long as it does.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -83,7 +83,8 @@ pub struct ShapeArgs {
     #[arg(long = "worker", value_name = "KIND=COMMAND")]
     pub workers: Vec<String>,
     /// A program built on Saker's Rust API (the `saker` crate) to drive this pilot:
-    /// its typed tasks run on the pilot's workers (as `--worker KIND=PATH`), and it
+    /// the agents are the program (they host its actors), its typed tasks run on the
+    /// pilot's workers (as `--worker KIND=PATH`), and it
     /// runs once the pilot is up, with `SAKER_PILOT_DIR` naming it. The pilot stops
     /// when the program exits, and exits with its code. With `saker run`, the
     /// arguments after `--` are the program's.

@@ -17,6 +17,8 @@ pub enum Op {
     Panic,
     /// Answers the value after this many milliseconds.
     Sleep(u64),
+    /// Answers the length.
+    Blob(Vec<u8>),
 }
 
 /// A number on a node. Starting from `u64::MAX` panics in `on_start`.
@@ -40,6 +42,7 @@ impl Actor for Counter {
             Op::Node => return u64::from(saker::node().expect("an actor runs on a node")),
             Op::Panic => panic!("asked to panic at {}", self.0),
             Op::Sleep(millis) => tokio::time::sleep(Duration::from_millis(millis)).await,
+            Op::Blob(bytes) => return bytes.len() as u64,
         }
         self.0
     }
@@ -129,6 +132,17 @@ pub async fn actors(pilot: &saker::Pilot) -> Result<(), String> {
     check(
         show(pilot.submit::<AddVia>((counter, 3)).await)? == 120,
         "a task adds",
+    )?;
+
+    // A message over the 16 MiB limit is refused before it leaves; the actor is fine.
+    let big = counter.call(Op::Blob(vec![7; 17 << 20])).await;
+    check(
+        matches!(big, Err(ActorError::InvalidData { .. })),
+        format!("17 MiB: {big:?}"),
+    )?;
+    check(
+        show(counter.call(Op::Blob(vec![7; 1 << 20])).await)? == 1 << 20,
+        "1 MiB",
     )?;
 
     // Any placement spreads actors over the nodes.

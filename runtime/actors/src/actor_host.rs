@@ -18,15 +18,18 @@
 //! `spawn_blocking` long computations), and an actor that aborts the process takes
 //! the agent with it, which the root handles as a node loss.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use tokio::sync::oneshot;
 
 use saker_wire::messages::{
     ActorAnswer, ActorCall, ActorEvent, ActorFault, ActorReply, ActorSpawn, ActorStatus, FromAgent,
     ToAgent,
 };
 
-use crate::link::{FrameBuf, LinkTx};
+use crate::link::{FrameBuf, LinkTx, WeakLinkTx};
 
 /// What hosts the actors of this process's agent.
 pub trait ActorHost: Send + Sync + 'static {
@@ -45,6 +48,45 @@ pub trait ActorHost: Send + Sync + 'static {
 
 static HOST: OnceLock<Arc<dyn ActorHost>> = OnceLock::new();
 static PILOT_DIR: OnceLock<PathBuf> = OnceLock::new();
+/// This process's agent's way up, once it started.
+static UPLINK: OnceLock<HostUplink> = OnceLock::new();
+/// Calls made from this node and not answered yet, by this node's number for them.
+static CALLS: Mutex<Calls> = Mutex::new(Calls {
+    next: 0,
+    waiting: None,
+});
+
+struct Calls {
+    next: u64,
+    waiting: Option<HashMap<u64, oneshot::Sender<ActorAnswer>>>,
+}
+
+fn calls() -> std::sync::MutexGuard<'static, Calls> {
+    CALLS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The way up of this process's agent: code on the node calls actors through it.
+pub fn uplink() -> Option<&'static HostUplink> {
+    UPLINK.get()
+}
+
+pub(crate) fn set_uplink(uplink: &HostUplink) {
+    let _ = UPLINK.set(uplink.clone());
+}
+
+/// Fails every call this node made that is still unanswered: the node lost its
+/// parent, and the root may have declared it lost (then no answer comes).
+pub(crate) fn fail_outgoing(reason: &str) {
+    let waiting = calls().waiting.take().unwrap_or_default();
+    for (_, waiter) in waiting {
+        let _ = waiter.send(ActorAnswer::Failed {
+            fault: ActorFault::Lost,
+            message: reason.to_owned(),
+        });
+    }
+}
 
 /// Installs this process's actor host; `false` if one was installed already.
 pub fn install(host: Arc<dyn ActorHost>) -> bool {
@@ -67,16 +109,20 @@ pub fn pilot_dir() -> Option<&'static Path> {
     PILOT_DIR.get().map(PathBuf::as_path)
 }
 
-/// Where an actor host sends its frames: the agent's queue to its parent.
+/// Where an actor host sends its frames: the agent's queue to its parent. It does
+/// not keep that queue open (statics hold it): once the agent is gone, sends fail.
 #[derive(Debug, Clone)]
 pub struct HostUplink {
-    parent: LinkTx,
+    parent: WeakLinkTx,
     node: u32,
 }
 
 impl HostUplink {
-    pub(crate) fn new(parent: LinkTx, node: u32) -> HostUplink {
-        HostUplink { parent, node }
+    pub(crate) fn new(parent: &LinkTx, node: u32) -> HostUplink {
+        HostUplink {
+            parent: parent.downgrade(),
+            node,
+        }
     }
 
     /// The node this host's agent is.
@@ -90,6 +136,47 @@ impl HostUplink {
         self.send(&FromAgent::ActorReply(ActorReply { call, answer }));
     }
 
+    /// Calls `actor` through the tree (the root routes it by the actor's node); with
+    /// `cast`, sends it and answers at once. Messages sent through one uplink reach an
+    /// actor in the order they were sent.
+    pub async fn call(&self, actor: u64, data: Vec<u8>, cast: bool) -> ActorAnswer {
+        let (call, answer) = if cast {
+            (0, None)
+        } else {
+            let (sender, answer) = oneshot::channel();
+            let mut calls = calls();
+            calls.next += 1;
+            let call = calls.next;
+            calls
+                .waiting
+                .get_or_insert_with(HashMap::new)
+                .insert(call, sender);
+            (call, Some(answer))
+        };
+        let message = FromAgent::ActorCall(ActorCall {
+            actor,
+            life: 0,
+            call,
+            data,
+        });
+        if !self.send(&message) {
+            if let Some(waiting) = calls().waiting.as_mut() {
+                waiting.remove(&call);
+            }
+            return ActorAnswer::Failed {
+                fault: ActorFault::Lost,
+                message: "this node's link to the pilot is closed".to_owned(),
+            };
+        }
+        match answer {
+            None => ActorAnswer::Reply(Vec::new()),
+            Some(answer) => answer.await.unwrap_or_else(|_| ActorAnswer::Failed {
+                fault: ActorFault::Lost,
+                message: "this node's agent stopped".to_owned(),
+            }),
+        }
+    }
+
     /// Tells the root what became of one life of an actor.
     pub fn event(&self, actor: u64, life: u32, status: ActorStatus) {
         self.send(&FromAgent::ActorEvent(ActorEvent {
@@ -99,15 +186,21 @@ impl HostUplink {
         }));
     }
 
-    fn send(&self, message: &FromAgent) {
+    /// Whether the frame was queued.
+    fn send(&self, message: &FromAgent) -> bool {
         match saker_wire::frame::encode(self.node, message) {
             Ok(frame) => {
                 let frame: FrameBuf = frame;
-                if self.parent.send(frame).is_err() {
+                let sent = self.parent.send(frame).is_ok();
+                if !sent {
                     tracing::debug!("the link to the parent is closed; an actor frame is dropped");
                 }
+                sent
             }
-            Err(error) => tracing::error!(%error, "cannot encode an actor frame"),
+            Err(error) => {
+                tracing::error!(%error, "cannot encode an actor frame");
+                false
+            }
         }
     }
 }
@@ -117,6 +210,17 @@ impl HostUplink {
 /// the frames arrived (spawns, calls and stops alike). Any other frame, or any
 /// frame when no host is installed (the agent refuses those), comes back.
 pub(crate) fn deliver(message: ToAgent) -> Option<ToAgent> {
+    if let ToAgent::ActorAnswer(answer) = message {
+        let waiter = calls()
+            .waiting
+            .as_mut()
+            .and_then(|waiting| waiting.remove(&answer.call));
+        // None: failed already (the parent was lost meanwhile), at most once.
+        if let Some(waiter) = waiter {
+            let _ = waiter.send(answer.answer);
+        }
+        return None;
+    }
     let Some(host) = installed() else {
         return Some(message);
     };

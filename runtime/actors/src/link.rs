@@ -47,6 +47,28 @@ impl LinkTx {
         frame.extend_from_slice(raw);
         self.send(frame)
     }
+
+    /// A sender that does not keep the link's queue open: for holders that live
+    /// longer than the agent (process-wide statics).
+    pub fn downgrade(&self) -> WeakLinkTx {
+        WeakLinkTx {
+            sender: self.sender.downgrade(),
+        }
+    }
+}
+
+/// A [`LinkTx`] that does not keep the queue open; sends fail once every
+/// [`LinkTx`] is gone.
+#[derive(Debug, Clone)]
+pub struct WeakLinkTx {
+    sender: mpsc::WeakUnboundedSender<FrameBuf>,
+}
+
+impl WeakLinkTx {
+    pub fn send(&self, frame: FrameBuf) -> Result<(), LinkClosed> {
+        let sender = self.sender.upgrade().ok_or(LinkClosed)?;
+        sender.send(frame).map_err(|_| LinkClosed)
+    }
 }
 
 /// Why a link served by [`serve_child_link`] ended, other than by the child closing it.

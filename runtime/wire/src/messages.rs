@@ -103,6 +103,9 @@ pub enum ToAgent {
     /// Stop this life of an actor (its `on_stop` runs); answered with an
     /// [`FromAgent::ActorEvent`].
     ActorStop { actor: u64, life: u32 },
+    /// The answer to a call this node made ([`FromAgent::ActorCall`]); `call` is the
+    /// node's own number for it.
+    ActorAnswer(ActorReply),
     /// Finish or kill running work and exit.
     Shutdown { reason: String, kill_running: bool },
     /// The root does not (or no longer) count this agent as live, e.g. it was declared
@@ -305,6 +308,9 @@ pub enum FromAgent {
     GangLaunchEnded(GangLaunchEnded),
     /// The answer to an [`ActorCall`].
     ActorReply(ActorReply),
+    /// A call (or, with `call` 0, a cast) from code on this node to an actor anywhere,
+    /// routed by the root; `call` is this node's number for it, `life` unused.
+    ActorCall(ActorCall),
     /// An actor of this node started, failed to start, stopped or panicked.
     ActorEvent(ActorEvent),
 }

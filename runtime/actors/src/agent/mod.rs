@@ -300,7 +300,8 @@ impl Actor for Agent {
         let slot_runs = (0..slots)
             .map(|slot| crate::executor::start(slot, 0, sink.clone()))
             .collect::<Result<Vec<_>, _>>()?;
-        let actor_uplink = HostUplink::new(args.parent.clone(), config.node);
+        let actor_uplink = HostUplink::new(&args.parent, config.node);
+        actor_host::set_uplink(&actor_uplink);
         if let Some(host) = actor_host::installed() {
             host.attach(actor_uplink.clone());
         }
@@ -555,6 +556,8 @@ fn on_down(
                 host.stop(actor, life);
             }
         }
+        // Handled by the link's reader (`actor_host::deliver`).
+        ToAgent::ActorAnswer(_) => {}
         ToAgent::Shutdown {
             reason,
             kill_running,
@@ -625,11 +628,13 @@ fn start_queued(state: &mut AgentState) {
     }
 }
 
-/// Ends this node's actors: the root starts them again elsewhere.
+/// Ends this node's actors: the root starts them again elsewhere. Calls they made
+/// that are still unanswered fail as lost.
 fn stop_actors() {
     if let Some(host) = actor_host::installed() {
         host.stop_all();
     }
+    actor_host::fail_outgoing("this node lost its place in the pilot's tree");
 }
 
 fn stop_all(state: &mut AgentState) {

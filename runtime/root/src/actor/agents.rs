@@ -6,9 +6,9 @@ use std::sync::Arc;
 use saker_actors::link::{LinkId, LinkTx};
 use saker_core::{AttemptOutcome, Disposition, NodeId, TerminalState as CoreState};
 use saker_wire::messages::{
-    ActorEvent, ActorReply, ArchivedFromAgent, ArchivedOutcome, ArchivedOutput, ArchivedReport,
-    ArchivedResultBody, ArchivedTaskResult, GangLaunch, GangLaunchEnded, Hello, TaskResult,
-    ToAgent, Welcome,
+    ActorCall, ActorEvent, ActorReply, ArchivedFromAgent, ArchivedOutcome, ArchivedOutput,
+    ArchivedReport, ArchivedResultBody, ArchivedTaskResult, GangLaunch, GangLaunchEnded, Hello,
+    TaskResult, ToAgent, Welcome,
 };
 
 use super::state::{Detail, NodeEntry, RootState};
@@ -157,6 +157,21 @@ impl RootState {
                 match rkyv::deserialize::<ActorReply, rkyv::rancor::Error>(reply) {
                     Ok(reply) => self.on_actor_reply(NodeId(route), reply),
                     Err(error) => tracing::error!(%error, route, "unreadable actor reply"),
+                }
+            }
+            ArchivedFromAgent::ActorCall(call) => {
+                if !self.registered_via(NodeId(route), link) {
+                    return;
+                }
+                match rkyv::deserialize::<ActorCall, rkyv::rancor::Error>(call) {
+                    Ok(call) => {
+                        let caller = super::placed::Caller::Node {
+                            node: NodeId(route),
+                            call: call.call,
+                        };
+                        self.on_actor_call(call.actor, call.data, call.call == 0, caller);
+                    }
+                    Err(error) => tracing::error!(%error, route, "unreadable actor call"),
                 }
             }
             ArchivedFromAgent::ActorEvent(event) => {

@@ -96,7 +96,7 @@ impl RootState {
                 data,
                 cast,
                 reply,
-            } => self.on_actor_call(actor, data, cast, reply),
+            } => self.on_actor_call(actor, data, cast, super::placed::Caller::Client(reply)),
             ClientRequest::ActorStop { actor, reply } => self.on_actor_stop(actor, reply),
         }
     }

@@ -14,7 +14,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use saker_core::NodeId;
 use saker_wire::messages::{
-    ActorAnswer, ActorCall, ActorEvent, ActorFault, ActorReply, ActorSpawn, ActorStatus, ToAgent,
+    ActorAnswer, ActorCall, ActorEvent, ActorFault, ActorReply, ActorSpawn, ActorStatus,
+    MAX_FUNCTION_BYTES, ToAgent,
 };
 
 use super::state::RootState;
@@ -63,7 +64,28 @@ enum Phase {
 struct PendingCall {
     actor: u64,
     node: NodeId,
-    reply: Reply<ActorCallReply>,
+    caller: Caller,
+}
+
+/// Who waits for a call's answer.
+#[derive(Debug)]
+pub(super) enum Caller {
+    /// A client (the driver, a task's worker): a reply channel.
+    Client(Reply<ActorCallReply>),
+    /// Code on a node, which called through its own link: the node's number for it.
+    Node { node: NodeId, call: u64 },
+}
+
+fn fault_of(kind: ErrorKind) -> ActorFault {
+    match kind {
+        ErrorKind::UnknownActor => ActorFault::Unknown,
+        ErrorKind::ActorPanicked => ActorFault::Panicked,
+        ErrorKind::ActorTypeMismatch => ActorFault::TypeMismatch,
+        ErrorKind::ActorInvalidData => ActorFault::InvalidData,
+        ErrorKind::NoActorHost => ActorFault::NoHost,
+        ErrorKind::ActorStopped => ActorFault::Stopped,
+        _ => ActorFault::Lost,
+    }
 }
 
 fn error(kind: ErrorKind, message: impl Into<String>) -> RequestError {
@@ -83,6 +105,12 @@ fn fault_kind(fault: ActorFault) -> ErrorKind {
 }
 
 impl PlacedActors {
+    /// Calls waiting for an answer.
+    #[cfg(test)]
+    pub(crate) fn calls_in_flight(&self) -> usize {
+        self.calls.len()
+    }
+
     /// Actors with a node now (starting, running or stopping).
     pub(crate) fn live(&self) -> u64 {
         self.per_node.values().map(|n| u64::from(*n)).sum()
@@ -144,35 +172,32 @@ impl RootState {
         self.place_waiting();
     }
 
-    pub(super) fn on_actor_call(
-        &mut self,
-        actor: u64,
-        data: Vec<u8>,
-        cast: bool,
-        reply: Reply<ActorCallReply>,
-    ) {
+    /// A message for `actor` from `caller`; a cast (`cast`) is answered once routed.
+    pub(super) fn on_actor_call(&mut self, actor: u64, data: Vec<u8>, cast: bool, caller: Caller) {
+        if data.len() > MAX_FUNCTION_BYTES {
+            let message = format!(
+                "a message of {} bytes exceeds the limit of {MAX_FUNCTION_BYTES}",
+                data.len()
+            );
+            return self.answer(caller, Err(error(ErrorKind::ActorInvalidData, message)));
+        }
         let Some(placed) = self.actors.actors.get(&actor) else {
-            let _ = reply.send(Err(error(
-                ErrorKind::UnknownActor,
-                format!("no actor {actor}"),
-            )));
-            return;
+            let ended = error(ErrorKind::UnknownActor, format!("no actor {actor}"));
+            return self.answer(caller, Err(ended));
         };
         let node = match (&placed.phase, placed.node) {
             (Phase::Ended(ended), _) => {
-                let _ = reply.send(Err(ended.clone()));
-                return;
+                let ended = ended.clone();
+                return self.answer(caller, Err(ended));
             }
             (Phase::Stopping, _) => {
                 let message = format!("actor {actor} is stopping");
-                let _ = reply.send(Err(error(ErrorKind::ActorStopped, message)));
-                return;
+                return self.answer(caller, Err(error(ErrorKind::ActorStopped, message)));
             }
             (Phase::Starting | Phase::Running, Some(node)) => node,
             (Phase::Waiting | Phase::Starting | Phase::Running, _) => {
                 let message = format!("actor {actor} runs on no node now (it waits to restart)");
-                let _ = reply.send(Err(error(ErrorKind::ActorLost, message)));
-                return;
+                return self.answer(caller, Err(error(ErrorKind::ActorLost, message)));
             }
         };
         let life = placed.life;
@@ -183,8 +208,7 @@ impl RootState {
             self.actors.next_call
         };
         let Some(link) = self.nodes.get(&node).map(|entry| entry.link) else {
-            let _ = reply.send(Err(error(ErrorKind::ActorLost, "its node is gone")));
-            return;
+            return self.answer(caller, Err(error(ErrorKind::ActorLost, "its node is gone")));
         };
         let message = ToAgent::ActorCall(ActorCall {
             actor,
@@ -194,11 +218,47 @@ impl RootState {
         });
         self.send_to(link, node, &message);
         if cast {
-            let _ = reply.send(Ok(ActorCallReply::default()));
+            // A node's cast needs no answer: its uplink is in order already.
+            if let Caller::Client(reply) = caller {
+                let _ = reply.send(Ok(ActorCallReply::default()));
+            }
         } else {
-            self.actors
-                .calls
-                .insert(call, PendingCall { actor, node, reply });
+            self.actors.calls.insert(
+                call,
+                PendingCall {
+                    actor,
+                    node,
+                    caller,
+                },
+            );
+        }
+    }
+
+    /// Hands a call's outcome to its caller: a client's channel, or a node's link.
+    fn answer(&mut self, caller: Caller, outcome: Result<Vec<u8>, RequestError>) {
+        match caller {
+            Caller::Client(reply) => {
+                let _ = reply.send(outcome.map(|reply| ActorCallReply { reply }));
+            }
+            // A node's cast (call 0) waits for nothing.
+            Caller::Node { call: 0, .. } => {}
+            Caller::Node { node, call } => {
+                let Some(link) = self.nodes.get(&node).map(|entry| entry.link) else {
+                    return;
+                };
+                let answer = match outcome {
+                    Ok(bytes) => ActorAnswer::Reply(bytes),
+                    Err(failed) => ActorAnswer::Failed {
+                        fault: fault_of(failed.kind),
+                        message: failed.message,
+                    },
+                };
+                self.send_to(
+                    link,
+                    node,
+                    &ToAgent::ActorAnswer(ActorReply { call, answer }),
+                );
+            }
         }
     }
 
@@ -247,11 +307,11 @@ impl RootState {
             self.actors.calls.insert(reply.call, pending);
             return;
         }
-        let answer = match reply.answer {
-            ActorAnswer::Reply(bytes) => Ok(ActorCallReply { reply: bytes }),
+        let outcome = match reply.answer {
+            ActorAnswer::Reply(bytes) => Ok(bytes),
             ActorAnswer::Failed { fault, message } => Err(error(fault_kind(fault), message)),
         };
-        let _ = pending.reply.send(answer);
+        self.answer(pending.caller, outcome);
     }
 
     /// A node tells what became of a life of an actor.
@@ -308,6 +368,10 @@ impl RootState {
     /// `node` is lost: calls in flight to its actors fail, and the actors restart
     /// elsewhere where their policy allows it.
     pub(super) fn actors_lost_with(&mut self, node: NodeId, reason: &str) {
+        // Calls the lost node made: nobody is left to answer (it failed them itself).
+        self.actors.calls.retain(
+            |_, call| !matches!(call.caller, Caller::Node { node: from, .. } if from == node),
+        );
         let on_node: Vec<u64> = self
             .actors
             .actors
@@ -487,7 +551,7 @@ impl RootState {
             .collect();
         for call in failed {
             if let Some(pending) = self.actors.calls.remove(&call) {
-                let _ = pending.reply.send(Err(error(kind, message)));
+                self.answer(pending.caller, Err(error(kind, message)));
             }
         }
     }

@@ -181,6 +181,13 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
             data: vec![7; 100],
         }),
         ToAgent::ActorStop { actor: 12, life: 2 },
+        ToAgent::ActorAnswer(ActorReply {
+            call: 3,
+            answer: ActorAnswer::Failed {
+                fault: ActorFault::Lost,
+                message: "node 4 lost".into(),
+            },
+        }),
         ToAgent::Shutdown {
             reason: "allocation ends in 60 s".to_owned(),
             kill_running: true,
@@ -339,6 +346,12 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
             actor: 3,
             life: 0,
             status: ActorStatus::Started,
+        }),
+        FromAgent::ActorCall(ActorCall {
+            actor: 3,
+            life: 0,
+            call: 17,
+            data: vec![1; 9],
         }),
         FromAgent::ActorEvent(ActorEvent {
             actor: 3,

@@ -2,7 +2,7 @@
 //! supervision (a lost node's calls fail, its actors restart elsewhere).
 
 use saker_wire::messages::{
-    ActorAnswer, ActorEvent, ActorFault, ActorReply, ActorStatus, FromAgent, ToAgent,
+    ActorAnswer, ActorCall, ActorEvent, ActorFault, ActorReply, ActorStatus, FromAgent, ToAgent,
 };
 use tokio::sync::oneshot;
 
@@ -265,4 +265,81 @@ fn agents_that_host_no_actors_refuse_spawns_and_bad_placements_are_refused() {
         bad_name.try_recv().unwrap().unwrap_err().kind,
         ErrorKind::InvalidSpec
     );
+}
+
+#[test]
+fn a_call_from_a_node_is_answered_down_its_own_link_and_dropped_if_it_is_lost() {
+    let mut h = Harness::new();
+    h.join(0, 1);
+    h.join(1, 1);
+    drop(h.spawn_actor(request(ActorPlacement::Node(1), ActorRestart::Never)));
+    h.actor_event(1, 1, 0, ActorStatus::Started);
+    h.actor_frames();
+    // Node 0 calls actor 1 (its own number for the call: 5), then casts to it.
+    for (call, data) in [(5u64, b"ask".to_vec()), (0, b"tell".to_vec())] {
+        let call = FromAgent::ActorCall(ActorCall {
+            actor: 1,
+            life: 0,
+            call,
+            data,
+        });
+        h.agent_sends(0, 0, &call);
+    }
+    let routed: Vec<(u32, u64, Vec<u8>)> = h
+        .actor_frames()
+        .into_iter()
+        .map(|(node, message)| match message {
+            ToAgent::ActorCall(call) => (node, call.call, call.data),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(routed.len(), 2, "both went to node 1, in order");
+    assert_eq!((routed[0].0, &routed[0].2[..]), (1, &b"ask"[..]));
+    assert_eq!(
+        (routed[1].0, routed[1].1, &routed[1].2[..]),
+        (1, 0, &b"tell"[..])
+    );
+    let reply = FromAgent::ActorReply(ActorReply {
+        call: routed[0].1,
+        answer: ActorAnswer::Reply(b"yes".to_vec()),
+    });
+    h.agent_sends(1, 1, &reply);
+    let answers: Vec<(u32, ToAgent)> = h
+        .sent()
+        .into_iter()
+        .filter(|(_, m)| matches!(m, ToAgent::ActorAnswer(_)))
+        .collect();
+    assert!(
+        matches!(answers.as_slice(), [(0, ToAgent::ActorAnswer(ActorReply { call: 5, answer: ActorAnswer::Reply(bytes) }))] if bytes == b"yes"),
+        "{answers:?}"
+    );
+    // An unknown actor is answered to the node at once, as a failure.
+    let unknown = FromAgent::ActorCall(ActorCall {
+        actor: 9,
+        life: 0,
+        call: 6,
+        data: Vec::new(),
+    });
+    h.agent_sends(0, 0, &unknown);
+    assert!(h.sent().iter().any(|(node, m)| *node == 0
+        && matches!(
+            m,
+            ToAgent::ActorAnswer(ActorReply {
+                call: 6,
+                answer: ActorAnswer::Failed {
+                    fault: ActorFault::Unknown,
+                    ..
+                }
+            })
+        )));
+    // A caller lost before the answer: the answer goes nowhere, nothing is kept.
+    let ask = FromAgent::ActorCall(ActorCall {
+        actor: 1,
+        life: 0,
+        call: 7,
+        data: Vec::new(),
+    });
+    h.agent_sends(0, 0, &ask);
+    h.lose(0);
+    assert!(h.root.actors.calls_in_flight() == 0);
 }
