@@ -66,6 +66,12 @@ fn main() {
     let include_dir = env::var_os("SLURM_INCLUDE_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_INCLUDE_DIR));
+    // Built without the headers, the crate is built again once they are installed
+    // (a machine set up after its first build), not left without libslurm.
+    println!(
+        "cargo::rerun-if-changed={}",
+        include_dir.join("slurm/slurm.h").display()
+    );
     let Some(include_dir) = find_include_dir(&include_dir) else {
         skip(
             required,

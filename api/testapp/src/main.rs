@@ -101,6 +101,18 @@ impl Task for Stats {
     }
 }
 
+/// Answers its input reversed (large inputs and outputs).
+struct Reverse;
+impl Task for Reverse {
+    const NAME: &'static str = "reverse";
+    type Input = Vec<u8>;
+    type Output = Vec<u8>;
+    async fn run(mut bytes: Vec<u8>) -> Vec<u8> {
+        bytes.reverse();
+        bytes
+    }
+}
+
 /// Registered only with `SAKER_TESTAPP_EXTRA`.
 struct Extra;
 impl Task for Extra {
@@ -130,6 +142,7 @@ fn main() -> ExitCode {
     let app = app
         .actor::<actors::Relay>()
         .task::<actors::AddVia>()
+        .task::<Reverse>()
         .task::<Boom>()
         .task::<FailsOnce>()
         .task::<Nap>()
@@ -197,6 +210,7 @@ async fn scenario(pilot: saker::Pilot, args: &[String]) -> Result<(), String> {
             Ok(())
         }
         "pinned" => pinned(&pilot).await,
+        "big" => big(&pilot).await,
         "actors" => actors::actors(&pilot).await,
         "actor-loss" => actors::loss(&pilot).await,
         "actor-v2" => actors::mismatch(&pilot).await,
@@ -205,6 +219,22 @@ async fn scenario(pilot: saker::Pilot, args: &[String]) -> Result<(), String> {
         "serve" => std::future::pending().await,
         other => Err(format!("unknown scenario {other:?}")),
     }
+}
+
+/// An input and an output just under the 16 MiB limit: journaled (as base64, a third
+/// larger) and answered, and the pilot goes on.
+async fn big(pilot: &saker::Pilot) -> Result<(), String> {
+    let input: Vec<u8> = (0..(16 << 20) - 4096).map(|i| (i % 251) as u8).collect();
+    let output = pilot
+        .submit::<Reverse>(input.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    check(output.len() == input.len(), "as long")?;
+    check(output.iter().eq(input.iter().rev()), "reversed")?;
+    let nine = pilot.submit::<Square>(3).await.map_err(|e| e.to_string())?;
+    check(nine == 9, "the pilot goes on")?;
+    println!("ok big");
+    Ok(())
 }
 
 /// Tasks placed on a given node run there, whatever the other node has free; a node

@@ -142,6 +142,13 @@ fn tasks_placed_on_a_node_run_there_and_a_missing_node_is_refused() {
 }
 
 #[test]
+fn an_input_and_an_output_near_the_size_limit_are_journaled_and_answered() {
+    let done = output(testapp().arg("big"));
+    assert!(done.status.success(), "{}", stdout(&done));
+    assert!(stdout(&done).contains("ok big"));
+}
+
+#[test]
 fn panics_retries_and_time_limits_come_back_typed() {
     let scratch = tempfile::tempdir().unwrap();
     let done = output(testapp().arg("failures").arg(scratch.path()));

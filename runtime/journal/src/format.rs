@@ -28,7 +28,10 @@ pub const RECORD_HEADER_BYTES: u64 = 8;
 
 /// Longest payload a record may have. A header declaring more is corruption, never a torn
 /// write, so a flipped bit in a length field cannot make a reader allocate gigabytes.
-pub const MAX_RECORD_BYTES: u32 = 16 * 1024 * 1024;
+/// Sized for the largest record the pilot writes: a result with 16 MiB of inline
+/// stdout and of stderr, each up to 6 times longer as escaped JSON, and a 16 MiB
+/// function output in base64 (a third longer), about 213 MiB.
+pub const MAX_RECORD_BYTES: u32 = 256 * 1024 * 1024;
 
 /// Default size after which the writer starts a new segment.
 pub const DEFAULT_MAX_SEGMENT_BYTES: u64 = 256 * 1024 * 1024;

@@ -14,6 +14,7 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::attempts::AttemptNote;
+use crate::client::actors::ActorSpawnRequest;
 use crate::results::{JobId, ResultRecord, TaskId};
 use crate::spec::JobRequest;
 
@@ -47,6 +48,14 @@ pub enum Record {
     /// attempts are journaled one by one; the accepted one is in the task's `Result`,
     /// which carries these again as its history.
     Attempt { task: TaskId, note: AttemptNote },
+    /// An actor was spawned: a resumed root starts it again from this request.
+    ActorSpawned {
+        actor: u64,
+        spawn: Box<ActorSpawnRequest>,
+        unix_us: u64,
+    },
+    /// An actor ended for good (stopped, failed to start, out of restarts).
+    ActorEnded { actor: u64, unix_us: u64 },
 }
 
 /// Identifiers, so that reading a key or a kind allocates nothing.
@@ -66,6 +75,21 @@ enum Kind {
     Result,
     Cancel,
     Attempt,
+    ActorSpawned,
+    ActorEnded,
+}
+
+#[derive(Deserialize)]
+struct ActorSpawnedFields {
+    actor: u64,
+    spawn: ActorSpawnRequest,
+    unix_us: u64,
+}
+
+#[derive(Deserialize)]
+struct ActorEndedFields {
+    actor: u64,
+    unix_us: u64,
 }
 
 #[derive(Deserialize)]
@@ -159,6 +183,21 @@ impl<'de> Visitor<'de> for RecordVisitor {
                     note: fields.note,
                 }
             }
+            Kind::ActorSpawned => {
+                let fields = ActorSpawnedFields::deserialize(rest)?;
+                Record::ActorSpawned {
+                    actor: fields.actor,
+                    spawn: Box::new(fields.spawn),
+                    unix_us: fields.unix_us,
+                }
+            }
+            Kind::ActorEnded => {
+                let fields = ActorEndedFields::deserialize(rest)?;
+                Record::ActorEnded {
+                    actor: fields.actor,
+                    unix_us: fields.unix_us,
+                }
+            }
         })
     }
 }
@@ -203,6 +242,21 @@ mod tests {
                     start_time: None,
                     end_time: Timestamp::from_unix_micros(5),
                 },
+            },
+            Record::ActorSpawned {
+                actor: 7,
+                spawn: Box::new(ActorSpawnRequest {
+                    name: "model".to_owned(),
+                    fingerprint: u64::MAX,
+                    args: vec![0, 1, 255],
+                    placement: crate::client::actors::ActorPlacement::With(3),
+                    restart: crate::client::actors::ActorRestart::OnNodeLoss { max_restarts: 2 },
+                }),
+                unix_us: 6,
+            },
+            Record::ActorEnded {
+                actor: 7,
+                unix_us: 8,
             },
         ]
     }

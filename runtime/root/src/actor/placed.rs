@@ -10,7 +10,7 @@
 //! numbered, and frames of an older life (a late reply, a stale copy's event) are
 //! ignored, so nothing of the old life is taken for the new one.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use saker_core::NodeId;
 use saker_wire::messages::{
@@ -18,11 +18,13 @@ use saker_wire::messages::{
     MAX_FUNCTION_BYTES, ToAgent,
 };
 
+use super::port::AfterJournal;
 use super::state::RootState;
 use crate::client::actors::{
     ActorCallReply, ActorPlacement, ActorSpawnReply, ActorSpawnRequest, ActorStopReply,
 };
 use crate::client::{ErrorKind, Reply, RequestError};
+use crate::records::Record;
 
 /// Every actor the pilot started, and the calls in flight to them.
 #[derive(Debug, Default)]
@@ -47,6 +49,27 @@ struct Placed {
     /// Who waits for the first life to start.
     spawn_waiters: Vec<Reply<ActorSpawnReply>>,
     stop_waiters: Vec<Reply<ActorStopReply>>,
+}
+
+impl Placed {
+    /// An actor of a previous root's that had ended: only its id is known.
+    fn ended(ended: RequestError) -> Placed {
+        Placed {
+            spawn: ActorSpawnRequest {
+                name: String::new(),
+                fingerprint: 0,
+                args: Vec::new(),
+                placement: ActorPlacement::Any,
+                restart: Default::default(),
+            },
+            node: None,
+            life: 0,
+            restarts: 0,
+            phase: Phase::Ended(ended),
+            spawn_waiters: Vec::new(),
+            stop_waiters: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -169,7 +192,58 @@ impl RootState {
             },
         );
         self.actors.waiting.insert(id);
+        if let Some(placed) = self.actors.actors.get(&id) {
+            let record = Record::ActorSpawned {
+                actor: id,
+                spawn: Box::new(placed.spawn.clone()),
+                unix_us: self.timestamp().unix_micros(),
+            };
+            self.port.append(vec![record], AfterJournal::Nothing);
+        }
         self.place_waiting();
+    }
+
+    /// Rebuilds the registry from a previous root's journal: `actors` holds every id
+    /// spawned, with its request unless it ended. Their nodes were lost with that
+    /// root (agents that rejoin end their actors), so each starts a new life as its
+    /// restart policy allows after a node loss, once a node can host it; the others
+    /// end as lost. Returns how many will start again.
+    pub(super) fn restore_actors(
+        &mut self,
+        actors: BTreeMap<u64, Option<ActorSpawnRequest>>,
+    ) -> u64 {
+        let mut again = 0;
+        for (id, spawn) in actors {
+            self.actors.next_actor = self.actors.next_actor.max(id);
+            let Some(spawn) = spawn else {
+                let ended = error(ErrorKind::UnknownActor, format!("actor {id} has ended"));
+                self.actors.actors.insert(id, Placed::ended(ended));
+                continue;
+            };
+            let restart = spawn.restart.allows(false) > 0;
+            self.actors.actors.insert(
+                id,
+                Placed {
+                    spawn,
+                    node: None,
+                    life: 1,
+                    restarts: 1,
+                    phase: Phase::Waiting,
+                    spawn_waiters: Vec::new(),
+                    stop_waiters: Vec::new(),
+                },
+            );
+            if restart {
+                self.actors.waiting.insert(id);
+                again += 1;
+            } else {
+                let message = format!(
+                    "actor {id} ended: the pilot's root restarted, and its restart policy allows no restart"
+                );
+                self.end_actor(id, error(ErrorKind::ActorLost, message));
+            }
+        }
+        again
     }
 
     /// A message for `actor` from `caller`; a cast (`cast`) is answered once routed.
@@ -527,6 +601,11 @@ impl RootState {
     fn end_actor(&mut self, id: u64, ended: RequestError) {
         self.unplace(id);
         self.actors.waiting.remove(&id);
+        let record = Record::ActorEnded {
+            actor: id,
+            unix_us: self.timestamp().unix_micros(),
+        };
+        self.port.append(vec![record], AfterJournal::Nothing);
         let Some(placed) = self.actors.actors.get_mut(&id) else {
             return;
         };

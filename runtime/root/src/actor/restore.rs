@@ -23,6 +23,8 @@ pub struct RestoreSummary {
     pub tasks: u64,
     pub finished: u64,
     pub previous_starts: u64,
+    /// Actors that had not ended, started again as their nodes join.
+    pub actors: u64,
 }
 
 /// A journal that cannot be the history of one pilot.
@@ -91,6 +93,8 @@ impl RootState {
         let mut results = Vec::new();
         let mut cancelled = Vec::new();
         let mut notes: HashMap<TaskId, Vec<AttemptNote>> = HashMap::new();
+        // Every actor id spawned, with its request while it had not ended.
+        let mut actors = BTreeMap::new();
         for (position, record) in records.iter().enumerate() {
             match record {
                 Record::Result(result) => {
@@ -117,6 +121,12 @@ impl RootState {
                 }
                 Record::PilotStarted { .. } => summary.previous_starts += 1,
                 Record::Submit { .. } => {}
+                Record::ActorSpawned { actor, spawn, .. } => {
+                    actors.insert(*actor, Some((**spawn).clone()));
+                }
+                Record::ActorEnded { actor, .. } => {
+                    actors.insert(*actor, None);
+                }
             }
         }
         let mut earlier = earlier_by_job(&first_tasks, &notes);
@@ -184,6 +194,7 @@ impl RootState {
                 tracing::warn!(%error, %job, "re-cancelling a restored job");
             }
         }
+        summary.actors = self.restore_actors(actors);
         Ok(summary)
     }
 }

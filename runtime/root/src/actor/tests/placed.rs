@@ -343,3 +343,36 @@ fn a_call_from_a_node_is_answered_down_its_own_link_and_dropped_if_it_is_lost() 
     h.lose(0);
     assert!(h.root.actors.calls_in_flight() == 0);
 }
+
+#[test]
+fn a_resumed_root_starts_journaled_actors_again_as_their_policies_allow() {
+    let mut h = Harness::new();
+    h.join(0, 1);
+    let restart = ActorRestart::OnNodeLoss { max_restarts: 2 };
+    for restart in [restart, ActorRestart::Never, restart] {
+        drop(h.spawn_actor(request(ActorPlacement::Any, restart)));
+    }
+    for actor in 1..=3 {
+        h.actor_event(0, actor, 0, ActorStatus::Started);
+    }
+    let (reply, _stopped) = oneshot::channel();
+    h.handle(RootMsg::Client(ClientRequest::ActorStop {
+        actor: 3,
+        reply,
+    }));
+    h.actor_event(0, 3, 0, ActorStatus::Stopped);
+    let records = h.journal_durable();
+
+    let mut resumed = Harness::new();
+    let summary = resumed.root.restore(records).expect("the journal restores");
+    assert_eq!(summary.actors, 1, "only actor 1 may restart");
+    resumed.join(1, 1);
+    assert_eq!(spawned_on(&resumed.actor_frames()), vec![(1, 1, 1)]);
+    let never = resumed.call_actor(2, b"x").try_recv().unwrap().unwrap_err();
+    assert_eq!(never.kind, ErrorKind::ActorLost);
+    let stopped = resumed.call_actor(3, b"x").try_recv().unwrap().unwrap_err();
+    assert_eq!(stopped.kind, ErrorKind::UnknownActor);
+    // New actors get new ids.
+    drop(resumed.spawn_actor(request(ActorPlacement::Any, ActorRestart::Never)));
+    assert_eq!(spawned_on(&resumed.actor_frames()), vec![(1, 4, 0)]);
+}
