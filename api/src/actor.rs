@@ -20,7 +20,7 @@ use saker_wire::messages::MAX_FUNCTION_BYTES;
 
 use crate::context;
 use crate::error::ActorError;
-use crate::task::{CodecError, Data, Fnv};
+use crate::task::{CodecError, Data, type_fingerprint, type_shape};
 
 /// A kind of actor: state on one node, changed only by its own messages, handled one
 /// at a time in the order they arrive.
@@ -71,32 +71,14 @@ pub trait Actor: Sized + Send + 'static {
 
 /// The identity of an actor type's types (see `task::fingerprint`).
 pub(crate) fn fingerprint<A: Actor>() -> u64 {
-    let mut hash = Fnv::new();
-    hash.write(b"actor");
-    hash.write(A::NAME.as_bytes());
-    hash.write(&A::VERSION.to_le_bytes());
-    for (name, size, align) in [
-        (
-            std::any::type_name::<A::Args>(),
-            size_of::<<A::Args as rkyv::Archive>::Archived>(),
-            align_of::<<A::Args as rkyv::Archive>::Archived>(),
-        ),
-        (
-            std::any::type_name::<A::Msg>(),
-            size_of::<<A::Msg as rkyv::Archive>::Archived>(),
-            align_of::<<A::Msg as rkyv::Archive>::Archived>(),
-        ),
-        (
-            std::any::type_name::<A::Reply>(),
-            size_of::<<A::Reply as rkyv::Archive>::Archived>(),
-            align_of::<<A::Reply as rkyv::Archive>::Archived>(),
-        ),
-    ] {
-        hash.write(name.as_bytes());
-        hash.write(&(size as u64).to_le_bytes());
-        hash.write(&(align as u64).to_le_bytes());
-    }
-    hash.finish()
+    type_fingerprint(
+        &[b"actor", A::NAME.as_bytes(), &A::VERSION.to_le_bytes()],
+        &[
+            type_shape::<A::Args>(),
+            type_shape::<A::Msg>(),
+            type_shape::<A::Reply>(),
+        ],
+    )
 }
 
 /// The pilot-wide id of an actor.

@@ -87,40 +87,45 @@ pub(crate) enum Answer<T> {
 /// and alignments. Two builds of the same source agree; a change of either type's
 /// name, path or archived layout, or of `VERSION`, disagrees.
 pub(crate) fn fingerprint<T: Task>() -> u64 {
+    type_fingerprint(
+        &[T::NAME.as_bytes(), &T::VERSION.to_le_bytes()],
+        &[type_shape::<T::Input>(), type_shape::<T::Output>()],
+    )
+}
+
+/// A type's name and its archived size and alignment: what a fingerprint covers.
+pub(crate) type TypeShape = (&'static str, usize, usize);
+
+pub(crate) fn type_shape<T: rkyv::Archive>() -> TypeShape {
+    (
+        std::any::type_name::<T>(),
+        size_of::<T::Archived>(),
+        align_of::<T::Archived>(),
+    )
+}
+
+/// FNV-1a over `parts` (the kind's name and version), then each type's shape.
+pub(crate) fn type_fingerprint(parts: &[&[u8]], types: &[TypeShape]) -> u64 {
     let mut hash = Fnv::new();
-    hash.write(T::NAME.as_bytes());
-    hash.write(&T::VERSION.to_le_bytes());
-    for (name, size, align) in [
-        (
-            std::any::type_name::<T::Input>(),
-            size_of::<<T::Input as rkyv::Archive>::Archived>(),
-            align_of::<<T::Input as rkyv::Archive>::Archived>(),
-        ),
-        (
-            std::any::type_name::<T::Output>(),
-            size_of::<<T::Output as rkyv::Archive>::Archived>(),
-            align_of::<<T::Output as rkyv::Archive>::Archived>(),
-        ),
-    ] {
+    for part in parts {
+        hash.write(part);
+    }
+    for (name, size, align) in types {
         hash.write(name.as_bytes());
-        hash.write(&(size as u64).to_le_bytes());
-        hash.write(&(align as u64).to_le_bytes());
+        hash.write(&(*size as u64).to_le_bytes());
+        hash.write(&(*align as u64).to_le_bytes());
     }
     hash.0
 }
 
-pub(crate) struct Fnv(u64);
+struct Fnv(u64);
 
 impl Fnv {
-    pub(crate) fn new() -> Fnv {
+    fn new() -> Fnv {
         Fnv(0xcbf2_9ce4_8422_2325)
     }
 
-    pub(crate) fn finish(&self) -> u64 {
-        self.0
-    }
-
-    pub(crate) fn write(&mut self, bytes: &[u8]) {
+    fn write(&mut self, bytes: &[u8]) {
         for byte in bytes {
             self.0 ^= u64::from(*byte);
             self.0 = self.0.wrapping_mul(0x0100_0000_01b3);

@@ -235,6 +235,16 @@ fn agent_pid(dir: &Path, node: u32) -> Option<u32> {
         .map(|(pid, _)| *pid)
 }
 
+/// SIGKILLs the agent of `node`.
+fn kill_agent(dir: &Path, node: u32) {
+    let victim = agent_pid(dir, node).expect("the node's agent runs");
+    let killed = Command::new("kill")
+        .args(["-KILL", &victim.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+}
+
 fn parent_pid(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after_name = &stat[stat.rfind(')')? + 1..];
@@ -257,12 +267,7 @@ fn typed_tasks_of_a_killed_agent_are_replayed_elsewhere() {
     // Once work flows, kill node 1's agent mid-task.
     let first = lines.next().expect("a line").unwrap();
     assert!(first.starts_with("done"), "{first}");
-    let victim = agent_pid(&pilot.path(), 1).expect("node 1's agent runs");
-    let killed = Command::new("kill")
-        .args(["-KILL", &victim.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    kill_agent(&pilot.path(), 1);
     let rest: Vec<String> = lines.map(|line| line.unwrap()).collect();
     let status = driver.wait().unwrap();
     assert!(status.success(), "{rest:?}");
@@ -303,12 +308,7 @@ fn an_actor_of_a_killed_agent_restarts_elsewhere_and_its_call_in_flight_is_lost(
     let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
     let ready = lines.next().expect("a line").unwrap();
     assert_eq!(ready, "ready");
-    let victim = agent_pid(&pilot.path(), 1).expect("node 1's agent runs");
-    let killed = Command::new("kill")
-        .args(["-KILL", &victim.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    kill_agent(&pilot.path(), 1);
     let rest: Vec<String> = lines.map(|line| line.unwrap()).collect();
     let status = driver.wait().unwrap();
     assert!(status.success(), "{rest:?}");

@@ -6,9 +6,8 @@ use std::sync::Arc;
 use saker_actors::link::{LinkId, LinkTx};
 use saker_core::{AttemptOutcome, Disposition, NodeId, TerminalState as CoreState};
 use saker_wire::messages::{
-    ActorCall, ActorEvent, ActorReply, ArchivedFromAgent, ArchivedOutcome, ArchivedOutput,
-    ArchivedReport, ArchivedResultBody, ArchivedTaskResult, GangLaunch, GangLaunchEnded, Hello,
-    TaskResult, ToAgent, Welcome,
+    ArchivedFromAgent, ArchivedOutcome, ArchivedOutput, ArchivedReport, ArchivedResultBody,
+    ArchivedTaskResult, GangLaunch, GangLaunchEnded, Hello, TaskResult, ToAgent, Welcome,
 };
 
 use super::state::{Detail, NodeEntry, RootState};
@@ -149,38 +148,12 @@ impl RootState {
                     Err(error) => tracing::error!(%error, route, "unreadable gang launch end"),
                 }
             }
-            ArchivedFromAgent::ActorReply(reply) => {
-                // Answers of a stale copy of the node are no answers.
-                if !self.registered_via(NodeId(route), link) {
-                    return;
-                }
-                match rkyv::deserialize::<ActorReply, rkyv::rancor::Error>(reply) {
-                    Ok(reply) => self.on_actor_reply(NodeId(route), reply),
-                    Err(error) => tracing::error!(%error, route, "unreadable actor reply"),
-                }
-            }
-            ArchivedFromAgent::ActorCall(call) => {
-                if !self.registered_via(NodeId(route), link) {
-                    return;
-                }
-                match rkyv::deserialize::<ActorCall, rkyv::rancor::Error>(call) {
-                    Ok(call) => {
-                        let caller = super::placed::Caller::Node {
-                            node: NodeId(route),
-                            call: call.call,
-                        };
-                        self.on_actor_call(call.actor, call.data, call.call == 0, caller);
-                    }
-                    Err(error) => tracing::error!(%error, route, "unreadable actor call"),
-                }
-            }
-            ArchivedFromAgent::ActorEvent(event) => {
-                if !self.registered_via(NodeId(route), link) {
-                    return;
-                }
-                match rkyv::deserialize::<ActorEvent, rkyv::rancor::Error>(event) {
-                    Ok(event) => self.on_actor_event(NodeId(route), event),
-                    Err(error) => tracing::error!(%error, route, "unreadable actor event"),
+            ArchivedFromAgent::ActorReply(_)
+            | ArchivedFromAgent::ActorCall(_)
+            | ArchivedFromAgent::ActorEvent(_) => {
+                // A stale copy of the node, or an old path of it, speaks for no actor.
+                if self.registered_via(NodeId(route), link) {
+                    self.on_actor_frame(NodeId(route), message);
                 }
             }
             ArchivedFromAgent::NodesLost { nodes, reason } => {

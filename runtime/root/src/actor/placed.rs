@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use saker_core::NodeId;
 use saker_wire::messages::{
     ActorAnswer, ActorCall, ActorEvent, ActorFault, ActorReply, ActorSpawn, ActorStatus,
-    MAX_FUNCTION_BYTES, ToAgent,
+    ArchivedFromAgent, MAX_FUNCTION_BYTES, ToAgent,
 };
 
 use super::port::AfterJournal;
@@ -109,6 +109,17 @@ fn fault_of(kind: ErrorKind) -> ActorFault {
         ErrorKind::ActorStopped => ActorFault::Stopped,
         _ => ActorFault::Lost,
     }
+}
+
+/// The owned form of a validated frame's part; `None` (logged) if it cannot be read.
+fn owned<T>(archived: &T::Archived, what: &str, from: NodeId) -> Option<T>
+where
+    T: rkyv::Archive,
+    T::Archived: rkyv::Deserialize<T, rkyv::rancor::Strategy<rkyv::de::Pool, rkyv::rancor::Error>>,
+{
+    rkyv::deserialize::<T, rkyv::rancor::Error>(archived)
+        .inspect_err(|error| tracing::error!(%error, %from, "unreadable actor {what}"))
+        .ok()
 }
 
 fn error(kind: ErrorKind, message: impl Into<String>) -> RequestError {
@@ -367,6 +378,32 @@ impl RootState {
                     ),
                 );
             }
+        }
+    }
+
+    /// An actor frame from `from` (its reply, event, or a call its code makes).
+    pub(super) fn on_actor_frame(&mut self, from: NodeId, message: &ArchivedFromAgent) {
+        match message {
+            ArchivedFromAgent::ActorReply(reply) => {
+                if let Some(reply) = owned::<ActorReply>(reply, "reply", from) {
+                    self.on_actor_reply(from, reply);
+                }
+            }
+            ArchivedFromAgent::ActorEvent(event) => {
+                if let Some(event) = owned::<ActorEvent>(event, "event", from) {
+                    self.on_actor_event(from, event);
+                }
+            }
+            ArchivedFromAgent::ActorCall(call) => {
+                if let Some(call) = owned::<ActorCall>(call, "call", from) {
+                    let caller = Caller::Node {
+                        node: from,
+                        call: call.call,
+                    };
+                    self.on_actor_call(call.actor, call.data, call.call == 0, caller);
+                }
+            }
+            _ => {}
         }
     }
 
