@@ -409,6 +409,13 @@ pub struct SubmitArgs {
     /// Wait for the submitted jobs to finish; exit non-zero if a task failed.
     #[arg(long)]
     pub wait: bool,
+    /// Run only after every task of these jobs succeeded (Slurm's afterok); if one
+    /// fails or is cancelled, the submitted jobs are cancelled. Comma-separated ids.
+    #[arg(long, value_name = "JOB[,JOB…]", value_delimiter = ',')]
+    pub after: Vec<u32>,
+    /// Run only after these jobs ended, however (afterany). Comma-separated ids.
+    #[arg(long, value_name = "JOB[,JOB…]", value_delimiter = ',')]
+    pub after_any: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -14,6 +14,7 @@ use saker_root::client::{Client, WaitReport};
 use saker_root::pilot::JOURNAL_DIR;
 use saker_root::records::Record;
 use saker_root::results::{JobId, ResultRecord, TableWriter, write_jsonl};
+use saker_root::spec::JobRef;
 
 const CLIENT_NAME: &str = concat!("saker-cli/", env!("CARGO_PKG_VERSION"));
 
@@ -32,10 +33,28 @@ fn exit_for(report: &WaitReport) -> ExitCode {
 }
 
 pub async fn submit(args: SubmitArgs) -> Result<ExitCode> {
-    let requests = requests_from(&args.task, args.inline_output)?;
+    let mut requests = requests_from(&args.task, args.inline_output)?;
+    for request in &mut requests {
+        let spec = &mut request.spec;
+        spec.after
+            .extend(args.after.iter().map(|job| JobRef::Id(*job)));
+        spec.after_any
+            .extend(args.after_any.iter().map(|job| JobRef::Id(*job)));
+    }
     let client = connect(&args.dir).await?;
     let mut jobs = Vec::new();
-    for batch in requests.chunks(10_000) {
+    // Names are resolved within one request: a file that uses them goes whole.
+    let named = requests.iter().any(|request| {
+        request.spec.name.is_some()
+            || request
+                .spec
+                .after
+                .iter()
+                .chain(&request.spec.after_any)
+                .any(|r| matches!(r, JobRef::Name(_)))
+    });
+    let batch = if named { requests.len().max(1) } else { 10_000 };
+    for batch in requests.chunks(batch) {
         jobs.extend(client.submit(batch.to_vec()).await?);
     }
     let mut out = std::io::stdout().lock();
@@ -90,6 +109,13 @@ pub async fn status(args: DirArgs) -> Result<ExitCode> {
         "tasks     queued {}  running {}  succeeded {}  failed {}  cancelled {}",
         status.queued, status.running, status.succeeded, status.failed, status.cancelled
     )?;
+    if status.waiting > 0 {
+        writeln!(
+            out,
+            "          of the queued, {} wait for other jobs to end",
+            status.waiting
+        )?;
+    }
     writeln!(out, "rate      {:.1} tasks/s", status.rate)?;
     if status.actors > 0 {
         writeln!(out, "actors    {} placed", status.actors)?;

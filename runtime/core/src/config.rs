@@ -130,6 +130,24 @@ pub enum Placement {
     },
 }
 
+/// How a job waits for another (Slurm's `afterok` and `afterany`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DependencyKind {
+    /// Runs once the other job's tasks all succeeded; is cancelled if any failed or
+    /// was cancelled.
+    Success,
+    /// Runs once the other job's tasks are all terminal, however they ended.
+    Any,
+}
+
+/// One job another waits for ([`Core::handle_submit_after`](crate::Core::handle_submit_after)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Dependency {
+    /// The job waited for: submitted before the waiting one.
+    pub job: crate::ids::JobId,
+    pub kind: DependencyKind,
+}
+
 /// What a submission asks for. One spec describes `count` identical tasks (an array
 /// when `count > 1`); the driver keeps the per-index payloads, the core only schedules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -25,6 +25,13 @@ pub enum SubmitError {
         /// The job's task count.
         count: u32,
     },
+    /// A dependency names a job that was not submitted before this one (so no
+    /// dependency can close a cycle).
+    #[error("dependency on unknown job {job}")]
+    UnknownDependency {
+        /// The job named.
+        job: JobId,
+    },
 }
 
 /// A job could not be restored from a journal.

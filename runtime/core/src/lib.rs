@@ -96,7 +96,9 @@ mod scheduler;
 mod speculation;
 mod task;
 
-pub use config::{Backoff, CoreConfig, JobSpec, Placement, Speculation};
+pub use config::{
+    Backoff, CoreConfig, Dependency, DependencyKind, JobSpec, Placement, Speculation,
+};
 pub use error::{AttemptError, CancelError, NodeError, RestoreError, SubmitError};
 pub use ids::{AttemptId, JobId, NodeId, TaskId, Time};
 pub use output::{

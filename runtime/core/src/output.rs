@@ -186,6 +186,14 @@ pub enum Event {
         /// The job.
         job: JobId,
     },
+    /// `job` waited for `dependency` to succeed, which failed or was cancelled: `job`
+    /// is cancelled (its `TaskFinished` events follow, `Cancelled`).
+    DependencyFailed {
+        /// The waiting job.
+        job: JobId,
+        /// The job it waited for.
+        dependency: JobId,
+    },
 }
 
 /// What [`Core::handle_node_lost`](crate::Core::handle_node_lost) did.
@@ -265,8 +273,10 @@ pub struct EarlierAttempts {
 pub struct Counts {
     /// Tasks ever submitted.
     pub submitted: u64,
-    /// In the ready queue.
+    /// In the ready queue (or held back: by the deadline, or by dependencies).
     pub queued: u64,
+    /// Of `queued`, those whose job waits for other jobs to end.
+    pub waiting: u64,
     /// Waiting for a retry backoff.
     pub delayed: u64,
     /// Dispatched, not reported started.

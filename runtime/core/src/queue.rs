@@ -99,15 +99,21 @@ impl ReadyQueue {
         self.entries
     }
 
+    /// Queues a job's never-dispatched tasks in submission order: at the back, unless
+    /// the job is older than the last (it waited for other jobs), then in its place,
+    /// found by bisection (such a job is usually near the front, where the shift is
+    /// short).
     pub(crate) fn push_fresh(&mut self, priority: i32, range: FreshRange) {
         debug_assert!(range.next < range.end);
         self.tasks += u64::from(range.end - range.next);
         self.entries += 1;
-        self.levels
-            .entry(Reverse(priority))
-            .or_default()
-            .fresh
-            .push_back(range);
+        let fresh = &mut self.levels.entry(Reverse(priority)).or_default().fresh;
+        if fresh.back().is_none_or(|last| last.job < range.job) {
+            fresh.push_back(range);
+        } else {
+            let at = fresh.partition_point(|queued| queued.job < range.job);
+            fresh.insert(at, range);
+        }
     }
 
     pub(crate) fn push_returned(&mut self, priority: i32, task: ReturnedTask) {

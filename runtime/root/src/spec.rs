@@ -13,6 +13,7 @@
 //! environment keys, UTF-8 working directory.
 
 mod array;
+mod deps;
 mod duration;
 mod function;
 mod hpc;
@@ -25,6 +26,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use array::{ArraySpec, IndexRange, MAX_ARRAY_TASKS};
+pub use deps::{JobRef, PlanError, plan};
 pub use duration::parse_duration;
 use duration::time_limit_serde;
 pub use function::{FunctionSpec, MAX_FUNCTION_BYTES, base64_bytes, base64_option, valid_kind};
@@ -132,6 +134,17 @@ pub struct TaskSpec {
     /// started once more elsewhere, the first result wins and the other is stopped.
     #[serde(default)]
     pub idempotent: bool,
+    /// A name the other jobs of the same submission can wait for by (`after`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Jobs whose tasks must all succeed before this job runs (Slurm's `afterok`):
+    /// ids, or names of jobs in the same submission. If one fails or is cancelled,
+    /// this job is cancelled ("dependency N failed").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<JobRef>,
+    /// Jobs that must have ended, however, before this job runs (`afterany`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_any: Vec<JobRef>,
 }
 
 fn default_cores() -> u32 {
@@ -230,7 +243,7 @@ impl TaskSpec {
         if self.time_limit == Some(Duration::ZERO) {
             return Err(SpecError::ZeroTimeLimit);
         }
-        Ok(())
+        deps::validate(self)
     }
 
     /// The argv the agent executes: `argv` itself, or `/bin/sh -c SCRIPT` for a shell
@@ -359,6 +372,9 @@ impl SpecDefaults {
             tags: self.tags.clone(),
             shell: false,
             idempotent: self.idempotent,
+            name: None,
+            after: Vec::new(),
+            after_any: Vec::new(),
         }
     }
 
@@ -426,6 +442,12 @@ pub use saker_actors::launch::expand_index;
 pub enum SpecError {
     #[error("argv is empty: a task needs a program to run")]
     EmptyArgv,
+    #[error("job name {name:?}: a name is 1-128 characters, without control characters")]
+    InvalidJobName { name: String },
+    #[error("a dependency names job 0; job ids start at 1")]
+    DependencyOnJobZero,
+    #[error("a dependency names job {name:?}, which is not a valid job name")]
+    InvalidDependencyName { name: String },
     #[error("the program (argv[0]) is an empty string")]
     EmptyProgram,
     #[error("argv[{position}] contains a NUL byte")]

@@ -14,6 +14,9 @@ use crate::task::{AttemptRecord, CopyState, JobRecord, Phase, TaskRecord};
 /// Two pieces of the core's bookkeeping disagree: a bug in the core.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConsistencyError {
+    /// The dependency bookkeeping disagrees with itself.
+    #[error("dependencies: {problem}")]
+    Dependencies { problem: String },
     /// A counter differs from what the records add up to.
     #[error("{what}: records add up to {counted}, counter says {recorded}")]
     CountMismatch {
@@ -260,9 +263,17 @@ impl Core {
         }
         expect_equal(
             "queued tasks",
-            self.queue.tasks() + self.horizon.held_tasks(),
+            self.queue.tasks() + self.horizon.held_tasks() + self.deps.waiting_tasks(),
             self.counts.queued,
         )?;
+        expect_equal(
+            "waiting tasks",
+            self.deps.waiting_tasks(),
+            self.counts.waiting,
+        )?;
+        self.deps
+            .audit()
+            .map_err(|problem| ConsistencyError::Dependencies { problem })?;
         self.check_horizon()?;
         for (position, job) in self.jobs.iter().enumerate() {
             let id = JobId(position as u32 + 1);

@@ -1,9 +1,11 @@
 //! The `handle_*` inputs of [`Core`].
 
+use super::deps::Gate;
 use super::speculate::Ended;
 use super::{Core, PendingEvent, slot};
-use crate::config::{JobSpec, Placement};
+use crate::config::{Dependency, JobSpec, Placement};
 use crate::error::{AttemptError, CancelError, NodeError, SubmitError};
+use crate::horizon::Held;
 use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
 use crate::output::{
     AttemptOutcome, CancelSummary, Disposition, Event, NodeLoss, SubmittedJob, TerminalState,
@@ -39,11 +41,32 @@ impl Core {
     }
 
     pub fn handle_submit(&mut self, spec: JobSpec, now: Time) -> Result<SubmittedJob, SubmitError> {
+        self.handle_submit_after(spec, &[], now)
+    }
+
+    /// Accepts a job that waits for other jobs ([`Dependency`]): it is queued once each
+    /// has ended (for [`DependencyKind::Success`], with every task succeeded), and
+    /// cancelled, with an [`Event::DependencyFailed`] first, if one it needed to
+    /// succeed did not. Until then its tasks count as queued and as
+    /// [`Counts::waiting`](crate::Counts). A dependency on a job that has ended already
+    /// is decided at once.
+    ///
+    /// Errors: as [`Core::handle_submit`], and a dependency on a job not submitted
+    /// before this one ([`SubmitError::UnknownDependency`]).
+    ///
+    /// [`DependencyKind::Success`]: crate::DependencyKind::Success
+    pub fn handle_submit_after(
+        &mut self,
+        spec: JobSpec,
+        after: &[Dependency],
+        now: Time,
+    ) -> Result<SubmittedJob, SubmitError> {
         self.observe(now);
         check_spec(&spec)?;
         let job = u32::try_from(self.jobs.len() + 1)
             .map(JobId)
             .map_err(|_| SubmitError::JobIdsExhausted)?;
+        Self::check_dependencies(job, after)?;
         let first_task = TaskId(self.next_task);
         self.next_task = self
             .next_task
@@ -55,20 +78,37 @@ impl Core {
             .push(JobRecord::new(stored, max_replays, first_task));
         self.counts.submitted += u64::from(spec.count);
         self.counts.queued += u64::from(spec.count);
-        self.note_gang(job, &spec);
         if !self.horizon.track(job, spec.time_limit, self.now) {
             self.horizon.hold(job);
         }
-        self.horizon.push_fresh(
-            &mut self.queue,
-            spec.priority,
-            FreshRange {
-                job,
-                next: 0,
-                end: spec.count,
-            },
-        );
-        self.wake_pinned(job);
+        let fresh = FreshRange {
+            job,
+            next: 0,
+            end: spec.count,
+        };
+        match self.gate(job, after) {
+            Gate::Open => {
+                self.note_gang(job, &spec);
+                self.horizon
+                    .push_fresh(&mut self.queue, spec.priority, fresh);
+                self.wake_pinned(job);
+            }
+            Gate::Wait(remaining) => {
+                let entries = Held {
+                    fresh: Some(fresh),
+                    returned: Vec::new(),
+                };
+                self.wait(job, remaining, entries);
+            }
+            Gate::Failed(dependency) => {
+                let entries = Held {
+                    fresh: Some(fresh),
+                    returned: Vec::new(),
+                };
+                self.wait(job, 1, entries);
+                self.fail_dependent(job, dependency);
+            }
+        }
         Ok(SubmittedJob {
             job,
             first_task,
@@ -291,9 +331,17 @@ impl Core {
         let (priority, first_task, count) =
             (record.spec.priority, record.first_task, record.spec.count);
         self.job_mut(job).counts.cancel_requested = true;
-        let (fresh, returned) = match self.horizon.take_held(job) {
-            Some(held) => (held.fresh, held.returned),
-            None => self.queue.remove_job(job, priority),
+        let (fresh, returned) = match self.deps.take(job) {
+            Some(waiting) => {
+                self.counts.waiting = self.deps.waiting_tasks();
+                // A waiting job may be held by the deadline too (with nothing in it).
+                let _ = self.horizon.take_held(job);
+                (waiting.fresh, waiting.returned)
+            }
+            None => match self.horizon.take_held(job) {
+                Some(held) => (held.fresh, held.returned),
+                None => self.queue.remove_job(job, priority),
+            },
         };
         let end_task = TaskId(first_task.0 + u64::from(count));
         let records: Vec<(TaskId, Phase)> = self

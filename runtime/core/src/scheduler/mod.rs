@@ -3,6 +3,7 @@
 
 mod audit;
 mod deadline;
+mod deps;
 mod gang;
 mod inputs;
 mod outputs;
@@ -135,6 +136,8 @@ pub struct Core {
     /// Nodes that may have work pinned to them in the queue (set when such work is
     /// queued, cleared when a look finds none): each takes its pinned work first.
     pinned_waiting: std::collections::BTreeSet<NodeId>,
+    /// Jobs waiting for other jobs, and who waits for whom.
+    deps: deps::Dependencies,
 }
 
 /// An event waiting to be polled. A cancelled queued range is kept as a range and
@@ -217,6 +220,7 @@ impl Core {
             counts: Counts::default(),
             scratch: Vec::new(),
             pinned_waiting: std::collections::BTreeSet::new(),
+            deps: deps::Dependencies::default(),
         }
     }
 
@@ -371,6 +375,7 @@ impl Core {
             self.forget_gang(job, spec.priority);
             self.events
                 .push_back(PendingEvent::Ready(Event::JobFinished { job }));
+            self.job_ended(job);
         }
     }
 

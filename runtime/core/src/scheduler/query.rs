@@ -1,9 +1,19 @@
 //! Read-only questions about live work, for drivers that keep per-attempt history.
 
 use super::Core;
-use crate::ids::{AttemptId, NodeId, TaskId};
+use crate::ids::{AttemptId, JobId, NodeId, TaskId};
 
 impl Core {
+    /// The id the next submitted job gets.
+    pub fn next_job(&self) -> JobId {
+        JobId(u32::try_from(self.jobs.len() + 1).unwrap_or(u32::MAX))
+    }
+
+    /// Whether `job` waits for other jobs to end (it was submitted with dependencies).
+    pub fn is_waiting(&self, job: JobId) -> bool {
+        self.deps.is_waiting(job)
+    }
+
     /// The live attempts on `node` and their tasks, in issue order; empty if the node
     /// is not live. Ask before [`Core::handle_node_lost`] to know which attempts the
     /// loss ends (e.g. to record why each ended); their tasks are replayed, or carry

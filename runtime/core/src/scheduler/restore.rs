@@ -1,9 +1,11 @@
 //! Rebuilding jobs from a journal after the root restarted ([`Core::handle_restore_job`]).
 
+use super::deps::Gate;
 use super::inputs::check_spec;
 use super::{Core, slot};
-use crate::config::JobSpec;
+use crate::config::{Dependency, JobSpec};
 use crate::error::{RestoreError, SubmitError};
+use crate::horizon::Held;
 use crate::ids::{JobId, TaskId, Time};
 use crate::output::{EarlierAttempts, SubmittedJob, TerminalState};
 use crate::queue::{FreshRange, ReturnedTask};
@@ -37,6 +39,20 @@ impl Core {
         earlier: &[(u32, EarlierAttempts)],
         now: Time,
     ) -> Result<SubmittedJob, RestoreError> {
+        self.handle_restore_job_after(spec, &[], finished, earlier, now)
+    }
+
+    /// [`Core::handle_restore_job`] for a job submitted with dependencies: an
+    /// unfinished job waits again for those that have not ended (restored before it,
+    /// in journal order), or is cancelled if one it needed to succeed did not.
+    pub fn handle_restore_job_after(
+        &mut self,
+        spec: JobSpec,
+        after: &[Dependency],
+        finished: &[(u32, TerminalState)],
+        earlier: &[(u32, EarlierAttempts)],
+        now: Time,
+    ) -> Result<SubmittedJob, RestoreError> {
         self.observe(now);
         check_spec(&spec).map_err(RestoreError::Submit)?;
         let sorted = by_index(finished, spec.count)?;
@@ -44,6 +60,7 @@ impl Core {
         let job = u32::try_from(self.jobs.len() + 1)
             .map(JobId)
             .map_err(|_| RestoreError::Submit(SubmitError::JobIdsExhausted))?;
+        Self::check_dependencies(job, after).map_err(RestoreError::Submit)?;
         let first_task = TaskId(self.next_task);
         self.next_task =
             self.next_task
@@ -58,7 +75,6 @@ impl Core {
             .push(JobRecord::new(stored, max_replays, first_task));
         self.counts.submitted += u64::from(spec.count);
         self.counts.queued += u64::from(spec.count);
-        self.note_gang(job, &spec);
         let record = &mut self.jobs[slot(job)];
         for &(index, state) in &sorted {
             record.mark_finished(index);
@@ -80,6 +96,7 @@ impl Core {
             .map_or(0, |index| index + 1);
         let mut done = sorted.iter().map(|&(index, _)| index).peekable();
         let mut before = earlier.iter().peekable();
+        let mut entries = Held::default();
         for index in 0..tail {
             let used = match before.peek() {
                 Some(&&(at, used)) if at == index => {
@@ -104,20 +121,38 @@ impl Core {
                     phase: Phase::Queued,
                 },
             );
-            self.horizon
-                .push_returned(&mut self.queue, spec.priority, ReturnedTask { task, job });
+            entries.returned.push(ReturnedTask { task, job });
         }
-        self.wake_pinned(job);
         if tail < spec.count {
-            self.horizon.push_fresh(
-                &mut self.queue,
-                spec.priority,
-                FreshRange {
-                    job,
-                    next: tail,
-                    end: spec.count,
-                },
-            );
+            entries.fresh = Some(FreshRange {
+                job,
+                next: tail,
+                end: spec.count,
+            });
+        }
+        let gate = if self.jobs[slot(job)].counts.is_finished() {
+            Gate::Open
+        } else {
+            self.gate(job, after)
+        };
+        match gate {
+            Gate::Open => {
+                self.note_gang(job, &spec);
+                for returned in entries.returned {
+                    self.horizon
+                        .push_returned(&mut self.queue, spec.priority, returned);
+                }
+                self.wake_pinned(job);
+                if let Some(range) = entries.fresh {
+                    self.horizon
+                        .push_fresh(&mut self.queue, spec.priority, range);
+                }
+            }
+            Gate::Wait(remaining) => self.wait(job, remaining, entries),
+            Gate::Failed(dependency) => {
+                self.wait(job, 1, entries);
+                self.fail_dependent(job, dependency);
+            }
         }
         self.finish_job_if_done(job);
         Ok(SubmittedJob {

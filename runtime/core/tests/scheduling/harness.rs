@@ -70,6 +70,19 @@ impl Harness {
         job
     }
 
+    pub fn submit_after(
+        &mut self,
+        spec: JobSpec,
+        after: &[saker_core::Dependency],
+    ) -> SubmittedJob {
+        let job = self
+            .core
+            .handle_submit_after(spec, after, self.now)
+            .expect("valid spec");
+        self.drain();
+        job
+    }
+
     /// Joins a node of `cores` cores and nothing else.
     pub fn join(&mut self, node: u32, cores: u32) {
         self.join_resources(node, Resources::cores(cores));

@@ -6,6 +6,7 @@ mod harness;
 
 mod cancel;
 mod deadline;
+mod dependencies;
 mod dispatch;
 mod failures;
 mod gang_load;

@@ -51,6 +51,11 @@ pub struct SimConfig {
     /// draw, so runs without pins stay as they were). Only in worlds without a mix of
     /// node shapes, where every task fits every node.
     pub pinned_fraction: f64,
+    /// This fraction of jobs waits for one to three earlier jobs (random shapes: the
+    /// one just before makes chains, several make fan-ins, a popular one fan-outs),
+    /// each after success or after any end (0: no draw, so runs without dependencies
+    /// stay as they were).
+    pub dependency_fraction: f64,
     /// Jobs are spread over this many estimate classes (drawn only with speculative
     /// jobs). Each class scales the duration range by its number plus one, so classes
     /// differ.
@@ -113,6 +118,8 @@ pub struct Summary {
     pub non_core_copies: u64,
     pub bound_by_other_kinds: u64,
     pub sweeps: u64,
+    /// Jobs submitted with dependencies.
+    pub dependent_jobs: u64,
     /// FNV-1a over every output of the core, for determinism checks.
     pub trace: u64,
 }

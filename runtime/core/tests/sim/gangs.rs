@@ -177,6 +177,9 @@ pub fn run(world: GangWorld) -> GangSummary {
                             }
                         }
                         Event::JobFinished { .. } => {}
+                        Event::DependencyFailed { .. } => {
+                            panic!("gang worlds have no dependencies")
+                        }
                     }
                 }
                 if let Some(held) = core.reservation()

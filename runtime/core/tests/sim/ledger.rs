@@ -15,9 +15,9 @@
 use std::collections::{HashMap, HashSet};
 
 use saker_core::{
-    AttemptError, AttemptId, Core, Counts, Dispatch, Disposition, Event, JobId, JobSpec,
-    MAX_CUSTOM, NodeId, NodeLoss, ResourceKind, Resources, SubmittedJob, TaskId, TaskStatus,
-    TerminalState, Time,
+    AttemptError, AttemptId, Core, Counts, Dependency, DependencyKind, Dispatch, Disposition,
+    Event, JobId, JobSpec, MAX_CUSTOM, NodeId, NodeLoss, ResourceKind, Resources, SubmittedJob,
+    TaskId, TaskStatus, TerminalState, Time,
 };
 
 /// Amounts per resource kind, in [`ResourceKind::all`] order; signed, so that a
@@ -99,6 +99,7 @@ struct JobEntry {
     pinned: Option<NodeId>,
     cancelled: bool,
     finished_tasks: u32,
+    succeeded: u32,
     job_finished: bool,
 }
 
@@ -115,6 +116,8 @@ struct NodeEntry {
 pub struct Ledger {
     tasks: Vec<TaskEntry>,
     jobs: Vec<JobEntry>,
+    /// The jobs each job waits for, by job.
+    after: Vec<Vec<Dependency>>,
     nodes: HashMap<NodeId, NodeEntry>,
     attempts: HashMap<AttemptId, Live>,
     /// Live attempts the core told to stop.
@@ -178,7 +181,20 @@ impl Ledger {
         self.draining = true;
     }
 
+    /// Jobs submitted so far.
+    pub fn jobs(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub fn submitted_after(&mut self, job: SubmittedJob, spec: &JobSpec, after: Vec<Dependency>) {
+        self.submitted(job, spec);
+        self.after.push(after);
+    }
+
     pub fn submitted(&mut self, job: SubmittedJob, spec: &JobSpec) {
+        if self.after.len() < self.jobs.len() {
+            self.after.resize(self.jobs.len(), Vec::new());
+        }
         assert_eq!(job.job.0 as usize, self.jobs.len() + 1, "job ids are dense");
         assert_eq!(
             job.first_task.0 as usize,
@@ -198,6 +214,7 @@ impl Ledger {
             },
             cancelled: false,
             finished_tasks: 0,
+            succeeded: 0,
             job_finished: false,
         });
         let entry = TaskEntry {
@@ -262,6 +279,26 @@ impl Ledger {
             );
             self.last_attempt = assignment.attempt.0;
             let job = self.jobs[assignment.job.0 as usize - 1];
+            for dependency in self
+                .after
+                .get(assignment.job.0 as usize - 1)
+                .into_iter()
+                .flatten()
+            {
+                let needed = &self.jobs[dependency.job.0 as usize - 1];
+                assert!(
+                    needed.job_finished,
+                    "job {} dispatched before job {} ended",
+                    assignment.job, dependency.job
+                );
+                if dependency.kind == DependencyKind::Success {
+                    assert_eq!(
+                        needed.succeeded, needed.count,
+                        "job {} dispatched though job {} did not succeed",
+                        assignment.job, dependency.job
+                    );
+                }
+            }
             if let Some(pinned) = job.pinned {
                 assert_eq!(node, pinned, "pinned work goes to its node only");
             }
@@ -511,6 +548,9 @@ impl Ledger {
                     );
                 }
                 job_entry.finished_tasks += 1;
+                if state == TerminalState::Succeeded {
+                    job_entry.succeeded += 1;
+                }
                 // The core drops a task's remaining attempt when it finishes: it must
                 // have been told to stop (a copy that lost, or a cancelled job's).
                 while let State::InFlight(attempt, _) = self.task_mut(task).state {
@@ -545,6 +585,14 @@ impl Ledger {
                     self.signalled.insert(attempt),
                     "attempt {attempt} stopped twice"
                 );
+            }
+            Event::DependencyFailed { job, dependency } => {
+                let needed = &self.jobs[dependency.0 as usize - 1];
+                assert!(
+                    needed.job_finished && needed.succeeded < needed.count,
+                    "job {job} cancelled for {dependency}, which has not failed"
+                );
+                self.jobs[job.0 as usize - 1].cancelled = true;
             }
             Event::JobFinished { job } => {
                 let entry = &mut self.jobs[job.0 as usize - 1];

@@ -74,6 +74,7 @@ fn small(seed: u64) -> SimConfig {
         speculation: Some(Speculation::default()),
         speculative_fraction: 0.0,
         pinned_fraction: 0.0,
+        dependency_fraction: 0.0,
         classes: 1,
         slow_fraction: 0.0,
         slow_factor: 1,
@@ -235,6 +236,28 @@ fn pinned_work_among_node_losses_keeps_every_invariant() {
     }
 }
 
+/// Random DAGs among crashes, partitions, cancels and failures: the ledger checks at
+/// every dispatch that every job the task's job waits for has ended (with every task
+/// succeeded, for an after-success dependency), that a job cancelled for a failed
+/// dependency names one that did fail, and that every task still ends once.
+#[test]
+fn dependency_dags_among_node_losses_keep_every_invariant() {
+    let mut waited = 0;
+    for seed in 1..=12 {
+        let config = SimConfig {
+            dependency_fraction: 0.5,
+            ..small(seed)
+        };
+        let summary = World::new(config).run();
+        assert_eq!(
+            summary.succeeded + summary.failed + summary.cancelled,
+            summary.tasks
+        );
+        waited += summary.dependent_jobs;
+    }
+    assert!(waited > 100, "{waited} jobs had dependencies");
+}
+
 /// Tasks that need GPUs, memory or a licence run only where they fit; the ledger
 /// checks at every dispatch that no node is sent more than its credit in any kind nor
 /// a task its capacity does not fit, and the agents that they never hold more than
@@ -376,6 +399,7 @@ fn ten_thousand_nodes_one_million_tasks() {
         speculation: Some(Speculation::default()),
         speculative_fraction: 0.0,
         pinned_fraction: 0.0,
+        dependency_fraction: 0.0,
         classes: 1,
         slow_fraction: 0.0,
         slow_factor: 1,
@@ -384,6 +408,31 @@ fn ten_thousand_nodes_one_million_tasks() {
     .run();
     assert_eq!(summary.tasks, 1_000_000);
     assert!(summary.succeeded > 900_000, "{summary:?}");
+}
+
+/// Random DAGs (chains, fan-ins, fan-outs) over 10,000 nodes of mixed shapes (GPUs,
+/// memory, a licence), with crashes, partitions, failures and cancels: the ledger
+/// checks every dispatch against every job its job waits for, and every node's
+/// credit in every kind.
+#[test]
+fn ten_thousand_nodes_with_dags_and_resources() {
+    let summary = World::new(SimConfig {
+        nodes: 10_000,
+        tasks: 200_000,
+        max_array: 50,
+        single_fraction: 0.6,
+        dependency_fraction: 0.4,
+        crashes: 40,
+        partitions: 20,
+        sweep_every: 200_000,
+        ..mixed(77)
+    })
+    .run();
+    assert_eq!(
+        summary.succeeded + summary.failed + summary.cancelled,
+        summary.tasks
+    );
+    assert!(summary.dependent_jobs > 1_000, "{summary:?}");
 }
 
 /// Gangs among small tasks at 10,000 nodes, with node losses: see `gangs.rs` for

@@ -186,6 +186,7 @@ impl World {
             root_view: vec![None; config.nodes as usize],
             next_incarnation: 0,
             summary: Summary {
+                dependent_jobs: 0,
                 steps: 0,
                 makespan: Time::ZERO,
                 tasks: 0,
@@ -248,6 +249,9 @@ impl World {
                 self.trace(&[8, u64::from(node.0), attempt.0]);
             }
             Event::JobFinished { job } => self.trace(&[9, u64::from(job.0)]),
+            Event::DependencyFailed { job, dependency } => {
+                self.trace(&[13, u64::from(job.0), u64::from(dependency.0)]);
+            }
             // Only reserved nodes are asked, and these worlds have no gangs.
             Event::ReturnUnstarted { .. } => panic!("no gang, yet a node was asked back"),
         }
@@ -535,6 +539,36 @@ impl World {
         self.schedule(at, action);
     }
 
+    /// The jobs a new job waits for (see `SimConfig::dependency_fraction`).
+    fn draw_dependencies(&mut self) -> Vec<saker_core::Dependency> {
+        let submitted = self.ledger.jobs() as u32;
+        if self.config.dependency_fraction <= 0.0
+            || submitted == 0
+            || !self.rng.random_bool(self.config.dependency_fraction)
+        {
+            return Vec::new();
+        }
+        let mut after = Vec::new();
+        for _ in 0..self.rng.random_range(1..=3) {
+            // The latest job half the time (chains), else any earlier one.
+            let job = if self.rng.random_bool(0.5) {
+                submitted
+            } else {
+                self.rng.random_range(1..=submitted)
+            };
+            let kind = if self.rng.random_bool(0.7) {
+                saker_core::DependencyKind::Success
+            } else {
+                saker_core::DependencyKind::Any
+            };
+            after.push(saker_core::Dependency {
+                job: JobId(job),
+                kind,
+            });
+        }
+        after
+    }
+
     fn agent_current(&self, node: NodeId, incarnation: u64) -> bool {
         let agent = &self.agents[node.0 as usize];
         agent.alive && agent.incarnation == incarnation
@@ -544,8 +578,15 @@ impl World {
         let now = Time(self.now);
         match action {
             Action::Submit(spec) => {
-                let job = self.core.handle_submit(spec, now).expect("valid spec");
-                self.ledger.submitted(job, &spec);
+                let after = self.draw_dependencies();
+                let job = self
+                    .core
+                    .handle_submit_after(spec, &after, now)
+                    .expect("valid spec");
+                if !after.is_empty() {
+                    self.summary.dependent_jobs += 1;
+                }
+                self.ledger.submitted_after(job, &spec, after);
                 self.trace(&[4, u64::from(job.job.0), job.first_task.0]);
             }
             Action::Hello { node, incarnation } => {

@@ -409,7 +409,10 @@ impl RootState {
                 record.gang = detail.gang;
             }
             None if state == TerminalState::Cancelled => {
-                record.reason = Some("cancelled before it started".into());
+                record.reason = Some(match self.dependency_failed.get(&job) {
+                    Some(dependency) => format!("dependency {dependency} failed"),
+                    None => "cancelled before it started".into(),
+                });
             }
             // Its last attempt was lost with its node and no replay was left: that
             // loss is the attempt that counted, not history.

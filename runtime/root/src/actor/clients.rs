@@ -20,7 +20,7 @@ use crate::client::{
 };
 use crate::records::Record;
 use crate::results::{JobId, ResultRecord};
-use crate::spec::{JobRequest, LauncherKind, MpiKind};
+use crate::spec::{JobRequest, LauncherKind, MpiKind, plan};
 
 /// Inline output kept per stream when a request does not say.
 pub const DEFAULT_INLINE_OUTPUT: u32 = 4096;
@@ -101,7 +101,7 @@ impl RootState {
         }
     }
 
-    fn on_submit(&mut self, requests: Vec<JobRequest>, reply: Reply<SubmitReply>) {
+    fn on_submit(&mut self, mut requests: Vec<JobRequest>, reply: Reply<SubmitReply>) {
         if self.shutting_down {
             let _ = reply.send(Err(error(
                 ErrorKind::Unavailable,
@@ -123,6 +123,16 @@ impl RootState {
                 return;
             }
         }
+        // Jobs that wait for later ones of the submission go after them; their
+        // dependencies become ids.
+        let next_job = self.core.next_job().0;
+        let (order, after) = match plan(&mut requests, next_job) {
+            Ok(plan) => plan,
+            Err(problem) => {
+                let _ = reply.send(Err(error(ErrorKind::InvalidSpec, problem.to_string())));
+                return;
+            }
+        };
         // What the core would refuse, it refuses here, before any job is queued. New
         // resource names are numbered in a copy, kept only if all is accepted.
         let mut names = self.resource_names.clone();
@@ -142,21 +152,27 @@ impl RootState {
                 }
             }
         }
-        if let Err((position, problem)) = self.core.check_submissions(&specs) {
-            let message = format!("job {position} of the submission: {problem}");
+        let ordered: Vec<JobSpec> = order.iter().map(|&position| specs[position]).collect();
+        if let Err((at, problem)) = self.core.check_submissions(&ordered) {
+            let message = format!("job {} of the submission: {problem}", order[at]);
             let _ = reply.send(Err(error(ErrorKind::InvalidSpec, message)));
             return;
         }
         self.resource_names = names;
         let submitted_us = self.timestamp().unix_micros();
-        let mut submitted = Vec::with_capacity(requests.len());
+        // The answer lists the jobs in the submission's order; the journal in id order.
+        let mut submitted: Vec<Option<SubmittedJob>> = vec![None; requests.len()];
         let mut records = Vec::with_capacity(requests.len());
-        for (request, spec) in requests.into_iter().zip(specs) {
+        let mut requests: Vec<Option<JobRequest>> = requests.into_iter().map(Some).collect();
+        for position in order {
+            let Some(request) = requests[position].take() else {
+                continue;
+            };
             let spec = JobSpec {
                 class: self.class_of(&request.spec.tags),
-                ..spec
+                ..specs[position]
             };
-            let job = match self.register_job(&request, spec, submitted_us) {
+            let job = match self.register_job(&request, spec, &after[position], submitted_us) {
                 Ok(job) => job,
                 Err(problem) => {
                     // Not reached: the batch was checked above. Should it be, the
@@ -165,7 +181,7 @@ impl RootState {
                     break;
                 }
             };
-            submitted.push(SubmittedJob {
+            submitted[position] = Some(SubmittedJob {
                 job: job.job,
                 first_task: job.first_task,
                 count: u64::from(job.count),
@@ -183,7 +199,7 @@ impl RootState {
             records,
             AfterJournal::Acknowledge {
                 reply,
-                jobs: submitted,
+                jobs: submitted.into_iter().flatten().collect(),
             },
         );
     }
@@ -194,9 +210,10 @@ impl RootState {
         &mut self,
         request: &JobRequest,
         spec: JobSpec,
+        after: &[saker_core::Dependency],
         submitted_us: u64,
     ) -> Result<saker_core::SubmittedJob, saker_core::SubmitError> {
-        let job = self.core.handle_submit(spec, self.now())?;
+        let job = self.core.handle_submit_after(spec, after, self.now())?;
         self.keep_job(job.job, request, &spec, submitted_us);
         Ok(job)
     }
@@ -392,6 +409,7 @@ impl RootState {
         StatusReport {
             pilot_id: self.pilot_id.clone(),
             queued: counts.queued + counts.delayed,
+            waiting: counts.waiting,
             running: counts.assigned + counts.running,
             succeeded: durable.saturating_sub(failed + cancelled),
             failed,

@@ -150,9 +150,10 @@ impl RootState {
                     job,
                     source,
                 })?;
+            let after = dependencies(&request);
             let restored = self
                 .core
-                .handle_restore_job(spec, &done, &used, self.now())
+                .handle_restore_job_after(spec, &after, &done, &used, self.now())
                 .map_err(|source| RestoreError::Job {
                     position,
                     job,
@@ -231,4 +232,25 @@ fn earlier_by_job(
             .push(((task.0 - first.0) as u32, used));
     }
     by_job
+}
+
+/// A journaled job's dependencies: ids, as the submission resolved them.
+fn dependencies(request: &crate::spec::JobRequest) -> Vec<saker_core::Dependency> {
+    use crate::spec::JobRef;
+    use saker_core::{Dependency, DependencyKind};
+    let ids = |list: &[JobRef], kind| {
+        list.iter()
+            .filter_map(move |reference| match reference {
+                JobRef::Id(job) => Some(Dependency {
+                    job: JobId(*job),
+                    kind,
+                }),
+                // Never journaled: a submission is planned before it is journaled.
+                JobRef::Name(_) => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut after = ids(&request.spec.after, DependencyKind::Success);
+    after.extend(ids(&request.spec.after_any, DependencyKind::Any));
+    after
 }

@@ -230,6 +230,9 @@ pub struct RootState {
     pub(super) node_cores: Option<u32>,
     /// Placed actors and the calls in flight to them.
     pub(super) actors: super::placed::PlacedActors,
+    /// Jobs cancelled because a job they needed to succeed did not, with that job
+    /// (their results say so), until they finish.
+    pub(super) dependency_failed: HashMap<JobId, JobId>,
 }
 
 /// What a root starts from, besides its port and clock.
@@ -268,6 +271,7 @@ impl RootState {
             max_nodes: args.max_nodes,
             node_cores: args.node_cores,
             actors: Default::default(),
+            dependency_failed: HashMap::new(),
         }
     }
 
@@ -435,7 +439,14 @@ impl RootState {
                     self.send_to(entry.link, node, &message);
                 }
             }
-            Event::JobFinished { job } => self.forget_job(job),
+            Event::JobFinished { job } => {
+                self.forget_job(job);
+                self.dependency_failed.remove(&job);
+            }
+            Event::DependencyFailed { job, dependency } => {
+                tracing::info!(%job, %dependency, "a job's dependency failed; it is cancelled");
+                self.dependency_failed.insert(job, dependency);
+            }
         }
     }
 

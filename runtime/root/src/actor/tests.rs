@@ -20,6 +20,7 @@ use crate::client::{ClientRequest, StatusReport, SubmitReply, WaitReport};
 use crate::records::Record;
 use crate::spec::{ArraySpec, JobRequest, TaskSpec};
 
+mod dependencies;
 mod placed;
 
 const PILOT: &str = "pilot-under-test";

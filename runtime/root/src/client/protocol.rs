@@ -160,8 +160,11 @@ pub struct SubmittedJob {
 #[serde(default)]
 pub struct StatusReport {
     pub pilot_id: String,
-    /// Tasks waiting for a slot (including retries waiting to run again).
+    /// Tasks waiting for a slot (including retries waiting to run again, and tasks
+    /// whose jobs wait for other jobs).
     pub queued: u64,
+    /// Of `queued`, tasks whose jobs wait for other jobs to end (`after`).
+    pub waiting: u64,
     pub running: u64,
     pub succeeded: u64,
     pub failed: u64,

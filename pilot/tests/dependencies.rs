@@ -1,0 +1,266 @@
+//! Dependencies between jobs with real processes: a task file that is a whole DAG,
+//! `saker submit --after`, cycles refused with their path, and a root killed mid-DAG
+//! that resumes it from the journal without running anything early or twice.
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{results, run, saker};
+use serde_json::Value;
+
+/// Results by job name, given that each task echoes its name.
+fn by_name(records: &[Value]) -> HashMap<String, Value> {
+    records
+        .iter()
+        .map(|r| {
+            let name = r["stdout"].as_str().unwrap_or_default().trim().to_owned();
+            let name = if name.is_empty() {
+                format!("job{}", r["job"])
+            } else {
+                name
+            };
+            (name, r.clone())
+        })
+        .collect()
+}
+
+fn time(record: &Value, key: &str) -> String {
+    record[key].as_str().unwrap_or_default().to_owned()
+}
+
+/// A four-level DAG in one task file, written bottom-up (names point forward): the
+/// failing middle task cancels its subtree with the reason, the `after_any` cleanup
+/// runs anyway, and nothing starts before what it waits for has ended.
+#[test]
+fn a_task_file_dag_runs_in_order_and_a_failure_cancels_its_subtree() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = dir.path().join("dag.jsonl");
+    let line = |name: &str, script: &str, after: &[&str], after_any: &[&str]| {
+        serde_json::json!({
+            "argv": ["sh", "-c", script], "name": name, "after": after, "after_any": after_any
+        })
+        .to_string()
+    };
+    let lines = [
+        line("report", "echo report", &["merge"], &[]),
+        line("cleanup", "echo cleanup", &[], &["bad"]),
+        line("merge", "echo merge", &["left", "right"], &[]),
+        line("after-bad", "echo after-bad", &["bad"], &[]),
+        line("deep", "echo deep", &["after-bad"], &[]),
+        line("left", "sleep 0.1; echo left", &["prepare"], &[]),
+        line("right", "echo right", &["prepare"], &[]),
+        line("bad", "echo bad; exit 3", &["prepare"], &[]),
+        line("prepare", "sleep 0.1; echo prepare", &[], &[]),
+    ];
+    std::fs::write(&tasks, lines.join("\n")).unwrap();
+    let pilot = dir.path().join("pilot");
+    let output = run(saker()
+        .args(["run", "--progress", "none", "--slots", "4", "--dir"])
+        .arg(&pilot)
+        .arg(&tasks));
+    assert_eq!(output.status.code(), Some(1), "a task failed");
+    let records = results(&pilot);
+    assert_eq!(records.len(), 9, "one result per job");
+    let named = by_name(&records);
+    for done in ["prepare", "left", "right", "merge", "report", "cleanup"] {
+        assert_eq!(named[done]["state"], "succeeded", "{done}: {}", named[done]);
+    }
+    assert_eq!(named["bad"]["state"], "failed");
+    // Cancelled jobs print nothing: find them by their reason.
+    let cancelled: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["state"] == "cancelled")
+        .collect();
+    assert_eq!(cancelled.len(), 2, "after-bad and deep: {records:?}");
+    let bad_job = named["bad"]["job"].as_u64().unwrap();
+    let reasons: Vec<&str> = cancelled
+        .iter()
+        .map(|r| r["reason"].as_str().unwrap())
+        .collect();
+    assert!(
+        reasons.contains(&format!("dependency {bad_job} failed").as_str()),
+        "{reasons:?}"
+    );
+    assert!(
+        cancelled.iter().all(|r| r["start_time"].is_null()),
+        "never ran"
+    );
+    // Nothing started before what it waited for ended.
+    for (job, waits_for) in [
+        ("left", "prepare"),
+        ("right", "prepare"),
+        ("bad", "prepare"),
+        ("merge", "left"),
+        ("merge", "right"),
+        ("report", "merge"),
+        ("cleanup", "bad"),
+    ] {
+        assert!(
+            time(&named[job], "start_time") >= time(&named[waits_for], "end_time"),
+            "{job} started before {waits_for} ended"
+        );
+    }
+}
+
+#[test]
+fn a_cycle_or_an_unknown_name_is_refused_with_its_path_and_nothing_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = dir.path().join("cycle.jsonl");
+    std::fs::write(
+        &tasks,
+        concat!(
+            r#"{"argv": ["true"], "name": "a", "after": ["c"]}"#,
+            "\n",
+            r#"{"argv": ["true"], "name": "b", "after": ["a"]}"#,
+            "\n",
+            r#"{"argv": ["true"], "name": "c", "after": ["b"]}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    let output = run(saker()
+        .args(["run", "--progress", "none", "--dir"])
+        .arg(dir.path().join("pilot"))
+        .arg(&tasks));
+    assert_ne!(output.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("cycle"), "{stderr}");
+    assert!(
+        stderr.contains("\"a\" →") && stderr.contains("\"c\""),
+        "{stderr}"
+    );
+
+    std::fs::write(&tasks, r#"{"argv": ["true"], "after": ["nobody"]}"#).unwrap();
+    let output = run(saker()
+        .args(["run", "--progress", "none", "--dir"])
+        .arg(dir.path().join("pilot2"))
+        .arg(&tasks));
+    assert_ne!(output.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("\"nobody\""));
+}
+
+/// `saker submit --after` against a service pilot, and `status` while it waits.
+#[test]
+fn submit_after_waits_for_jobs_of_earlier_submissions() {
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let mut service = saker()
+        .args(["pilot", "--agents", "1", "--slots", "2", "--dir"])
+        .arg(&pilot)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !pilot.join("client.json").exists() {
+        assert!(Instant::now() < deadline, "the pilot did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let marker = dir.path().join("go");
+    let first = run(saker()
+        .args(["submit", "--dir"])
+        .arg(&pilot)
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "while [ ! -e {} ]; do sleep 0.05; done",
+            marker.display()
+        )));
+    assert!(first.status.success());
+    let second = run(saker()
+        .args(["submit", "--after", "1", "--dir"])
+        .arg(&pilot)
+        .args(["--", "echo", "second"]));
+    assert!(second.status.success());
+    let status = run(saker().args(["status", "--dir"]).arg(&pilot));
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(status.contains("1 wait for other jobs"), "{status}");
+    let refused = run(saker()
+        .args(["submit", "--after", "9", "--dir"])
+        .arg(&pilot)
+        .args(["--", "true"]));
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("job 9"));
+    std::fs::write(&marker, b"").unwrap();
+    let waited = run(saker().args(["wait", "--dir"]).arg(&pilot));
+    assert!(waited.status.success());
+    let records = results(&pilot);
+    let first_end = time(&records[0], "end_time");
+    let second = records.iter().find(|r| r["job"] == 2).unwrap();
+    assert!(time(second, "start_time") >= first_end);
+    let _ = run(saker().args(["shutdown", "--dir"]).arg(&pilot));
+    let _ = service.wait();
+}
+
+/// A chain of ten jobs; the root is SIGKILLed after a few: the resumed root runs the
+/// rest, each after the one before it, and none twice.
+#[test]
+fn a_root_killed_mid_chain_resumes_it_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let log = dir.path().join("order.log");
+    let tasks = dir.path().join("chain.jsonl");
+    let lines: Vec<String> = (0..10)
+        .map(|i| {
+            let after: Vec<String> = if i == 0 {
+                Vec::new()
+            } else {
+                vec![format!("step{}", i - 1)]
+            };
+            serde_json::json!({
+                "argv": ["sh", "-c", format!("sleep 0.2; echo {i} >> {}", log.display())],
+                "name": format!("step{i}"),
+                "after": after,
+            })
+            .to_string()
+        })
+        .collect();
+    std::fs::write(&tasks, lines.join("\n")).unwrap();
+    let mut first = saker()
+        .args(["run", "--progress", "none", "--slots", "4", "--dir"])
+        .arg(&pilot)
+        .arg(&tasks)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&log).map_or(0, |l| l.lines().count()) < 3 {
+        assert!(Instant::now() < deadline, "the chain made no progress");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let _ = Command::new("pkill")
+        .args(["-KILL", "-f", &format!("agent --dir {}", pilot.display())])
+        .status();
+    let resumed = run(saker()
+        .args(["run", "--resume", "--progress", "none", "--dir"])
+        .arg(&pilot));
+    assert!(resumed.status.success());
+    let records = results(&pilot);
+    assert_eq!(records.len(), 10);
+    assert!(records.iter().all(|r| r["state"] == "succeeded"));
+    // In order; a step may run twice only if it was in flight at the kill.
+    let order: Vec<u32> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    let mut seen = 0;
+    for step in &order {
+        assert!(
+            *step <= seen,
+            "step {step} ran before step {seen} ended: {order:?}"
+        );
+        if *step == seen {
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 10, "{order:?}");
+    assert!(
+        order.len() <= 11,
+        "at most the step in flight ran twice: {order:?}"
+    );
+}

@@ -1,0 +1,208 @@
+//! Dependencies between jobs: a job submitted with [`Dependency`]s stays out of the
+//! ready queue until every job it waits for has ended (all tasks terminal), and is
+//! cancelled instead if one it needed to succeed did not.
+//!
+//! A dependency may only name a job submitted earlier, so the graph has no cycles by
+//! construction (the driver orders a batch that names later jobs, and refuses its
+//! cycles). Each edge costs one entry in its dependency's list and is visited once,
+//! when that job ends: releasing a job's dependents is linear in their number. Ends
+//! that cascade (a failure cancels a dependent, which cancels its own) are worked off
+//! a list, not by recursion, so a chain of a million jobs needs no deep stack.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{Core, PendingEvent, slot};
+use crate::config::{Dependency, DependencyKind};
+use crate::horizon::Held;
+use crate::ids::JobId;
+use crate::output::Event;
+
+#[derive(Debug, Default)]
+pub(crate) struct Dependencies {
+    /// For each job that others wait for: those jobs, and how they wait.
+    dependents: HashMap<JobId, Vec<(JobId, DependencyKind)>>,
+    /// Jobs that wait: how many of their dependencies have not ended, and the queue
+    /// entries they get once all have.
+    waiting: BTreeMap<JobId, Waiting>,
+    /// Queued tasks of waiting jobs.
+    waiting_tasks: u64,
+    /// Ended jobs whose dependents are still to be told.
+    ended: Vec<JobId>,
+    /// The list above is being worked off (an end that happens meanwhile joins it).
+    releasing: bool,
+}
+
+#[derive(Debug)]
+struct Waiting {
+    remaining: u32,
+    entries: Held,
+}
+
+impl Dependencies {
+    pub(crate) fn waiting_tasks(&self) -> u64 {
+        self.waiting_tasks
+    }
+
+    pub(crate) fn is_waiting(&self, job: JobId) -> bool {
+        self.waiting.contains_key(&job)
+    }
+
+    /// Takes a waiting job's queue entries (it is cancelled).
+    pub(crate) fn take(&mut self, job: JobId) -> Option<Held> {
+        let waiting = self.waiting.remove(&job)?;
+        self.waiting_tasks -= waiting.entries.tasks();
+        Some(waiting.entries)
+    }
+
+    /// Every waiting job waits for as many jobs as name it as a dependent, and its
+    /// entries add up to the waiting tasks.
+    pub(crate) fn audit(&self) -> Result<(), String> {
+        let mut named: HashMap<JobId, u32> = HashMap::new();
+        for dependents in self.dependents.values() {
+            for (dependent, _) in dependents {
+                *named.entry(*dependent).or_default() += 1;
+            }
+        }
+        let mut tasks = 0;
+        for (job, waiting) in &self.waiting {
+            let edges = named.get(job).copied().unwrap_or(0);
+            if waiting.remaining == 0 || edges != waiting.remaining {
+                return Err(format!(
+                    "job {job} waits for {} jobs, {edges} name it",
+                    waiting.remaining
+                ));
+            }
+            tasks += waiting.entries.tasks();
+        }
+        if tasks != self.waiting_tasks {
+            return Err(format!(
+                "waiting entries hold {tasks} tasks, {} counted",
+                self.waiting_tasks
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a new job's dependencies allow.
+pub(crate) enum Gate {
+    /// Every dependency has ended as needed: queue it.
+    Open,
+    /// Some have not ended: it waits for this many.
+    Wait(u32),
+    /// This one ended without the success it needed: cancel the job.
+    Failed(JobId),
+}
+
+impl Core {
+    /// Whether `after` only names jobs submitted before job `job`.
+    pub(super) fn check_dependencies(
+        job: JobId,
+        after: &[Dependency],
+    ) -> Result<(), crate::SubmitError> {
+        match after.iter().find(|d| d.job.0 == 0 || d.job >= job) {
+            Some(bad) => Err(crate::SubmitError::UnknownDependency { job: bad.job }),
+            None => Ok(()),
+        }
+    }
+
+    /// Registers `job`'s dependencies; what they allow now.
+    pub(super) fn gate(&mut self, job: JobId, after: &[Dependency]) -> Gate {
+        let mut after = after.to_vec();
+        after.sort_unstable();
+        after.dedup();
+        let mut waits = Vec::new();
+        for dependency in after {
+            let other = &self.jobs[slot(dependency.job)].counts;
+            if !other.is_finished() {
+                waits.push(dependency);
+            } else if dependency.kind == DependencyKind::Success && other.succeeded != other.count {
+                return Gate::Failed(dependency.job);
+            }
+        }
+        if waits.is_empty() {
+            return Gate::Open;
+        }
+        let remaining = waits.len() as u32;
+        for dependency in waits {
+            self.deps
+                .dependents
+                .entry(dependency.job)
+                .or_default()
+                .push((job, dependency.kind));
+        }
+        Gate::Wait(remaining)
+    }
+
+    /// `job` waits for `remaining` jobs; `entries` are queued once they have ended.
+    pub(super) fn wait(&mut self, job: JobId, remaining: u32, entries: Held) {
+        self.deps.waiting_tasks += entries.tasks();
+        self.counts.waiting = self.deps.waiting_tasks;
+        self.deps
+            .waiting
+            .insert(job, Waiting { remaining, entries });
+    }
+
+    /// `job` cannot run: `dependency` did not succeed. It is cancelled with its
+    /// dependents in turn.
+    pub(super) fn fail_dependent(&mut self, job: JobId, dependency: JobId) {
+        self.events
+            .push_back(PendingEvent::Ready(Event::DependencyFailed {
+                job,
+                dependency,
+            }));
+        // A job that exists cannot fail to cancel.
+        let _ = self.handle_cancel_job(job, self.now);
+    }
+
+    /// Every task of `job` is terminal: its dependents may go on, or must be cancelled.
+    pub(super) fn job_ended(&mut self, job: JobId) {
+        self.deps.ended.push(job);
+        if self.deps.releasing {
+            return;
+        }
+        self.deps.releasing = true;
+        while let Some(ended) = self.deps.ended.pop() {
+            let Some(dependents) = self.deps.dependents.remove(&ended) else {
+                continue;
+            };
+            let counts = self.jobs[slot(ended)].counts;
+            let succeeded = counts.succeeded == counts.count;
+            for (dependent, kind) in dependents {
+                let Some(waiting) = self.deps.waiting.get_mut(&dependent) else {
+                    // Cancelled meanwhile, or failed by another dependency.
+                    continue;
+                };
+                if kind == DependencyKind::Success && !succeeded {
+                    self.fail_dependent(dependent, ended);
+                    continue;
+                }
+                waiting.remaining -= 1;
+                if waiting.remaining == 0 {
+                    self.release(dependent);
+                }
+            }
+        }
+        self.deps.releasing = false;
+        self.counts.waiting = self.deps.waiting_tasks;
+    }
+
+    /// Queues a job whose dependencies have all ended.
+    fn release(&mut self, job: JobId) {
+        let Some(entries) = self.deps.take(job) else {
+            return;
+        };
+        self.counts.waiting = self.deps.waiting_tasks;
+        let spec = self.jobs[slot(job)].spec;
+        self.note_gang_of(job, spec.priority, self.shapes.placement(spec.shape));
+        if let Some(range) = entries.fresh {
+            self.horizon
+                .push_fresh(&mut self.queue, spec.priority, range);
+        }
+        for returned in entries.returned {
+            self.horizon
+                .push_returned(&mut self.queue, spec.priority, returned);
+        }
+        self.wake_pinned(job);
+    }
+}
