@@ -129,6 +129,27 @@ class Result:
 
 _INT_OPTIONS = ("cores", "gpus", "memory_mib", "priority", "max_retries", "max_replays", "nodes",
                 "ranks_per_node", "ranks", "cores_per_rank", "node")
+#: Options naming jobs to wait for (docs/runtime-semantics.md, "Dependencies").
+_DEPENDENCY_OPTIONS = ("after", "after_any")
+#: How long a dependency's own submission may take to be answered.
+_DEPENDENCY_TIMEOUT = 60.0
+
+
+def _job_ids(name: str, value: Any) -> List[Any]:
+    """Job ids (or names) from ints, strings, futures, or a list of them."""
+    items = value if isinstance(value, (list, tuple, set)) else [value]
+    ids: List[Any] = []
+    for item in items:
+        if isinstance(item, bool):
+            raise TypeError(f"option {name} takes job ids, names or futures, not {item!r}")
+        if isinstance(item, (int, str)):
+            ids.append(item)
+            continue
+        wait_job = getattr(item, "_wait_job", None)
+        if wait_job is None:
+            raise TypeError(f"option {name} takes job ids, names or futures, not {item!r}")
+        ids.append(wait_job(_DEPENDENCY_TIMEOUT))
+    return ids
 #: What starts an HPC job's ranks (docs/hpc-jobs.md).
 _MPI_KINDS = ("none", "openmpi", "mpich")
 _COMMAND_OPTIONS = ("env", "cwd", "shell", "inline_output")
@@ -179,6 +200,11 @@ def normalize_options(options: Mapping[str, Any]) -> Dict[str, Any]:
             value = {str(key): str(item) for key, item in dict(value).items()}
         elif name == "cwd":
             value = None if value is None else os.fspath(value)
+        elif name in _DEPENDENCY_OPTIONS:
+            value = _job_ids(name, value)
+        elif name == "name":
+            if not isinstance(value, str):
+                raise TypeError(f"option name must be a string, not {value!r}")
         elif name == "inline_output":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise TypeError(f"option inline_output must be a non-negative int, not {value!r}")
@@ -311,6 +337,8 @@ class Connection:
         self._submits_in_flight: Set[int] = set()
         # task id -> future, for accepted tasks whose result has not come yet.
         self._tasks: Dict[int, SakerFuture[Any]] = {}
+        #: Notified whenever a submission is answered (its futures learn their job ids).
+        self._answered = threading.Condition()
         # Results that came before the answer to their submit request.
         self._early: Dict[int, Dict[str, Any]] = {}
         self._partial: List[bytes] = []
@@ -726,6 +754,8 @@ class Connection:
             self._submits_in_flight.discard(request_id)
             if not self._submits_in_flight and self._early:
                 self._early.clear()  # results of other clients' tasks
+            with self._answered:
+                self._answered.notify_all()
 
     # -- failure and closing
 

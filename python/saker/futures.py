@@ -125,6 +125,17 @@ class SakerFuture(concurrent.futures.Future[T]):
         """The job id, once the pilot answered the submission."""
         return self._job
 
+    def _wait_job(self, timeout: float) -> int:
+        """The job id, waiting up to ``timeout`` seconds for the submission's answer."""
+        connection = self._connection
+        if self._job is None and connection is not None:
+            answered = connection._answered
+            with answered:
+                answered.wait_for(lambda: self._job is not None or self.done(), timeout)
+        if self._job is None:
+            raise ValueError("a dependency's own submission was not accepted, so it has no job id")
+        return self._job
+
     @property
     def task(self) -> Optional[int]:
         """The task id, once the pilot answered the submission."""

@@ -103,6 +103,25 @@ def test_failed_command(pilot: saker.Pilot) -> None:
     assert "exit" in str(info.value) and "bad" in str(info.value)
 
 
+def test_dependencies_order_jobs_and_a_failure_cancels_its_dependents(pilot: saker.Pilot, tmp_path: Path) -> None:
+    marker = tmp_path / "first"
+    first = pilot.submit(f"sleep 0.2; touch {marker}")
+    # A future stands for its job; the dependent sees the first's effect.
+    second = pilot.submit(f"test -e {marker} && echo after", after=first)
+    assert second.result(30).stdout == "after\n"
+    failing = pilot.submit("exit 3")
+    doomed = pilot.submit("echo never", after=[failing])
+    cleanup = pilot.submit("echo cleanup", after_any=failing)
+    with pytest.raises(saker.TaskFailed):
+        failing.result(30)
+    # Cancelled by the pilot ("dependency N failed"): a cancelled future.
+    with pytest.raises(concurrent.futures.CancelledError):
+        doomed.result(30)
+    assert cleanup.result(30).stdout == "cleanup\n"
+    with pytest.raises(TypeError):
+        pilot.submit("true", after=[1.5])
+
+
 def test_spawn_failure_and_retries(pilot: saker.Pilot) -> None:
     with pytest.raises(saker.TaskFailed) as info:
         pilot.submit(["/no/such/program"]).result(30)
