@@ -71,10 +71,13 @@ pub enum Benchmark {
     /// The Rust API: no-op typed tasks per second (map and submit) and a call's round
     /// trip, beside the same batches over one raw QUIC stream.
     Rust,
+    /// DAG shapes (fan-out, fan-in, pipeline) of 10 ms tasks on 16 slots: makespan
+    /// efficiency beside the same count of independent tasks.
+    Dags,
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 17] = [
+    pub const ALL: [Benchmark; 18] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -92,6 +95,7 @@ impl Benchmark {
         Benchmark::Parsl,
         Benchmark::Hpc,
         Benchmark::Rust,
+        Benchmark::Dags,
     ];
 
     /// The name used on the command line and in the JSON output.
@@ -114,6 +118,7 @@ impl Benchmark {
             Benchmark::Parsl => "parsl",
             Benchmark::Hpc => "hpc",
             Benchmark::Rust => "rust",
+            Benchmark::Dags => "dags",
         }
     }
 
@@ -152,6 +157,8 @@ pub struct Sizes {
     pub slurm_startup_repeats: u32,
     /// `/bin/true` tasks in the Slurm throughput row.
     pub slurm_throughput_tasks: u64,
+    /// Tasks of each DAG shape in the dags rows.
+    pub dag_tasks: u64,
 }
 
 impl Sizes {
@@ -169,6 +176,7 @@ impl Sizes {
                 resume_tasks: 100_000,
                 slurm_startup_repeats: 1,
                 slurm_throughput_tasks: 3_000,
+                dag_tasks: 1_600,
             }
         } else {
             Sizes {
@@ -183,6 +191,7 @@ impl Sizes {
                 resume_tasks: 1_000_000,
                 slurm_startup_repeats: 3,
                 slurm_throughput_tasks: 20_000,
+                dag_tasks: 100_000,
             }
         }
     }

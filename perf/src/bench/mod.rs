@@ -1,6 +1,7 @@
 //! The benchmarks, one module per row group. Each measures its baseline right
 //! before its saker figure, so both see the same machine state.
 
+mod dags;
 mod durability;
 mod efficiency;
 mod failover;
@@ -90,6 +91,7 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::Latency => latency::run(setup, false),
         Benchmark::LatencySync => latency::run(setup, true),
         Benchmark::Efficiency10ms => efficiency::run(setup, efficiency::SleepTask::TenMs),
+        Benchmark::Dags => dags::run(setup),
         Benchmark::Efficiency100ms => efficiency::run(setup, efficiency::SleepTask::HundredMs),
         Benchmark::MemoryArray => memory::run_array(setup),
         Benchmark::MemorySingles => memory::run_singles(setup),
