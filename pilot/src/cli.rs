@@ -29,7 +29,7 @@ pub enum Command {
     /// Start a long-lived pilot that serves clients (`saker submit`, `status`, …).
     Pilot(Box<PilotArgs>),
     /// Submit tasks to a running pilot.
-    Submit(SubmitArgs),
+    Submit(Box<SubmitArgs>),
     /// Wait until the pilot's tasks (or the given jobs) have finished.
     Wait(WaitArgs),
     /// Show the pilot's counters, agents and rate.
@@ -416,6 +416,12 @@ pub struct SubmitArgs {
     /// Run only after these jobs ended, however (afterany). Comma-separated ids.
     #[arg(long, value_name = "JOB[,JOB…]", value_delimiter = ',')]
     pub after_any: Vec<u32>,
+    /// Start no task before this time: RFC 3339 UTC (`2026-12-01T03:00Z`).
+    #[arg(long, value_name = "TIME", conflicts_with = "in_")]
+    pub at: Option<String>,
+    /// Start no task before this long from now (`90s`, `10m`, `1h30m`).
+    #[arg(long = "in", id = "in_", value_name = "DURATION")]
+    pub in_: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]

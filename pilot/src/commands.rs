@@ -13,7 +13,7 @@ use crate::submission::requests_from;
 use saker_root::client::{Client, WaitReport};
 use saker_root::pilot::JOURNAL_DIR;
 use saker_root::records::Record;
-use saker_root::results::{JobId, ResultRecord, TableWriter, write_jsonl};
+use saker_root::results::{JobId, ResultRecord, TableWriter, Timestamp, write_jsonl};
 use saker_root::spec::JobRef;
 
 const CLIENT_NAME: &str = concat!("saker-cli/", env!("CARGO_PKG_VERSION"));
@@ -34,8 +34,25 @@ fn exit_for(report: &WaitReport) -> ExitCode {
 
 pub async fn submit(args: SubmitArgs) -> Result<ExitCode> {
     let mut requests = requests_from(&args.task, args.inline_output)?;
+    let not_before = match (&args.at, &args.in_) {
+        (Some(at), _) => Some(
+            at.parse::<Timestamp>()
+                .with_context(|| format!("--at {at:?}"))?,
+        ),
+        (None, Some(delay)) => {
+            let delay = saker_root::spec::parse_duration(delay)
+                .with_context(|| format!("--in {delay:?}"))?;
+            Some(Timestamp::from_unix_micros(
+                Timestamp::now().unix_micros() + delay.as_micros() as u64,
+            ))
+        }
+        (None, None) => None,
+    };
     for request in &mut requests {
         let spec = &mut request.spec;
+        if not_before.is_some() {
+            spec.not_before = not_before;
+        }
         spec.after
             .extend(args.after.iter().map(|job| JobRef::Id(*job)));
         spec.after_any
@@ -112,7 +129,7 @@ pub async fn status(args: DirArgs) -> Result<ExitCode> {
     if status.waiting > 0 {
         writeln!(
             out,
-            "          of the queued, {} wait for other jobs to end",
+            "          of the queued, {} wait for other jobs to end or for their time",
             status.waiting
         )?;
     }

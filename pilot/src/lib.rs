@@ -76,7 +76,7 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(*args).await,
             Command::Pilot(args) => run::pilot(*args).await,
-            Command::Submit(args) => commands::submit(args).await,
+            Command::Submit(args) => commands::submit(*args).await,
             Command::Wait(args) => commands::wait(args).await,
             Command::Status(args) => commands::status(args).await,
             Command::Cancel(args) => commands::cancel(args).await,

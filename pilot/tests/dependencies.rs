@@ -6,6 +6,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
+use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use common::{results, run, saker};
@@ -263,4 +264,68 @@ fn a_root_killed_mid_chain_resumes_it_in_order() {
         order.len() <= 11,
         "at most the step in flight ran twice: {order:?}"
     );
+}
+
+/// `--in` holds a job until its time (its task starts no sooner), `--at` with a time
+/// past runs at once, and a malformed time is refused before anything is sent.
+#[test]
+fn submit_in_and_at_hold_a_job_until_its_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let mut service = saker()
+        .args(["pilot", "--agents", "1", "--slots", "2", "--dir"])
+        .arg(&pilot)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !pilot.join("client.json").exists() {
+        assert!(Instant::now() < deadline, "the pilot did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let later = run(saker()
+        .args(["submit", "--in", "1500ms", "--dir"])
+        .arg(&pilot)
+        .args(["--", "echo", "later"]));
+    assert!(later.status.success());
+    let status = run(saker().args(["status", "--dir"]).arg(&pilot));
+    assert!(
+        String::from_utf8_lossy(&status.stdout)
+            .contains("1 wait for other jobs to end or for their time"),
+        "{}",
+        String::from_utf8_lossy(&status.stdout)
+    );
+    let past = run(saker()
+        .args(["submit", "--at", "2020-01-01T00:00Z", "--dir"])
+        .arg(&pilot)
+        .args(["--", "echo", "now"]));
+    assert!(past.status.success());
+    let bad = run(saker()
+        .args(["submit", "--at", "tomorrow", "--dir"])
+        .arg(&pilot)
+        .args(["--", "true"]));
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--at"));
+    let waited = run(saker().args(["wait", "--dir"]).arg(&pilot));
+    assert!(waited.status.success());
+    let records = results(&pilot);
+    assert_eq!(records.len(), 2);
+    let micros = |record: &Value, key: &str| -> i64 {
+        saker_root::results::Timestamp::from_str(record[key].as_str().unwrap())
+            .unwrap()
+            .unix_micros() as i64
+    };
+    let held = records.iter().find(|r| r["job"] == 1).unwrap();
+    let waited_for = micros(held, "start_time") - micros(held, "submit_time");
+    assert!(
+        waited_for >= 1_400_000,
+        "started {waited_for} µs after submission"
+    );
+    let prompt = records.iter().find(|r| r["job"] == 2).unwrap();
+    assert!(
+        micros(prompt, "start_time") < micros(held, "start_time"),
+        "the past time ran first"
+    );
+    let _ = run(saker().args(["shutdown", "--dir"]).arg(&pilot));
+    let _ = service.wait();
 }

@@ -135,6 +135,17 @@ _DEPENDENCY_OPTIONS = ("after", "after_any")
 _DEPENDENCY_TIMEOUT = 60.0
 
 
+def _timestamp(value: Any) -> str:
+    """RFC 3339 UTC text for a datetime (naive ones are taken as UTC) or such text."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    raise TypeError(f"option not_before must be a datetime or RFC 3339 text, not {value!r}")
+
+
 def _job_ids(name: str, value: Any) -> List[Any]:
     """Job ids (or names) from ints, strings, futures, or a list of them."""
     items = value if isinstance(value, (list, tuple, set)) else [value]
@@ -205,6 +216,8 @@ def normalize_options(options: Mapping[str, Any]) -> Dict[str, Any]:
         elif name == "name":
             if not isinstance(value, str):
                 raise TypeError(f"option name must be a string, not {value!r}")
+        elif name == "not_before":
+            value = _timestamp(value)
         elif name == "inline_output":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise TypeError(f"option inline_output must be a non-negative int, not {value!r}")

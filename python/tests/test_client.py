@@ -122,6 +122,16 @@ def test_dependencies_order_jobs_and_a_failure_cancels_its_dependents(pilot: sak
         pilot.submit("true", after=[1.5])
 
 
+def test_not_before_holds_a_task_until_its_time(pilot: saker.Pilot) -> None:
+    import datetime
+    at = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)
+    result = pilot.submit("echo late", not_before=at).result(30)
+    started = datetime.datetime.strptime(result.start_time, "%Y-%m-%dT%H:%M:%S.%fZ")
+    assert started.replace(tzinfo=datetime.timezone.utc) >= at - datetime.timedelta(milliseconds=50)
+    with pytest.raises(TypeError):
+        pilot.submit("true", not_before=12)
+
+
 def test_spawn_failure_and_retries(pilot: saker.Pilot) -> None:
     with pytest.raises(saker.TaskFailed) as info:
         pilot.submit(["/no/such/program"]).result(30)

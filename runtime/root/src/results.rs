@@ -237,13 +237,19 @@ impl FromStr for Timestamp {
         let (year, month, day) = (field(year, 4)?, field(month, 2)?, field(day, 2)?);
         let (clock, fraction) = time.split_once('.').unwrap_or((time, ""));
         let mut clock_parts = clock.split(':');
-        let (Some(hour), Some(minute), Some(second), None) = (
+        // Seconds may be left out (`2026-12-01T03:00Z`), and then no fraction either.
+        let (Some(hour), Some(minute), second, None) = (
             clock_parts.next(),
             clock_parts.next(),
             clock_parts.next(),
             clock_parts.next(),
         ) else {
             return Err(invalid());
+        };
+        let second = match second {
+            Some(second) => second,
+            None if fraction.is_empty() => "00",
+            None => return Err(invalid()),
         };
         let (hour, minute, second) = (field(hour, 2)?, field(minute, 2)?, field(second, 2)?);
         if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {

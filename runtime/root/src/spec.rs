@@ -145,6 +145,10 @@ pub struct TaskSpec {
     /// Jobs that must have ended, however, before this job runs (`afterany`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after_any: Vec<JobRef>,
+    /// Not started before this time (RFC 3339 UTC, e.g. `"2026-12-01T03:00Z"`); a time
+    /// already past waits for nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<crate::results::Timestamp>,
 }
 
 fn default_cores() -> u32 {
@@ -375,6 +379,7 @@ impl SpecDefaults {
             name: None,
             after: Vec::new(),
             after_any: Vec::new(),
+            not_before: None,
         }
     }
 

@@ -1,6 +1,8 @@
 //! Dependencies between jobs: a job submitted with [`Dependency`]s stays out of the
 //! ready queue until every job it waits for has ended (all tasks terminal), and is
-//! cancelled instead if one it needed to succeed did not.
+//! cancelled instead if one it needed to succeed did not. A job may also wait for a
+//! time (`not_before`): the time is one more thing it waits for, released by
+//! [`Core::handle_timeout`] (and [`Core::poll_timeout`] says when).
 //!
 //! A dependency may only name a job submitted earlier, so the graph has no cycles by
 //! construction (the driver orders a batch that names later jobs, and refuses its
@@ -9,12 +11,12 @@
 //! that cascade (a failure cancels a dependent, which cancels its own) are worked off
 //! a list, not by recursion, so a chain of a million jobs needs no deep stack.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{Core, PendingEvent, slot};
 use crate::config::{Dependency, DependencyKind};
 use crate::horizon::Held;
-use crate::ids::JobId;
+use crate::ids::{JobId, Time};
 use crate::output::Event;
 
 #[derive(Debug, Default)]
@@ -30,6 +32,9 @@ pub(crate) struct Dependencies {
     ended: Vec<JobId>,
     /// The list above is being worked off (an end that happens meanwhile joins it).
     releasing: bool,
+    /// (not before, job) of waiting jobs whose time has not come, and by job.
+    timers: BTreeSet<(Time, JobId)>,
+    timed: HashMap<JobId, Time>,
 }
 
 #[derive(Debug)]
@@ -47,10 +52,19 @@ impl Dependencies {
         self.waiting.contains_key(&job)
     }
 
-    /// Takes a waiting job's queue entries (it is cancelled).
+    /// When the next waiting job's time comes.
+    pub(crate) fn next_timer(&self) -> Option<Time> {
+        self.timers.first().map(|&(at, _)| at)
+    }
+
+    /// Takes a waiting job's queue entries (it is cancelled, or released).
     pub(crate) fn take(&mut self, job: JobId) -> Option<Held> {
         let waiting = self.waiting.remove(&job)?;
         self.waiting_tasks -= waiting.entries.tasks();
+        // A cancelled job's time no longer matters.
+        if let Some(at) = self.timed.remove(&job) {
+            self.timers.remove(&(at, job));
+        }
         Some(waiting.entries)
     }
 
@@ -58,6 +72,9 @@ impl Dependencies {
     /// entries add up to the waiting tasks.
     pub(crate) fn audit(&self) -> Result<(), String> {
         let mut named: HashMap<JobId, u32> = HashMap::new();
+        for (_, job) in &self.timers {
+            *named.entry(*job).or_default() += 1;
+        }
         for dependents in self.dependents.values() {
             for (dependent, _) in dependents {
                 *named.entry(*dependent).or_default() += 1;
@@ -103,6 +120,51 @@ impl Core {
         match after.iter().find(|d| d.job.0 == 0 || d.job >= job) {
             Some(bad) => Err(crate::SubmitError::UnknownDependency { job: bad.job }),
             None => Ok(()),
+        }
+    }
+
+    /// Registers `job`'s dependencies and its time; what they allow now.
+    pub(super) fn gate_at(
+        &mut self,
+        job: JobId,
+        after: &[Dependency],
+        not_before: Option<Time>,
+    ) -> Gate {
+        let gate = self.gate(job, after);
+        let Some(at) = not_before.filter(|at| *at > self.now) else {
+            return gate;
+        };
+        match gate {
+            Gate::Failed(dependency) => Gate::Failed(dependency),
+            Gate::Open => {
+                self.deps.timers.insert((at, job));
+                self.deps.timed.insert(job, at);
+                Gate::Wait(1)
+            }
+            Gate::Wait(remaining) => {
+                self.deps.timers.insert((at, job));
+                self.deps.timed.insert(job, at);
+                Gate::Wait(remaining + 1)
+            }
+        }
+    }
+
+    /// Releases the waiting jobs whose time has come (those that waited for nothing
+    /// else go to the queue).
+    pub(super) fn release_due(&mut self) {
+        while let Some(&(at, job)) = self.deps.timers.first() {
+            if at > self.now {
+                break;
+            }
+            self.deps.timers.pop_first();
+            self.deps.timed.remove(&job);
+            let Some(waiting) = self.deps.waiting.get_mut(&job) else {
+                continue;
+            };
+            waiting.remaining -= 1;
+            if waiting.remaining == 0 {
+                self.release(job);
+            }
         }
     }
 

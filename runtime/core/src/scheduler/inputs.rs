@@ -61,6 +61,21 @@ impl Core {
         after: &[Dependency],
         now: Time,
     ) -> Result<SubmittedJob, SubmitError> {
+        self.handle_submit_at(spec, after, None, now)
+    }
+
+    /// [`Core::handle_submit_after`] for a job that also waits until `not_before`
+    /// (the driver's clock, as `now`): its tasks wait, counted as
+    /// [`Counts::waiting`](crate::Counts), until [`Core::handle_timeout`] at or after
+    /// that time ([`Core::poll_timeout`] asks for it), and until its dependencies have
+    /// ended. A time already past waits for nothing.
+    pub fn handle_submit_at(
+        &mut self,
+        spec: JobSpec,
+        after: &[Dependency],
+        not_before: Option<Time>,
+        now: Time,
+    ) -> Result<SubmittedJob, SubmitError> {
         self.observe(now);
         check_spec(&spec)?;
         let job = u32::try_from(self.jobs.len() + 1)
@@ -86,7 +101,7 @@ impl Core {
             next: 0,
             end: spec.count,
         };
-        match self.gate(job, after) {
+        match self.gate_at(job, after, not_before) {
             Gate::Open => {
                 self.note_gang(job, &spec);
                 self.horizon
@@ -417,6 +432,7 @@ impl Core {
     /// instants [`Core::poll_timeout`] names).
     pub fn handle_timeout(&mut self, now: Time) {
         self.observe(now);
+        self.release_due();
         while let Some(&(not_before, task)) = self.retry_timers.first() {
             if not_before > self.now {
                 break;

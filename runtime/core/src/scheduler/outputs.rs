@@ -59,10 +59,15 @@ impl Core {
         } else {
             self.stragglers.next_due()
         };
-        [retry, self.horizon.next_change(), straggler]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            retry,
+            self.horizon.next_change(),
+            straggler,
+            self.deps.next_timer(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// The next bundle of work for one node, or `None` when no node with credit can take

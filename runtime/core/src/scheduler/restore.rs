@@ -53,6 +53,20 @@ impl Core {
         earlier: &[(u32, EarlierAttempts)],
         now: Time,
     ) -> Result<SubmittedJob, RestoreError> {
+        self.handle_restore_job_at(spec, after, None, finished, earlier, now)
+    }
+
+    /// [`Core::handle_restore_job_after`] for a job that also waits until `not_before`
+    /// (on this core's clock: the driver converts the journaled wall-clock time).
+    pub fn handle_restore_job_at(
+        &mut self,
+        spec: JobSpec,
+        after: &[Dependency],
+        not_before: Option<Time>,
+        finished: &[(u32, TerminalState)],
+        earlier: &[(u32, EarlierAttempts)],
+        now: Time,
+    ) -> Result<SubmittedJob, RestoreError> {
         self.observe(now);
         check_spec(&spec).map_err(RestoreError::Submit)?;
         let sorted = by_index(finished, spec.count)?;
@@ -133,7 +147,7 @@ impl Core {
         let gate = if self.jobs[slot(job)].counts.is_finished() {
             Gate::Open
         } else {
-            self.gate(job, after)
+            self.gate_at(job, after, not_before)
         };
         match gate {
             Gate::Open => {

@@ -216,3 +216,64 @@ fn a_fan_in_is_released_by_the_last_of_its_dependencies() {
     assert_eq!(ran.len(), 1001);
     assert_eq!(ran.last(), Some(&(join.job.0, 0)));
 }
+
+/// A job that waits for a time: held until a timeout at or after it, which
+/// `poll_timeout` asks for; a time already past waits for nothing; a cancel forgets it.
+#[test]
+fn a_job_waits_for_its_time_and_for_its_dependencies_both() {
+    use saker_core::Time;
+    let mut harness = Harness::new();
+    harness.join_with_credit(1, 4);
+    let at = |micros| Some(Time::from_micros(micros));
+    let timed = harness
+        .core
+        .handle_submit_at(JobSpec::single(), &[], at(1_000), harness.now)
+        .unwrap();
+    harness.drain();
+    assert!(harness.take_assigned().is_empty(), "not before its time");
+    assert_eq!(harness.core.poll_timeout(), at(1_000));
+    assert_eq!(harness.core.counts().waiting, 1);
+    // Both: a time and a dependency on the timed job.
+    let both = harness
+        .core
+        .handle_submit_at(
+            JobSpec::single(),
+            &[after_ok(timed.job)],
+            at(500),
+            harness.now,
+        )
+        .unwrap();
+    let past = harness
+        .core
+        .handle_submit_at(JobSpec::single(), &[], Some(Time::ZERO), harness.now)
+        .unwrap();
+    harness.drain();
+    assert_eq!(
+        harness.take_assigned(),
+        vec![(1, 0, past.job.0)],
+        "a past time waits for nothing"
+    );
+    harness.advance_to(Time::from_micros(999));
+    harness.timeout();
+    assert!(harness.take_assigned().is_empty());
+    harness.advance_to(Time::from_micros(1_000));
+    harness.timeout();
+    let first = harness.take_one();
+    assert_eq!(first.job, timed.job);
+    assert!(
+        harness.core.is_waiting(both.job),
+        "its time came, its dependency has not ended"
+    );
+    harness.started(first.attempt);
+    harness.result(first.attempt, AttemptOutcome::Succeeded);
+    assert_eq!(harness.take_one().job, both.job);
+    // A cancelled timed job leaves no timer behind.
+    let later = harness
+        .core
+        .handle_submit_at(JobSpec::single(), &[], at(50_000), harness.now)
+        .unwrap();
+    harness.drain();
+    harness.cancel(later.job);
+    assert_eq!(harness.core.poll_timeout(), None);
+    assert_eq!(harness.core.counts().waiting, 0);
+}

@@ -213,7 +213,10 @@ impl RootState {
         after: &[saker_core::Dependency],
         submitted_us: u64,
     ) -> Result<saker_core::SubmittedJob, saker_core::SubmitError> {
-        let job = self.core.handle_submit_after(spec, after, self.now())?;
+        let not_before = self.core_time(request.spec.not_before);
+        let job = self
+            .core
+            .handle_submit_at(spec, after, not_before, self.now())?;
         self.keep_job(job.job, request, &spec, submitted_us);
         Ok(job)
     }
@@ -496,6 +499,19 @@ impl RootState {
             class: self.class_of(&request.spec.tags),
             ..spec
         })
+    }
+
+    /// The core's time for a wall-clock time (`None` for none, or one already past).
+    pub(super) fn core_time(
+        &self,
+        at: Option<crate::results::Timestamp>,
+    ) -> Option<saker_core::Time> {
+        let wall = self.timestamp().unix_micros();
+        let ahead = at?
+            .unix_micros()
+            .checked_sub(wall)
+            .filter(|ahead| *ahead > 0)?;
+        Some(self.now().saturating_add_micros(ahead))
     }
 
     /// Cores of the widest node (what `exclusive` holds of a node): of those that

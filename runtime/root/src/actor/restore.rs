@@ -151,9 +151,10 @@ impl RootState {
                     source,
                 })?;
             let after = dependencies(&request);
+            let not_before = self.core_time(request.spec.not_before);
             let restored = self
                 .core
-                .handle_restore_job_after(spec, &after, &done, &used, self.now())
+                .handle_restore_job_at(spec, &after, not_before, &done, &used, self.now())
                 .map_err(|source| RestoreError::Job {
                     position,
                     job,
