@@ -36,6 +36,8 @@ pub enum Command {
     Status(DirArgs),
     /// Cancel jobs: queued tasks never start, running ones are killed.
     Cancel(CancelArgs),
+    /// Change jobs' priority: their tasks that have not started move in the queue.
+    Update(UpdateArgs),
     /// List task results (from the live pilot, or from the journal if it has stopped).
     Results(ResultsArgs),
     /// Ask a running pilot to stop.
@@ -440,6 +442,18 @@ pub struct CancelArgs {
     /// Job ids to cancel.
     #[arg(required = true)]
     pub jobs: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct UpdateArgs {
+    #[command(flatten)]
+    pub dir: DirArgs,
+    /// Job ids to update.
+    #[arg(required = true)]
+    pub jobs: Vec<u32>,
+    /// The new priority (higher runs first).
+    #[arg(long, allow_hyphen_values = true)]
+    pub priority: i32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -8,7 +8,9 @@ use std::fmt::Write as _;
 
 use anyhow::{Context, Result};
 
-use crate::cli::{CancelArgs, DirArgs, ResultsArgs, ResultsFormat, SubmitArgs, WaitArgs};
+use crate::cli::{
+    CancelArgs, DirArgs, ResultsArgs, ResultsFormat, SubmitArgs, UpdateArgs, WaitArgs,
+};
 use crate::submission::requests_from;
 use saker_root::client::{Client, WaitReport};
 use saker_root::pilot::JOURNAL_DIR;
@@ -201,6 +203,15 @@ pub async fn cancel(args: CancelArgs) -> Result<ExitCode> {
         .cancel(args.jobs.iter().map(|j| JobId(*j)).collect())
         .await?;
     println!("cancelled {} tasks", report.cancelled);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn update(args: UpdateArgs) -> Result<ExitCode> {
+    let client = connect(&args.dir).await?;
+    let report = client
+        .update(args.jobs.iter().map(|j| JobId(*j)).collect(), args.priority)
+        .await?;
+    println!("updated {} jobs", report.updated);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -80,6 +80,7 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> ExitCode {
             Command::Wait(args) => commands::wait(args).await,
             Command::Status(args) => commands::status(args).await,
             Command::Cancel(args) => commands::cancel(args).await,
+            Command::Update(args) => commands::update(args).await,
             Command::Results(args) => commands::results(args).await,
             Command::Shutdown(args) => commands::shutdown(args).await,
             Command::Template(args) => commands::template(args),

@@ -329,3 +329,69 @@ fn submit_in_and_at_hold_a_job_until_its_time() {
     let _ = run(saker().args(["shutdown", "--dir"]).arg(&pilot));
     let _ = service.wait();
 }
+
+/// `saker update --priority` moves a queued job ahead of the queue (of what the root
+/// still holds: a task already in an agent's prefetch window keeps its place); an
+/// unknown job is refused.
+#[test]
+fn update_moves_a_queued_job_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let mut service = saker()
+        .args(["pilot", "--agents", "1", "--slots", "1", "--dir"])
+        .arg(&pilot)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !pilot.join("client.json").exists() {
+        assert!(Instant::now() < deadline, "the pilot did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let marker = dir.path().join("go");
+    let submit = |args: &[&str]| {
+        let output = run(saker().arg("submit").arg("--dir").arg(&pilot).args(args));
+        assert!(output.status.success());
+    };
+    submit(&[
+        "--",
+        "sh",
+        "-c",
+        &format!("while [ ! -e {} ]; do sleep 0.05; done", marker.display()),
+    ]);
+    // Jobs 2-6; the first of them may already sit in the agent's prefetch window.
+    for _ in 0..5 {
+        submit(&["--", "echo", "plain"]);
+    }
+    submit(&["--", "echo", "urgent"]);
+    let updated = run(saker()
+        .args(["update", "--priority", "5", "--dir"])
+        .arg(&pilot)
+        .arg("7"));
+    assert!(updated.status.success());
+    assert!(String::from_utf8_lossy(&updated.stdout).contains("updated 1 jobs"));
+    let unknown = run(saker()
+        .args(["update", "--priority", "-1", "--dir"])
+        .arg(&pilot)
+        .arg("9"));
+    assert!(!unknown.status.success());
+    std::fs::write(&marker, b"").unwrap();
+    assert!(
+        run(saker().args(["wait", "--dir"]).arg(&pilot))
+            .status
+            .success()
+    );
+    let records = results(&pilot);
+    let start = |job: u64| {
+        time(
+            records.iter().find(|r| r["job"] == job).expect("a result"),
+            "start_time",
+        )
+    };
+    assert!(
+        start(7) < start(3),
+        "the urgent job went ahead: {records:?}"
+    );
+    let _ = run(saker().args(["shutdown", "--dir"]).arg(&pilot));
+    let _ = service.wait();
+}

@@ -107,3 +107,20 @@ pub enum CancelError {
         job: JobId,
     },
 }
+
+/// A queued job could not be updated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UpdateError {
+    /// No such job.
+    #[error("unknown job {job}")]
+    UnknownJob {
+        /// The job asked for.
+        job: JobId,
+    },
+    /// Every task of the job has ended, or it was cancelled: nothing is left to update.
+    #[error("job {job} has ended")]
+    Ended {
+        /// The job asked for.
+        job: JobId,
+    },
+}

@@ -99,7 +99,7 @@ mod task;
 pub use config::{
     Backoff, CoreConfig, Dependency, DependencyKind, JobSpec, Placement, Speculation,
 };
-pub use error::{AttemptError, CancelError, NodeError, RestoreError, SubmitError};
+pub use error::{AttemptError, CancelError, NodeError, RestoreError, SubmitError, UpdateError};
 pub use ids::{AttemptId, JobId, NodeId, TaskId, Time};
 pub use output::{
     Assignment, AttemptOutcome, CancelSummary, Counts, Dispatch, Disposition, EarlierAttempts,

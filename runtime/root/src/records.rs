@@ -56,6 +56,12 @@ pub enum Record {
     },
     /// An actor ended for good (stopped, failed to start, out of restarts).
     ActorEnded { actor: u64, unix_us: u64 },
+    /// A client gave a job a new priority.
+    Update {
+        job: JobId,
+        priority: i32,
+        unix_us: u64,
+    },
 }
 
 /// Identifiers, so that reading a key or a kind allocates nothing.
@@ -77,6 +83,14 @@ enum Kind {
     Attempt,
     ActorSpawned,
     ActorEnded,
+    Update,
+}
+
+#[derive(Deserialize)]
+struct UpdateFields {
+    job: JobId,
+    priority: i32,
+    unix_us: u64,
 }
 
 #[derive(Deserialize)]
@@ -191,6 +205,14 @@ impl<'de> Visitor<'de> for RecordVisitor {
                     unix_us: fields.unix_us,
                 }
             }
+            Kind::Update => {
+                let fields = UpdateFields::deserialize(rest)?;
+                Record::Update {
+                    job: fields.job,
+                    priority: fields.priority,
+                    unix_us: fields.unix_us,
+                }
+            }
             Kind::ActorEnded => {
                 let fields = ActorEndedFields::deserialize(rest)?;
                 Record::ActorEnded {
@@ -257,6 +279,11 @@ mod tests {
             Record::ActorEnded {
                 actor: 7,
                 unix_us: 8,
+            },
+            Record::Update {
+                job: JobId(3),
+                priority: -4,
+                unix_us: 9,
             },
         ]
     }

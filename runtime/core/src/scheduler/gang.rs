@@ -106,6 +106,13 @@ impl Core {
         self.gangs.avoid.entry(job).or_default().insert(node);
     }
 
+    /// A gang job's priority changed: its place in the gang queue moves.
+    pub(super) fn move_gang(&mut self, job: JobId, from: i32, to: i32) {
+        if self.gangs.jobs.remove(&(Reverse(from), job)) {
+            self.gangs.jobs.insert((Reverse(to), job));
+        }
+    }
+
     /// A finished job leaves the gang queue; the free-capacity index goes with the last.
     pub(super) fn forget_gang(&mut self, job: JobId, priority: i32) {
         self.gangs.avoid.remove(&job);

@@ -251,3 +251,49 @@ fn same_inputs_give_same_outputs() {
             .any(|line| line.contains("JobFinished") && line.contains("JobId(4)"))
     );
 }
+
+/// A priority update moves a job's queued tasks to the new level at once; a job that
+/// has ended cannot be updated.
+#[test]
+fn an_updated_priority_reorders_queued_work() {
+    let mut harness = Harness::new();
+    let first = harness.submit(JobSpec::array(3));
+    let second = harness.submit(JobSpec::array(3));
+    harness
+        .core
+        .handle_update_priority(second.job, 5, harness.now)
+        .unwrap();
+    harness.drain();
+    harness.join_with_credit(1, 6);
+    let order: Vec<u32> = harness
+        .take_assigned()
+        .iter()
+        .map(|(_, _, job)| *job)
+        .collect();
+    assert_eq!(
+        order,
+        vec![
+            second.job.0,
+            second.job.0,
+            second.job.0,
+            first.job.0,
+            first.job.0,
+            first.job.0
+        ]
+    );
+    assert_eq!(
+        harness
+            .core
+            .handle_update_priority(saker_core::JobId(9), 1, harness.now),
+        Err(saker_core::UpdateError::UnknownJob {
+            job: saker_core::JobId(9)
+        })
+    );
+    harness.cancel(first.job);
+    assert_eq!(
+        harness
+            .core
+            .handle_update_priority(first.job, 1, harness.now),
+        Err(saker_core::UpdateError::Ended { job: first.job })
+    );
+}

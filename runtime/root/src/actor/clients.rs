@@ -16,7 +16,8 @@ use super::resources::TooManyKinds;
 use super::state::{JobEntry, RootState};
 use crate::client::{
     CancelReport, ClientRequest, ErrorKind, HpcStatus, NodeLoad, Reply, RequestError, ResultSink,
-    ResultsItem, StatusReport, StreamEnd, SubmitReply, SubmittedJob, UnstartedJob, WaitReport,
+    ResultsItem, StatusReport, StreamEnd, SubmitReply, SubmittedJob, UnstartedJob, UpdateReport,
+    WaitReport,
 };
 use crate::records::Record;
 use crate::results::{JobId, ResultRecord};
@@ -90,6 +91,11 @@ impl RootState {
                 self.on_shutdown();
                 let _ = reply.send(Ok(()));
             }
+            ClientRequest::Update {
+                jobs,
+                priority,
+                reply,
+            } => self.on_update(jobs, priority, reply),
             ClientRequest::ActorSpawn { spawn, reply } => self.on_actor_spawn(spawn, reply),
             ClientRequest::ActorCall {
                 actor,
@@ -357,6 +363,30 @@ impl RootState {
                 None => index += 1,
             }
         }
+    }
+
+    fn on_update(&mut self, jobs: Vec<JobId>, priority: i32, reply: Reply<UpdateReport>) {
+        if let Some(unknown) = jobs.iter().find(|j| !self.jobs.contains_key(j)) {
+            let message = format!("unknown job {unknown}");
+            let _ = reply.send(Err(error(ErrorKind::UnknownJob, message)));
+            return;
+        }
+        let now = self.now();
+        let unix_us = self.timestamp().unix_micros();
+        let mut records = Vec::new();
+        for job in jobs {
+            match self.core.handle_update_priority(job, priority, now) {
+                Ok(()) => records.push(Record::Update {
+                    job,
+                    priority,
+                    unix_us,
+                }),
+                Err(problem) => tracing::debug!(%problem, "update"),
+            }
+        }
+        let updated = records.len() as u64;
+        self.port.append(records, AfterJournal::Nothing);
+        let _ = reply.send(Ok(UpdateReport { updated }));
     }
 
     fn on_cancel(&mut self, jobs: Vec<JobId>, reply: Reply<CancelReport>) {

@@ -95,6 +95,8 @@ impl RootState {
         let mut notes: HashMap<TaskId, Vec<AttemptNote>> = HashMap::new();
         // Every actor id spawned, with its request while it had not ended.
         let mut actors = BTreeMap::new();
+        // The latest priority a client gave each updated job.
+        let mut priorities: HashMap<JobId, i32> = HashMap::new();
         for (position, record) in records.iter().enumerate() {
             match record {
                 Record::Result(result) => {
@@ -127,6 +129,9 @@ impl RootState {
                 Record::ActorEnded { actor, .. } => {
                     actors.insert(*actor, None);
                 }
+                Record::Update { job, priority, .. } => {
+                    priorities.insert(*job, *priority);
+                }
             }
         }
         let mut earlier = earlier_by_job(&first_tasks, &notes);
@@ -150,6 +155,10 @@ impl RootState {
                     job,
                     source,
                 })?;
+            let spec = match priorities.get(&job) {
+                Some(&priority) => saker_core::JobSpec { priority, ..spec },
+                None => spec,
+            };
             let after = dependencies(&request);
             let not_before = self.core_time(request.spec.not_before);
             let restored = self

@@ -28,7 +28,7 @@ use super::endpoint::{ClientEndpoint, EndpointError};
 use super::protocol::{
     CancelReport, CancelRequest, ErrorKind, Hello, PROTOCOL_VERSION, RequestError, RequestId,
     ResultsRequest, ShutdownRequest, StatusReport, StatusRequest, StreamEnd, SubmitReply,
-    SubmitRequest, SubmittedJob, WaitReport, WaitRequest, Welcome,
+    SubmitRequest, SubmittedJob, UpdateReport, UpdateRequest, WaitReport, WaitRequest, Welcome,
 };
 use crate::results::{JobId, ResultRecord};
 use crate::spec::JobRequest;
@@ -213,6 +213,15 @@ impl Client {
 
     pub async fn cancel(&self, jobs: Vec<JobId>) -> Result<CancelReport, ClientError> {
         self.call("cancel", &CancelRequest { jobs }).await
+    }
+
+    /// Gives these jobs' tasks that have not started a new priority.
+    pub async fn update(
+        &self,
+        jobs: Vec<JobId>,
+        priority: i32,
+    ) -> Result<UpdateReport, ClientError> {
+        self.call("update", &UpdateRequest { jobs, priority }).await
     }
 
     /// Asks the pilot to stop.

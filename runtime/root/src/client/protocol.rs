@@ -69,6 +69,7 @@ pub enum Request {
     ActorSpawn(ActorSpawnRequest),
     ActorCall(ActorCallRequest),
     ActorStop(ActorStopRequest),
+    Update(UpdateRequest),
 }
 
 impl Request {
@@ -84,6 +85,7 @@ impl Request {
             Request::ActorSpawn(_) => "actor_spawn",
             Request::ActorCall(_) => "actor_call",
             Request::ActorStop(_) => "actor_stop",
+            Request::Update(_) => "update",
         }
     }
 }
@@ -114,6 +116,22 @@ pub struct WaitRequest {
 #[serde(deny_unknown_fields)]
 pub struct CancelRequest {
     pub jobs: Vec<JobId>,
+}
+
+/// `update`: give these jobs' tasks that have not started a new priority.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateRequest {
+    pub jobs: Vec<JobId>,
+    pub priority: i32,
+}
+
+/// `ok` body of `update`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UpdateReport {
+    /// Jobs updated (those that had ended are not).
+    pub updated: u64,
 }
 
 /// `results`: accepted results with journal sequence number `>= from`, in sequence

@@ -30,7 +30,8 @@ use super::codec::{
 use super::protocol::{
     CancelReport, CancelRequest, ErrorKind, Hello, PROTOCOL_VERSION, PROTOCOLS, Request,
     RequestError, RequestId, ResultsRequest, ShutdownRequest, StatusReport, StatusRequest,
-    StreamEnd, SubmitReply, SubmitRequest, WaitReport, WaitRequest, Welcome,
+    StreamEnd, SubmitReply, SubmitRequest, UpdateReport, UpdateRequest, WaitReport, WaitRequest,
+    Welcome,
 };
 use crate::results::{JobId, ResultRecord};
 use crate::spec::JobRequest;
@@ -78,6 +79,12 @@ pub enum ClientRequest {
     Shutdown {
         kill_running: bool,
         reply: Reply<()>,
+    },
+    /// Give these jobs a new priority (their tasks that have not started).
+    Update {
+        jobs: Vec<JobId>,
+        priority: i32,
+        reply: Reply<UpdateReport>,
     },
     /// Start an actor; answer once it has started. Validated.
     ActorSpawn {
@@ -412,6 +419,15 @@ impl Session {
                 self.forward(id, request, answer, permit, |()| serde_json::json!({}))
                     .await;
             }
+            Request::Update(UpdateRequest { jobs, priority }) => {
+                let (reply, answer) = oneshot::channel();
+                let request = ClientRequest::Update {
+                    jobs,
+                    priority,
+                    reply,
+                };
+                self.forward(id, request, answer, permit, |r| r).await;
+            }
             Request::ActorSpawn(spawn) => {
                 let (reply, answer) = oneshot::channel();
                 let request = ClientRequest::ActorSpawn { spawn, reply };
@@ -619,6 +635,7 @@ pub(crate) fn parse_request(line: &[u8]) -> Result<(RequestId, Request), ParseFa
         "cancel" => body_of(&name, body).map(Request::Cancel),
         "results" => body_of(&name, body).map(Request::Results),
         "shutdown" => body_of(&name, body).map(Request::Shutdown),
+        "update" => body_of(&name, body).map(Request::Update),
         "actor_spawn" => body_of(&name, body).map(Request::ActorSpawn),
         "actor_call" => body_of(&name, body).map(Request::ActorCall),
         "actor_stop" => body_of(&name, body).map(Request::ActorStop),
