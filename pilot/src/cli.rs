@@ -424,6 +424,16 @@ pub struct SubmitArgs {
     /// Start no task before this long from now (`90s`, `10m`, `1h30m`).
     #[arg(long = "in", id = "in_", value_name = "DURATION")]
     pub in_: Option<String>,
+    /// Periodic: a new job every DURATION (from --at/--in, or now), each with its own
+    /// result; a missed occurrence runs once late, wholly missed ones are skipped.
+    #[arg(long, value_name = "DURATION")]
+    pub every: Option<String>,
+    /// Periodic: no occurrence after this time (RFC 3339 UTC).
+    #[arg(long, value_name = "TIME", requires = "every")]
+    pub until: Option<String>,
+    /// Periodic: at most N occurrences.
+    #[arg(long, value_name = "N", requires = "every")]
+    pub count: Option<u32>,
 }
 
 #[derive(Debug, Clone, Args)]

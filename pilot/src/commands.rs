@@ -50,10 +50,30 @@ pub async fn submit(args: SubmitArgs) -> Result<ExitCode> {
         }
         (None, None) => None,
     };
+    let every = match &args.every {
+        Some(every) => Some(
+            saker_root::spec::parse_duration(every)
+                .with_context(|| format!("--every {every:?}"))?,
+        ),
+        None => None,
+    };
+    let until = match &args.until {
+        Some(until) => Some(
+            until
+                .parse::<Timestamp>()
+                .with_context(|| format!("--until {until:?}"))?,
+        ),
+        None => None,
+    };
     for request in &mut requests {
         let spec = &mut request.spec;
         if not_before.is_some() {
             spec.not_before = not_before;
+        }
+        if every.is_some() {
+            spec.every = every;
+            spec.until = until;
+            spec.count = args.count;
         }
         spec.after
             .extend(args.after.iter().map(|job| JobRef::Id(*job)));
@@ -136,6 +156,9 @@ pub async fn status(args: DirArgs) -> Result<ExitCode> {
         )?;
     }
     writeln!(out, "rate      {:.1} tasks/s", status.rate)?;
+    if status.periodic > 0 {
+        writeln!(out, "periodic  {} jobs going on", status.periodic)?;
+    }
     if status.actors > 0 {
         writeln!(out, "actors    {} placed", status.actors)?;
     }

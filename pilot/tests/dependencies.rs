@@ -395,3 +395,55 @@ fn update_moves_a_queued_job_ahead() {
     let _ = run(saker().args(["shutdown", "--dir"]).arg(&pilot));
     let _ = service.wait();
 }
+
+/// `saker submit --every 1s --count 3`: three jobs, each with its own result, started
+/// a period apart; then the schedule is over.
+#[test]
+fn a_periodic_job_runs_once_per_period_up_to_its_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let mut service = saker()
+        .args(["pilot", "--agents", "1", "--slots", "2", "--dir"])
+        .arg(&pilot)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !pilot.join("client.json").exists() {
+        assert!(Instant::now() < deadline, "the pilot did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let submitted = run(saker()
+        .args(["submit", "--every", "1s", "--count", "3", "--dir"])
+        .arg(&pilot)
+        .args(["--", "echo", "tick"]));
+    assert!(submitted.status.success());
+    let status = run(saker().args(["status", "--dir"]).arg(&pilot));
+    assert!(String::from_utf8_lossy(&status.stdout).contains("periodic  1 jobs going on"));
+    assert!(
+        run(saker().args(["wait", "--dir"]).arg(&pilot))
+            .status
+            .success()
+    );
+    let records = results(&pilot);
+    assert_eq!(records.len(), 3, "{records:?}");
+    let starts: Vec<i64> = records
+        .iter()
+        .map(|r| {
+            saker_root::results::Timestamp::from_str(r["start_time"].as_str().unwrap())
+                .unwrap()
+                .unix_micros() as i64
+        })
+        .collect();
+    for pair in starts.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            (900_000..2_000_000).contains(&gap),
+            "started {gap} µs apart"
+        );
+    }
+    let status = run(saker().args(["status", "--dir"]).arg(&pilot));
+    assert!(!String::from_utf8_lossy(&status.stdout).contains("periodic"));
+    let _ = run(saker().args(["shutdown", "--dir"]).arg(&pilot));
+    let _ = service.wait();
+}

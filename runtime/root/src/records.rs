@@ -56,6 +56,13 @@ pub enum Record {
     },
     /// An actor ended for good (stopped, failed to start, out of restarts).
     ActorEnded { actor: u64, unix_us: u64 },
+    /// A periodic job's later occurrence: `job`, occurrence number `occurrence` (from
+    /// 0) of the schedule whose first occurrence was job `schedule`.
+    Occurrence {
+        schedule: JobId,
+        job: JobId,
+        occurrence: u32,
+    },
     /// A client gave a job a new priority.
     Update {
         job: JobId,
@@ -84,6 +91,14 @@ enum Kind {
     ActorSpawned,
     ActorEnded,
     Update,
+    Occurrence,
+}
+
+#[derive(Deserialize)]
+struct OccurrenceFields {
+    schedule: JobId,
+    job: JobId,
+    occurrence: u32,
 }
 
 #[derive(Deserialize)]
@@ -205,6 +220,14 @@ impl<'de> Visitor<'de> for RecordVisitor {
                     unix_us: fields.unix_us,
                 }
             }
+            Kind::Occurrence => {
+                let fields = OccurrenceFields::deserialize(rest)?;
+                Record::Occurrence {
+                    schedule: fields.schedule,
+                    job: fields.job,
+                    occurrence: fields.occurrence,
+                }
+            }
             Kind::Update => {
                 let fields = UpdateFields::deserialize(rest)?;
                 Record::Update {
@@ -284,6 +307,11 @@ mod tests {
                 job: JobId(3),
                 priority: -4,
                 unix_us: 9,
+            },
+            Record::Occurrence {
+                schedule: JobId(3),
+                job: JobId(8),
+                occurrence: 2,
             },
         ]
     }

@@ -149,6 +149,20 @@ pub struct TaskSpec {
     /// already past waits for nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_before: Option<crate::results::Timestamp>,
+    /// A periodic job: a new job every this long (as `time_limit`), from `not_before`
+    /// (or the submission) on, each with its own result. See `actor/schedules.rs`.
+    #[serde(
+        default,
+        with = "time_limit_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub every: Option<Duration>,
+    /// A periodic job's last possible occurrence time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<crate::results::Timestamp>,
+    /// A periodic job's number of occurrences at most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
 }
 
 fn default_cores() -> u32 {
@@ -246,6 +260,18 @@ impl TaskSpec {
         }
         if self.time_limit == Some(Duration::ZERO) {
             return Err(SpecError::ZeroTimeLimit);
+        }
+        match self.every {
+            Some(every) if every < Duration::from_secs(1) => return Err(SpecError::PeriodTooShort),
+            Some(_)
+                if self.name.is_some() || !self.after.is_empty() || !self.after_any.is_empty() =>
+            {
+                return Err(SpecError::PeriodicWithDependencies);
+            }
+            None if self.until.is_some() || self.count.is_some() => {
+                return Err(SpecError::BoundsWithoutPeriod);
+            }
+            _ => {}
         }
         deps::validate(self)
     }
@@ -380,6 +406,9 @@ impl SpecDefaults {
             after: Vec::new(),
             after_any: Vec::new(),
             not_before: None,
+            every: None,
+            until: None,
+            count: None,
         }
     }
 
@@ -434,6 +463,9 @@ impl JobRequest {
         if self.spec.function.is_some() && self.array.is_some() {
             return Err(SpecError::ArrayOfFunction);
         }
+        if self.spec.every.is_some() && self.array.is_some() {
+            return Err(SpecError::PeriodicArray);
+        }
         self.spec.validate()
     }
 }
@@ -451,6 +483,14 @@ pub enum SpecError {
     InvalidJobName { name: String },
     #[error("a dependency names job 0; job ids start at 1")]
     DependencyOnJobZero,
+    #[error("a periodic job (every) must be a single task, not an array")]
+    PeriodicArray,
+    #[error("a periodic job cannot wait for other jobs nor be named (after, after_any, name)")]
+    PeriodicWithDependencies,
+    #[error("every must be at least one second")]
+    PeriodTooShort,
+    #[error("until and count apply to periodic jobs only (every)")]
+    BoundsWithoutPeriod,
     #[error("a dependency names job {name:?}, which is not a valid job name")]
     InvalidDependencyName { name: String },
     #[error("the program (argv[0]) is an empty string")]

@@ -187,6 +187,7 @@ impl RootState {
                     break;
                 }
             };
+            self.start_schedule(job.job, &request, submitted_us);
             submitted[position] = Some(SubmittedJob {
                 job: job.job,
                 first_task: job.first_task,
@@ -208,6 +209,8 @@ impl RootState {
                 jobs: submitted.into_iter().flatten().collect(),
             },
         );
+        // A periodic job whose first occurrence is due now has its next one queued.
+        self.poll_schedules();
     }
 
     /// Queues a validated job as `spec` in the core and keeps what agents need to
@@ -479,6 +482,7 @@ impl RootState {
             hpc: self.hpc_status(),
             actors: self.actors.live(),
             max_nodes: self.max_nodes,
+            periodic: self.schedules.len() as u64,
         }
     }
 

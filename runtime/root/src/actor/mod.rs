@@ -14,6 +14,7 @@ mod placed;
 mod port;
 mod resources;
 mod restore;
+mod schedules;
 mod state;
 #[cfg(test)]
 mod tests;

@@ -97,6 +97,9 @@ impl RootState {
         let mut actors = BTreeMap::new();
         // The latest priority a client gave each updated job.
         let mut priorities: HashMap<JobId, i32> = HashMap::new();
+        // The latest occurrence of each periodic job, by its first job.
+        let mut occurrences: HashMap<JobId, (u32, JobId)> = HashMap::new();
+        let mut schedules = Vec::new();
         for (position, record) in records.iter().enumerate() {
             match record {
                 Record::Result(result) => {
@@ -131,6 +134,13 @@ impl RootState {
                 }
                 Record::Update { job, priority, .. } => {
                     priorities.insert(*job, *priority);
+                }
+                Record::Occurrence {
+                    schedule,
+                    job,
+                    occurrence,
+                } => {
+                    occurrences.insert(*schedule, (*occurrence, *job));
                 }
             }
         }
@@ -185,6 +195,9 @@ impl RootState {
                 });
             }
             self.keep_job(job, &request, &spec, submitted_unix_us);
+            if request.spec.every.is_some() {
+                schedules.push((job, request, submitted_unix_us));
+            }
             summary.jobs += 1;
             summary.tasks += u64::from(restored.count);
         }
@@ -206,6 +219,13 @@ impl RootState {
             }
         }
         summary.actors = self.restore_actors(actors);
+        for (job, request, submitted_us) in schedules {
+            let pending = occurrences.get(&job).copied();
+            self.restore_schedule(job, &request, submitted_us, pending);
+        }
+        // Occurrences whose time passed while no root ran: the pending one runs late,
+        // the next goes ahead.
+        self.poll_schedules();
         Ok(summary)
     }
 }

@@ -233,6 +233,8 @@ pub struct RootState {
     /// Jobs cancelled because a job they needed to succeed did not, with that job
     /// (their results say so), until they finish.
     pub(super) dependency_failed: HashMap<JobId, JobId>,
+    /// Periodic jobs going on.
+    pub(super) schedules: super::schedules::Schedules,
 }
 
 /// What a root starts from, besides its port and clock.
@@ -272,6 +274,7 @@ impl RootState {
             node_cores: args.node_cores,
             actors: Default::default(),
             dependency_failed: HashMap::new(),
+            schedules: Default::default(),
         }
     }
 
@@ -288,6 +291,7 @@ impl RootState {
         self.timer_at = None;
         let now = self.now();
         self.core.handle_timeout(now);
+        self.poll_schedules();
     }
 
     /// Turns everything the core wants done into actions. Called after every message.
@@ -442,6 +446,7 @@ impl RootState {
             Event::JobFinished { job } => {
                 self.forget_job(job);
                 self.dependency_failed.remove(&job);
+                self.schedule_job_ended(job);
             }
             Event::DependencyFailed { job, dependency } => {
                 tracing::info!(%job, %dependency, "a job's dependency failed; it is cancelled");

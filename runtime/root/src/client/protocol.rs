@@ -223,6 +223,8 @@ pub struct StatusReport {
     /// The most nodes this pilot can have (its local agents, or its allocation's
     /// nodes), when known.
     pub max_nodes: Option<u32>,
+    /// Periodic jobs going on (`every`).
+    pub periodic: u64,
 }
 
 /// HPC jobs in a [`StatusReport`].

@@ -3,7 +3,7 @@
 
 use saker_wire::messages::ToAgent;
 
-use super::{Harness, single};
+use super::{Harness, RootMsg, single};
 use crate::records::Record;
 use crate::spec::JobRef;
 
@@ -69,4 +69,43 @@ fn a_cycle_is_refused_whole_with_its_path() {
     assert!(refused.message.contains("cycle"), "{}", refused.message);
     assert!(h.journal_durable().is_empty(), "nothing journaled");
     assert_eq!(h.status().queued, 0);
+}
+
+/// A periodic job: each occurrence is a job of its own, submitted one period ahead
+/// when the one before is due, journaled, up to its count; then the schedule ends.
+#[test]
+fn a_periodic_job_submits_one_occurrence_per_period_up_to_its_count() {
+    use std::time::Duration;
+    let mut h = Harness::new();
+    let mut periodic = single(&["tick"]);
+    periodic.spec.every = Some(Duration::from_secs(10));
+    periodic.spec.count = Some(3);
+    let mut answer = h.submit(vec![periodic]);
+    let records = h.journal_durable();
+    let reply = answer.try_recv().expect("answered").expect("accepted");
+    assert_eq!(reply.jobs.len(), 1, "the first occurrence");
+    let occurrences = |records: &[Record]| -> Vec<u32> {
+        records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Occurrence { occurrence, .. } => Some(*occurrence),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(
+        occurrences(&records),
+        vec![1],
+        "the next is queued for its time"
+    );
+    assert_eq!(h.status().periodic, 1);
+    assert_eq!(h.status().waiting, 1, "occurrence 1 waits for its time");
+    h.clock.advance(Duration::from_secs(10));
+    h.handle(RootMsg::Timer);
+    assert_eq!(occurrences(&h.journal_durable()), vec![2]);
+    h.clock.advance(Duration::from_secs(10));
+    h.handle(RootMsg::Timer);
+    assert!(occurrences(&h.journal_durable()).is_empty(), "three in all");
+    assert_eq!(h.status().periodic, 0);
+    assert_eq!(h.status().jobs, 3);
 }

@@ -1,0 +1,182 @@
+//! Periodic jobs (`every`, with `until` and `count`): each occurrence is a job of its
+//! own, with its own result, submitted one period ahead with `not_before` set to its
+//! time, so it waits in the core like any job waiting for its time and starts as
+//! close to it as slots allow (priority breaks ties between jobs due together).
+//!
+//! When an occurrence's time comes (the core's timer for it wakes the root), the next
+//! one is submitted. A schedule is journaled as its first occurrence's submission
+//! (which carries `every`) and one `occurrence` record per later occurrence, so a
+//! resumed root knows the occurrence that was pending. Missed occurrences (the root
+//! was down, or slots were busy past a period): the pending occurrence runs once,
+//! late; those wholly missed are skipped, and the schedule goes on from the next time
+//! still ahead. Cancelling the pending occurrence before its time ends the schedule.
+
+use std::collections::BTreeMap;
+
+use saker_core::JobId;
+
+use super::port::AfterJournal;
+use super::state::RootState;
+use crate::records::Record;
+use crate::results::Timestamp;
+use crate::spec::JobRequest;
+
+#[derive(Debug, Default)]
+pub(crate) struct Schedules {
+    /// By the schedule's first job (its id is the schedule's).
+    table: BTreeMap<JobId, Schedule>,
+}
+
+#[derive(Debug)]
+struct Schedule {
+    /// An occurrence's request, less its time and the period.
+    template: JobRequest,
+    first_unix_us: u64,
+    every_us: u64,
+    until_unix_us: Option<u64>,
+    count: Option<u32>,
+    /// The occurrence submitted and waiting for its time (or running): its number
+    /// from 0, and its job.
+    pending: (u32, JobId),
+}
+
+impl Schedule {
+    fn time_of(&self, occurrence: u32) -> u64 {
+        self.first_unix_us
+            .saturating_add(self.every_us.saturating_mul(u64::from(occurrence)))
+    }
+
+    fn allows(&self, occurrence: u32) -> bool {
+        self.count.is_none_or(|count| occurrence < count)
+            && self
+                .until_unix_us
+                .is_none_or(|until| self.time_of(occurrence) <= until)
+    }
+}
+
+impl Schedules {
+    /// Periodic jobs going on.
+    pub(crate) fn len(&self) -> usize {
+        self.table.len()
+    }
+}
+
+impl RootState {
+    /// `job` was submitted as the first occurrence of the periodic `request`.
+    pub(super) fn start_schedule(&mut self, job: JobId, request: &JobRequest, submitted_us: u64) {
+        let Some(every) = request.spec.every else {
+            return;
+        };
+        let mut template = request.clone();
+        template.spec.every = None;
+        template.spec.until = None;
+        template.spec.count = None;
+        template.spec.not_before = None;
+        let schedule = Schedule {
+            template,
+            first_unix_us: request
+                .spec
+                .not_before
+                .map_or(submitted_us, Timestamp::unix_micros),
+            every_us: u64::try_from(every.as_micros()).unwrap_or(u64::MAX),
+            until_unix_us: request.spec.until.map(Timestamp::unix_micros),
+            count: request.spec.count,
+            pending: (0, job),
+        };
+        self.schedules.table.insert(job, schedule);
+    }
+
+    /// A restored root's schedule: `job` was its first occurrence, `pending` the last
+    /// one journaled.
+    pub(super) fn restore_schedule(
+        &mut self,
+        job: JobId,
+        request: &JobRequest,
+        submitted_us: u64,
+        pending: Option<(u32, JobId)>,
+    ) {
+        self.start_schedule(job, request, submitted_us);
+        if let (Some(schedule), Some(pending)) = (self.schedules.table.get_mut(&job), pending) {
+            schedule.pending = pending;
+        }
+    }
+
+    /// Submits the next occurrence of every schedule whose pending one's time has come.
+    pub(super) fn poll_schedules(&mut self) {
+        let now = self.timestamp().unix_micros();
+        // Due: the pending occurrence's time has come on the wall clock, or the core
+        // has released it already (its clock and the wall clock may drift apart).
+        let due: Vec<JobId> = self
+            .schedules
+            .table
+            .iter()
+            .filter(|(_, schedule)| {
+                schedule.time_of(schedule.pending.0) <= now
+                    || !self.core.is_waiting(schedule.pending.1)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            let Some(schedule) = self.schedules.table.get(&id) else {
+                continue;
+            };
+            // The next occurrence still ahead: those wholly missed are skipped.
+            let mut next = schedule.pending.0 + 1;
+            while schedule.time_of(next) <= now && schedule.allows(next) {
+                next += 1;
+            }
+            if !schedule.allows(next) {
+                tracing::info!(schedule = %id, "a periodic job made its last occurrence");
+                self.schedules.table.remove(&id);
+                continue;
+            }
+            let at = schedule.time_of(next);
+            let mut request = schedule.template.clone();
+            request.spec.not_before = Some(Timestamp::from_unix_micros(at));
+            let spec = match self.core_spec(&request) {
+                Ok(spec) => spec,
+                Err(problem) => {
+                    tracing::error!(%problem, schedule = %id, "a periodic job cannot go on");
+                    self.schedules.table.remove(&id);
+                    continue;
+                }
+            };
+            let submitted_us = self.timestamp().unix_micros();
+            let job = match self.register_job(&request, spec, &[], submitted_us) {
+                Ok(job) => job,
+                Err(problem) => {
+                    tracing::error!(%problem, schedule = %id, "a periodic job cannot go on");
+                    self.schedules.table.remove(&id);
+                    continue;
+                }
+            };
+            if let Some(schedule) = self.schedules.table.get_mut(&id) {
+                schedule.pending = (next, job.job);
+            }
+            let records = vec![
+                Record::Submit {
+                    job: job.job,
+                    first_task: job.first_task,
+                    count: job.count,
+                    submitted_unix_us: submitted_us,
+                    request: Box::new(request),
+                },
+                Record::Occurrence {
+                    schedule: id,
+                    job: job.job,
+                    occurrence: next,
+                },
+            ];
+            self.port.append(records, AfterJournal::Nothing);
+        }
+    }
+
+    /// `job` has ended: a pending occurrence that ended before its time was
+    /// cancelled, and its schedule with it.
+    pub(super) fn schedule_job_ended(&mut self, job: JobId) {
+        let now = self.timestamp().unix_micros();
+        self.schedules.table.retain(|_, schedule| {
+            !(schedule.pending.1 == job && schedule.time_of(schedule.pending.0) > now)
+        });
+    }
+}
