@@ -28,6 +28,44 @@ fn by_name(records: &[Value]) -> HashMap<String, Value> {
         .collect()
 }
 
+/// A `saker pilot` of one agent with `slots` slots, shut down when dropped.
+struct Service {
+    pilot: std::path::PathBuf,
+    child: std::process::Child,
+}
+
+impl Service {
+    fn start(dir: &std::path::Path, slots: u32) -> Service {
+        let pilot = dir.join("pilot");
+        let child = saker()
+            .args([
+                "pilot",
+                "--agents",
+                "1",
+                "--slots",
+                &slots.to_string(),
+                "--dir",
+            ])
+            .arg(&pilot)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !pilot.join("client.json").exists() {
+            assert!(Instant::now() < deadline, "the pilot did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Service { pilot, child }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = run(saker().args(["shutdown", "--dir"]).arg(&self.pilot));
+        let _ = self.child.wait();
+    }
+}
+
 fn time(record: &Value, key: &str) -> String {
     record[key].as_str().unwrap_or_default().to_owned()
 }
@@ -147,18 +185,8 @@ fn a_cycle_or_an_unknown_name_is_refused_with_its_path_and_nothing_runs() {
 #[test]
 fn submit_after_waits_for_jobs_of_earlier_submissions() {
     let dir = tempfile::tempdir().unwrap();
-    let pilot = dir.path().join("pilot");
-    let mut service = saker()
-        .args(["pilot", "--agents", "1", "--slots", "2", "--dir"])
-        .arg(&pilot)
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !pilot.join("client.json").exists() {
-        assert!(Instant::now() < deadline, "the pilot did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let service = Service::start(dir.path(), 2);
+    let pilot = service.pilot.clone();
     let marker = dir.path().join("go");
     let first = run(saker()
         .args(["submit", "--dir"])
@@ -190,8 +218,7 @@ fn submit_after_waits_for_jobs_of_earlier_submissions() {
     let first_end = time(&records[0], "end_time");
     let second = records.iter().find(|r| r["job"] == 2).unwrap();
     assert!(time(second, "start_time") >= first_end);
-    let _ = run(saker().args(["shutdown", "--dir"]).arg(&pilot));
-    let _ = service.wait();
+    drop(service);
 }
 
 /// A chain of ten jobs; the root is SIGKILLed after a few: the resumed root runs the
@@ -271,18 +298,8 @@ fn a_root_killed_mid_chain_resumes_it_in_order() {
 #[test]
 fn submit_in_and_at_hold_a_job_until_its_time() {
     let dir = tempfile::tempdir().unwrap();
-    let pilot = dir.path().join("pilot");
-    let mut service = saker()
-        .args(["pilot", "--agents", "1", "--slots", "2", "--dir"])
-        .arg(&pilot)
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !pilot.join("client.json").exists() {
-        assert!(Instant::now() < deadline, "the pilot did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let service = Service::start(dir.path(), 2);
+    let pilot = service.pilot.clone();
     let later = run(saker()
         .args(["submit", "--in", "1500ms", "--dir"])
         .arg(&pilot)
@@ -326,8 +343,7 @@ fn submit_in_and_at_hold_a_job_until_its_time() {
         micros(prompt, "start_time") < micros(held, "start_time"),
         "the past time ran first"
     );
-    let _ = run(saker().args(["shutdown", "--dir"]).arg(&pilot));
-    let _ = service.wait();
+    drop(service);
 }
 
 /// `saker update --priority` moves a queued job ahead of the queue (of what the root
@@ -336,18 +352,8 @@ fn submit_in_and_at_hold_a_job_until_its_time() {
 #[test]
 fn update_moves_a_queued_job_ahead() {
     let dir = tempfile::tempdir().unwrap();
-    let pilot = dir.path().join("pilot");
-    let mut service = saker()
-        .args(["pilot", "--agents", "1", "--slots", "1", "--dir"])
-        .arg(&pilot)
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !pilot.join("client.json").exists() {
-        assert!(Instant::now() < deadline, "the pilot did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let service = Service::start(dir.path(), 1);
+    let pilot = service.pilot.clone();
     let marker = dir.path().join("go");
     let submit = |args: &[&str]| {
         let output = run(saker().arg("submit").arg("--dir").arg(&pilot).args(args));
@@ -392,8 +398,7 @@ fn update_moves_a_queued_job_ahead() {
         start(7) < start(3),
         "the urgent job went ahead: {records:?}"
     );
-    let _ = run(saker().args(["shutdown", "--dir"]).arg(&pilot));
-    let _ = service.wait();
+    drop(service);
 }
 
 /// `saker submit --every 1s --count 3`: three jobs, each with its own result, started
@@ -401,18 +406,8 @@ fn update_moves_a_queued_job_ahead() {
 #[test]
 fn a_periodic_job_runs_once_per_period_up_to_its_count() {
     let dir = tempfile::tempdir().unwrap();
-    let pilot = dir.path().join("pilot");
-    let mut service = saker()
-        .args(["pilot", "--agents", "1", "--slots", "2", "--dir"])
-        .arg(&pilot)
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !pilot.join("client.json").exists() {
-        assert!(Instant::now() < deadline, "the pilot did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let service = Service::start(dir.path(), 2);
+    let pilot = service.pilot.clone();
     let submitted = run(saker()
         .args(["submit", "--every", "1s", "--count", "3", "--dir"])
         .arg(&pilot)
@@ -444,6 +439,5 @@ fn a_periodic_job_runs_once_per_period_up_to_its_count() {
     }
     let status = run(saker().args(["status", "--dir"]).arg(&pilot));
     assert!(!String::from_utf8_lossy(&status.stdout).contains("periodic"));
-    let _ = run(saker().args(["shutdown", "--dir"]).arg(&pilot));
-    let _ = service.wait();
+    drop(service);
 }
