@@ -441,3 +441,61 @@ fn a_periodic_job_runs_once_per_period_up_to_its_count() {
     assert!(!String::from_utf8_lossy(&status.stdout).contains("periodic"));
     drop(service);
 }
+
+/// The root of a pilot with a periodic job is SIGKILLed and resumed: the schedule goes
+/// on from its journal (the pending occurrence runs, late if its time passed; wholly
+/// missed ones are skipped), no occurrence runs twice, and it still ends at its count.
+#[test]
+fn a_periodic_job_goes_on_after_a_root_is_killed_and_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let start = |resume: bool| {
+        let mut command = saker();
+        command
+            .args(["pilot", "--agents", "1", "--slots", "2", "--dir"])
+            .arg(&pilot);
+        if resume {
+            command.arg("--resume");
+        }
+        let child = command.stdin(Stdio::null()).spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !pilot.join("client.json").exists() {
+            assert!(Instant::now() < deadline, "the pilot did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child
+    };
+    let mut first = start(false);
+    let submitted = run(saker()
+        .args(["submit", "--every", "1s", "--count", "5", "--dir"])
+        .arg(&pilot)
+        .args(["--", "echo", "tick"]));
+    assert!(submitted.status.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while results(&pilot).len() < 2 {
+        assert!(Instant::now() < deadline, "no occurrence ran");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    first.kill().unwrap(); // SIGKILL
+    first.wait().unwrap();
+    let _ = Command::new("pkill")
+        .args(["-KILL", "-f", &format!("agent --dir {}", pilot.display())])
+        .status();
+    let _ = std::fs::remove_file(pilot.join("client.json"));
+    let mut second = start(true);
+    assert!(
+        run(saker().args(["wait", "--dir"]).arg(&pilot))
+            .status
+            .success()
+    );
+    let records = results(&pilot);
+    assert!(records.len() >= 3 && records.len() <= 5, "{records:?}");
+    assert!(records.iter().all(|r| r["state"] == "succeeded"));
+    let mut jobs: Vec<u64> = records.iter().map(|r| r["job"].as_u64().unwrap()).collect();
+    jobs.dedup();
+    assert_eq!(jobs.len(), records.len(), "no occurrence twice");
+    let status = run(saker().args(["status", "--dir"]).arg(&pilot));
+    assert!(!String::from_utf8_lossy(&status.stdout).contains("periodic"));
+    let _ = run(saker().args(["shutdown", "--dir"]).arg(&pilot));
+    let _ = second.wait();
+}
