@@ -74,10 +74,13 @@ pub enum Benchmark {
     /// DAG shapes (fan-out, fan-in, pipeline) of 10 ms tasks on 16 slots: makespan
     /// efficiency beside the same count of independent tasks.
     Dags,
+    /// Scheduled starts: lateness of 1,000 tasks due in the same second, beside 16
+    /// threads spawning at the due time.
+    Lateness,
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 18] = [
+    pub const ALL: [Benchmark; 19] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -96,6 +99,7 @@ impl Benchmark {
         Benchmark::Hpc,
         Benchmark::Rust,
         Benchmark::Dags,
+        Benchmark::Lateness,
     ];
 
     /// The name used on the command line and in the JSON output.
@@ -119,6 +123,7 @@ impl Benchmark {
             Benchmark::Hpc => "hpc",
             Benchmark::Rust => "rust",
             Benchmark::Dags => "dags",
+            Benchmark::Lateness => "lateness",
         }
     }
 

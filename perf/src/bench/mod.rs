@@ -7,6 +7,7 @@ mod efficiency;
 mod failover;
 mod hpc;
 mod latency;
+mod lateness;
 mod memory;
 mod python;
 mod resume;
@@ -92,6 +93,7 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::LatencySync => latency::run(setup, true),
         Benchmark::Efficiency10ms => efficiency::run(setup, efficiency::SleepTask::TenMs),
         Benchmark::Dags => dags::run(setup),
+        Benchmark::Lateness => lateness::run(setup),
         Benchmark::Efficiency100ms => efficiency::run(setup, efficiency::SleepTask::HundredMs),
         Benchmark::MemoryArray => memory::run_array(setup),
         Benchmark::MemorySingles => memory::run_singles(setup),
