@@ -87,10 +87,10 @@ impl Link {
         root: &ActorRef<RootMsg>,
         request: impl FnOnce(oneshot::Sender<Result<T, RequestError>>) -> ClientRequest,
     ) -> Result<T, Error> {
-        let (reply, answer) = oneshot::channel();
-        root.send_message(RootMsg::Client(request(reply)))
-            .map_err(|_| gone())?;
-        answer.await.map_err(|_| gone())?.map_err(refused)
+        ask_root(root, request)
+            .await
+            .ok_or_else(gone)?
+            .map_err(refused)
     }
 
     pub(crate) async fn submit(&self, jobs: Vec<JobRequest>) -> Result<Vec<SubmittedJob>, Error> {
@@ -196,13 +196,20 @@ async fn ask_actor<T>(
     root: &ActorRef<RootMsg>,
     request: impl FnOnce(oneshot::Sender<Result<T, RequestError>>) -> ClientRequest,
 ) -> Result<T, ActorError> {
-    let (reply, answer) = oneshot::channel();
-    root.send_message(RootMsg::Client(request(reply)))
-        .map_err(|_| actor_gone())?;
-    answer
+    ask_root(root, request)
         .await
-        .map_err(|_| actor_gone())?
+        .ok_or_else(actor_gone)?
         .map_err(ActorError::from_request)
+}
+
+/// Sends a request to the in-process root: its answer, or `None` if the root stopped.
+async fn ask_root<T>(
+    root: &ActorRef<RootMsg>,
+    request: impl FnOnce(oneshot::Sender<Result<T, RequestError>>) -> ClientRequest,
+) -> Option<Result<T, RequestError>> {
+    let (reply, answer) = oneshot::channel();
+    root.send_message(RootMsg::Client(request(reply))).ok()?;
+    answer.await.ok()
 }
 
 fn actor_client_error(error: saker_root::client::ClientError) -> ActorError {

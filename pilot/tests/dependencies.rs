@@ -36,20 +36,21 @@ struct Service {
 
 impl Service {
     fn start(dir: &std::path::Path, slots: u32) -> Service {
+        Service::start_with(dir, slots, false)
+    }
+
+    /// With `resume`, from the journal a killed root left (`saker pilot --resume`).
+    fn start_with(dir: &std::path::Path, slots: u32, resume: bool) -> Service {
         let pilot = dir.join("pilot");
-        let child = saker()
-            .args([
-                "pilot",
-                "--agents",
-                "1",
-                "--slots",
-                &slots.to_string(),
-                "--dir",
-            ])
-            .arg(&pilot)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
+        let slots = slots.to_string();
+        let mut command = saker();
+        command
+            .args(["pilot", "--agents", "1", "--slots", &slots, "--dir"])
+            .arg(&pilot);
+        if resume {
+            command.arg("--resume");
+        }
+        let child = command.stdin(Stdio::null()).spawn().unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
         while !pilot.join("client.json").exists() {
             assert!(Instant::now() < deadline, "the pilot did not start");
@@ -448,24 +449,8 @@ fn a_periodic_job_runs_once_per_period_up_to_its_count() {
 #[test]
 fn a_periodic_job_goes_on_after_a_root_is_killed_and_resumed() {
     let dir = tempfile::tempdir().unwrap();
-    let pilot = dir.path().join("pilot");
-    let start = |resume: bool| {
-        let mut command = saker();
-        command
-            .args(["pilot", "--agents", "1", "--slots", "2", "--dir"])
-            .arg(&pilot);
-        if resume {
-            command.arg("--resume");
-        }
-        let child = command.stdin(Stdio::null()).spawn().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !pilot.join("client.json").exists() {
-            assert!(Instant::now() < deadline, "the pilot did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        child
-    };
-    let mut first = start(false);
+    let mut first = Service::start(dir.path(), 2);
+    let pilot = first.pilot.clone();
     let submitted = run(saker()
         .args(["submit", "--every", "1s", "--count", "5", "--dir"])
         .arg(&pilot)
@@ -476,13 +461,14 @@ fn a_periodic_job_goes_on_after_a_root_is_killed_and_resumed() {
         assert!(Instant::now() < deadline, "no occurrence ran");
         std::thread::sleep(Duration::from_millis(50));
     }
-    first.kill().unwrap(); // SIGKILL
-    first.wait().unwrap();
+    first.child.kill().unwrap(); // SIGKILL
+    first.child.wait().unwrap();
+    drop(first); // its shutdown finds nobody to ask
     let _ = Command::new("pkill")
         .args(["-KILL", "-f", &format!("agent --dir {}", pilot.display())])
         .status();
     let _ = std::fs::remove_file(pilot.join("client.json"));
-    let mut second = start(true);
+    let second = Service::start_with(dir.path(), 2, true);
     assert!(
         run(saker().args(["wait", "--dir"]).arg(&pilot))
             .status
@@ -496,6 +482,5 @@ fn a_periodic_job_goes_on_after_a_root_is_killed_and_resumed() {
     assert_eq!(jobs.len(), records.len(), "no occurrence twice");
     let status = run(saker().args(["status", "--dir"]).arg(&pilot));
     assert!(!String::from_utf8_lossy(&status.stdout).contains("periodic"));
-    let _ = run(saker().args(["shutdown", "--dir"]).arg(&pilot));
-    let _ = second.wait();
+    drop(second);
 }

@@ -537,27 +537,19 @@ fn on_down(
                 board.cancel(attempt);
             }
         }
-        ToAgent::ActorSpawn(spawn) => match actor_host::installed() {
-            Some(host) => host.spawn(spawn),
-            None => actor_host::refuse(
-                &state.actor_uplink,
-                Refused::Spawn {
-                    actor: spawn.actor,
-                    life: spawn.life,
-                },
-            ),
-        },
-        ToAgent::ActorCall(call) => match actor_host::installed() {
-            Some(host) => host.call(call),
-            None => actor_host::refuse(&state.actor_uplink, Refused::Call { call: call.call }),
-        },
-        ToAgent::ActorStop { actor, life } => {
-            if let Some(host) = actor_host::installed() {
-                host.stop(actor, life);
-            }
+        // An agent with an actor host never sees these: the link's reader hands them
+        // to the host (`actor_host::deliver`). Without one, spawns and calls are refused.
+        ToAgent::ActorSpawn(spawn) => actor_host::refuse(
+            &state.actor_uplink,
+            Refused::Spawn {
+                actor: spawn.actor,
+                life: spawn.life,
+            },
+        ),
+        ToAgent::ActorCall(call) => {
+            actor_host::refuse(&state.actor_uplink, Refused::Call { call: call.call })
         }
-        // Handled by the link's reader (`actor_host::deliver`).
-        ToAgent::ActorAnswer(_) => {}
+        ToAgent::ActorStop { .. } | ToAgent::ActorAnswer(_) => {}
         ToAgent::Shutdown {
             reason,
             kill_running,

@@ -197,9 +197,8 @@ impl Core {
     }
 
     /// `job` waits for `remaining` jobs; `entries` are queued once they have ended.
-    pub(super) fn wait(&mut self, job: JobId, remaining: u32, entries: Held) {
+    fn wait(&mut self, job: JobId, remaining: u32, entries: Held) {
         self.deps.waiting_tasks += entries.tasks();
-        self.counts.waiting = self.deps.waiting_tasks;
         self.deps
             .waiting
             .insert(job, Waiting { remaining, entries });
@@ -246,17 +245,33 @@ impl Core {
             }
         }
         self.deps.releasing = false;
-        self.counts.waiting = self.deps.waiting_tasks;
     }
 
     /// Queues a job whose dependencies have all ended.
     fn release(&mut self, job: JobId) {
-        let Some(entries) = self.deps.take(job) else {
-            return;
-        };
-        self.counts.waiting = self.deps.waiting_tasks;
+        if let Some(entries) = self.deps.take(job) {
+            self.enqueue(job, entries);
+        }
+    }
+
+    /// A new or restored job's queue entries, as its gate says: queued, set aside to
+    /// wait, or (a dependency failed) set aside and cancelled.
+    pub(super) fn admit(&mut self, job: JobId, gate: Gate, entries: Held) {
+        match gate {
+            Gate::Open => self.enqueue(job, entries),
+            Gate::Wait(remaining) => self.wait(job, remaining, entries),
+            Gate::Failed(dependency) => {
+                self.wait(job, 1, entries);
+                self.fail_dependent(job, dependency);
+            }
+        }
+    }
+
+    /// Puts a job's entries in the ready queue (through the horizon, which holds them
+    /// if the job no longer fits the deadline).
+    fn enqueue(&mut self, job: JobId, entries: Held) {
         let spec = self.jobs[slot(job)].spec;
-        self.note_gang_of(job, spec.priority, self.shapes.placement(spec.shape));
+        self.note_gang(job, spec.priority, self.shapes.placement(spec.shape));
         if let Some(range) = entries.fresh {
             self.horizon
                 .push_fresh(&mut self.queue, spec.priority, range);

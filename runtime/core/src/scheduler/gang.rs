@@ -86,14 +86,10 @@ impl Core {
         }
     }
 
-    /// A new job: a gang joins the gang queue. New work may be admitted on the nodes a
-    /// reservation set aside, so they go back to the rotation.
-    pub(super) fn note_gang(&mut self, job: JobId, spec: &crate::config::JobSpec) {
-        self.note_gang_of(job, spec.priority, spec.placement);
-    }
-
-    /// A job enters the queue (at submission, or when its dependencies have ended).
-    pub(super) fn note_gang_of(&mut self, job: JobId, priority: i32, placement: Placement) {
+    /// A job enters the queue (at submission, or once what it waited for has ended): a
+    /// gang joins the gang queue. New work may be admitted on the nodes a reservation
+    /// set aside, so they go back to the rotation.
+    pub(super) fn note_gang(&mut self, job: JobId, priority: i32, placement: Placement) {
         if matches!(placement, Placement::Gang { .. }) {
             self.gangs.jobs.insert((Reverse(priority), job));
             self.nodes.index_free(true);

@@ -1,6 +1,5 @@
 //! The `handle_*` inputs of [`Core`].
 
-use super::deps::Gate;
 use super::speculate::Ended;
 use super::{Core, PendingEvent, slot};
 use crate::config::{Dependency, JobSpec, Placement};
@@ -101,29 +100,12 @@ impl Core {
             next: 0,
             end: spec.count,
         };
-        match self.gate_at(job, after, not_before) {
-            Gate::Open => {
-                self.note_gang(job, &spec);
-                self.horizon
-                    .push_fresh(&mut self.queue, spec.priority, fresh);
-                self.wake_pinned(job);
-            }
-            Gate::Wait(remaining) => {
-                let entries = Held {
-                    fresh: Some(fresh),
-                    returned: Vec::new(),
-                };
-                self.wait(job, remaining, entries);
-            }
-            Gate::Failed(dependency) => {
-                let entries = Held {
-                    fresh: Some(fresh),
-                    returned: Vec::new(),
-                };
-                self.wait(job, 1, entries);
-                self.fail_dependent(job, dependency);
-            }
-        }
+        let gate = self.gate_at(job, after, not_before);
+        let entries = Held {
+            fresh: Some(fresh),
+            returned: Vec::new(),
+        };
+        self.admit(job, gate, entries);
         Ok(SubmittedJob {
             job,
             first_task,
@@ -385,7 +367,6 @@ impl Core {
         self.job_mut(job).counts.cancel_requested = true;
         let (fresh, returned) = match self.deps.take(job) {
             Some(waiting) => {
-                self.counts.waiting = self.deps.waiting_tasks();
                 // A waiting job may be held by the deadline too (with nothing in it).
                 let _ = self.horizon.take_held(job);
                 (waiting.fresh, waiting.returned)

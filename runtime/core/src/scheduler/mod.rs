@@ -241,6 +241,7 @@ impl Core {
             nodes: self.nodes.len() as u64,
             credit: self.nodes.total_credit().saturated(),
             beyond_deadline: self.horizon.held_tasks(),
+            waiting: self.deps.waiting_tasks(),
             ..self.counts
         }
     }

@@ -149,25 +149,7 @@ impl Core {
         } else {
             self.gate_at(job, after, not_before)
         };
-        match gate {
-            Gate::Open => {
-                self.note_gang(job, &spec);
-                for returned in entries.returned {
-                    self.horizon
-                        .push_returned(&mut self.queue, spec.priority, returned);
-                }
-                self.wake_pinned(job);
-                if let Some(range) = entries.fresh {
-                    self.horizon
-                        .push_fresh(&mut self.queue, spec.priority, range);
-                }
-            }
-            Gate::Wait(remaining) => self.wait(job, remaining, entries),
-            Gate::Failed(dependency) => {
-                self.wait(job, 1, entries);
-                self.fail_dependent(job, dependency);
-            }
-        }
+        self.admit(job, gate, entries);
         self.finish_job_if_done(job);
         Ok(SubmittedJob {
             job,

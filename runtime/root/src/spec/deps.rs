@@ -85,6 +85,13 @@ pub fn plan(
     next_job: u32,
 ) -> Result<(Vec<usize>, Vec<Vec<Dependency>>), PlanError> {
     let count = requests.len();
+    // The common case, a submission without names or dependencies, costs one pass.
+    if requests
+        .iter()
+        .all(|r| r.spec.name.is_none() && r.spec.after.is_empty() && r.spec.after_any.is_empty())
+    {
+        return Ok(((0..count).collect(), vec![Vec::new(); count]));
+    }
     let mut names: HashMap<&str, usize> = HashMap::new();
     for (position, request) in requests.iter().enumerate() {
         if let Some(name) = &request.spec.name
@@ -103,12 +110,6 @@ pub fn plan(
     let mut inside: Vec<Vec<(usize, DependencyKind)>> = vec![Vec::new(); count];
     let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); count];
     let mut waits_for = vec![0usize; count];
-    let any_dependencies = requests
-        .iter()
-        .any(|r| !r.spec.after.is_empty() || !r.spec.after_any.is_empty());
-    if !any_dependencies {
-        return Ok(((0..count).collect(), outside));
-    }
     for (position, request) in requests.iter().enumerate() {
         let kinds = request
             .spec
