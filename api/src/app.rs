@@ -249,6 +249,8 @@ impl App {
             deadline_unix_us: None,
             liveness: Default::default(),
             core: Default::default(),
+            // What each agent offers beyond cores, it finds on this machine.
+            nodes: Default::default(),
         })
         .await
         .map_err(|source| Error::Start {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use saker_actors::agent::AgentConfig;
 use saker_actors::node::{AgentOptions, run_agent};
+use saker_actors::resources::{SystemProbe, discover};
 use saker_actors::supervision::RestartPolicy;
 use saker_transport::pilot_dir::PilotDir;
 
@@ -91,11 +92,15 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
         }
         None => None,
     };
+    let declared = args.nodes.declared(args.gpu_ids.as_deref())?;
+    let resources = discover(placement.cores, &declared, &SystemProbe);
+    tracing::info!(?resources, "this node offers");
     let options = AgentOptions {
         config: AgentConfig {
             node: placement.node,
             hostname: placement.hostname.clone(),
-            cores: placement.cores,
+            resources,
+            limit_memory: !args.nodes.no_memory_limits,
             prefetch: placement.cores,
             pilot_id: dir.pilot_id().to_string(),
             spill_dir: dir.path().join("output"),

@@ -96,6 +96,8 @@ pub struct ShapeArgs {
     #[arg(long, value_name = "KIND", default_value = "rust")]
     pub app_kind: String,
     #[command(flatten)]
+    pub nodes: crate::nodes::NodeArgs,
+    #[command(flatten)]
     pub liveness: LivenessArgs,
     #[command(flatten)]
     pub stragglers: StragglerArgs,
@@ -213,9 +215,22 @@ pub struct TaskArgs {
     /// replaced by the index; tasks see `SAKER_ARRAY_INDEX` and `SAKER_TASK_ID`.
     #[arg(long)]
     pub array: Option<String>,
-    /// Cores per task.
+    /// Cores per task (pinned to them where the node pins; `OMP_NUM_THREADS` is set
+    /// to them unless the task's environment sets it).
     #[arg(long, default_value_t = 1)]
     pub cores: u32,
+    /// GPUs per task: it sees exactly its own (`CUDA_VISIBLE_DEVICES`,
+    /// `ROCR_VISIBLE_DEVICES`, `SAKER_GPUS`), never one another task holds.
+    #[arg(long, default_value_t = 0)]
+    pub gpus: u32,
+    /// Memory per task (`4G`, `512M`; a bare number is MiB): it runs only where that
+    /// much is free, and is killed past it where the agent can set a limit.
+    #[arg(long, value_name = "SIZE")]
+    pub mem: Option<String>,
+    /// A named resource per task, `NAME=N`, as nodes offer with `--node-resource`;
+    /// repeatable.
+    #[arg(long = "resource", value_name = "NAME=N")]
+    pub resources: Vec<String>,
     /// Higher runs first.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub priority: i32,
@@ -541,6 +556,11 @@ pub struct AgentArgs {
     /// Hostname to report (default: this machine's).
     #[arg(long)]
     pub hostname: Option<String>,
+    #[command(flatten)]
+    pub nodes: crate::nodes::NodeArgs,
+    /// Exactly these GPU ids (`none` for none): a local pilot's share for this agent.
+    #[arg(long, value_name = "IDS")]
+    pub gpu_ids: Option<String>,
     #[command(flatten)]
     pub liveness: LivenessArgs,
     /// How long an agent whose parent is gone looks for a live ancestor before it

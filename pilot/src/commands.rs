@@ -205,14 +205,25 @@ pub async fn status(args: DirArgs) -> Result<ExitCode> {
     if !status.nodes.is_empty() {
         writeln!(
             out,
-            "{:<6} {:<20} {:>5} {:>5}",
-            "NODE", "HOST", "CORES", "BUSY"
+            "{:<6} {:<20} {:>5} {:>5} {:>4} {:>9}  RESOURCES",
+            "NODE", "HOST", "CORES", "BUSY", "GPUS", "MEMORY"
         )?;
         for node in &status.nodes {
+            let resources: Vec<String> = node
+                .resources
+                .iter()
+                .map(|(name, amount)| format!("{name}={amount}"))
+                .collect();
             writeln!(
                 out,
-                "{:<6} {:<20} {:>5} {:>5}",
-                node.node, node.hostname, node.cores, node.busy
+                "{:<6} {:<20} {:>5} {:>5} {:>4} {:>9}  {}",
+                node.node,
+                node.hostname,
+                node.cores,
+                node.busy,
+                node.gpus,
+                format!("{}M", node.memory_mib),
+                resources.join(",")
             )?;
         }
     }

@@ -13,6 +13,7 @@ mod app;
 mod chain;
 mod cli;
 mod commands;
+mod nodes;
 mod progress;
 mod run;
 mod submission;
@@ -36,6 +37,14 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> ExitCode {
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
         let code = saker_actors::gang::endpoint::rsh_agent_main(&rest);
+        return ExitCode::from(u8::try_from(code).unwrap_or(255));
+    }
+    // A memory-limited task's first step: join its cgroup, become the task.
+    if args
+        .get(1)
+        .is_some_and(|command| command == saker_actors::resources::cgroup::EXEC_SUBCOMMAND)
+    {
+        let code = saker_actors::resources::cgroup::exec_main(&args[2..]);
         return ExitCode::from(u8::try_from(code).unwrap_or(255));
     }
     let cli = Cli::parse_from(args);

@@ -48,6 +48,7 @@ impl PilotSettings<'_> {
             resume: self.resume,
             liveness: self.shape.liveness.parse()?,
             core: self.shape.stragglers.core_config()?,
+            nodes: self.shape.nodes.options()?,
         })
     }
 }
@@ -305,6 +306,9 @@ fn task_flag_given(task: &crate::cli::TaskArgs) -> Option<&'static str> {
     let hpc = &task.hpc;
     [
         (task.cores != 1, "--cores"),
+        (task.gpus != 0, "--gpus"),
+        (task.mem.is_some(), "--mem"),
+        (!task.resources.is_empty(), "--resource"),
         (task.priority != 0, "--priority"),
         (task.retries != 0, "--retries"),
         (task.max_replays.is_some(), "--max-replays"),

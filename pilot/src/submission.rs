@@ -5,6 +5,7 @@ use anyhow::{Context, Result, bail};
 use crate::cli::TaskArgs;
 use saker_root::spec::{
     ArraySpec, HpcOptions, JobRequest, LauncherKind, MpiKind, SpecDefaults, parse_duration,
+    parse_memory_mib,
 };
 use saker_root::taskfile::TaskFile;
 
@@ -12,6 +13,12 @@ use saker_root::taskfile::TaskFile;
 pub fn defaults_from(args: &TaskArgs) -> Result<SpecDefaults> {
     let mut defaults = SpecDefaults {
         cores: args.cores,
+        gpus: args.gpus,
+        memory_mib: match &args.mem {
+            Some(text) => parse_memory_mib(text).with_context(|| format!("--mem {text:?}"))?,
+            None => 0,
+        },
+        resources: crate::nodes::named_amounts(&args.resources, "--resource")?,
         priority: args.priority,
         max_retries: args.retries,
         max_replays: args.max_replays,

@@ -297,8 +297,10 @@ class SakerExecutor(ParslExecutor, RepresentationMixin):
         walltime         → time_limit in seconds
         running_time_min → time_limit in minutes × 60 (the smaller of both if both)
         num_nodes        → must be 1
-        memory           → accepted, not reserved (agents offer cores only)
-        gpus             → must be 0 (agents offer no GPUs: the task would never start)
+        memory           → memory_mib (MB, rounded up): placed where that much is
+                           free, and limited to it where the agent can
+        gpus             → gpus (whole number ≥ 0): the task sees exactly its own;
+                           more than any node offers is refused by the pilot
         anything else    → InvalidResourceSpecification
         """
         spec = resource_specification or {}
@@ -345,16 +347,17 @@ class SakerExecutor(ParslExecutor, RepresentationMixin):
 
         if "gpus" in spec:
             gpus = spec["gpus"]
-            if not _is_number(gpus) or gpus < 0:
-                raise bad("gpus", "must be a number ≥ 0")
+            if not _is_number(gpus) or gpus != int(gpus) or gpus < 0:
+                raise bad("gpus", "must be a whole number ≥ 0")
             if gpus > 0:
-                raise bad("gpus", "Saker agents offer no GPUs yet: such a task would never start")
+                options["gpus"] = int(gpus)
 
         if "memory" in spec:
             memory = spec["memory"]
             if not _is_number(memory) or memory < 0:
                 raise bad("memory", "must be a number of MB ≥ 0")
-            # Accepted but not reserved: agents offer cores only (docs/parsl.md).
+            if memory > 0:
+                options["memory_mib"] = int(math.ceil(memory))
 
         return options
 

@@ -25,6 +25,14 @@ def environment() -> Dict[str, Optional[str]]:
     return {name: os.environ.get(name) for name in ("SAKER_TASK_ID", "SAKER_ATTEMPT_ID", "SAKER_WORKER_KIND")}
 
 
+def devices() -> Dict[str, Optional[str]]:
+    """What binds this call: its GPUs and its worker's CPUs."""
+    names = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "SAKER_GPUS")
+    seen: Dict[str, Optional[str]] = {name: os.environ.get(name) for name in names}
+    seen["pid"] = str(os.getpid())
+    return seen
+
+
 def sleep_then(seconds: float, value: Any) -> Any:
     time.sleep(seconds)
     return value

@@ -157,6 +157,22 @@ def test_call_returns_values(pilot: saker.Pilot) -> None:
     assert int(env["SAKER_TASK_ID"]) > 0 and int(env["SAKER_ATTEMPT_ID"]) > 0
 
 
+def test_function_tasks_see_their_own_gpus(saker_bin: str, tmp_path: Path) -> None:
+    # A node declared with 2 GPUs and 4 slots: a call asking one sees exactly one; a
+    # call asking none on a GPU node sees none; a third GPU no node has is refused.
+    with saker.Pilot.start(tmp_path / "gpus", agents=1, slots=4, saker_bin=saker_bin,
+                           extra_args=["--gpus-per-node", "2"]) as gpu_pilot:
+        one = gpu_pilot.options(gpus=1)
+        seen = [f.result(60) for f in [one.call(remote_funcs.devices) for _ in range(8)]]
+        for call in seen:
+            assert call["CUDA_VISIBLE_DEVICES"] in ("0", "1")
+            assert call["CUDA_VISIBLE_DEVICES"] == call["ROCR_VISIBLE_DEVICES"] == call["SAKER_GPUS"]
+        none = gpu_pilot.call(remote_funcs.devices).result(60)
+        assert none["CUDA_VISIBLE_DEVICES"] == ""
+        with pytest.raises(saker.SpecError, match="GPUs per task; no node has more than 2"):
+            gpu_pilot.options(gpus=3).call(remote_funcs.devices).result(60)
+
+
 def test_workers_persist(pilot: saker.Pilot) -> None:
     pids = {pilot.call(remote_funcs.pid).result(30) for _ in range(20)}
     assert 1 <= len(pids) <= 2  # one worker per slot, reused

@@ -145,7 +145,7 @@ def test_resource_specification_accepted(dfk):
 
 @pytest.mark.parametrize("spec, key", [
     ({"cpus": 1}, "cpus"),
-    ({"gpus": 1}, "gpus"),
+    ({"gpus": 1.5}, "gpus"),
     ({"num_nodes": 2}, "num_nodes"),
     ({"cores": 0}, "cores"),
     ({"walltime": -1}, "walltime"),
@@ -189,7 +189,10 @@ def test_mapping_cores_time_limits():
     assert options({"walltime": 30, "running_time_min": 2})["time_limit"] == 30
     assert options({"walltime": 1.5})["time_limit"] == 1.5
     assert "time_limit" not in options({})
-    assert "memory_mib" not in options({"memory": 4096})  # accepted, not reserved
+    assert options({"memory": 4096})["memory_mib"] == 4096
+    assert options({"memory": 0.5})["memory_mib"] == 1  # MB, rounded up
+    assert options({"gpus": 2})["gpus"] == 2
+    assert "gpus" not in options({"gpus": 0})
     assert options({}, task_options={"max_replays": 1, "tags": ["p"]})["tags"] == ["p"]
 
 
@@ -206,7 +209,7 @@ def test_mapping_priority_follows_htex_order():
 
 
 def test_mapping_refusals():
-    for spec in ({"cpus": 1}, {"gpus": 2}, {"num_nodes": 3}, {"cores": 1.5}, {"priority": "high"},
+    for spec in ({"cpus": 1}, {"gpus": 0.5}, {"gpus": -1}, {"num_nodes": 3}, {"cores": 1.5}, {"priority": "high"},
                  {"running_time_min": 0}, {"memory": -1}):
         with pytest.raises(InvalidResourceSpecification):
             options(spec)

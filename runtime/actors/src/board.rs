@@ -18,6 +18,7 @@ use saker_wire::messages::{
 
 use crate::launch::build_launch;
 use crate::process::{Control, Finished, Launch, StopHandle, unix_micros};
+use crate::resources::{Binding, Devices, NodeResources};
 use crate::worker::Call;
 
 /// An attempt a slot is to start now: what to run and its side of the stop control.
@@ -26,6 +27,8 @@ pub struct NextAttempt {
     pub attempt: AttemptId,
     pub work: Work,
     pub control: Arc<Control>,
+    /// The CPUs, GPUs and memory limit it runs with.
+    pub binding: Binding,
 }
 
 /// What an attempt runs on its slot.
@@ -56,6 +59,8 @@ pub(crate) struct Slot {
     /// then ignored.
     pub generation: u64,
     pub state: SlotState,
+    /// What the running attempt holds of the node's CPUs and GPUs.
+    pub(crate) binding: Binding,
 }
 
 /// Whether a slot has a thread to run attempts on.
@@ -82,18 +87,20 @@ pub struct Board {
     pub(crate) jobs: HashMap<JobId, Arc<JobDef>>,
     pub(crate) queue: VecDeque<Assignment>,
     pub(crate) slots: Vec<Slot>,
-    /// What the node offers, and what of it no running attempt holds. Every kind is
-    /// accounted; cores are the only kind offered until GPUs and memory are.
+    /// What the node offers (custom kinds numbered as the root's welcome says), and
+    /// what of it no running attempt holds.
     capacity: Resources,
     pub(crate) free: Resources,
+    /// Which CPUs and GPUs are free.
+    pub(crate) devices: Devices,
     /// Whether new attempts may start (false once the agent is stopping).
     pub(crate) accepting: bool,
-    /// Starts and results not yet sent upward (its credit is unused: see
-    /// `credit_cores`).
+    /// Starts and results not yet sent upward (its credit is unused: see `credit`).
     pub(crate) pending: Report,
-    /// Credit not yet sent upward, in cores: the only kind agents enforce until GPUs
-    /// and memory are (it goes up as a resource vector with only cores set).
-    pub(crate) credit_cores: u32,
+    /// Credit not yet sent upward. Only cores are prefetched; the other kinds are
+    /// granted as far as the node has them, so the queue's head never waits for
+    /// anything but cores (see [`Board::reset_credit`]).
+    pub(crate) credit: Resources,
     pub(crate) flush: FlushPlan,
     /// When the last report went up: the next waits out the report gap from there.
     pub(crate) last_report: std::time::Instant,
@@ -102,9 +109,9 @@ pub struct Board {
     /// The slot whose thread looks, at the end of the report gap, whether slots' news
     /// went up yet (see [`Board::keep_report_clock`]).
     report_clock: Option<usize>,
-    /// Credit this node keeps granted, in cores: its cores plus the prefetch.
+    /// Credit this node keeps granted in cores: its cores plus the prefetch.
     window: u32,
-    /// Credit to keep back from the next returns, after the window shrank.
+    /// Cores of credit to keep back from the next returns, after the window shrank.
     owed: u32,
     /// Recent attempts' mean run time in µs (exponentially weighted), which sizes the
     /// prefetch.
@@ -134,15 +141,28 @@ pub fn lock(board: &Mutex<Board>) -> MutexGuard<'_, Board> {
 }
 
 impl Board {
-    pub fn new(node: u32, cores: u32, slots: u32, spill_dir: PathBuf, credit: u32) -> Board {
+    /// A board for a node offering `resources` (custom kinds come with the root's
+    /// welcome, [`Board::welcomed`]), with `slots` slots, granting `credit` cores of
+    /// work at first.
+    pub fn new(
+        node: u32,
+        resources: &NodeResources,
+        slots: u32,
+        spill_dir: PathBuf,
+        credit: u32,
+    ) -> Board {
+        let capacity = Resources::cores(resources.cores)
+            .with(ResourceKind::GPUS, resources.gpus.len() as u32)
+            .with(ResourceKind::MEMORY_MIB, resources.memory_mib);
         Board {
             node,
             spill_dir,
             jobs: HashMap::new(),
             queue: VecDeque::new(),
             slots: (0..slots).map(|_| Slot::default()).collect(),
-            capacity: Resources::cores(cores),
-            free: Resources::cores(cores),
+            capacity,
+            free: capacity,
+            devices: Devices::new(resources, slots as usize),
             accepting: true,
             pending: Report {
                 node: NodeId(node),
@@ -150,7 +170,7 @@ impl Board {
                 started: Vec::new(),
                 results: Vec::new(),
             },
-            credit_cores: credit,
+            credit: capacity.with(ResourceKind::CORES, credit),
             flush: FlushPlan::Idle,
             last_report: std::time::Instant::now(),
             closed: false,
@@ -182,7 +202,7 @@ impl Board {
             let grow = window - self.window;
             let forgiven = grow.min(self.owed);
             self.owed -= forgiven;
-            self.credit_cores += grow - forgiven;
+            self.add_credit_cores(grow - forgiven);
         } else {
             self.owed += self.window - window;
         }
@@ -190,19 +210,58 @@ impl Board {
     }
 
     /// A new life at the root: it holds no credit of ours any more. What is free now is
-    /// granted, plus `prefetch`; running attempts give their cores back as they end.
+    /// granted, plus `prefetch` cores; running attempts give theirs back as they end.
+    ///
+    /// Only cores are prefetched: in every other kind the credit granted plus what
+    /// queued and running attempts hold never exceeds the node's capacity, so whatever
+    /// heads the local queue always has its GPUs, memory and named resources free, and
+    /// waits for cores alone, as it would on a cores-only node.
     pub fn reset_credit(&mut self, cores: u32, prefetch: u32) {
-        self.credit_cores = self.free.core_count() + prefetch;
+        self.credit = self
+            .free
+            .with(ResourceKind::CORES, self.free.core_count() + prefetch);
         self.window = cores + prefetch;
         self.owed = 0;
     }
 
-    /// Credit for `cores` that came back (an attempt ended or a queued one was
-    /// answered), less what is owed after a shrink.
-    pub(crate) fn give_back(&mut self, cores: u32) {
-        let kept = cores.min(self.owed);
+    /// The root numbered this node's named resources: `capacity` is what it offers in
+    /// the root's kinds. What is new in it is free and granted now.
+    pub fn welcomed(&mut self, capacity: Resources) {
+        let held = self
+            .capacity
+            .checked_sub(self.free)
+            .unwrap_or(Resources::ZERO);
+        let added = capacity
+            .checked_sub(self.capacity)
+            .unwrap_or(Resources::ZERO);
+        self.capacity = capacity;
+        self.free = capacity.checked_sub(held).unwrap_or(Resources::ZERO);
+        self.credit = self.credit.saturating_add(added);
+    }
+
+    /// What the node offers, in the root's kinds once welcomed.
+    pub fn capacity(&self) -> Resources {
+        self.capacity
+    }
+
+    fn add_credit_cores(&mut self, cores: u32) {
+        let total = self.credit.core_count().saturating_add(cores);
+        self.credit = self.credit.with(ResourceKind::CORES, total);
+    }
+
+    /// Credit for `needs` that came back (an attempt ended or a queued one was
+    /// answered), less the cores owed after a shrink.
+    pub(crate) fn give_back(&mut self, needs: Resources) {
+        let kept = needs.core_count().min(self.owed);
         self.owed -= kept;
-        self.credit_cores += cores - kept;
+        let back = needs.with(ResourceKind::CORES, needs.core_count() - kept);
+        self.credit = self.credit.saturating_add(back);
+    }
+
+    /// What each task of `job` holds while it runs: at least a core.
+    fn needs_of(job: &JobDef) -> Resources {
+        job.resources
+            .with(ResourceKind::CORES, job.resources.core_count().max(1))
     }
 
     /// Only attempts that ended by themselves say how long this work takes.
@@ -221,7 +280,7 @@ impl Board {
     /// is empty, so free slots wait for the work this credit would bring, or whoever
     /// waits for these results may have nothing else coming. (Starts alone can wait.)
     pub fn is_urgent(&self) -> bool {
-        self.queue.is_empty() && (self.credit_cores > 0 || !self.pending.results.is_empty())
+        self.queue.is_empty() && (!self.credit.is_zero() || !self.pending.results.is_empty())
     }
 
     /// Whether a report should go now: the gap since the last one has passed, or it
@@ -281,7 +340,7 @@ impl Board {
     }
 
     pub fn has_news(&self) -> bool {
-        self.credit_cores > 0
+        !self.credit.is_zero()
             || !self.pending.started.is_empty()
             || !self.pending.results.is_empty()
             || !self.parts.launch_ends.is_empty()
@@ -309,7 +368,7 @@ impl Board {
         };
         Report {
             node: NodeId(self.node),
-            credit: Resources::cores(std::mem::take(&mut self.credit_cores)),
+            credit: std::mem::take(&mut self.credit),
             started: std::mem::take(&mut self.pending.started),
             results,
         }
@@ -338,9 +397,7 @@ impl Board {
                 continue;
             };
             // Every task holds at least a core (the root never sends one needing none).
-            let needs = job
-                .resources
-                .with(ResourceKind::CORES, job.resources.core_count().max(1));
+            let needs = Board::needs_of(&job);
             if !needs.fits_in(&self.capacity) {
                 // The root never sends work a node cannot hold: a protocol error.
                 self.queue.pop_front();
@@ -351,12 +408,19 @@ impl Board {
             // What its running attempts leave free: else it waits for one to end.
             let free = self.free.checked_sub(needs)?;
             self.queue.pop_front();
+            let binding = self.devices.take(
+                index,
+                needs.core_count(),
+                needs.gpu_count(),
+                needs.memory_mib(),
+            );
             let work = match &job.payload {
                 Payload::Command(_) => {
                     let mut launch = build_launch(&job, &assignment, &self.spill_dir);
                     // Which agent ran it: for the task's own logs, and for tests of
                     // where work went.
                     launch.set_var_number(b"SAKER_NODE", self.node.into());
+                    bind_launch(&mut launch, &binding, needs.core_count());
                     Work::Command(Box::new(launch))
                 }
                 Payload::Function(_) => Work::Call(Box::new(Call {
@@ -379,6 +443,7 @@ impl Board {
                 part: None,
             });
             slot.cancel = Some(cancel_tx);
+            slot.binding = binding.clone();
             self.free = free;
             self.pending.started.push(Started {
                 task: assignment.task,
@@ -390,6 +455,7 @@ impl Board {
                 attempt: assignment.attempt,
                 work,
                 control,
+                binding,
             });
         }
     }
@@ -420,6 +486,8 @@ impl Board {
         let (Some(running), _) = (slot.running.take(), slot.cancel.take()) else {
             return;
         };
+        let binding = std::mem::take(&mut slot.binding);
+        self.devices.release(&binding);
         self.free = self.free.saturating_add(running.needs);
         self.pending
             .started
@@ -446,12 +514,14 @@ impl Board {
         }
         let running = slot.running.take()?;
         slot.cancel = None;
+        let binding = std::mem::take(&mut slot.binding);
         if let Some(number) = running.part {
             self.part_process_ended(number, attempt, finished);
             return self.start_on(index);
         }
+        self.devices.release(&binding);
         self.free = self.free.saturating_add(running.needs);
-        self.give_back(running.needs.core_count());
+        self.give_back(running.needs);
         self.note_run_time(&finished);
         self.pending.results.push(TaskResult {
             task: running.assignment.task,
@@ -487,11 +557,11 @@ impl Board {
             let Some(assignment) = self.queue.remove(position) else {
                 return;
             };
-            let cores = self
+            let needs = self
                 .jobs
                 .get(&assignment.job)
-                .map_or(1, |j| j.resources.core_count());
-            self.give_back(cores);
+                .map_or(Resources::cores(1), |job| Board::needs_of(job));
+            self.give_back(needs);
             let now = unix_micros();
             self.pending.results.push(TaskResult {
                 task: assignment.task,
@@ -538,6 +608,7 @@ impl Board {
         };
         slot.generation += 1;
         slot.cancel = None;
+        let binding = std::mem::take(&mut slot.binding);
         if slot.state == SlotState::Up {
             slot.state = SlotState::Down;
         }
@@ -560,8 +631,9 @@ impl Board {
             self.part_process_ended(number, running.assignment.attempt, lost);
             return;
         }
+        self.devices.release(&binding);
         self.free = self.free.saturating_add(running.needs);
-        self.give_back(running.needs.core_count());
+        self.give_back(running.needs);
         self.pending.results.push(TaskResult {
             task: running.assignment.task,
             attempt: running.assignment.attempt,
@@ -598,7 +670,11 @@ impl Board {
 
     fn fail_unstarted(&mut self, assignment: &Assignment, outcome: Outcome) {
         let now = unix_micros();
-        self.give_back(1);
+        let needs = self
+            .jobs
+            .get(&assignment.job)
+            .map_or(Resources::cores(1), |job| Board::needs_of(job));
+        self.give_back(needs);
         self.pending.results.push(TaskResult {
             task: assignment.task,
             attempt: assignment.attempt,
@@ -611,6 +687,21 @@ impl Board {
                 stderr: Output::default(),
             },
         });
+    }
+}
+
+/// Binds a command's launch to what its attempt holds: its GPUs and CPUs by
+/// variables (the slot's thread pins it), and `OMP_NUM_THREADS` to its cores unless
+/// the job or the agent's environment sets it (a 1-core task should not start a
+/// thread per CPU of the node).
+pub(crate) fn bind_launch(launch: &mut Launch, binding: &Binding, cores: u32) {
+    for (name, value) in binding.variables() {
+        launch.set_var(name.as_bytes(), value.as_bytes());
+    }
+    static INHERITED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let inherited = *INHERITED.get_or_init(|| crate::spawn::inherits(b"OMP_NUM_THREADS"));
+    if !inherited && !launch.sets_var(b"OMP_NUM_THREADS") {
+        launch.set_var_number(b"OMP_NUM_THREADS", cores.into());
     }
 }
 

@@ -31,9 +31,10 @@ use saker_wire::messages::{
     Outcome, Output, ProcessEnd, ResourceKind, Resources, ResultBody, Started, TaskResult,
 };
 
-use crate::board::{Board, NextAttempt, Running, Work};
+use crate::board::{Board, NextAttempt, Running, Work, bind_launch};
 use crate::launch::build_launch;
 use crate::process::{Finished, Launch, StopHandle, sets, unix_micros};
+use crate::resources::Binding;
 
 /// The name a gang member goes by on an MPI launcher's command line. Not the node's
 /// host name: several agents may share a machine (local mode, tests), and a launcher
@@ -53,6 +54,10 @@ pub fn member_of_host(host: &str) -> Option<u32> {
 pub(crate) struct Part {
     assignment: Assignment,
     needs: Resources,
+    /// The CPUs and GPUs it holds; every process of the part runs with them.
+    binding: Binding,
+    /// Cores of each of its ranks (their `OMP_NUM_THREADS`).
+    rank_cores: u32,
     started_us: u64,
     /// Processes queued or running.
     live: u32,
@@ -130,6 +135,13 @@ impl Board {
             return false;
         };
         self.free = free;
+        // No slot of its own: the CPUs of any slot are as good.
+        let binding = self.devices.take(
+            usize::MAX,
+            needs.core_count(),
+            needs.gpu_count(),
+            needs.memory_mib(),
+        );
         let started_us = unix_micros();
         self.pending.started.push(Started {
             task: assignment.task,
@@ -152,7 +164,8 @@ impl Board {
             Mpi::OpenMpi | Mpi::Mpich => Vec::new(),
         };
         let live = processes.len() as u32;
-        for (number, launch) in processes {
+        for (number, mut launch) in processes {
+            bind_launch(&mut launch, &binding, hpc.cores_per_rank);
             self.parts.queue.push_back(PartProcess {
                 attempt: assignment.attempt,
                 number,
@@ -164,6 +177,8 @@ impl Board {
             Part {
                 assignment,
                 needs,
+                binding,
+                rank_cores: hpc.cores_per_rank,
                 started_us,
                 live,
                 ends: Vec::new(),
@@ -383,6 +398,7 @@ impl Board {
         process.arg(b"-c");
         process.arg(launch.command.as_bytes());
         process.set_var_number(b"SAKER_NODE", self.node.into());
+        bind_launch(&mut process, &part.binding, part.rank_cores);
         if part.shared_machine {
             // OpenMPI names its session directory after the host: daemons of several
             // members on one machine would share and remove each other's.
@@ -422,6 +438,7 @@ impl Board {
             attempt: process.attempt,
             work: Work::Command(process.launch),
             control,
+            binding: part.binding.clone(),
         })
     }
 
@@ -514,8 +531,9 @@ impl Board {
         self.parts
             .waiters
             .retain(|(waiting, _), _| *waiting != attempt);
+        self.devices.release(&part.binding);
         self.free = self.free.saturating_add(part.needs);
-        self.give_back(part.needs.core_count());
+        self.give_back(part.needs);
         let outcome = match (part.failure, part.cancelled) {
             (Some(failure), _) => failure,
             (None, true) => Outcome::Cancelled,

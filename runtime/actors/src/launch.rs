@@ -48,8 +48,9 @@ pub fn build_launch(job: &JobDef, assignment: &Assignment, spill_dir: &Path) -> 
         // Calls go to workers (see `crate::worker`): as a command, nothing to run.
         return Launch::new(0, 0, spill_dir.to_path_buf(), String::new());
     };
-    // The job's variables, three `SAKER_*` ones, and the board's `SAKER_NODE`.
-    let vars = command.env.len() + 4;
+    // The job's variables, three `SAKER_*` ones, and the board's `SAKER_NODE` and
+    // `OMP_NUM_THREADS` (GPU and CPU lists, on nodes that bind them, grow it).
+    let vars = command.env.len() + 5;
     // `t<task>.a<attempt>`, in one allocation.
     let mut spill_stem = String::with_capacity(2 * 20 + 3);
     _ = write!(spill_stem, "t{}.a{}", assignment.task, assignment.attempt);

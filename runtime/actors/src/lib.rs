@@ -48,6 +48,7 @@ pub mod liveness;
 pub mod node;
 pub mod process;
 pub mod reaper;
+pub mod resources;
 pub mod self_exe;
 pub mod spawn;
 pub mod supervision;

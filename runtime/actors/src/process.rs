@@ -133,6 +133,29 @@ impl Launch {
         self.env.push(entry);
     }
 
+    /// The value the task's own variables give `key`, if they set it.
+    pub fn var(&self, key: &[u8]) -> Option<&[u8]> {
+        let entry = self.env.iter().find(|entry| sets(entry, key))?;
+        Some(&entry.to_bytes()[key.len() + 1..])
+    }
+
+    /// This launch run through another program: `front` before its command line.
+    pub fn wrapped(&self, front: impl IntoIterator<Item = Vec<u8>>) -> Launch {
+        let mut wrapped = self.clone();
+        let mut argv: Vec<CString> = Vec::with_capacity(self.argv.len() + 8);
+        for arg in front {
+            argv.push(wrapped.c_string(CString::new(arg)));
+        }
+        argv.append(&mut wrapped.argv);
+        wrapped.argv = argv;
+        wrapped
+    }
+
+    /// Whether the task's own variables set `key`.
+    pub fn sets_var(&self, key: &[u8]) -> bool {
+        self.env.iter().any(|entry| sets(entry, key))
+    }
+
     /// Sets the task's variable `key` to the number `value`.
     pub fn set_var_number(&mut self, key: &[u8], value: u64) {
         let mut digits = [0u8; 20];
@@ -381,6 +404,11 @@ pub struct Running<'a> {
 }
 
 impl Running<'_> {
+    /// The process id of the attempt's leader.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
     /// Reads both streams and waits for the leader to exit, killing the group at the
     /// time limit, but returns at `until` if the attempt runs past it. Returns whether
     /// the attempt has ended.

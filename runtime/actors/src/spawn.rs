@@ -177,6 +177,11 @@ fn command(launch: &Launch, program: &CStr) -> io::Result<Started> {
     })
 }
 
+/// Whether this process's environment (as tasks inherit it) sets `key`.
+pub(crate) fn inherits(key: &[u8]) -> bool {
+    inherited().iter().any(|(known, _)| known == key)
+}
+
 /// This process's environment as `KEY=value` entries, by key. Read once: nothing in
 /// Saker changes its own environment (`set_var` is unsafe, and unsafe code is denied).
 fn inherited() -> &'static [(Vec<u8>, CString)] {

@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -36,7 +37,9 @@ use saker_wire::messages::{
     AttemptId, JobDef, MAX_FUNCTION_BYTES, Outcome, Output, Payload, ResultBody, TaskId,
 };
 
+use crate::executor::{SlotLimits, cgroup_exec, cpu_set};
 use crate::process::{Control, Finished, Group, Stop, poll_timeout, unix_micros};
+use crate::resources::Binding;
 
 /// Frame types of the worker protocol.
 const READY: u8 = 1;
@@ -144,6 +147,8 @@ impl Workers {
         &mut self,
         call: &Call,
         control: &Control,
+        binding: &Binding,
+        limits: &SlotLimits,
         report_at: &mut Option<Instant>,
         ring: &mut dyn FnMut() -> Option<Instant>,
     ) -> Finished {
@@ -166,9 +171,26 @@ impl Workers {
             );
         };
         let deadline = call.time_limit.map(|limit| Instant::now() + limit);
-        let mut worker = match self.by_kind.remove(&function.kind) {
-            Some(worker) => worker,
-            None => match Worker::spawn(&self.commands, &function.kind, self.slot, call) {
+        // A worker sees the GPUs it was started with (a process's CUDA devices are
+        // fixed once it has looked): one that saw others is replaced. (Slots take the
+        // GPUs they held last, so this is rare.)
+        let kept = self
+            .by_kind
+            .remove(&function.kind)
+            .filter(|worker| worker.gpus == binding.gpus);
+        let mut worker = match kept {
+            Some(mut worker) => {
+                worker.pin(binding);
+                worker
+            }
+            None => match Worker::spawn(
+                &self.commands,
+                &function.kind,
+                self.slot,
+                call,
+                binding,
+                limits,
+            ) {
                 Ok(worker) => worker,
                 Err(reason) => {
                     control.end();
@@ -311,6 +333,10 @@ impl Exchange<'_> {
 struct Worker {
     kind: String,
     pid: u32,
+    /// The GPUs it was started seeing (see [`Binding::gpus`]).
+    gpus: Option<Vec<String>>,
+    /// The CPUs it runs on: its slot thread's when it started, then each call's.
+    cpus: Vec<u32>,
     child: Child,
     group: Option<Group>,
     stdin: ChildStdin,
@@ -322,11 +348,34 @@ struct Worker {
 }
 
 impl Worker {
+    /// Pins every thread of the worker to the call's CPUs, if they differ from its own.
+    /// (Threads it starts later inherit the pinning of the thread that starts them.)
+    fn pin(&mut self, binding: &Binding) {
+        if binding.cpus.is_empty() || binding.cpus == self.cpus {
+            return;
+        }
+        let set = cpu_set(&binding.cpus);
+        let threads = std::fs::read_dir(format!("/proc/{}/task", self.pid));
+        for thread in threads.into_iter().flatten().flatten() {
+            let tid = thread
+                .file_name()
+                .to_str()
+                .and_then(|t| t.parse::<i32>().ok());
+            if let Some(tid) = tid.and_then(rustix::process::Pid::from_raw) {
+                // A thread that just ended is no matter.
+                let _ = rustix::thread::sched_setaffinity(Some(tid), &set);
+            }
+        }
+        self.cpus.clone_from(&binding.cpus);
+    }
+
     fn spawn(
         commands: &WorkerCommands,
         kind: &str,
         slot: u32,
         call: &Call,
+        binding: &Binding,
+        limits: &SlotLimits,
     ) -> Result<Worker, String> {
         let argv = commands.command(kind)?;
         std::fs::create_dir_all(&call.log_dir)
@@ -339,10 +388,33 @@ impl Worker {
             .append(true)
             .open(&log)
             .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
-        let mut command = Command::new(&argv[0]);
+        // In the slot's memory cgroup, if it has one, from its first instruction: its
+        // calls' limits are set on the cgroup as they come.
+        let mut command = match limits.memory() {
+            Some(cgroup) => {
+                let resolved = crate::resources::cgroup::resolve(
+                    std::ffi::OsStr::new(&argv[0]),
+                    std::env::var_os("PATH").as_deref(),
+                )
+                .ok_or_else(|| format!("worker program not found: {}", argv[0]))?;
+                let front = cgroup_exec(cgroup, &resolved);
+                let mut command = Command::new(std::ffi::OsStr::from_bytes(&front[0]));
+                command.args(front[1..].iter().map(|a| std::ffi::OsStr::from_bytes(a)));
+                command.arg(&argv[0]);
+                command
+            }
+            None => Command::new(&argv[0]),
+        };
         // A task may call the pilot (a placed actor, say) through its client socket.
         if let Some(dir) = crate::actor_host::pilot_dir() {
             command.env("SAKER_PILOT_DIR", dir);
+        }
+        // Its CPUs it inherits from the slot's thread, pinned for this call already.
+        for (name, value) in binding
+            .variables()
+            .filter(|(name, _)| *name != "SAKER_CPUS")
+        {
+            command.env(name, value);
         }
         let mut child = command
             .args(&argv[1..])
@@ -369,6 +441,8 @@ impl Worker {
         Ok(Worker {
             kind: kind.to_owned(),
             pid,
+            gpus: binding.gpus.clone(),
+            cpus: binding.cpus.clone(),
             child,
             group,
             stdin,

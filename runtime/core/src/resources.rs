@@ -58,9 +58,9 @@ impl ResourceKind {
 /// (a job, a node's capacity and credit, a parked-node key). The ready queue does not
 /// keep one per entry; it looks a job's up.
 ///
-/// Every kind is accounted (capacity, credit, fit), but only cores are enforced on the
-/// nodes today: agents do not yet pin GPUs or limit memory (a later issue). The core
-/// still never sends a node more than its credit in any kind.
+/// Every kind is accounted here (capacity, credit, fit); the agents bind them on the
+/// nodes (CPUs, GPUs, memory limits: `saker_actors::resources`). The core never sends a
+/// node more than its credit in any kind.
 ///
 /// *Fits* means every amount fits: `need.fits_in(&credit)`. The derived order is
 /// lexicographic, cores first, so a set of vectors can key a `BTreeMap`; it is not a

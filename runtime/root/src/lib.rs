@@ -69,6 +69,7 @@ pub mod attempts;
 pub mod client;
 mod error;
 pub mod local;
+pub mod offer;
 pub mod pilot;
 pub mod records;
 pub mod results;

@@ -113,10 +113,13 @@ impl AgentCommand {
 
 /// Starts one agent process per agent of `shape`. Their diagnostics go to
 /// `DIR/logs/agent-N.log` so they never garble a progress bar.
+/// `resources[i]` are agent `i`'s flags for what it offers beyond cores (none if
+/// missing).
 pub fn spawn_agents(
     command: &AgentCommand,
     dir: &Path,
     shape: &Shape,
+    resources: &[Vec<String>],
     liveness: &Liveness,
 ) -> std::io::Result<AgentProcesses> {
     let logs = dir.join("logs");
@@ -133,6 +136,7 @@ pub fn spawn_agents(
             .args(["--fanout", &shape.fanout.to_string()])
             .args(["--cores", &slots.to_string()])
             .args(liveness_arguments(liveness))
+            .args(resources.get(node).into_iter().flatten())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -23,9 +23,11 @@ use crate::actor::{FRAME_BUDGET, FrameBudget, Root, RootArgs, RootMsg};
 use crate::client::{self, ClientEndpoint, ClientRequest};
 use crate::error::PilotError;
 use crate::local::{AgentCommand, AgentProcesses, Shape, spawn_agents};
+use crate::offer::{self, NodeOptions};
 use crate::records::Record;
 use crate::results::Timestamp;
 use crate::slurm::{Allocation, srun_agents};
+use saker_actors::resources::{Declared, NodeResources, SystemProbe, discover};
 
 type Result<T, E = PilotError> = std::result::Result<T, E>;
 
@@ -88,11 +90,39 @@ impl Agents {
         }
     }
 
-    /// Cores of the widest node the pilot will have, when known before they join.
-    fn node_cores(&self) -> Option<u32> {
+    /// What each local agent gets of this machine (none in an allocation, where every
+    /// agent finds its own node).
+    fn local_shares(&self, nodes: &NodeOptions) -> Vec<Declared> {
         match self {
-            Agents::Local(shape) => shape.slots_per_agent.iter().copied().max(),
-            Agents::Slurm { slots_per_node, .. } => *slots_per_node,
+            Agents::Local(shape) => {
+                offer::local_shares(&shape.slots_per_agent, &nodes.declared, &SystemProbe)
+            }
+            Agents::Slurm { .. } => Vec::new(),
+        }
+    }
+
+    /// The widest node the pilot will have, as far as it can tell before they join:
+    /// its local agents' shares, or what this host (the allocation's batch host)
+    /// finds, cores unknown (0) unless given per node.
+    fn expected_node(&self, nodes: &NodeOptions, shares: &[Declared]) -> Option<NodeResources> {
+        match self {
+            Agents::Local(shape) => offer::widest(
+                shape
+                    .slots_per_agent
+                    .iter()
+                    .zip(shares)
+                    .map(|(&slots, share)| discover(slots, share, &SystemProbe)),
+            ),
+            Agents::Slurm { slots_per_node, .. } => {
+                let cores = slots_per_node.or_else(|| {
+                    std::env::var("SLURM_CPUS_ON_NODE")
+                        .ok()?
+                        .trim()
+                        .parse()
+                        .ok()
+                });
+                Some(discover(cores.unwrap_or(0), &nodes.declared, &SystemProbe))
+            }
         }
     }
 
@@ -116,6 +146,8 @@ pub struct PilotOptions {
     pub liveness: Liveness,
     /// Scheduling policy (speculative copies of stragglers).
     pub core: saker_core::CoreConfig,
+    /// What the nodes offer beyond cores, as declared (the rest is found).
+    pub nodes: NodeOptions,
 }
 
 /// The pilot's deadline (unix µs): the earlier of the allocation's end and `budget`
@@ -220,6 +252,11 @@ impl Pilot {
             }])
             .map_err(PilotError::OpenJournal)?;
 
+        let shares = options.agents.local_shares(&options.nodes);
+        let expected_node = options.agents.expected_node(&options.nodes, &shares);
+        if let Some(node) = &expected_node {
+            tracing::info!(?node, "the widest node expected");
+        }
         let shutdown = Arc::new(tokio::sync::Notify::new());
         let (restored_tx, restored_rx) = oneshot::channel();
         let (root, root_done) = Actor::spawn(
@@ -232,7 +269,7 @@ impl Pilot {
                 shutdown: shutdown.clone(),
                 allocation: options.agents.allocation_status(),
                 max_nodes: Some(options.agents.max_nodes()),
-                node_cores: options.agents.node_cores(),
+                expected_node,
                 restore: history,
                 restored: Some(restored_tx),
                 deadline_unix_us: options.deadline_unix_us,
@@ -297,16 +334,29 @@ impl Pilot {
                 .await?;
 
         let command = &options.agent_command;
+        let no_limits = options.nodes.no_memory_limits;
         let agents = match &options.agents {
-            Agents::Local(shape) => spawn_agents(command, dir.path(), shape, &options.liveness)
-                .map_err(PilotError::StartAgents)?,
+            Agents::Local(shape) => {
+                let resources: Vec<Vec<String>> = shares
+                    .iter()
+                    .map(|share| offer::agent_arguments(share, no_limits))
+                    .collect();
+                spawn_agents(command, dir.path(), shape, &resources, &options.liveness)
+                    .map_err(PilotError::StartAgents)?
+            }
             Agents::Slurm {
                 allocation,
                 fanout,
                 slots_per_node,
             } => {
+                let mut command = command.clone();
+                command.args.extend(
+                    offer::agent_arguments(&options.nodes.declared, no_limits)
+                        .into_iter()
+                        .map(Into::into),
+                );
                 let step = srun_agents(
-                    command,
+                    &command,
                     dir.path(),
                     allocation,
                     *fanout,

@@ -17,6 +17,7 @@ mod deps;
 mod duration;
 mod function;
 mod hpc;
+mod memory;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -31,6 +32,8 @@ pub use duration::parse_duration;
 use duration::time_limit_serde;
 pub use function::{FunctionSpec, MAX_FUNCTION_BYTES, base64_bytes, base64_option, valid_kind};
 pub use hpc::{LauncherKind, Layout, MpiKind};
+use memory::memory_serde;
+pub use memory::parse_memory_mib;
 
 /// Program run for a spec with `shell: true`.
 pub const SHELL_PROGRAM: &str = "/bin/sh";
@@ -72,8 +75,15 @@ pub struct TaskSpec {
     /// GPUs reserved for each task (on each of its nodes).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gpus: u32,
-    /// Memory reserved for each task, in MiB (on each of its nodes).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    /// Memory reserved for each task, in MiB (on each of its nodes), and its limit
+    /// where the agent can enforce one. JSON: MiB as a number, or a string with
+    /// units (`"4G"`, `"512M"`); also spelled `memory`.
+    #[serde(
+        default,
+        alias = "memory",
+        skip_serializing_if = "is_zero",
+        with = "memory_serde"
+    )]
     pub memory_mib: u32,
     /// Amounts of named resources of the site's own (licences, scratch bandwidth, …)
     /// reserved for each task. A pilot numbers the names it sees, at most
@@ -289,7 +299,7 @@ impl TaskSpec {
 }
 
 /// A custom resource's name: short, and plain enough to print and log anywhere.
-fn valid_resource_name(name: &str) -> bool {
+pub fn valid_resource_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
         && name
@@ -319,6 +329,11 @@ pub struct SpecDefaults {
     pub env: BTreeMap<String, String>,
     pub cwd: Option<PathBuf>,
     pub cores: u32,
+    /// GPUs, memory (MiB) and named resources of each task (`--gpus`, `--mem`,
+    /// `--resource`).
+    pub gpus: u32,
+    pub memory_mib: u32,
+    pub resources: BTreeMap<String, u32>,
     pub priority: i32,
     pub max_retries: u32,
     pub max_replays: Option<u32>,
@@ -363,6 +378,9 @@ impl Default for SpecDefaults {
             env: BTreeMap::new(),
             cwd: None,
             cores: default_cores(),
+            gpus: 0,
+            memory_mib: 0,
+            resources: BTreeMap::new(),
             priority: 0,
             max_retries: 0,
             max_replays: None,
@@ -384,9 +402,9 @@ impl SpecDefaults {
             env: self.env.clone(),
             cwd: self.cwd.clone(),
             cores: self.cores,
-            gpus: 0,
-            memory_mib: 0,
-            resources: BTreeMap::new(),
+            gpus: self.gpus,
+            memory_mib: self.memory_mib,
+            resources: self.resources.clone(),
             nodes: self.hpc.nodes,
             ranks_per_node: self.hpc.ranks_per_node,
             ranks: self.hpc.ranks,
@@ -539,6 +557,8 @@ pub enum SpecError {
         "invalid duration {text:?}: expected e.g. \"90s\", \"5m\", \"1h30m\", \"2d\" or \"H:MM:SS\""
     )]
     InvalidDuration { text: String },
+    #[error("invalid memory amount {text:?}: expected e.g. \"4G\", \"512M\" or MiB as a number")]
+    InvalidMemory { text: String },
     #[error("duration {text:?} has no unit: write e.g. \"{text}s\" or \"{text}m\"")]
     DurationWithoutUnit { text: String },
     #[error("array spec is empty")]

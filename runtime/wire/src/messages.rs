@@ -30,7 +30,9 @@ pub use saker_core::{
 /// 7: `Link::Child` and `Link::Superseded` (one live agent per node).
 /// 8: placed actors: `ActorSpawn`/`ActorCall`/`ActorStop` down, `ActorReply` and
 /// `ActorEvent` up, `Hello::hosts_actors`.
-pub const PROTOCOL_VERSION: u32 = 8;
+/// 9: node resources: `Hello::custom` (named resources), `Welcome::capacity`,
+/// `Outcome::OutOfMemory`.
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
@@ -119,6 +121,10 @@ pub struct Welcome {
     pub node: NodeId,
     /// Pilot identity, so an agent started for another pilot cannot be mixed in.
     pub pilot_id: String,
+    /// What the node offers as the root numbers resources: the hello's capacity plus
+    /// its named resources ([`Hello::custom`]) in the root's custom kinds, which
+    /// job definitions use. Names the root could not number are left out.
+    pub capacity: Resources,
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -408,13 +414,25 @@ pub enum ActorStatus {
 pub struct Hello {
     pub node: NodeId,
     pub hostname: String,
-    /// What this agent offers; its cores equal the sum of its executors' slots.
+    /// What this agent offers in cores, GPUs and memory; its cores equal the sum of
+    /// its executors' slots. Custom kinds are zero here: the agent names them in
+    /// `custom`, and the root's [`Welcome`] says how it numbers them.
     pub capacity: Resources,
+    /// Named resources of the site's own this node offers (`--node-resource licence=4`).
+    pub custom: Vec<NamedAmount>,
     pub executors: u32,
     pub pid: u32,
     pub pilot_id: String,
     /// Whether this agent's program hosts actors (it is the application's binary).
     pub hosts_actors: bool,
+}
+
+/// An amount of a named resource.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct NamedAmount {
+    pub name: String,
+    pub amount: u32,
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -507,6 +525,11 @@ pub enum Outcome {
         signal: i32,
     },
     TimedOut,
+    /// Killed by the kernel at the memory limit its agent set (the task's `memory`):
+    /// the task's own failure, like a time limit.
+    OutOfMemory {
+        limit_mib: u32,
+    },
     /// The program could not be started (not found, not executable, bad cwd).
     SpawnFailed {
         reason: String,

@@ -26,7 +26,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use saker_wire::messages::{FromAgent, Hello, NodeId, Resources, ToAgent};
+use saker_wire::messages::{
+    FromAgent, Hello, NamedAmount, NodeId, ResourceKind, Resources, ToAgent,
+};
 
 use crate::actor_host::{self, HostUplink, Refused};
 use crate::board::{Board, FlushPlan, SharedBoard, lock};
@@ -34,6 +36,8 @@ use crate::executor::{AfterAttempt, AttemptDone, SlotFault, SlotRuns, SlotSink};
 use crate::gang::endpoint::{Endpoint, Uplink};
 use crate::link::{FrameBuf, LinkClosed, LinkTx};
 use crate::node::ParentLost;
+use crate::resources::cgroup::{MemoryCgroups, SlotCgroup};
+use crate::resources::{NodeResources, SystemProbe};
 use crate::supervision::{RestartPolicy, Restarts};
 
 mod slots;
@@ -53,7 +57,12 @@ pub const PREFETCH_COVER: Duration = Duration::from_millis(40);
 pub struct AgentConfig {
     pub node: u32,
     pub hostname: String,
-    pub cores: u32,
+    /// What the node offers: cores (one slot each), CPUs to pin to, GPUs, memory and
+    /// named resources.
+    pub resources: NodeResources,
+    /// Whether to limit each attempt's memory to what it asked for, in a cgroup per
+    /// slot, where the agent may make them ([`crate::resources::cgroup`]).
+    pub limit_memory: bool,
     /// Cores of extra work to hold queued locally, at least, so executors never wait a
     /// round trip; more for short tasks (see [`Board::prefetch`]).
     pub prefetch: u32,
@@ -62,6 +71,13 @@ pub struct AgentConfig {
     pub spill_dir: PathBuf,
     /// How a slot whose thread failed is restarted, and when it is given up.
     pub restarts: RestartPolicy,
+}
+
+impl AgentConfig {
+    /// Cores the node offers: one slot each.
+    pub fn cores(&self) -> u32 {
+        self.resources.cores
+    }
 }
 
 #[derive(Debug)]
@@ -188,6 +204,29 @@ struct AgentSink {
     agent: ActorRef<AgentMsg>,
     board: SharedBoard,
     reporter: Reporter,
+    /// The slots' memory cgroups, when this agent limits memory.
+    memory: Option<Arc<MemoryCgroups>>,
+}
+
+/// The agent's memory cgroups, if it is to limit memory and may.
+fn memory_cgroups(config: &AgentConfig) -> Option<MemoryCgroups> {
+    if !config.limit_memory {
+        return None;
+    }
+    let name = format!("saker-{}-{}", config.node, std::process::id());
+    match MemoryCgroups::create(&name, &SystemProbe) {
+        Ok(groups) => {
+            tracing::info!("memory limits: a cgroup per slot");
+            Some(groups)
+        }
+        Err(error) => {
+            tracing::warn!(
+                error = %crate::error_chain(&error),
+                "memory is accounted but not limited on this node"
+            );
+            None
+        }
+    }
 }
 
 impl AgentSink {
@@ -236,6 +275,20 @@ impl SlotSink for AgentSink {
         // An agent that is gone has no slot to restart.
         let _ = self.agent.send_message(failed);
     }
+
+    fn memory_cgroup(&self, executor: u32) -> Option<SlotCgroup> {
+        let groups = self.memory.as_ref()?;
+        groups
+            .slot(executor)
+            .inspect_err(|error| {
+                tracing::warn!(
+                    error = %crate::error_chain(error),
+                    executor,
+                    "memory of this slot's tasks is not limited"
+                );
+            })
+            .ok()
+    }
 }
 
 #[derive(Debug)]
@@ -278,24 +331,26 @@ impl Actor for Agent {
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         let config = args.config;
-        let slots = config.cores.max(1);
+        let cores = config.cores();
+        let slots = cores.max(1);
         let board = Arc::new(Mutex::new(Board::new(
             config.node,
-            config.cores,
+            &config.resources,
             slots,
             config.spill_dir.clone(),
-            config.cores + config.prefetch,
+            cores + config.prefetch,
         )));
         let reporter = Reporter {
             parent: args.parent.clone(),
             node: config.node,
-            cores: config.cores,
+            cores,
             prefetch: config.prefetch,
         };
         let sink = AgentSink {
             agent: myself.clone(),
             board: board.clone(),
             reporter: reporter.clone(),
+            memory: memory_cgroups(&config).map(Arc::new),
         };
         let slot_runs = (0..slots)
             .map(|slot| crate::executor::start(slot, 0, sink.clone()))
@@ -446,8 +501,19 @@ fn hello(config: &AgentConfig) -> FromAgent {
     FromAgent::Hello(Hello {
         node: NodeId(config.node),
         hostname: config.hostname.clone(),
-        capacity: Resources::cores(config.cores),
-        executors: config.cores.max(1),
+        capacity: Resources::cores(config.cores())
+            .with(ResourceKind::GPUS, config.resources.gpus.len() as u32)
+            .with(ResourceKind::MEMORY_MIB, config.resources.memory_mib),
+        custom: config
+            .resources
+            .custom
+            .iter()
+            .map(|(name, amount)| NamedAmount {
+                name: name.clone(),
+                amount: *amount,
+            })
+            .collect(),
+        executors: config.cores().max(1),
         pid: std::process::id(),
         pilot_id: config.pilot_id.clone(),
         hosts_actors: actor_host::installed().is_some(),
@@ -471,9 +537,10 @@ fn register_again(state: &mut AgentState, stop_old_work: bool) -> Result<(), Age
     }
     state.reporter.send(&mut board)?;
     send_up(&state.parent, state.config.node, &hello(&state.config))?;
-    let prefetch = board.prefetch(state.config.cores, state.config.prefetch, PREFETCH_COVER);
-    board.reset_credit(state.config.cores, prefetch);
-    tracing::info!(credit = board.credit_cores, "registering again");
+    let cores = state.config.cores();
+    let prefetch = board.prefetch(cores, state.config.prefetch, PREFETCH_COVER);
+    board.reset_credit(cores, prefetch);
+    tracing::info!(credit = %board.credit, "registering again");
     Ok(())
 }
 
@@ -484,7 +551,8 @@ fn on_down(
 ) -> Result<(), AgentFailure> {
     match message {
         ToAgent::Welcome(welcome) => {
-            tracing::debug!(node = welcome.node.0, "registered with the root");
+            tracing::debug!(node = welcome.node.0, capacity = %welcome.capacity, "registered with the root");
+            lock(&state.board).welcomed(welcome.capacity);
         }
         ToAgent::Refused { reason } => return Err(AgentFailure::Refused { reason }),
         ToAgent::Rejoin => {

@@ -81,7 +81,8 @@ pub(super) async fn start_agent_with(cores: u32, restarts: RestartPolicy) -> Sta
     let config = AgentConfig {
         node: 3,
         hostname: "test-host".into(),
-        cores,
+        resources: NodeResources::of_cores(cores),
+        limit_memory: false,
         prefetch: cores,
         pilot_id: "p".into(),
         spill_dir: dir.path().to_path_buf(),

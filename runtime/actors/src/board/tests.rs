@@ -1,9 +1,16 @@
 use super::*;
 use crate::process::Stop;
+use crate::resources::NodeResources;
 use saker_wire::messages::{Command, EnvVar, Payload, Placement, TaskId};
 
 fn board(cores: u32) -> Board {
-    let mut board = Board::new(7, cores, cores, PathBuf::from("/tmp"), 0);
+    let mut board = Board::new(
+        7,
+        &NodeResources::of_cores(cores),
+        cores,
+        PathBuf::from("/tmp"),
+        0,
+    );
     for (job, cores) in [(JobId(1), 1), (JobId(2), 2)] {
         board.jobs.insert(
             job,
@@ -261,7 +268,7 @@ fn the_prefetch_covers_the_pace_of_recent_attempts_within_bounds() {
 #[test]
 fn a_resized_window_grants_growth_and_takes_shrinks_out_of_returns() {
     let mut board = board(2);
-    board.credit_cores = 0;
+    board.credit = Resources::ZERO;
     board.window = 4;
     board.resize_window(10);
     assert_eq!(
@@ -270,7 +277,7 @@ fn a_resized_window_grants_growth_and_takes_shrinks_out_of_returns() {
         "growth is granted at once"
     );
     board.resize_window(5);
-    board.give_back(2);
+    board.give_back(Resources::cores(2));
     assert_eq!(
         board.take_report().credit.core_count(),
         0,
@@ -282,7 +289,7 @@ fn a_resized_window_grants_growth_and_takes_shrinks_out_of_returns() {
         0,
         "growth first forgives what is owed"
     );
-    board.give_back(3);
+    board.give_back(Resources::cores(3));
     assert_eq!(board.take_report().credit.core_count(), 2, "1 still owed");
     board.reset_credit(2, 2);
     assert_eq!(
@@ -290,7 +297,7 @@ fn a_resized_window_grants_growth_and_takes_shrinks_out_of_returns() {
         4,
         "a new life: free cores + prefetch"
     );
-    board.give_back(1);
+    board.give_back(Resources::cores(1));
     assert_eq!(
         board.take_report().credit.core_count(),
         1,
@@ -319,7 +326,7 @@ fn a_stopping_board_starts_nothing_and_unstart_puts_work_back() {
 #[test]
 fn large_outputs_are_split_across_reports() {
     use saker_wire::messages::FRAME_DATA_BUDGET;
-    let mut board = Board::new(1, 4, 4, PathBuf::from("/tmp"), 4);
+    let mut board = Board::new(1, &NodeResources::of_cores(4), 4, PathBuf::from("/tmp"), 4);
     let sizes = [3 << 20, 3 << 20, 3 << 20, FRAME_DATA_BUDGET + 1, 10, 10];
     for (i, size) in sizes.iter().enumerate() {
         board.pending.results.push(TaskResult {
@@ -343,4 +350,68 @@ fn large_outputs_are_split_across_reports() {
         .map(|r| r.results.iter().map(|t| t.task.0).collect())
         .collect();
     assert_eq!(tasks, [vec![0, 1], vec![2], vec![3], vec![4, 5]]);
+}
+
+/// Only cores are prefetched: GPUs, memory and named resources are granted as far as
+/// the node has them free, and come back when the attempt holding them ends; a named
+/// resource is granted once the root's welcome numbers it. A GPU task sees its GPU.
+#[test]
+fn credit_beyond_cores_is_granted_only_as_far_as_the_node_has_it_free() {
+    let resources = NodeResources {
+        cores: 4,
+        cpus: Vec::new(),
+        gpus: vec!["7".into(), "9".into()],
+        memory_mib: 1000,
+        custom: vec![("licence".into(), 3)],
+    };
+    let mut board = Board::new(1, &resources, 4, PathBuf::from("/tmp"), 4);
+    let credit = board.take_report().credit;
+    assert_eq!(
+        (credit.core_count(), credit.gpu_count(), credit.memory_mib()),
+        (4, 2, 1000)
+    );
+    let licence = ResourceKind::custom(0).unwrap();
+    let numbered = board.capacity().with(licence, 3);
+    board.welcomed(numbered);
+    assert_eq!(board.take_report().credit, Resources::ZERO.with(licence, 3));
+    assert_eq!(board.capacity(), numbered);
+
+    let mut gpu_job = JobDef::clone(&board_job());
+    gpu_job.job = JobId(3);
+    gpu_job.resources = Resources::cores(1)
+        .with(ResourceKind::GPUS, 1)
+        .with(ResourceKind::MEMORY_MIB, 300)
+        .with(licence, 1);
+    board.jobs.insert(JobId(3), Arc::new(gpu_job));
+    board.queue.extend([task(1, 3)]);
+    let started = board.start_on(1).expect("it fits");
+    let Work::Command(launch) = &started.work else {
+        panic!("a command");
+    };
+    assert!(launch.env_strs().contains(&"CUDA_VISIBLE_DEVICES=7"));
+    assert!(launch.env_strs().contains(&"OMP_NUM_THREADS=1"));
+    assert_eq!(started.binding.memory_mib, 300);
+    board.reset_credit(4, 4);
+    let credit = board.take_report().credit;
+    assert_eq!(
+        (credit.core_count(), credit.gpu_count(), credit.memory_mib()),
+        (3 + 4, 1, 700),
+        "a new life: free cores plus prefetch, and only the free GPU and memory"
+    );
+    assert_eq!(credit.get(licence), 2);
+    board.finish(1, 0, AttemptId(10), exited());
+    let back = board.take_report().credit;
+    assert_eq!(
+        (
+            back.core_count(),
+            back.gpu_count(),
+            back.memory_mib(),
+            back.get(licence)
+        ),
+        (1, 1, 300, 1)
+    );
+}
+
+fn board_job() -> JobDef {
+    JobDef::clone(&board(1).jobs[&JobId(1)])
 }

@@ -3,6 +3,9 @@
 //! every way a call can end is met on a real pipe.
 
 use std::sync::Arc;
+
+use crate::executor::SlotLimits;
+use crate::resources::Binding;
 use std::time::{Duration, Instant};
 
 use saker_wire::messages::{Function, JobId, Placement, Resources};
@@ -116,8 +119,14 @@ impl Fixture {
             log_dir: self.dir.path().join("workers"),
         };
         let mut report_at = None;
-        self.workers
-            .run(&call, control, &mut report_at, &mut || None)
+        self.workers.run(
+            &call,
+            control,
+            &Binding::default(),
+            &SlotLimits::new(None),
+            &mut report_at,
+            &mut || None,
+        )
     }
 }
 

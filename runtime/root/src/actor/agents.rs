@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use saker_actors::link::{LinkId, LinkTx};
-use saker_core::{AttemptOutcome, Disposition, NodeId, TerminalState as CoreState};
+use saker_core::{AttemptOutcome, Disposition, NodeId, Resources, TerminalState as CoreState};
 use saker_wire::messages::{
     ArchivedFromAgent, ArchivedOutcome, ArchivedOutput, ArchivedReport, ArchivedResultBody,
     ArchivedTaskResult, GangLaunch, GangLaunchEnded, Hello, TaskResult, ToAgent, Welcome,
@@ -191,10 +191,8 @@ impl RootState {
         // here): the old life's work is replayed, its late results are duplicates.
         self.lose_node(hello.node, "the agent registered again");
         let now = self.now();
-        if let Err(error) = self
-            .core
-            .handle_node_joined(hello.node, hello.capacity, now)
-        {
+        let capacity = self.capacity_of(&hello);
+        if let Err(error) = self.core.handle_node_joined(hello.node, capacity, now) {
             self.send_to(
                 link,
                 hello.node,
@@ -204,13 +202,14 @@ impl RootState {
             );
             return;
         }
-        tracing::info!(node = %hello.node, host = %hello.hostname, capacity = %hello.capacity, "agent joined");
+        tracing::info!(node = %hello.node, host = %hello.hostname, %capacity, "agent joined");
         self.nodes.insert(
             hello.node,
             NodeEntry {
                 link,
                 hostname: hello.hostname,
-                cores: hello.capacity.core_count(),
+                cores: capacity.core_count(),
+                capacity,
                 known_jobs: HashSet::new(),
                 forget: Vec::new(),
                 running: 0,
@@ -220,6 +219,7 @@ impl RootState {
         let welcome = ToAgent::Welcome(Welcome {
             node: hello.node,
             pilot_id: self.pilot_id.clone(),
+            capacity,
         });
         self.send_to(link, hello.node, &welcome);
         if self.shutting_down {
@@ -227,6 +227,32 @@ impl RootState {
         } else {
             self.place_waiting();
         }
+    }
+
+    /// What a node offers in the root's kinds: its cores, GPUs and memory, and its
+    /// named resources numbered as the pilot numbers them. A name with no kind left
+    /// (more names than a pilot can number) is left out, logged.
+    fn capacity_of(&mut self, hello: &Hello) -> Resources {
+        use saker_core::ResourceKind;
+        let offered = hello.capacity;
+        let mut capacity = Resources::cores(offered.core_count())
+            .with(ResourceKind::GPUS, offered.gpu_count())
+            .with(ResourceKind::MEMORY_MIB, offered.memory_mib());
+        for named in &hello.custom {
+            if !crate::spec::valid_resource_name(&named.name) {
+                tracing::warn!(node = %hello.node, name = ?named.name, "ignoring a resource with an invalid name");
+                continue;
+            }
+            match self.resource_names.kind(&named.name) {
+                Some(kind) => capacity = capacity.with(kind, named.amount),
+                None => tracing::warn!(
+                    node = %hello.node,
+                    name = %named.name,
+                    "ignoring a resource: the pilot numbers no more kinds"
+                ),
+            }
+        }
+        capacity
     }
 
     fn on_report(&mut self, link: LinkId, report: &ArchivedReport) {
@@ -265,6 +291,7 @@ impl RootState {
                 ArchivedOutcome::Exited { .. }
                 | ArchivedOutcome::Signaled { .. }
                 | ArchivedOutcome::TimedOut
+                | ArchivedOutcome::OutOfMemory { .. }
                 | ArchivedOutcome::SpawnFailed { .. }
                 | ArchivedOutcome::Raised { .. } => AttemptOutcome::Failed,
                 ArchivedOutcome::Lost { .. } => AttemptOutcome::Lost,
@@ -469,11 +496,19 @@ fn describe(outcome: &ArchivedOutcome) -> (Option<i32>, Option<i32>, Option<Stri
             )
         }
         ArchivedOutcome::TimedOut => (None, None, Some("time limit exceeded".into())),
+        ArchivedOutcome::OutOfMemory { limit_mib } => {
+            (None, Some(9), Some(out_of_memory(limit_mib.to_native())))
+        }
         ArchivedOutcome::SpawnFailed { reason } => (None, None, Some(reason.as_str().to_owned())),
         ArchivedOutcome::Lost { reason } => (None, None, Some(format!("lost: {reason}"))),
         ArchivedOutcome::Cancelled => (None, None, Some("stopped by its agent".into())),
         ArchivedOutcome::Raised { message } => (None, None, Some(format!("raised: {message}"))),
     }
+}
+
+/// The reason of an attempt killed at its memory limit.
+pub(super) fn out_of_memory(limit_mib: u32) -> String {
+    format!("out of memory: killed at its limit of {limit_mib} MiB")
 }
 
 impl Detail {

@@ -514,6 +514,15 @@ impl RootState {
                 hostname: node.hostname.clone(),
                 cores: node.cores,
                 busy: node.running.min(node.cores),
+                gpus: node.capacity.gpu_count(),
+                memory_mib: node.capacity.memory_mib(),
+                resources: saker_core::ResourceKind::all()
+                    .filter_map(|kind| {
+                        let name = self.resource_names.name(kind.custom_index()?)?;
+                        let amount = node.capacity.get(kind);
+                        (amount > 0).then(|| (name.to_owned(), amount))
+                    })
+                    .collect(),
             })
             .collect();
         loads.sort_by_key(|load| load.node);
@@ -552,12 +561,15 @@ impl RootState {
     /// joined, or of what the pilot was started with; 0 if neither is known.
     fn widest_node(&self) -> u32 {
         let joined = self.nodes.values().map(|node| node.cores).max();
-        joined.max(self.node_cores).unwrap_or(0)
+        let expected = self.expected_node.as_ref().map(|node| node.cores);
+        joined.max(expected).unwrap_or(0)
     }
 
-    /// Whether an HPC job can ever run on this pilot's nodes: no more nodes than it
-    /// will have, and no more cores per node than the widest that joined.
+    /// Whether a job can ever run on this pilot's nodes: resources some node offers,
+    /// a node it has; for an HPC job no more nodes than it will have, and no more
+    /// cores per node than the widest.
     fn check_fits(&self, request: &JobRequest) -> Result<(), String> {
+        self.check_resources(&request.spec)?;
         if let (Some(node), Some(most)) = (request.spec.node, self.max_nodes)
             && node >= most
         {

@@ -328,6 +328,11 @@ fn describe_owned(outcome: &Outcome) -> (Option<i32>, Option<i32>, Option<String
             Some(format!("killed by signal {signal}")),
         ),
         Outcome::TimedOut => (None, None, Some("time limit exceeded".into())),
+        Outcome::OutOfMemory { limit_mib } => (
+            None,
+            Some(9),
+            Some(super::agents::out_of_memory(*limit_mib)),
+        ),
         Outcome::SpawnFailed { reason } => (None, None, Some(reason.clone())),
         Outcome::Lost { reason } => (None, None, Some(format!("lost: {reason}"))),
         Outcome::Cancelled => (None, None, Some("stopped".into())),

@@ -81,8 +81,9 @@ pub struct RootArgs {
     pub allocation: Option<crate::client::AllocationStatus>,
     /// The most nodes the pilot can have, when known.
     pub max_nodes: Option<u32>,
-    /// Cores of the widest node it will have, when known.
-    pub node_cores: Option<u32>,
+    /// The widest node it will have (cores, GPUs, memory, named resources), when
+    /// known before nodes join: what no node could run is refused at submission.
+    pub expected_node: Option<saker_actors::resources::NodeResources>,
     /// Journal records of a previous root to resume from (empty for a new pilot).
     pub restore: Vec<Record>,
     /// Receives what the resume found, once the root has started.
@@ -188,7 +189,7 @@ impl Actor for Root {
             pilot_id: args.pilot_id,
             core: args.core,
             max_nodes: args.max_nodes,
-            node_cores: args.node_cores,
+            expected_node: args.expected_node,
             allocation: args.allocation,
         };
         let mut state = RootState::new(state_args, Box::new(port), Box::new(SystemClock::new()));

@@ -32,30 +32,113 @@ impl ResourceNames {
             .with(ResourceKind::GPUS, spec.gpus)
             .with(ResourceKind::MEMORY_MIB, spec.memory_mib);
         for (name, &amount) in &spec.resources {
-            let index = match self.names.iter().position(|known| known == name) {
-                Some(index) => index,
-                None if self.names.len() < MAX_CUSTOM => {
-                    self.names.push(name.clone());
-                    self.names.len() - 1
-                }
-                None => {
-                    return Err(TooManyKinds {
-                        name: name.clone(),
-                        known: self.names.clone(),
-                    });
-                }
-            };
-            // Invariant: index < MAX_CUSTOM, checked just above.
-            let kind = ResourceKind::custom(index).expect("a custom kind in range");
+            let kind = self.kind(name).ok_or_else(|| TooManyKinds {
+                name: name.clone(),
+                known: self.names.clone(),
+            })?;
             needs = needs.with(kind, amount);
         }
         Ok(needs)
     }
 
+    /// The kind of custom resource `name`, numbering it if it is new and there is
+    /// room; `None` if there is not.
+    pub fn kind(&mut self, name: &str) -> Option<ResourceKind> {
+        let index = match self.names.iter().position(|known| known == name) {
+            Some(index) => index,
+            None if self.names.len() < MAX_CUSTOM => {
+                self.names.push(name.to_owned());
+                self.names.len() - 1
+            }
+            None => return None,
+        };
+        ResourceKind::custom(index)
+    }
+
+    /// The kind of custom resource `name`, if the pilot has numbered it.
+    pub fn known(&self, name: &str) -> Option<ResourceKind> {
+        let index = self.names.iter().position(|known| known == name)?;
+        ResourceKind::custom(index)
+    }
+
     /// The name of custom kind `index`, if the pilot has numbered one.
-    #[cfg(test)]
     pub fn name(&self, index: usize) -> Option<&str> {
         self.names.get(index).map(String::as_str)
+    }
+}
+
+impl super::state::RootState {
+    /// Whether some node of this pilot could ever hold one task of `spec`, kind by
+    /// kind. Only judged when the pilot knows its nodes: it started them (and found
+    /// what they offer) or all have joined; otherwise a task waits for a node it fits.
+    /// An HPC job's cores per node are judged with its layout (`check_fits`).
+    pub(super) fn check_resources(&self, spec: &TaskSpec) -> Result<(), String> {
+        let all_joined = self
+            .max_nodes
+            .is_some_and(|most| self.nodes.len() as u32 >= most);
+        if self.expected_node.is_none() && !all_joined {
+            return Ok(());
+        }
+        let expected = self.expected_node.as_ref();
+        let most = |joined: &dyn Fn(&Resources) -> u32, expected: u32| {
+            let joined = self.nodes.values().map(|node| joined(&node.capacity)).max();
+            joined.unwrap_or(0).max(expected)
+        };
+        let hpc = matches!(spec.layout(), Ok(Some(_)));
+        // A pilot in an allocation may not know its nodes' cores before they join.
+        let cores_known = all_joined || expected.is_some_and(|e| e.cores > 0);
+        let cores = most(&|c| c.core_count(), expected.map_or(0, |e| e.cores));
+        if !hpc && cores_known && spec.cores > cores {
+            return Err(format!(
+                "it asks for {} per task; the widest node has {cores}",
+                plural(spec.cores, "core")
+            ));
+        }
+        let gpus = most(
+            &|c| c.gpu_count(),
+            expected.map_or(0, |e| e.gpus.len() as u32),
+        );
+        if spec.gpus > gpus {
+            return Err(format!(
+                "it asks for {} per task; no node has more than {gpus}",
+                plural(spec.gpus, "GPU")
+            ));
+        }
+        let memory = most(&|c| c.memory_mib(), expected.map_or(0, |e| e.memory_mib));
+        if spec.memory_mib > memory {
+            return Err(format!(
+                "it asks for {} MiB of memory per task; the most a node offers is {memory} MiB",
+                spec.memory_mib
+            ));
+        }
+        for (name, &amount) in &spec.resources {
+            let declared = expected
+                .and_then(|e| e.custom.iter().find(|(known, _)| known == name))
+                .map_or(0, |(_, amount)| *amount);
+            let offered = match self.resource_names.known(name) {
+                Some(kind) => most(&|c| c.get(kind), declared),
+                None => declared,
+            };
+            if offered == 0 {
+                return Err(format!(
+                    "it asks for resource {name:?}, which no node offers"
+                ));
+            }
+            if amount > offered {
+                return Err(format!(
+                    "it asks for {amount} of resource {name:?} per task; the most a node offers is {offered}"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `count` `thing`s, in the singular for one.
+fn plural(count: u32, thing: &str) -> String {
+    match count {
+        1 => format!("1 {thing}"),
+        _ => format!("{count} {thing}s"),
     }
 }
 

@@ -16,6 +16,7 @@ use crate::attempts::AttemptNote;
 use crate::records::Record;
 use crate::results::{ResultRecord, Timestamp};
 use crate::spec::ArraySpec;
+use saker_actors::resources::NodeResources;
 
 /// A submitted job as the root keeps it.
 #[derive(Debug)]
@@ -105,6 +106,8 @@ pub(super) struct NodeEntry {
     pub link: LinkId,
     pub hostname: String,
     pub cores: u32,
+    /// What it offers, in the root's kinds.
+    pub capacity: saker_core::Resources,
     /// Jobs whose definition this node already has.
     pub known_jobs: HashSet<JobId>,
     /// Finished jobs this node may drop, sent with the next dispatch.
@@ -225,9 +228,9 @@ pub struct RootState {
     /// The most nodes this pilot can have (its allocation's, or its local agents'),
     /// when known: an HPC job asking for more is refused at submission.
     pub(super) max_nodes: Option<u32>,
-    /// The widest node the pilot will have (its local agents' or the allocation's
-    /// slots per node), when known before nodes join.
-    pub(super) node_cores: Option<u32>,
+    /// The widest node the pilot will have (its local agents', or what the batch host
+    /// finds), when known before nodes join.
+    pub(super) expected_node: Option<NodeResources>,
     /// Placed actors and the calls in flight to them.
     pub(super) actors: super::placed::PlacedActors,
     /// Jobs cancelled because a job they needed to succeed did not, with that job
@@ -246,12 +249,18 @@ pub struct StateArgs {
     pub allocation: Option<crate::client::AllocationStatus>,
     /// The most nodes the pilot can have, when known (see `RootState::max_nodes`).
     pub max_nodes: Option<u32>,
-    /// Cores of the widest node the pilot will have, when known.
-    pub node_cores: Option<u32>,
+    /// The widest node the pilot will have, when known.
+    pub expected_node: Option<NodeResources>,
 }
 
 impl RootState {
     pub fn new(args: StateArgs, port: Box<dyn Port>, clock: Box<dyn Clock>) -> Self {
+        // The names the pilot's nodes offer take the first custom kinds, in the order
+        // given: the same numbers every time the pilot starts or resumes.
+        let mut resource_names = ResourceNames::default();
+        for (name, _) in args.expected_node.iter().flat_map(|node| &node.custom) {
+            resource_names.kind(name);
+        }
         RootState {
             pilot_id: args.pilot_id,
             core: Core::new(args.core),
@@ -263,7 +272,7 @@ impl RootState {
             attempts: AttemptTable::default(),
             unjournaled: Unjournaled::default(),
             classes: HashMap::new(),
-            resource_names: ResourceNames::default(),
+            resource_names,
             log: ResultLog::default(),
             shutting_down: false,
             allocation: args.allocation,
@@ -271,7 +280,7 @@ impl RootState {
             timer_at: None,
             gangs: super::gangs::GangRuns::default(),
             max_nodes: args.max_nodes,
-            node_cores: args.node_cores,
+            expected_node: args.expected_node,
             actors: Default::default(),
             dependency_failed: HashMap::new(),
             schedules: Default::default(),

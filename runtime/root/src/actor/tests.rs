@@ -133,7 +133,7 @@ impl Harness {
             core: CoreConfig::default(),
             allocation: None,
             max_nodes: Some(4),
-            node_cores: None,
+            expected_node: None,
         };
         let root = RootState::new(args, Box::new(port.clone()), Box::new(clock.clone()));
         Harness {
@@ -175,6 +175,7 @@ impl Harness {
             node: NodeId(node),
             hostname: format!("host{node}"),
             capacity: Resources::cores(cores),
+            custom: Vec::new(),
             executors: cores,
             pid: 1000 + node,
             pilot_id: pilot_id.to_owned(),
@@ -386,10 +387,17 @@ async fn a_task_asking_for_gpus_goes_only_to_a_node_that_offers_them() {
             tx,
             node: Some(node),
         });
+        // Named resources travel by name; the root numbers them (the licence took
+        // the first custom kind when the job asked for it).
+        let offered = (node == 2).then(|| saker_wire::NamedAmount {
+            name: "licence".into(),
+            amount: 4,
+        });
         let hello = FromAgent::Hello(Hello {
             node: NodeId(node),
             hostname: format!("host{node}"),
-            capacity,
+            capacity: capacity.with(licence, 0),
+            custom: offered.into_iter().collect(),
             executors: 2,
             pid: 1,
             pilot_id: PILOT.to_owned(),
@@ -410,6 +418,11 @@ async fn a_task_asking_for_gpus_goes_only_to_a_node_that_offers_them() {
         vec![(2, 1)],
         "the plain task only: {sent:?}"
     );
+    let welcomed = sent.iter().find_map(|(node, message)| match message {
+        ToAgent::Welcome(welcome) if *node == 2 => Some(welcome.capacity),
+        _ => None,
+    });
+    assert_eq!(welcomed, Some(with_gpu), "the licence in the root's kind");
     let to_gpu_node = sent.iter().find_map(|(node, message)| match message {
         ToAgent::Dispatch(dispatch) if *node == 2 => Some(dispatch.clone()),
         _ => None,
@@ -589,6 +602,7 @@ async fn a_stale_copy_of_a_node_is_superseded_and_cannot_end_the_live_one() {
         node: NodeId(5),
         hostname: "host5".into(),
         capacity: Resources::cores(1),
+        custom: Vec::new(),
         executors: 1,
         pid: 2005,
         pilot_id: PILOT.to_owned(),

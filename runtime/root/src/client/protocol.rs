@@ -274,6 +274,19 @@ pub struct NodeLoad {
     pub cores: u32,
     /// Cores busy with tasks (dispatched to the node and not yet finished).
     pub busy: u32,
+    /// GPUs it offers.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub gpus: u32,
+    /// Memory it offers, in MiB.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub memory_mib: u32,
+    /// Named resources it offers.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub resources: std::collections::BTreeMap<String, u32>,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 /// `ok` body of `wait`: terminal counts over the tasks waited for.

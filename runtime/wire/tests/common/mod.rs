@@ -10,9 +10,9 @@ use saker_core::ResourceKind;
 use saker_wire::{
     ActorAnswer, ActorCall, ActorEvent, ActorFault, ActorReply, ActorSpawn, ActorStatus,
     Assignment, AttemptId, Command, Dispatch, EnvVar, Frame, FrameDecoder, FromAgent, Function,
-    GangLaunch, GangLaunchEnded, GangPart, Hello, Hpc, JobDef, JobId, Launcher, Mpi, NodeId,
-    Outcome, Output, Payload, Placement, ProcessEnd, Report, Resources, ResultBody, Started,
-    TaskId, TaskResult, ToAgent, Welcome, WireError,
+    GangLaunch, GangLaunchEnded, GangPart, Hello, Hpc, JobDef, JobId, Launcher, Mpi, NamedAmount,
+    NodeId, Outcome, Output, Payload, Placement, ProcessEnd, Report, Resources, ResultBody,
+    Started, TaskId, TaskResult, ToAgent, Welcome, WireError,
 };
 
 pub fn rng(seed: u64) -> StdRng {
@@ -107,6 +107,9 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
         ToAgent::Welcome(Welcome {
             node: NodeId(17),
             pilot_id: "pilot-7f3a9c".to_owned(),
+            capacity: Resources::cores(128)
+                .with(ResourceKind::GPUS, 4)
+                .with(ResourceKind::custom(0).unwrap(), 4),
         }),
         ToAgent::Refused {
             reason: "duplicate node id 17".to_owned(),
@@ -226,6 +229,16 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
             node: NodeId(3),
             hostname: "nid001234".to_owned(),
             capacity: Resources::cores(128).with(ResourceKind::GPUS, 4),
+            custom: vec![
+                NamedAmount {
+                    name: "licence".to_owned(),
+                    amount: 4,
+                },
+                NamedAmount {
+                    name: String::new(),
+                    amount: 0,
+                },
+            ],
             executors: 32,
             pid: 4242,
             pilot_id: "pilot-7f3a9c".to_owned(),
