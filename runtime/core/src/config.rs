@@ -61,6 +61,11 @@ pub struct CoreConfig {
     /// Speculative copies of stragglers, for jobs that allow them
     /// ([`JobSpec::speculative`]). `None` turns speculation off for every job.
     pub speculation: Option<Speculation>,
+    /// How long queued work waits for the nodes it prefers ([`Core::handle_prefer`],
+    /// where its data is) before any node may take it, in µs; 0: never waits.
+    ///
+    /// [`Core::handle_prefer`]: crate::Core::handle_prefer
+    pub locality_wait_micros: u64,
 }
 
 impl Default for CoreConfig {
@@ -70,6 +75,7 @@ impl Default for CoreConfig {
             retry_backoff: Backoff::default(),
             default_max_replays: 3,
             speculation: Some(Speculation::default()),
+            locality_wait_micros: 1_000_000,
         }
     }
 }

@@ -107,7 +107,7 @@ pub use output::{
     UnstartedSummary,
 };
 pub use resources::{MAX_CUSTOM, ResourceKind, Resources};
-pub use scheduler::{ConsistencyError, Core};
+pub use scheduler::{ConsistencyError, Core, MAX_PREFERRED_NODES};
 #[cfg(feature = "rkyv")]
 pub use {
     config::ArchivedPlacement,

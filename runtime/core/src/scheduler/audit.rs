@@ -17,6 +17,9 @@ pub enum ConsistencyError {
     /// The dependency bookkeeping disagrees with itself.
     #[error("dependencies: {problem}")]
     Dependencies { problem: String },
+    /// The locality bookkeeping disagrees with itself or with the jobs.
+    #[error("locality: {problem}")]
+    Locality { problem: String },
     /// A counter differs from what the records add up to.
     #[error("{what}: records add up to {counted}, counter says {recorded}")]
     CountMismatch {
@@ -270,6 +273,13 @@ impl Core {
             .audit()
             .map_err(|problem| ConsistencyError::Dependencies { problem })?;
         self.check_horizon()?;
+        self.locality
+            .audit(|job| {
+                self.jobs
+                    .get(job.0 as usize - 1)
+                    .is_some_and(|j| !j.counts.is_finished())
+            })
+            .map_err(|problem| ConsistencyError::Locality { problem })?;
         for (position, job) in self.jobs.iter().enumerate() {
             let id = JobId(position as u32 + 1);
             let records = per_job.get(&id).copied().unwrap_or_default();

@@ -6,6 +6,7 @@ mod deadline;
 mod deps;
 mod gang;
 mod inputs;
+mod locality;
 mod outputs;
 mod query;
 mod restore;
@@ -14,6 +15,7 @@ mod speculate;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 pub use audit::ConsistencyError;
+pub use locality::MAX_PREFERRED_NODES;
 
 use crate::config::{CoreConfig, JobSpec, Placement};
 use crate::horizon::Horizon;
@@ -138,6 +140,8 @@ pub struct Core {
     pinned_waiting: std::collections::BTreeSet<NodeId>,
     /// Jobs waiting for other jobs, and who waits for whom.
     deps: deps::Dependencies,
+    /// Jobs that would rather run where their data is (see `locality.rs`).
+    locality: locality::Locality,
 }
 
 /// An event waiting to be polled. A cancelled queued range is kept as a range and
@@ -163,18 +167,21 @@ fn slot(job: JobId) -> usize {
 
 /// What each task of every job needs on node `serving`, for the ready queue (which
 /// keeps needs per job, not per entry); `None` for gangs, which single-node dispatch
-/// skips, and for work pinned to another node. With `serving` unknown (a search by
-/// capacity only), pinned work counts for no node: its own node is woken when the
-/// work is queued ([`Core::wake_pinned`]). Only for ids from the core's own queue
-/// entries.
+/// skips, and for work pinned to another node or still waiting for the nodes it
+/// prefers. With `serving` unknown (a search by capacity only), pinned and preferring
+/// work counts for no node: its own nodes are woken when the work is queued
+/// ([`Core::wake_pinned`]). Only for ids from the core's own queue entries.
 fn needs<'a>(
     jobs: &'a [JobRecord],
     shapes: &'a Shapes,
+    locality: &'a locality::Locality,
     serving: Option<NodeId>,
 ) -> impl Fn(JobId) -> Option<Resources> + Copy + 'a {
+    let preferences = !locality.is_empty();
     move |job| {
         let shape = jobs[slot(job)].spec.shape;
         match shapes.placement(shape) {
+            Placement::Single if preferences && locality.holds_back(job, serving) => None,
             Placement::Single => Some(shapes.resources(shape)),
             Placement::Node { node } if serving == Some(node) => Some(shapes.resources(shape)),
             Placement::Node { .. } | Placement::Gang { .. } => None,
@@ -182,16 +189,19 @@ fn needs<'a>(
     }
 }
 
-/// What each task of the jobs pinned to `node` needs; `None` for every other job.
+/// What each task of the jobs pinned to `node`, or preferring it, needs; `None` for
+/// every other job.
 fn pinned_to<'a>(
     jobs: &'a [JobRecord],
     shapes: &'a Shapes,
+    locality: &'a locality::Locality,
     node: NodeId,
 ) -> impl Fn(JobId) -> Option<Resources> + Copy + 'a {
     move |job| {
         let shape = jobs[slot(job)].spec.shape;
         match shapes.placement(shape) {
             Placement::Node { node: pinned } if pinned == node => Some(shapes.resources(shape)),
+            Placement::Single if locality.prefers(job, node) => Some(shapes.resources(shape)),
             _ => None,
         }
     }
@@ -221,6 +231,7 @@ impl Core {
             scratch: Vec::new(),
             pinned_waiting: std::collections::BTreeSet::new(),
             deps: deps::Dependencies::default(),
+            locality: locality::Locality::default(),
         }
     }
 
@@ -334,6 +345,7 @@ impl Core {
             self.hold_jobs(expired);
         }
         self.stragglers.advance(self.now);
+        self.end_due_waits();
     }
 
     /// Makes `task` (a record in bucket `from`) terminal in `state` and emits its event.
@@ -374,6 +386,7 @@ impl Core {
             let spec = self.jobs[slot(job)].spec;
             self.horizon.forget(job, spec.time_limit);
             self.forget_gang(job, spec.priority);
+            self.locality.forget(job);
             self.events
                 .push_back(PendingEvent::Ready(Event::JobFinished { job }));
             self.job_ended(job);
@@ -442,12 +455,16 @@ impl Core {
         Disposition::WillReplay { task }
     }
 
-    /// Queued work of `job`, if pinned to a node, wakes that node when it is parked:
-    /// searches by capacity alone do not see pinned work ([`needs`]).
+    /// Queued work of `job`, if pinned to a node or preferring some, wakes those nodes
+    /// when they are parked: searches by capacity alone do not see such work
+    /// ([`needs`]).
     pub(super) fn wake_pinned(&mut self, job: JobId) {
         if let Placement::Node { node } = self.shapes.placement(self.jobs[slot(job)].spec.shape) {
             self.pinned_waiting.insert(node);
             self.nodes.wake(node);
+        }
+        if !self.locality.is_empty() {
+            self.note_queued_preference(job);
         }
     }
 }

@@ -64,6 +64,7 @@ impl Core {
             self.horizon.next_change(),
             straggler,
             self.deps.next_timer(),
+            self.locality.next_timer(),
         ]
         .into_iter()
         .flatten()
@@ -100,7 +101,10 @@ impl Core {
             let node = match self.nodes.next_in_rotation() {
                 Some(node) => node,
                 None => {
-                    let (queue, needs) = (&self.queue, needs(&self.jobs, &self.shapes, None));
+                    let (queue, needs) = (
+                        &self.queue,
+                        needs(&self.jobs, &self.shapes, &self.locality, None),
+                    );
                     let Some(node) = self
                         .nodes
                         .unpark_one(|capacity| queue.need(capacity, needs))
@@ -126,7 +130,7 @@ impl Core {
                     let pinned = self
                         .pinned_waiting
                         .contains(&node)
-                        .then(|| pinned_to(&self.jobs, &self.shapes, node));
+                        .then(|| pinned_to(&self.jobs, &self.shapes, &self.locality, node));
                     let mut used = Resources::ZERO;
                     if let Some(pinned) = pinned {
                         if self.queue.need(&record.capacity, pinned).is_none() {
@@ -152,7 +156,7 @@ impl Core {
                             &record.capacity,
                             credit,
                             left,
-                            needs(&self.jobs, &self.shapes, None),
+                            needs(&self.jobs, &self.shapes, &self.locality, None),
                             &mut taken,
                         ));
                     }
@@ -162,7 +166,7 @@ impl Core {
                     // Held for a gang: only what it has free (no prefetch), and only
                     // work that the reservation admits.
                     let (jobs, shapes, now) = (&self.jobs, &self.shapes, self.now);
-                    let all = needs(jobs, shapes, Some(node));
+                    let all = needs(jobs, shapes, &self.locality, Some(node));
                     let admitted = move |job: JobId| {
                         let spec = &jobs[slot(job)].spec;
                         all(job)

@@ -180,7 +180,10 @@ impl Core {
                 .parked_capacities()
                 .filter(|capacity| {
                     self.queue
-                        .need(capacity, needs(&self.jobs, &self.shapes, None))
+                        .need(
+                            capacity,
+                            needs(&self.jobs, &self.shapes, &self.locality, None),
+                        )
                         .is_some()
                 })
                 .collect()

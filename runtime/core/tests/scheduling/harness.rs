@@ -17,6 +17,7 @@ pub fn test_config() -> CoreConfig {
         },
         default_max_replays: 3,
         speculation: Some(Speculation::default()),
+        locality_wait_micros: 1_000,
     }
 }
 
@@ -159,6 +160,15 @@ impl Harness {
             .expect("known job");
         self.drain();
         summary
+    }
+
+    /// `job` prefers `nodes` (where its data is).
+    pub fn prefer(&mut self, job: saker_core::JobId, nodes: &[u32]) {
+        let nodes: Vec<NodeId> = nodes.iter().map(|&node| NodeId(node)).collect();
+        self.core
+            .handle_prefer(job, &nodes, self.now)
+            .expect("a live job");
+        self.drain();
     }
 
     pub fn timeout(&mut self) {

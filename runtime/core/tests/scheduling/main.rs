@@ -11,6 +11,7 @@ mod dispatch;
 mod failures;
 mod gang_load;
 mod gangs;
+mod locality;
 mod memory;
 mod nodes;
 mod pinned;

@@ -51,6 +51,10 @@ pub struct SimConfig {
     /// draw, so runs without pins stay as they were). Only in worlds without a mix of
     /// node shapes, where every task fits every node.
     pub pinned_fraction: f64,
+    /// This fraction of single-node jobs prefers one or two random nodes (where its
+    /// data would be), waiting up to 2 ms for them (0: no draw, so runs without
+    /// preferences stay as they were).
+    pub preferring_fraction: f64,
     /// This fraction of jobs waits for one to three earlier jobs (random shapes: the
     /// one just before makes chains, several make fan-ins, a popular one fan-outs),
     /// each after success or after any end (0: no draw, so runs without dependencies
@@ -120,6 +124,8 @@ pub struct Summary {
     pub sweeps: u64,
     /// Jobs submitted with dependencies.
     pub dependent_jobs: u64,
+    /// Jobs that preferred nodes.
+    pub preferring_jobs: u64,
     /// FNV-1a over every output of the core, for determinism checks.
     pub trace: u64,
 }

@@ -74,6 +74,7 @@ fn small(seed: u64) -> SimConfig {
         speculation: Some(Speculation::default()),
         speculative_fraction: 0.0,
         pinned_fraction: 0.0,
+        preferring_fraction: 0.0,
         dependency_fraction: 0.0,
         classes: 1,
         slow_fraction: 0.0,
@@ -234,6 +235,29 @@ fn pinned_work_among_node_losses_keeps_every_invariant() {
             summary.tasks
         );
     }
+}
+
+/// Jobs preferring nodes (data-aware placement with a 2 ms wait) among free ones,
+/// with crashes, partitions, rejoins, cancels and dependencies: every task still ends
+/// once, no node is sent more than its credit, and the core's audit (which checks the
+/// preferences' books) holds after every step.
+#[test]
+fn preferring_work_among_node_losses_keeps_every_invariant() {
+    let mut preferring = 0;
+    for seed in 1..=12 {
+        let config = SimConfig {
+            preferring_fraction: 0.5,
+            dependency_fraction: 0.3,
+            ..small(seed)
+        };
+        let summary = World::new(config).run();
+        assert_eq!(
+            summary.succeeded + summary.failed + summary.cancelled,
+            summary.tasks
+        );
+        preferring += summary.preferring_jobs;
+    }
+    assert!(preferring > 100, "{preferring} jobs preferred nodes");
 }
 
 /// Random DAGs among crashes, partitions, cancels and failures: the ledger checks at
@@ -399,6 +423,7 @@ fn ten_thousand_nodes_one_million_tasks() {
         speculation: Some(Speculation::default()),
         speculative_fraction: 0.0,
         pinned_fraction: 0.0,
+        preferring_fraction: 0.0,
         dependency_fraction: 0.0,
         classes: 1,
         slow_fraction: 0.0,

@@ -159,6 +159,7 @@ impl World {
             },
             default_max_replays: 8,
             speculation: config.speculation,
+            locality_wait_micros: 2_000,
         });
         let agents = (0..config.nodes)
             .map(|node| Agent {
@@ -187,6 +188,7 @@ impl World {
             next_incarnation: 0,
             summary: Summary {
                 dependent_jobs: 0,
+                preferring_jobs: 0,
                 steps: 0,
                 makespan: Time::ZERO,
                 tasks: 0,
@@ -585,6 +587,18 @@ impl World {
                     .expect("valid spec");
                 if !after.is_empty() {
                     self.summary.dependent_jobs += 1;
+                }
+                if self.config.preferring_fraction > 0.0
+                    && spec.placement == Placement::Single
+                    && self.rng.random_bool(self.config.preferring_fraction)
+                {
+                    let nodes: Vec<NodeId> = (0..self.rng.random_range(1..=2))
+                        .map(|_| NodeId(self.rng.random_range(0..self.config.nodes)))
+                        .collect();
+                    self.core
+                        .handle_prefer(job.job, &nodes, now)
+                        .expect("a job just submitted");
+                    self.summary.preferring_jobs += 1;
                 }
                 self.ledger.submitted_after(job, &spec, after);
                 self.trace(&[4, u64::from(job.job.0), job.first_task.0]);
