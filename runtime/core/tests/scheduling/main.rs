@@ -17,3 +17,4 @@ mod pinned;
 mod resources;
 mod restore;
 mod speculation;
+mod updates;
