@@ -208,8 +208,6 @@ impl RootState {
                 jobs: submitted.into_iter().flatten().collect(),
             },
         );
-        // A periodic job whose first occurrence is due now has its next one queued.
-        self.poll_schedules();
     }
 
     /// Queues a validated job as `spec` in the core and keeps what agents need to

@@ -227,8 +227,8 @@ impl RootState {
             let pending = occurrences.get(&job).copied();
             self.restore_schedule(job, &request, submitted_us, pending);
         }
-        // Occurrences whose time passed while no root ran: the pending one runs late,
-        // the next goes ahead.
+        // A pending occurrence that ended before the old root stopped has its next
+        // one now; one that had not is queued again and runs, late if its time passed.
         self.poll_schedules();
         Ok(summary)
     }

@@ -61,9 +61,6 @@ impl RootState {
         };
         self.port
             .append(records, AfterJournal::Updated { reply, report });
-        // A periodic job's pending occurrence given an earlier time is due now: its
-        // next occurrence is queued before it can end (which would end the schedule).
-        self.poll_schedules();
     }
 
     /// Applies `update` to job `job` in the core and in its definition.
