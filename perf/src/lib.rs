@@ -27,6 +27,7 @@
 //! runtime can start a process.
 
 pub mod bench;
+pub mod heap;
 pub mod options;
 pub mod pilot;
 pub mod process;

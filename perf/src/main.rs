@@ -9,6 +9,10 @@ use clap::Parser;
 use saker_perf::bench::{Setup, run_selected};
 use saker_perf::options::{Benchmark, Options, Sizes};
 
+/// Counts live heap bytes, for the rows that measure the core's memory in-process.
+#[global_allocator]
+static ALLOCATOR: saker_perf::heap::Counting = saker_perf::heap::Counting;
+
 fn main() -> ExitCode {
     let options = Options::parse();
     match run(options) {

@@ -77,10 +77,13 @@ pub enum Benchmark {
     /// Scheduled starts: lateness of 1,000 tasks due in the same second, beside 16
     /// threads spawning at the due time.
     Lateness,
+    /// The scheduling core alone (no I/O): time and heap per dependency edge of a
+    /// fan-in and a random DAG, beside the same jobs without edges.
+    DagEdges,
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 19] = [
+    pub const ALL: [Benchmark; 20] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -100,6 +103,7 @@ impl Benchmark {
         Benchmark::Rust,
         Benchmark::Dags,
         Benchmark::Lateness,
+        Benchmark::DagEdges,
     ];
 
     /// The name used on the command line and in the JSON output.
@@ -124,6 +128,7 @@ impl Benchmark {
             Benchmark::Rust => "rust",
             Benchmark::Dags => "dags",
             Benchmark::Lateness => "lateness",
+            Benchmark::DagEdges => "dag-edges",
         }
     }
 
@@ -164,6 +169,8 @@ pub struct Sizes {
     pub slurm_throughput_tasks: u64,
     /// Tasks of each DAG shape in the dags rows.
     pub dag_tasks: u64,
+    /// Dependency edges of each shape in the dag-edges rows.
+    pub dag_edges: u64,
 }
 
 impl Sizes {
@@ -182,6 +189,7 @@ impl Sizes {
                 slurm_startup_repeats: 1,
                 slurm_throughput_tasks: 3_000,
                 dag_tasks: 1_600,
+                dag_edges: 20_000,
             }
         } else {
             Sizes {
@@ -197,6 +205,7 @@ impl Sizes {
                 slurm_startup_repeats: 3,
                 slurm_throughput_tasks: 20_000,
                 dag_tasks: 100_000,
+                dag_edges: 1_000_000,
             }
         }
     }

@@ -18,6 +18,11 @@ pub enum Unit {
     BytesPerTask,
     Seconds,
     Mebibytes,
+    /// Nanoseconds one dependency edge adds, and what one job costs without any.
+    NanosPerEdge,
+    NanosPerJob,
+    /// Heap bytes one dependency edge holds while its job waits.
+    BytesPerEdge,
 }
 
 impl Unit {
@@ -29,6 +34,9 @@ impl Unit {
             Unit::BytesPerTask => "bytes_per_task",
             Unit::Seconds => "seconds",
             Unit::Mebibytes => "mebibytes",
+            Unit::NanosPerEdge => "nanoseconds_per_edge",
+            Unit::NanosPerJob => "nanoseconds_per_job",
+            Unit::BytesPerEdge => "bytes_per_edge",
         }
     }
 
@@ -44,6 +52,9 @@ impl Unit {
             Unit::Seconds if value < 0.1 => format!("{:.2} ms", value * 1000.0),
             Unit::Seconds => format!("{value:.3} s"),
             Unit::Mebibytes => format!("{value:.1} MiB"),
+            Unit::NanosPerEdge => format!("{value:.0} ns/edge"),
+            Unit::NanosPerJob => format!("{value:.0} ns/job"),
+            Unit::BytesPerEdge => format!("{value:.1} B/edge"),
         }
     }
 }
@@ -314,6 +325,8 @@ mod tests {
         assert_eq!(Unit::BytesPerTask.format(0.12), "0.1 B/task");
         assert_eq!(Unit::Seconds.format(0.0004), "0.40 ms");
         assert_eq!(Unit::Seconds.format(1.0), "1.000 s");
+        assert_eq!(Unit::NanosPerEdge.format(742.4), "742 ns/edge");
+        assert_eq!(Unit::BytesPerEdge.format(101.23), "101.2 B/edge");
     }
 
     #[test]

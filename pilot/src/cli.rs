@@ -36,7 +36,7 @@ pub enum Command {
     Status(DirArgs),
     /// Cancel jobs: queued tasks never start, running ones are killed.
     Cancel(CancelArgs),
-    /// Change jobs' priority: their tasks that have not started move in the queue.
+    /// Change jobs' tasks that have not started: priority, not-before time, time limit.
     Update(UpdateArgs),
     /// List task results (from the live pilot, or from the journal if it has stopped).
     Results(ResultsArgs),
@@ -470,15 +470,32 @@ pub struct CancelArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+#[command(group(
+    clap::ArgGroup::new("change")
+        .required(true)
+        .multiple(true)
+        .args(["priority", "at", "in_", "time_limit"]),
+))]
 pub struct UpdateArgs {
     #[command(flatten)]
     pub dir: DirArgs,
-    /// Job ids to update.
+    /// Job ids to update: all are updated, or none (an unknown or ended job refuses).
     #[arg(required = true)]
     pub jobs: Vec<u32>,
     /// The new priority (higher runs first).
     #[arg(long, allow_hyphen_values = true)]
-    pub priority: i32,
+    pub priority: Option<i32>,
+    /// Start no task before this time: RFC 3339 UTC (`2026-12-01T03:00Z`), or `none`.
+    /// Tasks already started run on.
+    #[arg(long, value_name = "TIME|none", conflicts_with = "in_")]
+    pub at: Option<String>,
+    /// Start no task before this long from now (`90s`, `10m`).
+    #[arg(long = "in", id = "in_", value_name = "DURATION")]
+    pub in_: Option<String>,
+    /// The time limit of each attempt not started yet (`90s`, `1h`, `H:MM:SS`), or
+    /// `none`.
+    #[arg(long, value_name = "LIMIT|none")]
+    pub time_limit: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

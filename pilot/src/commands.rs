@@ -12,7 +12,7 @@ use crate::cli::{
     CancelArgs, DirArgs, ResultsArgs, ResultsFormat, SubmitArgs, UpdateArgs, WaitArgs,
 };
 use crate::submission::requests_from;
-use saker_root::client::{Client, WaitReport};
+use saker_root::client::{Client, JobUpdate, WaitReport};
 use saker_root::pilot::JOURNAL_DIR;
 use saker_root::records::Record;
 use saker_root::results::{JobId, ResultRecord, TableWriter, Timestamp, write_jsonl};
@@ -241,12 +241,47 @@ pub async fn cancel(args: CancelArgs) -> Result<ExitCode> {
 }
 
 pub async fn update(args: UpdateArgs) -> Result<ExitCode> {
+    let update = job_update(&args)?;
     let client = connect(&args.dir).await?;
     let report = client
-        .update(args.jobs.iter().map(|j| JobId(*j)).collect(), args.priority)
+        .update(args.jobs.iter().map(|j| JobId(*j)).collect(), update)
         .await?;
     println!("updated {} jobs", report.updated);
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `saker update`'s flags change; `none` clears a time or a limit.
+fn job_update(args: &UpdateArgs) -> Result<JobUpdate> {
+    let not_before = match (args.at.as_deref(), &args.in_) {
+        (Some("none"), _) => Some(None),
+        (Some(at), _) => Some(Some(
+            at.parse::<Timestamp>()
+                .with_context(|| format!("--at {at:?}"))?,
+        )),
+        (None, Some(delay)) => {
+            let delay = saker_root::spec::parse_duration(delay)
+                .with_context(|| format!("--in {delay:?}"))?;
+            Some(Some(Timestamp::from_unix_micros(
+                Timestamp::now().unix_micros() + delay.as_micros() as u64,
+            )))
+        }
+        (None, None) => None,
+    };
+    let time_limit = match args.time_limit.as_deref() {
+        None => None,
+        Some("none") => Some(None),
+        Some(limit) => Some(Some(
+            saker_root::spec::parse_duration(limit)
+                .with_context(|| format!("--time-limit {limit:?}"))?,
+        )),
+    };
+    let update = JobUpdate {
+        priority: args.priority,
+        not_before,
+        time_limit,
+    };
+    update.validate()?;
+    Ok(update)
 }
 
 pub async fn shutdown(args: DirArgs) -> Result<ExitCode> {

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use common::{results, run, saker};
+use common::{Service, results, run, saker};
 use serde_json::Value;
 
 /// Results by job name, given that each task echoes its name.
@@ -26,45 +26,6 @@ fn by_name(records: &[Value]) -> HashMap<String, Value> {
             (name, r.clone())
         })
         .collect()
-}
-
-/// A `saker pilot` of one agent with `slots` slots, shut down when dropped.
-struct Service {
-    pilot: std::path::PathBuf,
-    child: std::process::Child,
-}
-
-impl Service {
-    fn start(dir: &std::path::Path, slots: u32) -> Service {
-        Service::start_with(dir, slots, false)
-    }
-
-    /// With `resume`, from the journal a killed root left (`saker pilot --resume`).
-    fn start_with(dir: &std::path::Path, slots: u32, resume: bool) -> Service {
-        let pilot = dir.join("pilot");
-        let slots = slots.to_string();
-        let mut command = saker();
-        command
-            .args(["pilot", "--agents", "1", "--slots", &slots, "--dir"])
-            .arg(&pilot);
-        if resume {
-            command.arg("--resume");
-        }
-        let child = command.stdin(Stdio::null()).spawn().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !pilot.join("client.json").exists() {
-            assert!(Instant::now() < deadline, "the pilot did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Service { pilot, child }
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = run(saker().args(["shutdown", "--dir"]).arg(&self.pilot));
-        let _ = self.child.wait();
-    }
 }
 
 fn time(record: &Value, key: &str) -> String {

@@ -1,6 +1,7 @@
 //! The benchmarks, one module per row group. Each measures its baseline right
 //! before its saker figure, so both see the same machine state.
 
+mod dag_edges;
 mod dags;
 mod durability;
 mod efficiency;
@@ -93,6 +94,7 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::LatencySync => latency::run(setup, true),
         Benchmark::Efficiency10ms => efficiency::run(setup, efficiency::SleepTask::TenMs),
         Benchmark::Dags => dags::run(setup),
+        Benchmark::DagEdges => dag_edges::run(setup),
         Benchmark::Lateness => lateness::run(setup),
         Benchmark::Efficiency100ms => efficiency::run(setup, efficiency::SleepTask::HundredMs),
         Benchmark::MemoryArray => memory::run_array(setup),

@@ -2,7 +2,11 @@
 
 #![allow(dead_code)]
 
+mod service;
 pub mod slurm;
+
+#[allow(unused_imports)] // each test binary uses what it needs
+pub use service::Service;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -10,7 +10,8 @@
 //! whatever of it comes back later (replays, released retries) comes here too. The
 //! ready queue thus only ever holds work that fits, dispatch needs no extra test, and a
 //! held job can never stand in front of work that fits. A new deadline (or none) puts
-//! every held entry back in the queue and decides again.
+//! every held entry back in the queue and decides again; so does a new time limit for
+//! its job ([`Horizon::relimit`]), the one way a held job may fit again.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -43,6 +44,17 @@ impl Held {
                 .fresh
                 .map_or(0, |range| u64::from(range.end - range.next))
     }
+}
+
+/// What a new time limit did to a job's place under the deadline.
+#[derive(Debug)]
+pub(crate) enum Refit {
+    /// It fits as before, or is held as before.
+    Same,
+    /// It no longer fits: the caller holds it.
+    Unfit,
+    /// It was held and fits now: these entries go back to the queue.
+    Fits(Held),
 }
 
 /// The deadline and what it holds back. See the module doc.
@@ -94,6 +106,35 @@ impl Horizon {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// `job`'s time limit changed from `old` to `new`: it is tracked anew at `now`.
+    pub(crate) fn relimit(
+        &mut self,
+        job: JobId,
+        old: Option<u64>,
+        new: Option<u64>,
+        now: Time,
+    ) -> Refit {
+        let Some(deadline) = self.deadline else {
+            return Refit::Same;
+        };
+        if let Some(last) = last_start(deadline, old) {
+            self.boundaries.remove(&(last, job));
+        }
+        let fits = self.track(job, new, now);
+        match (self.held.remove(&job), fits) {
+            (None, true) => Refit::Same,
+            (None, false) => Refit::Unfit,
+            (Some(held), false) => {
+                self.held.insert(job, held);
+                Refit::Same
+            }
+            (Some(held), true) => {
+                self.held_tasks -= held.tasks();
+                Refit::Fits(held)
+            }
         }
     }
 

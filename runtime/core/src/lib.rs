@@ -83,6 +83,14 @@
 //!   what did not run per job. A new deadline, or `None`, puts it back.
 //! * **Drain** ([`Core::handle_drain`]): no dispatch at all from then on; results,
 //!   losses and cancellations are still processed.
+//! * **Updates** of a job that has not ended ([`Core::handle_update_priority`],
+//!   [`Core::handle_update_not_before`], [`Core::handle_update_time_limit`]) apply to
+//!   its tasks that have not started. A later time takes its queued tasks aside (they
+//!   wait again, as do its retries and replays) and asks its dispatched, unstarted
+//!   attempts back ([`Event::ReturnUnstarted`]); a new limit is the one the deadline,
+//!   gang reservations and speculative copies judge it by from then on, and a job it
+//!   makes unfit is held (its unstarted attempts asked back), one it makes fit again
+//!   is queued. Started attempts keep the limit they started under.
 
 mod config;
 mod error;

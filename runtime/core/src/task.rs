@@ -319,17 +319,35 @@ pub(crate) struct AttemptRecord {
     /// would not, and there is one record per attempt in flight.
     started: bool,
     started_at: Time,
+    /// The time limit it runs under, [`NO_LIMIT`] for none: its job's when it was
+    /// dispatched, or when the job's limit changed before it started. A started
+    /// attempt keeps the limit its node enforces, whatever the job's says later.
+    limit: u64,
 }
 
+/// [`AttemptRecord::limit`] of an attempt without one (an `Option` would add 8 bytes).
+const NO_LIMIT: u64 = u64::MAX;
+
 impl AttemptRecord {
-    /// A fresh attempt of `task` on `node`, not started.
-    pub(crate) fn new(task: TaskId, node: NodeId) -> AttemptRecord {
+    /// A fresh attempt of `task` on `node` under `limit`, not started.
+    pub(crate) fn new(task: TaskId, node: NodeId, limit: Option<u64>) -> AttemptRecord {
         AttemptRecord {
             task,
             node,
             started: false,
             started_at: Time::ZERO,
+            limit: limit.unwrap_or(NO_LIMIT),
         }
+    }
+
+    /// The time limit it runs under.
+    pub(crate) fn limit(&self) -> Option<u64> {
+        (self.limit != NO_LIMIT).then_some(self.limit)
+    }
+
+    /// Its job's limit changed before it started: it will run under `limit`.
+    pub(crate) fn set_limit(&mut self, limit: Option<u64>) {
+        self.limit = limit.unwrap_or(NO_LIMIT);
     }
 
     /// When its node reported it started, if it did.

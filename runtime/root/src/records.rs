@@ -14,6 +14,7 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::attempts::AttemptNote;
+use crate::client::JobUpdate;
 use crate::client::actors::ActorSpawnRequest;
 use crate::results::{JobId, ResultRecord, TaskId};
 use crate::spec::JobRequest;
@@ -63,10 +64,12 @@ pub enum Record {
         job: JobId,
         occurrence: u32,
     },
-    /// A client gave a job a new priority.
+    /// A client updated a job. Its fields are the update's, absent when unchanged
+    /// (journals from before not-before and limit updates always have `priority`).
     Update {
         job: JobId,
-        priority: i32,
+        #[serde(flatten)]
+        update: JobUpdate,
         unix_us: u64,
     },
 }
@@ -104,7 +107,8 @@ struct OccurrenceFields {
 #[derive(Deserialize)]
 struct UpdateFields {
     job: JobId,
-    priority: i32,
+    #[serde(flatten)]
+    update: JobUpdate,
     unix_us: u64,
 }
 
@@ -232,7 +236,7 @@ impl<'de> Visitor<'de> for RecordVisitor {
                 let fields = UpdateFields::deserialize(rest)?;
                 Record::Update {
                     job: fields.job,
-                    priority: fields.priority,
+                    update: fields.update,
                     unix_us: fields.unix_us,
                 }
             }
@@ -305,8 +309,20 @@ mod tests {
             },
             Record::Update {
                 job: JobId(3),
-                priority: -4,
+                update: JobUpdate {
+                    priority: Some(-4),
+                    ..JobUpdate::default()
+                },
                 unix_us: 9,
+            },
+            Record::Update {
+                job: JobId(4),
+                update: JobUpdate {
+                    priority: None,
+                    not_before: Some(Some(Timestamp::from_unix_micros(10))),
+                    time_limit: Some(None),
+                },
+                unix_us: 11,
             },
             Record::Occurrence {
                 schedule: JobId(3),
@@ -323,6 +339,16 @@ mod tests {
             assert!(text.starts_with(r#"{"record":""#), "{text}");
             assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), record);
         }
+    }
+
+    /// A priority update as journals before not-before and limit updates wrote it
+    /// reads the same, and a priority-only update is still written that way.
+    #[test]
+    fn a_priority_update_of_an_older_journal_still_reads() {
+        let old = r#"{"record":"update","job":3,"priority":-4,"unix_us":9}"#;
+        let record = serde_json::from_str::<Record>(old).unwrap();
+        assert_eq!(record, every_kind()[7]);
+        assert_eq!(serde_json::to_string(&record).unwrap(), old);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 pub use array::{ArraySpec, IndexRange, MAX_ARRAY_TASKS};
 pub use deps::{JobRef, PlanError, plan};
 pub use duration::parse_duration;
-use duration::time_limit_serde;
+pub(crate) use duration::time_limit_serde;
 pub use function::{FunctionSpec, MAX_FUNCTION_BYTES, base64_bytes, base64_option, valid_kind};
 pub use hpc::{LauncherKind, Layout, MpiKind};
 use memory::memory_serde;

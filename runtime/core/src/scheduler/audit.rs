@@ -148,6 +148,16 @@ impl Core {
                     }
                     self.check_attempt(attempt, *task)?;
                     let live = self.attempts[&attempt];
+                    let spec = &self.jobs[slot(record.job)].spec;
+                    if !started
+                        && !self.gangs.members.contains_key(&attempt)
+                        && live.limit() != spec.time_limit
+                    {
+                        return Err(ConsistencyError::Attempt {
+                            attempt,
+                            problem: "not started, but not under its job's time limit",
+                        });
+                    }
                     let mut any_started = live.started().is_some();
                     if let CopyState::Live(copy) = copy.state() {
                         copies += 1;
@@ -358,7 +368,9 @@ impl Core {
             if fits(job) {
                 return job_error(job, "held but fits the deadline");
             }
-            if held.tasks() != u64::from(self.jobs[slot(job)].counts.queued) {
+            // A held job that waits keeps its entries with its dependencies.
+            let aside = self.deps.waiting_tasks_of(job).unwrap_or(0);
+            if held.tasks() + aside != u64::from(self.jobs[slot(job)].counts.queued) {
                 return job_error(job, "held entries differ from its queued tasks");
             }
             if held.fresh.is_some_and(|range| range.job != job)
@@ -383,6 +395,8 @@ impl Core {
             }
             if self.horizon.is_held(job) || !fits(job) {
                 problem = Some((job, "queued but does not fit the deadline"));
+            } else if self.deps.is_waiting(job) {
+                problem = Some((job, "queued while it waits"));
             } else if self.jobs[slot(job)].spec.priority != priority {
                 problem = Some((job, "queued at another priority"));
             } else if fresh

@@ -20,8 +20,9 @@ impl Core {
     /// [`Counts::beyond_deadline`](crate::Counts::beyond_deadline), listed by
     /// [`Core::unstarted`]), is neither failed nor dispatched, and does not stand in
     /// front of work that still fits, whatever its priority. Since time only moves
-    /// forward, a held job never fits again under the same deadline, so skipping it
-    /// cannot starve anything. Its replays and released retries are held too; results,
+    /// forward, a held job never fits again under the same deadline (unless
+    /// [`Core::handle_update_time_limit`] shortens its limit), so skipping it cannot
+    /// starve anything. Its replays and released retries are held too; results,
     /// node losses and cancellation work as before.
     ///
     /// `None` (or a later deadline) puts held work back in the queue: fresh work at its

@@ -2,7 +2,10 @@
 //! ready queue until every job it waits for has ended (all tasks terminal), and is
 //! cancelled instead if one it needed to succeed did not. A job may also wait for a
 //! time (`not_before`): the time is one more thing it waits for, released by
-//! [`Core::handle_timeout`] (and [`Core::poll_timeout`] says when).
+//! [`Core::handle_timeout`] (and [`Core::poll_timeout`] says when). An update may
+//! give a job a new time ([`Core::handle_update_not_before`]), even one whose tasks are
+//! queued or running already: its queued tasks then wait again, aside, and so do those
+//! that come back from its attempts (retries, replays) until its time comes.
 //!
 //! A dependency may only name a job submitted earlier, so the graph has no cycles by
 //! construction (the driver orders a batch that names later jobs, and refuses its
@@ -18,6 +21,7 @@ use crate::config::{Dependency, DependencyKind};
 use crate::horizon::Held;
 use crate::ids::{JobId, Time};
 use crate::output::Event;
+use crate::queue::ReturnedTask;
 
 #[derive(Debug, Default)]
 pub(crate) struct Dependencies {
@@ -66,6 +70,13 @@ impl Dependencies {
             self.timers.remove(&(at, job));
         }
         Some(waiting.entries)
+    }
+
+    /// Queued tasks a waiting job keeps aside, `None` if it does not wait.
+    pub(crate) fn waiting_tasks_of(&self, job: JobId) -> Option<u64> {
+        self.waiting
+            .get(&job)
+            .map(|waiting| waiting.entries.tasks())
     }
 
     /// Every waiting job waits for as many jobs as name it as a dependent, and its
@@ -168,6 +179,70 @@ impl Core {
         }
     }
 
+    /// The time `job` waits for, if it waits for one that has not come.
+    pub(super) fn waits_until(&self, job: JobId) -> Option<Time> {
+        self.deps.timed.get(&job).copied()
+    }
+
+    /// `job` (not ended) waits until `at` from now on instead of the time it waited
+    /// for, if any; `None` or a time not after now: for no time. A job that waits for
+    /// nothing else is released at once; a queued or running job given a time ahead
+    /// takes its queue entries (out of the queue, or the horizon's) aside until then.
+    /// True in that last case: its attempts not started yet should be asked back.
+    pub(super) fn retime(&mut self, job: JobId, at: Option<Time>) -> bool {
+        let at = at.filter(|at| *at > self.now);
+        let had = self.deps.timed.remove(&job);
+        if let Some(old) = had {
+            self.deps.timers.remove(&(old, job));
+        }
+        if let Some(at) = at {
+            self.deps.timers.insert((at, job));
+            self.deps.timed.insert(job, at);
+        }
+        match (had, at, self.deps.waiting.get_mut(&job)) {
+            (Some(_), Some(_), _) | (None, None, _) => false,
+            (Some(_), None, Some(waiting)) => {
+                waiting.remaining -= 1;
+                if waiting.remaining == 0 {
+                    self.release(job);
+                }
+                false
+            }
+            // A timer is only kept for a waiting job.
+            (Some(_), None, None) => false,
+            (None, Some(_), Some(waiting)) => {
+                waiting.remaining += 1;
+                false
+            }
+            (None, Some(_), None) => {
+                let entries = match self.horizon.take_held(job) {
+                    Some(held) => held,
+                    None => {
+                        let priority = self.jobs[slot(job)].spec.priority;
+                        let (fresh, returned) = self.queue.remove_job(job, priority);
+                        Held { fresh, returned }
+                    }
+                };
+                self.wait(job, 1, entries);
+                true
+            }
+        }
+    }
+
+    /// Queues `task`, back after an attempt (a retry, a replay, one given back): aside
+    /// with its job's entries while the job waits (it was given a later time while it
+    /// ran), else in the ready queue through the horizon.
+    pub(super) fn requeue(&mut self, task: ReturnedTask) {
+        if let Some(waiting) = self.deps.waiting.get_mut(&task.job) {
+            waiting.entries.returned.push(task);
+            self.deps.waiting_tasks += 1;
+            return;
+        }
+        let priority = self.jobs[slot(task.job)].spec.priority;
+        self.horizon.push_returned(&mut self.queue, priority, task);
+        self.wake_pinned(task.job);
+    }
+
     /// Registers `job`'s dependencies; what they allow now.
     pub(super) fn gate(&mut self, job: JobId, after: &[Dependency]) -> Gate {
         let mut after = after.to_vec();
@@ -259,8 +334,12 @@ impl Core {
     pub(super) fn admit(&mut self, job: JobId, gate: Gate, entries: Held) {
         match gate {
             Gate::Open => self.enqueue(job, entries),
-            Gate::Wait(remaining) => self.wait(job, remaining, entries),
+            Gate::Wait(remaining) => {
+                self.list_gang(job);
+                self.wait(job, remaining, entries);
+            }
             Gate::Failed(dependency) => {
+                self.list_gang(job);
                 self.wait(job, 1, entries);
                 self.fail_dependent(job, dependency);
             }
@@ -269,7 +348,7 @@ impl Core {
 
     /// Puts a job's entries in the ready queue (through the horizon, which holds them
     /// if the job no longer fits the deadline).
-    fn enqueue(&mut self, job: JobId, entries: Held) {
+    pub(super) fn enqueue(&mut self, job: JobId, entries: Held) {
         let spec = self.jobs[slot(job)].spec;
         self.note_gang(job, spec.priority, self.shapes.placement(spec.shape));
         if let Some(range) = entries.fresh {

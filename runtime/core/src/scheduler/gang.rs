@@ -11,7 +11,7 @@
 //! ([`Event::CancelAttempt`] to each survivor) and replays the task.
 //!
 //! **Order.** Gangs wait in the ready queue like other work (priority, deadline
-//! holding and cancellation apply unchanged), but single-node dispatch skips them;
+//! holding, waiting and cancellation apply unchanged), but single-node dispatch skips them;
 //! this pass places them, before single-node work, in (priority, submission) order,
 //! as long as no queued single-node work has a higher priority.
 //!
@@ -51,7 +51,8 @@ pub(super) struct Gangs {
     /// The member nodes of each live gang attempt, leader first.
     pub(super) members: HashMap<AttemptId, Box<[NodeId]>>,
     pub(super) reservation: Option<Reservation>,
-    /// Attempts a reserved node was asked to give back unstarted.
+    /// Attempts a node was asked to give back unstarted (it is reserved for a gang,
+    /// or their job was given a later time or a limit past the deadline).
     pub(super) returning: HashSet<AttemptId>,
     /// Nodes lost under a gang job's attempts (ids that may join again as new
     /// nodes): its replays go elsewhere when enough other nodes are free.
@@ -95,6 +96,16 @@ impl Core {
             self.nodes.index_free(true);
         }
         self.restore_aside();
+    }
+
+    /// A job waits (for other jobs, or its time): a gang is listed already, so that it
+    /// stays listed while it waits again after an update; dispatch skips it meanwhile.
+    pub(super) fn list_gang(&mut self, job: JobId) {
+        let spec = self.jobs[slot(job)].spec;
+        if matches!(self.shapes.placement(spec.shape), Placement::Gang { .. }) {
+            self.gangs.jobs.insert((Reverse(spec.priority), job));
+            self.nodes.index_free(true);
+        }
     }
 
     /// A gang attempt of `job` lost its member `node`: replays go elsewhere if they can.
@@ -157,7 +168,9 @@ impl Core {
             .iter()
             .map(|&(Reverse(priority), job)| (priority, job))
             .filter(|&(_, job)| {
-                self.jobs[slot(job)].counts.queued > 0 && !self.horizon.is_held(job)
+                self.jobs[slot(job)].counts.queued > 0
+                    && !self.horizon.is_held(job)
+                    && !self.deps.is_waiting(job)
             })
             .take(SCAN)
             .collect();
@@ -249,12 +262,13 @@ impl Core {
         };
         let record = &mut self.jobs[slot(job)];
         record.shift(&mut self.counts, Bucket::Queued, Bucket::Assigned, 1);
+        let limit = record.spec.time_limit;
         for &node in &members {
             self.nodes.debit(node, need);
             self.nodes.attach(node, attempt, need);
         }
         self.attempts
-            .insert(attempt, AttemptRecord::new(task, members[0]));
+            .insert(attempt, AttemptRecord::new(task, members[0], limit));
         self.gangs
             .members
             .insert(attempt, members.clone().into_boxed_slice());
@@ -351,7 +365,7 @@ impl Core {
             let live = &self.attempts[attempt];
             let job = &self.jobs[slot(self.tasks[&live.task].job)];
             let resources = self.shapes.resources(job.spec.shape);
-            let limit = job.spec.time_limit;
+            let limit = live.limit();
             let started =
                 live.started()
                     .or(self.gangs.members.contains_key(attempt).then_some(self.now));
@@ -428,13 +442,7 @@ impl Core {
         let job_id = record.job;
         let job = &mut self.jobs[slot(job_id)];
         job.shift(&mut self.counts, from, Bucket::Queued, 1);
-        let priority = job.spec.priority;
-        self.horizon.push_returned(
-            &mut self.queue,
-            priority,
-            ReturnedTask { task, job: job_id },
-        );
-        self.wake_pinned(job_id);
+        self.requeue(ReturnedTask { task, job: job_id });
         Disposition::Returned { task }
     }
 

@@ -3,7 +3,7 @@
 use super::speculate::Ended;
 use super::{Core, PendingEvent, slot};
 use crate::config::{Dependency, JobSpec, Placement};
-use crate::error::{AttemptError, CancelError, NodeError, SubmitError, UpdateError};
+use crate::error::{AttemptError, CancelError, NodeError, SubmitError};
 use crate::horizon::Held;
 use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
 use crate::output::{
@@ -304,43 +304,6 @@ impl Core {
         Ok(loss)
     }
 
-    /// Gives a job that has not ended a new priority: its queued tasks move to that
-    /// level now (in their order, after what is queued there), and its tasks queued
-    /// later (retries, replays, a waiting or held job's) take it. Running tasks run on.
-    ///
-    /// Errors: no such job, or it has ended or was cancelled.
-    pub fn handle_update_priority(
-        &mut self,
-        job: JobId,
-        priority: i32,
-        now: Time,
-    ) -> Result<(), UpdateError> {
-        self.observe(now);
-        let record = self.job(job).ok_or(UpdateError::UnknownJob { job })?;
-        if record.counts.is_finished() || record.counts.cancel_requested {
-            return Err(UpdateError::Ended { job });
-        }
-        let old = record.spec.priority;
-        if old == priority {
-            return Ok(());
-        }
-        self.job_mut(job).spec.priority = priority;
-        // Held and waiting jobs keep their entries aside; they are queued with the
-        // job's priority when released.
-        if !self.horizon.is_held(job) && !self.deps.is_waiting(job) {
-            let (fresh, returned) = self.queue.remove_job(job, old);
-            if let Some(range) = fresh {
-                self.queue.push_fresh(priority, range);
-            }
-            for task in returned {
-                self.queue.push_returned(priority, task);
-            }
-        }
-        self.move_gang(job, old, priority);
-        self.wake_pinned(job);
-        Ok(())
-    }
-
     /// Cancels a job: its queued and retry-waiting tasks become `Cancelled` now, each
     /// live attempt (both, for a task with a speculative copy) gets an
     /// [`Event::CancelAttempt`] and its task becomes `Cancelled` when the first result
@@ -462,13 +425,7 @@ impl Core {
             let job_id = record.job;
             let job = &mut self.jobs[slot(job_id)];
             job.shift(&mut self.counts, Bucket::Delayed, Bucket::Queued, 1);
-            let priority = job.spec.priority;
-            self.horizon.push_returned(
-                &mut self.queue,
-                priority,
-                ReturnedTask { task, job: job_id },
-            );
-            self.wake_pinned(job_id);
+            self.requeue(ReturnedTask { task, job: job_id });
         }
     }
 

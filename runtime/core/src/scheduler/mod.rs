@@ -11,6 +11,7 @@ mod outputs;
 mod query;
 mod restore;
 mod speculate;
+mod updates;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -93,7 +94,8 @@ use crate::task::{AttemptRecord, Bucket, JobRecord, Phase, Shapes, TaskRecord};
 /// that stops fitting is taken out whole (held) and the order above applies to the
 /// rest, so a long high-priority job past its last start neither runs nor stands in
 /// front of short work. Time only moves forward, so under one deadline a held job
-/// never fits again and holding it cannot starve anything that still fits.
+/// never fits again (unless an update shortens its time limit) and holding it cannot
+/// starve anything that still fits.
 ///
 /// Speculative copies of stragglers ([`Speculation`](crate::Speculation)) come last:
 /// only when no node with credit can take queued work, one straggler at a time (oldest
@@ -412,14 +414,8 @@ impl Core {
         let not_before = self.now.saturating_add_micros(delay);
         if delay == 0 {
             job.shift(&mut self.counts, from, Bucket::Queued, 1);
-            let priority = job.spec.priority;
             record.phase = Phase::Queued;
-            self.horizon.push_returned(
-                &mut self.queue,
-                priority,
-                ReturnedTask { task, job: job_id },
-            );
-            self.wake_pinned(job_id);
+            self.requeue(ReturnedTask { task, job: job_id });
         } else {
             job.shift(&mut self.counts, from, Bucket::Delayed, 1);
             record.phase = Phase::Delayed { not_before };
@@ -444,14 +440,8 @@ impl Core {
         }
         self.counts.replays += 1;
         job.shift(&mut self.counts, from, Bucket::Queued, 1);
-        let priority = job.spec.priority;
         record.phase = Phase::Queued;
-        self.horizon.push_returned(
-            &mut self.queue,
-            priority,
-            ReturnedTask { task, job: job_id },
-        );
-        self.wake_pinned(job_id);
+        self.requeue(ReturnedTask { task, job: job_id });
         Disposition::WillReplay { task }
     }
 

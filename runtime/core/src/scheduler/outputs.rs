@@ -223,8 +223,9 @@ impl Core {
                     let index = record.index;
                     let job = &mut self.jobs[slot(returned.job)];
                     job.shift(&mut self.counts, Bucket::Queued, Bucket::Assigned, 1);
+                    let limit = job.spec.time_limit;
                     self.attempts
-                        .insert(attempt, AttemptRecord::new(returned.task, node));
+                        .insert(attempt, AttemptRecord::new(returned.task, node, limit));
                     let need = self.shapes.resources(job.spec.shape);
                     self.nodes.attach(node, attempt, need);
                     assignments.push(Assignment {
@@ -237,6 +238,7 @@ impl Core {
                 Taken::Fresh { job, start, end } => {
                     let record = &mut self.jobs[slot(job)];
                     let need = self.shapes.resources(record.spec.shape);
+                    let limit = record.spec.time_limit;
                     record.shift(
                         &mut self.counts,
                         Bucket::Queued,
@@ -259,7 +261,7 @@ impl Core {
                             },
                         );
                         self.attempts
-                            .insert(attempt, AttemptRecord::new(task, node));
+                            .insert(attempt, AttemptRecord::new(task, node, limit));
                         self.nodes.attach(node, attempt, need);
                         assignments.push(Assignment {
                             task,

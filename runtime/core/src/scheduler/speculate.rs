@@ -209,6 +209,10 @@ impl Core {
             .tasks
             .get_mut(&live.task)
             .expect("straggler has a task");
+        // A job given a later time while it ran starts nothing new before then.
+        if self.deps.is_waiting(record.job) {
+            return None;
+        }
         let job = &self.jobs[slot(record.job)];
         let (need, time_limit) = (self.shapes.resources(job.spec.shape), job.spec.time_limit);
         let fits = self.horizon.deadline().is_none_or(|deadline| {
@@ -239,7 +243,7 @@ impl Core {
             index: record.index,
         };
         self.attempts
-            .insert(copy, AttemptRecord::new(live.task, node));
+            .insert(copy, AttemptRecord::new(live.task, node, time_limit));
         self.nodes.attach(node, copy, need);
         self.counts.speculated += 1;
         Some(Dispatch {

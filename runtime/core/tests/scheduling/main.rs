@@ -18,3 +18,4 @@ mod pinned;
 mod resources;
 mod restore;
 mod speculation;
+mod updates;

@@ -71,6 +71,9 @@ pub struct SimConfig {
     /// Kinds beyond cores (`None`: cores only, and no draws, so such runs stay as
     /// they were).
     pub mix: Option<ResourceMix>,
+    /// Updates at random times, each a new not-before time or a new time limit (from
+    /// `time_limits`) for a random job (0: no draws).
+    pub updates: u32,
 }
 
 /// Nodes and tasks that deal in GPUs, memory and custom kinds too.
@@ -126,6 +129,9 @@ pub struct Summary {
     pub dependent_jobs: u64,
     /// Jobs that preferred nodes.
     pub preferring_jobs: u64,
+    /// Updates the core accepted (the job had not ended), and attempts asked back.
+    pub updates: u64,
+    pub asked_back: u64,
     /// FNV-1a over every output of the core, for determinism checks.
     pub trace: u64,
 }

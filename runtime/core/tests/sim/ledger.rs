@@ -97,6 +97,8 @@ struct JobEntry {
     speculative: bool,
     /// The node its tasks are pinned to, if any.
     pinned: Option<NodeId>,
+    /// Not dispatched before this time (an update gave it).
+    not_before: Option<Time>,
     cancelled: bool,
     finished_tasks: u32,
     succeeded: u32,
@@ -122,6 +124,8 @@ pub struct Ledger {
     attempts: HashMap<AttemptId, Live>,
     /// Live attempts the core told to stop.
     signalled: HashSet<AttemptId>,
+    /// Live attempts the core asked back unstarted.
+    asked_back: HashSet<AttemptId>,
     last_attempt: u64,
     /// The deadline the root passed last, and whether it drained.
     deadline: Option<Time>,
@@ -212,6 +216,7 @@ impl Ledger {
                 saker_core::Placement::Node { node } => Some(node),
                 _ => None,
             },
+            not_before: None,
             cancelled: false,
             finished_tasks: 0,
             succeeded: 0,
@@ -301,6 +306,13 @@ impl Ledger {
             }
             if let Some(pinned) = job.pinned {
                 assert_eq!(node, pinned, "pinned work goes to its node only");
+            }
+            if let Some(not_before) = job.not_before {
+                assert!(
+                    now >= not_before,
+                    "job {} dispatched at {now}, before its time {not_before}",
+                    assignment.job
+                );
             }
             assert_eq!(
                 assignment.task.0,
@@ -406,6 +418,7 @@ impl Ledger {
     fn end_attempt(&mut self, attempt: AttemptId) -> Option<Live> {
         let live = self.attempts.remove(&attempt)?;
         self.signalled.remove(&attempt);
+        self.asked_back.remove(&attempt);
         if let Some(entry) = self.nodes.get_mut(&live.node) {
             entry.live.remove(&attempt);
         }
@@ -428,6 +441,7 @@ impl Ledger {
     }
 
     pub fn result(&mut self, attempt: AttemptId, disposition: Disposition) {
+        let asked_back = self.asked_back.contains(&attempt);
         let Some(live) = self.end_attempt(attempt) else {
             match disposition {
                 Disposition::Duplicate => {
@@ -470,6 +484,18 @@ impl Ledger {
                     "task {task} requeued in flight"
                 );
                 assert!(!job.cancelled, "cancelled job's task requeued");
+            }
+            Disposition::Returned { task: returned } => {
+                assert_eq!(returned, task);
+                assert!(asked_back, "attempt {attempt} returned unasked");
+                assert_eq!(
+                    entry.state,
+                    State::Waiting,
+                    "task {task} returned in flight"
+                );
+                assert!(!job.cancelled, "cancelled job's task returned");
+                // Given back unstarted: the attempt does not count.
+                entry.attempts -= 1;
             }
             Disposition::Continues { task: continued } => {
                 assert_eq!(continued, task);
@@ -520,6 +546,17 @@ impl Ledger {
             "tasks that go on with their copy"
         );
         self.continued += u64::from(continued);
+    }
+
+    /// An update gave `job` a time ahead (`None`: none, or one past).
+    pub fn retimed(&mut self, job: JobId, not_before: Option<Time>) {
+        self.jobs[job.0 as usize - 1].not_before = not_before;
+    }
+
+    /// An update gave `job` a new time limit: dispatches from now on must fit the
+    /// deadline with it.
+    pub fn relimited(&mut self, job: JobId, time_limit: Option<u64>) {
+        self.jobs[job.0 as usize - 1].time_limit = time_limit;
     }
 
     pub fn cancel_requested(&mut self, job: JobId) {
@@ -577,7 +614,18 @@ impl Ledger {
                     TerminalState::Cancelled => self.cancelled += 1,
                 }
             }
-            Event::ReturnUnstarted { .. } => panic!("these worlds have no gangs"),
+            Event::ReturnUnstarted { node, attempt } => {
+                let live = self.attempts[&attempt];
+                assert_eq!(live.node, node, "asked back from the attempt's node");
+                assert!(
+                    !live.started,
+                    "attempt {attempt} asked back after it started"
+                );
+                assert!(
+                    self.asked_back.insert(attempt),
+                    "attempt {attempt} asked back twice"
+                );
+            }
             Event::CancelAttempt { node, attempt } => {
                 let live = self.attempts[&attempt];
                 assert_eq!(live.node, node, "cancel sent to the attempt's node");
@@ -709,6 +757,16 @@ impl Ledger {
             if waiting > 0 {
                 expected.push((JobId(position as u32 + 1), waiting));
             }
+            // Left waiting only for a job that never ended (held by the deadline).
+            if core.is_waiting(JobId(position as u32 + 1)) {
+                assert!(
+                    self.after[position]
+                        .iter()
+                        .any(|dependency| !self.jobs[dependency.job.0 as usize - 1].job_finished),
+                    "job {} waits for nothing that is left",
+                    position + 1
+                );
+            }
         }
         assert_eq!(unstarted.jobs, expected, "unstarted tasks per job");
         if self.deadline.is_none() && !self.draining {
@@ -717,7 +775,8 @@ impl Ledger {
         if !self.draining {
             assert_eq!(counts.delayed, 0, "a retry never released");
             assert_eq!(
-                counts.beyond_deadline, counts.queued,
+                counts.beyond_deadline + counts.waiting,
+                counts.queued,
                 "queued work that fits the deadline was left behind"
             );
         }

@@ -80,6 +80,7 @@ fn small(seed: u64) -> SimConfig {
         slow_fraction: 0.0,
         slow_factor: 1,
         mix: None,
+        updates: 0,
     }
 }
 
@@ -178,6 +179,7 @@ fn soak(seed: u64) -> SimConfig {
             min_samples: 1 + vary(7),
         }),
         mix: seed.is_multiple_of(3).then(resource_mix),
+        updates: 12,
         ..speculative(seed)
     };
     let plan = match seed % 4 {
@@ -280,6 +282,34 @@ fn dependency_dags_among_node_losses_keep_every_invariant() {
         waited += summary.dependent_jobs;
     }
     assert!(waited > 100, "{waited} jobs had dependencies");
+}
+
+/// Clients update jobs at random times (a new not-before time ahead, past or none; a
+/// new time limit) among dependencies, failures, node losses and a deadline learned
+/// mid-run: the ledger checks at every dispatch that no job starts before its new time
+/// nor past the deadline by its new limit, that only unstarted attempts are asked back
+/// and that every task still ends once.
+#[test]
+fn updates_among_node_losses_keep_every_invariant() {
+    let (mut updates, mut asked_back) = (0, 0);
+    for seed in 1..=12 {
+        let config = SimConfig {
+            dependency_fraction: 0.3,
+            updates: 150,
+            ..with_deadline(seed, MID_RUN)
+        };
+        let summary = run_seed(config);
+        assert_eq!(
+            summary.succeeded + summary.failed + summary.cancelled + summary.unstarted,
+            summary.tasks
+        );
+        updates += summary.updates;
+        asked_back += summary.asked_back;
+    }
+    assert!(
+        updates > 500 && asked_back > 20,
+        "{updates} updates, {asked_back} asked back"
+    );
 }
 
 /// Tasks that need GPUs, memory or a licence run only where they fit; the ledger
@@ -429,6 +459,7 @@ fn ten_thousand_nodes_one_million_tasks() {
         slow_fraction: 0.0,
         slow_factor: 1,
         mix: None,
+        updates: 0,
     })
     .run();
     assert_eq!(summary.tasks, 1_000_000);

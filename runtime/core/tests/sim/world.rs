@@ -18,6 +18,9 @@ use saker_core::{
 use crate::config::{SimConfig, Summary};
 use crate::ledger::Ledger;
 
+mod updates;
+use updates::Change;
+
 #[derive(Debug)]
 enum Action {
     Submit(JobSpec),
@@ -73,6 +76,17 @@ enum Action {
     },
     Deadline(Option<Time>),
     Drain,
+    /// A client updates a job.
+    Update {
+        job: JobId,
+        change: Change,
+    },
+    /// Agent is asked to give back an attempt it has not started.
+    Return {
+        node: NodeId,
+        incarnation: u64,
+        attempt: AttemptId,
+    },
 }
 
 /// One attempt as an agent holds it.
@@ -189,6 +203,8 @@ impl World {
             summary: Summary {
                 dependent_jobs: 0,
                 preferring_jobs: 0,
+                updates: 0,
+                asked_back: 0,
                 steps: 0,
                 makespan: Time::ZERO,
                 tasks: 0,
@@ -254,8 +270,16 @@ impl World {
             Event::DependencyFailed { job, dependency } => {
                 self.trace(&[13, u64::from(job.0), u64::from(dependency.0)]);
             }
-            // Only reserved nodes are asked, and these worlds have no gangs.
-            Event::ReturnUnstarted { .. } => panic!("no gang, yet a node was asked back"),
+            // These worlds have no gangs: only updates ask for work back.
+            Event::ReturnUnstarted { node, attempt } => {
+                self.trace(&[19, u64::from(node.0), attempt.0]);
+                self.summary.asked_back += 1;
+                self.send_down(node, |incarnation| Action::Return {
+                    node,
+                    incarnation,
+                    attempt,
+                });
+            }
         }
     }
 
@@ -367,6 +391,7 @@ impl World {
             let at = self.rng.random_range(0..=horizon);
             self.schedule(at, Action::Cancel { job });
         }
+        self.plan_updates(jobs, horizon);
     }
 
     /// A (new incarnation of a) node starts and says hello.
@@ -763,6 +788,12 @@ impl World {
                 self.ledger.drain();
                 self.trace(&[16]);
             }
+            Action::Update { job, change } => self.update(job, change),
+            Action::Return {
+                node,
+                incarnation,
+                attempt,
+            } => self.give_back(node, incarnation, attempt),
         }
     }
 

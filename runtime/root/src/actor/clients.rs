@@ -16,8 +16,7 @@ use super::resources::TooManyKinds;
 use super::state::{JobEntry, RootState};
 use crate::client::{
     CancelReport, ClientRequest, ErrorKind, HpcStatus, NodeLoad, Reply, RequestError, ResultSink,
-    ResultsItem, StatusReport, StreamEnd, SubmitReply, SubmittedJob, UnstartedJob, UpdateReport,
-    WaitReport,
+    ResultsItem, StatusReport, StreamEnd, SubmitReply, SubmittedJob, UnstartedJob, WaitReport,
 };
 use crate::records::Record;
 use crate::results::{JobId, ResultRecord};
@@ -60,7 +59,7 @@ impl RateWindow {
     }
 }
 
-fn error(kind: ErrorKind, message: impl Into<String>) -> RequestError {
+pub(super) fn error(kind: ErrorKind, message: impl Into<String>) -> RequestError {
     RequestError::new(kind, message)
 }
 
@@ -93,9 +92,9 @@ impl RootState {
             }
             ClientRequest::Update {
                 jobs,
-                priority,
+                update,
                 reply,
-            } => self.on_update(jobs, priority, reply),
+            } => self.on_update(jobs, update, reply),
             ClientRequest::ActorSpawn { spawn, reply } => self.on_actor_spawn(spawn, reply),
             ClientRequest::ActorCall {
                 actor,
@@ -209,8 +208,6 @@ impl RootState {
                 jobs: submitted.into_iter().flatten().collect(),
             },
         );
-        // A periodic job whose first occurrence is due now has its next one queued.
-        self.poll_schedules();
     }
 
     /// Queues a validated job as `spec` in the core and keeps what agents need to
@@ -295,7 +292,7 @@ impl RootState {
             resources: core.resources,
             placement: core.placement,
             hpc,
-            time_limit_ms: spec.time_limit.map_or(0, |t| t.as_millis().max(1) as u64),
+            time_limit_ms: limit_ms(spec.time_limit),
             inline_output_bytes: request.inline_output.unwrap_or(DEFAULT_INLINE_OUTPUT),
             is_array: request.array.is_some(),
         };
@@ -366,30 +363,6 @@ impl RootState {
                 None => index += 1,
             }
         }
-    }
-
-    fn on_update(&mut self, jobs: Vec<JobId>, priority: i32, reply: Reply<UpdateReport>) {
-        if let Some(unknown) = jobs.iter().find(|j| !self.jobs.contains_key(j)) {
-            let message = format!("unknown job {unknown}");
-            let _ = reply.send(Err(error(ErrorKind::UnknownJob, message)));
-            return;
-        }
-        let now = self.now();
-        let unix_us = self.timestamp().unix_micros();
-        let mut records = Vec::new();
-        for job in jobs {
-            match self.core.handle_update_priority(job, priority, now) {
-                Ok(()) => records.push(Record::Update {
-                    job,
-                    priority,
-                    unix_us,
-                }),
-                Err(problem) => tracing::debug!(%problem, "update"),
-            }
-        }
-        let updated = records.len() as u64;
-        self.port.append(records, AfterJournal::Nothing);
-        let _ = reply.send(Ok(UpdateReport { updated }));
     }
 
     fn on_cancel(&mut self, jobs: Vec<JobId>, reply: Reply<CancelReport>) {
@@ -659,10 +632,20 @@ fn base_spec(request: &JobRequest, needs: Resources, widest_node: u32) -> JobSpe
         priority: spec.priority,
         max_retries: spec.max_retries,
         max_replays: spec.max_replays,
-        time_limit: spec.time_limit.map(|t| t.as_micros() as u64),
+        time_limit: limit_micros(spec.time_limit),
         class: 0,
         speculative: spec.idempotent,
     }
+}
+
+/// A time limit as the core plans with it: microseconds.
+pub(super) fn limit_micros(limit: Option<std::time::Duration>) -> Option<u64> {
+    limit.map(|t| u64::try_from(t.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// A time limit as job definitions carry it: milliseconds, at least 1; 0 for none.
+pub(super) fn limit_ms(limit: Option<std::time::Duration>) -> u64 {
+    limit.map_or(0, |t| t.as_millis().max(1) as u64)
 }
 
 /// Feeds one results stream: the history snapshot, then live results until the

@@ -18,6 +18,7 @@ mod schedules;
 mod state;
 #[cfg(test)]
 mod tests;
+mod updates;
 mod walltime;
 
 use std::sync::Arc;

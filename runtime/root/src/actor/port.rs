@@ -16,7 +16,7 @@ use saker_journal::{JournalError, JournalWriter};
 use saker_wire::messages::ToAgent;
 
 use super::RootMsg;
-use crate::client::{ErrorKind, Reply, RequestError, SubmitReply, SubmittedJob};
+use crate::client::{ErrorKind, Reply, RequestError, SubmitReply, SubmittedJob, UpdateReport};
 use crate::records::Record;
 use crate::results::ResultRecord;
 
@@ -82,6 +82,11 @@ pub enum AfterJournal {
         reply: Reply<SubmitReply>,
         jobs: Vec<SubmittedJob>,
     },
+    /// An update, answered once durable: an answered update survives a crash.
+    Updated {
+        reply: Reply<UpdateReport>,
+        report: UpdateReport,
+    },
 }
 
 impl AfterJournal {
@@ -95,6 +100,13 @@ impl AfterJournal {
             (AfterJournal::Results(_), Err(error)) => Some(RootMsg::JournalFailed { error }),
             (AfterJournal::Acknowledge { reply, jobs }, outcome) => {
                 let answer = outcome.map(|()| SubmitReply { jobs }).map_err(|error| {
+                    RequestError::new(ErrorKind::Internal, format!("journal failed: {error}"))
+                });
+                let _ = reply.send(answer);
+                None
+            }
+            (AfterJournal::Updated { reply, report }, outcome) => {
+                let answer = outcome.map(|()| report).map_err(|error| {
                     RequestError::new(ErrorKind::Internal, format!("journal failed: {error}"))
                 });
                 let _ = reply.send(answer);

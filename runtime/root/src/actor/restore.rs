@@ -13,6 +13,7 @@ use saker_core::{EarlierAttempts, JobId, TaskId, TerminalState as CoreState};
 
 use super::state::RootState;
 use crate::attempts::{AttemptEnd, AttemptNote};
+use crate::client::JobUpdate;
 use crate::records::Record;
 use crate::results::TerminalState;
 
@@ -95,8 +96,8 @@ impl RootState {
         let mut notes: HashMap<TaskId, Vec<AttemptNote>> = HashMap::new();
         // Every actor id spawned, with its request while it had not ended.
         let mut actors = BTreeMap::new();
-        // The latest priority a client gave each updated job.
-        let mut priorities: HashMap<JobId, i32> = HashMap::new();
+        // What clients' updates changed of each job, the latest value of each field.
+        let mut updates: HashMap<JobId, JobUpdate> = HashMap::new();
         // The latest occurrence of each periodic job, by its first job.
         let mut occurrences: HashMap<JobId, (u32, JobId)> = HashMap::new();
         let mut schedules = Vec::new();
@@ -132,8 +133,9 @@ impl RootState {
                 Record::ActorEnded { actor, .. } => {
                     actors.insert(*actor, None);
                 }
-                Record::Update { job, priority, .. } => {
-                    priorities.insert(*job, *priority);
+                Record::Update { job, update, .. } => {
+                    let folded = updates.entry(*job).or_default();
+                    *folded = folded.then(*update);
                 }
                 Record::Occurrence {
                     schedule,
@@ -151,11 +153,17 @@ impl RootState {
                 first_task,
                 count: _,
                 submitted_unix_us,
-                request,
+                mut request,
             } = record
             else {
                 continue;
             };
+            // A schedule goes on from its first occurrence as submitted; an update
+            // changed that occurrence only.
+            let schedule = request.spec.every.is_some().then(|| request.clone());
+            if let Some(update) = updates.get(&job) {
+                apply(update, &mut request);
+            }
             let done = finished.remove(&job).unwrap_or_default();
             let used = earlier.remove(&job).unwrap_or_default();
             let spec = self
@@ -165,10 +173,6 @@ impl RootState {
                     job,
                     source,
                 })?;
-            let spec = match priorities.get(&job) {
-                Some(&priority) => saker_core::JobSpec { priority, ..spec },
-                None => spec,
-            };
             let after = dependencies(&request);
             let not_before = self.core_time(request.spec.not_before);
             let restored = self
@@ -195,8 +199,8 @@ impl RootState {
                 });
             }
             self.keep_job(job, &request, &spec, submitted_unix_us);
-            if request.spec.every.is_some() {
-                schedules.push((job, request, submitted_unix_us));
+            if let Some(first) = schedule {
+                schedules.push((job, first, submitted_unix_us));
             }
             summary.jobs += 1;
             summary.tasks += u64::from(restored.count);
@@ -223,8 +227,8 @@ impl RootState {
             let pending = occurrences.get(&job).copied();
             self.restore_schedule(job, &request, submitted_us, pending);
         }
-        // Occurrences whose time passed while no root ran: the pending one runs late,
-        // the next goes ahead.
+        // A pending occurrence that ended before the old root stopped has its next
+        // one now; one that had not is queued again and runs, late if its time passed.
         self.poll_schedules();
         Ok(summary)
     }
@@ -262,6 +266,20 @@ fn earlier_by_job(
             .push(((task.0 - first.0) as u32, used));
     }
     by_job
+}
+
+/// Folds a job's journaled updates into its request, which the core and the agents'
+/// job definition are then built from.
+fn apply(update: &JobUpdate, request: &mut crate::spec::JobRequest) {
+    if let Some(priority) = update.priority {
+        request.spec.priority = priority;
+    }
+    if let Some(not_before) = update.not_before {
+        request.spec.not_before = not_before;
+    }
+    if let Some(time_limit) = update.time_limit {
+        request.spec.time_limit = time_limit;
+    }
 }
 
 /// A journaled job's dependencies: ids, as the submission resolved them.

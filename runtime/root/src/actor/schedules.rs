@@ -1,15 +1,22 @@
 //! Periodic jobs (`every`, with `until` and `count`): each occurrence is a job of its
-//! own, with its own result, submitted one period ahead with `not_before` set to its
-//! time, so it waits in the core like any job waiting for its time and starts as
-//! close to it as slots allow (priority breaks ties between jobs due together).
+//! own, with its own result, submitted with `not_before` set to its time, so it waits
+//! in the core like any job waiting for its time and starts as close to it as slots
+//! allow (priority breaks ties between jobs due together).
 //!
-//! When an occurrence's time comes (the core's timer for it wakes the root), the next
-//! one is submitted. A schedule is journaled as its first occurrence's submission
-//! (which carries `every`) and one `occurrence` record per later occurrence, so a
-//! resumed root knows the occurrence that was pending. Missed occurrences (the root
-//! was down, or slots were busy past a period): the pending occurrence runs once,
-//! late; those wholly missed are skipped, and the schedule goes on from the next time
-//! still ahead. Cancelling the pending occurrence before its time ends the schedule.
+//! The next occurrence is submitted once the pending one has started (or ended): with
+//! a free slot that is at the pending one's time, one period ahead of the next.
+//! Missed occurrences (the root was down, or slots stayed busy past a period): the
+//! pending occurrence runs once, late, when a slot takes it; the occurrences whose
+//! times passed before it started are skipped, never stacked up behind it, and the
+//! schedule goes on with the first of its times (first + k × every) still ahead.
+//! Cancelling the pending occurrence before its time ends the schedule; cancelling it
+//! once its time has passed (it waits for a slot) skips it. The root checks its
+//! schedules after every message it handles ([`RootState::drain`]), so a start is
+//! seen in the turn that reports it; that costs nothing without periodic jobs.
+//!
+//! A schedule is journaled as its first occurrence's submission (which carries
+//! `every`) and one `occurrence` record per later occurrence, so a resumed root knows
+//! the occurrence that was pending.
 
 use std::collections::BTreeMap;
 
@@ -101,26 +108,36 @@ impl RootState {
         }
     }
 
-    /// Submits the next occurrence of every schedule whose pending one's time has come.
+    /// Submits the next occurrence of every schedule whose pending one has started or
+    /// ended; ends those whose pending one was cancelled before its time.
     pub(super) fn poll_schedules(&mut self) {
+        if self.schedules.table.is_empty() {
+            return;
+        }
         let now = self.timestamp().unix_micros();
-        // Due: the pending occurrence's time has come on the wall clock, or the core
-        // has released it already (its clock and the wall clock may drift apart).
-        let due: Vec<JobId> = self
-            .schedules
-            .table
-            .iter()
-            .filter(|(_, schedule)| {
-                schedule.time_of(schedule.pending.0) <= now
-                    || !self.core.is_waiting(schedule.pending.1)
-            })
-            .map(|(id, _)| *id)
-            .collect();
+        let mut due = Vec::new();
+        let mut cancelled = Vec::new();
+        for (id, schedule) in &self.schedules.table {
+            let (occurrence, job) = schedule.pending;
+            let Some(counts) = self.core.job_counts(job) else {
+                continue;
+            };
+            if counts.cancel_requested && schedule.time_of(occurrence) > now {
+                cancelled.push(*id);
+            } else if counts.running + counts.terminal() > 0 || counts.cancel_requested {
+                due.push(*id);
+            }
+        }
+        for id in cancelled {
+            tracing::info!(schedule = %id, "a periodic job's pending occurrence was cancelled");
+            self.schedules.table.remove(&id);
+        }
         for id in due {
             let Some(schedule) = self.schedules.table.get(&id) else {
                 continue;
             };
-            // The next occurrence still ahead: those wholly missed are skipped.
+            // The next occurrence still ahead: those missed while the pending one
+            // waited are skipped.
             let mut next = schedule.pending.0 + 1;
             while schedule.time_of(next) <= now && schedule.allows(next) {
                 next += 1;
@@ -169,14 +186,5 @@ impl RootState {
             ];
             self.port.append(records, AfterJournal::Nothing);
         }
-    }
-
-    /// `job` has ended: a pending occurrence that ended before its time was
-    /// cancelled, and its schedule with it.
-    pub(super) fn schedule_job_ended(&mut self, job: JobId) {
-        let now = self.timestamp().unix_micros();
-        self.schedules.table.retain(|_, schedule| {
-            !(schedule.pending.1 == job && schedule.time_of(schedule.pending.0) > now)
-        });
     }
 }

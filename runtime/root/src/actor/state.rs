@@ -300,11 +300,12 @@ impl RootState {
         self.timer_at = None;
         let now = self.now();
         self.core.handle_timeout(now);
-        self.poll_schedules();
     }
 
     /// Turns everything the core wants done into actions. Called after every message.
     pub(super) fn drain(&mut self) {
+        // What this turn started or ended may bring a periodic job's next occurrence.
+        self.poll_schedules();
         // Events first (the core's documented order): cancels go out before new work.
         while let Some(event) = self.core.poll_event() {
             self.on_core_event(event);
@@ -455,7 +456,6 @@ impl RootState {
             Event::JobFinished { job } => {
                 self.forget_job(job);
                 self.dependency_failed.remove(&job);
-                self.schedule_job_ended(job);
             }
             Event::DependencyFailed { job, dependency } => {
                 tracing::info!(%job, %dependency, "a job's dependency failed; it is cancelled");

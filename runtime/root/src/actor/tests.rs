@@ -22,6 +22,7 @@ use crate::spec::{ArraySpec, JobRequest, TaskSpec};
 
 mod dependencies;
 mod placed;
+mod updates;
 
 const PILOT: &str = "pilot-under-test";
 

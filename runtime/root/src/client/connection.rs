@@ -215,13 +215,13 @@ impl Client {
         self.call("cancel", &CancelRequest { jobs }).await
     }
 
-    /// Gives these jobs' tasks that have not started a new priority.
+    /// Changes these jobs' tasks that have not started (all jobs, or none).
     pub async fn update(
         &self,
         jobs: Vec<JobId>,
-        priority: i32,
+        update: super::JobUpdate,
     ) -> Result<UpdateReport, ClientError> {
-        self.call("update", &UpdateRequest { jobs, priority }).await
+        self.call("update", &UpdateRequest::new(jobs, update)).await
     }
 
     /// Asks the pilot to stop.

@@ -17,6 +17,7 @@ pub mod connection;
 pub mod endpoint;
 pub mod protocol;
 pub mod server;
+pub mod update;
 
 #[cfg(test)]
 mod tests;
@@ -33,3 +34,4 @@ pub use server::{
     ClientRequest, ConnectionError, Reply, ResultSink, ResultsItem, ServerConfig, serve,
     serve_connection,
 };
+pub use update::{InvalidUpdate, JobUpdate};

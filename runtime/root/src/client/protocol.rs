@@ -13,6 +13,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::actors::{ActorCallRequest, ActorSpawnRequest, ActorStopRequest};
+use super::update::JobUpdate;
 use crate::results::{JobId, TaskId};
 use crate::spec::JobRequest;
 
@@ -118,19 +119,54 @@ pub struct CancelRequest {
     pub jobs: Vec<JobId>,
 }
 
-/// `update`: give these jobs' tasks that have not started a new priority.
+/// `update`: give these jobs' tasks that have not started a new priority, not-before
+/// time or time limit (see [`JobUpdate`] for absent and `null` fields). All jobs are
+/// updated, or none: an unknown or ended job refuses the request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateRequest {
     pub jobs: Vec<JobId>,
-    pub priority: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::update::present"
+    )]
+    pub not_before: Option<Option<crate::results::Timestamp>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::update::present_limit"
+    )]
+    pub time_limit: Option<Option<std::time::Duration>>,
+}
+
+impl UpdateRequest {
+    pub fn new(jobs: Vec<JobId>, update: JobUpdate) -> UpdateRequest {
+        UpdateRequest {
+            jobs,
+            priority: update.priority,
+            not_before: update.not_before,
+            time_limit: update.time_limit,
+        }
+    }
+
+    /// What it changes.
+    pub fn update(&self) -> JobUpdate {
+        JobUpdate {
+            priority: self.priority,
+            not_before: self.not_before,
+            time_limit: self.time_limit,
+        }
+    }
 }
 
 /// `ok` body of `update`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct UpdateReport {
-    /// Jobs updated (those that had ended are not).
+    /// Jobs updated: all those asked for.
     pub updated: u64,
 }
 
@@ -354,6 +390,9 @@ pub enum ErrorKind {
     InvalidSpec,
     /// A job id the pilot does not know.
     UnknownJob,
+    /// A job that has ended (every task terminal) or was cancelled: an update has
+    /// nothing left to change.
+    JobEnded,
     /// The pilot is shutting down and no longer takes this request.
     ShuttingDown,
     /// The pilot could not take the request (overloaded, or it went away).
@@ -390,6 +429,7 @@ impl ErrorKind {
             ErrorKind::LineTooLong => "line_too_long",
             ErrorKind::InvalidSpec => "invalid_spec",
             ErrorKind::UnknownJob => "unknown_job",
+            ErrorKind::JobEnded => "job_ended",
             ErrorKind::ShuttingDown => "shutting_down",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Internal => "internal",

@@ -30,8 +30,7 @@ use super::codec::{
 use super::protocol::{
     CancelReport, CancelRequest, ErrorKind, Hello, PROTOCOL_VERSION, PROTOCOLS, Request,
     RequestError, RequestId, ResultsRequest, ShutdownRequest, StatusReport, StatusRequest,
-    StreamEnd, SubmitReply, SubmitRequest, UpdateReport, UpdateRequest, WaitReport, WaitRequest,
-    Welcome,
+    StreamEnd, SubmitReply, SubmitRequest, UpdateReport, WaitReport, WaitRequest, Welcome,
 };
 use crate::results::{JobId, ResultRecord};
 use crate::spec::JobRequest;
@@ -80,10 +79,10 @@ pub enum ClientRequest {
         kill_running: bool,
         reply: Reply<()>,
     },
-    /// Give these jobs a new priority (their tasks that have not started).
+    /// Change these jobs' tasks that have not started. Not validated.
     Update {
         jobs: Vec<JobId>,
-        priority: i32,
+        update: super::JobUpdate,
         reply: Reply<UpdateReport>,
     },
     /// Start an actor; answer once it has started. Validated.
@@ -419,11 +418,11 @@ impl Session {
                 self.forward(id, request, answer, permit, |()| serde_json::json!({}))
                     .await;
             }
-            Request::Update(UpdateRequest { jobs, priority }) => {
+            Request::Update(request) => {
                 let (reply, answer) = oneshot::channel();
                 let request = ClientRequest::Update {
-                    jobs,
-                    priority,
+                    update: request.update(),
+                    jobs: request.jobs,
                     reply,
                 };
                 self.forward(id, request, answer, permit, |r| r).await;

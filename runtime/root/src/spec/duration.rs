@@ -76,7 +76,7 @@ fn parse_clock_duration(text: &str) -> Option<Duration> {
 
 /// `time_limit` in JSON: written as seconds (an integer when whole); read from a
 /// number of seconds or a [`parse_duration`] string.
-pub(super) mod time_limit_serde {
+pub(crate) mod time_limit_serde {
     use std::time::Duration;
 
     use serde::de::{self, Visitor};

@@ -3,7 +3,7 @@
 
 use saker_wire::messages::ToAgent;
 
-use super::{Harness, RootMsg, single};
+use super::{Harness, RootMsg, UNIX_ORIGIN_US, assignments, exited, single};
 use crate::records::Record;
 use crate::spec::JobRef;
 
@@ -73,10 +73,36 @@ fn a_cycle_is_refused_whole_with_its_path() {
 
 /// A periodic job: each occurrence is a job of its own, submitted one period ahead
 /// when the one before is due, journaled, up to its count; then the schedule ends.
+/// The occurrences journaled in `records`, by number.
+fn occurrences(records: &[Record]) -> Vec<u32> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Occurrence { occurrence, .. } => Some(*occurrence),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Starts and ends the work node 1 was sent, as its agent would report: each
+/// dispatched (task, attempt) started, then exited 0 with its slot's credit back.
+fn run_dispatched(h: &mut Harness) {
+    let dispatched = assignments(&h.sent(), 1);
+    h.report(1, 0, &dispatched, Vec::new());
+    let results = dispatched
+        .iter()
+        .map(|&(task, attempt)| exited(task, attempt, 0))
+        .collect();
+    h.report(1, dispatched.len() as u32, &[], results);
+}
+
 #[test]
 fn a_periodic_job_submits_one_occurrence_per_period_up_to_its_count() {
     use std::time::Duration;
     let mut h = Harness::new();
+    h.join(1, 1);
+    h.sent();
+    h.report(1, 1, &[], Vec::new());
     let mut periodic = single(&["tick"]);
     periodic.spec.every = Some(Duration::from_secs(10));
     periodic.spec.count = Some(3);
@@ -84,28 +110,84 @@ fn a_periodic_job_submits_one_occurrence_per_period_up_to_its_count() {
     let records = h.journal_durable();
     let reply = answer.try_recv().expect("answered").expect("accepted");
     assert_eq!(reply.jobs.len(), 1, "the first occurrence");
-    let occurrences = |records: &[Record]| -> Vec<u32> {
-        records
-            .iter()
-            .filter_map(|r| match r {
-                Record::Occurrence { occurrence, .. } => Some(*occurrence),
-                _ => None,
-            })
-            .collect()
-    };
-    assert_eq!(
-        occurrences(&records),
-        vec![1],
-        "the next is queued for its time"
+    assert!(
+        occurrences(&records).is_empty(),
+        "not before the first starts"
     );
     assert_eq!(h.status().periodic, 1);
+    run_dispatched(&mut h);
+    assert_eq!(
+        occurrences(&h.journal_durable()),
+        vec![1],
+        "the next is queued for its time once the first started"
+    );
     assert_eq!(h.status().waiting, 1, "occurrence 1 waits for its time");
     h.clock.advance(Duration::from_secs(10));
     h.handle(RootMsg::Timer);
+    run_dispatched(&mut h);
     assert_eq!(occurrences(&h.journal_durable()), vec![2]);
     h.clock.advance(Duration::from_secs(10));
     h.handle(RootMsg::Timer);
+    run_dispatched(&mut h);
     assert!(occurrences(&h.journal_durable()).is_empty(), "three in all");
     assert_eq!(h.status().periodic, 0);
     assert_eq!(h.status().jobs, 3);
+}
+
+/// Slots busy past several periods: the pending occurrence runs once, late, when the
+/// slot frees; the occurrences whose times passed meanwhile are skipped (never stacked
+/// up behind it); the next is the first time still ahead on the schedule's grid, and
+/// the count still ends it.
+#[test]
+fn a_periodic_job_skips_the_occurrences_missed_while_its_slot_was_busy() {
+    use std::time::Duration;
+    let mut h = Harness::new();
+    h.join(1, 1);
+    h.sent();
+    h.report(1, 1, &[], Vec::new());
+    let mut blocker = single(&["block"]);
+    blocker.spec.priority = 10;
+    h.submit(vec![blocker]);
+    h.journal_durable();
+    let blocking = assignments(&h.sent(), 1);
+    h.report(1, 0, &blocking, Vec::new());
+    let mut periodic = single(&["tick"]);
+    periodic.spec.every = Some(Duration::from_secs(10));
+    periodic.spec.count = Some(6);
+    h.submit(vec![periodic]);
+    h.journal_durable();
+    for _ in 0..7 {
+        h.clock.advance(Duration::from_secs(5));
+        h.handle(RootMsg::Timer);
+    }
+    assert!(
+        occurrences(&h.journal_durable()).is_empty(),
+        "none stacked up"
+    );
+    assert_eq!(h.status().jobs, 2);
+    // The slot frees at 35 s: occurrence 0 starts, 1 to 3 are skipped, 4 is at 40 s.
+    let (task, attempt) = blocking[0];
+    h.report(1, 1, &[], vec![exited(task, attempt, 0)]);
+    run_dispatched(&mut h);
+    let records = h.journal_durable();
+    assert_eq!(occurrences(&records), vec![4]);
+    let at = records.iter().find_map(|r| match r {
+        Record::Submit { request, job, .. } if job.0 == 3 => request.spec.not_before,
+        _ => None,
+    });
+    let first = UNIX_ORIGIN_US;
+    assert_eq!(at.map(|t| t.unix_micros()), Some(first + 40_000_000));
+    h.clock.advance(Duration::from_secs(5));
+    h.handle(RootMsg::Timer);
+    run_dispatched(&mut h);
+    assert_eq!(occurrences(&h.journal_durable()), vec![5]);
+    h.clock.advance(Duration::from_secs(10));
+    h.handle(RootMsg::Timer);
+    run_dispatched(&mut h);
+    assert!(
+        occurrences(&h.journal_durable()).is_empty(),
+        "the count ends it"
+    );
+    assert_eq!(h.status().periodic, 0);
+    assert_eq!(h.status().jobs, 4, "blocker, occurrences 0, 4 and 5");
 }

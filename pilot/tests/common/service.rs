@@ -1,0 +1,60 @@
+//! A long-lived `saker pilot` for tests that submit to it as users do.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{run, saker};
+
+/// A `saker pilot` of one agent with `slots` slots, shut down when dropped (also when
+/// a test fails, which would otherwise leave it running).
+pub struct Service {
+    pub pilot: PathBuf,
+    pub child: Child,
+}
+
+impl Service {
+    pub fn start(dir: &Path, slots: u32) -> Service {
+        Service::start_with(dir, slots, false)
+    }
+
+    /// With `resume`, from the journal a killed root left (`saker pilot --resume`).
+    pub fn start_with(dir: &Path, slots: u32, resume: bool) -> Service {
+        let pilot = dir.join("pilot");
+        let slots = slots.to_string();
+        let mut command = saker();
+        command
+            .args(["pilot", "--agents", "1", "--slots", &slots, "--dir"])
+            .arg(&pilot);
+        if resume {
+            command.arg("--resume");
+        }
+        let child = command.stdin(Stdio::null()).spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !pilot.join("client.json").exists() {
+            assert!(Instant::now() < deadline, "the pilot did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Service { pilot, child }
+    }
+
+    /// SIGKILLs the root, then its agent (by pid: it would otherwise wait to reattach),
+    /// and removes the endpoint file a resumed root writes anew.
+    pub fn kill_root(mut self) {
+        let agent = super::agent_pid(&self.pilot, 1);
+        self.child.kill().unwrap(); // SIGKILL
+        self.child.wait().unwrap();
+        if let Some(agent) = agent {
+            super::sigkill(agent);
+        }
+        let _ = std::fs::remove_file(self.pilot.join("client.json"));
+        // Its shutdown in drop finds nobody to ask.
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = run(saker().args(["shutdown", "--dir"]).arg(&self.pilot));
+        let _ = self.child.wait();
+    }
+}
