@@ -78,6 +78,9 @@ pub use error::{ActorError, Error, TaskError};
 pub use host::node;
 pub use options::TaskOptions;
 pub use pilot::Pilot;
+/// The pilot's id of a job: what [`TaskHandle::job`] gives and
+/// [`TaskOptions::after`] takes.
+pub use saker_root::results::JobId;
 pub use submit::{MapStream, Submitter, TaskHandle};
 pub use task::{CodecError, Data, Task};
 

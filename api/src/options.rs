@@ -1,8 +1,10 @@
 //! Options of submitted tasks: what each needs and how the pilot treats it.
 
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
 
-use saker_root::spec::TaskSpec;
+use saker_root::results::{JobId, Timestamp};
+use saker_root::spec::{JobRef, TaskSpec};
 
 /// What a task needs and how it is treated; the defaults are one core, priority 0,
 /// no retries, no time limit. Built with chained setters:
@@ -25,6 +27,12 @@ pub struct TaskOptions {
     pub(crate) idempotent: bool,
     pub(crate) chunk: Option<usize>,
     pub(crate) node: Option<u32>,
+    pub(crate) resources: BTreeMap<String, u32>,
+    pub(crate) after: Vec<JobId>,
+    pub(crate) after_any: Vec<JobId>,
+    pub(crate) not_before: Option<SystemTime>,
+    pub(crate) reads: Vec<String>,
+    pub(crate) writes: Vec<String>,
 }
 
 impl Default for TaskOptions {
@@ -40,6 +48,12 @@ impl Default for TaskOptions {
             idempotent: false,
             chunk: None,
             node: None,
+            resources: BTreeMap::new(),
+            after: Vec::new(),
+            after_any: Vec::new(),
+            not_before: None,
+            reads: Vec::new(),
+            writes: Vec::new(),
         }
     }
 }
@@ -114,6 +128,44 @@ impl TaskOptions {
         self
     }
 
+    /// `amount` of a named resource nodes offer (`--node-resource NAME=N`).
+    pub fn resource(mut self, name: impl Into<String>, amount: u32) -> Self {
+        self.resources.insert(name.into(), amount);
+        self
+    }
+
+    /// Runs only after every task of job `job` succeeded (from
+    /// [`TaskHandle::job`](crate::TaskHandle::job)); cancelled if one failed.
+    pub fn after(mut self, job: JobId) -> Self {
+        self.after.push(job);
+        self
+    }
+
+    /// Runs only after job `job` ended, however.
+    pub fn after_any(mut self, job: JobId) -> Self {
+        self.after_any.push(job);
+        self
+    }
+
+    /// Not started before `at`.
+    pub fn not_before(mut self, at: SystemTime) -> Self {
+        self.not_before = Some(at);
+        self
+    }
+
+    /// A data item each task reads from `$SAKER_SCRATCH` (docs/data.md): fetched
+    /// there first, and the task prefers the nodes that hold it.
+    pub fn reads(mut self, item: impl Into<String>) -> Self {
+        self.reads.push(item.into());
+        self
+    }
+
+    /// A data item each task writes as a file in `$SAKER_SCRATCH` (single tasks).
+    pub fn writes(mut self, item: impl Into<String>) -> Self {
+        self.writes.push(item.into());
+        self
+    }
+
     pub(crate) fn apply(&self, spec: &mut TaskSpec) {
         spec.cores = self.cores;
         spec.gpus = self.gpus;
@@ -124,5 +176,18 @@ impl TaskOptions {
         spec.tags = self.tags.clone();
         spec.idempotent = self.idempotent;
         spec.node = self.node;
+        spec.resources = self.resources.clone();
+        spec.after = self.after.iter().map(|job| JobRef::Id(job.0)).collect();
+        spec.after_any = self.after_any.iter().map(|job| JobRef::Id(job.0)).collect();
+        spec.not_before = self.not_before.map(|at| {
+            let micros = at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |since| {
+                    since.as_micros().min(u128::from(u64::MAX)) as u64
+                });
+            Timestamp::from_unix_micros(micros)
+        });
+        spec.reads = self.reads.clone();
+        spec.writes = self.writes.clone();
     }
 }

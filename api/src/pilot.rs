@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use saker_root::client::StatusReport;
-use saker_root::results::{ResultRecord, TaskId, TerminalState};
+use saker_root::results::{JobId, ResultRecord, TaskId, TerminalState};
 use saker_root::spec::{FunctionSpec, JobRequest, TaskSpec};
 use tokio::sync::mpsc;
 
@@ -32,6 +32,33 @@ pub(crate) type Waiter = Box<dyn FnOnce(Result<Arc<ResultRecord>, TaskError>) + 
 pub(crate) struct Submission {
     pub(crate) job: JobRequest,
     pub(crate) waiter: Waiter,
+    /// Told the job's id once the pilot accepted it (for dependencies on it).
+    pub(crate) id: Option<Arc<JobCell>>,
+}
+
+/// A job's id, once its submission is answered (or why it has none).
+#[derive(Debug, Default)]
+pub(crate) struct JobCell {
+    id: std::sync::OnceLock<Result<JobId, String>>,
+    set: tokio::sync::Notify,
+}
+
+impl JobCell {
+    fn set(&self, id: Result<JobId, String>) {
+        let _ = self.id.set(id);
+        self.set.notify_waiters();
+    }
+
+    /// Waits for the id.
+    pub(crate) async fn get(&self) -> Result<JobId, String> {
+        loop {
+            let notified = self.set.notified();
+            if let Some(id) = self.id.get() {
+                return id.clone();
+            }
+            notified.await;
+        }
+    }
 }
 
 enum Event {
@@ -152,11 +179,14 @@ impl Pilot {
         self.shared.slots
     }
 
-    pub(crate) fn send(&self, job: JobRequest, waiter: Waiter) {
-        if let Err(refused) = self.shared.submissions.send(Submission { job, waiter }) {
-            (refused.0.waiter)(Err(TaskError::PilotGone {
-                reason: "the driver's submitter stopped".to_owned(),
-            }));
+    pub(crate) fn send(&self, job: JobRequest, waiter: Waiter, id: Option<Arc<JobCell>>) {
+        let submission = Submission { job, waiter, id };
+        if let Err(refused) = self.shared.submissions.send(submission) {
+            let reason = "the driver's submitter stopped".to_owned();
+            if let Some(id) = &refused.0.id {
+                id.set(Err(reason.clone()));
+            }
+            (refused.0.waiter)(Err(TaskError::PilotGone { reason }));
         }
     }
 
@@ -195,11 +225,22 @@ async fn submit_loop(
 ) {
     let mut batch = Vec::new();
     while submissions.recv_many(&mut batch, BATCH).await > 0 {
-        let (jobs, waiters): (Vec<JobRequest>, Vec<Waiter>) =
-            batch.drain(..).map(|s| (s.job, s.waiter)).unzip();
+        let mut ids = Vec::with_capacity(batch.len());
+        let (jobs, waiters): (Vec<JobRequest>, Vec<Waiter>) = batch
+            .drain(..)
+            .map(|s| {
+                ids.push(s.id);
+                (s.job, s.waiter)
+            })
+            .unzip();
         let _ = events.send(Event::InFlight);
         match link.submit(jobs).await {
             Ok(submitted) => {
+                for (job, id) in submitted.iter().zip(&ids) {
+                    if let Some(id) = id {
+                        id.set(Ok(job.job));
+                    }
+                }
                 let registered = submitted
                     .iter()
                     .map(|job| job.first_task)
@@ -208,6 +249,9 @@ async fn submit_loop(
                 let _ = events.send(Event::Registered(registered));
             }
             Err(error) => {
+                for id in ids.iter().flatten() {
+                    id.set(Err(error.to_string()));
+                }
                 let failure = match error {
                     Error::PilotGone { reason } => TaskError::PilotGone { reason },
                     other => TaskError::Failed {

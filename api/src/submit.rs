@@ -11,8 +11,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::TaskError;
 use crate::options::TaskOptions;
-use crate::pilot::{Pilot, Waiter, answers};
+use crate::pilot::{JobCell, Pilot, Waiter, answers};
 use crate::task::{Answer, Task, encode_call};
+use saker_root::results::JobId;
+use std::sync::Arc;
 
 /// Most inputs `map` puts in one pilot task unless told otherwise.
 const MAX_CHUNK: usize = 1024;
@@ -39,13 +41,19 @@ impl Submitter {
             Ok(payload) if payload.len() <= MAX_FUNCTION_BYTES => payload,
             Ok(payload) => {
                 let _ = sender.send(Err(too_large(payload.len())));
-                return TaskHandle { receiver };
+                return TaskHandle {
+                    receiver,
+                    job: None,
+                };
             }
             Err(error) => {
                 let _ = sender.send(Err(TaskError::InvalidData {
                     message: error.to_string(),
                 }));
-                return TaskHandle { receiver };
+                return TaskHandle {
+                    receiver,
+                    job: None,
+                };
             }
         };
         let waiter: Waiter = Box::new(move |record| {
@@ -61,9 +69,16 @@ impl Submitter {
             });
             let _ = sender.send(output);
         });
-        self.pilot
-            .send(self.pilot.job(payload, &self.options), waiter);
-        TaskHandle { receiver }
+        let job = Arc::new(JobCell::default());
+        self.pilot.send(
+            self.pilot.job(payload, &self.options),
+            waiter,
+            Some(job.clone()),
+        );
+        TaskHandle {
+            receiver,
+            job: Some(job),
+        }
     }
 
     /// Runs `T` on every input and yields the outputs in the inputs' order (an output
@@ -225,7 +240,7 @@ impl Submitter {
             }
         });
         self.pilot
-            .send(self.pilot.job(payload, &self.options), waiter);
+            .send(self.pilot.job(payload, &self.options), waiter, None);
     }
 
     /// One input of a chunk again, as a task of its own with one retry fewer.
@@ -266,6 +281,24 @@ type Item<O> = (usize, Result<O, TaskError>);
 #[derive(Debug)]
 pub struct TaskHandle<O> {
     receiver: oneshot::Receiver<Result<O, TaskError>>,
+    /// Its job's id, once the pilot accepted it; `None` if it was never sent.
+    job: Option<Arc<JobCell>>,
+}
+
+impl<O> TaskHandle<O> {
+    /// The pilot's id of this task's job, once its submission is answered: for
+    /// [`TaskOptions::after`] and [`TaskOptions::after_any`]. Fails if the pilot
+    /// refused the submission (the handle's output then says why too).
+    pub async fn job(&self) -> Result<JobId, TaskError> {
+        let Some(cell) = &self.job else {
+            return Err(TaskError::Failed {
+                reason: "the task was never submitted".to_owned(),
+            });
+        };
+        cell.get()
+            .await
+            .map_err(|reason| TaskError::Failed { reason })
+    }
 }
 
 impl<O> Future for TaskHandle<O> {

@@ -80,10 +80,13 @@ pub enum Benchmark {
     /// The scheduling core alone (no I/O): time and heap per dependency edge of a
     /// fan-in and a random DAG, beside the same jobs without edges.
     DagEdges,
+    /// Data-aware placement: writer/reader pairs of data items on 4 agents, makespan
+    /// and bytes moved between nodes with locality on, beside locality off.
+    Data,
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 20] = [
+    pub const ALL: [Benchmark; 21] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -104,6 +107,7 @@ impl Benchmark {
         Benchmark::Dags,
         Benchmark::Lateness,
         Benchmark::DagEdges,
+        Benchmark::Data,
     ];
 
     /// The name used on the command line and in the JSON output.
@@ -129,6 +133,7 @@ impl Benchmark {
             Benchmark::Dags => "dags",
             Benchmark::Lateness => "lateness",
             Benchmark::DagEdges => "dag-edges",
+            Benchmark::Data => "data",
         }
     }
 
@@ -171,6 +176,8 @@ pub struct Sizes {
     pub dag_tasks: u64,
     /// Dependency edges of each shape in the dag-edges rows.
     pub dag_edges: u64,
+    /// Writer/reader pairs in the data rows.
+    pub data_pairs: u64,
 }
 
 impl Sizes {
@@ -190,6 +197,7 @@ impl Sizes {
                 slurm_throughput_tasks: 3_000,
                 dag_tasks: 1_600,
                 dag_edges: 20_000,
+                data_pairs: 64,
             }
         } else {
             Sizes {
@@ -206,6 +214,7 @@ impl Sizes {
                 slurm_throughput_tasks: 20_000,
                 dag_tasks: 100_000,
                 dag_edges: 1_000_000,
+                data_pairs: 400,
             }
         }
     }

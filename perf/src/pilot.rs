@@ -32,6 +32,8 @@ pub struct PilotShape {
     /// `--heartbeat-interval` and `--heartbeat-timeout`; `None` leaves saker's
     /// defaults.
     pub heartbeat: Option<Heartbeat>,
+    /// Further `saker pilot` flags.
+    pub extra: &'static [&'static str],
 }
 
 /// Heartbeats on the links of a pilot's agent tree.
@@ -103,6 +105,7 @@ impl RunningPilot {
         if resume {
             command.arg("--resume");
         }
+        command.args(shape.extra);
         let log = File::options()
             .create(true)
             .append(true)

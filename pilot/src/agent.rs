@@ -93,6 +93,14 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
         None => None,
     };
     let declared = args.nodes.declared(args.gpu_ids.as_deref())?;
+    // Node-local, per pilot: what tasks of this node write as data items.
+    let pilot_scratch = args
+        .nodes
+        .scratch
+        .clone()
+        .unwrap_or_else(std::env::temp_dir)
+        .join(format!("saker-{}", dir.pilot_id()));
+    let scratch = pilot_scratch.join(format!("node-{}", placement.node));
     let resources = discover(placement.cores, &declared, &SystemProbe);
     tracing::info!(?resources, "this node offers");
     let options = AgentOptions {
@@ -104,6 +112,7 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
             prefetch: placement.cores,
             pilot_id: dir.pilot_id().to_string(),
             spill_dir: dir.path().join("output"),
+            scratch: scratch.clone(),
             restarts: RestartPolicy::default(),
         },
         pilot_dir: args.dir.clone(),
@@ -117,7 +126,13 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
     };
     start_reaper();
     match run_agent(options).await?.error() {
-        None => Ok(ExitCode::SUCCESS),
+        None => {
+            // Asked to stop: the pilot is done with this node's data items. (After a
+            // crash they stay, for a resumed pilot.)
+            let _ = std::fs::remove_dir_all(&scratch);
+            let _ = std::fs::remove_dir(&pilot_scratch);
+            Ok(ExitCode::SUCCESS)
+        }
         Some(error) => {
             tracing::error!(error, "agent stopped");
             Ok(ExitCode::from(3))

@@ -161,6 +161,10 @@ pub struct StragglerArgs {
     /// Finished tasks with the same tags needed before there is an estimate.
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub straggler_samples: u32,
+    /// How long a task reading data items waits for a node that holds them before it
+    /// runs elsewhere (their bytes then move to it); 0 turns locality off.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    pub locality_wait: String,
 }
 
 impl StragglerArgs {
@@ -178,8 +182,14 @@ impl StragglerArgs {
                 .min(f64::from(u32::MAX)) as u32,
             min_samples: self.straggler_samples,
         });
+        let wait = match self.locality_wait.trim() {
+            "0" => std::time::Duration::ZERO,
+            text => saker_root::spec::parse_duration(text)
+                .map_err(|error| anyhow::anyhow!("--locality-wait {text:?}: {error}"))?,
+        };
         Ok(saker_core::CoreConfig {
             speculation,
+            locality_wait_micros: wait.as_micros().min(u128::from(u64::MAX)) as u64,
             ..saker_core::CoreConfig::default()
         })
     }
@@ -231,6 +241,14 @@ pub struct TaskArgs {
     /// repeatable.
     #[arg(long = "resource", value_name = "NAME=N")]
     pub resources: Vec<String>,
+    /// Data items each task reads (comma-separated names): files other tasks wrote,
+    /// fetched into `$SAKER_SCRATCH` before it starts; it prefers the nodes that hold
+    /// them (docs/data.md).
+    #[arg(long, value_name = "ITEM[,ITEM…]", value_delimiter = ',')]
+    pub reads: Vec<String>,
+    /// Data items each task writes as files in `$SAKER_SCRATCH` (a single task).
+    #[arg(long, value_name = "ITEM[,ITEM…]", value_delimiter = ',')]
+    pub writes: Vec<String>,
     /// Higher runs first.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub priority: i32,

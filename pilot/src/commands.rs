@@ -156,6 +156,13 @@ pub async fn status(args: DirArgs) -> Result<ExitCode> {
         )?;
     }
     writeln!(out, "rate      {:.1} tasks/s", status.rate)?;
+    if status.items > 0 || status.data_moved_bytes > 0 {
+        writeln!(
+            out,
+            "data      {} items held, {} bytes moved between nodes",
+            status.items, status.data_moved_bytes
+        )?;
+    }
     if status.periodic > 0 {
         writeln!(out, "periodic  {} jobs going on", status.periodic)?;
     }

@@ -34,6 +34,10 @@ pub struct NodeArgs {
     /// Account each task's memory but never limit it (no cgroups)
     #[arg(long)]
     pub no_memory_limits: bool,
+    /// Where each node keeps its data items: a node-local directory (each node uses
+    /// `DIR/saker-PILOT/node-N`) [default: $TMPDIR, else /tmp]
+    #[arg(long, value_name = "DIR")]
+    pub scratch: Option<std::path::PathBuf>,
 }
 
 impl NodeArgs {
@@ -42,6 +46,7 @@ impl NodeArgs {
         Ok(NodeOptions {
             declared: self.declared(None)?,
             no_memory_limits: self.no_memory_limits,
+            scratch: self.scratch.clone(),
         })
     }
 
@@ -132,6 +137,7 @@ mod tests {
             node_resources: vec!["licence=4".into(), "disk=1".into()],
             pin_cpus: "0-2,7".into(),
             no_memory_limits: false,
+            scratch: None,
         };
         let declared = args.declared(Some("1,3")).unwrap();
         assert_eq!(declared.gpus, Some(4));

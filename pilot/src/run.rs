@@ -309,6 +309,8 @@ fn task_flag_given(task: &crate::cli::TaskArgs) -> Option<&'static str> {
         (task.gpus != 0, "--gpus"),
         (task.mem.is_some(), "--mem"),
         (!task.resources.is_empty(), "--resource"),
+        (!task.reads.is_empty(), "--reads"),
+        (!task.writes.is_empty(), "--writes"),
         (task.priority != 0, "--priority"),
         (task.retries != 0, "--retries"),
         (task.max_replays.is_some(), "--max-replays"),

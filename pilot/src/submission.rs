@@ -19,6 +19,8 @@ pub fn defaults_from(args: &TaskArgs) -> Result<SpecDefaults> {
             None => 0,
         },
         resources: crate::nodes::named_amounts(&args.resources, "--resource")?,
+        reads: args.reads.clone(),
+        writes: args.writes.clone(),
         priority: args.priority,
         max_retries: args.retries,
         max_replays: args.max_replays,

@@ -193,12 +193,13 @@ def normalize_options(options: Mapping[str, Any]) -> Dict[str, Any]:
                 value = value.total_seconds()
             if isinstance(value, bool) or not isinstance(value, (int, float, str)):
                 raise TypeError(f"option time_limit must be seconds or a string like '5m', not {value!r}")
-        elif name == "tags":
+        elif name in ("tags", "reads", "writes"):
+            # One string or several; reads and writes name data items (docs/data.md).
             if isinstance(value, str):
                 value = [value]
             value = list(value)
             if not all(isinstance(tag, str) for tag in value):
-                raise TypeError("option tags must be strings")
+                raise TypeError(f"option {name} must be strings")
         elif name in ("idempotent", "shell", "exclusive"):
             if not isinstance(value, bool):
                 raise TypeError(f"option {name} must be a bool, not {value!r}")

@@ -122,6 +122,17 @@ def test_dependencies_order_jobs_and_a_failure_cancels_its_dependents(pilot: sak
         pilot.submit("true", after=[1.5])
 
 
+def test_data_items_pass_from_a_writer_to_its_reader(pilot: saker.Pilot) -> None:
+    writer = pilot.submit('echo "from the writer" > "$SAKER_SCRATCH/py-greeting"', writes="py-greeting")
+    reader = pilot.submit('cat "$SAKER_SCRATCH/py-greeting"', after=writer, reads=["py-greeting"])
+    assert reader.result(30).stdout == "from the writer\n"
+    lazy = pilot.submit("true", writes=["py-never"])
+    with pytest.raises(saker.TaskFailed, match="without writing data item"):
+        lazy.result(30)
+    with pytest.raises(TypeError):
+        pilot.submit("true", reads=[3])
+
+
 def test_not_before_holds_a_task_until_its_time(pilot: saker.Pilot) -> None:
     import datetime
     at = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)

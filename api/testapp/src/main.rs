@@ -74,6 +74,25 @@ impl Task for Nap {
     }
 }
 
+/// Sleeps `millis`; says when it started and ended (µs since the epoch).
+struct Clock;
+impl Task for Clock {
+    const NAME: &'static str = "clock";
+    type Input = u64;
+    type Output = (u64, u64);
+    async fn run(millis: u64) -> (u64, u64) {
+        let start = unix_micros();
+        tokio::time::sleep(Duration::from_millis(millis)).await;
+        (start, unix_micros())
+    }
+}
+
+fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as u64)
+}
+
 /// A record with strings and vectors, to round-trip a derived type.
 #[derive(
     Debug, Clone, PartialEq, saker::rkyv::Archive, saker::rkyv::Serialize, saker::rkyv::Deserialize,
@@ -146,6 +165,7 @@ fn main() -> ExitCode {
         .task::<Boom>()
         .task::<FailsOnce>()
         .task::<Nap>()
+        .task::<Clock>()
         .task::<Stats>();
     let args: Vec<String> = app
         .args()
@@ -210,6 +230,7 @@ async fn scenario(pilot: saker::Pilot, args: &[String]) -> Result<(), String> {
             Ok(())
         }
         "pinned" => pinned(&pilot).await,
+        "when" => when(&pilot).await,
         "big" => big(&pilot).await,
         "actors" => actors::actors(&pilot).await,
         "actor-loss" => actors::loss(&pilot).await,
@@ -234,6 +255,46 @@ async fn big(pilot: &saker::Pilot) -> Result<(), String> {
     let nine = pilot.submit::<Square>(3).await.map_err(|e| e.to_string())?;
     check(nine == 9, "the pilot goes on")?;
     println!("ok big");
+    Ok(())
+}
+
+/// Typed tasks wait for others (`after`, `after_any`) and for a time (`not_before`),
+/// and a dependency that failed cancels its dependent.
+async fn when(pilot: &saker::Pilot) -> Result<(), String> {
+    let first = pilot.submit::<Clock>(300);
+    let job = first.job().await.map_err(|e| e.to_string())?;
+    let second = pilot.with(TaskOptions::new().after(job)).submit::<Clock>(0);
+    let (_, first_end) = first.await.map_err(|e| e.to_string())?;
+    let (second_start, _) = second.await.map_err(|e| e.to_string())?;
+    check(
+        second_start >= first_end,
+        "after: started once the first ended",
+    )?;
+
+    let failing = pilot.submit::<Boom>(3);
+    let failed = failing.job().await.map_err(|e| e.to_string())?;
+    let doomed = pilot
+        .with(TaskOptions::new().after(failed))
+        .submit::<Clock>(0);
+    let cleanup = pilot
+        .with(TaskOptions::new().after_any(failed))
+        .submit::<Clock>(0);
+    check(failing.await.is_err(), "the odd input fails")?;
+    match doomed.await {
+        Err(TaskError::Cancelled) => {}
+        other => return Err(format!("expected a cancelled dependent, got {other:?}")),
+    }
+    cleanup.await.map_err(|e| e.to_string())?;
+
+    let submitted = unix_micros();
+    let at = std::time::SystemTime::now() + Duration::from_millis(600);
+    let (start, _) = pilot
+        .with(TaskOptions::new().not_before(at))
+        .submit::<Clock>(0)
+        .await
+        .map_err(|e| e.to_string())?;
+    check(start >= submitted + 600_000, "not before its time")?;
+    println!("ok when");
     Ok(())
 }
 

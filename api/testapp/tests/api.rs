@@ -347,3 +347,10 @@ fn actors_of_another_build_or_without_a_host_are_refused_typed() {
     assert!(no_host.status.success(), "{}", stdout(&no_host));
     assert!(stdout(&no_host).contains("ok no actor host"));
 }
+
+#[test]
+fn typed_tasks_wait_for_other_jobs_and_for_their_time() {
+    let done = output(testapp().arg("when"));
+    assert!(done.status.success(), "{}", stdout(&done));
+    assert!(stdout(&done).contains("ok when"));
+}

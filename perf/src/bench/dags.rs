@@ -80,6 +80,7 @@ pub fn run(setup: &Setup) -> Result<Vec<Row>> {
         slots: Some(SLOTS),
         sync: true,
         heartbeat: None,
+        extra: &[],
     };
     client_runtime()?.block_on(async {
         let pilot = RunningPilot::start(&setup.saker, "dags", shape).await?;

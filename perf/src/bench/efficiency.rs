@@ -85,6 +85,7 @@ pub fn run(setup: &Setup, task: SleepTask) -> Result<Vec<Row>> {
         slots: Some(SLOTS),
         sync: true,
         heartbeat: None,
+        extra: &[],
     };
     let saker_elapsed = client_runtime()?.block_on(async {
         let pilot = RunningPilot::start(&setup.saker, "efficiency", shape).await?;

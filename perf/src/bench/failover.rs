@@ -123,6 +123,7 @@ async fn kill_once(saker: &Path, heartbeat: Heartbeat) -> Result<Duration> {
         slots: Some(SLOTS),
         sync: true,
         heartbeat: Some(heartbeat),
+        extra: &[],
     };
     let pilot = RunningPilot::start_in(saker, directory.path(), shape, false).await?;
     let outcome = measure(&pilot, &log, heartbeat).await;

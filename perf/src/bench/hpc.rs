@@ -427,6 +427,7 @@ async fn delay_once(saker: &Path) -> Result<Duration> {
         slots: Some(8),
         sync: false,
         heartbeat: None,
+        extra: &[],
     };
     let pilot = RunningPilot::start(saker, "hpc-delay", shape).await?;
     pilot.warm_up().await?;
@@ -493,6 +494,7 @@ fn mixed_utilization(setup: &Setup) -> Result<Row> {
                 slots: Some(8),
                 sync: false,
                 heartbeat: None,
+                extra: &[],
             };
             let pilot = RunningPilot::start(&setup.saker, "hpc-mixed", shape).await?;
             pilot.warm_up().await?;

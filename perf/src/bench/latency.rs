@@ -32,6 +32,7 @@ pub fn run(setup: &Setup, sync: bool) -> Result<Vec<Row>> {
         slots: Some(u32::try_from(setup.cores).unwrap_or(u32::MAX)),
         sync,
         heartbeat: None,
+        extra: &[],
     };
     let measured = client_runtime()?.block_on(async {
         let pilot = RunningPilot::start(&setup.saker, "latency", shape).await?;

@@ -38,6 +38,7 @@ pub fn run(setup: &Setup) -> Result<Vec<Row>> {
         slots: Some(SLOTS),
         sync: true,
         heartbeat: None,
+        extra: &[],
     };
     let measured = client_runtime()?.block_on(async {
         let pilot = RunningPilot::start(&setup.saker, "lateness", shape).await?;

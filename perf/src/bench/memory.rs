@@ -24,6 +24,7 @@ pub(super) const QUEUE_ONLY: PilotShape = PilotShape {
     slots: None,
     sync: false,
     heartbeat: None,
+    extra: &[],
 };
 
 pub(super) fn true_spec() -> TaskSpec {

@@ -3,6 +3,7 @@
 
 mod dag_edges;
 mod dags;
+mod data;
 mod durability;
 mod efficiency;
 mod failover;
@@ -95,6 +96,7 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::Efficiency10ms => efficiency::run(setup, efficiency::SleepTask::TenMs),
         Benchmark::Dags => dags::run(setup),
         Benchmark::DagEdges => dag_edges::run(setup),
+        Benchmark::Data => data::run(setup),
         Benchmark::Lateness => lateness::run(setup),
         Benchmark::Efficiency100ms => efficiency::run(setup, efficiency::SleepTask::HundredMs),
         Benchmark::MemoryArray => memory::run_array(setup),

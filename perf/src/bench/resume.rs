@@ -33,6 +33,7 @@ const RESUMED: PilotShape = PilotShape {
     slots: None,
     sync: true,
     heartbeat: None,
+    extra: &[],
 };
 
 /// What the journal holds.

@@ -20,15 +20,19 @@ impl Service {
 
     /// With `resume`, from the journal a killed root left (`saker pilot --resume`).
     pub fn start_with(dir: &Path, slots: u32, resume: bool) -> Service {
-        let pilot = dir.join("pilot");
         let slots = slots.to_string();
-        let mut command = saker();
-        command
-            .args(["pilot", "--agents", "1", "--slots", &slots, "--dir"])
-            .arg(&pilot);
+        let mut args = vec!["--agents", "1", "--slots", &slots];
         if resume {
-            command.arg("--resume");
+            args.push("--resume");
         }
+        Service::start_args(dir, &args)
+    }
+
+    /// `saker pilot` with `args` (its shape and options) in `dir/pilot`.
+    pub fn start_args(dir: &Path, args: &[&str]) -> Service {
+        let pilot = dir.join("pilot");
+        let mut command = saker();
+        command.arg("pilot").args(args).arg("--dir").arg(&pilot);
         let child = command.stdin(Stdio::null()).spawn().unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
         while !pilot.join("client.json").exists() {

@@ -16,6 +16,7 @@ use saker_wire::messages::{
     Report, ResourceKind, Resources, ResultBody, Started, TaskResult,
 };
 
+use crate::items::{Items, Received};
 use crate::launch::build_launch;
 use crate::process::{Control, Finished, Launch, StopHandle, unix_micros};
 use crate::resources::{Binding, Devices, NodeResources};
@@ -93,6 +94,8 @@ pub struct Board {
     pub(crate) free: Resources,
     /// Which CPUs and GPUs are free.
     pub(crate) devices: Devices,
+    /// Data items: the scratch directory, fetches in progress and what was written.
+    pub items: Items,
     /// Whether new attempts may start (false once the agent is stopping).
     pub(crate) accepting: bool,
     /// Starts and results not yet sent upward (its credit is unused: see `credit`).
@@ -151,6 +154,8 @@ impl Board {
         spill_dir: PathBuf,
         credit: u32,
     ) -> Board {
+        // The agent sets its node's own scratch directory.
+        let items = Items::new(node, spill_dir.join(format!("scratch-{node}")));
         let capacity = Resources::cores(resources.cores)
             .with(ResourceKind::GPUS, resources.gpus.len() as u32)
             .with(ResourceKind::MEMORY_MIB, resources.memory_mib);
@@ -163,6 +168,7 @@ impl Board {
             capacity,
             free: capacity,
             devices: Devices::new(resources, slots as usize),
+            items,
             accepting: true,
             pending: Report {
                 node: NodeId(node),
@@ -280,7 +286,9 @@ impl Board {
     /// is empty, so free slots wait for the work this credit would bring, or whoever
     /// waits for these results may have nothing else coming. (Starts alone can wait.)
     pub fn is_urgent(&self) -> bool {
-        self.queue.is_empty() && (!self.credit.is_zero() || !self.pending.results.is_empty())
+        !self.items.outbox.is_empty()
+            || (self.queue.is_empty()
+                && (!self.credit.is_zero() || !self.pending.results.is_empty()))
     }
 
     /// Whether a report should go now: the gap since the last one has passed, or it
@@ -340,7 +348,8 @@ impl Board {
     }
 
     pub fn has_news(&self) -> bool {
-        !self.credit.is_zero()
+        self.items.has_news()
+            || !self.credit.is_zero()
             || !self.pending.started.is_empty()
             || !self.pending.results.is_empty()
             || !self.parts.launch_ends.is_empty()
@@ -408,6 +417,11 @@ impl Board {
             // What its running attempts leave free: else it waits for one to end.
             let free = self.free.checked_sub(needs)?;
             self.queue.pop_front();
+            if let Some(item) = self.items.missing(&job) {
+                // Fetched first; it comes back to the queue's head when whole.
+                self.items.stage(item, assignment);
+                continue;
+            }
             let binding = self.devices.take(
                 index,
                 needs.core_count(),
@@ -421,6 +435,10 @@ impl Board {
                     // where work went.
                     launch.set_var_number(b"SAKER_NODE", self.node.into());
                     bind_launch(&mut launch, &binding, needs.core_count());
+                    if !job.reads.is_empty() || !job.writes.is_empty() {
+                        let scratch = self.items.scratch().as_os_str().as_encoded_bytes();
+                        launch.set_var(b"SAKER_SCRATCH", scratch);
+                    }
                     Work::Command(Box::new(launch))
                 }
                 Payload::Function(_) => Work::Call(Box::new(Call {
@@ -431,6 +449,7 @@ impl Board {
                     attempt: assignment.attempt,
                     node: self.node,
                     log_dir: self.worker_log_dir(),
+                    scratch: self.items.scratch().to_path_buf(),
                 })),
             };
             let started_us = unix_micros();
@@ -523,6 +542,13 @@ impl Board {
         self.free = self.free.saturating_add(running.needs);
         self.give_back(running.needs);
         self.note_run_time(&finished);
+        let mut finished = finished;
+        if matches!(finished.outcome, Outcome::Exited { code: 0 })
+            && let Some(job) = self.jobs.get(&running.assignment.job)
+            && let Err(reason) = self.items.note_written(job, attempt)
+        {
+            finished.outcome = Outcome::SpawnFailed { reason };
+        }
         self.pending.results.push(TaskResult {
             task: running.assignment.task,
             attempt,
@@ -542,6 +568,9 @@ impl Board {
     /// credit returned); a started one runs on. The root asks when it reserves this
     /// node for a gang.
     pub fn give_back_queued(&mut self, attempt: AttemptId) {
+        if let Some(staged) = self.items.unstage(attempt) {
+            self.queue.push_front(staged);
+        }
         if self.queue.iter().any(|a| a.attempt == attempt) {
             self.cancel(attempt);
         }
@@ -552,6 +581,9 @@ impl Board {
     pub fn cancel(&mut self, attempt: AttemptId) {
         if self.cancel_part(attempt) {
             return;
+        }
+        if let Some(staged) = self.items.unstage(attempt) {
+            self.queue.push_front(staged);
         }
         if let Some(position) = self.queue.iter().position(|a| a.attempt == attempt) {
             let Some(assignment) = self.queue.remove(position) else {
@@ -591,6 +623,7 @@ impl Board {
     /// Drops the queue and stops everything running (the root replays this node's work).
     pub fn stop_all(&mut self) {
         self.queue.clear();
+        self.items.stop_all();
         self.cancel_all_parts();
         for slot in &mut self.slots {
             if let Some(cancel) = slot.cancel.take() {
@@ -666,6 +699,28 @@ impl Board {
             .iter()
             .filter(|slot| slot.state != SlotState::GivenUp)
             .count()
+    }
+
+    /// An answer to one of this node's item requests: attempts waiting for an item now
+    /// whole go back to the queue's head; those waiting for one that cannot be had fail
+    /// (their own failure: the reader cannot run without it anywhere).
+    pub fn item_received(&mut self, data: saker_wire::ItemData) {
+        match self.items.receive(data) {
+            Received::Pending => {}
+            Received::Done(ready) => {
+                for assignment in ready.into_iter().rev() {
+                    self.queue.push_front(assignment);
+                }
+            }
+            Received::Failed(waiting, reason) => {
+                for assignment in waiting {
+                    let outcome = Outcome::SpawnFailed {
+                        reason: reason.clone(),
+                    };
+                    self.fail_unstarted(&assignment, outcome);
+                }
+            }
+        }
     }
 
     fn fail_unstarted(&mut self, assignment: &Assignment, outcome: Outcome) {

@@ -107,6 +107,8 @@ mod tests {
             time_limit_ms: 0,
             inline_output_bytes: 10,
             is_array,
+            reads: Vec::new(),
+            writes: Vec::new(),
         }
     }
 

@@ -42,6 +42,7 @@ pub mod agent;
 pub mod board;
 pub mod executor;
 pub mod gang;
+pub mod items;
 pub mod launch;
 pub mod link;
 pub mod liveness;

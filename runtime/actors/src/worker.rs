@@ -67,6 +67,8 @@ pub struct Call {
     pub time_limit: Option<Duration>,
     /// Where worker logs go (`<kind>` files per slot).
     pub log_dir: PathBuf,
+    /// The node's scratch directory for data items (`SAKER_SCRATCH`).
+    pub scratch: PathBuf,
 }
 
 /// The command lines of workers by kind, as the agent's environment gives them:
@@ -421,6 +423,7 @@ impl Worker {
             .env("SAKER_WORKER_KIND", kind)
             .env("SAKER_NODE", call.node.to_string())
             .env("SAKER_SLOT", slot.to_string())
+            .env("SAKER_SCRATCH", &call.scratch)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log_file))

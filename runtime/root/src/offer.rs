@@ -17,10 +17,13 @@ pub struct NodeOptions {
     pub declared: Declared,
     /// Account memory but never limit it (no cgroups).
     pub no_memory_limits: bool,
+    /// Where each node keeps its data items (node-local; default: `$TMPDIR`).
+    pub scratch: Option<std::path::PathBuf>,
 }
 
-/// The `saker agent` flags that pass `declared` on.
-pub fn agent_arguments(declared: &Declared, no_memory_limits: bool) -> Vec<String> {
+/// The `saker agent` flags that pass `declared` (an agent's share, or what every node
+/// was declared to offer) and the rest of `options` on.
+pub fn agent_arguments(declared: &Declared, options: &NodeOptions) -> Vec<String> {
     let mut args = Vec::new();
     let list = |items: &mut dyn Iterator<Item = String>| items.collect::<Vec<_>>().join(",");
     match &declared.pin {
@@ -48,8 +51,12 @@ pub fn agent_arguments(declared: &Declared, no_memory_limits: bool) -> Vec<Strin
     for (name, amount) in &declared.custom {
         args.extend(["--node-resource".into(), format!("{name}={amount}")]);
     }
-    if no_memory_limits {
+    if options.no_memory_limits {
         args.push("--no-memory-limits".into());
+    }
+    if let Some(scratch) = &options.scratch {
+        args.push("--scratch".into());
+        args.push(scratch.display().to_string());
     }
     args
 }
@@ -187,7 +194,11 @@ mod tests {
             assert_eq!(share.memory_mib, Some(1000));
             assert_eq!(share.custom, [("licence".to_string(), 2)]);
         }
-        let args = agent_arguments(&shares[1], true);
+        let options = NodeOptions {
+            no_memory_limits: true,
+            ..NodeOptions::default()
+        };
+        let args = agent_arguments(&shares[1], &options);
         assert_eq!(
             args,
             [

@@ -334,12 +334,11 @@ impl Pilot {
                 .await?;
 
         let command = &options.agent_command;
-        let no_limits = options.nodes.no_memory_limits;
         let agents = match &options.agents {
             Agents::Local(shape) => {
                 let resources: Vec<Vec<String>> = shares
                     .iter()
-                    .map(|share| offer::agent_arguments(share, no_limits))
+                    .map(|share| offer::agent_arguments(share, &options.nodes))
                     .collect();
                 spawn_agents(command, dir.path(), shape, &resources, &options.liveness)
                     .map_err(PilotError::StartAgents)?
@@ -351,7 +350,7 @@ impl Pilot {
             } => {
                 let mut command = command.clone();
                 command.args.extend(
-                    offer::agent_arguments(&options.nodes.declared, no_limits)
+                    offer::agent_arguments(&options.nodes.declared, &options.nodes)
                         .into_iter()
                         .map(Into::into),
                 );

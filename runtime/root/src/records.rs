@@ -64,6 +64,12 @@ pub enum Record {
         job: JobId,
         occurrence: u32,
     },
+    /// Node `node` holds data item `item` of `bytes` bytes (a task wrote it there).
+    Item {
+        item: String,
+        node: saker_core::NodeId,
+        bytes: u64,
+    },
     /// A client updated a job. Its fields are the update's, absent when unchanged
     /// (journals from before not-before and limit updates always have `priority`).
     Update {
@@ -95,6 +101,14 @@ enum Kind {
     ActorEnded,
     Update,
     Occurrence,
+    Item,
+}
+
+#[derive(Deserialize)]
+struct ItemFields {
+    item: String,
+    node: saker_core::NodeId,
+    bytes: u64,
 }
 
 #[derive(Deserialize)]
@@ -240,6 +254,14 @@ impl<'de> Visitor<'de> for RecordVisitor {
                     unix_us: fields.unix_us,
                 }
             }
+            Kind::Item => {
+                let fields = ItemFields::deserialize(rest)?;
+                Record::Item {
+                    item: fields.item,
+                    node: fields.node,
+                    bytes: fields.bytes,
+                }
+            }
             Kind::ActorEnded => {
                 let fields = ActorEndedFields::deserialize(rest)?;
                 Record::ActorEnded {
@@ -328,6 +350,11 @@ mod tests {
                 schedule: JobId(3),
                 job: JobId(8),
                 occurrence: 2,
+            },
+            Record::Item {
+                item: "part-7".to_owned(),
+                node: saker_core::NodeId(4),
+                bytes: 1 << 40,
             },
         ]
     }

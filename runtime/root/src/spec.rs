@@ -173,6 +173,15 @@ pub struct TaskSpec {
     /// A periodic job's number of occurrences at most.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
+    /// Data items each task reads: files other tasks wrote, fetched into the node's
+    /// scratch directory (`$SAKER_SCRATCH/NAME`) before the task starts. The job prefers
+    /// the nodes that hold them (see `docs/data.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reads: Vec<String>,
+    /// Data items each task writes as files in `$SAKER_SCRATCH`: the pilot learns
+    /// where they are. Not for arrays of more than one task (they would share names).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writes: Vec<String>,
 }
 
 fn default_cores() -> u32 {
@@ -268,6 +277,17 @@ impl TaskSpec {
         {
             return Err(SpecError::InvalidResourceName { name: name.clone() });
         }
+        if let Some(name) = self
+            .reads
+            .iter()
+            .chain(&self.writes)
+            .find(|name| !valid_item_name(name))
+        {
+            return Err(SpecError::InvalidItemName { name: name.clone() });
+        }
+        if (!self.reads.is_empty() || !self.writes.is_empty()) && self.nodes > 1 {
+            return Err(SpecError::ItemsOfHpcJob);
+        }
         if self.time_limit == Some(Duration::ZERO) {
             return Err(SpecError::ZeroTimeLimit);
         }
@@ -296,6 +316,17 @@ impl TaskSpec {
             Cow::Borrowed(&self.argv)
         }
     }
+}
+
+/// A data item's name: a plain file name (letters, digits, `_`, `-`, `.`; at most 128
+/// characters; not starting with `.`, which the agents keep for partial files).
+pub fn valid_item_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
 /// A custom resource's name: short, and plain enough to print and log anywhere.
@@ -334,6 +365,9 @@ pub struct SpecDefaults {
     pub gpus: u32,
     pub memory_mib: u32,
     pub resources: BTreeMap<String, u32>,
+    /// Data items each task reads and writes (`--reads`, `--writes`).
+    pub reads: Vec<String>,
+    pub writes: Vec<String>,
     pub priority: i32,
     pub max_retries: u32,
     pub max_replays: Option<u32>,
@@ -381,6 +415,8 @@ impl Default for SpecDefaults {
             gpus: 0,
             memory_mib: 0,
             resources: BTreeMap::new(),
+            reads: Vec::new(),
+            writes: Vec::new(),
             priority: 0,
             max_retries: 0,
             max_replays: None,
@@ -427,6 +463,8 @@ impl SpecDefaults {
             every: None,
             until: None,
             count: None,
+            reads: self.reads.clone(),
+            writes: self.writes.clone(),
         }
     }
 
@@ -541,6 +579,12 @@ pub enum SpecError {
     UnknownLauncher { name: String },
     #[error("invalid resource name {name:?}: use letters, digits, '_', '-' and '.', at most 64")]
     InvalidResourceName { name: String },
+    #[error(
+        "invalid data item name {name:?}: use letters, digits, '_', '-' and '.', at most 128, not starting with '.'"
+    )]
+    InvalidItemName { name: String },
+    #[error("an HPC job (nodes > 1) cannot read or write data items")]
+    ItemsOfHpcJob,
     #[error("invalid environment variable name {key:?}: must be non-empty without '=' or NUL")]
     InvalidEnvKey { key: String },
     #[error("the value of environment variable {key:?} contains a NUL byte")]

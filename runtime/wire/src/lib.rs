@@ -40,6 +40,7 @@
 
 pub mod error;
 pub mod frame;
+pub mod items;
 pub mod messages;
 
 pub use error::WireError;
@@ -49,6 +50,7 @@ pub use frame::{
     access_to_agent, check_preamble, decode, decode_from_agent, decode_to_agent, deserialize,
     encode, encode_into, encode_preamble, encode_raw_into,
 };
+pub use items::*;
 pub use messages::*;
 /// Re-exported so users can name `AlignedVec` without depending on rkyv directly.
 pub use rkyv::util::AlignedVec;

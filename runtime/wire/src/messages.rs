@@ -31,7 +31,8 @@ pub use saker_core::{
 /// 8: placed actors: `ActorSpawn`/`ActorCall`/`ActorStop` down, `ActorReply` and
 /// `ActorEvent` up, `Hello::hosts_actors`.
 /// 9: node resources: `Hello::custom` (named resources), `Welcome::capacity`,
-/// `Outcome::OutOfMemory`.
+/// `Outcome::OutOfMemory`; data items: `JobDef::reads`/`writes`, `ItemsWritten`,
+/// `ItemRead` and `ItemData` both ways.
 pub const PROTOCOL_VERSION: u32 = 9;
 
 /// Most bytes of one function payload, and of one function's output: both travel
@@ -113,6 +114,10 @@ pub enum ToAgent {
     /// The root does not (or no longer) count this agent as live, e.g. it was declared
     /// lost in a race with its reattachment: stop the old work and say Hello again.
     Rejoin,
+    /// To a node holding a data item: another node asks for some of its bytes.
+    ItemRead(crate::items::ItemRead),
+    /// To a node that asked for a data item's bytes: the answer.
+    ItemData(crate::items::ItemData),
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -234,6 +239,10 @@ pub struct JobDef {
     /// Bytes of stdout and of stderr kept inline in the result; the rest is spilled.
     pub inline_output_bytes: u32,
     pub is_array: bool,
+    /// Data items each task reads: fetched into the node's scratch before it starts.
+    pub reads: Vec<String>,
+    /// Data items each task writes in the node's scratch (the root learns where).
+    pub writes: Vec<String>,
 }
 
 /// What a task runs.
@@ -319,6 +328,12 @@ pub enum FromAgent {
     ActorCall(ActorCall),
     /// An actor of this node started, failed to start, stopped or panicked.
     ActorEvent(ActorEvent),
+    /// Data items an attempt wrote here (before the report with its result).
+    ItemsWritten(crate::items::ItemsWritten),
+    /// This node needs bytes of a data item (the root passes it to a holder).
+    ItemRead(crate::items::ItemRead),
+    /// A holder's answer to an [`ItemRead`](crate::items::ItemRead), for the root to pass on.
+    ItemData(crate::items::ItemData),
 }
 
 /// One life of a placed actor: what to start and with which arguments. The type is

@@ -69,6 +69,8 @@ pub struct AgentConfig {
     pub pilot_id: String,
     /// Where task output that exceeds the inline limit is written.
     pub spill_dir: PathBuf,
+    /// This node's scratch directory for data items (`SAKER_SCRATCH`): node-local.
+    pub scratch: PathBuf,
     /// How a slot whose thread failed is restarted, and when it is given up.
     pub restarts: RestartPolicy,
 }
@@ -186,6 +188,13 @@ impl Reporter {
         // Ends of gang daemons first: a leader's launcher waits on them.
         for ended in std::mem::take(&mut board.parts.launch_ends) {
             send_up(&self.parent, self.node, &FromAgent::GangLaunchEnded(ended))?;
+        }
+        // Items written before the results that wrote them; then requests for items.
+        for written in std::mem::take(&mut board.items.written) {
+            send_up(&self.parent, self.node, &FromAgent::ItemsWritten(written))?;
+        }
+        for read in std::mem::take(&mut board.items.outbox) {
+            send_up(&self.parent, self.node, &FromAgent::ItemRead(read))?;
         }
         // Large function outputs go up in several frames (see `Board::take_report`).
         loop {
@@ -333,13 +342,19 @@ impl Actor for Agent {
         let config = args.config;
         let cores = config.cores();
         let slots = cores.max(1);
-        let board = Arc::new(Mutex::new(Board::new(
+        let mut board = Board::new(
             config.node,
             &config.resources,
             slots,
             config.spill_dir.clone(),
             cores + config.prefetch,
-        )));
+        );
+        if let Err(error) = std::fs::create_dir_all(&config.scratch) {
+            // Tasks that read or write data items will fail to; the rest run.
+            tracing::warn!(%error, dir = %config.scratch.display(), "no scratch directory");
+        }
+        board.items = crate::items::Items::new(config.node, config.scratch.clone());
+        let board = Arc::new(Mutex::new(board));
         let reporter = Reporter {
             parent: args.parent.clone(),
             node: config.node,
@@ -583,6 +598,15 @@ fn on_down(
             }
         }
         ToAgent::GangLaunch(launch) => lock(&state.board).part_launch(launch),
+        ToAgent::ItemData(data) => lock(&state.board).item_received(data),
+        ToAgent::ItemRead(read) => {
+            let answer = lock(&state.board).items.serve(&read);
+            send_up(
+                &state.parent,
+                state.config.node,
+                &FromAgent::ItemData(answer),
+            )?;
+        }
         ToAgent::Return { attempts } => {
             let mut board = lock(&state.board);
             for attempt in attempts {

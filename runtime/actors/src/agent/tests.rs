@@ -51,6 +51,8 @@ pub(super) fn job(id: u32, argv: &[&str]) -> Arc<JobDef> {
         time_limit_ms: 0,
         inline_output_bytes: 1024,
         is_array: false,
+        reads: Vec::new(),
+        writes: Vec::new(),
     })
 }
 
@@ -86,6 +88,7 @@ pub(super) async fn start_agent_with(cores: u32, restarts: RestartPolicy) -> Sta
         prefetch: cores,
         pilot_id: "p".into(),
         spill_dir: dir.path().to_path_buf(),
+        scratch: dir.path().join("scratch"),
         restarts,
     };
     let (exit_tx, exit) = tokio::sync::oneshot::channel();

@@ -30,6 +30,8 @@ fn board(cores: u32) -> Board {
                 time_limit_ms: 0,
                 inline_output_bytes: 0,
                 is_array: false,
+                reads: Vec::new(),
+                writes: Vec::new(),
             }),
         );
     }

@@ -111,12 +111,15 @@ impl Fixture {
                 time_limit_ms: 0,
                 inline_output_bytes: 0,
                 is_array: false,
+                reads: Vec::new(),
+                writes: Vec::new(),
             }),
             task: TaskId(task),
             attempt: AttemptId(task * 10),
             node: 4,
             time_limit: limit,
             log_dir: self.dir.path().join("workers"),
+            scratch: self.dir.path().join("scratch"),
         };
         let mut report_at = None;
         self.workers.run(

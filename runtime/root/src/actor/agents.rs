@@ -40,7 +40,7 @@ impl RootState {
 
     /// Whether `node` is registered through `link`: what a link carries for a node
     /// registered elsewhere comes from a stale copy or an old path of it.
-    fn registered_via(&self, node: NodeId, link: LinkId) -> bool {
+    pub(super) fn registered_via(&self, node: NodeId, link: LinkId) -> bool {
         self.nodes
             .get(&node)
             .is_some_and(|entry| entry.link == link)
@@ -80,6 +80,7 @@ impl RootState {
         }
         self.forget_dead_gangs();
         self.actors_lost_with(node, reason);
+        self.items_lost_with(node);
         let end_time = self.timestamp();
         for (task, attempt) in lost {
             self.note_attempt(
@@ -156,6 +157,9 @@ impl RootState {
                     self.on_actor_frame(NodeId(route), message);
                 }
             }
+            ArchivedFromAgent::ItemsWritten(_)
+            | ArchivedFromAgent::ItemRead(_)
+            | ArchivedFromAgent::ItemData(_) => self.on_item_frame(link, route, message),
             ArchivedFromAgent::NodesLost { nodes, reason } => {
                 for node in nodes.iter().map(|node| node.to_native()) {
                     // Registered again through another link since: that life stays.

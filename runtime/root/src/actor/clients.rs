@@ -295,6 +295,8 @@ impl RootState {
             time_limit_ms: limit_ms(spec.time_limit),
             inline_output_bytes: request.inline_output.unwrap_or(DEFAULT_INLINE_OUTPUT),
             is_array: request.array.is_some(),
+            reads: spec.reads.clone(),
+            writes: spec.writes.clone(),
         };
         self.jobs.insert(
             job,
@@ -309,6 +311,7 @@ impl RootState {
                 cancelled: 0,
             },
         );
+        self.note_reads(job, &spec.reads);
     }
 
     pub(super) fn on_durable(&mut self, results: Vec<Arc<ResultRecord>>) {
@@ -456,6 +459,8 @@ impl RootState {
             actors: self.actors.live(),
             max_nodes: self.max_nodes,
             periodic: self.schedules.len() as u64,
+            items: self.items.len() as u64,
+            data_moved_bytes: self.items.moved_bytes,
         }
     }
 
@@ -543,6 +548,12 @@ impl RootState {
     /// cores per node than the widest.
     fn check_fits(&self, request: &JobRequest) -> Result<(), String> {
         self.check_resources(&request.spec)?;
+        if !request.spec.writes.is_empty() && request.task_count() > 1 {
+            return Err(format!(
+                "its {} tasks would all write the same data items: writes are for single tasks",
+                request.task_count()
+            ));
+        }
         if let (Some(node), Some(most)) = (request.spec.node, self.max_nodes)
             && node >= most
         {

@@ -10,6 +10,7 @@
 mod agents;
 mod clients;
 mod gangs;
+mod items;
 mod placed;
 mod port;
 mod resources;

@@ -101,6 +101,8 @@ impl RootState {
         // The latest occurrence of each periodic job, by its first job.
         let mut occurrences: HashMap<JobId, (u32, JobId)> = HashMap::new();
         let mut schedules = Vec::new();
+        // Where data items were written, in journal order.
+        let mut items = Vec::new();
         for (position, record) in records.iter().enumerate() {
             match record {
                 Record::Result(result) => {
@@ -144,6 +146,7 @@ impl RootState {
                 } => {
                     occurrences.insert(*schedule, (*occurrence, *job));
                 }
+                Record::Item { item, node, bytes } => items.push((item.clone(), *node, *bytes)),
             }
         }
         let mut earlier = earlier_by_job(&first_tasks, &notes);
@@ -221,6 +224,10 @@ impl RootState {
             if let Err(error) = self.core.handle_cancel_job(job, self.now()) {
                 tracing::warn!(%error, %job, "re-cancelling a restored job");
             }
+        }
+        // After the jobs: their readers prefer the holders.
+        for (item, node, bytes) in items {
+            self.restore_item(&item, node, bytes);
         }
         summary.actors = self.restore_actors(actors);
         for (job, request, submitted_us) in schedules {

@@ -238,6 +238,8 @@ pub struct RootState {
     pub(super) dependency_failed: HashMap<JobId, JobId>,
     /// Periodic jobs going on.
     pub(super) schedules: super::schedules::Schedules,
+    /// Data items: where they are, who reads them, what was moved.
+    pub(super) items: super::items::ItemTable,
 }
 
 /// What a root starts from, besides its port and clock.
@@ -284,6 +286,7 @@ impl RootState {
             actors: Default::default(),
             dependency_failed: HashMap::new(),
             schedules: Default::default(),
+            items: Default::default(),
         }
     }
 
@@ -455,6 +458,7 @@ impl RootState {
             }
             Event::JobFinished { job } => {
                 self.forget_job(job);
+                self.forget_reads(job);
                 self.dependency_failed.remove(&job);
             }
             Event::DependencyFailed { job, dependency } => {
@@ -502,6 +506,8 @@ mod tests {
                 time_limit_ms: 0,
                 inline_output_bytes: 0,
                 is_array: false,
+                reads: Vec::new(),
+                writes: Vec::new(),
             }),
             array: None,
             submitted_us: 0,

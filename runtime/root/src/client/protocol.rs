@@ -261,6 +261,10 @@ pub struct StatusReport {
     pub max_nodes: Option<u32>,
     /// Periodic jobs going on (`every`).
     pub periodic: u64,
+    /// Data items the pilot knows a holder of.
+    pub items: u64,
+    /// Bytes of data items copied from their holders to readers elsewhere.
+    pub data_moved_bytes: u64,
 }
 
 /// HPC jobs in a [`StatusReport`].

@@ -10,9 +10,10 @@ use saker_core::ResourceKind;
 use saker_wire::{
     ActorAnswer, ActorCall, ActorEvent, ActorFault, ActorReply, ActorSpawn, ActorStatus,
     Assignment, AttemptId, Command, Dispatch, EnvVar, Frame, FrameDecoder, FromAgent, Function,
-    GangLaunch, GangLaunchEnded, GangPart, Hello, Hpc, JobDef, JobId, Launcher, Mpi, NamedAmount,
-    NodeId, Outcome, Output, Payload, Placement, ProcessEnd, Report, Resources, ResultBody,
-    Started, TaskId, TaskResult, ToAgent, Welcome, WireError,
+    GangLaunch, GangLaunchEnded, GangPart, Hello, Hpc, ItemData, ItemRead, ItemWritten,
+    ItemsWritten, JobDef, JobId, Launcher, Mpi, NamedAmount, NodeId, Outcome, Output, Payload,
+    Placement, ProcessEnd, Report, Resources, ResultBody, Started, TaskId, TaskResult, ToAgent,
+    Welcome, WireError,
 };
 
 pub fn rng(seed: u64) -> StdRng {
@@ -77,6 +78,34 @@ pub fn job_def(job: u32) -> JobDef {
         time_limit_ms: 3_600_000,
         inline_output_bytes: 4096,
         is_array: true,
+        reads: vec!["part-1".to_owned(), "big.h5".to_owned()],
+        writes: vec!["out".to_owned()],
+    }
+}
+
+fn item_read() -> ItemRead {
+    ItemRead {
+        item: "part-1".to_owned(),
+        reader: NodeId(5),
+        request: 77,
+        offset: 3 << 20,
+        len: 1 << 20,
+    }
+}
+
+fn item_data(error: bool) -> ItemData {
+    ItemData {
+        item: "part-1".to_owned(),
+        reader: NodeId(5),
+        request: 77,
+        offset: 3 << 20,
+        total: 5 << 30,
+        data: if error {
+            Vec::new()
+        } else {
+            (0..4096).map(|b| b as u8).collect()
+        },
+        error: error.then(|| "cannot read it on its holder: gone".to_owned()),
     }
 }
 
@@ -117,6 +146,9 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
         ToAgent::Refused {
             reason: String::new(),
         },
+        ToAgent::ItemRead(item_read()),
+        ToAgent::ItemData(item_data(false)),
+        ToAgent::ItemData(item_data(true)),
         ToAgent::Dispatch(dispatch(2, 64)),
         ToAgent::Dispatch(Dispatch {
             jobs: vec![Arc::new(function_job(8)), Arc::new(minimal_job)],
@@ -244,6 +276,16 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
             pilot_id: "pilot-7f3a9c".to_owned(),
             hosts_actors: true,
         }),
+        FromAgent::ItemsWritten(ItemsWritten {
+            node: NodeId(3),
+            attempt: AttemptId(12),
+            items: vec![ItemWritten {
+                name: "out".to_owned(),
+                bytes: 1 << 33,
+            }],
+        }),
+        FromAgent::ItemRead(item_read()),
+        FromAgent::ItemData(item_data(false)),
         FromAgent::Report(Report {
             node: NodeId(3),
             credit: Resources::cores(16),

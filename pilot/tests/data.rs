@@ -1,0 +1,260 @@
+//! Data items end to end: writers leave files in their node's scratch directory,
+//! readers run where those are (delay scheduling), and a reader elsewhere gets the
+//! bytes from the holder through the tree, intact. Real agents, real files.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::{Service, results, run, saker};
+use serde_json::{Value, json};
+
+/// A writer of `bytes` random bytes as item `name`: prints the item's md5 and its node.
+fn writer(name: &str, bytes: u32, node: Option<u32>) -> Value {
+    let script = format!(
+        "head -c {bytes} /dev/urandom > \"$SAKER_SCRATCH/{name}\"; md5sum < \"$SAKER_SCRATCH/{name}\"; echo node=$SAKER_NODE"
+    );
+    let mut spec = json!({"argv": ["sh", "-c", script], "name": name, "writes": [name]});
+    if let Some(node) = node {
+        spec["node"] = json!(node);
+    }
+    spec
+}
+
+/// A reader of item `item` after its writer: prints the md5 of what it sees.
+fn reader(name: &str, item: &str, node: Option<u32>) -> Value {
+    let script = format!("md5sum < \"$SAKER_SCRATCH/{item}\"; echo node=$SAKER_NODE");
+    let mut spec = json!({
+        "argv": ["sh", "-c", script], "name": name, "after": [item], "reads": [item]
+    });
+    if let Some(node) = node {
+        spec["node"] = json!(node);
+    }
+    spec
+}
+
+/// md5 and node of each result, by job name (given in the submission order).
+fn seen(pilot: &std::path::Path, names: &[String]) -> HashMap<String, (String, String)> {
+    let mut by_job: Vec<Value> = results(pilot);
+    by_job.sort_by_key(|record| record["job"].as_u64());
+    by_job
+        .iter()
+        .zip(names)
+        .map(|(record, name)| {
+            assert_eq!(record["state"], "succeeded", "{name}: {record}");
+            // (A gate job prints nothing.)
+            let stdout = record["stdout"].as_str().unwrap_or_default();
+            let md5 = stdout
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            let node = stdout
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("node="))
+                .unwrap_or_default()
+                .to_owned();
+            (name.clone(), (md5, node))
+        })
+        .collect()
+}
+
+/// `status`'s count of bytes moved between nodes.
+fn moved_bytes(pilot: &std::path::Path) -> u64 {
+    let output = run(saker().args(["status", "--dir"]).arg(pilot));
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .find_map(|line| line.strip_prefix("data "))
+        .map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let at = words.iter().position(|w| *w == "bytes").unwrap();
+            words[at - 1].parse().unwrap()
+        })
+        .unwrap_or(0)
+}
+
+fn submit(pilot: &std::path::Path, specs: &[Value]) -> Vec<String> {
+    let file = pilot.parent().unwrap().join("dag.jsonl");
+    let lines: Vec<String> = specs.iter().map(Value::to_string).collect();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let output = run(saker()
+        .args(["submit", "--wait", "--dir"])
+        .arg(pilot)
+        .arg(&file));
+    assert!(output.status.success());
+    specs
+        .iter()
+        .map(|spec| spec["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// With a wait long enough, every reader runs on the node that wrote its input, and
+/// nothing moves between nodes.
+#[test]
+fn readers_run_where_their_data_is_and_nothing_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start_args(
+        dir.path(),
+        &["--agents", "4", "--slots", "8", "--locality-wait", "20s"],
+    );
+    let mut specs = Vec::new();
+    for i in 0..8 {
+        specs.push(writer(&format!("w{i}"), 300_000, None));
+        specs.push(reader(&format!("r{i}"), &format!("w{i}"), None));
+    }
+    let names = submit(&service.pilot, &specs);
+    let seen = seen(&service.pilot, &names);
+    let nodes: std::collections::BTreeSet<&String> = seen.values().map(|(_, node)| node).collect();
+    assert!(nodes.len() > 1, "the writers spread: {seen:?}");
+    for i in 0..8 {
+        let (written, writer_node) = &seen[&format!("w{i}")];
+        let (read, reader_node) = &seen[&format!("r{i}")];
+        assert_eq!(read, written, "r{i} read what w{i} wrote");
+        assert_eq!(reader_node, writer_node, "r{i} ran where w{i} wrote");
+    }
+    assert_eq!(moved_bytes(&service.pilot), 0);
+}
+
+/// Readers placed on other nodes than their writers get the bytes through the tree,
+/// intact (1.5 chunks each), and status counts exactly those bytes; a reader of an
+/// item no node holds, and a writer that did not write, fail with the reason.
+#[test]
+fn readers_elsewhere_fetch_their_data_intact_and_failures_say_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start_args(dir.path(), &["--agents", "4", "--slots", "8"]);
+    let size = 1_572_864; // 1.5 chunks of 1 MiB
+    let mut specs = Vec::new();
+    for i in 0..3 {
+        specs.push(writer(&format!("w{i}"), size, Some(0)));
+        specs.push(reader(&format!("r{i}"), &format!("w{i}"), Some(i + 1)));
+    }
+    // Two readers of one item on one node: fetched once.
+    specs.push(reader("r0-again", "w0", Some(1)));
+    let names = submit(&service.pilot, &specs);
+    let seen = seen(&service.pilot, &names);
+    for i in 0..3 {
+        assert_eq!(
+            seen[&format!("r{i}")].0,
+            seen[&format!("w{i}")].0,
+            "r{i} intact"
+        );
+        assert_eq!(seen[&format!("r{i}")].1, (i + 1).to_string());
+    }
+    assert_eq!(seen["r0-again"].0, seen["w0"].0);
+    assert_eq!(moved_bytes(&service.pilot), 3 * u64::from(size));
+
+    let broken = [
+        json!({"argv": ["true"], "name": "orphan", "reads": ["nowhere"]}),
+        json!({"argv": ["true"], "name": "lazy", "writes": ["never"]}),
+    ];
+    let file = dir.path().join("broken.jsonl");
+    let lines: Vec<String> = broken.iter().map(Value::to_string).collect();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let output = run(saker()
+        .args(["submit", "--wait", "--dir"])
+        .arg(&service.pilot)
+        .arg(&file));
+    assert_eq!(output.status.code(), Some(1), "two failed");
+    let records = results(&service.pilot);
+    let reason = |job: u64| {
+        records
+            .iter()
+            .find(|r| r["job"].as_u64() == Some(job))
+            .and_then(|r| r["reason"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let first = specs.len() as u64 + 1;
+    assert_eq!(
+        reason(first),
+        "data item \"nowhere\": no live node holds it"
+    );
+    assert!(
+        reason(first + 1).contains("without writing data item \"never\""),
+        "{}",
+        reason(first + 1)
+    );
+
+    // Refused at submission: an array writing one name, and a bad name.
+    for (flags, said) in [
+        (
+            &["--array", "1-3", "--writes", "out"][..],
+            "its 3 tasks would all write the same data items",
+        ),
+        (&["--reads", "../etc"][..], "invalid data item name"),
+    ] {
+        let output = run(saker()
+            .args(["submit", "--dir"])
+            .arg(&service.pilot)
+            .args(flags)
+            .args(["--", "true"]));
+        assert_eq!(output.status.code(), Some(2), "{flags:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(said), "{flags:?}: {stderr}");
+    }
+}
+
+/// Holders are journaled: a root SIGKILLed after the writers ran is resumed, and the
+/// readers (held back by a gate until then) find the items where they were written.
+#[test]
+fn after_a_root_crash_the_resumed_pilot_knows_where_the_items_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let args = ["--agents", "2", "--slots", "2", "--locality-wait", "20s"];
+    let mut service = Service::start_args(dir.path(), &args);
+    let wait_gate = format!("while [ ! -e {} ]; do sleep 0.02; done", gate.display());
+    let mut specs = vec![
+        writer("w0", 200_000, Some(0)),
+        writer("w1", 200_000, Some(1)),
+        json!({"argv": ["sh", "-c", wait_gate], "name": "gate"}),
+    ];
+    for i in 0..2 {
+        let mut spec = reader(&format!("r{i}"), &format!("w{i}"), None);
+        spec["after"] = json!([format!("w{i}"), "gate"]);
+        specs.push(spec);
+    }
+    let file = dir.path().join("dag.jsonl");
+    let lines: Vec<String> = specs.iter().map(Value::to_string).collect();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let output = run(saker()
+        .args(["submit", "--dir"])
+        .arg(&service.pilot)
+        .arg(&file));
+    assert!(output.status.success());
+    common::wait_for("both writers", std::time::Duration::from_secs(30), || {
+        results(&service.pilot).len() == 2
+    });
+    let agents: Vec<u32> = (0..2)
+        .filter_map(|node| common::agent_pid(&service.pilot, node))
+        .collect();
+    service.child.kill().unwrap(); // SIGKILL
+    service.child.wait().unwrap();
+    for agent in agents {
+        common::sigkill(agent);
+    }
+    let _ = std::fs::remove_file(service.pilot.join("client.json"));
+    drop(service);
+
+    let resumed = Service::start_args(dir.path(), &[&args[..], &["--resume"]].concat());
+    std::fs::write(&gate, "").unwrap();
+    let output = run(saker().args(["wait", "--dir"]).arg(&resumed.pilot));
+    assert!(output.status.success());
+    let names: Vec<String> = specs
+        .iter()
+        .map(|spec| spec["name"].as_str().unwrap().to_owned())
+        .collect();
+    let seen = seen(&resumed.pilot, &names);
+    for i in 0..2 {
+        assert_eq!(
+            seen[&format!("r{i}")].0,
+            seen[&format!("w{i}")].0,
+            "r{i} intact"
+        );
+        assert_eq!(
+            seen[&format!("r{i}")].1,
+            i.to_string(),
+            "r{i} ran where w{i} is"
+        );
+    }
+    assert_eq!(moved_bytes(&resumed.pilot), 0);
+}

@@ -1,0 +1,308 @@
+//! Data items (`reads`/`writes` of a spec): which nodes hold each, the preferences of
+//! the jobs that read them, and the chunks of a transfer passed from a holder to a
+//! reader.
+//!
+//! An item is a file a task wrote in its node's scratch directory. When its attempt
+//! ended the agent said so (`ItemsWritten`, before the result); the root journals the
+//! holder (`Record::Item`) and tells the core that every unfinished job reading the
+//! item prefers the nodes holding the most bytes of what it reads
+//! ([`saker_core::Core::handle_prefer`]): a reader waits a bounded time for such a node
+//! and runs elsewhere after it. A reader that runs where an item is not pulls it from a
+//! holder through the root ([`saker_wire::ItemRead`]/[`saker_wire::ItemData`]); the
+//! bytes passed on are counted (`status`: `data_moved_bytes`). A node that is lost
+//! holds nothing any more; a holder that cannot give an item is dropped and the next
+//! one asked; with none left the reader is told, and its attempt fails with the reason.
+
+use std::collections::HashMap;
+
+use saker_actors::link::LinkId;
+use saker_core::{JobId, MAX_PREFERRED_NODES, NodeId};
+use saker_wire::messages::{ArchivedFromAgent, ToAgent};
+use saker_wire::{ItemData, ItemRead, ItemsWritten};
+
+use super::state::RootState;
+use crate::records::Record;
+
+/// What the root knows of the pilot's data items.
+#[derive(Debug, Default)]
+pub(super) struct ItemTable {
+    items: HashMap<String, Item>,
+    /// The unfinished jobs reading each item.
+    readers: HashMap<String, Vec<JobId>>,
+    /// What each unfinished reading job reads.
+    reads: HashMap<JobId, Vec<String>>,
+    /// Requests passed to a holder and not answered yet: (reader, request) → holder.
+    pending: HashMap<(NodeId, u64), NodeId>,
+    /// Bytes passed from holders to readers.
+    pub(super) moved_bytes: u64,
+}
+
+#[derive(Debug, Default)]
+struct Item {
+    holders: Vec<NodeId>,
+    bytes: u64,
+}
+
+impl ItemTable {
+    pub(super) fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// `node` holds `item` of `bytes` bytes. Returns whether that is news.
+    fn hold(&mut self, item: &str, node: NodeId, bytes: u64) -> bool {
+        let entry = self.items.entry(item.to_owned()).or_default();
+        entry.bytes = bytes;
+        if entry.holders.contains(&node) {
+            return false;
+        }
+        entry.holders.push(node);
+        true
+    }
+
+    /// The nodes `job` prefers: those holding the most bytes of what it reads.
+    fn preferred(&self, job: JobId) -> Vec<NodeId> {
+        let mut by_node: HashMap<NodeId, u64> = HashMap::new();
+        for name in self.reads.get(&job).into_iter().flatten() {
+            if let Some(item) = self.items.get(name) {
+                for &node in &item.holders {
+                    *by_node.entry(node).or_default() += item.bytes.max(1);
+                }
+            }
+        }
+        let mut nodes: Vec<(NodeId, u64)> = by_node.into_iter().collect();
+        // Most bytes first; ties by node id, so the choice is deterministic.
+        nodes.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let most = nodes.first().map_or(0, |&(_, bytes)| bytes);
+        nodes
+            .into_iter()
+            .take_while(|&(_, bytes)| bytes == most)
+            .take(MAX_PREFERRED_NODES)
+            .map(|(node, _)| node)
+            .collect()
+    }
+}
+
+impl RootState {
+    /// A job (new or restored) reads `reads`: it prefers their holders from now on.
+    pub(super) fn note_reads(&mut self, job: JobId, reads: &[String]) {
+        let finished = self
+            .core
+            .job_counts(job)
+            .is_none_or(|counts| counts.is_finished());
+        if reads.is_empty() || finished {
+            return;
+        }
+        for item in reads {
+            self.items
+                .readers
+                .entry(item.clone())
+                .or_default()
+                .push(job);
+        }
+        self.items.reads.insert(job, reads.to_vec());
+        self.prefer(job);
+    }
+
+    /// Tells the core where `job` would rather run now.
+    fn prefer(&mut self, job: JobId) {
+        let nodes = self.items.preferred(job);
+        let now = self.now();
+        if let Err(error) = self.core.handle_prefer(job, &nodes, now) {
+            tracing::debug!(%error, %job, "no preference");
+        }
+    }
+
+    /// Updates the preferences of the jobs reading `item`.
+    fn prefer_readers_of(&mut self, item: &str) {
+        let readers = self.items.readers.get(item).cloned().unwrap_or_default();
+        for job in readers {
+            self.prefer(job);
+        }
+    }
+
+    /// A job ended: it reads nothing any more.
+    pub(super) fn forget_reads(&mut self, job: JobId) {
+        let Some(reads) = self.items.reads.remove(&job) else {
+            return;
+        };
+        for item in reads {
+            if let Some(readers) = self.items.readers.get_mut(&item) {
+                readers.retain(|reader| *reader != job);
+                if readers.is_empty() {
+                    self.items.readers.remove(&item);
+                }
+            }
+        }
+    }
+
+    /// `node` is lost: it holds nothing any more.
+    pub(super) fn items_lost_with(&mut self, node: NodeId) {
+        let mut changed = Vec::new();
+        for (name, item) in &mut self.items.items {
+            if let Some(at) = item.holders.iter().position(|holder| *holder == node) {
+                item.holders.remove(at);
+                changed.push(name.clone());
+            }
+        }
+        for name in changed {
+            self.prefer_readers_of(&name);
+        }
+    }
+
+    /// A journaled holder, on resume.
+    pub(super) fn restore_item(&mut self, item: &str, node: NodeId, bytes: u64) {
+        if self.items.hold(item, node, bytes) {
+            self.prefer_readers_of(item);
+        }
+    }
+
+    /// Items an attempt wrote on `node`: journaled, and its readers told.
+    pub(super) fn on_items_written(&mut self, link: LinkId, written: ItemsWritten) {
+        if !self.registered_via(written.node, link) {
+            return;
+        }
+        let mut records = Vec::new();
+        for item in written.items {
+            if !crate::spec::valid_item_name(&item.name) {
+                tracing::warn!(node = %written.node, name = ?item.name, "ignoring an item with an invalid name");
+                continue;
+            }
+            if self.items.hold(&item.name, written.node, item.bytes) {
+                records.push(Record::Item {
+                    item: item.name.clone(),
+                    node: written.node,
+                    bytes: item.bytes,
+                });
+                self.prefer_readers_of(&item.name);
+            }
+        }
+        if !records.is_empty() {
+            self.port
+                .append(records, super::port::AfterJournal::Nothing);
+        }
+    }
+
+    /// A reader asks for bytes of an item: passed to a holder, or answered with why not.
+    pub(super) fn on_item_read(&mut self, link: LinkId, read: ItemRead) {
+        let reader = read.reader;
+        if !self.registered_via(reader, link) {
+            return;
+        }
+        let holder = self.items.items.get(&read.item).and_then(|item| {
+            item.holders
+                .iter()
+                .copied()
+                .find(|holder| *holder != reader && self.nodes.contains_key(holder))
+        });
+        match holder.and_then(|holder| Some((holder, self.nodes.get(&holder)?.link))) {
+            Some((holder, holder_link)) => {
+                self.items.pending.insert((reader, read.request), holder);
+                self.send_to(holder_link, holder, &ToAgent::ItemRead(read));
+            }
+            None => {
+                let answer = ItemData {
+                    error: Some("no live node holds it".into()),
+                    item: read.item,
+                    reader,
+                    request: read.request,
+                    offset: read.offset,
+                    total: 0,
+                    data: Vec::new(),
+                };
+                self.send_to(link, reader, &ToAgent::ItemData(answer));
+            }
+        }
+    }
+
+    /// A holder's answer: passed to its reader. A holder that could not read the item
+    /// no longer holds it: the reader's request goes to the next holder, if any.
+    pub(super) fn on_item_data(&mut self, from: NodeId, data: ItemData) {
+        let Some(holder) = self.items.pending.remove(&(data.reader, data.request)) else {
+            return;
+        };
+        if holder != from {
+            // Only the node asked may answer.
+            self.items
+                .pending
+                .insert((data.reader, data.request), holder);
+            return;
+        }
+        if data.error.is_some() {
+            tracing::warn!(node = %from, item = %data.item, error = ?data.error, "a holder could not give an item");
+            if let Some(item) = self.items.items.get_mut(&data.item) {
+                item.holders.retain(|node| *node != from);
+            }
+            if let Some(reader_link) = self.nodes.get(&data.reader).map(|entry| entry.link) {
+                let read = ItemRead {
+                    item: data.item.clone(),
+                    reader: data.reader,
+                    request: data.request,
+                    offset: data.offset,
+                    len: saker_wire::ITEM_CHUNK,
+                };
+                self.prefer_readers_of(&data.item);
+                self.on_item_read(reader_link, read);
+            }
+            return;
+        }
+        self.items.moved_bytes += data.data.len() as u64;
+        if let Some(entry) = self.nodes.get(&data.reader) {
+            let link = entry.link;
+            self.send_to(link, data.reader, &ToAgent::ItemData(data));
+        }
+    }
+
+    /// The item frames of an agent (copied out: they are few, or data to pass on).
+    pub(super) fn on_item_frame(&mut self, link: LinkId, route: u32, message: &ArchivedFromAgent) {
+        use rkyv::rancor::Error;
+        match message {
+            ArchivedFromAgent::ItemsWritten(written) => {
+                match rkyv::deserialize::<ItemsWritten, Error>(written) {
+                    Ok(written) if written.node.0 == route => self.on_items_written(link, written),
+                    Ok(_) => tracing::error!(route, "items written routed from another node"),
+                    Err(error) => tracing::error!(%error, route, "unreadable items written"),
+                }
+            }
+            ArchivedFromAgent::ItemRead(read) => match rkyv::deserialize::<ItemRead, Error>(read) {
+                Ok(read) if read.reader.0 == route => self.on_item_read(link, read),
+                Ok(_) => tracing::error!(route, "item read routed from another node"),
+                Err(error) => tracing::error!(%error, route, "unreadable item read"),
+            },
+            ArchivedFromAgent::ItemData(data) => match rkyv::deserialize::<ItemData, Error>(data) {
+                Ok(data) if self.registered_via(NodeId(route), link) => {
+                    self.on_item_data(NodeId(route), data)
+                }
+                Ok(_) => {}
+                Err(error) => tracing::error!(%error, route, "unreadable item data"),
+            },
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reader_prefers_the_nodes_holding_the_most_of_its_input() {
+        let mut table = ItemTable::default();
+        table.hold("a", NodeId(1), 100);
+        table.hold("b", NodeId(2), 300);
+        table.hold("c", NodeId(3), 300);
+        table.hold("a", NodeId(3), 100);
+        table.reads.insert(JobId(9), vec!["a".into(), "b".into()]);
+        assert_eq!(table.preferred(JobId(9)), vec![NodeId(2)]);
+        table.reads.insert(JobId(9), vec!["a".into(), "c".into()]);
+        assert_eq!(table.preferred(JobId(9)), vec![NodeId(3)], "a and c: 400");
+        table.reads.insert(JobId(9), vec!["b".into(), "c".into()]);
+        assert_eq!(
+            table.preferred(JobId(9)),
+            vec![NodeId(2), NodeId(3)],
+            "a tie"
+        );
+        table.reads.insert(JobId(9), vec!["unknown".into()]);
+        assert!(table.preferred(JobId(9)).is_empty());
+        assert!(!table.hold("a", NodeId(1), 100), "not news");
+    }
+}
