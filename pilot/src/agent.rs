@@ -113,6 +113,7 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
             pilot_id: dir.pilot_id().to_string(),
             spill_dir: dir.path().join("output"),
             scratch: scratch.clone(),
+            shared_scratch: args.nodes.shared_scratch,
             restarts: RestartPolicy::default(),
         },
         pilot_dir: args.dir.clone(),

@@ -38,6 +38,10 @@ pub struct NodeArgs {
     /// `DIR/saker-PILOT/node-N`) [default: $TMPDIR, else /tmp]
     #[arg(long, value_name = "DIR")]
     pub scratch: Option<std::path::PathBuf>,
+    /// `--scratch` is on a filesystem every node sees: a reader links an item from
+    /// its writer's directory instead of copying it through the tree
+    #[arg(long, requires = "scratch")]
+    pub shared_scratch: bool,
 }
 
 impl NodeArgs {
@@ -47,6 +51,7 @@ impl NodeArgs {
             declared: self.declared(None)?,
             no_memory_limits: self.no_memory_limits,
             scratch: self.scratch.clone(),
+            shared_scratch: self.shared_scratch,
         })
     }
 
@@ -138,6 +143,7 @@ mod tests {
             pin_cpus: "0-2,7".into(),
             no_memory_limits: false,
             scratch: None,
+            shared_scratch: false,
         };
         let declared = args.declared(Some("1,3")).unwrap();
         assert_eq!(declared.gpus, Some(4));

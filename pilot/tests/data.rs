@@ -258,3 +258,44 @@ fn after_a_root_crash_the_resumed_pilot_knows_where_the_items_are() {
     }
     assert_eq!(moved_bytes(&resumed.pilot), 0);
 }
+
+/// With `--shared-scratch` (every node sees one scratch filesystem, as all agents on
+/// one machine do), a reader elsewhere links the item from its writer's directory:
+/// intact, and nothing moves through the tree.
+#[test]
+fn on_a_shared_scratch_a_reader_elsewhere_links_the_item_and_nothing_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = dir.path().join("shared");
+    let scratch_arg = scratch.to_string_lossy().into_owned();
+    let service = Service::start_args(
+        dir.path(),
+        &[
+            "--agents",
+            "2",
+            "--slots",
+            "4",
+            "--scratch",
+            &scratch_arg,
+            "--shared-scratch",
+        ],
+    );
+    let specs = vec![
+        writer("w0", 1_500_000, Some(0)),
+        reader("r0", "w0", Some(1)),
+    ];
+    let names = submit(&service.pilot, &specs);
+    let seen = seen(&service.pilot, &names);
+    assert_eq!(seen["r0"].0, seen["w0"].0, "r0 intact");
+    assert_eq!(seen["r0"].1, "1");
+    assert_eq!(moved_bytes(&service.pilot), 0);
+    let pilot_scratch = std::fs::read_dir(&scratch)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert!(
+        pilot_scratch.join("node-1/w0").is_file(),
+        "linked into node 1's scratch"
+    );
+}

@@ -155,7 +155,7 @@ impl Board {
         credit: u32,
     ) -> Board {
         // The agent sets its node's own scratch directory.
-        let items = Items::new(node, spill_dir.join(format!("scratch-{node}")));
+        let items = Items::new(node, spill_dir.join(format!("scratch-{node}")), false);
         let capacity = Resources::cores(resources.cores)
             .with(ResourceKind::GPUS, resources.gpus.len() as u32)
             .with(ResourceKind::MEMORY_MIB, resources.memory_mib);
@@ -417,7 +417,11 @@ impl Board {
             // What its running attempts leave free: else it waits for one to end.
             let free = self.free.checked_sub(needs)?;
             self.queue.pop_front();
-            if let Some(item) = self.items.missing(&job) {
+            if let Some(item) = self
+                .items
+                .missing(&job)
+                .filter(|item| !self.items.link_shared(item))
+            {
                 // Fetched first; it comes back to the queue's head when whole.
                 self.items.stage(item, assignment);
                 continue;

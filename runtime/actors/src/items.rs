@@ -29,6 +29,9 @@ const IN_FLIGHT: u32 = 4;
 pub struct Items {
     node: NodeId,
     dir: PathBuf,
+    /// The scratch directories of all nodes are on one filesystem every node sees
+    /// (`--shared-scratch`): an item is linked from its writer's, never copied.
+    shared: bool,
     fetches: HashMap<String, Fetch>,
     next_request: u64,
     /// Requests for the agent to send up.
@@ -62,11 +65,12 @@ pub enum Received {
 }
 
 impl Items {
-    /// Items in `dir` (the agent makes it when it starts).
-    pub fn new(node: u32, dir: PathBuf) -> Items {
+    /// Items in `dir` (the agent makes it when it starts); `shared`: see the field.
+    pub fn new(node: u32, dir: PathBuf, shared: bool) -> Items {
         Items {
             node: NodeId(node),
             dir,
+            shared,
             fetches: HashMap::new(),
             next_request: 1,
             outbox: Vec::new(),
@@ -89,6 +93,28 @@ impl Items {
             .iter()
             .map(String::as_str)
             .find(|item| !self.path(item).is_file())
+    }
+
+    /// With a shared scratch, links `item` here from the node directory beside this
+    /// one that has it (the writer's, on the shared filesystem). Returns whether it is
+    /// here now. Nothing is copied and the root is not asked.
+    pub fn link_shared(&self, item: &str) -> bool {
+        let Some(parent) = self.dir.parent().filter(|_| self.shared) else {
+            return false;
+        };
+        let Ok(nodes) = std::fs::read_dir(parent) else {
+            return false;
+        };
+        let here = self.path(item);
+        for node in nodes.flatten() {
+            let there = node.path().join(item);
+            if node.path() != self.dir && there.is_file() {
+                let linked = std::fs::hard_link(&there, &here)
+                    .or_else(|_| std::os::unix::fs::symlink(&there, &here));
+                return linked.is_ok() || here.is_file();
+            }
+        }
+        false
     }
 
     /// `assignment` waits for `item`, which is fetched if it is not being already.
@@ -316,8 +342,8 @@ mod tests {
     #[test]
     fn an_item_is_pulled_in_chunks_from_its_holder_and_kept_whole() {
         let dir = tempfile::tempdir().unwrap();
-        let mut holder = Items::new(1, dir.path().join("node-1"));
-        let mut reader = Items::new(2, dir.path().join("node-2"));
+        let mut holder = Items::new(1, dir.path().join("node-1"), false);
+        let mut reader = Items::new(2, dir.path().join("node-2"), false);
         let content: Vec<u8> = (0..(ITEM_CHUNK as usize * 5 / 2))
             .map(|i| i as u8)
             .collect();

@@ -19,6 +19,8 @@ pub struct NodeOptions {
     pub no_memory_limits: bool,
     /// Where each node keeps its data items (node-local; default: `$TMPDIR`).
     pub scratch: Option<std::path::PathBuf>,
+    /// `scratch` is on a filesystem every node sees.
+    pub shared_scratch: bool,
 }
 
 /// The `saker agent` flags that pass `declared` (an agent's share, or what every node
@@ -57,6 +59,9 @@ pub fn agent_arguments(declared: &Declared, options: &NodeOptions) -> Vec<String
     if let Some(scratch) = &options.scratch {
         args.push("--scratch".into());
         args.push(scratch.display().to_string());
+    }
+    if options.shared_scratch {
+        args.push("--shared-scratch".into());
     }
     args
 }

@@ -71,6 +71,9 @@ pub struct AgentConfig {
     pub spill_dir: PathBuf,
     /// This node's scratch directory for data items (`SAKER_SCRATCH`): node-local.
     pub scratch: PathBuf,
+    /// Every node's scratch directory is on one filesystem all nodes see: items are
+    /// linked from their writer's, not copied through the tree.
+    pub shared_scratch: bool,
     /// How a slot whose thread failed is restarted, and when it is given up.
     pub restarts: RestartPolicy,
 }
@@ -353,7 +356,8 @@ impl Actor for Agent {
             // Tasks that read or write data items will fail to; the rest run.
             tracing::warn!(%error, dir = %config.scratch.display(), "no scratch directory");
         }
-        board.items = crate::items::Items::new(config.node, config.scratch.clone());
+        board.items =
+            crate::items::Items::new(config.node, config.scratch.clone(), config.shared_scratch);
         let board = Arc::new(Mutex::new(board));
         let reporter = Reporter {
             parent: args.parent.clone(),

@@ -89,6 +89,7 @@ pub(super) async fn start_agent_with(cores: u32, restarts: RestartPolicy) -> Sta
         pilot_id: "p".into(),
         spill_dir: dir.path().to_path_buf(),
         scratch: dir.path().join("scratch"),
+        shared_scratch: false,
         restarts,
     };
     let (exit_tx, exit) = tokio::sync::oneshot::channel();
