@@ -43,6 +43,8 @@
 //!     deadline_unix_us: None,
 //!     liveness: Default::default(),
 //!     core: Default::default(),
+//!     // GPUs, memory and CPUs: what each agent finds on this machine.
+//!     nodes: Default::default(),
 //! })
 //! .await?;
 //! let job = JobRequest::single(TaskSpec::new(vec!["hostname".into()]));
