@@ -78,6 +78,43 @@ impl fmt::Display for SegmentNumber {
     }
 }
 
+/// Where a record starts: its segment and the byte offset of its header there. Stable
+/// for as long as the segment exists, so a reader can go straight to the record
+/// ([`crate::read_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Position {
+    pub segment: SegmentNumber,
+    pub offset: u64,
+}
+
+impl Position {
+    /// Bits of the offset in [`Position::pack`]: segments up to 1 TiB.
+    const OFFSET_BITS: u32 = 40;
+
+    /// The position in one `u64` (24 bits of segment number, 40 of offset), for
+    /// compact indexes; `None` past 16,777,215 segments or a 1 TiB offset. Never 0.
+    pub fn pack(self) -> Option<u64> {
+        let segment = self.segment.0;
+        (segment < 1 << (64 - Self::OFFSET_BITS) && self.offset < 1 << Self::OFFSET_BITS)
+            .then_some((segment << Self::OFFSET_BITS) | self.offset)
+            .filter(|packed| *packed != 0)
+    }
+
+    /// The position [`Position::pack`] made.
+    pub fn unpack(packed: u64) -> Position {
+        Position {
+            segment: SegmentNumber(packed >> Self::OFFSET_BITS),
+            offset: packed & ((1 << Self::OFFSET_BITS) - 1),
+        }
+    }
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "{}@{}", self.segment, self.offset)
+    }
+}
+
 /// What is wrong with the bytes at some offset of a segment. The same defect is a harmless
 /// torn tail at the very end of the last segment and corruption anywhere else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

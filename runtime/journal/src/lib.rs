@@ -40,9 +40,9 @@ mod writer;
 pub use error::JournalError;
 pub use format::{
     DEFAULT_MAX_SEGMENT_BYTES, FILE_HEADER_BYTES, FORMAT_VERSION, MAGIC, MAX_RECORD_BYTES,
-    RECORD_HEADER_BYTES, RecordDefect, SegmentNumber,
+    Position, RECORD_HEADER_BYTES, RecordDefect, SegmentNumber,
 };
-pub use reader::{JournalReader, ReadOutcome, read_all};
+pub use reader::{JournalReader, ReadOutcome, read_all, read_at};
 pub use segment::TornTail;
 pub use stats::WriterStats;
 pub use writer::{JournalWriter, SyncMode, WriterOptions};

@@ -1,11 +1,14 @@
 //! Reading a journal directory back: every record of every segment, in order.
 
+use std::fs::File;
 use std::marker::PhantomData;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 
 use crate::JournalError;
+use crate::format::{MAX_RECORD_BYTES, Position, RECORD_HEADER_BYTES, RecordDefect};
 use crate::segment::{ScanStep, SegmentEntry, SegmentScanner, TornTail, list_segments};
 
 /// Iterates over the records of a journal directory, segment by segment, in the order they
@@ -25,6 +28,8 @@ pub struct JournalReader<R> {
     scanner: Option<SegmentScanner>,
     torn_tail: Option<TornTail>,
     finished: bool,
+    /// Where the record last returned starts.
+    last_position: Option<Position>,
     records: PhantomData<fn() -> R>,
 }
 
@@ -40,8 +45,36 @@ impl<R: DeserializeOwned> JournalReader<R> {
             scanner: None,
             torn_tail: None,
             finished: false,
+            last_position: None,
             records: PhantomData,
         })
+    }
+
+    /// Reads from `from` on: the records of its segment from that offset (which must
+    /// be where a record starts, as [`crate::JournalWriter::append_at`] said), then
+    /// every later segment. Fails if `from`'s segment is not in the journal.
+    pub fn open_at(directory: &Path, from: Position) -> Result<Self, JournalError> {
+        let mut reader = Self::open(directory)?;
+        let Some(index) = reader
+            .segments
+            .iter()
+            .position(|segment| segment.number == from.segment)
+        else {
+            return Err(JournalError::MissingSegment {
+                directory: directory.to_path_buf(),
+                missing: from.segment,
+            });
+        };
+        let is_last = index + 1 == reader.segments.len();
+        let scanner = SegmentScanner::open_at(&reader.segments[index].path, is_last, from.offset)?;
+        reader.scanner = Some(scanner);
+        reader.next_segment = index + 1;
+        Ok(reader)
+    }
+
+    /// Where the record the iterator returned last starts.
+    pub fn last_position(&self) -> Option<Position> {
+        self.last_position
     }
 
     /// The journal directory being read.
@@ -89,8 +122,10 @@ impl<R: DeserializeOwned> Iterator for JournalReader<R> {
                     }
                 }
             };
+            let segment = self.segments[self.next_segment - 1].number;
             match scanner.next_step() {
                 Ok(ScanStep::Record { offset, payload }) => {
+                    self.last_position = Some(Position { segment, offset });
                     return match serde_json::from_slice(payload) {
                         Ok(record) => Some(Ok(record)),
                         Err(source) => {
@@ -128,6 +163,57 @@ pub struct ReadOutcome<R> {
     pub torn_tail: Option<TornTail>,
     /// Number of segment files read.
     pub segments: usize,
+}
+
+/// Reads the one record at `position` of the journal in `directory` (a position the
+/// writer gave, [`crate::JournalWriter::append_at`]): framing and checksum are checked,
+/// so a wrong or stale position is an error, never a wrong record.
+pub fn read_at<R: DeserializeOwned>(
+    directory: &Path,
+    position: Position,
+) -> Result<R, JournalError> {
+    let path = directory.join(position.segment.file_name());
+    let file = File::open(&path).map_err(|source| JournalError::OpenSegment {
+        path: path.clone(),
+        source: source.into(),
+    })?;
+    let read_error = |offset: u64| {
+        let path = path.clone();
+        move |source: std::io::Error| JournalError::ReadSegment {
+            path,
+            offset,
+            source: source.into(),
+        }
+    };
+    let mut header = [0u8; RECORD_HEADER_BYTES as usize];
+    file.read_exact_at(&mut header, position.offset)
+        .map_err(read_error(position.offset))?;
+    let declared = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+    let stored = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    let corrupt = |defect| JournalError::CorruptRecord {
+        path: path.clone(),
+        offset: position.offset,
+        defect,
+    };
+    if declared == 0 {
+        return Err(corrupt(RecordDefect::ZeroLength));
+    }
+    if declared > MAX_RECORD_BYTES {
+        return Err(corrupt(RecordDefect::TooLong { declared }));
+    }
+    let mut payload = vec![0u8; declared as usize];
+    let start = position.offset + RECORD_HEADER_BYTES;
+    file.read_exact_at(&mut payload, start)
+        .map_err(read_error(start))?;
+    let computed = crc32fast::hash(&payload);
+    if computed != stored {
+        return Err(corrupt(RecordDefect::ChecksumMismatch { stored, computed }));
+    }
+    serde_json::from_slice(&payload).map_err(|source| JournalError::DecodeRecord {
+        path,
+        offset: position.offset,
+        source: source.into(),
+    })
 }
 
 /// Reads every record of the journal in `directory`. Fails on the first defect that is not

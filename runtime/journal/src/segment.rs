@@ -161,6 +161,25 @@ impl SegmentScanner {
         })
     }
 
+    /// Opens a segment to read from `offset` on (where a record starts).
+    pub(crate) fn open_at(path: &Path, is_last: bool, offset: u64) -> Result<Self, JournalError> {
+        let mut scanner = Self::open(path, is_last)?;
+        if offset > scanner.offset {
+            use std::io::Seek;
+            let seek = scanner
+                .reader
+                .seek(io::SeekFrom::Start(offset))
+                .map_err(|source| JournalError::ReadSegment {
+                    path: path.to_path_buf(),
+                    offset,
+                    source: source.into(),
+                });
+            seek?;
+            scanner.offset = offset.min(scanner.length);
+        }
+        Ok(scanner)
+    }
+
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }

@@ -13,7 +13,7 @@ use serde::Serialize;
 use self::committer::{Command, Committer, Completion};
 use self::files::{ActiveSegment, create_segment, repair_last_segment, sync_directory};
 use crate::JournalError;
-use crate::format::{DEFAULT_MAX_SEGMENT_BYTES, SegmentNumber};
+use crate::format::{DEFAULT_MAX_SEGMENT_BYTES, Position, SegmentNumber};
 use crate::segment::list_segments;
 use crate::stats::{Counters, WriterStats};
 
@@ -159,6 +159,16 @@ impl<R: Serialize + Send + 'static> JournalWriter<R> {
         &self,
         records: Vec<R>,
         on_durable: impl FnOnce(Result<(), JournalError>) + Send + 'static,
+    ) {
+        self.append_at(records, move |result| on_durable(result.map(drop)));
+    }
+
+    /// As [`append`](Self::append), and `on_durable` is told where each record is, in
+    /// the order given (for reading one back later with [`crate::read_at`]).
+    pub fn append_at(
+        &self,
+        records: Vec<R>,
+        on_durable: impl FnOnce(Result<Vec<Position>, JournalError>) + Send + 'static,
     ) {
         Counters::add(&self.counters.appends_submitted, 1);
         let command = Command {

@@ -14,12 +14,13 @@ use std::sync::mpsc::Receiver;
 use serde::Serialize;
 
 use super::files::{ActiveSegment, create_segment};
-use crate::format::{FILE_HEADER_BYTES, encode_record};
+use crate::format::{FILE_HEADER_BYTES, Position, encode_record};
 use crate::stats::{Counters, WriterStats};
 use crate::{JournalError, SyncMode, WriterOptions};
 
-/// What an append's caller is told once its records are durable (or cannot be).
-pub(crate) type Callback = Box<dyn FnOnce(Result<(), JournalError>) + Send + 'static>;
+/// What an append's caller is told once its records are durable (or cannot be): where
+/// each record is.
+pub(crate) type Callback = Box<dyn FnOnce(Result<Vec<Position>, JournalError>) + Send + 'static>;
 
 /// Owns an append's callback and guarantees it runs exactly once: if the completion is
 /// dropped unrun (the writer thread died, or the queue was dropped with it still inside),
@@ -35,7 +36,7 @@ impl Completion {
         }
     }
 
-    fn complete(mut self, result: Result<(), JournalError>) {
+    fn complete(mut self, result: Result<Vec<Position>, JournalError>) {
         if let Some(callback) = self.callback.take() {
             run_callback(callback, result);
         }
@@ -60,7 +61,7 @@ impl std::fmt::Debug for Completion {
 }
 
 /// A panicking callback must not take the writer thread (and every later callback) down.
-fn run_callback(callback: Callback, result: Result<(), JournalError>) {
+fn run_callback(callback: Callback, result: Result<Vec<Position>, JournalError>) {
     if catch_unwind(AssertUnwindSafe(move || callback(result))).is_err() {
         tracing::error!("a journal durability callback panicked; the writer carries on");
     }
@@ -84,9 +85,12 @@ pub(crate) struct Committer {
     group_records: u64,
     /// One append's records, encoded before deciding whether they fit the segment.
     scratch: Vec<u8>,
+    /// Where each of those records starts in `scratch`.
+    starts: Vec<u64>,
     /// Callbacks of the group being built, in queue order, with what each will be told
-    /// if the group commits (an append that failed to encode keeps its own error).
-    waiting: Vec<(Completion, Result<(), JournalError>)>,
+    /// if the group commits: where its records are (an append that failed to encode
+    /// keeps its own error).
+    waiting: Vec<(Completion, Result<Vec<Position>, JournalError>)>,
     /// Set by the first write, sync or segment-creation failure; the writer accepts
     /// nothing afterwards.
     failure: Option<Arc<JournalError>>,
@@ -107,6 +111,7 @@ impl Committer {
             group: Vec::new(),
             group_records: 0,
             scratch: Vec::new(),
+            starts: Vec::new(),
             waiting: Vec::new(),
             failure: None,
             counters,
@@ -143,7 +148,9 @@ impl Committer {
             return;
         }
         self.scratch.clear();
+        self.starts.clear();
         for record in &records {
+            self.starts.push(self.scratch.len() as u64);
             if let Err(error) = encode_record(&mut self.scratch, record) {
                 // The whole append is refused; its callback still runs in queue order.
                 self.waiting.push((completion, Err(error)));
@@ -160,14 +167,23 @@ impl Committer {
                 self.complete(completion, Err(JournalError::WriterFailed { cause }));
                 return;
             }
-            self.waiting.push((completion, Ok(())));
             if let Err(error) = self.rotate() {
+                self.waiting.push((completion, Ok(Vec::new())));
                 self.fail(error);
                 return;
             }
-        } else {
-            self.waiting.push((completion, Ok(())));
         }
+        let base = self.segment.length + self.group.len() as u64;
+        let segment = self.segment.number;
+        let positions = self
+            .starts
+            .iter()
+            .map(|start| Position {
+                segment,
+                offset: base + start,
+            })
+            .collect();
+        self.waiting.push((completion, Ok(positions)));
         self.group.extend_from_slice(&self.scratch);
         self.group_records += records.len() as u64;
     }
@@ -230,7 +246,7 @@ impl Committer {
         self.failure = Some(Arc::new(error));
     }
 
-    fn complete(&self, completion: Completion, result: Result<(), JournalError>) {
+    fn complete(&self, completion: Completion, result: Result<Vec<Position>, JournalError>) {
         Counters::add(&self.counters.appends_completed, 1);
         completion.complete(result);
     }

@@ -4,6 +4,7 @@
 mod corruption;
 mod failures;
 mod group_commit;
+mod positions;
 mod round_trip;
 mod torn_tail;
 
