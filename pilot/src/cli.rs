@@ -536,6 +536,10 @@ pub struct ResultsArgs {
     /// With --follow: how long to keep trying to reach a pilot that went away.
     #[arg(long, default_value = "10m", requires = "follow")]
     pub reconnect_for: String,
+    /// Only the result of this task (its id; repeatable). A task with no result yet
+    /// makes the exit code non-zero.
+    #[arg(long = "task", value_name = "ID", conflicts_with = "follow")]
+    pub tasks: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -305,7 +305,19 @@ pub async fn results(args: ResultsArgs) -> Result<ExitCode> {
         sink.finish()?;
         return Ok(ExitCode::SUCCESS);
     }
+    let mut missing = 0;
     match Client::connect(&args.dir.dir, CLIENT_NAME).await {
+        Ok(client) if !args.tasks.is_empty() => {
+            for &task in &args.tasks {
+                match client.result(task).await {
+                    Ok(record) => sink.write(&record)?,
+                    Err(error) => {
+                        eprintln!("saker: task {task}: {error}");
+                        missing += 1;
+                    }
+                }
+            }
+        }
         Ok(client) => {
             let mut stream = client.results(1, args.follow).await?;
             while let Some(record) = stream.next().await? {
@@ -320,17 +332,31 @@ pub async fn results(args: ResultsArgs) -> Result<ExitCode> {
                     args.dir.dir.display()
                 )));
             }
-            let outcome = saker_journal::read_all::<Record>(&journal)
-                .with_context(|| format!("reading the journal in {}", journal.display()))?;
-            for record in outcome.records {
-                if let Record::Result(result) = record {
+            // Read as a stream: a journal of millions of results never sits in memory.
+            let reading = || format!("reading the journal in {}", journal.display());
+            let mut wanted: std::collections::BTreeSet<u64> = args.tasks.iter().copied().collect();
+            let all = wanted.is_empty();
+            for record in
+                saker_journal::JournalReader::<Record>::open(&journal).with_context(reading)?
+            {
+                if let Record::Result(result) = record.with_context(reading)?
+                    && (all || wanted.remove(&result.task.0))
+                {
                     sink.write(&result)?;
                 }
+            }
+            for task in wanted {
+                eprintln!("saker: task {task} has no result in the journal");
+                missing += 1;
             }
         }
     }
     sink.finish()?;
-    Ok(ExitCode::SUCCESS)
+    Ok(if missing == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// Streams results as they are accepted, reconnecting with `from = last seq + 1`

@@ -158,6 +158,8 @@ impl<R: DeserializeOwned> std::iter::FusedIterator for JournalReader<R> {}
 pub struct ReadOutcome<R> {
     /// Every complete record, in append order.
     pub records: Vec<R>,
+    /// Where each of `records` is.
+    pub positions: Vec<Position>,
     /// The incomplete record the last segment ended with, if any (ignored: a record is
     /// only acknowledged after it is completely on disk, so a torn one never was).
     pub torn_tail: Option<TornTail>,
@@ -220,9 +222,15 @@ pub fn read_at<R: DeserializeOwned>(
 /// a torn tail, naming the segment and byte offset.
 pub fn read_all<R: DeserializeOwned>(directory: &Path) -> Result<ReadOutcome<R>, JournalError> {
     let mut reader = JournalReader::open(directory)?;
-    let records = reader.by_ref().collect::<Result<Vec<R>, _>>()?;
+    let (mut records, mut positions) = (Vec::new(), Vec::new());
+    while let Some(record) = reader.next() {
+        records.push(record?);
+        // Invariant: a record was just returned, so its position is known.
+        positions.extend(reader.last_position());
+    }
     Ok(ReadOutcome {
         records,
+        positions,
         torn_tail: reader.torn_tail,
         segments: reader.segments.len(),
     })

@@ -214,7 +214,7 @@ impl Pilot {
             // Addresses of the previous root, its agents and its client socket are stale.
             let _ = std::fs::remove_dir_all(dir.path().join("addr"));
             let _ = ClientEndpoint::remove(&dir);
-            (dir, history.records)
+            (dir, (history.records, history.positions))
         } else {
             if journal_dir.exists() {
                 return Err(PilotError::JournalExists {
@@ -226,8 +226,9 @@ impl Pilot {
                 source,
             })?;
             Credentials::generate_into(&dir).map_err(PilotError::GenerateCredentials)?;
-            (dir, Vec::new())
+            (dir, (Vec::new(), Vec::new()))
         };
+        let (history, positions) = history;
         let credentials =
             Credentials::load(&dir, Role::Root).map_err(PilotError::LoadCredentials)?;
         let pilot_id = dir.pilot_id().to_string();
@@ -271,6 +272,7 @@ impl Pilot {
                 max_nodes: Some(options.agents.max_nodes()),
                 expected_node,
                 restore: history,
+                restore_positions: positions,
                 restored: Some(restored_tx),
                 deadline_unix_us: options.deadline_unix_us,
             },

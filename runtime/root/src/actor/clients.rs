@@ -9,14 +9,13 @@ use std::sync::Arc;
 
 use saker_core::{JobSpec, Placement, Resources, Time};
 use saker_wire::messages::{Command, EnvVar, Function, Hpc, JobDef, Launcher, Mpi, Payload};
-use tokio::sync::mpsc;
 
 use super::port::AfterJournal;
 use super::resources::TooManyKinds;
 use super::state::{JobEntry, RootState};
 use crate::client::{
-    CancelReport, ClientRequest, ErrorKind, HpcStatus, NodeLoad, Reply, RequestError, ResultSink,
-    ResultsItem, StatusReport, StreamEnd, SubmitReply, SubmittedJob, UnstartedJob, WaitReport,
+    CancelReport, ClientRequest, ErrorKind, HpcStatus, NodeLoad, Reply, RequestError, StatusReport,
+    SubmitReply, SubmittedJob, UnstartedJob, WaitReport,
 };
 use crate::records::Record;
 use crate::results::{JobId, ResultRecord};
@@ -38,7 +37,7 @@ pub(crate) struct RateWindow {
 }
 
 impl RateWindow {
-    fn record(&mut self, now: Time, done: u64) {
+    pub(super) fn record(&mut self, now: Time, done: u64) {
         self.samples.push_back((now, done));
         while self
             .samples
@@ -83,6 +82,7 @@ impl RootState {
             }
             ClientRequest::Cancel { jobs, reply } => self.on_cancel(jobs, reply),
             ClientRequest::Results { from, follow, sink } => self.on_results(from, follow, sink),
+            ClientRequest::Result { task, reply } => self.on_result(task, reply),
             ClientRequest::Shutdown {
                 kill_running: _,
                 reply,
@@ -314,19 +314,6 @@ impl RootState {
         self.note_reads(job, &spec.reads);
     }
 
-    pub(super) fn on_durable(&mut self, results: Vec<Arc<ResultRecord>>) {
-        let now = self.now();
-        for record in results {
-            self.count_durable(&record);
-            self.log
-                .followers
-                .retain(|sink| sink.send(record.clone()).is_ok());
-            self.log.records.push(record);
-        }
-        self.log.rate.record(now, self.log.records.len() as u64);
-        self.check_waiters();
-    }
-
     pub(super) fn check_waiters(&mut self) {
         let mut index = 0;
         while index < self.log.waiters.len() {
@@ -391,19 +378,6 @@ impl RootState {
         }
         self.port.append(records, AfterJournal::Nothing);
         let _ = reply.send(Ok(CancelReport { cancelled }));
-    }
-
-    fn on_results(&mut self, from: u64, follow: bool, sink: ResultSink) {
-        let start = from.saturating_sub(1) as usize;
-        let history: Vec<Arc<ResultRecord>> =
-            self.log.records.iter().skip(start).cloned().collect();
-        let next = self.log.records.len() as u64 + 1;
-        let live = follow.then(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
-            self.log.followers.push(tx);
-            rx
-        });
-        tokio::spawn(feed_results(history, live, next, sink));
     }
 
     pub(super) fn on_shutdown(&mut self) {
@@ -657,28 +631,4 @@ pub(super) fn limit_micros(limit: Option<std::time::Duration>) -> Option<u64> {
 /// A time limit as job definitions carry it: milliseconds, at least 1; 0 for none.
 pub(super) fn limit_ms(limit: Option<std::time::Duration>) -> u64 {
     limit.map_or(0, |t| t.as_millis().max(1) as u64)
-}
-
-/// Feeds one results stream: the history snapshot, then live results until the
-/// client or the pilot goes away, then `end`.
-async fn feed_results(
-    history: Vec<Arc<ResultRecord>>,
-    live: Option<mpsc::UnboundedReceiver<Arc<ResultRecord>>>,
-    mut next: u64,
-    sink: ResultSink,
-) {
-    for record in history {
-        if sink.send(ResultsItem::Record(record)).await.is_err() {
-            return;
-        }
-    }
-    if let Some(mut live) = live {
-        while let Some(record) = live.recv().await {
-            next = record.seq + 1;
-            if sink.send(ResultsItem::Record(record)).await.is_err() {
-                return;
-            }
-        }
-    }
-    let _ = sink.send(ResultsItem::End(StreamEnd { next })).await;
 }

@@ -10,6 +10,7 @@
 mod agents;
 mod clients;
 mod gangs;
+mod history;
 mod items;
 mod placed;
 mod port;
@@ -58,9 +59,10 @@ pub enum RootMsg {
     },
     /// A request from a client (over the socket, or in-process from `saker run`).
     Client(ClientRequest),
-    /// The journal made these results durable.
+    /// The journal made these results durable, at these positions.
     Durable {
         results: Vec<Arc<ResultRecord>>,
+        positions: Vec<saker_journal::Position>,
     },
     /// An append failed: nothing more can be acknowledged durably.
     JournalFailed {
@@ -88,6 +90,8 @@ pub struct RootArgs {
     pub expected_node: Option<saker_actors::resources::NodeResources>,
     /// Journal records of a previous root to resume from (empty for a new pilot).
     pub restore: Vec<Record>,
+    /// Where each of `restore` is in the journal (results are read back from there).
+    pub restore_positions: Vec<saker_journal::Position>,
     /// Receives what the resume found, once the root has started.
     pub restored: Option<tokio::sync::oneshot::Sender<RestoreSummary>>,
     /// Start no attempt that cannot finish by this time (unix µs); stop at it.
@@ -152,7 +156,7 @@ impl RootState {
             } => self.on_agent_frame(link, frame.route(), frame.payload()),
             RootMsg::LinkDown { link, reason } => self.on_link_down(link, &reason),
             RootMsg::Client(request) => self.on_client(request),
-            RootMsg::Durable { results } => self.on_durable(results),
+            RootMsg::Durable { results, positions } => self.on_durable(results, positions),
             RootMsg::JournalFailed { error } => {
                 // Without a journal nothing more can be acknowledged durably: stop the
                 // pilot rather than pretend. Running tasks are killed by the agents.
@@ -195,7 +199,8 @@ impl Actor for Root {
             allocation: args.allocation,
         };
         let mut state = RootState::new(state_args, Box::new(port), Box::new(SystemClock::new()));
-        let summary = state.restore(records)?;
+        let positions = std::mem::take(&mut args.restore_positions);
+        let summary = state.restore(records, positions)?;
         if let Some(deadline) = deadline {
             state.set_deadline(deadline);
         }

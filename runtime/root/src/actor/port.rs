@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use ractor::ActorRef;
 use saker_actors::link::{LinkId, LinkTx};
 use saker_core::{NodeId, Time};
-use saker_journal::{JournalError, JournalWriter};
+use saker_journal::{JournalError, JournalWriter, Position};
 use saker_wire::messages::ToAgent;
 
 use super::RootMsg;
@@ -42,6 +42,8 @@ pub trait Port: std::fmt::Debug + Send + 'static {
     fn shutdown_requested(&mut self);
     /// Flushes and closes the journal (the root is stopping).
     fn close_journal(&mut self);
+    /// Where durable results are read back from.
+    fn results(&self) -> Arc<dyn super::history::ResultSource>;
 }
 
 /// The root's one source of time.
@@ -93,10 +95,20 @@ impl AfterJournal {
     /// Finishes what waited, given the journal's outcome. Returns what the root must
     /// then handle. Runs on the journal's thread in a pilot, so an acknowledgement goes
     /// to its client without waiting for a turn of the root.
-    pub fn finish(self, outcome: Result<(), JournalError>) -> Option<RootMsg> {
-        match (self, outcome) {
+    /// `outcome` says where each of the append's records is.
+    pub fn finish(self, outcome: Result<Vec<Position>, JournalError>) -> Option<RootMsg> {
+        let outcome = match (self, outcome) {
+            (AfterJournal::Results(results), Ok(mut positions)) => {
+                // The results are the append's last records.
+                let first = positions.len().saturating_sub(results.len());
+                let positions = positions.split_off(first);
+                return Some(RootMsg::Durable { results, positions });
+            }
+            (after, outcome) => (after, outcome.map(drop)),
+        };
+        match outcome {
             (AfterJournal::Nothing, _) => None,
-            (AfterJournal::Results(results), Ok(())) => Some(RootMsg::Durable { results }),
+            (AfterJournal::Results(_), Ok(())) => None,
             (AfterJournal::Results(_), Err(error)) => Some(RootMsg::JournalFailed { error }),
             (AfterJournal::Acknowledge { reply, jobs }, outcome) => {
                 let answer = outcome.map(|()| SubmitReply { jobs }).map_err(|error| {
@@ -123,6 +135,7 @@ pub struct ActorPort {
     links: HashMap<LinkId, LinkTx>,
     journal: Option<JournalWriter<Record>>,
     shutdown: Arc<tokio::sync::Notify>,
+    results: Arc<super::history::JournalResults>,
 }
 
 impl ActorPort {
@@ -134,6 +147,9 @@ impl ActorPort {
         ActorPort {
             myself,
             links: HashMap::new(),
+            results: Arc::new(super::history::JournalResults {
+                directory: journal.directory().to_path_buf(),
+            }),
             journal: Some(journal),
             shutdown,
         }
@@ -178,7 +194,7 @@ impl Port for ActorPort {
             }
             return;
         };
-        journal.append(records, move |outcome| {
+        journal.append_at(records, move |outcome| {
             if let Some(message) = after.finish(outcome) {
                 let _ = myself.send_message(message);
             }
@@ -191,6 +207,10 @@ impl Port for ActorPort {
 
     fn shutdown_requested(&mut self) {
         self.shutdown.notify_one();
+    }
+
+    fn results(&self) -> Arc<dyn super::history::ResultSource> {
+        self.results.clone()
     }
 
     fn close_journal(&mut self) {

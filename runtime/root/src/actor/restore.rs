@@ -31,6 +31,8 @@ pub struct RestoreSummary {
 /// A journal that cannot be the history of one pilot.
 #[derive(Debug, thiserror::Error)]
 pub enum RestoreError {
+    #[error("journal record {position}: a result whose place in the journal is unknown")]
+    NoPosition { position: usize },
     #[error("journal record {position}: job {job} cannot be restored")]
     Job {
         position: usize,
@@ -70,7 +72,13 @@ pub enum RestoreError {
 
 impl RootState {
     /// Replays `records` into this (fresh) root.
-    pub(super) fn restore(&mut self, records: Vec<Record>) -> Result<RestoreSummary, RestoreError> {
+    /// Rebuilds the root from a journal's `records`; `positions` says where each is (the
+    /// results are indexed, not kept).
+    pub(super) fn restore(
+        &mut self,
+        records: Vec<Record>,
+        positions: Vec<saker_journal::Position>,
+    ) -> Result<RestoreSummary, RestoreError> {
         let mut summary = RestoreSummary::default();
         // Per job: (first task, finished offsets). Results may precede nothing but
         // their submission, so collect them first.
@@ -121,7 +129,10 @@ impl RootState {
                         TerminalState::Cancelled => CoreState::Cancelled,
                     };
                     finished.entry(job).or_default().push((offset, state));
-                    results.push(Arc::clone(result));
+                    match positions.get(position) {
+                        Some(&at) => results.push((Arc::clone(result), at)),
+                        None => return Err(RestoreError::NoPosition { position }),
+                    }
                 }
                 Record::Cancel { job, .. } => cancelled.push(*job),
                 Record::Attempt { task, note } => {
@@ -208,16 +219,17 @@ impl RootState {
             summary.jobs += 1;
             summary.tasks += u64::from(restored.count);
         }
-        results.sort_by_key(|r| r.seq);
-        for record in &results {
+        // Journaled in `seq` order; sorted all the same, as the index needs that order.
+        results.sort_by_key(|(record, _)| record.seq);
+        for (record, _) in &results {
             // A finished task carries its history in its result.
             notes.remove(&record.task);
         }
         self.attempts.history = notes;
-        for record in results {
+        for (record, position) in results {
             self.count_durable(&record);
             self.log.next_seq = self.log.next_seq.max(record.seq + 1);
-            self.log.records.push(record);
+            self.log.index.insert(record.task, record.seq, position);
             summary.finished += 1;
         }
         for job in cancelled {

@@ -168,8 +168,9 @@ pub(super) struct Unjournaled {
 #[derive(Debug)]
 pub(super) struct ResultLog {
     pub next_seq: u64,
-    /// In sequence order (seq = position + 1).
-    pub records: Vec<Arc<ResultRecord>>,
+    /// Where each durable result is in the journal (the results themselves are not
+    /// kept: see `history.rs`).
+    pub index: super::history::ResultIndex,
     pub totals: Totals,
     pub followers: Vec<mpsc::UnboundedSender<Arc<ResultRecord>>>,
     pub rate: RateWindow,
@@ -180,7 +181,7 @@ impl Default for ResultLog {
     fn default() -> Self {
         ResultLog {
             next_seq: 1,
-            records: Vec::new(),
+            index: Default::default(),
             totals: Totals::default(),
             followers: Vec::new(),
             rate: RateWindow::default(),

@@ -21,6 +21,7 @@ use crate::records::Record;
 use crate::spec::{ArraySpec, JobRequest, TaskSpec};
 
 mod dependencies;
+mod history;
 mod placed;
 mod updates;
 
@@ -37,6 +38,47 @@ struct Recorded {
     wakes: Vec<(Duration, Wake)>,
     shutdown_requested: bool,
     journal_closed: bool,
+    /// Every record made durable, by its (made-up) position: what the journal holds.
+    durable: Arc<MemoryJournal>,
+}
+
+/// A journal in memory, for reading results back as the pilot reads its journal.
+#[derive(Debug, Default)]
+struct MemoryJournal(Mutex<std::collections::BTreeMap<saker_journal::Position, Record>>);
+
+impl super::history::ResultSource for MemoryJournal {
+    fn read(
+        &self,
+        position: saker_journal::Position,
+    ) -> Result<Arc<crate::results::ResultRecord>, String> {
+        match self.0.lock().unwrap().get(&position) {
+            Some(Record::Result(record)) => Ok(record.clone()),
+            _ => Err(format!("no result at {position}")),
+        }
+    }
+
+    fn read_from(
+        &self,
+        position: saker_journal::Position,
+        visit: &mut dyn FnMut(Arc<crate::results::ResultRecord>) -> bool,
+    ) -> Result<(), String> {
+        let results: Vec<_> = self
+            .0
+            .lock()
+            .unwrap()
+            .range(position..)
+            .filter_map(|(_, record)| match record {
+                Record::Result(result) => Some(result.clone()),
+                _ => None,
+            })
+            .collect();
+        for result in results {
+            if !visit(result) {
+                break;
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -92,6 +134,10 @@ impl Port for TestPort {
     fn close_journal(&mut self) {
         self.with(|r| r.journal_closed = true);
     }
+
+    fn results(&self) -> Arc<dyn super::history::ResultSource> {
+        self.with(|r| r.durable.clone())
+    }
 }
 
 /// Monotonic and wall-clock time that move only when a test says so.
@@ -126,6 +172,30 @@ struct Harness {
 }
 
 impl Harness {
+    /// Restores this (new) root from `records`, as a resumed pilot reads its journal:
+    /// they are this root's journal from now on.
+    fn restore(
+        &mut self,
+        records: Vec<Record>,
+    ) -> Result<super::restore::RestoreSummary, super::restore::RestoreError> {
+        let journal = self.port.with(|r| r.durable.clone());
+        let positions = {
+            let mut held = journal.0.lock().unwrap();
+            records
+                .iter()
+                .map(|record| {
+                    let position = saker_journal::Position {
+                        segment: saker_journal::SegmentNumber(1),
+                        offset: 16 + held.len() as u64,
+                    };
+                    held.insert(position, record.clone());
+                    position
+                })
+                .collect()
+        };
+        self.root.restore(records, positions)
+    }
+
     fn new() -> Harness {
         let port = TestPort::default();
         let clock = ManualClock(Arc::new(Mutex::new(0)));
@@ -215,11 +285,26 @@ impl Harness {
     /// Makes every pending append durable, as the journal would, and hands the root
     /// what waited on them.
     fn journal_durable(&mut self) -> Vec<Record> {
-        let appends = self.port.with(|r| std::mem::take(&mut r.appends));
+        let (appends, journal) = self
+            .port
+            .with(|r| (std::mem::take(&mut r.appends), r.durable.clone()));
         let mut records = Vec::new();
         for (batch, after) in appends {
+            let positions = {
+                let mut held = journal.0.lock().unwrap();
+                let mut positions = Vec::with_capacity(batch.len());
+                for record in &batch {
+                    let position = saker_journal::Position {
+                        segment: saker_journal::SegmentNumber(1),
+                        offset: 16 + held.len() as u64,
+                    };
+                    held.insert(position, record.clone());
+                    positions.push(position);
+                }
+                positions
+            };
             records.extend(batch);
-            if let Some(message) = after.finish(Ok(())) {
+            if let Some(message) = after.finish(Ok(positions)) {
                 self.handle(message);
             }
         }

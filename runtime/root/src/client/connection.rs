@@ -27,8 +27,9 @@ use super::codec::{self, DEFAULT_MAX_LINE_BYTES, LineReader, ReadLineError, enco
 use super::endpoint::{ClientEndpoint, EndpointError};
 use super::protocol::{
     CancelReport, CancelRequest, ErrorKind, Hello, PROTOCOL_VERSION, RequestError, RequestId,
-    ResultsRequest, ShutdownRequest, StatusReport, StatusRequest, StreamEnd, SubmitReply,
-    SubmitRequest, SubmittedJob, UpdateReport, UpdateRequest, WaitReport, WaitRequest, Welcome,
+    ResultRequest, ResultsRequest, ShutdownRequest, StatusReport, StatusRequest, StreamEnd,
+    SubmitReply, SubmitRequest, SubmittedJob, UpdateReport, UpdateRequest, WaitReport, WaitRequest,
+    Welcome,
 };
 use crate::results::{JobId, ResultRecord};
 use crate::spec::JobRequest;
@@ -204,6 +205,11 @@ impl Client {
 
     pub async fn status(&self) -> Result<StatusReport, ClientError> {
         self.call("status", &StatusRequest {}).await
+    }
+
+    /// The result of task `task`; an error of kind `no_result` if it has none (yet).
+    pub async fn result(&self, task: u64) -> Result<ResultRecord, ClientError> {
+        self.call("result", &ResultRequest { task }).await
     }
 
     /// Waits until every task of `jobs` (of all jobs when `None`) is terminal.

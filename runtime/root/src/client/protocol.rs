@@ -71,6 +71,7 @@ pub enum Request {
     ActorCall(ActorCallRequest),
     ActorStop(ActorStopRequest),
     Update(UpdateRequest),
+    Result(ResultRequest),
 }
 
 impl Request {
@@ -87,6 +88,7 @@ impl Request {
             Request::ActorCall(_) => "actor_call",
             Request::ActorStop(_) => "actor_stop",
             Request::Update(_) => "update",
+            Request::Result(_) => "result",
         }
     }
 }
@@ -183,6 +185,14 @@ pub struct ResultsRequest {
     /// follows the results of its own submissions sends this before submitting.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub new_only: bool,
+}
+
+/// `result`: the result of one task, by its id; `ok` body: the record, as `results`
+/// streams it. A task with no result (yet) is `no_result`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResultRequest {
+    pub task: u64,
 }
 
 /// `shutdown`: stop the pilot. Queued tasks are not started; running ones finish
@@ -418,6 +428,8 @@ pub enum ErrorKind {
     NoActorHost,
     /// The actor was stopped before it answered.
     ActorStopped,
+    /// The task has no result: unknown, or not finished yet.
+    NoResult,
     /// A kind this client does not know (sent by a newer server).
     #[serde(other)]
     Unknown,
@@ -443,6 +455,7 @@ impl ErrorKind {
             ErrorKind::ActorTypeMismatch => "actor_type_mismatch",
             ErrorKind::ActorInvalidData => "actor_invalid_data",
             ErrorKind::NoActorHost => "no_actor_host",
+            ErrorKind::NoResult => "no_result",
             ErrorKind::ActorStopped => "actor_stopped",
             ErrorKind::Unknown => "unknown",
         }

@@ -74,6 +74,11 @@ pub enum ClientRequest {
         follow: bool,
         sink: ResultSink,
     },
+    /// One task's result.
+    Result {
+        task: crate::results::TaskId,
+        reply: Reply<Arc<crate::results::ResultRecord>>,
+    },
     /// Acknowledge, then stop the pilot.
     Shutdown {
         kill_running: bool,
@@ -418,6 +423,12 @@ impl Session {
                 self.forward(id, request, answer, permit, |()| serde_json::json!({}))
                     .await;
             }
+            Request::Result(request) => {
+                let (reply, answer) = oneshot::channel();
+                let task = crate::results::TaskId(request.task);
+                let request = ClientRequest::Result { task, reply };
+                self.forward(id, request, answer, permit, |r| r).await;
+            }
             Request::Update(request) => {
                 let (reply, answer) = oneshot::channel();
                 let request = ClientRequest::Update {
@@ -635,6 +646,7 @@ pub(crate) fn parse_request(line: &[u8]) -> Result<(RequestId, Request), ParseFa
         "results" => body_of(&name, body).map(Request::Results),
         "shutdown" => body_of(&name, body).map(Request::Shutdown),
         "update" => body_of(&name, body).map(Request::Update),
+        "result" => body_of(&name, body).map(Request::Result),
         "actor_spawn" => body_of(&name, body).map(Request::ActorSpawn),
         "actor_call" => body_of(&name, body).map(Request::ActorCall),
         "actor_stop" => body_of(&name, body).map(Request::ActorStop),

@@ -364,7 +364,7 @@ fn a_resumed_root_starts_journaled_actors_again_as_their_policies_allow() {
     let records = h.journal_durable();
 
     let mut resumed = Harness::new();
-    let summary = resumed.root.restore(records).expect("the journal restores");
+    let summary = resumed.restore(records).expect("the journal restores");
     assert_eq!(summary.actors, 1, "only actor 1 may restart");
     resumed.join(1, 1);
     assert_eq!(spawned_on(&resumed.actor_frames()), vec![(1, 1, 1)]);

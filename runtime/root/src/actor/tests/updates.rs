@@ -202,7 +202,7 @@ fn updates_are_in_force_after_a_resume() {
     records.extend(h.journal_durable());
 
     let mut resumed = Harness::new();
-    resumed.root.restore(records).expect("the journal restores");
+    resumed.restore(records).expect("the journal restores");
     let core = &resumed.root.core;
     let spec = core.job_spec(JobId(1)).unwrap();
     assert_eq!((spec.priority, spec.time_limit), (7, Some(5_000_000)));
