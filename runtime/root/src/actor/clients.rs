@@ -238,6 +238,9 @@ impl RootState {
             job.durable += 1;
             job.failed += failed;
             job.cancelled += cancelled;
+            if job.is_done() {
+                self.jobs.finish(record.job);
+            }
         }
         self.log.totals.durable += 1;
         self.log.totals.failed += u64::from(failed);
@@ -337,10 +340,14 @@ impl RootState {
                     .all(|j| self.jobs.get(j).is_none_or(JobEntry::is_done))
                     .then(|| {
                         let mut report = WaitReport::default();
-                        for job in jobs.iter().filter_map(|j| self.jobs.get(j)) {
-                            report.failed += u64::from(job.failed);
-                            report.cancelled += u64::from(job.cancelled);
-                            report.succeeded += u64::from(job.count - job.failed - job.cancelled);
+                        for job in jobs {
+                            let (count, failed, cancelled) = match self.jobs.get(job) {
+                                Some(entry) => (entry.count, entry.failed, entry.cancelled),
+                                None => self.jobs.final_counts(job).unwrap_or_default(),
+                            };
+                            report.failed += u64::from(failed);
+                            report.cancelled += u64::from(cancelled);
+                            report.succeeded += u64::from(count - failed - cancelled);
                         }
                         report
                     }),

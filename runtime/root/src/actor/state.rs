@@ -42,11 +42,29 @@ const FORGET_BATCH: usize = 1024;
 /// Jobs by id. The core numbers jobs 1, 2, 3… in submission order, so a vector
 /// indexed by id replaces a hash map (whose inserts were an eighth of the resume
 /// of a million single jobs).
+///
+/// A job whose every result is durable is *done*: its entry (definition, array,
+/// bookkeeping: hundreds of bytes) is dropped and only its final counts are kept, in
+/// one byte for a single task (most jobs of a task file) or a map entry for an array.
+/// So the root's memory follows the jobs in flight, not the pilot's history.
 #[derive(Debug, Default)]
 pub(super) struct JobTable {
-    /// Slot `id - 1`; `None` only for an id the core skipped.
-    entries: Vec<Option<JobEntry>>,
+    /// Slot `id - 1`; `None` for a done job, or an id the core skipped.
+    entries: Vec<Option<Box<JobEntry>>>,
+    /// Slot `id - 1`: how a done single-task job ended (see [`Done`]); 0 otherwise.
+    done_singles: Vec<u8>,
+    /// Done jobs of several tasks: (count, failed, cancelled).
+    done_arrays: HashMap<JobId, (u32, u32, u32)>,
     len: usize,
+}
+
+/// How a done single-task job ended, in [`JobTable::done_singles`].
+struct Done;
+
+impl Done {
+    const SUCCEEDED: u8 = 1;
+    const FAILED: u8 = 2;
+    const CANCELLED: u8 = 3;
 }
 
 impl JobTable {
@@ -55,15 +73,47 @@ impl JobTable {
     }
 
     pub fn get(&self, job: &JobId) -> Option<&JobEntry> {
-        self.entries.get(Self::slot(*job)?)?.as_ref()
+        self.entries.get(Self::slot(*job)?)?.as_deref()
     }
 
     pub fn get_mut(&mut self, job: &JobId) -> Option<&mut JobEntry> {
-        self.entries.get_mut(Self::slot(*job)?)?.as_mut()
+        self.entries.get_mut(Self::slot(*job)?)?.as_deref_mut()
     }
 
+    /// Whether `job` was submitted (it may be done).
     pub fn contains_key(&self, job: &JobId) -> bool {
-        self.get(job).is_some()
+        self.get(job).is_some() || self.final_counts(job).is_some()
+    }
+
+    /// A job's every result is durable: its entry goes, its final counts stay.
+    pub fn finish(&mut self, job: JobId) {
+        let Some(slot) = Self::slot(job) else {
+            return;
+        };
+        let Some(entry) = self.entries.get_mut(slot).and_then(Option::take) else {
+            return;
+        };
+        if entry.count == 1 {
+            self.done_singles[slot] = match (entry.failed, entry.cancelled) {
+                (0, 0) => Done::SUCCEEDED,
+                (_, 0) => Done::FAILED,
+                _ => Done::CANCELLED,
+            };
+        } else {
+            self.done_arrays
+                .insert(job, (entry.count, entry.failed, entry.cancelled));
+        }
+    }
+
+    /// (count, failed, cancelled) of a done job.
+    pub fn final_counts(&self, job: &JobId) -> Option<(u32, u32, u32)> {
+        let slot = Self::slot(*job)?;
+        match *self.done_singles.get(slot)? {
+            Done::SUCCEEDED => Some((1, 0, 0)),
+            Done::FAILED => Some((1, 1, 0)),
+            Done::CANCELLED => Some((1, 0, 1)),
+            _ => self.done_arrays.get(job).copied(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -72,6 +122,7 @@ impl JobTable {
 
     pub fn reserve(&mut self, additional: usize) {
         self.entries.reserve(additional);
+        self.done_singles.reserve(additional);
     }
 
     /// Keeps `entry` as job `job` (id 0 is never a job and is ignored).
@@ -81,8 +132,9 @@ impl JobTable {
         };
         if slot >= self.entries.len() {
             self.entries.resize_with(slot + 1, || None);
+            self.done_singles.resize(slot + 1, 0);
         }
-        if self.entries[slot].replace(entry).is_none() {
+        if self.entries[slot].replace(Box::new(entry)).is_none() {
             self.len += 1;
         }
     }
@@ -518,6 +570,27 @@ mod tests {
             failed: 0,
             cancelled: 0,
         }
+    }
+
+    /// A done job's entry goes; it is still known, with its final counts.
+    #[test]
+    fn a_done_job_keeps_only_its_final_counts() {
+        let mut jobs = JobTable::default();
+        jobs.insert(JobId(1), entry(1));
+        let mut array = entry(2);
+        array.count = 3;
+        jobs.insert(JobId(2), array);
+        jobs.get_mut(&JobId(1)).unwrap().failed = 1;
+        jobs.finish(JobId(1));
+        let entry = jobs.get_mut(&JobId(2)).unwrap();
+        entry.cancelled = 2;
+        jobs.finish(JobId(2));
+        assert!(jobs.get(&JobId(1)).is_none() && jobs.get(&JobId(2)).is_none());
+        assert!(jobs.contains_key(&JobId(1)) && jobs.contains_key(&JobId(2)));
+        assert!(!jobs.contains_key(&JobId(3)));
+        assert_eq!(jobs.final_counts(&JobId(1)), Some((1, 1, 0)));
+        assert_eq!(jobs.final_counts(&JobId(2)), Some((3, 0, 2)));
+        assert_eq!(jobs.len(), 2);
     }
 
     #[test]
