@@ -73,9 +73,10 @@ impl super::state::RootState {
     /// what they offer) or all have joined; otherwise a task waits for a node it fits.
     /// An HPC job's cores per node are judged with its layout (`check_fits`).
     pub(super) fn check_resources(&self, spec: &TaskSpec) -> Result<(), String> {
+        // A pilot of no agents of its own (nodes join later) knows nothing of them.
         let all_joined = self
             .max_nodes
-            .is_some_and(|most| self.nodes.len() as u32 >= most);
+            .is_some_and(|most| most > 0 && self.nodes.len() as u32 >= most);
         if self.expected_node.is_none() && !all_joined {
             return Ok(());
         }

@@ -826,3 +826,17 @@ async fn a_full_frame_budget_holds_links_back_until_the_root_handles_a_frame() {
         "room came back with the handled frame"
     );
 }
+
+/// A pilot with no agents of its own (they join later, or never: a queue) knows
+/// nothing of its nodes, so it refuses no task for its resources.
+#[tokio::test]
+async fn a_pilot_of_no_agents_queues_whatever_is_asked() {
+    let mut h = Harness::new();
+    h.root.max_nodes = Some(0);
+    let mut big = single(&["true"]);
+    big.spec.cores = 64;
+    big.spec.gpus = 2;
+    let mut answer = h.submit(vec![big]);
+    h.journal_durable();
+    assert!(answer.try_recv().expect("answered").is_ok());
+}
