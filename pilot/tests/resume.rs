@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{results, run, saker};
+use common::{Service, results, run, saker};
 
 #[test]
 fn a_killed_root_resumes_from_its_journal_without_losing_or_repeating_results() {
@@ -236,4 +236,76 @@ fn a_resumed_task_keeps_the_retries_it_used_before_the_root_died() {
     assert_eq!(after.len(), 1);
     assert_eq!(after[0]["state"], "failed");
     assert_eq!(after[0]["history"].as_array().unwrap().len(), 2);
+}
+
+/// Replaces the credentials of the pilot in `pilot` by ones as sakers before
+/// certificate roles wrote them: every certificate named `saker.pilot`, and a `ca.key`.
+fn write_legacy_credentials(pilot: &std::path::Path) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
+    let dir = saker_transport::PilotDir::open(pilot).unwrap();
+    let ca_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut ca_params = CertificateParams::default();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let ca_key_pem = ca_key.serialize_pem();
+    let issuer = Issuer::new(ca_params, ca_key);
+    for role in saker_transport::Role::ALL {
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = CertificateParams::new(vec!["saker.pilot".to_owned()]).unwrap();
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let certificate = params.signed_by(&key, &issuer).unwrap();
+        dir.write_secret_file(role.key_file_name(), key.serialize_pem().as_bytes())
+            .unwrap();
+        dir.write_secret_file(role.certificate_file_name(), certificate.pem().as_bytes())
+            .unwrap();
+    }
+    dir.write_secret_file("ca.key", ca_key_pem.as_bytes())
+        .unwrap();
+    dir.write_secret_file("ca.pem", ca.pem().as_bytes())
+        .unwrap();
+}
+
+/// A pilot directory from before certificate roles is resumed: the resumed root
+/// renews its credentials (a new CA, no `ca.key`), says so, and its agent links and
+/// clients work with the new ones; the results from before are kept.
+#[test]
+fn a_pilot_from_before_certificate_roles_resumes_with_renewed_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let first = run(saker()
+        .args(["run", "--progress", "none", "--dir"])
+        .arg(&pilot)
+        .args(["--", "echo", "before"]));
+    assert!(first.status.success());
+    write_legacy_credentials(&pilot);
+    let log = dir.path().join("root.log");
+    let service = Service::start_logged(
+        dir.path(),
+        &["--agents", "1", "--slots", "1", "--resume"],
+        &log,
+    );
+    let submitted = run(saker()
+        .args(["submit", "--dir"])
+        .arg(&pilot)
+        .args(["--", "echo", "after"]));
+    assert!(submitted.status.success());
+    let waited = run(saker().args(["wait", "--dir"]).arg(&pilot));
+    assert_eq!(
+        String::from_utf8_lossy(&waited.stdout),
+        "succeeded 2 failed 0 cancelled 0\n"
+    );
+    let stdout: Vec<String> = results(&pilot)
+        .iter()
+        .map(|r| r["stdout"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(stdout, ["before\n", "after\n"]);
+    assert!(!pilot.join("ca.key").exists());
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("predate certificate roles"), "{log}");
+    drop(service);
 }

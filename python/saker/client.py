@@ -44,7 +44,11 @@ __all__ = ["Result", "Connection", "PROTOCOL"]
 PROTOCOL = 2
 # Oldest protocol this client still speaks (command tasks only, no `output`).
 _OLDEST_PROTOCOL = 1
-SERVER_NAME = "saker.pilot"
+# Each pilot certificate names its role; only the root serves the client socket, so
+# the ordinary hostname check verifies that the server is the pilot's root.
+SERVER_NAME = "root.saker.pilot"
+# OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH.
+_HOSTNAME_MISMATCH = 62
 ALPN = "saker/1"
 
 # A submit request holds at most this many jobs / payload characters: the pilot's
@@ -441,7 +445,13 @@ class Connection:
             self._flush_blocking()
         except ssl.SSLError as exc:
             sock.close()
-            raise PilotNotFound(f"TLS with the pilot of {directory} at {self.addr} failed: {exc}") from None
+            hint = ""
+            if getattr(exc, "verify_code", None) == _HOSTNAME_MISMATCH:
+                hint = (
+                    " (the pilot's certificate carries no root role: it was started by an older "
+                    "saker; resume it with this one, which renews its credentials)"
+                )
+            raise PilotNotFound(f"TLS with the pilot of {directory} at {self.addr} failed: {exc}{hint}") from None
         except OSError as exc:
             sock.close()
             raise PilotNotFound(f"cannot talk to the pilot of {directory} at {self.addr}: {exc}") from None

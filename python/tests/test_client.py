@@ -42,6 +42,52 @@ def test_connect_to_a_stale_client_json(tmp_path: Path, pilot: saker.Pilot) -> N
         saker.Pilot.connect(tmp_path)
 
 
+def test_an_agent_certificate_cannot_open_a_session(tmp_path: Path, pilot: saker.Pilot) -> None:
+    # The pilot's own agent certificate and key, where a client's would be.
+    (tmp_path / "ca.pem").write_bytes((pilot.dir / "ca.pem").read_bytes())
+    (tmp_path / "client.pem").write_bytes((pilot.dir / "agent.pem").read_bytes())
+    (tmp_path / "client.key").write_bytes((pilot.dir / "agent.key").read_bytes())
+    (tmp_path / "client.json").write_bytes((pilot.dir / "client.json").read_bytes())
+    jobs = pilot.status()["jobs"]
+    with pytest.raises(saker.PilotNotFound, match="did not answer the hello|TLS"):
+        saker.Pilot.connect(tmp_path)
+    # Refused before any request: the pilot serves its real clients as before.
+    assert pilot.status()["jobs"] == jobs
+    assert pilot.submit(["true"]).result(30).ok
+
+
+def test_the_client_checks_that_the_root_serves_the_socket(tmp_path: Path, pilot: saker.Pilot) -> None:
+    import ssl
+
+    # A server presenting the pilot's agent certificate is not the root.
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(pilot.dir / "agent.pem"), str(pilot.dir / "agent.key"))
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        for name in ("ca.pem", "client.pem", "client.key"):
+            (tmp_path / name).write_bytes((pilot.dir / name).read_bytes())
+        (tmp_path / "client.json").write_text(
+            json.dumps({"addr": f"127.0.0.1:{port}", "protocol": 2, "pid": 1, "pilot_id": pilot.pilot_id})
+        )
+
+        def serve() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                try:
+                    context.wrap_socket(connection, server_side=True)
+                except (OSError, ssl.SSLError):
+                    pass  # the client hangs up on us
+
+        server = concurrent.futures.ThreadPoolExecutor(1)
+        served = server.submit(serve)
+        with pytest.raises(saker.PilotNotFound, match="root role"):
+            saker.Pilot.connect(tmp_path)
+        served.result(30)
+        server.shutdown()
+
+
 def test_protocol_1_pilots_still_run_commands(tmp_path: Path, pilot: saker.Pilot) -> None:
     # A client.json that offers only version 1 (as older pilots write it).
     endpoint = json.loads((pilot.dir / "client.json").read_text())

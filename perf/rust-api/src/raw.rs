@@ -62,7 +62,7 @@ impl RawQuic {
                 }
             }
         });
-        let connection = saker_transport::quic::connect(&dialer, address)
+        let connection = saker_transport::quic::connect(&dialer, address, Role::Root)
             .await
             .map_err(|e| error(&e))?;
         let (send, recv) = connection.open_bi().await.map_err(|e| error(&e))?;

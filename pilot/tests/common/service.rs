@@ -30,10 +30,20 @@ impl Service {
 
     /// `saker pilot` with `args` (its shape and options) in `dir/pilot`.
     pub fn start_args(dir: &Path, args: &[&str]) -> Service {
+        Service::spawn(dir, args, Stdio::inherit())
+    }
+
+    /// [`Self::start_args`], the root's log (stderr) going to `log`.
+    pub fn start_logged(dir: &Path, args: &[&str], log: &Path) -> Service {
+        let file = std::fs::File::create(log).unwrap();
+        Service::spawn(dir, args, Stdio::from(file))
+    }
+
+    fn spawn(dir: &Path, args: &[&str], stderr: Stdio) -> Service {
         let pilot = dir.join("pilot");
         let mut command = saker();
         command.arg("pilot").args(args).arg("--dir").arg(&pilot);
-        let child = command.stdin(Stdio::null()).spawn().unwrap();
+        let child = command.stdin(Stdio::null()).stderr(stderr).spawn().unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
         while !pilot.join("client.json").exists() {
             assert!(Instant::now() < deadline, "the pilot did not start");

@@ -21,6 +21,32 @@ use std::path::{Path, PathBuf};
 use saker_wire::messages::{Assignment, AttemptId, JobDef, NodeId};
 use saker_wire::{ITEM_CHUNK, ItemData, ItemRead, ItemWritten, ItemsWritten};
 
+/// Creates a node's scratch directory, and any missing parent (`saker-PILOT`), with
+/// mode 0700: data items are the user's, and the directory usually sits in a `/tmp`
+/// every user of the node can list. An existing directory must be the user's and not
+/// writable by others (someone else may have planted items in it); one readable by
+/// others (left by an older saker) is tightened to 0700.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let metadata = std::fs::symlink_metadata(dir)?;
+    let mode = metadata.permissions().mode() & 0o7777;
+    let ours = metadata.uid() == rustix::process::getuid().as_raw();
+    if !metadata.is_dir() || !ours || mode & 0o022 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory of this user that only it can write (mode {mode:04o})",
+            dir.display()
+        )));
+    }
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
 /// Chunks of one item a reader keeps requested at once.
 const IN_FLIGHT: u32 = 4;
 
@@ -335,6 +361,27 @@ mod tests {
             job: JobId(1),
             index: 0,
         }
+    }
+
+    /// Scratch directories are created private; a leftover readable by others is
+    /// tightened, one writable by others refused.
+    #[test]
+    fn scratch_directories_are_private_to_the_user() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o7777;
+        let dir = tempfile::tempdir().unwrap();
+        let scratch = dir.path().join("saker-pilot").join("node-0");
+        create_private_dir(&scratch).unwrap();
+        assert_eq!(mode(&scratch), 0o700);
+        assert_eq!(mode(scratch.parent().unwrap()), 0o700);
+
+        let set = |mode| std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(mode));
+        set(0o755).unwrap();
+        create_private_dir(&scratch).unwrap();
+        assert_eq!(mode(&scratch), 0o700);
+        set(0o777).unwrap();
+        assert!(create_private_dir(&scratch).is_err());
+        assert_eq!(mode(&scratch), 0o777, "refused, not repaired");
     }
 
     /// A writer's item, pulled by another node in chunks through answers as a holder

@@ -127,7 +127,21 @@ pub async fn serve_child_link<F>(
 where
     F: Future<Output = Result<(), ReceiverStopped>>,
 {
-    let connection = incoming.await.map_err(LinkError::Handshake)?;
+    let remote = incoming.remote_address();
+    let connection = match incoming.await {
+        Ok(connection) => connection,
+        Err(error) => {
+            // A transport error here is the handshake failing: most often a
+            // certificate refused (not of this pilot, or not an agent's), which the
+            // operator should see with the address it came from.
+            if let quinn::ConnectionError::TransportError(refusal) = &error {
+                tracing::warn!(%remote, reason = %refusal, "refused a link");
+            } else {
+                tracing::debug!(%remote, %error, "a link ended during its handshake");
+            }
+            return Err(LinkError::Handshake(error));
+        }
+    };
     let (send, recv) = connection.accept_bi().await.map_err(LinkError::NoStream)?;
     let mut reader = FrameReader::new(recv);
     reader.read_preamble().await.map_err(LinkError::Preamble)?;

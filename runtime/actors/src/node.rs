@@ -30,6 +30,16 @@ pub enum Position {
     Agent(u32),
 }
 
+impl Position {
+    /// The role whose certificate the process at this position presents.
+    pub fn role(self) -> saker_transport::Role {
+        match self {
+            Position::Root => saker_transport::Role::Root,
+            Position::Agent(_) => saker_transport::Role::Agent,
+        }
+    }
+}
+
 impl std::fmt::Display for Position {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -466,9 +476,11 @@ impl Dialer {
         };
         let timeout = self.liveness.timeout;
         let handshake = async {
-            let connection = saker_transport::quic::connect(&self.endpoint, address)
-                .await
-                .map_err(DialErrorKind::Connect)?;
+            // The certificate must carry the role of the position dialed.
+            let connection =
+                saker_transport::quic::connect(&self.endpoint, address, position.role())
+                    .await
+                    .map_err(DialErrorKind::Connect)?;
             let (send, recv) = connection
                 .open_bi()
                 .await

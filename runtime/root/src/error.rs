@@ -47,6 +47,8 @@ pub enum PilotError {
     GenerateCredentials(#[source] CredentialError),
     #[error("loading the root's credentials")]
     LoadCredentials(#[source] CredentialError),
+    #[error("renewing the credentials of the pilot directory to resume")]
+    RenewCredentials(#[source] CredentialError),
     #[error("starting the root actor (restoring the journal)")]
     StartRoot(#[source] ractor::SpawnErr),
     #[error("resolving this node's host name {host:?}")]

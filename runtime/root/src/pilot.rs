@@ -214,6 +214,7 @@ impl Pilot {
             // Addresses of the previous root, its agents and its client socket are stale.
             let _ = std::fs::remove_dir_all(dir.path().join("addr"));
             let _ = ClientEndpoint::remove(&dir);
+            renew_credentials(&dir)?;
             (dir, (history.records, history.positions))
         } else {
             if journal_dir.exists() {
@@ -508,6 +509,26 @@ async fn start_client_server(
     }
     .write(dir)?;
     Ok(ClientServer { server, forwarder })
+}
+
+/// Replaces credentials an older saker wrote (no roles) or an interrupted generation
+/// left, so an existing pilot directory can be resumed (see `docs/security.md`).
+fn renew_credentials(dir: &PilotDir) -> Result<()> {
+    use saker_transport::{Outdated, Renewal};
+    let why = match Credentials::renew_if_outdated(dir).map_err(PilotError::RenewCredentials)? {
+        Renewal::Current => return Ok(()),
+        Renewal::Renewed(Outdated::NoRoles) => "its certificates predate certificate roles",
+        Renewal::Renewed(Outdated::Incomplete) => "their generation had been interrupted",
+    };
+    tracing::warn!(
+        why,
+        "generated a new ca and new certificates for the resumed pilot"
+    );
+    eprintln!(
+        "saker: renewed the credentials of {} ({why}); clients load the new ones when they connect",
+        dir.path().display()
+    );
+    Ok(())
 }
 
 /// The address of `hostname` as other nodes would dial it.

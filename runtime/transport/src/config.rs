@@ -1,16 +1,19 @@
 //! rustls configs shared by the QUIC links and the TCP+TLS client socket.
 //!
 //! Both sides authenticate: servers require a client certificate signed by
-//! the pilot CA, clients accept only a server certificate signed by the pilot
-//! CA for [`SERVER_NAME`]. No system roots are ever consulted.
+//! the pilot CA and carrying the one role their [`LinkKind`] admits; clients
+//! accept only a server certificate signed by the pilot CA for the role they
+//! dial ([`Role::server_name`]). No system roots are ever consulted.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::SupportedProtocolVersion;
 use rustls::server::{VerifierBuilderError, WebPkiClientVerifier};
 
-use crate::credentials::{Credentials, Role, SERVER_NAME};
+use crate::credentials::{Credentials, Role};
 use crate::crypto;
+use crate::roles::{LinkKind, RoleVerifier};
 
 /// ALPN protocol id offered and required on every Saker connection.
 pub const ALPN: &[u8] = b"saker/1";
@@ -18,11 +21,13 @@ pub const ALPN: &[u8] = b"saker/1";
 /// Errors turning [`Credentials`] into a TLS or QUIC configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// A server config was asked for with credentials that cannot serve.
-    #[error("the {role} certificate is not valid for serving connections")]
+    /// A server config was asked for with credentials that may not serve it.
+    #[error("the {role} certificate cannot serve {link}")]
     RoleCannotServe {
         /// The role of the credentials given.
         role: Role,
+        /// What the server was to accept.
+        link: LinkKind,
     },
     /// The crypto provider rejected the protocol versions.
     #[error("the crypto provider does not support the required tls versions")]
@@ -63,20 +68,23 @@ pub enum ConfigError {
     },
 }
 
-/// A server config requiring client certificates from the pilot CA.
+/// A server config for `link`: requires a client certificate from the pilot CA
+/// carrying the role `link` admits.
 pub(crate) fn server_config(
     credentials: &Credentials,
     versions: &[&'static SupportedProtocolVersion],
+    link: LinkKind,
 ) -> Result<rustls::ServerConfig, ConfigError> {
     let role = credentials.role();
-    if !role.can_serve() {
-        return Err(ConfigError::RoleCannotServe { role });
+    if !role.can_serve() || !link.may_serve(role) {
+        return Err(ConfigError::RoleCannotServe { role, link });
     }
     let provider = crypto::provider();
-    let verifier =
+    let chain =
         WebPkiClientVerifier::builder_with_provider(credentials.roots().clone(), provider.clone())
             .build()
             .map_err(ConfigError::ClientVerifier)?;
+    let verifier = Arc::new(RoleVerifier::new(chain, link));
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(versions)
         .map_err(ConfigError::ProtocolVersions)?
@@ -109,9 +117,8 @@ pub(crate) fn client_config(
     Ok(config)
 }
 
-/// The name every client verifies the server certificate against.
+/// The name a client of the client socket verifies the server against: the
+/// root's ([`Role::server_name`] of [`Role::Root`]), as only the root serves it.
 pub fn server_name() -> rustls_pki_types::ServerName<'static> {
-    // SERVER_NAME is a constant, valid DNS name.
-    rustls_pki_types::ServerName::try_from(SERVER_NAME)
-        .expect("invariant: SERVER_NAME is a valid dns name")
+    Role::Root.server_name()
 }

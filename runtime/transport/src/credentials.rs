@@ -4,18 +4,28 @@
 //! one certificate per [`Role`], all signed by that CA, and writes them as PEM
 //! files (mode 0600) into the [`PilotDir`]:
 //!
-//! | file                      | contents                                              |
-//! |---------------------------|-------------------------------------------------------|
-//! | `ca.pem` / `ca.key`       | the pilot CA (trust anchor of every link)             |
-//! | `root.pem` / `root.key`   | root: server and client auth                          |
-//! | `agent.pem` / `agent.key` | agents: server and client auth (they serve children)  |
-//! | `client.pem` / `client.key` | users' clients: client auth only                    |
+//! | file                        | contents                                                 |
+//! |-----------------------------|----------------------------------------------------------|
+//! | `ca.pem`                    | the pilot CA (trust anchor of every link)                |
+//! | `root.pem` / `root.key`     | root: serves agent links and client sessions             |
+//! | `agent.pem` / `agent.key`   | agents: dial their parent, serve their children          |
+//! | `client.pem` / `client.key` | users' clients (CLI, Python, Parsl, Rust API): dial only |
 //!
-//! Every certificate carries the DNS name [`SERVER_NAME`]: peers' addresses
-//! vary from allocation to allocation, so identity is "signed by this pilot's
-//! CA", not a host name. A certificate of one pilot is worthless to another.
-//! Certificates use rcgen's default validity (1975 to 4096): a pilot's
-//! lifetime is bounded by its CA, which dies with the pilot directory.
+//! Each certificate carries its role as its one DNS name, `<role>.saker.pilot`
+//! (see [`crate::roles`] for why a name): peers' addresses vary from allocation
+//! to allocation, so identity is "signed by this pilot's CA, for this role", not
+//! a host name. A certificate of one pilot is worthless to another.
+//!
+//! The CA's private key is never written: it signs the three certificates in
+//! memory and is dropped, so nobody (not a task, not the user) can later mint a
+//! certificate of any role for this pilot; whoever can read a role's key file has
+//! that role and no other. Certificates use rcgen's default validity (1975 to
+//! 4096): a pilot's lifetime is bounded by its CA, which dies with the directory.
+//!
+//! Directories written before certificates carried roles hold certificates named
+//! only `saker.pilot` (and a `ca.key`). [`Credentials::load`] refuses them with
+//! [`CredentialError::NoRole`]; a resumed root calls
+//! [`Credentials::renew_if_outdated`], which replaces them with a new CA.
 
 use std::fmt;
 use std::fs;
@@ -30,20 +40,20 @@ use rcgen::{
 use rustls::RootCertStore;
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::{self, PemObject};
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 use crate::crypto;
 use crate::pilot_dir::{DirError, PilotDir};
-
-/// The DNS name in every pilot certificate, and the name clients verify.
-pub const SERVER_NAME: &str = "saker.pilot";
+use crate::roles;
 
 /// File holding the pilot CA certificate. Written last: its presence marks a
 /// complete credential set.
 pub const CA_CERTIFICATE_FILE_NAME: &str = "ca.pem";
 
-/// File holding the pilot CA private key.
-pub const CA_KEY_FILE_NAME: &str = "ca.key";
+/// File holding the pilot CA private key in directories written before
+/// certificate roles; no longer written, and removed when such a directory's
+/// credentials are renewed.
+pub const LEGACY_CA_KEY_FILE_NAME: &str = "ca.key";
 
 /// Which certificate a process presents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -93,6 +103,21 @@ impl Role {
             Role::Root | Role::Agent => true,
             Role::Client => false,
         }
+    }
+
+    /// The DNS name that carries the role in its certificate: `<role>.saker.pilot`.
+    pub fn dns_name(self) -> &'static str {
+        match self {
+            Role::Root => "root.saker.pilot",
+            Role::Agent => "agent.saker.pilot",
+            Role::Client => "client.saker.pilot",
+        }
+    }
+
+    /// [`Self::dns_name`] as the name a dialer verifies the server against.
+    pub fn server_name(self) -> ServerName<'static> {
+        // Each role name is a constant, valid DNS name.
+        ServerName::try_from(self.dns_name()).expect("invariant: role names are valid dns names")
     }
 }
 
@@ -167,6 +192,45 @@ pub enum CredentialError {
         #[source]
         source: rustls::Error,
     },
+    /// The certificate carries no role: it was written by a saker older than
+    /// certificate roles (or is not a saker certificate at all).
+    #[error(
+        "certificate {} carries no saker role: the pilot was created by an older saker; \
+         resume it with this one (which renews its credentials) or start a new pilot",
+        path.display()
+    )]
+    NoRole {
+        /// The certificate file.
+        path: PathBuf,
+    },
+    /// The certificate carries another role than the file it is in is for.
+    #[error("certificate {} is a {found} certificate, not the {expected} certificate", path.display())]
+    WrongRole {
+        /// The certificate file.
+        path: PathBuf,
+        /// The role the file is for.
+        expected: Role,
+        /// The role the certificate carries.
+        found: Role,
+    },
+    /// A certificate could not be parsed to read its role.
+    #[error("credential file {} is not a parsable certificate", path.display())]
+    Unparsable {
+        /// The file.
+        path: PathBuf,
+        /// The parse failure.
+        #[source]
+        source: rustls::Error,
+    },
+    /// An outdated credential file could not be removed while renewing.
+    #[error("cannot remove outdated credential file {}", path.display())]
+    Remove {
+        /// The file.
+        path: PathBuf,
+        /// The underlying failure.
+        #[source]
+        source: io::Error,
+    },
     /// The private key does not belong to the certificate.
     #[error("private key {} does not match certificate {}", key.display(), certificate.display())]
     KeyMismatch {
@@ -178,6 +242,24 @@ pub enum CredentialError {
         #[source]
         source: rustls::Error,
     },
+}
+
+/// What [`Credentials::renew_if_outdated`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// The credentials are current; nothing was changed.
+    Current,
+    /// They were replaced by a new CA and new certificates.
+    Renewed(Outdated),
+}
+
+/// Why a pilot directory's credentials were renewed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outdated {
+    /// Written before certificates carried roles.
+    NoRoles,
+    /// No `ca.pem`: an earlier generation or renewal was interrupted.
+    Incomplete,
 }
 
 /// One role's identity plus the pilot's trust anchor: everything a TLS config needs.
@@ -253,13 +335,13 @@ impl Credentials {
                     what: "ca certificate",
                     source,
                 })?;
-        let ca_key_pem = ca_key.serialize_pem();
+        // The CA key signs below and is dropped with `issuer`: never written.
         let issuer = Issuer::new(ca_params, ca_key);
 
         for role in Role::ALL {
             let key = generate_key("role key")?;
             let mut params =
-                CertificateParams::new(vec![SERVER_NAME.to_owned()]).map_err(|source| {
+                CertificateParams::new(vec![role.dns_name().to_owned()]).map_err(|source| {
                     CredentialError::Generate {
                         what: "certificate parameters",
                         source,
@@ -290,16 +372,61 @@ impl Credentials {
             write(pilot_dir, role.key_file_name(), key.serialize_pem())?;
             write(pilot_dir, role.certificate_file_name(), certificate.pem())?;
         }
-        write(pilot_dir, CA_KEY_FILE_NAME, ca_key_pem)?;
         write(pilot_dir, CA_CERTIFICATE_FILE_NAME, ca_certificate.pem())?;
         tracing::debug!(pilot_id = %pilot_id, "generated pilot credentials");
         Ok(())
     }
 
+    /// Makes the credentials of an existing pilot directory usable by this
+    /// version, for a root resuming it: when they predate certificate roles, or
+    /// their generation was interrupted (no `ca.pem`), they are replaced by a new
+    /// CA and new certificates (and a legacy `ca.key` is removed). Anything else
+    /// wrong with them is an error, not silently repaired.
+    ///
+    /// Renewing is safe only because a resumed root starts its own agents: no
+    /// process keeps using the old certificates except clients of the old root,
+    /// which is gone; they load the new ones when they connect again.
+    pub fn renew_if_outdated(pilot_dir: &PilotDir) -> Result<Renewal, CredentialError> {
+        let ca_path = pilot_dir.file_path(CA_CERTIFICATE_FILE_NAME);
+        let mut outdated = None;
+        for role in Role::ALL {
+            match Credentials::load(pilot_dir, role) {
+                Ok(_) => {}
+                Err(CredentialError::NoRole { .. }) => outdated = Some(Outdated::NoRoles),
+                Err(CredentialError::Missing { path }) if path == ca_path => {
+                    outdated = Some(Outdated::Incomplete);
+                    break;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        let Some(outdated) = outdated else {
+            return Ok(Renewal::Current);
+        };
+        // ca.pem first: until the new one is written last, the set reads as
+        // incomplete, so an interrupted renewal is simply renewed again.
+        for file_name in [CA_CERTIFICATE_FILE_NAME, LEGACY_CA_KEY_FILE_NAME] {
+            let path = pilot_dir.file_path(file_name);
+            match fs::remove_file(&path) {
+                Err(error) if error.kind() != io::ErrorKind::NotFound => {
+                    return Err(CredentialError::Remove {
+                        path,
+                        source: error,
+                    });
+                }
+                _ => {}
+            }
+        }
+        Credentials::generate_into(pilot_dir)?;
+        tracing::info!(pilot_id = %pilot_dir.pilot_id(), ?outdated, "renewed pilot credentials");
+        Ok(Renewal::Renewed(outdated))
+    }
+
     /// Loads `role`'s certificate and key and the pilot CA from `pilot_dir`.
     ///
-    /// Checks that the key parses and matches the certificate, so a broken file
-    /// is reported here, naming it, rather than as a handshake failure later.
+    /// Checks that the key parses and matches the certificate and that the
+    /// certificate carries `role`, so a broken or outdated file is reported here,
+    /// naming it, rather than as a handshake failure later.
     pub fn load(pilot_dir: &PilotDir, role: Role) -> Result<Credentials, CredentialError> {
         let ca_path = pilot_dir.file_path(CA_CERTIFICATE_FILE_NAME);
         let ca_certificate: CertificateDer<'static> = parse_pem(&ca_path, "PEM certificate")?;
@@ -313,6 +440,27 @@ impl Credentials {
 
         let certificate_path = pilot_dir.file_path(role.certificate_file_name());
         let certificate: CertificateDer<'static> = parse_pem(&certificate_path, "PEM certificate")?;
+        match roles::role_of(&certificate) {
+            Ok(Some(found)) if found == role => {}
+            Ok(Some(found)) => {
+                return Err(CredentialError::WrongRole {
+                    path: certificate_path,
+                    expected: role,
+                    found,
+                });
+            }
+            Ok(None) => {
+                return Err(CredentialError::NoRole {
+                    path: certificate_path,
+                });
+            }
+            Err(source) => {
+                return Err(CredentialError::Unparsable {
+                    path: certificate_path,
+                    source,
+                });
+            }
+        }
         let key_path = pilot_dir.file_path(role.key_file_name());
         let private_key: PrivateKeyDer<'static> = parse_pem(&key_path, "PEM private key")?;
 

@@ -15,7 +15,8 @@ use std::time::Duration;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 
 use crate::config::{self, ConfigError};
-use crate::credentials::{Credentials, SERVER_NAME};
+use crate::credentials::{Credentials, Role};
+use crate::roles::LinkKind;
 
 /// Liveness settings of a link.
 ///
@@ -65,13 +66,14 @@ impl LinkTimeouts {
     }
 }
 
-/// A quinn server config: presents `credentials` (root or agent) and accepts
-/// only clients whose certificate is signed by the pilot CA.
+/// A quinn server config for agent links: presents `credentials` (root or
+/// agent) and admits only agent certificates signed by the pilot CA
+/// ([`LinkKind::Agent`]).
 pub fn server_config(
     credentials: &Credentials,
     timeouts: &LinkTimeouts,
 ) -> Result<quinn::ServerConfig, ConfigError> {
-    let tls = config::server_config(credentials, &[&rustls::version::TLS13])?;
+    let tls = config::server_config(credentials, &[&rustls::version::TLS13], LinkKind::Agent)?;
     let quic = QuicServerConfig::try_from(Arc::new(tls)).map_err(ConfigError::QuicCipherSuite)?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(quic));
     server.transport_config(timeouts.transport_config()?);
@@ -79,7 +81,7 @@ pub fn server_config(
 }
 
 /// A quinn client config: presents `credentials` and accepts only a server
-/// certificate signed by the pilot CA for [`SERVER_NAME`].
+/// certificate signed by the pilot CA for the role given to [`connect`].
 pub fn client_config(
     credentials: &Credentials,
     timeouts: &LinkTimeouts,
@@ -118,7 +120,7 @@ pub enum ConnectError {
         source: quinn::ConnectError,
     },
     /// The handshake failed: peer unreachable, refused our certificate, or
-    /// presented one not signed by the pilot CA.
+    /// presented one not signed by the pilot CA or not of the expected role.
     #[error("connection to {address} failed during the handshake")]
     Handshake {
         /// The peer's address.
@@ -148,7 +150,9 @@ pub fn bind_endpoint(
     Ok(endpoint)
 }
 
-/// Connects to the peer at `address` and completes the handshake.
+/// Connects to the peer at `address`, which must present a certificate of role
+/// `expected` (the root when dialing the root, an agent when dialing an agent),
+/// and completes the handshake.
 ///
 /// With TLS 1.3 the server checks the client's certificate after the client
 /// considers the handshake done, so a server refusing *our* certificate may
@@ -156,9 +160,10 @@ pub fn bind_endpoint(
 pub async fn connect(
     endpoint: &quinn::Endpoint,
     address: SocketAddr,
+    expected: Role,
 ) -> Result<quinn::Connection, ConnectError> {
     let connecting = endpoint
-        .connect(address, SERVER_NAME)
+        .connect(address, expected.dns_name())
         .map_err(|source| ConnectError::Start { address, source })?;
     connecting
         .await

@@ -6,10 +6,11 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::TestPilot;
+use common::{TestPilot, write_legacy_credentials};
 use saker_transport::credentials::CA_CERTIFICATE_FILE_NAME;
 use saker_transport::pilot_dir::MARKER_FILE_NAME;
-use saker_transport::{CredentialError, Credentials, DirError, PilotDir, Role};
+use saker_transport::roles::role_of;
+use saker_transport::{CredentialError, Credentials, DirError, Outdated, PilotDir, Renewal, Role};
 
 fn mode(path: &Path) -> u32 {
     fs::metadata(path).unwrap().permissions().mode() & 0o7777
@@ -34,7 +35,6 @@ fn a_new_pilot_dir_is_private_and_every_secret_is_0600() {
         [
             "agent.key",
             "agent.pem",
-            "ca.key",
             "ca.pem",
             "client.key",
             "client.pem",
@@ -42,7 +42,7 @@ fn a_new_pilot_dir_is_private_and_every_secret_is_0600() {
             "root.pem",
             MARKER_FILE_NAME,
         ],
-        "no temporary files may be left behind"
+        "no temporary files may be left behind, and no ca key"
     );
     for name in names {
         assert_eq!(mode(&path.join(&name)), 0o600, "{name}");
@@ -240,5 +240,104 @@ fn broken_credential_files_are_named_in_the_error() {
     assert!(
         matches!(&error, CredentialError::Pem { path, .. } if path.ends_with("ca.pem")),
         "{error}"
+    );
+}
+
+#[test]
+fn each_certificate_carries_its_role_and_load_checks_it() {
+    let pilot = TestPilot::new();
+    for role in Role::ALL {
+        let credentials = Credentials::load(&pilot.dir, role).unwrap();
+        assert_eq!(
+            role_of(&credentials.certificate_chain()[0]).unwrap(),
+            Some(role)
+        );
+    }
+    // An agent's certificate and key put where the client's belong.
+    for (from, to) in [("agent.pem", "client.pem"), ("agent.key", "client.key")] {
+        fs::copy(pilot.dir.file_path(from), pilot.dir.file_path(to)).unwrap();
+    }
+    let error = Credentials::load(&pilot.dir, Role::Client).unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            CredentialError::WrongRole { path, expected: Role::Client, found: Role::Agent }
+                if path.ends_with("client.pem")
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn credentials_without_roles_are_refused_by_load_and_renewed_for_a_resume() {
+    let pilot = TestPilot::new();
+    write_legacy_credentials(&pilot.dir);
+    let old_ca = fs::read(pilot.dir.file_path(CA_CERTIFICATE_FILE_NAME)).unwrap();
+    for role in Role::ALL {
+        let error = Credentials::load(&pilot.dir, role).unwrap_err();
+        assert!(
+            matches!(&error, CredentialError::NoRole { path } if path.ends_with(role.certificate_file_name())),
+            "{error}"
+        );
+        assert!(error.to_string().contains("older saker"), "{error}");
+    }
+
+    let renewal = Credentials::renew_if_outdated(&pilot.dir).unwrap();
+    assert_eq!(renewal, Renewal::Renewed(Outdated::NoRoles));
+    assert_ne!(
+        fs::read(pilot.dir.file_path(CA_CERTIFICATE_FILE_NAME)).unwrap(),
+        old_ca,
+        "a new ca"
+    );
+    assert!(
+        !pilot.dir.file_path("ca.key").exists(),
+        "the old ca key is gone"
+    );
+    for role in Role::ALL {
+        Credentials::load(&pilot.dir, role).unwrap();
+    }
+    // Current credentials are left as they are.
+    let current = fs::read(pilot.dir.file_path("client.pem")).unwrap();
+    assert_eq!(
+        Credentials::renew_if_outdated(&pilot.dir).unwrap(),
+        Renewal::Current
+    );
+    assert_eq!(
+        fs::read(pilot.dir.file_path("client.pem")).unwrap(),
+        current
+    );
+}
+
+#[test]
+fn an_interrupted_generation_is_completed_by_a_renewal() {
+    let pilot = TestPilot::new();
+    // A generation or renewal writes ca.pem last; one cut short leaves none.
+    fs::remove_file(pilot.dir.file_path(CA_CERTIFICATE_FILE_NAME)).unwrap();
+    assert_eq!(
+        Credentials::renew_if_outdated(&pilot.dir).unwrap(),
+        Renewal::Renewed(Outdated::Incomplete)
+    );
+    for role in Role::ALL {
+        Credentials::load(&pilot.dir, role).unwrap();
+    }
+}
+
+#[test]
+fn broken_current_credentials_are_reported_not_renewed() {
+    let pilot = TestPilot::new();
+    let ca = fs::read(pilot.dir.file_path(CA_CERTIFICATE_FILE_NAME)).unwrap();
+    fs::copy(
+        pilot.dir.file_path("client.key"),
+        pilot.dir.file_path("agent.key"),
+    )
+    .unwrap();
+    let error = Credentials::renew_if_outdated(&pilot.dir).unwrap_err();
+    assert!(
+        matches!(error, CredentialError::KeyMismatch { .. }),
+        "{error}"
+    );
+    assert_eq!(
+        fs::read(pilot.dir.file_path(CA_CERTIFICATE_FILE_NAME)).unwrap(),
+        ca
     );
 }

@@ -6,9 +6,11 @@ use std::error::Error;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{TestPilot, frames, payload, rogue_quic_client_config};
+use common::{TestPilot, frames, payload, rogue_quic_client_config, rogue_quic_server_config};
 use saker_transport::quic::{self, ConnectError};
-use saker_transport::{ConfigError, FrameReader, FrameWriter, LinkTimeouts, Role, StreamError};
+use saker_transport::{
+    ConfigError, FrameReader, FrameWriter, LinkKind, LinkTimeouts, Role, RoleRefused, StreamError,
+};
 
 type TestResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
@@ -21,12 +23,17 @@ fn any_port() -> SocketAddr {
 
 /// A server endpoint presenting the root certificate of `pilot`.
 fn root_server(pilot: &TestPilot) -> quinn::Endpoint {
-    let root = pilot.credentials(Role::Root);
+    server(pilot, Role::Root)
+}
+
+/// A server endpoint accepting agent links, presenting `role`'s certificate.
+fn server(pilot: &TestPilot, role: Role) -> quinn::Endpoint {
+    let credentials = pilot.credentials(role);
     let timeouts = LinkTimeouts::default();
     quic::bind_endpoint(
         any_port(),
-        Some(quic::server_config(&root, &timeouts).unwrap()),
-        quic::client_config(&root, &timeouts).unwrap(),
+        Some(quic::server_config(&credentials, &timeouts).unwrap()),
+        quic::client_config(&credentials, &timeouts).unwrap(),
     )
     .unwrap()
 }
@@ -50,8 +57,12 @@ async fn echo_one_stream(connection: &quinn::Connection) -> TestResult<(u32, u64
 
 /// Opens a stream, sends a preamble and waits for the peer's: fails if the
 /// server refused us at any point of the handshake or after it.
-async fn use_link(endpoint: &quinn::Endpoint, address: SocketAddr) -> TestResult<()> {
-    let connection = quic::connect(endpoint, address).await?;
+async fn use_link(
+    endpoint: &quinn::Endpoint,
+    address: SocketAddr,
+    expected: Role,
+) -> TestResult<()> {
+    let connection = quic::connect(endpoint, address, expected).await?;
     let (send, recv) = connection.open_bi().await?;
     let mut writer = FrameWriter::new(send);
     writer.write_preamble().await?;
@@ -81,7 +92,7 @@ async fn agent_and_root_exchange_a_thousand_frames_each_way() {
         TestResult::Ok(echoed)
     };
     let talk = async {
-        let connection = quic::connect(&client, address).await?;
+        let connection = quic::connect(&client, address, Role::Root).await?;
         let (send, recv) = connection.open_bi().await?;
         let mut writer = FrameWriter::new(send);
         writer.write_preamble().await?;
@@ -120,14 +131,25 @@ async fn attempt(
     server: &quinn::Endpoint,
     client_config: quinn::ClientConfig,
 ) -> (TestResult<()>, TestResult<()>) {
+    attempt_as(server, client_config, Role::Root).await
+}
+
+/// [`attempt`], the client expecting the server to be `expected`.
+async fn attempt_as(
+    server: &quinn::Endpoint,
+    client_config: quinn::ClientConfig,
+    expected: Role,
+) -> (TestResult<()>, TestResult<()>) {
     let address = server.local_addr().unwrap();
     let client = quic::bind_endpoint(any_port(), None, client_config).unwrap();
     let serve = async {
         let connection = server.accept().await.expect("endpoint open").await?;
         echo_one_stream(&connection).await?;
+        // Held until the dialer is done with it, which then closes it.
+        connection.closed().await;
         Ok(())
     };
-    let talk = use_link(&client, address);
+    let talk = use_link(&client, address, expected);
     tokio::time::timeout(DEADLINE, async { tokio::join!(serve, talk) })
         .await
         .expect("refusal happened in time")
@@ -199,8 +221,90 @@ async fn a_client_certificate_cannot_serve() {
         .expect_err("client certificates lack server auth");
     assert!(matches!(
         error,
-        ConfigError::RoleCannotServe { role: Role::Client }
+        ConfigError::RoleCannotServe {
+            role: Role::Client,
+            link: LinkKind::Agent
+        }
     ));
+}
+
+/// The root's endpoint and every agent's endpoint admit only agent certificates:
+/// a client's (or the root's) is refused inside the handshake, the server side
+/// fails with the refusal, and the dialer never gets a working link.
+#[tokio::test]
+async fn only_an_agent_certificate_opens_an_agent_link() {
+    let pilot = TestPilot::new();
+    for serving in [Role::Root, Role::Agent] {
+        for presented in [Role::Client, Role::Root] {
+            let server = server(&pilot, serving);
+            let config =
+                quic::client_config(&pilot.credentials(presented), &LinkTimeouts::default())
+                    .unwrap();
+            let (served, talked) = attempt_as(&server, config, serving).await;
+            let server_error = served.expect_err("the server must refuse the certificate");
+            let Some(quinn::ConnectionError::TransportError(error)) = server_error.downcast_ref()
+            else {
+                panic!("{serving} refusing {presented}: {server_error:?}");
+            };
+            let refused = RoleRefused {
+                link: LinkKind::Agent,
+                presented: Some(presented),
+            };
+            // A TLS alert (certificate_unknown), and quinn keeps the TLS error as
+            // text: the typed refusal, fields and all.
+            assert_eq!(error.code, quinn::TransportErrorCode::crypto(46));
+            assert!(
+                error.reason.contains(&format!("{refused:?}")),
+                "{serving} refusing {presented}: {error:?}"
+            );
+            talked.expect_err("the dialer must not get a working link");
+        }
+        // The same endpoint still serves an agent.
+        let server = server(&pilot, serving);
+        let config =
+            quic::client_config(&pilot.credentials(Role::Agent), &LinkTimeouts::default()).unwrap();
+        // The dialer reads the server's preamble: the server accepted the link.
+        let (_served, talked) = attempt_as(&server, config, serving).await;
+        talked.unwrap();
+    }
+}
+
+/// An agent dialing its parent checks the parent's role: the root when it dials
+/// the root, an agent when it dials an agent; anything else it refuses.
+#[tokio::test]
+async fn a_dialing_agent_accepts_only_the_role_it_dials() {
+    let pilot = TestPilot::new();
+    let agent = || quic::client_config(&pilot.credentials(Role::Agent), &LinkTimeouts::default());
+    let name = |role: Role| format!("certificate not valid for name \"{}\"", role.dns_name());
+    let cases = [
+        (server(&pilot, Role::Agent), Role::Root, name(Role::Root)),
+        (server(&pilot, Role::Root), Role::Agent, name(Role::Agent)),
+        // A client certificate cannot serve at all (no server-auth purpose).
+        (
+            quic::bind_endpoint(
+                any_port(),
+                Some(rogue_quic_server_config(&pilot.credentials(Role::Client))),
+                agent().unwrap(),
+            )
+            .unwrap(),
+            Role::Agent,
+            "server authentication".to_owned(),
+        ),
+    ];
+    for (server, expected, why) in cases {
+        let (_served, talked) = attempt_as(&server, agent().unwrap(), expected).await;
+        let client_error = talked.expect_err("the dialer must refuse the server");
+        let Some(ConnectError::Handshake { source, .. }) = client_error.downcast_ref() else {
+            panic!("expecting {expected}: {client_error:?}");
+        };
+        let quinn::ConnectionError::TransportError(error) = source else {
+            panic!("expecting {expected}: {source:?}");
+        };
+        assert!(
+            error.reason.contains(&why),
+            "expecting {expected}: {error:?}"
+        );
+    }
 }
 
 #[test]
@@ -239,7 +343,7 @@ async fn one_way_stream(
     .unwrap();
     let (server_connection, client_connection) = tokio::join!(
         async { server.accept().await.unwrap().await.unwrap() },
-        async { quic::connect(&client, address).await.unwrap() }
+        async { quic::connect(&client, address, Role::Root).await.unwrap() }
     );
     let send = client_connection.open_uni().await.unwrap();
     let mut writer = FrameWriter::new(send);
@@ -333,7 +437,7 @@ async fn keep_alives_hold_an_idle_link_open_past_its_idle_timeout() {
     let address = server.local_addr().unwrap();
     let (server_connection, client_connection) = tokio::join!(
         async { server.accept().await.unwrap().await.unwrap() },
-        async { quic::connect(&client, address).await.unwrap() }
+        async { quic::connect(&client, address, Role::Root).await.unwrap() }
     );
     // Without keep-alives both ends would time out after 0.8 s of silence.
     tokio::time::sleep(Duration::from_millis(2000)).await;

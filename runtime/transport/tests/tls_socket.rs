@@ -6,9 +6,9 @@ use std::error::Error;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TestPilot, frames, rogue_client_config};
+use common::{TestPilot, frames, rogue_client_config, rogue_server_config};
 use saker_transport::tls::{server_name, tls_client_config, tls_server_config};
-use saker_transport::{FrameReader, FrameWriter, Role};
+use saker_transport::{ConfigError, FrameReader, FrameWriter, LinkKind, Role, RoleRefused};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
@@ -21,6 +21,10 @@ const DEADLINE: Duration = Duration::from_secs(20);
 /// every frame back raw; returns the number of frames.
 async fn echo_one_connection(listener: TcpListener, pilot: &TestPilot) -> TestResult<u32> {
     let acceptor = TlsAcceptor::from(tls_server_config(&pilot.credentials(Role::Root))?);
+    echo_with(listener, acceptor).await
+}
+
+async fn echo_with(listener: TcpListener, acceptor: TlsAcceptor) -> TestResult<u32> {
     let (tcp, _) = listener.accept().await?;
     let tls = acceptor.accept(tcp).await?;
     let (read_half, write_half) = tokio::io::split(tls);
@@ -176,4 +180,76 @@ async fn tls_1_2_clients_are_served_too() {
     let (served, talked) = attempt(&pilot, Arc::new(config), &sent).await;
     assert_eq!(served.unwrap(), 10);
     assert_eq!(talked.unwrap(), sent.as_slice());
+}
+
+/// The client socket admits only client certificates: an agent's (or the root's)
+/// is refused inside the handshake, with the typed refusal on the server side,
+/// and the client gets no answer.
+#[tokio::test]
+async fn only_a_client_certificate_opens_a_client_session() {
+    let pilot = TestPilot::new();
+    for presented in [Role::Agent, Role::Root] {
+        let config = rogue_client_config(
+            &pilot.credentials(Role::Client),
+            Some(&pilot.credentials(presented)),
+            rustls::ALL_VERSIONS,
+        );
+        let (served, talked) = attempt(&pilot, Arc::new(config), &frames(3)).await;
+        let server_error = served.expect_err("the server must refuse the certificate");
+        assert_eq!(
+            RoleRefused::find(server_error.as_ref()),
+            Some(&RoleRefused {
+                link: LinkKind::Client,
+                presented: Some(presented)
+            }),
+            "{server_error:?}"
+        );
+        talked.expect_err("the client must not get an echo");
+    }
+}
+
+#[test]
+fn only_the_root_serves_the_client_socket() {
+    let pilot = TestPilot::new();
+    for role in [Role::Agent, Role::Client] {
+        let error = tls_server_config(&pilot.credentials(role)).unwrap_err();
+        assert!(
+            matches!(error, ConfigError::RoleCannotServe { role: found, link: LinkKind::Client } if found == role),
+            "{error}"
+        );
+    }
+}
+
+/// A client checks that the socket is served by the root: a server presenting
+/// an agent certificate of the same pilot is refused.
+#[tokio::test]
+async fn a_client_refuses_a_socket_not_served_by_the_root() {
+    let pilot = TestPilot::new();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let acceptor = TlsAcceptor::from(Arc::new(rogue_server_config(
+        &pilot.credentials(Role::Agent),
+        rustls::ALL_VERSIONS,
+    )));
+    let config = tls_client_config(&pilot.credentials(Role::Client)).unwrap();
+    let sent = frames(3);
+    let (served, talked) = tokio::time::timeout(DEADLINE, async {
+        tokio::join!(
+            echo_with(listener, acceptor),
+            exchange(address, config, &sent)
+        )
+    })
+    .await
+    .expect("tls exchange finished in time");
+    served.expect_err("the handshake must fail on the server too");
+    let client_error = talked.expect_err("the client must refuse the server");
+    assert!(
+        matches!(
+            rustls_error(client_error.as_ref()),
+            Some(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForNameContext { .. }
+            ))
+        ),
+        "{client_error:?}"
+    );
 }

@@ -352,7 +352,7 @@ impl Actor for Agent {
             config.spill_dir.clone(),
             cores + config.prefetch,
         );
-        if let Err(error) = std::fs::create_dir_all(&config.scratch) {
+        if let Err(error) = crate::items::create_private_dir(&config.scratch) {
             // Tasks that read or write data items will fail to; the rest run.
             tracing::warn!(%error, dir = %config.scratch.display(), "no scratch directory");
         }

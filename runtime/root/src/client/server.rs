@@ -13,6 +13,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+use saker_transport::RoleRefused;
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::TcpListener;
@@ -156,6 +157,10 @@ impl ServerConfig {
 pub enum ConnectionError {
     #[error("tls handshake failed")]
     Tls(#[source] io::Error),
+    /// The client's certificate is of this pilot but not a client's (an agent's,
+    /// say): refused during the TLS handshake, before anything is read.
+    #[error("refused during the tls handshake")]
+    WrongRole(#[source] RoleRefused),
     #[error("no tls handshake or hello within {timeout:?}")]
     HandshakeTimeout { timeout: Duration },
     #[error("client refused during the hello")]
@@ -198,11 +203,17 @@ pub async fn serve(
             let timeout = config.handshake_timeout;
             let outcome = match tokio::time::timeout(timeout, tls.accept(tcp)).await {
                 Err(_) => Err(ConnectionError::HandshakeTimeout { timeout }),
-                Ok(Err(error)) => Err(ConnectionError::Tls(error)),
+                Ok(Err(error)) => Err(match RoleRefused::find(&error) {
+                    Some(refused) => ConnectionError::WrongRole(refused.clone()),
+                    None => ConnectionError::Tls(error),
+                }),
                 Ok(Ok(stream)) => serve_connection(stream, config, requests).await,
             };
             match outcome {
                 Ok(()) => tracing::debug!(%peer, "client disconnected"),
+                Err(ConnectionError::WrongRole(refused)) => {
+                    tracing::warn!(%peer, error = %refused, "refused a client connection")
+                }
                 Err(error) => {
                     tracing::info!(%peer, error = %error_chain(&error), "client connection ended")
                 }

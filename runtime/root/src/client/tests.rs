@@ -428,10 +428,17 @@ async fn a_gone_root_closes_the_connection() {
     ));
 }
 
-/// The production path: `serve` with the pilot CA's TLS config, `Client::connect` from
-/// the pilot directory.
-#[tokio::test]
-async fn tls_end_to_end_through_the_pilot_directory() {
+/// A pilot directory and `serve` on 127.0.0.1 with the root's TLS config, its
+/// address in `client.json`: the client socket as a pilot runs it.
+struct TlsSocket {
+    _temporary: tempfile::TempDir,
+    pilot_dir: saker_transport::PilotDir,
+    address: std::net::SocketAddr,
+    root: mpsc::Receiver<ClientRequest>,
+    server: JoinHandle<()>,
+}
+
+async fn tls_socket() -> TlsSocket {
     use saker_transport::{Credentials, PilotDir, Role};
 
     let temporary = tempfile::tempdir().unwrap();
@@ -440,17 +447,38 @@ async fn tls_end_to_end_through_the_pilot_directory() {
     let root_credentials = Credentials::load(&pilot_dir, Role::Root).unwrap();
     let tls = saker_transport::tls::tls_server_config(&root_credentials).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
     let endpoint = ClientEndpoint {
-        addr: listener.local_addr().unwrap().to_string(),
+        addr: address.to_string(),
         protocol: PROTOCOL_VERSION,
         protocols: vec![1, 2],
         pid: std::process::id(),
         pilot_id: pilot_dir.pilot_id().to_string(),
     };
     endpoint.write(&pilot_dir).unwrap();
-    let (requests, mut root) = mpsc::channel(16);
+    let (requests, root) = mpsc::channel(16);
     let config = Arc::new(ServerConfig::new(pilot_dir.pilot_id().to_string()));
     let server = tokio::spawn(serve(listener, tls.into(), config, requests));
+    TlsSocket {
+        _temporary: temporary,
+        pilot_dir,
+        address,
+        root,
+        server,
+    }
+}
+
+/// The production path: `serve` with the pilot CA's TLS config, `Client::connect` from
+/// the pilot directory.
+#[tokio::test]
+async fn tls_end_to_end_through_the_pilot_directory() {
+    let TlsSocket {
+        _temporary,
+        pilot_dir,
+        mut root,
+        server,
+        ..
+    } = tls_socket().await;
 
     let client = Client::connect(pilot_dir.path(), "tls-test").await.unwrap();
     let (status, ()) = tokio::join!(client.status(), answer_status(&mut root, 3));
@@ -534,4 +562,62 @@ async fn function_specs_are_decoded_or_refused_before_the_root() {
         "{message}"
     );
     assert!(root.try_recv().is_err(), "nothing of it was submitted");
+}
+
+/// A session opened with an agent's (or the root's) certificate is refused during the
+/// TLS handshake: the hello and the submit it sent at once never reach the root, and
+/// the connection is closed without a line. A client's session beside it is served.
+#[tokio::test]
+async fn only_a_client_certificate_opens_a_session() {
+    use saker_transport::{Credentials, Role};
+
+    let mut socket = tls_socket().await;
+    for presented in [Role::Agent, Role::Root] {
+        let credentials = Credentials::load(&socket.pilot_dir, presented).unwrap();
+        let config = saker_transport::tls::tls_client_config(&credentials).unwrap();
+        let tcp = tokio::net::TcpStream::connect(socket.address)
+            .await
+            .unwrap();
+        // TLS 1.3: the client is through its side of the handshake before the server
+        // has looked at its certificate, so it can send its requests.
+        let stream = tokio_rustls::TlsConnector::from(config)
+            .connect(saker_transport::tls::server_name(), tcp)
+            .await
+            .unwrap();
+        let (read_half, mut write_half) = tokio::io::split(stream);
+        write_half
+            .write_all(
+                concat!(
+                    r#"{"hello": {"protocol": 2, "client": "rogue"}}"#,
+                    "\n",
+                    r#"{"id": 1, "submit": {"jobs": [{"spec": {"argv": ["true"]}}]}}"#,
+                    "\n"
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        let _ = write_half.flush().await;
+        let mut line = String::new();
+        let read = tokio::time::timeout(
+            Duration::from_secs(20),
+            BufReader::new(read_half).read_line(&mut line),
+        )
+        .await
+        .expect("the server closed the connection in time");
+        assert!(
+            read.is_err() || line.is_empty(),
+            "{presented}: no line may come back, got {line:?}"
+        );
+    }
+    let client = Client::connect(socket.pilot_dir.path(), "after")
+        .await
+        .unwrap();
+    let (status, ()) = tokio::join!(client.status(), answer_status(&mut socket.root, 7));
+    assert_eq!(status.unwrap().queued, 7);
+    assert!(
+        socket.root.try_recv().is_err(),
+        "nothing of the refused sessions reached the root"
+    );
+    socket.server.abort();
 }
