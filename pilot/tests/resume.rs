@@ -239,35 +239,10 @@ fn a_resumed_task_keeps_the_retries_it_used_before_the_root_died() {
 }
 
 /// Replaces the credentials of the pilot in `pilot` by ones as sakers before
-/// certificate roles wrote them: every certificate named `saker.pilot`, and a `ca.key`.
+/// certificate roles wrote them.
 fn write_legacy_credentials(pilot: &std::path::Path) {
-    use rcgen::{
-        BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    };
     let dir = saker_transport::PilotDir::open(pilot).unwrap();
-    let ca_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-    let mut ca_params = CertificateParams::default();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let ca_key_pem = ca_key.serialize_pem();
-    let issuer = Issuer::new(ca_params, ca_key);
-    for role in saker_transport::Role::ALL {
-        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-        let mut params = CertificateParams::new(vec!["saker.pilot".to_owned()]).unwrap();
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        let certificate = params.signed_by(&key, &issuer).unwrap();
-        dir.write_secret_file(role.key_file_name(), key.serialize_pem().as_bytes())
-            .unwrap();
-        dir.write_secret_file(role.certificate_file_name(), certificate.pem().as_bytes())
-            .unwrap();
-    }
-    dir.write_secret_file("ca.key", ca_key_pem.as_bytes())
-        .unwrap();
-    dir.write_secret_file("ca.pem", ca.pem().as_bytes())
-        .unwrap();
+    saker_transport::test_support::write_legacy_credentials(&dir);
 }
 
 /// A pilot directory from before certificate roles is resumed: the resumed root

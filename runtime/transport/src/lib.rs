@@ -54,6 +54,8 @@ pub mod pilot_dir;
 pub mod quic;
 pub mod roles;
 pub mod stream;
+#[cfg(feature = "test-support")]
+pub mod test_support;
 pub mod tls;
 
 pub use config::{ALPN, ConfigError};

@@ -6,10 +6,11 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::{TestPilot, write_legacy_credentials};
+use common::TestPilot;
 use saker_transport::credentials::CA_CERTIFICATE_FILE_NAME;
 use saker_transport::pilot_dir::MARKER_FILE_NAME;
 use saker_transport::roles::role_of;
+use saker_transport::test_support::write_legacy_credentials;
 use saker_transport::{CredentialError, Credentials, DirError, Outdated, PilotDir, Renewal, Role};
 
 fn mode(path: &Path) -> u32 {

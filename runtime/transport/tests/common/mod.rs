@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use saker_transport::credentials::CA_CERTIFICATE_FILE_NAME;
 use saker_transport::{ALPN, Credentials, PilotDir, Role, crypto};
 use saker_wire::AlignedVec;
 use tempfile::TempDir;
@@ -86,43 +85,6 @@ pub fn rogue_quic_server_config(presented: &Credentials) -> quinn::ServerConfig 
     let tls = rogue_server_config(presented, &[&rustls::version::TLS13]);
     let quic = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls)).unwrap();
     quinn::ServerConfig::with_crypto(Arc::new(quic))
-}
-
-/// Replaces the credentials of `dir` by ones as a saker older than certificate
-/// roles wrote them: every certificate named `saker.pilot`, and a `ca.key`.
-pub fn write_legacy_credentials(dir: &PilotDir) {
-    use rcgen::{
-        BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-        KeyUsagePurpose,
-    };
-    let ca_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-    let mut ca_params = CertificateParams::default();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let ca_key_pem = ca_key.serialize_pem();
-    let issuer = Issuer::new(ca_params, ca_key);
-    for role in Role::ALL {
-        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-        let mut params = CertificateParams::new(vec!["saker.pilot".to_owned()]).unwrap();
-        params.is_ca = IsCa::ExplicitNoCa;
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        let certificate = params.signed_by(&key, &issuer).unwrap();
-        dir.write_secret_file(role.key_file_name(), key.serialize_pem().as_bytes())
-            .unwrap();
-        dir.write_secret_file(role.certificate_file_name(), certificate.pem().as_bytes())
-            .unwrap();
-    }
-    dir.write_secret_file("ca.key", ca_key_pem.as_bytes())
-        .unwrap();
-    dir.write_secret_file(CA_CERTIFICATE_FILE_NAME, ca.pem().as_bytes())
-        .unwrap();
 }
 
 pub fn rogue_quic_client_config(
