@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import gc
 import binascii
+import datetime
 import itertools
 import json
 import os
@@ -36,7 +37,7 @@ from typing import (
     Union,
 )
 
-from .client import Connection, Result, normalize_options, split_options
+from .client import Connection, Result, _job_ids, _timestamp, normalize_options, split_options
 from .errors import PilotClosed, PilotNotFound, SakerError
 from .futures import MODE_CALL, MODE_COMMAND, MODE_RAW, Executor, SakerFuture, map_results
 from .serialize import _run_chunk, dumps_call, prepare_function
@@ -373,6 +374,31 @@ class Pilot(_Target):
     def status(self, timeout: Optional[float] = 30.0) -> Dict[str, Any]:
         """The pilot's counters (``queued``, ``running``, ``succeeded``, ``slots``, ...)."""
         return self._require_connection().request("status", {}).result(timeout)
+
+    def update(self, *jobs: Any, priority: Optional[int] = None, not_before: Any = ...,
+               time_limit: Any = ..., timeout: Optional[float] = 60.0) -> int:
+        """Changes the tasks of ``jobs`` (job ids or futures) that have not started.
+
+        ``priority``: queued tasks move to that level. ``not_before``: a datetime or
+        RFC 3339 text; they start no earlier (``None`` clears it). ``time_limit``:
+        seconds, a timedelta or text such as ``"10m"``, for attempts not started yet
+        (``None`` clears it). Leave an argument out to keep what the jobs have. All the
+        jobs are updated or none (an unknown or ended job raises). Returns how many
+        were updated, once the update is durable.
+        """
+        body: Dict[str, Any] = {"jobs": _job_ids("update", list(jobs))}
+        if priority is not None:
+            if isinstance(priority, bool) or not isinstance(priority, int):
+                raise TypeError(f"priority must be an int, not {priority!r}")
+            body["priority"] = priority
+        if not_before is not ...:
+            body["not_before"] = None if not_before is None else _timestamp(not_before)
+        if time_limit is not ...:
+            if isinstance(time_limit, datetime.timedelta):
+                time_limit = time_limit.total_seconds()
+            body["time_limit"] = time_limit
+        answer = self._require_connection().request("update", body).result(timeout)
+        return int(answer["updated"])
 
     def cancel(self, future: "SakerFuture[Any]") -> bool:
         """Cancels the future's task (queued or running); same as ``future.cancel()``."""

@@ -189,6 +189,23 @@ def test_not_before_holds_a_task_until_its_time(pilot: saker.Pilot) -> None:
         pilot.submit("true", not_before=12)
 
 
+def test_update_moves_a_waiting_job_and_limits_its_time(pilot: saker.Pilot) -> None:
+    import datetime
+    far = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+    waiting = pilot.submit("sleep 30", not_before=far)
+    # Brought forward to now, with a limit it cannot meet: it runs at once and is killed.
+    assert pilot.update(waiting, not_before=None, time_limit=1) == 1
+    with pytest.raises(saker.TaskFailed) as info:
+        waiting.result(30)
+    assert "time limit" in (info.value.result.reason or "")
+    with pytest.raises(saker.SakerError):
+        pilot.update(waiting, priority=3)  # it has ended
+    with pytest.raises(saker.SakerError):
+        pilot.update(10**6, priority=1)  # no such job
+    with pytest.raises(TypeError):
+        pilot.update(waiting, priority="high")
+
+
 def test_spawn_failure_and_retries(pilot: saker.Pilot) -> None:
     with pytest.raises(saker.TaskFailed) as info:
         pilot.submit(["/no/such/program"]).result(30)
