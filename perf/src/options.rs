@@ -189,7 +189,7 @@ impl Sizes {
                 latency_samples: 200,
                 efficiency_makespan_ms: 500,
                 memory_array_tasks: 1_000_000,
-                memory_single_tasks: 100_000,
+                memory_single_tasks: 1_000_000,
                 durability_rounds: 2,
                 failover_repeats: 1,
                 resume_tasks: 100_000,

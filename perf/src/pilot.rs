@@ -152,6 +152,11 @@ impl RunningPilot {
     }
 
     /// Process id of the root (the process whose memory the root's queue is in).
+    /// The pilot directory (`--dir`).
+    pub fn dir(&self) -> &Path {
+        &self.pilot_dir
+    }
+
     pub fn root_pid(&self) -> u32 {
         self.root_pid
     }

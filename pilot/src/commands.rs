@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use crate::cli::{
     CancelArgs, DirArgs, ResultsArgs, ResultsFormat, SubmitArgs, UpdateArgs, WaitArgs,
 };
-use crate::submission::requests_from;
+use crate::submission::{Part, requests_from};
 use saker_root::client::{Client, JobUpdate, WaitReport};
 use saker_root::pilot::JOURNAL_DIR;
 use saker_root::records::Record;
@@ -35,7 +35,6 @@ fn exit_for(report: &WaitReport) -> ExitCode {
 }
 
 pub async fn submit(args: SubmitArgs) -> Result<ExitCode> {
-    let mut requests = requests_from(&args.task, args.inline_output)?;
     let not_before = match (&args.at, &args.in_) {
         (Some(at), _) => Some(
             at.parse::<Timestamp>()
@@ -65,8 +64,7 @@ pub async fn submit(args: SubmitArgs) -> Result<ExitCode> {
         ),
         None => None,
     };
-    for request in &mut requests {
-        let spec = &mut request.spec;
+    let edit = |spec: &mut saker_root::spec::TaskSpec| {
         if not_before.is_some() {
             spec.not_before = not_before;
         }
@@ -79,24 +77,43 @@ pub async fn submit(args: SubmitArgs) -> Result<ExitCode> {
             .extend(args.after.iter().map(|job| JobRef::Id(*job)));
         spec.after_any
             .extend(args.after_any.iter().map(|job| JobRef::Id(*job)));
-    }
+    };
+    // A task file's plain lines go as `submit_lines` batches: one set of options,
+    // a few bytes per line.
+    let parts = match crate::submission::parts_from(&args.task, args.inline_output, edit)? {
+        Some(parts) => parts,
+        None => {
+            let mut requests = requests_from(&args.task, args.inline_output)?;
+            for request in &mut requests {
+                edit(&mut request.spec);
+            }
+            vec![Part::Jobs(requests)]
+        }
+    };
     let client = connect(&args.dir).await?;
     let mut jobs = Vec::new();
-    // Names are resolved within one request: a file that uses them goes whole.
-    let named = requests.iter().any(|request| {
-        request.spec.name.is_some()
-            || request
-                .spec
-                .after
-                .iter()
-                .chain(&request.spec.after_any)
-                .any(|r| matches!(r, JobRef::Name(_)))
-    });
-    let batch = if named { requests.len().max(1) } else { 10_000 };
-    for batch in requests.chunks(batch) {
-        jobs.extend(client.submit(batch.to_vec()).await?);
+    for part in parts {
+        match part {
+            Part::Lines(lines) => jobs.extend(client.submit_lines(&lines).await?.jobs()),
+            Part::Jobs(requests) => {
+                // Names are resolved within one request: a file that uses them goes whole.
+                let named = requests.iter().any(|request| {
+                    request.spec.name.is_some()
+                        || request
+                            .spec
+                            .after
+                            .iter()
+                            .chain(&request.spec.after_any)
+                            .any(|r| matches!(r, JobRef::Name(_)))
+                });
+                let batch = if named { requests.len().max(1) } else { 10_000 };
+                for batch in requests.chunks(batch) {
+                    jobs.extend(client.submit(batch.to_vec()).await?);
+                }
+            }
+        }
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for job in &jobs {
         writeln!(
             out,
@@ -104,6 +121,7 @@ pub async fn submit(args: SubmitArgs) -> Result<ExitCode> {
             job.job, job.count, job.first_task
         )?;
     }
+    out.flush()?;
     drop(out);
     if args.wait {
         let report = client

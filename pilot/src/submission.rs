@@ -7,7 +7,8 @@ use saker_root::spec::{
     ArraySpec, HpcOptions, JobRequest, LauncherKind, MpiKind, SpecDefaults, parse_duration,
     parse_memory_mib,
 };
-use saker_root::taskfile::TaskFile;
+use saker_root::spec::{Commands, JobLines, JobRef, TaskSpec};
+use saker_root::taskfile::{TaskFile, TaskItem};
 
 /// The defaults the CLI options give every task of the submission.
 pub fn defaults_from(args: &TaskArgs) -> Result<SpecDefaults> {
@@ -100,4 +101,107 @@ pub fn requests_from(args: &TaskArgs, inline_output: u32) -> Result<Vec<JobReque
         }
     }
     Ok(requests)
+}
+
+/// What a task file becomes on the wire, in file order.
+#[derive(Debug)]
+pub enum Part {
+    /// Whole jobs (JSON lines).
+    Jobs(Vec<JobRequest>),
+    /// Plain lines: one `submit_lines` batch.
+    Lines(Box<JobLines>),
+}
+
+/// A batch of lines goes out past this many commands or bytes of them, so that no
+/// request nears the client protocol's line limit and the root works while the
+/// client reads on.
+const LINES_PER_BATCH: usize = 250_000;
+const LINE_BYTES_PER_BATCH: usize = 16 << 20;
+
+/// The task file of `args` as parts (`None` when `args` is not a task file): runs of
+/// plain lines as `submit_lines` batches sharing the CLI options, JSON lines as jobs.
+/// `edit` applies to every spec (and the batches' template) before it is sent.
+pub fn parts_from(
+    args: &TaskArgs,
+    inline_output: u32,
+    edit: impl Fn(&mut TaskSpec),
+) -> Result<Option<Vec<Part>>> {
+    let Some(path) = &args.file else {
+        return Ok(None);
+    };
+    if !args.command.is_empty() || args.array.is_some() {
+        return Ok(None);
+    }
+    let defaults = defaults_from(args)?;
+    let mut template = defaults.to_spec(Vec::new());
+    edit(&mut template);
+    // What a batch cannot share (`JobLines::validate`) goes the general way.
+    if template.name.is_some()
+        || !template.after.is_empty()
+        || !template.after_any.is_empty()
+        || template.every.is_some()
+        || !template.reads.is_empty()
+        || !template.writes.is_empty()
+    {
+        return Ok(None);
+    }
+    // The options are checked once, with a stand-in command.
+    let mut probe = template.clone();
+    probe.argv = vec!["x".to_owned()];
+    probe.validate().context("the task options")?;
+    let mut file = TaskFile::open(path, defaults)?;
+    let mut parts = Vec::new();
+    let mut commands = Commands::new();
+    let mut bytes = 0;
+    let flush = |commands: &mut Commands, parts: &mut Vec<Part>| {
+        if !commands.is_empty() {
+            parts.push(Part::Lines(Box::new(JobLines {
+                template: template.clone(),
+                inline_output: Some(inline_output),
+                commands: std::mem::take(commands),
+            })));
+        }
+    };
+    while let Some(item) = file.next_item() {
+        let (_, item) = item?;
+        match item {
+            TaskItem::Command { argv, env } => {
+                bytes += argv.iter().map(|arg| arg.len() + 1).sum::<usize>();
+                commands.push(argv.iter().map(String::as_str), env)?;
+                if commands.len() >= LINES_PER_BATCH || bytes >= LINE_BYTES_PER_BATCH {
+                    flush(&mut commands, &mut parts);
+                    bytes = 0;
+                }
+            }
+            TaskItem::Spec(mut spec) => {
+                // Names are resolved within one request: such a file goes whole.
+                if spec.name.is_some()
+                    || spec
+                        .after
+                        .iter()
+                        .chain(&spec.after_any)
+                        .any(|r| matches!(r, JobRef::Name(_)))
+                {
+                    return Ok(None);
+                }
+                flush(&mut commands, &mut parts);
+                bytes = 0;
+                edit(&mut spec);
+                let request = JobRequest {
+                    spec: *spec,
+                    array: None,
+                    inline_output: Some(inline_output),
+                };
+                match parts.last_mut() {
+                    Some(Part::Jobs(jobs)) => jobs.push(request),
+                    _ => parts.push(Part::Jobs(vec![request])),
+                }
+            }
+        }
+    }
+    flush(&mut commands, &mut parts);
+    if parts.is_empty() {
+        bail!("{} holds no tasks", path.display());
+    }
+    Ok(Some(parts))
 }

@@ -135,6 +135,11 @@ impl StoredSpec {
     }
 }
 
+/// Jobs of fewer tasks keep their finished bits inline (see `JobRecord::finished`).
+const SMALL_LIMIT: u32 = 64;
+/// Bit 63 of an inline bitset: the job was released.
+const RELEASED: u64 = 1 << 63;
+
 /// One submitted job.
 #[derive(Debug)]
 pub(crate) struct JobRecord {
@@ -144,8 +149,11 @@ pub(crate) struct JobRecord {
     pub(crate) first_task: TaskId,
     /// One bit per task, set when the task becomes terminal: the last line of defence
     /// for exactly-once acceptance. Emptied when the whole job is finished (the counts
-    /// then say every bit would be set).
-    finished: Vec<u64>,
+    /// then say every bit would be set). A job of fewer than 64 tasks (most jobs: a
+    /// task file is a job per line) keeps its bits in `small` and allocates nothing;
+    /// its bit 63 says the job was released.
+    finished: Box<[u64]>,
+    small: u64,
     pub(crate) counts: JobCounts,
 }
 
@@ -156,7 +164,12 @@ impl JobRecord {
             spec,
             max_replays,
             first_task,
-            finished: vec![0; words],
+            finished: if spec.count >= SMALL_LIMIT {
+                vec![0; words].into_boxed_slice()
+            } else {
+                Box::default()
+            },
+            small: 0,
             counts: JobCounts {
                 count: spec.count,
                 queued: spec.count,
@@ -177,11 +190,27 @@ impl JobRecord {
         *count_mut(global, to) += u64::from(amount);
     }
 
+    fn words(&self) -> &[u64] {
+        if self.counts.count >= SMALL_LIMIT {
+            &self.finished
+        } else {
+            std::slice::from_ref(&self.small)
+        }
+    }
+
+    fn words_mut(&mut self) -> &mut [u64] {
+        if self.counts.count >= SMALL_LIMIT {
+            &mut self.finished
+        } else {
+            std::slice::from_mut(&mut self.small)
+        }
+    }
+
     pub(crate) fn is_finished_index(&self, index: u32) -> bool {
         if self.counts.is_finished() {
             return true;
         }
-        let word = self.finished[(index / 64) as usize];
+        let word = self.words()[(index / 64) as usize];
         word & (1 << (index % 64)) != 0
     }
 
@@ -190,20 +219,21 @@ impl JobRecord {
         if self.is_finished_index(index) {
             return false;
         }
-        self.finished[(index / 64) as usize] |= 1 << (index % 64);
+        self.words_mut()[(index / 64) as usize] |= 1 << (index % 64);
         true
     }
 
     /// Marks `start..end` finished (all must be unfinished).
     pub(crate) fn mark_range_finished(&mut self, start: u32, end: u32) {
         let mut index = start;
+        let words = self.words_mut();
         while index < end {
             let bit = index % 64;
             if bit == 0 && end - index >= 64 {
-                self.finished[(index / 64) as usize] = u64::MAX;
+                words[(index / 64) as usize] = u64::MAX;
                 index += 64;
             } else {
-                self.finished[(index / 64) as usize] |= 1 << bit;
+                words[(index / 64) as usize] |= 1 << bit;
                 index += 1;
             }
         }
@@ -211,8 +241,16 @@ impl JobRecord {
 
     /// Releases the bitset once every task is terminal.
     pub(crate) fn release_if_finished(&mut self) -> bool {
-        if self.counts.is_finished() && !self.finished.is_empty() {
-            self.finished = Vec::new();
+        if !self.counts.is_finished() {
+            return false;
+        }
+        if self.counts.count < SMALL_LIMIT {
+            let released = self.small & RELEASED != 0;
+            self.small |= RELEASED;
+            return !released;
+        }
+        if !self.finished.is_empty() {
+            self.finished = Box::default();
             return true;
         }
         false
@@ -223,11 +261,11 @@ impl JobRecord {
         if self.counts.is_finished() {
             return self.counts.count;
         }
-        self.finished.iter().map(|word| word.count_ones()).sum()
+        self.words().iter().map(|word| word.count_ones()).sum()
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.finished.capacity() * size_of::<u64>()
+        self.finished.len() * size_of::<u64>()
     }
 }
 

@@ -17,7 +17,7 @@ use crate::attempts::AttemptNote;
 use crate::client::JobUpdate;
 use crate::client::actors::ActorSpawnRequest;
 use crate::results::{JobId, ResultRecord, TaskId};
-use crate::spec::JobRequest;
+use crate::spec::{JobLines, JobRequest};
 
 /// Serialized with its kind in a leading `record` field. Deserialization is by hand
 /// (below): serde's derived internally tagged form buffers every record into a
@@ -39,6 +39,15 @@ pub enum Record {
         submitted_unix_us: u64,
         /// Boxed: a spec is many times the size of every other record.
         request: Box<JobRequest>,
+    },
+    /// Single-task jobs `first_job ..` from one `submit_lines` (a task file's lines),
+    /// one per command, tasks `first_task ..`: one record for all of them. Shared with
+    /// the root, which builds each job's definition from it when a node needs it.
+    SubmitLines {
+        first_job: JobId,
+        first_task: TaskId,
+        submitted_unix_us: u64,
+        lines: Arc<JobLines>,
     },
     /// A task reached its terminal state (exactly once per task). Shared with the
     /// clients' view of the same result, so journaling it copies nothing.
@@ -94,6 +103,7 @@ enum FirstKey {
 enum Kind {
     PilotStarted,
     Submit,
+    SubmitLines,
     Result,
     Cancel,
     Attempt,
@@ -156,6 +166,14 @@ struct SubmitFields {
 }
 
 #[derive(Deserialize)]
+struct SubmitLinesFields {
+    first_job: JobId,
+    first_task: TaskId,
+    submitted_unix_us: u64,
+    lines: JobLines,
+}
+
+#[derive(Deserialize)]
 struct CancelFields {
     job: JobId,
     unix_us: u64,
@@ -213,6 +231,15 @@ impl<'de> Visitor<'de> for RecordVisitor {
                     count: fields.count,
                     submitted_unix_us: fields.submitted_unix_us,
                     request: Box::new(fields.request),
+                }
+            }
+            Kind::SubmitLines => {
+                let fields = SubmitLinesFields::deserialize(rest)?;
+                Record::SubmitLines {
+                    first_job: fields.first_job,
+                    first_task: fields.first_task,
+                    submitted_unix_us: fields.submitted_unix_us,
+                    lines: Arc::new(fields.lines),
                 }
             }
             Kind::Result => Record::Result(Arc::new(ResultRecord::deserialize(rest)?)),

@@ -17,6 +17,7 @@ mod deps;
 mod duration;
 mod function;
 mod hpc;
+mod lines;
 mod memory;
 
 use std::borrow::Cow;
@@ -32,6 +33,7 @@ pub use duration::parse_duration;
 pub(crate) use duration::time_limit_serde;
 pub use function::{FunctionSpec, MAX_FUNCTION_BYTES, base64_bytes, base64_option, valid_kind};
 pub use hpc::{LauncherKind, Layout, MpiKind};
+pub use lines::{Commands, JobLines, LinesError};
 use memory::memory_serde;
 pub use memory::parse_memory_mib;
 

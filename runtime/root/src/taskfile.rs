@@ -20,6 +20,7 @@
 //! a file of millions of lines streams in constant memory. An invalid line yields an
 //! error and the iterator carries on with the next line; a read error ends it.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
@@ -85,6 +86,57 @@ impl<R: BufRead> TaskFile<R> {
     }
 }
 
+/// One task read from a task file, as [`TaskFile::next_item`] gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskItem {
+    /// A plain line: the defaults with this command and these added variables.
+    Command {
+        argv: Vec<String>,
+        env: BTreeMap<String, String>,
+    },
+    /// A JSON line: exactly this spec.
+    Spec(Box<TaskSpec>),
+}
+
+impl<R: BufRead> TaskFile<R> {
+    /// The next task without building a whole spec for a plain line (the defaults
+    /// are the same for all of them): what `saker submit` sends as `submit_lines`.
+    pub fn next_item(&mut self) -> Option<Result<(u64, TaskItem), TaskFileError>> {
+        while !self.finished {
+            self.buffer.clear();
+            self.line_number += 1;
+            match self.reader.read_until(b'\n', &mut self.buffer) {
+                Ok(0) => self.finished = true,
+                Ok(_) => {
+                    let mut bytes = self.buffer.as_slice();
+                    if self.line_number == 1 {
+                        bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+                    }
+                    let parsed = match std::str::from_utf8(bytes) {
+                        Ok(text) => parse_item(text),
+                        Err(_) => Err(TaskFileErrorKind::InvalidUtf8),
+                    };
+                    match parsed {
+                        Ok(None) => continue,
+                        Ok(Some(item)) => return Some(Ok((self.line_number, item))),
+                        Err(kind) => return Some(Err(self.error(kind))),
+                    }
+                }
+                Err(source) => {
+                    self.finished = true;
+                    return Some(Err(self.error(TaskFileErrorKind::Read(source))));
+                }
+            }
+        }
+        None
+    }
+
+    /// The defaults plain lines take.
+    pub fn defaults(&self) -> &SpecDefaults {
+        &self.defaults
+    }
+}
+
 impl<R: BufRead> Iterator for TaskFile<R> {
     type Item = Result<TaskLine, TaskFileError>;
 
@@ -130,36 +182,71 @@ pub fn parse_line(
     line: &str,
     defaults: &SpecDefaults,
 ) -> Result<Option<TaskSpec>, TaskFileErrorKind> {
+    let spec = match parse_item(line)? {
+        None => return Ok(None),
+        Some(TaskItem::Spec(spec)) => *spec,
+        Some(TaskItem::Command { argv, env }) => {
+            let mut spec = defaults.to_spec(argv);
+            spec.env.extend(env);
+            spec
+        }
+    };
+    spec.validate().map_err(TaskFileErrorKind::InvalidSpec)?;
+    Ok(Some(spec))
+}
+
+/// Parses one line into a command or a spec; a JSON spec is validated, a command
+/// only as far as the line goes (the defaults it runs with are checked once).
+fn parse_item(line: &str) -> Result<Option<TaskItem>, TaskFileErrorKind> {
     let text = line.trim();
     if text.is_empty() || text.starts_with('#') {
         return Ok(None);
     }
-    let spec = if text.starts_with('{') {
-        serde_json::from_str::<TaskSpec>(text).map_err(TaskFileErrorKind::InvalidJson)?
-    } else {
-        let mut words = shell_words::split(text)
-            .map_err(|_| TaskFileErrorKind::UnterminatedQuote)?
-            .into_iter()
-            .peekable();
-        let mut spec = defaults.to_spec(Vec::new());
-        while let Some((name, value)) = words.peek().and_then(|word| env_assignment(word)) {
-            spec.env.insert(name.to_owned(), value.to_owned());
-            words.next();
-        }
-        spec.argv = words.collect();
-        if spec.argv.is_empty() {
-            return Err(TaskFileErrorKind::NoCommand);
-        }
-        // A line that runs a shell itself asked for shell syntax in its script.
-        if !runs_shell_script(&spec.argv)
-            && let Some(syntax) = find_shell_syntax(text)
-        {
-            return Err(TaskFileErrorKind::NeedsShell { syntax });
-        }
-        spec
+    if text.starts_with('{') {
+        let spec =
+            serde_json::from_str::<TaskSpec>(text).map_err(TaskFileErrorKind::InvalidJson)?;
+        spec.validate().map_err(TaskFileErrorKind::InvalidSpec)?;
+        return Ok(Some(TaskItem::Spec(Box::new(spec))));
+    }
+    // Most lines are plain words: split them without the general splitter.
+    let mut words = match simple_words(text) {
+        Some(words) => words,
+        None => shell_words::split(text).map_err(|_| TaskFileErrorKind::UnterminatedQuote)?,
     };
-    spec.validate().map_err(TaskFileErrorKind::InvalidSpec)?;
-    Ok(Some(spec))
+    let assignments = words
+        .iter()
+        .take_while(|word| env_assignment(word).is_some())
+        .count();
+    let env = words
+        .drain(..assignments)
+        .filter_map(|word| {
+            env_assignment(&word).map(|(name, value)| (name.to_owned(), value.to_owned()))
+        })
+        .collect::<BTreeMap<_, _>>();
+    let argv = words;
+    if argv.is_empty() {
+        return Err(TaskFileErrorKind::NoCommand);
+    }
+    // A line that runs a shell itself asked for shell syntax in its script.
+    if !runs_shell_script(&argv)
+        && let Some(syntax) = find_shell_syntax(text)
+    {
+        return Err(TaskFileErrorKind::NeedsShell { syntax });
+    }
+    Ok(Some(TaskItem::Command { argv, env }))
+}
+
+/// The words of a line with no quote, backslash or comment: split at blanks.
+fn simple_words(text: &str) -> Option<Vec<String>> {
+    if text.contains(['\'', '"', '\\', '#', '\n']) {
+        return None;
+    }
+    Some(
+        text.split([' ', '\t'])
+            .filter(|w| !w.is_empty())
+            .map(str::to_owned)
+            .collect(),
+    )
 }
 
 /// `sh -c …`, `bash -lc …` and the like: the line's program is a shell given a script.

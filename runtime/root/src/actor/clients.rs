@@ -12,14 +12,14 @@ use saker_wire::messages::{Command, EnvVar, Function, Hpc, JobDef, Launcher, Mpi
 
 use super::port::AfterJournal;
 use super::resources::TooManyKinds;
-use super::state::{JobEntry, RootState};
+use super::state::{JobEntry, LineBatch, RootState};
 use crate::client::{
     CancelReport, ClientRequest, ErrorKind, HpcStatus, NodeLoad, Reply, RequestError, StatusReport,
-    SubmitReply, SubmittedJob, UnstartedJob, WaitReport,
+    SubmitReply, SubmittedJob, SubmittedLines, UnstartedJob, WaitReport,
 };
 use crate::records::Record;
-use crate::results::{JobId, ResultRecord};
-use crate::spec::{JobRequest, LauncherKind, MpiKind, plan};
+use crate::results::{JobId, ResultRecord, TaskId};
+use crate::spec::{JobLines, JobRequest, LauncherKind, MpiKind, plan};
 
 /// Inline output kept per stream when a request does not say.
 pub const DEFAULT_INLINE_OUTPUT: u32 = 4096;
@@ -66,6 +66,7 @@ impl RootState {
     pub(super) fn on_client(&mut self, request: ClientRequest) {
         match request {
             ClientRequest::Submit { jobs, reply } => self.on_submit(jobs, reply),
+            ClientRequest::SubmitLines { lines, reply } => self.on_submit_lines(lines, reply),
             ClientRequest::Status { reply } => {
                 let report = self.walltime.status.clone();
                 let _ = reply.send(Ok(report.unwrap_or_else(|| self.status())));
@@ -256,51 +257,13 @@ impl RootState {
         submitted_us: u64,
     ) {
         self.log.totals.tasks += request.task_count();
-        let spec = &request.spec;
-        let payload = match &spec.function {
-            Some(function) => Payload::Function(Function {
-                kind: function.kind.clone(),
-                data: function.payload.clone(),
-            }),
-            None => Payload::Command(Command {
-                argv: spec.command().into_owned(),
-                env: spec
-                    .env
-                    .iter()
-                    .map(|(key, value)| EnvVar {
-                        key: key.clone(),
-                        value: value.clone(),
-                    })
-                    .collect(),
-                cwd: spec.cwd.as_ref().map(|p| p.display().to_string()),
-            }),
-        };
-        let hpc = spec.layout().ok().flatten().map(|layout| Hpc {
-            ranks: layout.ranks,
-            ranks_per_node: layout.ranks_per_node,
-            cores_per_rank: layout.cores_per_rank,
-            mpi: match layout.mpi {
-                MpiKind::None => Mpi::None,
-                MpiKind::Openmpi => Mpi::OpenMpi,
-                MpiKind::Mpich => Mpi::Mpich,
-            },
-            launcher: match layout.launcher {
-                LauncherKind::Agents => Launcher::Agents,
-                LauncherKind::Srun => Launcher::Srun,
-            },
-        });
-        let def = JobDef {
+        let def = job_def(
             job,
-            payload,
-            resources: core.resources,
-            placement: core.placement,
-            hpc,
-            time_limit_ms: limit_ms(spec.time_limit),
-            inline_output_bytes: request.inline_output.unwrap_or(DEFAULT_INLINE_OUTPUT),
-            is_array: request.array.is_some(),
-            reads: spec.reads.clone(),
-            writes: spec.writes.clone(),
-        };
+            &request.spec,
+            core,
+            request.inline_output,
+            request.array.is_some(),
+        );
         self.jobs.insert(
             job,
             JobEntry {
@@ -314,7 +277,96 @@ impl RootState {
                 cancelled: 0,
             },
         );
-        self.note_reads(job, &spec.reads);
+        self.note_reads(job, &request.spec.reads);
+    }
+
+    /// Queues one single-task job per command of `lines` (validated by the client
+    /// server), journals them as one record, and answers once it is durable.
+    fn on_submit_lines(&mut self, lines: Box<JobLines>, reply: Reply<SubmittedLines>) {
+        if self.shutting_down {
+            let _ = reply.send(Err(error(
+                ErrorKind::Unavailable,
+                "the pilot is shutting down",
+            )));
+            return;
+        }
+        let lines: Arc<JobLines> = Arc::from(lines);
+        // Every job is the template with its command: checked once.
+        let first = JobRequest {
+            spec: lines.spec(0),
+            array: None,
+            inline_output: lines.inline_output,
+        };
+        if let Err(problem) = self.check_fits(&first) {
+            let _ = reply.send(Err(error(ErrorKind::InvalidSpec, problem.to_string())));
+            return;
+        }
+        let mut names = self.resource_names.clone();
+        let spec = match names.vector(&first.spec) {
+            Ok(needs) => base_spec(&first, needs, self.widest_node()),
+            Err(problem) => {
+                let _ = reply.send(Err(error(ErrorKind::InvalidSpec, problem.to_string())));
+                return;
+            }
+        };
+        if let Err((_, problem)) = self.core.check_submissions(&[spec]) {
+            let _ = reply.send(Err(error(ErrorKind::InvalidSpec, problem.to_string())));
+            return;
+        }
+        self.resource_names = names;
+        let spec = JobSpec {
+            class: self.class_of(&first.spec.tags),
+            ..spec
+        };
+        let proto = Arc::new(job_def(
+            JobId(0),
+            &first.spec,
+            &spec,
+            lines.inline_output,
+            false,
+        ));
+        let submitted_us = self.timestamp().unix_micros();
+        let not_before = self.core_time(first.spec.not_before);
+        let now = self.now();
+        let first_job = self.core.next_job();
+        let mut first_task = None;
+        self.jobs.add_lines(
+            first_job,
+            Arc::new(LineBatch {
+                lines: Arc::clone(&lines),
+                proto,
+                submitted_us,
+            }),
+        );
+        for _ in 0..lines.len() {
+            let job = match self.core.handle_submit_at(spec, &[], not_before, now) {
+                Ok(job) => job,
+                Err(problem) => {
+                    // Not reached: the spec was checked above.
+                    tracing::error!(%problem, "submit_lines refused by the core after its check");
+                    let _ = reply.send(Err(error(ErrorKind::InvalidSpec, problem.to_string())));
+                    return;
+                }
+            };
+            first_task.get_or_insert(job.first_task);
+        }
+        // The jobs' entries are the batch's (see `JobTable::add_lines`).
+        self.log.totals.tasks += lines.len() as u64;
+        let first_task = first_task.unwrap_or(TaskId(0));
+        let submitted = SubmittedLines {
+            first_job,
+            first_task,
+            count: lines.len() as u64,
+        };
+        self.port.append(
+            vec![Record::SubmitLines {
+                first_job,
+                first_task,
+                submitted_unix_us: submitted_us,
+                lines,
+            }],
+            AfterJournal::AcknowledgeLines { reply, submitted },
+        );
     }
 
     pub(super) fn check_waiters(&mut self) {
@@ -638,4 +690,58 @@ pub(super) fn limit_micros(limit: Option<std::time::Duration>) -> Option<u64> {
 /// A time limit as job definitions carry it: milliseconds, at least 1; 0 for none.
 pub(super) fn limit_ms(limit: Option<std::time::Duration>) -> u64 {
     limit.map_or(0, |t| t.as_millis().max(1) as u64)
+}
+
+/// What a node needs to run job `job`, whose spec is `spec` (`core` as the core has it).
+pub(super) fn job_def(
+    job: JobId,
+    spec: &crate::spec::TaskSpec,
+    core: &JobSpec,
+    inline_output: Option<u32>,
+    is_array: bool,
+) -> JobDef {
+    let payload = match &spec.function {
+        Some(function) => Payload::Function(Function {
+            kind: function.kind.clone(),
+            data: function.payload.clone(),
+        }),
+        None => Payload::Command(Command {
+            argv: spec.command().into_owned(),
+            env: spec
+                .env
+                .iter()
+                .map(|(key, value)| EnvVar {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            cwd: spec.cwd.as_ref().map(|p| p.display().to_string()),
+        }),
+    };
+    let hpc = spec.layout().ok().flatten().map(|layout| Hpc {
+        ranks: layout.ranks,
+        ranks_per_node: layout.ranks_per_node,
+        cores_per_rank: layout.cores_per_rank,
+        mpi: match layout.mpi {
+            MpiKind::None => Mpi::None,
+            MpiKind::Openmpi => Mpi::OpenMpi,
+            MpiKind::Mpich => Mpi::Mpich,
+        },
+        launcher: match layout.launcher {
+            LauncherKind::Agents => Launcher::Agents,
+            LauncherKind::Srun => Launcher::Srun,
+        },
+    });
+    JobDef {
+        job,
+        payload,
+        resources: core.resources,
+        placement: core.placement,
+        hpc,
+        time_limit_ms: limit_ms(spec.time_limit),
+        inline_output_bytes: inline_output.unwrap_or(DEFAULT_INLINE_OUTPUT),
+        is_array,
+        reads: spec.reads.clone(),
+        writes: spec.writes.clone(),
+    }
 }

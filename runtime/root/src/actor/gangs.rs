@@ -53,10 +53,12 @@ impl RootState {
         let Some(&assignment) = dispatch.assignments.first() else {
             return;
         };
-        let Some(job) = self.jobs.get(&assignment.job) else {
+        let (Some(job), Some(def)) = (
+            self.jobs.get(&assignment.job),
+            self.jobs.def(assignment.job),
+        ) else {
             return;
         };
-        let def = std::sync::Arc::clone(&job.def);
         let index = job.array_index(assignment.index).unwrap_or(0);
         let hosts: Vec<String> = dispatch
             .members

@@ -16,7 +16,9 @@ use saker_journal::{JournalError, JournalWriter, Position};
 use saker_wire::messages::ToAgent;
 
 use super::RootMsg;
-use crate::client::{ErrorKind, Reply, RequestError, SubmitReply, SubmittedJob, UpdateReport};
+use crate::client::{
+    ErrorKind, Reply, RequestError, SubmitReply, SubmittedJob, SubmittedLines, UpdateReport,
+};
 use crate::records::Record;
 use crate::results::ResultRecord;
 
@@ -84,6 +86,11 @@ pub enum AfterJournal {
         reply: Reply<SubmitReply>,
         jobs: Vec<SubmittedJob>,
     },
+    /// A `submit_lines`, acknowledged once durable.
+    AcknowledgeLines {
+        reply: Reply<SubmittedLines>,
+        submitted: SubmittedLines,
+    },
     /// An update, answered once durable: an answered update survives a crash.
     Updated {
         reply: Reply<UpdateReport>,
@@ -112,6 +119,13 @@ impl AfterJournal {
             (AfterJournal::Results(_), Err(error)) => Some(RootMsg::JournalFailed { error }),
             (AfterJournal::Acknowledge { reply, jobs }, outcome) => {
                 let answer = outcome.map(|()| SubmitReply { jobs }).map_err(|error| {
+                    RequestError::new(ErrorKind::Internal, format!("journal failed: {error}"))
+                });
+                let _ = reply.send(answer);
+                None
+            }
+            (AfterJournal::AcknowledgeLines { reply, submitted }, outcome) => {
+                let answer = outcome.map(|()| submitted).map_err(|error| {
                     RequestError::new(ErrorKind::Internal, format!("journal failed: {error}"))
                 });
                 let _ = reply.send(answer);

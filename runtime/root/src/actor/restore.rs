@@ -11,11 +11,15 @@ use std::sync::Arc;
 
 use saker_core::{EarlierAttempts, JobId, TaskId, TerminalState as CoreState};
 
-use super::state::RootState;
+use saker_core::JobSpec;
+
+use super::clients::job_def;
+use super::state::{LineBatch, RootState};
 use crate::attempts::{AttemptEnd, AttemptNote};
 use crate::client::JobUpdate;
 use crate::records::Record;
 use crate::results::TerminalState;
+use crate::spec::{JobLines, JobRequest};
 
 /// What a resume found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -84,18 +88,35 @@ impl RootState {
         // their submission, so collect them first.
         let submits = records
             .iter()
-            .filter(|record| matches!(record, Record::Submit { .. }))
-            .count();
+            .map(|record| match record {
+                Record::Submit { .. } => 1,
+                Record::SubmitLines { lines, .. } => lines.len(),
+                _ => 0,
+            })
+            .sum();
         // Sized up front: a journal of a million single jobs would rehash these maps
         // twenty times over.
         let mut first_tasks: HashMap<JobId, TaskId> = HashMap::with_capacity(submits);
         self.jobs.reserve(submits);
         for record in &records {
-            if let Record::Submit {
-                job, first_task, ..
-            } = record
-            {
-                first_tasks.insert(*job, *first_task);
+            match record {
+                Record::Submit {
+                    job, first_task, ..
+                } => {
+                    first_tasks.insert(*job, *first_task);
+                }
+                Record::SubmitLines {
+                    first_job,
+                    first_task,
+                    lines,
+                    ..
+                } => {
+                    for k in 0..lines.len() as u32 {
+                        let task = TaskId(first_task.0 + u64::from(k));
+                        first_tasks.insert(JobId(first_job.0 + k), task);
+                    }
+                }
+                _ => {}
             }
         }
         let mut finished: BTreeMap<JobId, Vec<(u32, CoreState)>> = BTreeMap::new();
@@ -139,7 +160,7 @@ impl RootState {
                     notes.entry(*task).or_default().push(note.clone())
                 }
                 Record::PilotStarted { .. } => summary.previous_starts += 1,
-                Record::Submit { .. } => {}
+                Record::Submit { .. } | Record::SubmitLines { .. } => {}
                 Record::ActorSpawned { actor, spawn, .. } => {
                     actors.insert(*actor, Some((**spawn).clone()));
                 }
@@ -162,15 +183,37 @@ impl RootState {
         }
         let mut earlier = earlier_by_job(&first_tasks, &notes);
         for (position, record) in records.into_iter().enumerate() {
-            let Record::Submit {
-                job,
-                first_task,
-                count: _,
-                submitted_unix_us,
-                mut request,
-            } = record
-            else {
-                continue;
+            let (job, first_task, submitted_unix_us, mut request) = match record {
+                Record::Submit {
+                    job,
+                    first_task,
+                    count: _,
+                    submitted_unix_us,
+                    request,
+                } => (job, first_task, submitted_unix_us, request),
+                Record::SubmitLines {
+                    first_job,
+                    first_task,
+                    submitted_unix_us,
+                    lines,
+                } => {
+                    let at = Batch {
+                        position,
+                        first_job,
+                        first_task,
+                        submitted_us: submitted_unix_us,
+                    };
+                    let jobs = Pending {
+                        finished: &mut finished,
+                        earlier: &mut earlier,
+                        updates: &updates,
+                    };
+                    let count = self.restore_lines(at, lines, jobs)?;
+                    summary.jobs += count;
+                    summary.tasks += count;
+                    continue;
+                }
+                _ => continue,
             };
             // A schedule goes on from its first occurrence as submitted; an update
             // changed that occurrence only.
@@ -180,44 +223,14 @@ impl RootState {
             }
             let done = finished.remove(&job).unwrap_or_default();
             let used = earlier.remove(&job).unwrap_or_default();
-            let spec = self
-                .core_spec(&request)
-                .map_err(|source| RestoreError::Resources {
-                    position,
-                    job,
-                    source,
-                })?;
-            let after = dependencies(&request);
-            let not_before = self.core_time(request.spec.not_before);
-            let restored = self
-                .core
-                .handle_restore_job_at(spec, &after, not_before, &done, &used, self.now())
-                .map_err(|source| RestoreError::Job {
-                    position,
-                    job,
-                    source,
-                })?;
-            if restored.job != job {
-                return Err(RestoreError::IdMismatch {
-                    position,
-                    job,
-                    expected: restored.job,
-                });
-            }
-            if restored.first_task != first_task {
-                return Err(RestoreError::TaskIdMismatch {
-                    position,
-                    job,
-                    first_task,
-                    got: restored.first_task,
-                });
-            }
+            let (count, spec) =
+                self.restore_request(position, job, first_task, &request, &done, &used)?;
             self.keep_job(job, &request, &spec, submitted_unix_us);
             if let Some(first) = schedule {
                 schedules.push((job, first, submitted_unix_us));
             }
             summary.jobs += 1;
-            summary.tasks += u64::from(restored.count);
+            summary.tasks += u64::from(count);
         }
         // Journaled in `seq` order; sorted all the same, as the index needs that order.
         results.sort_by_key(|(record, _)| record.seq);
@@ -250,6 +263,155 @@ impl RootState {
         // one now; one that had not is queued again and runs, late if its time passed.
         self.poll_schedules();
         Ok(summary)
+    }
+}
+
+/// Where a `submit_lines` record was and what it numbered.
+struct Batch {
+    position: usize,
+    first_job: JobId,
+    first_task: TaskId,
+    submitted_us: u64,
+}
+
+/// What the journal said of the jobs not restored yet.
+struct Pending<'a> {
+    finished: &'a mut BTreeMap<JobId, Vec<(u32, CoreState)>>,
+    earlier: &'a mut HashMap<JobId, Vec<(u32, EarlierAttempts)>>,
+    updates: &'a HashMap<JobId, JobUpdate>,
+}
+
+impl RootState {
+    /// Queues `request` as job `job` in the core, as it was numbered before.
+    fn restore_request(
+        &mut self,
+        position: usize,
+        job: JobId,
+        first_task: TaskId,
+        request: &JobRequest,
+        done: &[(u32, CoreState)],
+        used: &[(u32, EarlierAttempts)],
+    ) -> Result<(u32, JobSpec), RestoreError> {
+        let spec = self
+            .core_spec(request)
+            .map_err(|source| RestoreError::Resources {
+                position,
+                job,
+                source,
+            })?;
+        let after = dependencies(request);
+        let not_before = self.core_time(request.spec.not_before);
+        let count = self.restore_spec(
+            position, job, first_task, spec, &after, not_before, done, used,
+        )?;
+        Ok((count, spec))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn restore_spec(
+        &mut self,
+        position: usize,
+        job: JobId,
+        first_task: TaskId,
+        spec: JobSpec,
+        after: &[saker_core::Dependency],
+        not_before: Option<saker_core::Time>,
+        done: &[(u32, CoreState)],
+        used: &[(u32, EarlierAttempts)],
+    ) -> Result<u32, RestoreError> {
+        let restored = self
+            .core
+            .handle_restore_job_at(spec, after, not_before, done, used, self.now())
+            .map_err(|source| RestoreError::Job {
+                position,
+                job,
+                source,
+            })?;
+        if restored.job != job {
+            return Err(RestoreError::IdMismatch {
+                position,
+                job,
+                expected: restored.job,
+            });
+        }
+        if restored.first_task != first_task {
+            return Err(RestoreError::TaskIdMismatch {
+                position,
+                job,
+                first_task,
+                got: restored.first_task,
+            });
+        }
+        Ok(restored.count)
+    }
+
+    /// Restores the jobs of a `submit_lines` record; returns how many.
+    fn restore_lines(
+        &mut self,
+        at: Batch,
+        lines: Arc<JobLines>,
+        jobs: Pending<'_>,
+    ) -> Result<u64, RestoreError> {
+        let template = JobRequest {
+            spec: lines.spec(0),
+            array: None,
+            inline_output: lines.inline_output,
+        };
+        let spec = self
+            .core_spec(&template)
+            .map_err(|source| RestoreError::Resources {
+                position: at.position,
+                job: at.first_job,
+                source,
+            })?;
+        let proto = Arc::new(job_def(
+            JobId(0),
+            &template.spec,
+            &spec,
+            lines.inline_output,
+            false,
+        ));
+        self.jobs.add_lines(
+            at.first_job,
+            Arc::new(LineBatch {
+                lines: Arc::clone(&lines),
+                proto,
+                submitted_us: at.submitted_us,
+            }),
+        );
+        self.log.totals.tasks += lines.len() as u64;
+        let not_before = self.core_time(template.spec.not_before);
+        for k in 0..lines.len() {
+            let job = JobId(at.first_job.0 + k as u32);
+            let first_task = TaskId(at.first_task.0 + k as u64);
+            let done = jobs.finished.remove(&job).unwrap_or_default();
+            let used = jobs.earlier.remove(&job).unwrap_or_default();
+            if let Some(update) = jobs.updates.get(&job) {
+                // Rare: an updated line is restored as the whole job it is.
+                let mut request = JobRequest {
+                    spec: lines.spec(k),
+                    ..template.clone()
+                };
+                apply(update, &mut request);
+                let (_, kept) =
+                    self.restore_request(at.position, job, first_task, &request, &done, &used)?;
+                self.keep_job(job, &request, &kept, at.submitted_us);
+                // Counted with its batch.
+                self.log.totals.tasks -= 1;
+                continue;
+            }
+            self.restore_spec(
+                at.position,
+                job,
+                first_task,
+                spec,
+                &[],
+                not_before,
+                &done,
+                &used,
+            )?;
+        }
+        Ok(lines.len() as u64)
     }
 }
 

@@ -19,8 +19,10 @@ use crate::spec::ArraySpec;
 use saker_actors::resources::NodeResources;
 
 /// A submitted job as the root keeps it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct JobEntry {
+    /// Its definition; for a job of a `submit_lines` batch, the batch's shared one
+    /// (job 0, no command) until [`JobTable::def`] builds its own.
     pub def: Arc<JobDef>,
     /// Boxed: most jobs are single tasks (a task file is a job per line), and an
     /// unboxed spec would cost each of them 56 bytes for nothing.
@@ -56,6 +58,32 @@ pub(super) struct JobTable {
     /// Done jobs of several tasks: (count, failed, cancelled).
     done_arrays: HashMap<JobId, (u32, u32, u32)>,
     len: usize,
+    /// `submit_lines` batches by first job, in id order, while any of their jobs is
+    /// not done: their commands, from which a job's definition is built.
+    lines: Vec<LineSlot>,
+}
+
+/// The jobs of one `submit_lines` batch.
+#[derive(Debug)]
+pub(super) struct LineBatch {
+    pub lines: Arc<crate::spec::JobLines>,
+    /// Every job's definition but its id and command.
+    pub proto: Arc<JobDef>,
+    pub submitted_us: u64,
+}
+
+/// A batch's jobs have no entry of their own until one is changed (dispatched,
+/// finished, updated): until then each is the batch's `blank` entry, so a queued
+/// line costs its command's bytes, not an entry.
+#[derive(Debug)]
+struct LineSlot {
+    first: JobId,
+    count: u32,
+    /// `None` once every job of the batch is done.
+    batch: Option<Arc<LineBatch>>,
+    blank: Option<Box<JobEntry>>,
+    /// Jobs of the batch not done yet.
+    left: u32,
 }
 
 /// How a done single-task job ended, in [`JobTable::done_singles`].
@@ -73,16 +101,79 @@ impl JobTable {
     }
 
     pub fn get(&self, job: &JobId) -> Option<&JobEntry> {
-        self.entries.get(Self::slot(*job)?)?.as_deref()
+        let slot = Self::slot(*job)?;
+        match self.entries.get(slot)? {
+            Some(entry) => Some(entry),
+            None if self.done_singles[slot] == 0 => {
+                self.lines[self.line_slot(*job)?].blank.as_deref()
+            }
+            None => None,
+        }
     }
 
     pub fn get_mut(&mut self, job: &JobId) -> Option<&mut JobEntry> {
-        self.entries.get_mut(Self::slot(*job)?)?.as_deref_mut()
+        let slot = Self::slot(*job)?;
+        if self.entries.get(slot)?.is_none() && self.done_singles[slot] == 0 {
+            // A batch's job about to change gets an entry of its own.
+            let blank = self.lines[self.line_slot(*job)?].blank.as_deref()?;
+            self.entries[slot] = Some(Box::new(blank.clone()));
+        }
+        self.entries.get_mut(slot)?.as_deref_mut()
     }
 
     /// Whether `job` was submitted (it may be done).
     pub fn contains_key(&self, job: &JobId) -> bool {
         self.get(job).is_some() || self.final_counts(job).is_some()
+    }
+
+    /// Keeps the batch whose jobs are `first ..`, one task each (the core's ids).
+    pub fn add_lines(&mut self, first: JobId, batch: Arc<LineBatch>) {
+        let count = batch.lines.len() as u32;
+        let blank = JobEntry {
+            def: Arc::clone(&batch.proto),
+            array: None,
+            submitted_us: batch.submitted_us,
+            count: 1,
+            known_by: Vec::new(),
+            durable: 0,
+            failed: 0,
+            cancelled: 0,
+        };
+        let Some(start) = Self::slot(first) else {
+            return;
+        };
+        let end = start + count as usize;
+        if end > self.entries.len() {
+            self.entries.resize_with(end, || None);
+            self.done_singles.resize(end, 0);
+        }
+        self.len += count as usize;
+        self.lines.push(LineSlot {
+            first,
+            count,
+            batch: Some(batch),
+            blank: Some(Box::new(blank)),
+            left: count,
+        });
+    }
+
+    fn line_slot(&self, job: JobId) -> Option<usize> {
+        let after = self.lines.partition_point(|slot| slot.first <= job);
+        let at = after.checked_sub(1)?;
+        let slot = &self.lines[at];
+        (job.0 - slot.first.0 < slot.count && slot.batch.is_some()).then_some(at)
+    }
+
+    /// The definition of `job` to send to a node.
+    pub fn def(&self, job: JobId) -> Option<Arc<JobDef>> {
+        let entry = self.get(&job)?;
+        if entry.def.job == job {
+            return Some(Arc::clone(&entry.def));
+        }
+        let slot = &self.lines[self.line_slot(job)?];
+        let batch = slot.batch.as_ref()?;
+        let index = (job.0 - slot.first.0) as usize;
+        Some(Arc::new(line_def(batch, job, index)))
     }
 
     /// A job's every result is durable: its entry goes, its final counts stay.
@@ -93,6 +184,14 @@ impl JobTable {
         let Some(entry) = self.entries.get_mut(slot).and_then(Option::take) else {
             return;
         };
+        if let Some(at) = self.line_slot(job) {
+            let line = &mut self.lines[at];
+            line.left -= 1;
+            if line.left == 0 {
+                line.batch = None;
+                line.blank = None;
+            }
+        }
         if entry.count == 1 {
             self.done_singles[slot] = match (entry.failed, entry.cancelled) {
                 (0, 0) => Done::SUCCEEDED,
@@ -134,9 +233,47 @@ impl JobTable {
             self.entries.resize_with(slot + 1, || None);
             self.done_singles.resize(slot + 1, 0);
         }
-        if self.entries[slot].replace(Box::new(entry)).is_none() {
+        // A batch's job was counted with its batch.
+        if self.entries[slot].replace(Box::new(entry)).is_none() && self.line_slot(job).is_none() {
             self.len += 1;
         }
+    }
+}
+
+/// Job `job`, command `index` of `batch`: the batch's definition with that command.
+fn line_def(batch: &LineBatch, job: JobId, index: usize) -> JobDef {
+    use saker_wire::messages::{Command, EnvVar, Payload};
+    let commands = &batch.lines.commands;
+    // A batch's template has no function (`JobLines::validate`).
+    let Payload::Command(Command { env, cwd, .. }) = &batch.proto.payload else {
+        return JobDef {
+            job,
+            ..JobDef::clone(&batch.proto)
+        };
+    };
+    let env = match commands.env(index) {
+        None => env.clone(),
+        Some(added) => {
+            let mut merged: std::collections::BTreeMap<&str, &str> =
+                env.iter().map(|var| (&*var.key, &*var.value)).collect();
+            merged.extend(added.iter().map(|(k, v)| (&**k, &**v)));
+            merged
+                .into_iter()
+                .map(|(key, value)| EnvVar {
+                    key: key.to_owned(),
+                    value: value.to_owned(),
+                })
+                .collect()
+        }
+    };
+    JobDef {
+        job,
+        payload: Payload::Command(Command {
+            argv: commands.argv(index).map(str::to_owned).collect(),
+            env,
+            cwd: cwd.clone(),
+        }),
+        ..JobDef::clone(&batch.proto)
     }
 }
 
@@ -407,19 +544,25 @@ impl RootState {
         let mut count = 0;
         for assignment in &dispatch.assignments {
             let job_id = assignment.job;
-            let Some(job) = self.jobs.get_mut(&job_id) else {
-                continue;
-            };
             if node.known_jobs.insert(job_id) {
-                let len = job.def.payload.data_len();
+                let Some(def) = self.jobs.def(job_id) else {
+                    node.known_jobs.remove(&job_id);
+                    continue;
+                };
+                let len = def.payload.data_len();
                 if data > 0 && data + len > FRAME_DATA_BUDGET {
                     frames.push((std::mem::take(&mut jobs), std::mem::take(&mut tasks)));
                     data = 0;
                 }
                 data += len;
-                jobs.push(Arc::clone(&job.def));
-                job.known_by.push(node_id);
+                jobs.push(def);
+                if let Some(job) = self.jobs.get_mut(&job_id) {
+                    job.known_by.push(node_id);
+                }
             }
+            let Some(job) = self.jobs.get(&job_id) else {
+                continue;
+            };
             count += 1;
             tasks.push(Assignment {
                 task: assignment.task,

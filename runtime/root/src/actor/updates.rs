@@ -84,16 +84,19 @@ impl RootState {
     /// Gives job `job` a definition with `time_limit_ms` and sends it to every node
     /// that holds the old one, where it replaces it before any queued attempt starts.
     fn redefine(&mut self, job: JobId, time_limit_ms: u64) {
-        let Some(entry) = self.jobs.get_mut(&job) else {
+        let Some(old) = self.jobs.def(job) else {
             return;
         };
-        if entry.def.time_limit_ms == time_limit_ms {
+        if old.time_limit_ms == time_limit_ms {
             return;
         }
         let def = Arc::new(JobDef {
             time_limit_ms,
-            ..JobDef::clone(&entry.def)
+            ..JobDef::clone(&old)
         });
+        let Some(entry) = self.jobs.get_mut(&job) else {
+            return;
+        };
         entry.def = Arc::clone(&def);
         // A node may appear twice across lives; it gets the definition once.
         let holders: BTreeSet<_> = entry.known_by.iter().copied().collect();

@@ -28,11 +28,11 @@ use super::endpoint::{ClientEndpoint, EndpointError};
 use super::protocol::{
     CancelReport, CancelRequest, ErrorKind, Hello, PROTOCOL_VERSION, RequestError, RequestId,
     ResultRequest, ResultsRequest, ShutdownRequest, StatusReport, StatusRequest, StreamEnd,
-    SubmitReply, SubmitRequest, SubmittedJob, UpdateReport, UpdateRequest, WaitReport, WaitRequest,
-    Welcome,
+    SubmitReply, SubmitRequest, SubmittedJob, SubmittedLines, UpdateReport, UpdateRequest,
+    WaitReport, WaitRequest, Welcome,
 };
 use crate::results::{JobId, ResultRecord};
-use crate::spec::JobRequest;
+use crate::spec::{JobLines, JobRequest};
 
 /// Items buffered per result stream before the connection's reader waits for the
 /// consumer (which then also delays other responses on this connection).
@@ -174,6 +174,13 @@ impl Client {
     pub async fn submit(&self, jobs: Vec<JobRequest>) -> Result<Vec<SubmittedJob>, ClientError> {
         let reply: SubmitReply = self.call("submit", &SubmitRequest { jobs }).await?;
         Ok(reply.jobs)
+    }
+
+    /// Submits one single-task job per command of `lines` (a task file's lines), with
+    /// consecutive ids; acknowledged once durable, like [`Client::submit`]. A pilot
+    /// older than this request answers `unknown_request`.
+    pub async fn submit_lines(&self, lines: &JobLines) -> Result<SubmittedLines, ClientError> {
+        self.call("submit_lines", lines).await
     }
 
     /// Starts an actor; answered once its `on_start` returned.

@@ -28,7 +28,7 @@ pub use endpoint::{CLIENT_ENDPOINT_FILE_NAME, ClientEndpoint, EndpointError, PIL
 pub use protocol::{
     AllocationStatus, CancelReport, ErrorKind, HpcStatus, NodeLoad, PROTOCOL_VERSION, PROTOCOLS,
     RequestError, RequestId, ResultRequest, StatusReport, StreamEnd, SubmitReply, SubmittedJob,
-    UnstartedJob, UpdateReport, UpdateRequest, WaitReport, Welcome,
+    SubmittedLines, UnstartedJob, UpdateReport, UpdateRequest, WaitReport, Welcome,
 };
 pub use server::{
     ClientRequest, ConnectionError, Reply, ResultSink, ResultsItem, ServerConfig, serve,

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::actors::{ActorCallRequest, ActorSpawnRequest, ActorStopRequest};
 use super::update::JobUpdate;
 use crate::results::{JobId, TaskId};
-use crate::spec::JobRequest;
+use crate::spec::{JobLines, JobRequest};
 
 /// Version of the client protocol, exchanged in the hello. Bumped on any incompatible
 /// change; compatible additions (new optional fields, new requests) keep it.
@@ -72,6 +72,7 @@ pub enum Request {
     ActorStop(ActorStopRequest),
     Update(UpdateRequest),
     Result(ResultRequest),
+    SubmitLines(Box<JobLines>),
 }
 
 impl Request {
@@ -89,6 +90,7 @@ impl Request {
             Request::ActorStop(_) => "actor_stop",
             Request::Update(_) => "update",
             Request::Result(_) => "result",
+            Request::SubmitLines(_) => "submit_lines",
         }
     }
 }
@@ -217,6 +219,27 @@ pub struct SubmittedJob {
     pub job: JobId,
     pub first_task: TaskId,
     pub count: u64,
+}
+
+/// `ok` body of `submit_lines`: jobs `first_job .. first_job + count`, one task each,
+/// tasks `first_task .. first_task + count`, in the order of the commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmittedLines {
+    pub first_job: JobId,
+    pub first_task: TaskId,
+    pub count: u64,
+}
+
+impl SubmittedLines {
+    /// The jobs, one per command, in order.
+    pub fn jobs(&self) -> impl Iterator<Item = SubmittedJob> + use<> {
+        let (job, task) = (self.first_job.0, self.first_task.0);
+        (0..self.count).map(move |k| SubmittedJob {
+            job: JobId(job + k as u32),
+            first_task: TaskId(task + k),
+            count: 1,
+        })
+    }
 }
 
 /// `ok` body of `status`: a snapshot of the pilot.

@@ -54,6 +54,11 @@ pub enum ClientRequest {
         jobs: Vec<JobRequest>,
         reply: Reply<SubmitReply>,
     },
+    /// Validated by [`JobLines::validate`](crate::spec::JobLines::validate).
+    SubmitLines {
+        lines: Box<crate::spec::JobLines>,
+        reply: Reply<super::protocol::SubmittedLines>,
+    },
     Status {
         reply: Reply<StatusReport>,
     },
@@ -398,6 +403,17 @@ impl Session {
                 )
                 .await;
             }
+            Request::SubmitLines(lines) => {
+                let (reply, answer) = oneshot::channel();
+                self.forward(
+                    id,
+                    ClientRequest::SubmitLines { lines, reply },
+                    answer,
+                    permit,
+                    |r| r,
+                )
+                .await;
+            }
             Request::Status(StatusRequest {}) => {
                 let (reply, answer) = oneshot::channel();
                 self.forward(id, ClientRequest::Status { reply }, answer, permit, |r| r)
@@ -651,6 +667,7 @@ pub(crate) fn parse_request(line: &[u8]) -> Result<(RequestId, Request), ParseFa
     }
     let request = match name.as_str() {
         "submit" => body_of(&name, body).map(Request::Submit),
+        "submit_lines" => body_of(&name, body).map(Request::SubmitLines),
         "status" => body_of(&name, body).map(Request::Status),
         "wait" => body_of(&name, body).map(Request::Wait),
         "cancel" => body_of(&name, body).map(Request::Cancel),
@@ -675,6 +692,11 @@ pub(crate) fn parse_request(line: &[u8]) -> Result<(RequestId, Request), ParseFa
         spawn
             .validate()
             .map_err(|message| fail(ErrorKind::InvalidSpec, format!("actor_spawn: {message}")))?;
+    }
+    if let Request::SubmitLines(lines) = &request {
+        lines
+            .validate()
+            .map_err(|error| fail(ErrorKind::InvalidSpec, format!("submit_lines: {error}")))?;
     }
     if let Request::Submit(submit) = &request {
         for (position, job) in submit.jobs.iter().enumerate() {
