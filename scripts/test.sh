@@ -9,6 +9,7 @@
 #   3. slurm     local multi-node Slurm cluster (up.sh + smoke.sh); exports SLURM_CONF.
 #                Stopped at exit (down.sh) unless SAKER_KEEP_CLUSTER=1.
 #   4. fmt, clippy, build (release), test (nextest, or cargo test without it), doctests
+#      perf-quick  saker-perf --quick of the scale rows (1,000,000 queued tasks)
 #   5. python    the Python package's pytest suite against the release binary; Parsl's
 #                own test suite against SakerExecutor beside HighThroughputExecutor
 #                (scripts/parsl-suite.sh); the wheel, installed into an empty venv
@@ -204,6 +205,13 @@ else
     rm -rf "$job_dir"
   }
   step 0 rust-examples rust_examples
+
+  # Scale in CI's quick perf (issue 15): a million queued tasks as an array and as a
+  # task file's lines, and what finished history costs. The table goes to the log; a
+  # row that cannot run fails the step, a missed target is reported, not failed
+  # (the figures of record come from the full run on a quiet machine: docs/performance.md).
+  step 0 perf-quick "$REPO/target/release/saker-perf" --quick \
+    --only memory-array --only memory-singles --only history
 
   # ---------------------------------------------------------------- 5. python
   # Tests that need the release binary fail (not skip) without it under CI=true.

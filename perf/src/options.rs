@@ -49,6 +49,8 @@ pub enum Benchmark {
     MemoryArray,
     /// Root memory per queued task of a million single-task jobs.
     MemorySingles,
+    /// Root memory per finished task, and result lookups by task at 10,000/s.
+    History,
     /// From killing an agent to its task running on the other agent.
     Failover,
     /// From starting `saker pilot --resume` on a journal of a million queued tasks
@@ -86,7 +88,7 @@ pub enum Benchmark {
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 21] = [
+    pub const ALL: [Benchmark; 22] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -96,6 +98,7 @@ impl Benchmark {
         Benchmark::Efficiency100ms,
         Benchmark::MemoryArray,
         Benchmark::MemorySingles,
+        Benchmark::History,
         Benchmark::Failover,
         Benchmark::Resume,
         Benchmark::SlurmStartup,
@@ -122,6 +125,7 @@ impl Benchmark {
             Benchmark::Efficiency100ms => "efficiency-100ms",
             Benchmark::MemoryArray => "memory-array",
             Benchmark::MemorySingles => "memory-singles",
+            Benchmark::History => "history",
             Benchmark::Failover => "failover",
             Benchmark::Resume => "resume",
             Benchmark::SlurmStartup => "slurm-startup",
@@ -178,6 +182,8 @@ pub struct Sizes {
     pub dag_edges: u64,
     /// Writer/reader pairs in the data rows.
     pub data_pairs: u64,
+    /// Tasks of each round of the history rows (4 rounds run).
+    pub history_tasks: u64,
 }
 
 impl Sizes {
@@ -198,6 +204,7 @@ impl Sizes {
                 dag_tasks: 1_600,
                 dag_edges: 20_000,
                 data_pairs: 64,
+                history_tasks: 20_000,
             }
         } else {
             Sizes {
@@ -215,6 +222,7 @@ impl Sizes {
                 dag_tasks: 100_000,
                 dag_edges: 1_000_000,
                 data_pairs: 400,
+                history_tasks: 250_000,
             }
         }
     }

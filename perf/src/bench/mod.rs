@@ -7,6 +7,7 @@ mod data;
 mod durability;
 mod efficiency;
 mod failover;
+mod history;
 mod hpc;
 mod latency;
 mod lateness;
@@ -101,6 +102,7 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::Efficiency100ms => efficiency::run(setup, efficiency::SleepTask::HundredMs),
         Benchmark::MemoryArray => memory::run_array(setup),
         Benchmark::MemorySingles => memory::run_singles(setup),
+        Benchmark::History => history::run(setup),
         Benchmark::Failover => failover::run(setup),
         Benchmark::Resume => resume::run(setup),
         Benchmark::SlurmStartup => slurm_startup::run(setup),
