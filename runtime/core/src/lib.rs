@@ -96,6 +96,7 @@ mod config;
 mod error;
 mod horizon;
 mod ids;
+mod jobs;
 mod node;
 mod output;
 mod queue;

@@ -9,7 +9,7 @@ use crate::horizon::last_start;
 use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
 use crate::output::Counts;
 use crate::resources::{Resources, Totals};
-use crate::task::{AttemptRecord, CopyState, JobRecord, Phase, TaskRecord};
+use crate::task::{AttemptRecord, CopyState, Phase, TaskRecord};
 
 /// Two pieces of the core's bookkeeping disagree: a bug in the core.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -106,11 +106,20 @@ impl Core {
         let mut indexed = 0u64;
         let mut per_job: BTreeMap<JobId, Counts> = BTreeMap::new();
         for (task, record) in &self.tasks {
-            let Some((job, index)) = self.locate(*task) else {
-                return Err(ConsistencyError::Task {
-                    task: *task,
-                    problem: "record for a task never submitted",
-                });
+            let (job, index) = match self.locate(*task) {
+                Some(crate::jobs::Located::Live(job, index)) => (job, index),
+                Some(crate::jobs::Located::Finished) => {
+                    return Err(ConsistencyError::Task {
+                        task: *task,
+                        problem: "record for a task of a compacted job",
+                    });
+                }
+                None => {
+                    return Err(ConsistencyError::Task {
+                        task: *task,
+                        problem: "record for a task never submitted",
+                    });
+                }
             };
             if index != record.index || job.first_task.0 + u64::from(index) != task.0 {
                 return Err(ConsistencyError::Task {
@@ -290,7 +299,7 @@ impl Core {
                     .is_some_and(|j| !j.counts.is_finished())
             })
             .map_err(|problem| ConsistencyError::Locality { problem })?;
-        for (position, job) in self.jobs.iter().enumerate() {
+        for (position, job) in self.jobs.live() {
             let id = JobId(position as u32 + 1);
             let records = per_job.get(&id).copied().unwrap_or_default();
             let counts = job.counts;
@@ -323,6 +332,20 @@ impl Core {
             total.delayed += u64::from(counts.delayed);
             total.assigned += u64::from(counts.assigned);
             total.running += u64::from(counts.running);
+            total.succeeded += u64::from(counts.succeeded);
+            total.failed += u64::from(counts.failed);
+            total.cancelled += u64::from(counts.cancelled);
+            total.submitted += u64::from(counts.count);
+        }
+        // Compacted jobs have finished: only their terminal counts remain.
+        for counts in self.jobs.compacted_counts() {
+            if counts.terminal() != counts.count {
+                return Err(ConsistencyError::CountMismatch {
+                    what: "compacted job terminal",
+                    counted: u64::from(counts.terminal()),
+                    recorded: u64::from(counts.count),
+                });
+            }
             total.succeeded += u64::from(counts.succeeded);
             total.failed += u64::from(counts.failed);
             total.cancelled += u64::from(counts.cancelled);
@@ -411,7 +434,7 @@ impl Core {
             return job_error(job, problem);
         }
         if deadline.is_some() {
-            for (position, record) in self.jobs.iter().enumerate() {
+            for (position, record) in self.jobs.live() {
                 let job = JobId(position as u32 + 1);
                 let waiting = record.counts.queued + record.counts.delayed;
                 if waiting > 0 && !tracked.contains(&job) && !self.horizon.is_held(job) {
@@ -454,7 +477,7 @@ impl Core {
                 return attempt_error(*attempt, "gang attempt without members, or the reverse");
             }
         }
-        for (position, record) in self.jobs.iter().enumerate() {
+        for (position, record) in self.jobs.live() {
             let job = JobId(position as u32 + 1);
             let gang = matches!(
                 self.shapes.placement(record.spec.shape),
@@ -516,8 +539,7 @@ impl Core {
     /// A rough estimate of the heap the core holds, in bytes: collections' capacities
     /// times element sizes, B-trees at an assumed fill. For memory tests and metrics.
     pub fn heap_estimate(&self) -> usize {
-        let jobs = self.jobs.capacity() * size_of::<JobRecord>()
-            + self.jobs.iter().map(JobRecord::heap_bytes).sum::<usize>();
+        let jobs = self.jobs.heap_bytes();
         let tasks = btree_bytes(
             self.tasks.len(),
             size_of::<TaskId>() + size_of::<TaskRecord>(),

@@ -53,7 +53,7 @@ impl Core {
             return;
         }
         let mut unfit = Vec::new();
-        for (position, record) in self.jobs.iter().enumerate() {
+        for (position, record) in self.jobs.live() {
             if record.counts.is_finished() || record.counts.cancel_requested {
                 continue; // nothing of it will be queued again
             }
@@ -89,7 +89,7 @@ impl Core {
     /// waiting for a retry. O(jobs); a queued array is counted, not expanded.
     pub fn unstarted(&self) -> UnstartedSummary {
         let mut summary = UnstartedSummary::default();
-        for (position, record) in self.jobs.iter().enumerate() {
+        for (position, record) in self.jobs.live() {
             let tasks = u64::from(record.counts.queued) + u64::from(record.counts.delayed);
             if tasks > 0 {
                 summary.tasks += tasks;

@@ -250,7 +250,8 @@ impl Core {
         after.dedup();
         let mut waits = Vec::new();
         for dependency in after {
-            let other = &self.jobs[slot(dependency.job)].counts;
+            // A dependency may have finished long ago: its counts are all that is kept.
+            let other = self.jobs.counts(slot(dependency.job)).unwrap_or_default();
             if !other.is_finished() {
                 waits.push(dependency);
             } else if dependency.kind == DependencyKind::Success && other.succeeded != other.count {
@@ -302,7 +303,7 @@ impl Core {
             let Some(dependents) = self.deps.dependents.remove(&ended) else {
                 continue;
             };
-            let counts = self.jobs[slot(ended)].counts;
+            let counts = self.jobs.counts(slot(ended)).unwrap_or_default();
             let succeeded = counts.succeeded == counts.count;
             for (dependent, kind) in dependents {
                 let Some(waiting) = self.deps.waiting.get_mut(&dependent) else {

@@ -316,7 +316,23 @@ impl Core {
         now: Time,
     ) -> Result<CancelSummary, CancelError> {
         self.observe(now);
-        let record = self.job(job).ok_or(CancelError::UnknownJob { job })?;
+        let index = usize::try_from(job.0)
+            .ok()
+            .and_then(|id| id.checked_sub(1))
+            .ok_or(CancelError::UnknownJob { job })?;
+        let Some(record) = self.jobs.get(index) else {
+            // Finished and compacted, or never submitted.
+            let counts = self
+                .jobs
+                .counts(index)
+                .ok_or(CancelError::UnknownJob { job })?;
+            self.jobs.set_cancel_requested(index);
+            return Ok(CancelSummary {
+                already_terminal: u64::from(counts.terminal()),
+                already_cancelled: counts.cancel_requested,
+                ..CancelSummary::default()
+            });
+        };
         let mut summary = CancelSummary {
             already_terminal: u64::from(record.counts.terminal()),
             ..CancelSummary::default()

@@ -125,10 +125,12 @@ impl Core {
         now: Time,
     ) -> Result<(), UpdateError> {
         self.observe(now);
-        let record = self.job(job).ok_or(UpdateError::UnknownJob { job })?;
-        if record.counts.is_finished() {
+        let counts = self
+            .job_counts(job)
+            .ok_or(UpdateError::UnknownJob { job })?;
+        let Some(record) = self.job(job).filter(|_| !counts.is_finished()) else {
             return Err(UpdateError::Ended { job });
-        }
+        };
         let placement = self.shapes.placement(record.spec.shape);
         let until = self.locality.prefs.get(&job).and_then(|pref| pref.until);
         self.locality.forget(job);

@@ -21,6 +21,7 @@ pub use locality::MAX_PREFERRED_NODES;
 use crate::config::{CoreConfig, JobSpec, Placement};
 use crate::horizon::Horizon;
 use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
+use crate::jobs::{JobStore, Located};
 use crate::node::Nodes;
 use crate::output::{Counts, Disposition, Event, JobCounts, TaskStatus, TerminalState};
 use crate::queue::{ReadyQueue, ReturnedTask, Taken};
@@ -108,9 +109,9 @@ pub struct Core {
     config: CoreConfig,
     /// Latest time seen; inputs with an earlier time are clamped to it.
     now: Time,
-    /// Index `i` holds job `i + 1`; jobs are never removed (a finished job keeps its
-    /// counts, its bitset is released).
-    jobs: Vec<JobRecord>,
+    /// Index `i` holds job `i + 1`, in pages; a page whose jobs have all finished
+    /// keeps only how each ended (`jobs.rs`).
+    jobs: JobStore,
     /// The distinct resources and placements of the jobs, which records refer to.
     shapes: Shapes,
     next_task: u64,
@@ -174,7 +175,7 @@ fn slot(job: JobId) -> usize {
 /// work counts for no node: its own nodes are woken when the work is queued
 /// ([`Core::wake_pinned`]). Only for ids from the core's own queue entries.
 fn needs<'a>(
-    jobs: &'a [JobRecord],
+    jobs: &'a JobStore,
     shapes: &'a Shapes,
     locality: &'a locality::Locality,
     serving: Option<NodeId>,
@@ -194,7 +195,7 @@ fn needs<'a>(
 /// What each task of the jobs pinned to `node`, or preferring it, needs; `None` for
 /// every other job.
 fn pinned_to<'a>(
-    jobs: &'a [JobRecord],
+    jobs: &'a JobStore,
     shapes: &'a Shapes,
     locality: &'a locality::Locality,
     node: NodeId,
@@ -215,7 +216,7 @@ impl Core {
         Core {
             config,
             now: Time::ZERO,
-            jobs: Vec::new(),
+            jobs: JobStore::default(),
             shapes: Shapes::default(),
             next_task: 1,
             next_attempt: 1,
@@ -261,10 +262,12 @@ impl Core {
 
     /// Counters of one job, `None` if it was never submitted.
     pub fn job_counts(&self, job: JobId) -> Option<JobCounts> {
-        self.job(job).map(|record| record.counts)
+        self.jobs
+            .counts(usize::try_from(job.0).ok()?.checked_sub(1)?)
     }
 
-    /// The spec a job was submitted with (`max_replays` as given), `None` if unknown.
+    /// The spec a job was submitted with (`max_replays` as given), `None` if unknown,
+    /// or finished long enough ago that only its counts are kept (`jobs.rs`).
     pub fn job_spec(&self, job: JobId) -> Option<JobSpec> {
         self.job(job)
             .map(|record| record.spec.to_spec(&self.shapes))
@@ -294,11 +297,9 @@ impl Core {
                 }
             });
         }
-        let (job, index) = self.locate(task)?;
-        if job.is_finished_index(index) {
-            Some(TaskStatus::Finished)
-        } else {
-            Some(TaskStatus::Queued)
+        match self.locate(task)? {
+            Located::Live(job, index) if !job.is_finished_index(index) => Some(TaskStatus::Queued),
+            Located::Live(..) | Located::Finished => Some(TaskStatus::Finished),
         }
     }
 
@@ -320,6 +321,8 @@ impl Core {
         self.events.len()
     }
 
+    /// The record of `job`, `None` if it was never submitted or has finished and been
+    /// compacted (ask [`Core::job_counts`] for what remains of it).
     fn job(&self, job: JobId) -> Option<&JobRecord> {
         let index = usize::try_from(job.0).ok()?.checked_sub(1)?;
         self.jobs.get(index)
@@ -329,12 +332,9 @@ impl Core {
         &mut self.jobs[slot(job)]
     }
 
-    /// The job holding `task` and its index within it.
-    fn locate(&self, task: TaskId) -> Option<(&JobRecord, u32)> {
-        let after = self.jobs.partition_point(|job| job.first_task <= task);
-        let job = self.jobs.get(after.checked_sub(1)?)?;
-        let index = u32::try_from(task.0 - job.first_task.0).ok()?;
-        (index < job.spec.count).then_some((job, index))
+    /// The job holding `task` and its index within it (or that both have finished).
+    fn locate(&self, task: TaskId) -> Option<Located<'_>> {
+        self.jobs.locate(task)
     }
 
     /// Advances the clock to `now` (never back), holds the jobs that stopped fitting
@@ -392,6 +392,7 @@ impl Core {
             self.events
                 .push_back(PendingEvent::Ready(Event::JobFinished { job }));
             self.job_ended(job);
+            self.jobs.finished(slot(job));
         }
     }
 

@@ -24,8 +24,11 @@ impl Core {
     /// or been cancelled. A driver that updates several jobs at once, all or none,
     /// checks each with this first; the `handle_update_*` inputs check it again.
     pub fn check_update(&self, job: JobId) -> Result<(), UpdateError> {
-        let record = self.job(job).ok_or(UpdateError::UnknownJob { job })?;
-        if record.counts.is_finished() || record.counts.cancel_requested {
+        // A compacted job has finished: its counts say so.
+        let counts = self
+            .job_counts(job)
+            .ok_or(UpdateError::UnknownJob { job })?;
+        if counts.is_finished() || counts.cancel_requested {
             return Err(UpdateError::Ended { job });
         }
         Ok(())

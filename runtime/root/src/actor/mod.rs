@@ -12,6 +12,7 @@ mod clients;
 mod gangs;
 mod history;
 mod items;
+mod jobs;
 mod placed;
 mod port;
 mod resources;
