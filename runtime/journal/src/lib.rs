@@ -30,6 +30,7 @@
 //! must stay readable across versions of the record types, and should be inspectable by
 //! other tools; the writer is limited by the sync, not by encoding.
 
+mod compact;
 mod error;
 mod format;
 mod reader;
@@ -37,10 +38,11 @@ mod segment;
 mod stats;
 mod writer;
 
+pub use compact::{Retired, journal_bytes, retire_superseded, write_base_segment};
 pub use error::JournalError;
 pub use format::{
-    DEFAULT_MAX_SEGMENT_BYTES, FILE_HEADER_BYTES, FORMAT_VERSION, MAGIC, MAX_RECORD_BYTES,
-    Position, RECORD_HEADER_BYTES, RecordDefect, SegmentNumber,
+    BASE_SEGMENT_FLAG, DEFAULT_MAX_SEGMENT_BYTES, FILE_HEADER_BYTES, FORMAT_VERSION, MAGIC,
+    MAX_RECORD_BYTES, Position, RECORD_HEADER_BYTES, RecordDefect, SegmentNumber,
 };
 pub use reader::{JournalReader, ReadOutcome, read_all, read_at};
 pub use segment::TornTail;
