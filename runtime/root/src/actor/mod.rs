@@ -9,6 +9,7 @@
 
 mod agents;
 mod clients;
+mod compaction;
 mod gangs;
 mod history;
 mod items;
@@ -25,6 +26,7 @@ mod walltime;
 
 use std::sync::Arc;
 
+pub use compaction::{CompactionDone, CompactionPolicy, run_compaction};
 pub use port::{ActorPort, AfterJournal, Clock, Port, SystemClock, Wake};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 pub use resources::TooManyKinds;
@@ -68,6 +70,8 @@ pub enum RootMsg {
     JournalFailed {
         error: saker_journal::JournalError,
     },
+    /// A journal compaction ended (`compaction.rs`).
+    Compacted(Result<CompactionDone, String>),
     /// The core asked to be woken at or after some time.
     Timer,
     /// The walltime deadline has come.
@@ -96,6 +100,7 @@ pub struct RootArgs {
     pub restored: Option<tokio::sync::oneshot::Sender<RestoreSummary>>,
     /// Start no attempt that cannot finish by this time (unix µs); stop at it.
     pub deadline_unix_us: Option<u64>,
+    pub compaction: CompactionPolicy,
 }
 
 /// Agents' frames the root may hold unhandled, across all links. A link whose frame
@@ -156,7 +161,11 @@ impl RootState {
             } => self.on_agent_frame(link, frame.route(), frame.payload()),
             RootMsg::LinkDown { link, reason } => self.on_link_down(link, &reason),
             RootMsg::Client(request) => self.on_client(request),
-            RootMsg::Durable { results, positions } => self.on_durable(results, positions),
+            RootMsg::Durable { results, positions } => {
+                self.on_durable(results, positions);
+                self.maybe_compact();
+            }
+            RootMsg::Compacted(outcome) => self.on_compacted(outcome),
             RootMsg::JournalFailed { error } => {
                 // Without a journal nothing more can be acknowledged durably: stop the
                 // pilot rather than pretend. Running tasks are killed by the agents.
@@ -204,6 +213,7 @@ impl Actor for Root {
         if let Some(deadline) = deadline {
             state.set_deadline(deadline);
         }
+        state.set_compaction(args.compaction);
         if let Some(sender) = restored {
             let _ = sender.send(summary);
         }

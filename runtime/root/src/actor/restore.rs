@@ -62,6 +62,10 @@ pub enum RestoreError {
         #[source]
         source: super::resources::TooManyKinds,
     },
+    #[error(
+        "journal record {position}: job {job}'s finished record holds a letter that is not a state"
+    )]
+    FinishedState { position: usize, job: JobId },
     #[error("journal record {position}: a result for task {task} of unknown job {job}")]
     UnknownJob {
         position: usize,
@@ -89,13 +93,21 @@ impl RootState {
         // Sized up front: a journal of a million single jobs would rehash these maps
         // twenty times over.
         let mut first_tasks: HashMap<JobId, TaskId> = HashMap::with_capacity(submits);
+        // Jobs a compaction recorded as finished, with one state letter a task: their
+        // tasks are terminal whether or not their results were kept.
+        let mut finished_jobs: BTreeMap<JobId, String> = BTreeMap::new();
         self.jobs.reserve(submits);
         for record in &records {
-            if let Record::Submit {
-                job, first_task, ..
-            } = record
-            {
-                first_tasks.insert(*job, *first_task);
+            match record {
+                Record::Submit {
+                    job, first_task, ..
+                } => {
+                    first_tasks.insert(*job, *first_task);
+                }
+                Record::Finished { job, states } => {
+                    finished_jobs.insert(*job, states.clone());
+                }
+                _ => {}
             }
         }
         let mut finished: BTreeMap<JobId, Vec<(u32, CoreState)>> = BTreeMap::new();
@@ -123,12 +135,12 @@ impl RootState {
                         });
                     };
                     let offset = result.task.0.saturating_sub(first.0) as u32;
-                    let state = match result.state {
-                        TerminalState::Succeeded => CoreState::Succeeded,
-                        TerminalState::Failed => CoreState::Failed,
-                        TerminalState::Cancelled => CoreState::Cancelled,
-                    };
-                    finished.entry(job).or_default().push((offset, state));
+                    if !finished_jobs.contains_key(&job) {
+                        finished
+                            .entry(job)
+                            .or_default()
+                            .push((offset, core_state(result.state)));
+                    }
                     match positions.get(position) {
                         Some(&at) => results.push((Arc::clone(result), at)),
                         None => return Err(RestoreError::NoPosition { position }),
@@ -158,6 +170,29 @@ impl RootState {
                     occurrences.insert(*schedule, (*occurrence, *job));
                 }
                 Record::Item { item, node, bytes } => items.push((item.clone(), *node, *bytes)),
+                Record::Compaction {
+                    next_seq,
+                    compacted,
+                    compacted_through,
+                    ..
+                } => {
+                    self.log.next_seq = self.log.next_seq.max(*next_seq);
+                    self.log.compacted = *compacted;
+                    self.log.compacted_through = *compacted_through;
+                }
+                Record::Finished { job, states } => {
+                    let mut done = Vec::with_capacity(states.len());
+                    for (offset, letter) in states.chars().enumerate() {
+                        let Some(state) = crate::compact::letter_state(letter) else {
+                            return Err(RestoreError::FinishedState {
+                                position,
+                                job: *job,
+                            });
+                        };
+                        done.push((offset as u32, core_state(state)));
+                    }
+                    finished.insert(*job, done);
+                }
             }
         }
         let mut earlier = earlier_by_job(&first_tasks, &notes);
@@ -227,10 +262,29 @@ impl RootState {
         }
         self.attempts.history = notes;
         for (record, position) in results {
-            self.count_durable(&record);
+            if !finished_jobs.contains_key(&record.job) {
+                self.count_durable(&record);
+                summary.finished += 1;
+            }
             self.log.next_seq = self.log.next_seq.max(record.seq + 1);
             self.log.index.insert(record.task, record.seq, position);
-            summary.finished += 1;
+        }
+        for (job, states) in &finished_jobs {
+            let Some(first) = first_tasks.get(job) else {
+                continue;
+            };
+            for (offset, letter) in states.chars().enumerate() {
+                // Checked above: every letter is a state.
+                let Some(state) = crate::compact::letter_state(letter) else {
+                    continue;
+                };
+                self.count_durable_state(*job, state);
+                summary.finished += 1;
+                let task = TaskId(first.0 + offset as u64);
+                if self.log.index.find(task).is_none() {
+                    self.log.index.mark_compacted(task);
+                }
+            }
         }
         for job in cancelled {
             if let Err(error) = self.core.handle_cancel_job(job, self.now()) {
@@ -250,6 +304,14 @@ impl RootState {
         // one now; one that had not is queued again and runs, late if its time passed.
         self.poll_schedules();
         Ok(summary)
+    }
+}
+
+fn core_state(state: TerminalState) -> CoreState {
+    match state {
+        TerminalState::Succeeded => CoreState::Succeeded,
+        TerminalState::Failed => CoreState::Failed,
+        TerminalState::Cancelled => CoreState::Cancelled,
     }
 }
 
