@@ -311,6 +311,12 @@ pub async fn results(args: ResultsArgs) -> Result<ExitCode> {
             for &task in &args.tasks {
                 match client.result(task).await {
                     Ok(record) => sink.write(&record)?,
+                    // The pilot's own words name the task and say why (no result yet,
+                    // or compacted away under --keep-results).
+                    Err(saker_root::client::ClientError::Server(error)) => {
+                        eprintln!("saker: {}", error.message);
+                        missing += 1;
+                    }
                     Err(error) => {
                         eprintln!("saker: task {task}: {error}");
                         missing += 1;

@@ -197,3 +197,38 @@ fn a_crash_at_any_step_of_a_compaction_leaves_old_or_new_never_a_mix() {
         }
     }
 }
+
+/// A reader holding a position from before a compaction reads on from it while the
+/// superseded segment is still there: the old records, then the base (repeating what
+/// it kept), then the rest.
+#[test]
+fn a_position_in_a_superseded_segment_reads_on_until_the_segment_is_retired() {
+    let directory = tempfile::tempdir().unwrap();
+    let writer = JournalWriter::open(directory.path(), options()).unwrap();
+    let (sender, positions) = mpsc::channel();
+    writer.append_at(records(0..6), move |result| {
+        sender.send(result.unwrap()).unwrap()
+    });
+    let positions = positions.recv().unwrap();
+    let (sender, sealed) = mpsc::channel();
+    writer.seal(move |placeholder| sender.send(placeholder).unwrap());
+    let placeholder = sealed.recv().unwrap().unwrap();
+    writer.append_blocking(records(6..8)).unwrap();
+    writer.close().unwrap();
+    write_base_segment(directory.path(), placeholder, &kept(6)).unwrap();
+
+    let reader =
+        saker_journal::JournalReader::<TestRecord>::open_at(directory.path(), positions[4])
+            .unwrap();
+    let read: Vec<TestRecord> = reader.map(Result::unwrap).collect();
+    let mut expected = records(4..6);
+    expected.extend(kept(6));
+    expected.extend(records(6..8));
+    assert_eq!(read, expected);
+
+    retire_superseded(directory.path()).unwrap();
+    assert!(
+        saker_journal::JournalReader::<TestRecord>::open_at(directory.path(), positions[4])
+            .is_err()
+    );
+}

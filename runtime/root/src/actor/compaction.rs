@@ -2,10 +2,12 @@
 //! enough segments since the last compaction, the root seals the journal; a thread of
 //! its own folds the sealed history ([`crate::compact::compact`]) into a base segment
 //! written over the seal's placeholder; back on the root, the result index learns where
-//! the kept results now are and which were dropped, and only then are the superseded
-//! segments deleted, so no lookup the root hands out points into a deleted file.
+//! the kept results now are and which were dropped. The superseded segments are deleted
+//! only once every read of results that began before that (and may hold a position in
+//! them) has ended, so no position the root handed out points into a deleted file.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use saker_journal::{JournalReader, Position, SegmentNumber};
 
@@ -35,6 +37,9 @@ pub(super) struct Compaction {
     next_at: u64,
     /// Compactions finished by this root.
     pub(super) finished: u64,
+    /// Reader tokens of the generations before the last compaction: its superseded
+    /// segments are deleted once every one of them is dropped.
+    retire_after: Vec<Arc<()>>,
 }
 
 /// What a compaction did, sent back to the root.
@@ -97,6 +102,8 @@ impl RootState {
         self.log.compacted = done.compacted_total;
         self.log.compacted_through = done.compacted_through;
         self.compaction.finished += 1;
+        let superseded = std::mem::replace(&mut self.log.readers, Arc::new(()));
+        self.compaction.retire_after.push(superseded);
         tracing::info!(
             base = %done.base,
             records_before = done.records_before,
@@ -105,6 +112,17 @@ impl RootState {
             results_dropped = done.dropped.len(),
             "compacted the journal"
         );
+        self.poll_retirement();
+    }
+
+    /// Deletes the superseded segments once no read that started before the last
+    /// compaction is left (they may hold positions in them).
+    pub(super) fn poll_retirement(&mut self) {
+        let retire = &mut self.compaction.retire_after;
+        if retire.is_empty() || retire.iter().any(|token| Arc::strong_count(token) > 1) {
+            return;
+        }
+        retire.clear();
         self.port.retire_superseded();
     }
 }

@@ -231,6 +231,7 @@ impl RootState {
             start,
             from,
             last,
+            _reading: Arc::clone(&self.log.readers),
         });
         let compacted = if from <= self.log.compacted_through {
             self.log.compacted
@@ -256,7 +257,9 @@ impl RootState {
             return;
         };
         let source = self.port.results();
+        let reading = Arc::clone(&self.log.readers);
         tokio::task::spawn_blocking(move || {
+            let _reading = reading;
             let answer = source.read(position).map_err(|error| {
                 RequestError::new(
                     ErrorKind::Internal,
@@ -275,6 +278,8 @@ struct History {
     start: Position,
     from: u64,
     last: u64,
+    /// Keeps the segments `start` may be in (see `ResultLog::readers`).
+    _reading: Arc<()>,
 }
 
 /// Feeds one results stream: the history, then live results until the client or the

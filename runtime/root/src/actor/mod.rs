@@ -176,6 +176,8 @@ impl RootState {
             RootMsg::Timer => self.on_timer(),
             RootMsg::Walltime => self.on_walltime(),
         }
+        // Cheap when nothing waits: a vector's emptiness.
+        self.poll_retirement();
         self.drain();
         self.check_exhausted();
         Turn::Continue

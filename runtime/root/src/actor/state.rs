@@ -227,6 +227,9 @@ pub(super) struct ResultLog {
     /// among them (a stream from at or below it is told how many).
     pub compacted: u64,
     pub compacted_through: u64,
+    /// Held by every read of results under way: segments a compaction superseded are
+    /// deleted only once no read that may hold a position in them is left.
+    pub readers: Arc<()>,
     pub totals: Totals,
     pub followers: Vec<mpsc::UnboundedSender<Arc<ResultRecord>>>,
     pub rate: RateWindow,
@@ -240,6 +243,7 @@ impl Default for ResultLog {
             index: Default::default(),
             compacted: 0,
             compacted_through: 0,
+            readers: Arc::new(()),
             totals: Totals::default(),
             followers: Vec::new(),
             rate: RateWindow::default(),
