@@ -13,7 +13,8 @@
 //!
 //! **Start reading** at [`JournalWriter`] (`writer.rs`), then the group-commit loop in
 //! `writer/committer.rs`; for reading, [`read_all`] and the per-segment scanner in
-//! `segment.rs`, which holds the torn-tail rules; `format.rs` is the byte layout.
+//! `segment.rs`, which holds the torn-tail rules; `format.rs` is the byte layout;
+//! `compact.rs` the crash-safe steps of a compaction (what to keep is the pilot's).
 //!
 //! **Design decision: one writer thread, group commit, callback acknowledgement.**
 //! An `fdatasync` costs from tens of microseconds (NVMe) to milliseconds (network file
