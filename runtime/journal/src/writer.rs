@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 
 use serde::Serialize;
 
-use self::committer::{Command, Committer, Completion, Queued};
+use self::committer::{Command, Committer, Completion, Queued, SealCompletion};
 pub(crate) use self::files::sync_directory;
 use self::files::{ActiveSegment, create_segment, repair_last_segment};
 use crate::JournalError;
@@ -197,14 +197,11 @@ impl<R: Serialize + Send + 'static> JournalWriter<R> {
         &self,
         on_sealed: impl FnOnce(Result<SegmentNumber, JournalError>) + Send + 'static,
     ) {
-        let Some(queue) = &self.queue else {
-            on_sealed(Err(JournalError::WriterStopped));
-            return;
-        };
-        if let Err(SendError(Queued::Seal(on_sealed))) =
-            queue.send(Queued::Seal(Box::new(on_sealed)))
-        {
-            on_sealed(Err(JournalError::WriterStopped));
+        let completion = SealCompletion::new(Box::new(on_sealed));
+        if let Some(queue) = &self.queue {
+            // Unsent, the completion is dropped and runs the callback with
+            // `WriterStopped`, as it does when the queue is gone.
+            let _ = queue.send(Queued::Seal(completion));
         }
     }
 

@@ -79,12 +79,42 @@ pub(crate) enum Queued<R> {
     Append(Command<R>),
     /// End the current segment, leave an empty placeholder segment after it for a
     /// compaction's base, and go on in a new one; the callback is told the placeholder.
-    Seal(SealCallback),
+    Seal(SealCompletion),
 }
 
 /// Told the placeholder segment a seal left (or why there is none).
 pub(crate) type SealCallback =
     Box<dyn FnOnce(Result<SegmentNumber, JournalError>) + Send + 'static>;
+
+/// A seal's callback, run exactly once: told [`JournalError::WriterStopped`] if it is
+/// dropped unrun, like an append's [`Completion`].
+pub(crate) struct SealCompletion(Option<SealCallback>);
+
+impl SealCompletion {
+    pub(crate) fn new(callback: SealCallback) -> Self {
+        Self(Some(callback))
+    }
+
+    fn complete(mut self, result: Result<SegmentNumber, JournalError>) {
+        if let Some(callback) = self.0.take() {
+            run_seal_callback(callback, result);
+        }
+    }
+}
+
+impl Drop for SealCompletion {
+    fn drop(&mut self) {
+        if let Some(callback) = self.0.take() {
+            run_seal_callback(callback, Err(JournalError::WriterStopped));
+        }
+    }
+}
+
+fn run_seal_callback(callback: SealCallback, result: Result<SegmentNumber, JournalError>) {
+    if catch_unwind(AssertUnwindSafe(move || callback(result))).is_err() {
+        tracing::error!("a journal seal callback panicked; the writer carries on");
+    }
+}
 
 /// State of the writer thread.
 #[derive(Debug)]
@@ -152,11 +182,9 @@ impl Committer {
     fn handle<R: Serialize>(&mut self, queued: Queued<R>) {
         match queued {
             Queued::Append(command) => self.handle_append(command),
-            Queued::Seal(callback) => {
+            Queued::Seal(completion) => {
                 let sealed = self.seal();
-                if catch_unwind(AssertUnwindSafe(move || callback(sealed))).is_err() {
-                    tracing::error!("a journal seal callback panicked; the writer carries on");
-                }
+                completion.complete(sealed);
             }
         }
     }

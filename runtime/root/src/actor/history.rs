@@ -377,4 +377,38 @@ mod tests {
         let bytes = index.heap_bytes();
         assert!(bytes <= GROWTH * 8 + 2 * marks, "{bytes} bytes");
     }
+
+    #[test]
+    fn a_compaction_moves_kept_results_marks_dropped_ones_and_keeps_later_ones() {
+        let mut index = ResultIndex::default();
+        for seq in 1..=5u64 {
+            index.insert(TaskId(seq), seq, at(seq * 100));
+        }
+        let later = Position {
+            segment: SegmentNumber(3),
+            offset: 16,
+        };
+        index.insert(TaskId(6), 6, later);
+        // The base is segment 2: task 4 and 5 kept there, 1..=3 dropped.
+        let base = |offset| Position {
+            segment: SegmentNumber(2),
+            offset,
+        };
+        index.apply_compaction(
+            SegmentNumber(2),
+            &[(TaskId(4), 4, base(40)), (TaskId(5), 5, base(50))],
+            &[(TaskId(1), 1), (TaskId(2), 2), (TaskId(3), 3)],
+        );
+        assert_eq!(index.find(TaskId(4)), Some(base(40)));
+        assert_eq!(index.find(TaskId(6)), Some(later));
+        for task in 1..=3 {
+            assert_eq!(index.find(TaskId(task)), None);
+            assert!(index.is_compacted(TaskId(task)));
+        }
+        assert!(!index.is_compacted(TaskId(7)));
+        // A stream from before the first kept result starts at it.
+        assert_eq!(index.start_for(1), Some(base(40)));
+        assert_eq!(index.start_for(6), Some(base(40)));
+        assert_eq!((index.len(), index.last_seq()), (6, 6));
+    }
 }
