@@ -3,7 +3,8 @@
 //!
 //! [`compact`] folds a journal's records (a previous base included) into the records of
 //! a new base segment. It keeps every submission (a resume replays them to give every
-//! job and task its id again, and the core keeps a record per job anyway), the
+//! job and task its id again, and the core keeps a record per job anyway), those of done
+//! jobs stripped of their command, environment and payload, the
 //! cancellations, updates and attempt notes of jobs not yet done, the latest occurrence
 //! of each schedule, live actors, data items, and the results the retention keeps
 //! (always those of jobs not yet done). Every done job gets one `finished` record, one
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use crate::records::Record;
 use crate::results::{JobId, TaskId, TerminalState};
+use crate::spec::{ArraySpec, JobRequest};
 
 /// Which results of done jobs a compaction keeps (`--keep-results`). Results of jobs
 /// with a task not yet finished are always kept.
@@ -246,7 +248,12 @@ pub fn compact(records: Vec<Record>, keep: &KeepResults, now_unix_us: u64) -> Co
     let mut dropped = Vec::new();
     let mut seen_items = HashSet::new();
     let mut seen_results = HashSet::new();
-    for (at, record) in records.into_iter().enumerate() {
+    for (at, mut record) in records.into_iter().enumerate() {
+        if let Record::Submit { job, request, .. } = &mut record
+            && job_done(job)
+        {
+            strip(request);
+        }
         let keep_it = match &record {
             Record::PilotStarted { .. } | Record::Submit { .. } | Record::ActorEnded { .. } => true,
             Record::Compaction { .. } | Record::Finished { .. } => false,
@@ -307,6 +314,34 @@ pub fn compact(records: Vec<Record>, keep: &KeepResults, now_unix_us: u64) -> Co
         dropped,
         compacted_total,
         compacted_through,
+    }
+}
+
+/// What a stripped submission runs: nothing, ever (its tasks are all finished).
+pub const COMPACTED_COMMAND: &str = "(compacted)";
+
+/// Shrinks a done job's request to what a resume uses of it: the task count and the
+/// shape the core is given. The command, environment, function payload and array
+/// indices were for running its tasks, which will not happen again. A schedule's first
+/// job is left whole: its later occurrences are made from it.
+fn strip(request: &mut JobRequest) {
+    let spec = &mut request.spec;
+    if spec.every.is_some() {
+        return;
+    }
+    match &mut spec.function {
+        Some(function) => function.payload.clear(),
+        None => {
+            spec.argv = vec![COMPACTED_COMMAND.to_owned()];
+            spec.shell = false;
+        }
+    }
+    spec.env.clear();
+    if let Some(array) = &request.array
+        && array.count() > 1
+        && let Ok(indices) = format!("0-{}", array.count() - 1).parse::<ArraySpec>()
+    {
+        request.array = Some(indices);
     }
 }
 

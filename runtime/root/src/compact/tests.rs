@@ -1,3 +1,4 @@
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::*;
@@ -153,4 +154,48 @@ fn done_jobs_keep_their_states_and_results_follow_the_retention() {
         again.records[0],
         Record::Compaction { next_seq: 6, .. }
     ));
+}
+
+#[test]
+fn a_done_jobs_submission_is_stripped_of_what_only_running_it_needs() {
+    let mut spec = TaskSpec::new(vec!["python".into(), "-c".into(), "x".repeat(4096)]);
+    spec.env.insert("TOKEN".into(), "y".repeat(1024));
+    let mut history = history();
+    history[1] = Record::Submit {
+        job: JobId(1),
+        first_task: TaskId(1),
+        count: 2,
+        submitted_unix_us: 1,
+        request: Box::new(JobRequest {
+            spec: spec.clone(),
+            array: Some("5,7".parse().unwrap()),
+            inline_output: None,
+        }),
+    };
+    // Job 3 is not done: its request stays whole.
+    history[3] = Record::Submit {
+        job: JobId(3),
+        first_task: TaskId(4),
+        count: 2,
+        submitted_unix_us: 1,
+        request: Box::new(JobRequest {
+            spec: spec.clone(),
+            array: Some("1-2".parse().unwrap()),
+            inline_output: None,
+        }),
+    };
+    let compacted = compact(history, &KeepResults::All, 1000);
+    let requests: BTreeMap<u32, &JobRequest> = compacted
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Submit { job, request, .. } => Some((job.0, &**request)),
+            _ => None,
+        })
+        .collect();
+    let done = requests[&1];
+    assert_eq!(done.spec.argv, [COMPACTED_COMMAND]);
+    assert!(done.spec.env.is_empty());
+    assert_eq!(done.task_count(), 2);
+    assert_eq!(requests[&3].spec, spec);
 }
