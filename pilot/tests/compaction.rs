@@ -25,7 +25,7 @@ const SMALL_JOURNAL: [&str; 4] = [
 
 fn pilot_args(keep: &str, resume: bool) -> Vec<&str> {
     // A loaded test machine can stall a link for seconds; a killed root's agent is
-    // killed by pid, so a long timeout delays nothing.
+    // killed by pid (`kill`), so a long timeout delays nothing.
     let mut args = vec![
         "--agents",
         "1",
@@ -86,6 +86,15 @@ fn journal(pilot: &Path) -> (u64, bool) {
         }
     }
     (bytes, first > 1)
+}
+
+/// SIGKILLs the root and its agent (node 0: `Service::kill_root` looks for node 1).
+fn kill_with_agent(service: Service) {
+    let agent = common::agent_pid(&service.pilot, 0);
+    service.kill_root();
+    if let Some(agent) = agent.filter(|&pid| common::alive(pid)) {
+        common::sigkill(agent);
+    }
 }
 
 fn by_task(records: &[Value]) -> BTreeMap<u64, Value> {
@@ -163,7 +172,7 @@ fn a_root_killed_while_it_compacts_resumes_with_every_submission_and_result() {
             .args(["--", "sh", "-c", "sleep 0.05"]));
         assert!(submit.status.success(), "acknowledged before the kill");
         submitted += 20;
-        service.kill_root();
+        kill_with_agent(service);
         service = Service::start_args(dir.path(), &pilot_args("50", true));
         let mut wait = saker();
         wait.args(["wait", "--dir"]).arg(&pilot);
