@@ -251,6 +251,7 @@ impl App {
             core: Default::default(),
             // What each agent offers beyond cores, it finds on this machine.
             nodes: Default::default(),
+            journal: Default::default(),
         })
         .await
         .map_err(|source| Error::Start {

@@ -322,6 +322,40 @@ pub struct HpcArgs {
     pub launcher: Option<String>,
 }
 
+/// How the pilot keeps its journal.
+#[derive(Debug, Clone, Args)]
+pub struct JournalArgs {
+    /// Results of finished jobs the journal keeps: `all` (the default), `none`, the
+    /// last N (`1000000`), or those that ended within a duration (`12h`, `7d`). The
+    /// others are compacted away as the journal grows, and `saker results` says so.
+    /// Jobs not yet finished always keep theirs; submissions are never dropped.
+    #[arg(long, default_value = "all", value_name = "POLICY")]
+    pub keep_results: saker_root::compact::KeepResults,
+    /// Bytes after which the journal starts a new segment.
+    #[arg(long, default_value_t = 64 * 1024 * 1024, hide = true)]
+    pub journal_segment_bytes: u64,
+    /// Compact the journal every this many new segments (when --keep-results is not
+    /// `all`).
+    #[arg(long, default_value_t = 4, hide = true)]
+    pub compact_every_segments: u64,
+}
+
+impl JournalArgs {
+    pub fn options(&self) -> saker_root::pilot::JournalOptions {
+        use saker_root::compact::KeepResults;
+        saker_root::pilot::JournalOptions {
+            segment_bytes: self.journal_segment_bytes.max(1),
+            compaction: saker_root::actor::CompactionPolicy {
+                keep: self.keep_results,
+                every_segments: match self.keep_results {
+                    KeepResults::All => 0,
+                    _ => self.compact_every_segments.max(1),
+                },
+            },
+        }
+    }
+}
+
 /// When the pilot must stop.
 #[derive(Debug, Clone, Args)]
 pub struct WalltimeArgs {
@@ -386,6 +420,8 @@ pub struct RunArgs {
     pub task: TaskArgs,
     #[command(flatten)]
     pub walltime: WalltimeArgs,
+    #[command(flatten)]
+    pub journal: JournalArgs,
     /// Inside a Slurm allocation: when the walltime stops the run with tasks left,
     /// submit this batch script as a continuation (dependency afterany on this job)
     /// that resumes the pilot. `$0` in a batch script names the script itself.
@@ -420,6 +456,8 @@ pub struct PilotArgs {
     pub shape: ShapeArgs,
     #[command(flatten)]
     pub walltime: WalltimeArgs,
+    #[command(flatten)]
+    pub journal: JournalArgs,
     /// Skip fsync of the journal (faster, not crash-safe).
     #[arg(long)]
     pub no_sync: bool,

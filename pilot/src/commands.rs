@@ -329,6 +329,12 @@ pub async fn results(args: ResultsArgs) -> Result<ExitCode> {
             for &task in &args.tasks {
                 match client.result(task).await {
                     Ok(record) => sink.write(&record)?,
+                    // The pilot's own words name the task and say why (no result yet,
+                    // or compacted away under --keep-results).
+                    Err(saker_root::client::ClientError::Server(error)) => {
+                        eprintln!("saker: {}", error.message);
+                        missing += 1;
+                    }
                     Err(error) => {
                         eprintln!("saker: task {task}: {error}");
                         missing += 1;
@@ -340,6 +346,14 @@ pub async fn results(args: ResultsArgs) -> Result<ExitCode> {
             let mut stream = client.results(1, args.follow).await?;
             while let Some(record) = stream.next().await? {
                 sink.write(&record)?;
+            }
+            if let Some(end) = stream.end()
+                && end.compacted > 0
+            {
+                eprintln!(
+                    "saker: {} earlier results were compacted away (the pilot's --keep-results)",
+                    end.compacted
+                );
             }
         }
         Err(live_error) => {
@@ -354,17 +368,32 @@ pub async fn results(args: ResultsArgs) -> Result<ExitCode> {
             let reading = || format!("reading the journal in {}", journal.display());
             let mut wanted: std::collections::BTreeSet<u64> = args.tasks.iter().copied().collect();
             let all = wanted.is_empty();
+            let mut compaction = OfflineCompaction::default();
             for record in
                 saker_journal::JournalReader::<Record>::open(&journal).with_context(reading)?
             {
-                if let Record::Result(result) = record.with_context(reading)?
-                    && (all || wanted.remove(&result.task.0))
-                {
-                    sink.write(&result)?;
+                match record.with_context(reading)? {
+                    Record::Result(result) if all || wanted.remove(&result.task.0) => {
+                        sink.write(&result)?;
+                    }
+                    record => compaction.note(&record),
                 }
             }
+            if all && compaction.compacted > 0 {
+                eprintln!(
+                    "saker: {} earlier results were compacted away (--keep-results {})",
+                    compaction.compacted, compaction.keep
+                );
+            }
             for task in wanted {
-                eprintln!("saker: task {task} has no result in the journal");
+                if compaction.finished(task) {
+                    eprintln!(
+                        "saker: task {task}'s result was compacted away (--keep-results {})",
+                        compaction.keep
+                    );
+                } else {
+                    eprintln!("saker: task {task} has no result in the journal");
+                }
                 missing += 1;
             }
         }
@@ -375,6 +404,51 @@ pub async fn results(args: ResultsArgs) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// What a journal's compactions dropped, as `saker results` reads it without a pilot.
+#[derive(Debug, Default)]
+struct OfflineCompaction {
+    compacted: u64,
+    keep: String,
+    /// First task and task count of each job, by job.
+    jobs: std::collections::HashMap<u32, (u64, u64)>,
+    /// Task ranges of jobs a compaction recorded as finished.
+    finished: Vec<(u64, u64)>,
+}
+
+impl OfflineCompaction {
+    fn note(&mut self, record: &Record) {
+        match record {
+            Record::Compaction {
+                compacted, keep, ..
+            } => {
+                self.compacted = *compacted;
+                self.keep = keep.clone();
+            }
+            Record::Submit {
+                job,
+                first_task,
+                count,
+                ..
+            } => {
+                self.jobs.insert(job.0, (first_task.0, u64::from(*count)));
+            }
+            Record::Finished { job, .. } => {
+                if let Some(&(first, count)) = self.jobs.get(&job.0) {
+                    self.finished.push((first, first + count));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether `task` finished in a job whose results a compaction may have dropped.
+    fn finished(&self, task: u64) -> bool {
+        self.finished
+            .iter()
+            .any(|&(first, end)| (first..end).contains(&task))
+    }
 }
 
 /// Streams results as they are accepted, reconnecting with `from = last seq + 1`

@@ -11,7 +11,7 @@ use saker_root::client::{ClientRequest, ResultsItem, StatusReport, WaitReport};
 use saker_root::pilot::{Pilot, PilotOptions};
 use saker_root::results::TerminalState;
 
-use crate::cli::{RunArgs, ShapeArgs, WalltimeArgs};
+use crate::cli::{JournalArgs, RunArgs, ShapeArgs, WalltimeArgs};
 use crate::progress::Progress;
 use crate::submission::requests_from;
 
@@ -23,6 +23,7 @@ struct PilotSettings<'a> {
     dir: PathBuf,
     shape: &'a ShapeArgs,
     walltime: &'a WalltimeArgs,
+    journal: &'a JournalArgs,
     sync: bool,
     resume: bool,
     /// `--agents 0` is allowed (a pilot that only queues until agents join).
@@ -49,6 +50,7 @@ impl PilotSettings<'_> {
             liveness: self.shape.liveness.parse()?,
             core: self.shape.stragglers.core_config()?,
             nodes: self.shape.nodes.options()?,
+            journal: self.journal.options(),
         })
     }
 }
@@ -58,6 +60,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         dir: PathBuf::new(),
         shape: &args.shape,
         walltime: &args.walltime,
+        journal: &args.journal,
         sync: !args.no_sync,
         resume: args.resume,
         allow_no_agents: false,
@@ -356,6 +359,7 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
         dir: args.dir.clone(),
         shape: &args.shape,
         walltime: &args.walltime,
+        journal: &args.journal,
         sync: !args.no_sync,
         resume: args.resume,
         allow_no_agents: true,

@@ -78,10 +78,8 @@ impl JobStore {
             _ => {
                 // Grown by doubling: a full page's capacity is exactly PAGE (a power
                 // of two), and a pilot of few jobs does not hold a page's worth.
-                let mut records = Vec::new();
-                records.push(record);
                 self.pages.push(Page::Live {
-                    records,
+                    records: vec![record],
                     finished: 0,
                 });
             }

@@ -147,6 +147,27 @@ pub enum JournalError {
     },
 
     /// The writer thread could not be started.
+    /// A compaction's base segment could not be written or put in place.
+    #[error("cannot write journal base segment {path}")]
+    WriteBase {
+        path: PathBuf,
+        #[source]
+        source: Arc<io::Error>,
+    },
+
+    /// A compaction may only replace the empty placeholder segment the writer sealed
+    /// for it ([`crate::JournalWriter::seal`]); this one holds records, or is missing.
+    #[error("journal segment {path} is not an empty placeholder ({length} bytes)")]
+    NotAPlaceholder { path: PathBuf, length: u64 },
+
+    /// A segment superseded by a base segment could not be deleted.
+    #[error("cannot remove superseded journal segment {path}")]
+    RemoveSegment {
+        path: PathBuf,
+        #[source]
+        source: Arc<io::Error>,
+    },
+
     #[error("cannot start the journal writer thread")]
     SpawnWriter {
         #[source]
@@ -181,6 +202,8 @@ impl JournalError {
             | Self::WriteSegment { source, .. }
             | Self::SyncSegment { source, .. }
             | Self::TruncateSegment { source, .. }
+            | Self::WriteBase { source, .. }
+            | Self::RemoveSegment { source, .. }
             | Self::SpawnWriter { source } => Some(source),
             Self::WriterFailed { cause } => cause.io_error(),
             Self::BadMagic { .. }
@@ -191,6 +214,7 @@ impl JournalError {
             | Self::EncodeRecord { .. }
             | Self::RecordTooLarge { .. }
             | Self::MissingSegment { .. }
+            | Self::NotAPlaceholder { .. }
             | Self::WriterStopped => None,
         }
     }

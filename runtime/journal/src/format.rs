@@ -36,12 +36,22 @@ pub const MAX_RECORD_BYTES: u32 = 256 * 1024 * 1024;
 /// Default size after which the writer starts a new segment.
 pub const DEFAULT_MAX_SEGMENT_BYTES: u64 = 256 * 1024 * 1024;
 
+/// Flag bit of a file header's last four bytes: this segment is a *base* written by a
+/// compaction, holding everything still needed from the segments before it, which
+/// readers therefore skip (docs/journal.md, "Compaction").
+pub const BASE_SEGMENT_FLAG: u32 = 1;
+
 /// The complete file header of a version-1 segment.
 pub(crate) fn file_header() -> [u8; FILE_HEADER_BYTES as usize] {
+    file_header_with(0)
+}
+
+/// A file header with `flags` in its last four bytes (0 for a segment the writer starts).
+pub(crate) fn file_header_with(flags: u32) -> [u8; FILE_HEADER_BYTES as usize] {
     let mut header = [0u8; FILE_HEADER_BYTES as usize];
     header[..8].copy_from_slice(&MAGIC);
     header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-    // Bytes 12..16 are reserved and written as zero; readers ignore them.
+    header[12..16].copy_from_slice(&flags.to_le_bytes());
     header
 }
 

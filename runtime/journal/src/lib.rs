@@ -13,7 +13,8 @@
 //!
 //! **Start reading** at [`JournalWriter`] (`writer.rs`), then the group-commit loop in
 //! `writer/committer.rs`; for reading, [`read_all`] and the per-segment scanner in
-//! `segment.rs`, which holds the torn-tail rules; `format.rs` is the byte layout.
+//! `segment.rs`, which holds the torn-tail rules; `format.rs` is the byte layout;
+//! `compact.rs` the crash-safe steps of a compaction (what to keep is the pilot's).
 //!
 //! **Design decision: one writer thread, group commit, callback acknowledgement.**
 //! An `fdatasync` costs from tens of microseconds (NVMe) to milliseconds (network file
@@ -30,6 +31,7 @@
 //! must stay readable across versions of the record types, and should be inspectable by
 //! other tools; the writer is limited by the sync, not by encoding.
 
+mod compact;
 mod error;
 mod format;
 mod reader;
@@ -37,10 +39,11 @@ mod segment;
 mod stats;
 mod writer;
 
+pub use compact::{Retired, journal_bytes, retire_superseded, write_base_segment};
 pub use error::JournalError;
 pub use format::{
-    DEFAULT_MAX_SEGMENT_BYTES, FILE_HEADER_BYTES, FORMAT_VERSION, MAGIC, MAX_RECORD_BYTES,
-    Position, RECORD_HEADER_BYTES, RecordDefect, SegmentNumber,
+    BASE_SEGMENT_FLAG, DEFAULT_MAX_SEGMENT_BYTES, FILE_HEADER_BYTES, FORMAT_VERSION, MAGIC,
+    MAX_RECORD_BYTES, Position, RECORD_HEADER_BYTES, RecordDefect, SegmentNumber,
 };
 pub use reader::{JournalReader, ReadOutcome, read_all, read_at};
 pub use segment::TornTail;

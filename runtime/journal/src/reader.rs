@@ -9,7 +9,9 @@ use serde::de::DeserializeOwned;
 
 use crate::JournalError;
 use crate::format::{MAX_RECORD_BYTES, Position, RECORD_HEADER_BYTES, RecordDefect};
-use crate::segment::{ScanStep, SegmentEntry, SegmentScanner, TornTail, list_segments};
+use crate::segment::{
+    ScanStep, SegmentEntry, SegmentScanner, TornTail, list_segment_files, list_segments,
+};
 
 /// Iterates over the records of a journal directory, segment by segment, in the order they
 /// were appended.
@@ -52,9 +54,31 @@ impl<R: DeserializeOwned> JournalReader<R> {
 
     /// Reads from `from` on: the records of its segment from that offset (which must
     /// be where a record starts, as [`crate::JournalWriter::append_at`] said), then
-    /// every later segment. Fails if `from`'s segment is not in the journal.
+    /// every later segment. Fails if `from`'s segment is not in the journal. A segment
+    /// a compaction superseded but did not delete yet is read too, then every later
+    /// file, base included: records the base kept come again.
     pub fn open_at(directory: &Path, from: Position) -> Result<Self, JournalError> {
         let mut reader = Self::open(directory)?;
+        if !reader
+            .segments
+            .iter()
+            .any(|segment| segment.number == from.segment)
+        {
+            // A position a compaction has superseded, its segment not yet deleted: read
+            // on from there through every later file (the base repeats what was kept).
+            let all = list_segment_files(directory)?;
+            let later: Vec<SegmentEntry> = all
+                .into_iter()
+                .filter(|segment| segment.number >= from.segment)
+                .collect();
+            let contiguous = later
+                .iter()
+                .zip(later.iter().skip(1))
+                .all(|(a, b)| b.number == a.number.next());
+            if later.first().map(|segment| segment.number) == Some(from.segment) && contiguous {
+                reader.segments = later;
+            }
+        }
         let Some(index) = reader
             .segments
             .iter()

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use crate::JournalError;
 use crate::format::{
-    FILE_HEADER_BYTES, FORMAT_VERSION, MAGIC, MAX_RECORD_BYTES, RECORD_HEADER_BYTES, RecordDefect,
-    SegmentNumber, file_header,
+    BASE_SEGMENT_FLAG, FILE_HEADER_BYTES, FORMAT_VERSION, MAGIC, MAX_RECORD_BYTES,
+    RECORD_HEADER_BYTES, RecordDefect, SegmentNumber, file_header,
 };
 
 /// The end of the last segment did not hold a complete record: the writer crashed (or is
@@ -34,8 +34,27 @@ pub(crate) struct SegmentEntry {
     pub(crate) path: PathBuf,
 }
 
-/// The segments in `directory`, in increasing order; an error if the numbers have a gap.
+/// The segments of the journal in `directory`, in increasing order, from the last base
+/// segment on (a compaction's base holds all that is still needed from the segments
+/// before it, so they are not part of the journal any more); an error if the numbers
+/// from there have a gap.
 pub(crate) fn list_segments(directory: &Path) -> Result<Vec<SegmentEntry>, JournalError> {
+    let mut segments = list_segment_files(directory)?;
+    let base = last_base(&segments)?;
+    let segments = segments.split_off(base);
+    for pair in segments.windows(2) {
+        if pair[1].number != pair[0].number.next() {
+            return Err(JournalError::MissingSegment {
+                directory: directory.to_path_buf(),
+                missing: pair[0].number.next(),
+            });
+        }
+    }
+    Ok(segments)
+}
+
+/// Every segment file in `directory`, superseded ones included, in increasing order.
+pub(crate) fn list_segment_files(directory: &Path) -> Result<Vec<SegmentEntry>, JournalError> {
     let list_error = |source: io::Error| JournalError::ListDirectory {
         path: directory.to_path_buf(),
         source: source.into(),
@@ -56,15 +75,49 @@ pub(crate) fn list_segments(directory: &Path) -> Result<Vec<SegmentEntry>, Journ
         });
     }
     segments.sort_by_key(|segment| segment.number);
-    for pair in segments.windows(2) {
-        if pair[1].number != pair[0].number.next() {
-            return Err(JournalError::MissingSegment {
-                directory: directory.to_path_buf(),
-                missing: pair[0].number.next(),
-            });
+    Ok(segments)
+}
+
+/// Index in `segments` of the last base segment (0 if there is none). Reads headers
+/// from the end, so only the segments since the last compaction are opened.
+pub(crate) fn last_base(segments: &[SegmentEntry]) -> Result<usize, JournalError> {
+    for (index, segment) in segments.iter().enumerate().rev() {
+        if segment_flags(&segment.path)? & BASE_SEGMENT_FLAG != 0 {
+            return Ok(index);
         }
     }
-    Ok(segments)
+    Ok(0)
+}
+
+/// The flags of a segment's header; 0 for a file too short to have them (a segment
+/// torn while being created is never a base: a base is complete before it is named).
+fn segment_flags(path: &Path) -> Result<u32, JournalError> {
+    let mut file = File::open(path).map_err(|source| JournalError::OpenSegment {
+        path: path.to_path_buf(),
+        source: source.into(),
+    })?;
+    let mut header = [0u8; FILE_HEADER_BYTES as usize];
+    let mut read = 0;
+    while read < header.len() {
+        match file.read(&mut header[read..]) {
+            Ok(0) => return Ok(0),
+            Ok(count) => read += count,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(source) => {
+                return Err(JournalError::ReadSegment {
+                    path: path.to_path_buf(),
+                    offset: 0,
+                    source: source.into(),
+                });
+            }
+        }
+    }
+    if header[..8] != MAGIC {
+        return Ok(0);
+    }
+    Ok(u32::from_le_bytes([
+        header[12], header[13], header[14], header[15],
+    ]))
 }
 
 /// What the scanner found next.

@@ -10,8 +10,9 @@ use std::thread::JoinHandle;
 
 use serde::Serialize;
 
-use self::committer::{Command, Committer, Completion};
-use self::files::{ActiveSegment, create_segment, repair_last_segment, sync_directory};
+use self::committer::{Command, Committer, Completion, Queued, SealCompletion};
+pub(crate) use self::files::sync_directory;
+use self::files::{ActiveSegment, create_segment, repair_last_segment};
 use crate::JournalError;
 use crate::format::{DEFAULT_MAX_SEGMENT_BYTES, Position, SegmentNumber};
 use crate::segment::list_segments;
@@ -68,7 +69,7 @@ impl Default for WriterOptions {
 pub struct JournalWriter<R> {
     directory: PathBuf,
     first_segment: SegmentNumber,
-    queue: Option<Sender<Command<R>>>,
+    queue: Option<Sender<Queued<R>>>,
     thread: Option<JoinHandle<Result<WriterStats, JournalError>>>,
     counters: Arc<Counters>,
 }
@@ -111,6 +112,8 @@ impl<R: Serialize + Send + 'static> JournalWriter<R> {
                 Counters::add(&counters.directory_syncs, 1);
             }
         }
+        // What a compaction that crashed left: superseded segments, a base never renamed.
+        crate::compact::retire_superseded(directory)?;
         let segments = list_segments(directory)?;
         let number = match segments.last() {
             Some(last) => {
@@ -171,10 +174,10 @@ impl<R: Serialize + Send + 'static> JournalWriter<R> {
         on_durable: impl FnOnce(Result<Vec<Position>, JournalError>) + Send + 'static,
     ) {
         Counters::add(&self.counters.appends_submitted, 1);
-        let command = Command {
+        let command = Queued::Append(Command {
             records,
             completion: Completion::new(Box::new(on_durable)),
-        };
+        });
         let unsent = match &self.queue {
             Some(queue) => queue.send(command).err().map(|SendError(command)| command),
             None => Some(command),
@@ -182,6 +185,24 @@ impl<R: Serialize + Send + 'static> JournalWriter<R> {
         // The writer thread is gone: dropping the completion runs the callback with
         // `WriterStopped`, here on the caller's thread.
         drop(unsent);
+    }
+
+    /// Ends the current segment once everything appended before is durable, leaves an
+    /// empty *placeholder* segment after it and goes on appending in the segment after
+    /// that. `on_sealed` (run on the writer thread) is told the placeholder's number:
+    /// every record appended before the seal is in a segment below it, every record
+    /// after in one above, so a compaction can read the sealed segments at leisure and
+    /// write its base over the placeholder ([`crate::write_base_segment`]).
+    pub fn seal(
+        &self,
+        on_sealed: impl FnOnce(Result<SegmentNumber, JournalError>) + Send + 'static,
+    ) {
+        let completion = SealCompletion::new(Box::new(on_sealed));
+        if let Some(queue) = &self.queue {
+            // Unsent, the completion is dropped and runs the callback with
+            // `WriterStopped`, as it does when the queue is gone.
+            let _ = queue.send(Queued::Seal(completion));
+        }
     }
 
     /// Appends `records` and waits until they are durable. Never call it from inside an

@@ -45,6 +45,7 @@
 //!     core: Default::default(),
 //!     // GPUs, memory and CPUs: what each agent finds on this machine.
 //!     nodes: Default::default(),
+//!     journal: Default::default(),
 //! })
 //! .await?;
 //! let job = JobRequest::single(TaskSpec::new(vec!["hostname".into()]));
@@ -69,6 +70,7 @@
 pub mod actor;
 pub mod attempts;
 pub mod client;
+pub mod compact;
 mod error;
 pub mod local;
 pub mod offer;

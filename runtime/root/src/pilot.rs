@@ -148,6 +148,26 @@ pub struct PilotOptions {
     pub core: saker_core::CoreConfig,
     /// What the nodes offer beyond cores, as declared (the rest is found).
     pub nodes: NodeOptions,
+    /// Segment size and compaction of the journal.
+    pub journal: JournalOptions,
+}
+
+/// How the pilot keeps its journal (docs/journal.md, "Compaction").
+#[derive(Debug, Clone, Copy)]
+pub struct JournalOptions {
+    /// Bytes after which the writer starts a new segment.
+    pub segment_bytes: u64,
+    /// When the root compacts the journal, and which results it keeps.
+    pub compaction: crate::actor::CompactionPolicy,
+}
+
+impl Default for JournalOptions {
+    fn default() -> Self {
+        JournalOptions {
+            segment_bytes: 64 * 1024 * 1024,
+            compaction: Default::default(),
+        }
+    }
 }
 
 /// The pilot's deadline (unix µs): the earlier of the allocation's end and `budget`
@@ -242,6 +262,7 @@ impl Pilot {
                 } else {
                     SyncMode::None
                 },
+                max_segment_bytes: options.journal.segment_bytes,
                 ..WriterOptions::default()
             },
         )
@@ -276,6 +297,7 @@ impl Pilot {
                 restore_positions: positions,
                 restored: Some(restored_tx),
                 deadline_unix_us: options.deadline_unix_us,
+                compaction: options.journal.compaction,
             },
         )
         .await

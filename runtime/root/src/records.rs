@@ -87,6 +87,19 @@ pub enum Record {
         update: JobUpdate,
         unix_us: u64,
     },
+    /// First record of a compaction's base segment (docs/journal.md, "Compaction"):
+    /// the next result number, and how many results (up to which number) this and
+    /// earlier compactions dropped under the retention `keep`.
+    Compaction {
+        next_seq: u64,
+        compacted: u64,
+        compacted_through: u64,
+        keep: String,
+        unix_us: u64,
+    },
+    /// Every task of `job` is terminal, one letter a task in order (`s` succeeded,
+    /// `f` failed, `c` cancelled). Written by compaction, which may drop the results.
+    Finished { job: JobId, states: String },
 }
 
 /// Identifiers, so that reading a key or a kind allocates nothing.
@@ -112,6 +125,23 @@ enum Kind {
     Update,
     Occurrence,
     Item,
+    Compaction,
+    Finished,
+}
+
+#[derive(Deserialize)]
+struct CompactionFields {
+    next_seq: u64,
+    compacted: u64,
+    compacted_through: u64,
+    keep: String,
+    unix_us: u64,
+}
+
+#[derive(Deserialize)]
+struct FinishedFields {
+    job: JobId,
+    states: String,
 }
 
 #[derive(Deserialize)]
@@ -289,6 +319,23 @@ impl<'de> Visitor<'de> for RecordVisitor {
                     bytes: fields.bytes,
                 }
             }
+            Kind::Compaction => {
+                let fields = CompactionFields::deserialize(rest)?;
+                Record::Compaction {
+                    next_seq: fields.next_seq,
+                    compacted: fields.compacted,
+                    compacted_through: fields.compacted_through,
+                    keep: fields.keep,
+                    unix_us: fields.unix_us,
+                }
+            }
+            Kind::Finished => {
+                let fields = FinishedFields::deserialize(rest)?;
+                Record::Finished {
+                    job: fields.job,
+                    states: fields.states,
+                }
+            }
             Kind::ActorEnded => {
                 let fields = ActorEndedFields::deserialize(rest)?;
                 Record::ActorEnded {
@@ -382,6 +429,17 @@ mod tests {
                 item: "part-7".to_owned(),
                 node: saker_core::NodeId(4),
                 bytes: 1 << 40,
+            },
+            Record::Compaction {
+                next_seq: 41,
+                compacted: 12,
+                compacted_through: 30,
+                keep: "7d".to_owned(),
+                unix_us: 12,
+            },
+            Record::Finished {
+                job: JobId(3),
+                states: "sfc".to_owned(),
             },
         ]
     }

@@ -14,7 +14,7 @@ use std::sync::mpsc::Receiver;
 use serde::Serialize;
 
 use super::files::{ActiveSegment, create_segment};
-use crate::format::{FILE_HEADER_BYTES, Position, encode_record};
+use crate::format::{FILE_HEADER_BYTES, Position, SegmentNumber, encode_record};
 use crate::stats::{Counters, WriterStats};
 use crate::{JournalError, SyncMode, WriterOptions};
 
@@ -74,6 +74,48 @@ pub(crate) struct Command<R> {
     pub(crate) completion: Completion,
 }
 
+/// What the writer thread is asked to do, in queue order.
+pub(crate) enum Queued<R> {
+    Append(Command<R>),
+    /// End the current segment, leave an empty placeholder segment after it for a
+    /// compaction's base, and go on in a new one; the callback is told the placeholder.
+    Seal(SealCompletion),
+}
+
+/// Told the placeholder segment a seal left (or why there is none).
+pub(crate) type SealCallback =
+    Box<dyn FnOnce(Result<SegmentNumber, JournalError>) + Send + 'static>;
+
+/// A seal's callback, run exactly once: told [`JournalError::WriterStopped`] if it is
+/// dropped unrun, like an append's [`Completion`].
+pub(crate) struct SealCompletion(Option<SealCallback>);
+
+impl SealCompletion {
+    pub(crate) fn new(callback: SealCallback) -> Self {
+        Self(Some(callback))
+    }
+
+    fn complete(mut self, result: Result<SegmentNumber, JournalError>) {
+        if let Some(callback) = self.0.take() {
+            run_seal_callback(callback, result);
+        }
+    }
+}
+
+impl Drop for SealCompletion {
+    fn drop(&mut self) {
+        if let Some(callback) = self.0.take() {
+            run_seal_callback(callback, Err(JournalError::WriterStopped));
+        }
+    }
+}
+
+fn run_seal_callback(callback: SealCallback, result: Result<SegmentNumber, JournalError>) {
+    if catch_unwind(AssertUnwindSafe(move || callback(result))).is_err() {
+        tracing::error!("a journal seal callback panicked; the writer carries on");
+    }
+}
+
 /// State of the writer thread.
 #[derive(Debug)]
 pub(crate) struct Committer {
@@ -122,19 +164,59 @@ impl Committer {
     /// or the failure that stopped the writer.
     pub(crate) fn run<R: Serialize>(
         mut self,
-        queue: Receiver<Command<R>>,
+        queue: Receiver<Queued<R>>,
     ) -> Result<WriterStats, JournalError> {
         while let Ok(first) = queue.recv() {
-            self.handle_append(first);
+            self.handle(first);
             while self.group.len() < self.options.max_group_bytes {
                 match queue.try_recv() {
-                    Ok(command) => self.handle_append(command),
+                    Ok(queued) => self.handle(queued),
                     Err(_) => break,
                 }
             }
             self.commit();
         }
         self.finish()
+    }
+
+    fn handle<R: Serialize>(&mut self, queued: Queued<R>) {
+        match queued {
+            Queued::Append(command) => self.handle_append(command),
+            Queued::Seal(completion) => {
+                let sealed = self.seal();
+                completion.complete(sealed);
+            }
+        }
+    }
+
+    /// Commits what is queued before the seal, creates the placeholder segment (empty,
+    /// durable) and then the next active segment after it.
+    fn seal(&mut self) -> Result<SegmentNumber, JournalError> {
+        self.commit();
+        if let Some(cause) = &self.failure {
+            let cause = Arc::clone(cause);
+            return Err(JournalError::WriterFailed { cause });
+        }
+        let placeholder = self.segment.number.next();
+        let created = create_segment(
+            &self.directory,
+            placeholder,
+            self.options.sync,
+            &self.counters,
+        )
+        .and_then(|_| {
+            self.segment = create_segment(
+                &self.directory,
+                placeholder.next(),
+                self.options.sync,
+                &self.counters,
+            )?;
+            Ok(placeholder)
+        });
+        if let Err(error) = &created {
+            self.fail(error.clone());
+        }
+        created
     }
 
     fn handle_append<R: Serialize>(&mut self, command: Command<R>) {

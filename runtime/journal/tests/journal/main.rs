@@ -1,6 +1,7 @@
 //! Integration tests of the journal: files written by the real writer, read back by the
 //! real reader, damaged on purpose in between.
 
+mod compaction;
 mod corruption;
 mod failures;
 mod group_commit;
@@ -70,7 +71,7 @@ pub fn write_sessions(directory: &Path, sessions: &[Vec<Vec<TestRecord>>]) {
 pub fn record_spans(bytes: &[u8]) -> Vec<Range<usize>> {
     assert_eq!(&bytes[..8], b"SAKERJ01", "magic");
     assert_eq!(&bytes[8..12], &1u32.to_le_bytes(), "format version");
-    assert_eq!(&bytes[12..16], &[0; 4], "reserved");
+    assert_eq!(&bytes[12..16], &[0; 4], "flags (not a base segment)");
     let mut spans = Vec::new();
     let mut offset = 16;
     while offset + 8 <= bytes.len() {

@@ -230,17 +230,26 @@ impl RootState {
 
     /// Counts a durable result in its job and in the pilot's totals.
     pub(super) fn count_durable(&mut self, record: &ResultRecord) {
-        let (failed, cancelled) = match record.state {
+        self.count_durable_state(record.job, record.state);
+    }
+
+    /// Counts a task of `job` that ended in `state` durably.
+    pub(super) fn count_durable_state(
+        &mut self,
+        job: crate::results::JobId,
+        state: crate::results::TerminalState,
+    ) {
+        let (failed, cancelled) = match state {
             crate::results::TerminalState::Succeeded => (0, 0),
             crate::results::TerminalState::Failed => (1, 0),
             crate::results::TerminalState::Cancelled => (0, 1),
         };
-        if let Some(job) = self.jobs.get_mut(&record.job) {
-            job.durable += 1;
-            job.failed += failed;
-            job.cancelled += cancelled;
-            if job.is_done() {
-                self.jobs.finish(record.job);
+        if let Some(entry) = self.jobs.get_mut(&job) {
+            entry.durable += 1;
+            entry.failed += failed;
+            entry.cancelled += cancelled;
+            if entry.is_done() {
+                self.jobs.finish(job);
             }
         }
         self.log.totals.durable += 1;

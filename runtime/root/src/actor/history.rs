@@ -23,6 +23,9 @@ use crate::results::{ResultRecord, TaskId};
 const MARK_EVERY: u64 = 1024;
 /// Task slots the index grows by.
 const GROWTH: usize = 65_536;
+/// A task's slot when its result was dropped by a compaction. Never a real position:
+/// segment numbers start at 1, so a packed position is at least 2^40.
+const COMPACTED: u64 = 1;
 
 /// Where durable results are read back from.
 pub trait ResultSource: std::fmt::Debug + Send + Sync + 'static {
@@ -91,18 +94,10 @@ pub(super) struct ResultIndex {
 impl ResultIndex {
     /// Result `seq` of `task` is at `position`. Results come in `seq` order.
     pub(super) fn insert(&mut self, task: TaskId, seq: u64, position: Position) {
-        let Some(slot) = (task.0 as usize).checked_sub(1) else {
-            return;
-        };
-        if slot >= self.by_task.len() {
-            // Grown a chunk at a time, not doubled: 8 bytes a finished task, and at most
-            // a chunk (512 KiB) spare. (Large reallocations move pages, not bytes.)
-            let len = (slot + 1).next_multiple_of(GROWTH);
-            self.by_task.reserve_exact(len - self.by_task.len());
-            self.by_task.resize(len, 0);
-        }
+        // Grown a chunk at a time, not doubled (`set`): 8 bytes a finished task, and
+        // at most a chunk (512 KiB) spare.
         if let Some(packed) = position.pack() {
-            self.by_task[slot] = packed;
+            self.set(task, packed);
         }
         if self.count.is_multiple_of(MARK_EVERY) {
             self.marks.push((seq, position));
@@ -113,15 +108,74 @@ impl ResultIndex {
 
     /// Where `task`'s result is, if it has one.
     pub(super) fn find(&self, task: TaskId) -> Option<Position> {
-        let slot = (task.0 as usize).checked_sub(1)?;
-        let packed = *self.by_task.get(slot)?;
-        (packed != 0).then(|| Position::unpack(packed))
+        let packed = self.slot(task)?;
+        (packed != 0 && packed != COMPACTED).then(|| Position::unpack(packed))
     }
 
-    /// A position at or before result `seq`, from which reading finds it.
+    /// Whether `task` had a result that a compaction dropped.
+    pub(super) fn is_compacted(&self, task: TaskId) -> bool {
+        self.slot(task) == Some(COMPACTED)
+    }
+
+    fn slot(&self, task: TaskId) -> Option<u64> {
+        let slot = (task.0 as usize).checked_sub(1)?;
+        self.by_task.get(slot).copied()
+    }
+
+    fn set(&mut self, task: TaskId, packed: u64) {
+        let Some(slot) = (task.0 as usize).checked_sub(1) else {
+            return;
+        };
+        if slot >= self.by_task.len() {
+            let len = (slot + 1).next_multiple_of(GROWTH);
+            self.by_task.reserve_exact(len - self.by_task.len());
+            self.by_task.resize(len, 0);
+        }
+        self.by_task[slot] = packed;
+    }
+
+    /// `task`'s result was dropped by a compaction (found on resume).
+    pub(super) fn mark_compacted(&mut self, task: TaskId) {
+        self.set(task, COMPACTED);
+    }
+
+    /// A compaction wrote base segment `base`: the results it kept are now at the
+    /// positions given (in `seq` order), those it dropped are gone. Results after the
+    /// seal (in segments above `base`) keep their positions and marks.
+    pub(super) fn apply_compaction(
+        &mut self,
+        base: saker_journal::SegmentNumber,
+        kept: &[(TaskId, u64, Position)],
+        dropped: &[(TaskId, u64)],
+    ) {
+        for &(task, _) in dropped {
+            self.set(task, COMPACTED);
+        }
+        let mut marks: Vec<(u64, Position)> = kept
+            .iter()
+            .enumerate()
+            .filter(|(at, _)| (*at as u64).is_multiple_of(MARK_EVERY))
+            .map(|(_, &(_, seq, position))| (seq, position))
+            .collect();
+        for &(task, _, position) in kept {
+            if let Some(packed) = position.pack() {
+                self.set(task, packed);
+            }
+        }
+        marks.extend(
+            self.marks
+                .iter()
+                .filter(|(_, position)| position.segment > base),
+        );
+        marks.sort_by_key(|&(seq, _)| seq);
+        self.marks = marks;
+    }
+
+    /// A position at or before result `seq` (or at the first result kept, when
+    /// earlier ones were compacted away), from which reading finds it.
     pub(super) fn start_for(&self, seq: u64) -> Option<Position> {
         let at = self.marks.partition_point(|&(marked, _)| marked <= seq);
-        let (_, position) = self.marks.get(at.checked_sub(1)?)?;
+        let (_, position) = self.marks.get(at.saturating_sub(1))?;
         Some(*position)
     }
 
@@ -177,19 +231,35 @@ impl RootState {
             start,
             from,
             last,
+            _reading: Arc::clone(&self.log.readers),
         });
-        tokio::spawn(feed_results(history, live, last + 1, sink));
+        let compacted = if from <= self.log.compacted_through {
+            self.log.compacted
+        } else {
+            0
+        };
+        tokio::spawn(feed_results(history, live, last + 1, compacted, sink));
     }
 
     /// One task's result, read from the journal on a thread of its own.
     pub(super) fn on_result(&mut self, task: TaskId, reply: Reply<Arc<ResultRecord>>) {
         let Some(position) = self.log.index.find(task) else {
+            if self.log.index.is_compacted(task) {
+                let message = format!(
+                    "task {task}'s result was compacted away (--keep-results {})",
+                    self.compaction.keep
+                );
+                let _ = reply.send(Err(RequestError::new(ErrorKind::Compacted, message)));
+                return;
+            }
             let message = format!("task {task} has no result (unknown, or not finished)");
             let _ = reply.send(Err(RequestError::new(ErrorKind::NoResult, message)));
             return;
         };
         let source = self.port.results();
+        let reading = Arc::clone(&self.log.readers);
         tokio::task::spawn_blocking(move || {
+            let _reading = reading;
             let answer = source.read(position).map_err(|error| {
                 RequestError::new(
                     ErrorKind::Internal,
@@ -208,6 +278,8 @@ struct History {
     start: Position,
     from: u64,
     last: u64,
+    /// Keeps the segments `start` may be in (see `ResultLog::readers`).
+    _reading: Arc<()>,
 }
 
 /// Feeds one results stream: the history, then live results until the client or the
@@ -216,16 +288,21 @@ async fn feed_results(
     history: Option<History>,
     live: Option<mpsc::UnboundedReceiver<Arc<ResultRecord>>>,
     mut next: u64,
+    compacted: u64,
     sink: ResultSink,
 ) {
     if let Some(history) = history {
         let history_sink = sink.clone();
         let read = tokio::task::spawn_blocking(move || {
             let mut gone = false;
+            // A compaction renaming its base into place while this reads can show
+            // results again; each is sent once, in order.
+            let mut sent = history.from - 1;
             let outcome = history.source.read_from(history.start, &mut |record| {
-                if record.seq < history.from {
+                if record.seq <= sent {
                     return true;
                 }
+                sent = record.seq;
                 if record.seq > history.last {
                     return false;
                 }
@@ -263,7 +340,9 @@ async fn feed_results(
             }
         }
     }
-    let _ = sink.send(ResultsItem::End(StreamEnd { next })).await;
+    let _ = sink
+        .send(ResultsItem::End(StreamEnd { next, compacted }))
+        .await;
 }
 
 #[cfg(test)]
@@ -297,5 +376,39 @@ mod tests {
         let marks = 3 * size_of::<(u64, Position)>();
         let bytes = index.heap_bytes();
         assert!(bytes <= GROWTH * 8 + 2 * marks, "{bytes} bytes");
+    }
+
+    #[test]
+    fn a_compaction_moves_kept_results_marks_dropped_ones_and_keeps_later_ones() {
+        let mut index = ResultIndex::default();
+        for seq in 1..=5u64 {
+            index.insert(TaskId(seq), seq, at(seq * 100));
+        }
+        let later = Position {
+            segment: SegmentNumber(3),
+            offset: 16,
+        };
+        index.insert(TaskId(6), 6, later);
+        // The base is segment 2: task 4 and 5 kept there, 1..=3 dropped.
+        let base = |offset| Position {
+            segment: SegmentNumber(2),
+            offset,
+        };
+        index.apply_compaction(
+            SegmentNumber(2),
+            &[(TaskId(4), 4, base(40)), (TaskId(5), 5, base(50))],
+            &[(TaskId(1), 1), (TaskId(2), 2), (TaskId(3), 3)],
+        );
+        assert_eq!(index.find(TaskId(4)), Some(base(40)));
+        assert_eq!(index.find(TaskId(6)), Some(later));
+        for task in 1..=3 {
+            assert_eq!(index.find(TaskId(task)), None);
+            assert!(index.is_compacted(TaskId(task)));
+        }
+        assert!(!index.is_compacted(TaskId(7)));
+        // A stream from before the first kept result starts at it.
+        assert_eq!(index.start_for(1), Some(base(40)));
+        assert_eq!(index.start_for(6), Some(base(40)));
+        assert_eq!((index.len(), index.last_seq()), (6, 6));
     }
 }

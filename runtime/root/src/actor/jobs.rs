@@ -79,7 +79,7 @@ struct LineSlot {
 #[derive(Debug, Default)]
 struct Slots {
     /// `None` for a page not written yet, or freed.
-    pages: Vec<Option<Box<[Option<Box<JobEntry>>]>>>,
+    pages: Vec<Option<Page>>,
     /// Per page: its jobs that are done.
     done: Vec<u16>,
     len: usize,
@@ -87,6 +87,9 @@ struct Slots {
 
 /// Slots per page.
 const PAGE: usize = 1024;
+
+/// [`PAGE`] slots: each a job's entry, or `None` for a job without one.
+type Page = Box<[Option<Box<JobEntry>>]>;
 
 impl Slots {
     fn len(&self) -> usize {

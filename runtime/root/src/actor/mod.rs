@@ -9,6 +9,7 @@
 
 mod agents;
 mod clients;
+mod compaction;
 mod gangs;
 mod history;
 mod items;
@@ -26,6 +27,7 @@ mod walltime;
 
 use std::sync::Arc;
 
+pub use compaction::{CompactionDone, CompactionPolicy, run_compaction};
 pub use port::{ActorPort, AfterJournal, Clock, Port, SystemClock, Wake};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 pub use resources::TooManyKinds;
@@ -69,6 +71,8 @@ pub enum RootMsg {
     JournalFailed {
         error: saker_journal::JournalError,
     },
+    /// A journal compaction ended (`compaction.rs`).
+    Compacted(Result<CompactionDone, String>),
     /// The core asked to be woken at or after some time.
     Timer,
     /// The walltime deadline has come.
@@ -97,6 +101,7 @@ pub struct RootArgs {
     pub restored: Option<tokio::sync::oneshot::Sender<RestoreSummary>>,
     /// Start no attempt that cannot finish by this time (unix µs); stop at it.
     pub deadline_unix_us: Option<u64>,
+    pub compaction: CompactionPolicy,
 }
 
 /// Agents' frames the root may hold unhandled, across all links. A link whose frame
@@ -157,7 +162,11 @@ impl RootState {
             } => self.on_agent_frame(link, frame.route(), frame.payload()),
             RootMsg::LinkDown { link, reason } => self.on_link_down(link, &reason),
             RootMsg::Client(request) => self.on_client(request),
-            RootMsg::Durable { results, positions } => self.on_durable(results, positions),
+            RootMsg::Durable { results, positions } => {
+                self.on_durable(results, positions);
+                self.maybe_compact();
+            }
+            RootMsg::Compacted(outcome) => self.on_compacted(outcome),
             RootMsg::JournalFailed { error } => {
                 // Without a journal nothing more can be acknowledged durably: stop the
                 // pilot rather than pretend. Running tasks are killed by the agents.
@@ -168,6 +177,8 @@ impl RootState {
             RootMsg::Timer => self.on_timer(),
             RootMsg::Walltime => self.on_walltime(),
         }
+        // Cheap when nothing waits: a vector's emptiness.
+        self.poll_retirement();
         self.drain();
         self.check_exhausted();
         Turn::Continue
@@ -205,6 +216,7 @@ impl Actor for Root {
         if let Some(deadline) = deadline {
             state.set_deadline(deadline);
         }
+        state.set_compaction(args.compaction);
         if let Some(sender) = restored {
             let _ = sender.send(summary);
         }

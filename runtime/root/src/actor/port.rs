@@ -46,6 +46,15 @@ pub trait Port: std::fmt::Debug + Send + 'static {
     fn close_journal(&mut self);
     /// Where durable results are read back from.
     fn results(&self) -> Arc<dyn super::history::ResultSource>;
+    /// Segments the journal writer has started (compaction is due by this count).
+    fn journal_segments(&self) -> u64 {
+        0
+    }
+    /// Compacts the journal under `keep` (`compaction.rs`); the outcome comes back as
+    /// [`RootMsg::Compacted`].
+    fn compact(&mut self, _keep: crate::compact::KeepResults, _now_unix_us: u64) {}
+    /// Deletes the journal segments the last compaction superseded.
+    fn retire_superseded(&mut self) {}
 }
 
 /// The root's one source of time.
@@ -225,6 +234,54 @@ impl Port for ActorPort {
 
     fn results(&self) -> Arc<dyn super::history::ResultSource> {
         self.results.clone()
+    }
+
+    fn journal_segments(&self) -> u64 {
+        self.journal
+            .as_ref()
+            .map_or(0, |journal| journal.stats().segments_created)
+    }
+
+    fn compact(&mut self, keep: crate::compact::KeepResults, now_unix_us: u64) {
+        let myself = self.myself.clone();
+        let Some(journal) = &self.journal else {
+            let _ = myself.send_message(RootMsg::Compacted(Err("the journal is closed".into())));
+            return;
+        };
+        let directory = journal.directory().to_path_buf();
+        journal.seal(move |sealed| {
+            let reply = myself.clone();
+            // Off the writer thread: reading and rewriting the history takes a while.
+            let spawned = std::thread::Builder::new()
+                .name("saker-journal-compact".into())
+                .spawn(move || {
+                    let outcome = sealed
+                        .map_err(|error| saker_actors::error_chain(&error))
+                        .and_then(|base| {
+                            super::compaction::run_compaction(&directory, base, keep, now_unix_us)
+                        });
+                    let _ = reply.send_message(RootMsg::Compacted(outcome));
+                });
+            if let Err(error) = spawned {
+                let error = format!("cannot start the compaction thread: {error}");
+                let _ = myself.send_message(RootMsg::Compacted(Err(error)));
+            }
+        });
+    }
+
+    fn retire_superseded(&mut self) {
+        let directory = self.results.directory.clone();
+        let spawned = std::thread::Builder::new()
+            .name("saker-journal-retire".into())
+            .spawn(move || {
+                if let Err(error) = saker_journal::retire_superseded(&directory) {
+                    tracing::error!(error = %saker_actors::error_chain(&error),
+                        "deleting superseded journal segments failed");
+                }
+            });
+        if let Err(error) = spawned {
+            tracing::error!(%error, "cannot start a thread to delete superseded journal segments");
+        }
     }
 
     fn close_journal(&mut self) {

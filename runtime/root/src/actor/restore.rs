@@ -66,6 +66,10 @@ pub enum RestoreError {
         #[source]
         source: super::resources::TooManyKinds,
     },
+    #[error(
+        "journal record {position}: job {job}'s finished record holds a letter that is not a state"
+    )]
+    FinishedState { position: usize, job: JobId },
     #[error("journal record {position}: a result for task {task} of unknown job {job}")]
     UnknownJob {
         position: usize,
@@ -97,6 +101,9 @@ impl RootState {
         // Sized up front: a journal of a million single jobs would rehash these maps
         // twenty times over.
         let mut first_tasks: HashMap<JobId, TaskId> = HashMap::with_capacity(submits);
+        // Jobs a compaction recorded as finished, with one state letter a task: their
+        // tasks are terminal whether or not their results were kept.
+        let mut finished_jobs: BTreeMap<JobId, String> = BTreeMap::new();
         self.jobs.reserve(submits);
         for record in &records {
             match record {
@@ -115,6 +122,9 @@ impl RootState {
                         let task = TaskId(first_task.0 + u64::from(k));
                         first_tasks.insert(JobId(first_job.0 + k), task);
                     }
+                }
+                Record::Finished { job, states } => {
+                    finished_jobs.insert(*job, states.clone());
                 }
                 _ => {}
             }
@@ -144,12 +154,12 @@ impl RootState {
                         });
                     };
                     let offset = result.task.0.saturating_sub(first.0) as u32;
-                    let state = match result.state {
-                        TerminalState::Succeeded => CoreState::Succeeded,
-                        TerminalState::Failed => CoreState::Failed,
-                        TerminalState::Cancelled => CoreState::Cancelled,
-                    };
-                    finished.entry(job).or_default().push((offset, state));
+                    if !finished_jobs.contains_key(&job) {
+                        finished
+                            .entry(job)
+                            .or_default()
+                            .push((offset, core_state(result.state)));
+                    }
                     match positions.get(position) {
                         Some(&at) => results.push((Arc::clone(result), at)),
                         None => return Err(RestoreError::NoPosition { position }),
@@ -179,6 +189,29 @@ impl RootState {
                     occurrences.insert(*schedule, (*occurrence, *job));
                 }
                 Record::Item { item, node, bytes } => items.push((item.clone(), *node, *bytes)),
+                Record::Compaction {
+                    next_seq,
+                    compacted,
+                    compacted_through,
+                    ..
+                } => {
+                    self.log.next_seq = self.log.next_seq.max(*next_seq);
+                    self.log.compacted = *compacted;
+                    self.log.compacted_through = *compacted_through;
+                }
+                Record::Finished { job, states } => {
+                    let mut done = Vec::with_capacity(states.len());
+                    for (offset, letter) in states.chars().enumerate() {
+                        let Some(state) = crate::compact::letter_state(letter) else {
+                            return Err(RestoreError::FinishedState {
+                                position,
+                                job: *job,
+                            });
+                        };
+                        done.push((offset as u32, core_state(state)));
+                    }
+                    finished.insert(*job, done);
+                }
             }
         }
         let mut earlier = earlier_by_job(&first_tasks, &notes);
@@ -240,10 +273,29 @@ impl RootState {
         }
         self.attempts.history = notes;
         for (record, position) in results {
-            self.count_durable(&record);
+            if !finished_jobs.contains_key(&record.job) {
+                self.count_durable(&record);
+                summary.finished += 1;
+            }
             self.log.next_seq = self.log.next_seq.max(record.seq + 1);
             self.log.index.insert(record.task, record.seq, position);
-            summary.finished += 1;
+        }
+        for (job, states) in &finished_jobs {
+            let Some(first) = first_tasks.get(job) else {
+                continue;
+            };
+            for (offset, letter) in states.chars().enumerate() {
+                // Checked above: every letter is a state.
+                let Some(state) = crate::compact::letter_state(letter) else {
+                    continue;
+                };
+                self.count_durable_state(*job, state);
+                summary.finished += 1;
+                let task = TaskId(first.0 + offset as u64);
+                if self.log.index.find(task).is_none() {
+                    self.log.index.mark_compacted(task);
+                }
+            }
         }
         for job in cancelled {
             if let Err(error) = self.core.handle_cancel_job(job, self.now()) {
@@ -412,6 +464,14 @@ impl RootState {
             )?;
         }
         Ok(lines.len() as u64)
+    }
+}
+
+fn core_state(state: TerminalState) -> CoreState {
+    match state {
+        TerminalState::Succeeded => CoreState::Succeeded,
+        TerminalState::Failed => CoreState::Failed,
+        TerminalState::Cancelled => CoreState::Cancelled,
     }
 }
 

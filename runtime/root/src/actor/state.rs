@@ -91,6 +91,13 @@ pub(super) struct ResultLog {
     /// Where each durable result is in the journal (the results themselves are not
     /// kept: see `history.rs`).
     pub index: super::history::ResultIndex,
+    /// Results dropped by compactions under the retention, and the highest `seq`
+    /// among them (a stream from at or below it is told how many).
+    pub compacted: u64,
+    pub compacted_through: u64,
+    /// Held by every read of results under way: segments a compaction superseded are
+    /// deleted only once no read that may hold a position in them is left.
+    pub readers: Arc<()>,
     pub totals: Totals,
     pub followers: Vec<mpsc::UnboundedSender<Arc<ResultRecord>>>,
     pub rate: RateWindow,
@@ -102,6 +109,9 @@ impl Default for ResultLog {
         ResultLog {
             next_seq: 1,
             index: Default::default(),
+            compacted: 0,
+            compacted_through: 0,
+            readers: Arc::new(()),
             totals: Totals::default(),
             followers: Vec::new(),
             rate: RateWindow::default(),
@@ -161,6 +171,7 @@ pub struct RootState {
     pub(super) schedules: super::schedules::Schedules,
     /// Data items: where they are, who reads them, what was moved.
     pub(super) items: super::items::ItemTable,
+    pub(super) compaction: super::compaction::Compaction,
 }
 
 /// What a root starts from, besides its port and clock.
@@ -208,6 +219,7 @@ impl RootState {
             dependency_failed: HashMap::new(),
             schedules: Default::default(),
             items: Default::default(),
+            compaction: Default::default(),
         }
     }
 

@@ -20,6 +20,7 @@ use crate::client::{ClientRequest, StatusReport, SubmitReply, WaitReport};
 use crate::records::Record;
 use crate::spec::{ArraySpec, JobRequest, TaskSpec};
 
+mod compaction;
 mod dependencies;
 mod history;
 mod placed;

@@ -384,6 +384,14 @@ pub struct CancelReport {
 pub struct StreamEnd {
     /// The sequence number to pass as `from` to continue where this stream stopped.
     pub next: u64,
+    /// Results in the range asked for that a journal compaction dropped under the
+    /// pilot's `--keep-results` (absent: none).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub compacted: u64,
+}
+
+fn is_zero_u64(count: &u64) -> bool {
+    *count == 0
 }
 
 /// The `error` body: what went wrong with one request (or with the connection, when
@@ -453,6 +461,9 @@ pub enum ErrorKind {
     ActorStopped,
     /// The task has no result: unknown, or not finished yet.
     NoResult,
+    /// The task finished, but its result was dropped by a journal compaction under
+    /// the pilot's `--keep-results`.
+    Compacted,
     /// A kind this client does not know (sent by a newer server).
     #[serde(other)]
     Unknown,
@@ -479,6 +490,7 @@ impl ErrorKind {
             ErrorKind::ActorInvalidData => "actor_invalid_data",
             ErrorKind::NoActorHost => "no_actor_host",
             ErrorKind::NoResult => "no_result",
+            ErrorKind::Compacted => "compacted",
             ErrorKind::ActorStopped => "actor_stopped",
             ErrorKind::Unknown => "unknown",
         }

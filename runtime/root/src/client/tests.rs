@@ -356,9 +356,12 @@ async fn results_stream_ends_with_end_when_not_following() {
                         .await
                         .unwrap();
                 }
-                sink.send(ResultsItem::End(StreamEnd { next: 104 }))
-                    .await
-                    .unwrap();
+                sink.send(ResultsItem::End(StreamEnd {
+                    next: 104,
+                    compacted: 0,
+                }))
+                .await
+                .unwrap();
             }
             other => panic!("expected results, got {other:?}"),
         }
@@ -370,7 +373,13 @@ async fn results_stream_ends_with_end_when_not_following() {
         seen.push(record.seq);
     }
     assert_eq!(seen, [101, 102, 103]);
-    assert_eq!(stream.end(), Some(StreamEnd { next: 104 }));
+    assert_eq!(
+        stream.end(),
+        Some(StreamEnd {
+            next: 104,
+            compacted: 0
+        })
+    );
     assert!(stream.next().await.unwrap().is_none());
     root_task.await.unwrap();
 }
