@@ -56,16 +56,35 @@ fn bounded(mut command: Command, what: &str) -> Output {
         .unwrap_or_else(|_| panic!("{what} did not end within {ROUND_TIMEOUT:?}"))
 }
 
-/// Submits `count` tasks that append their task id to `log`, and waits for them.
+/// Submits `count` tasks that append their task id to `log` as one array job, and
+/// waits for them.
 fn round(pilot: &Path, count: u32, log: &Path) {
+    round_as(pilot, count, log, false);
+}
+
+/// [`round`], or with `lines` as a task file of `count` lines (`submit_lines`
+/// batches, which compaction folds job by job).
+fn round_as(pilot: &Path, count: u32, log: &Path, lines: bool) {
+    static ROUNDS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let script = format!("echo $SAKER_TASK_ID >> {}", log.display());
     let mut command = saker();
-    command
-        .args(["submit", "--wait", "--array"])
-        .arg(format!("1-{count}"))
-        .arg("--dir")
-        .arg(pilot)
-        .args(["--", "sh", "-c", &script]);
+    let number = ROUNDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if lines {
+        let file = log.with_file_name(format!("round-{number}.txt"));
+        let line = format!("sh -c 'echo $SAKER_TASK_ID >> {}'\n", log.display());
+        std::fs::write(&file, line.repeat(count as usize)).unwrap();
+        command
+            .args(["submit", "--wait", "--dir"])
+            .arg(pilot)
+            .arg(file);
+    } else {
+        command
+            .args(["submit", "--wait", "--array"])
+            .arg(format!("1-{count}"))
+            .arg("--dir")
+            .arg(pilot)
+            .args(["--", "sh", "-c", &script]);
+    }
     let output = bounded(command, "a round of work");
     assert!(output.status.success(), "a round of {count} tasks");
 }
@@ -113,8 +132,8 @@ fn results_read_the_same_before_and_after_compactions_live_from_the_journal_and_
     round(&pilot, 40, &log);
     let early = results(&pilot);
     assert_eq!(early.len(), 40);
-    for _ in 0..5 {
-        round(&pilot, 60, &log);
+    for k in 0..5 {
+        round_as(&pilot, 60, &log, k % 2 == 0);
     }
     wait_for("a compaction", Duration::from_secs(30), || {
         journal(&pilot).1
@@ -159,8 +178,8 @@ fn a_root_killed_while_it_compacts_resumes_with_every_submission_and_result() {
     for kill in 0..4 {
         // Work enough to seal and compact, then kill the root at once: with 8 KiB
         // segments it is compacting, or about to, most of the time.
-        for _ in 0..3 {
-            round(&pilot, 30, &log);
+        for k in 0..3 {
+            round_as(&pilot, 30, &log, k == 1);
             submitted += 30;
         }
         for record in results(&pilot) {
