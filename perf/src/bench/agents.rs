@@ -363,6 +363,6 @@ mod tests {
     #[test]
     fn median_of_an_even_count_is_the_mean_of_the_middle_two() {
         assert_eq!(median_f64(&mut [0.9, 0.5, 0.7]), 0.7);
-        assert_eq!(median_f64(&mut [0.9, 0.5, 0.7, 0.6]), 0.65);
+        assert_eq!(median_f64(&mut [1.0, 0.25, 0.75, 0.5]), 0.625);
     }
 }
