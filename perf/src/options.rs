@@ -85,10 +85,19 @@ pub enum Benchmark {
     /// Data-aware placement: writer/reader pairs of data items on 4 agents, makespan
     /// and bytes moved between nodes with locality on, beside locality off.
     Data,
+    /// 1-second tasks on 512 one-slot agents in three levels: makespan efficiency,
+    /// beside as many threads running them; and memory per agent.
+    #[value(name = "agents-512")]
+    AgentsTree,
+    /// 1,000 agents: start until all registered, and shutdown until all exited.
+    #[value(name = "agents-1000")]
+    AgentsMany,
+    /// Per-task cost of the same agents in trees of one, two and three levels.
+    AgentsDepth,
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 22] = [
+    pub const ALL: [Benchmark; 25] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -111,6 +120,9 @@ impl Benchmark {
         Benchmark::Lateness,
         Benchmark::DagEdges,
         Benchmark::Data,
+        Benchmark::AgentsTree,
+        Benchmark::AgentsMany,
+        Benchmark::AgentsDepth,
     ];
 
     /// The name used on the command line and in the JSON output.
@@ -138,6 +150,9 @@ impl Benchmark {
             Benchmark::Lateness => "lateness",
             Benchmark::DagEdges => "dag-edges",
             Benchmark::Data => "data",
+            Benchmark::AgentsTree => "agents-512",
+            Benchmark::AgentsMany => "agents-1000",
+            Benchmark::AgentsDepth => "agents-depth",
         }
     }
 
@@ -184,6 +199,16 @@ pub struct Sizes {
     pub data_pairs: u64,
     /// Tasks of each round of the history rows (4 rounds run).
     pub history_tasks: u64,
+    /// One-slot agents of the `agents-512` tree (fan-out 8).
+    pub agents_tree: u32,
+    /// Waves of 1-second tasks on that tree: its ideal makespan in seconds.
+    pub agents_waves: u64,
+    /// Agents of the `agents-1000` start/shutdown row.
+    pub agents_many: u32,
+    /// Alternated runs of each agent-scale row (medians).
+    pub agents_rounds: u32,
+    /// Short tasks per tree in the `agents-depth` row.
+    pub agents_depth_tasks: u64,
 }
 
 impl Sizes {
@@ -205,6 +230,11 @@ impl Sizes {
                 dag_edges: 20_000,
                 data_pairs: 64,
                 history_tasks: 20_000,
+                agents_tree: 128,
+                agents_waves: 3,
+                agents_many: 128,
+                agents_rounds: 1,
+                agents_depth_tasks: 1_000,
             }
         } else {
             Sizes {
@@ -223,6 +253,11 @@ impl Sizes {
                 dag_edges: 1_000_000,
                 data_pairs: 400,
                 history_tasks: 250_000,
+                agents_tree: 512,
+                agents_waves: 15,
+                agents_many: 1_000,
+                agents_rounds: 3,
+                agents_depth_tasks: 4_000,
             }
         }
     }

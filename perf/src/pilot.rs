@@ -161,6 +161,11 @@ impl RunningPilot {
         self.root_pid
     }
 
+    /// The pilot's process group (root, agents and their reapers).
+    pub fn process_group(&self) -> u32 {
+        self.process.pid()
+    }
+
     /// Process id of the local agent `node` of this pilot: the process whose command
     /// line is `saker agent --dir DIR --node NODE …`, in this pilot's process group.
     pub fn agent_pid(&self, node: u32) -> Option<u32> {

@@ -1,6 +1,7 @@
 //! The benchmarks, one module per row group. Each measures its baseline right
 //! before its saker figure, so both see the same machine state.
 
+mod agents;
 mod dag_edges;
 mod dags;
 mod data;
@@ -98,6 +99,9 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::Dags => dags::run(setup),
         Benchmark::DagEdges => dag_edges::run(setup),
         Benchmark::Data => data::run(setup),
+        Benchmark::AgentsTree => agents::run_tree_efficiency(setup),
+        Benchmark::AgentsMany => agents::run_many(setup),
+        Benchmark::AgentsDepth => agents::run_depth(setup),
         Benchmark::Lateness => lateness::run(setup),
         Benchmark::Efficiency100ms => efficiency::run(setup, efficiency::SleepTask::HundredMs),
         Benchmark::MemoryArray => memory::run_array(setup),

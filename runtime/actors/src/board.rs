@@ -201,6 +201,17 @@ impl Board {
         (wanted.min(f64::from(ceiling)) as u32).max(floor)
     }
 
+    /// Forgets the pace of past attempts: the prefetch is the floor until one of the
+    /// next ends.
+    pub fn forget_pace(&mut self) {
+        self.mean_run_us = None;
+    }
+
+    /// Whether nothing is queued or running here.
+    pub fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.slots.iter().all(|slot| slot.running.is_none())
+    }
+
     /// Grows or shrinks the credit this node keeps granted. Growth is granted with the
     /// next report; a shrink is taken out of the next credit returns.
     pub fn resize_window(&mut self, window: u32) {

@@ -195,6 +195,8 @@ where
 #[derive(Debug, Default)]
 pub struct Router {
     inner: Mutex<RouterInner>,
+    /// Woken whenever a link is removed, for [`Router::wait_empty`].
+    removed: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -280,8 +282,24 @@ impl Router {
         for node in &lost {
             inner.via.remove(node);
         }
+        drop(inner);
+        self.removed.notify_waiters();
         lost.sort_unstable();
         lost
+    }
+
+    /// Returns once no child link is left.
+    pub async fn wait_empty(&self) {
+        loop {
+            let removed = self.removed.notified();
+            tokio::pin!(removed);
+            // Registered before the check, so a removal in between is not missed.
+            removed.as_mut().enable();
+            if self.lock().links.is_empty() {
+                return;
+            }
+            removed.await;
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RouterInner> {

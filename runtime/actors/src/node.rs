@@ -323,6 +323,7 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
     .map_err(NodeError::Spawn)?;
 
     let router = Router::new();
+    let up_end = up.clone();
     let children = tokio::spawn(accept_children(
         endpoint.clone(),
         router.clone(),
@@ -339,13 +340,30 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
         first,
         queue,
         agent.clone(),
-        router,
+        router.clone(),
         options.reattach_wait,
     ));
 
     let _ = agent_handle.await;
     let _ = std::fs::remove_file(&own_file);
     children.abort();
+    // No exit reason: the actor panicked (its own failures come with a reason).
+    let exit = exit_rx
+        .await
+        .unwrap_or(AgentExit::Failed(AgentFailure::NoExitReason));
+    if matches!(exit, AgentExit::Shutdown) {
+        // Children stop before their parent: their shutdown arrives through this
+        // process, and their goodbyes leave through it. Without this wait a large
+        // tree lost its lower levels' links at every shutdown.
+        if tokio::time::timeout(options.liveness.timeout, router.wait_empty())
+            .await
+            .is_err()
+        {
+            tracing::debug!("children did not stop in time");
+        }
+    }
+    // Ends the stream upward once everything before it is written.
+    let _ = up_end.send(crate::liveness::end_of_stream());
     // The agent's last frames (its goodbye) are queued; let the link write them, and
     // wait for the parent to close the link once it has read them.
     let closed_by_parent = match tokio::time::timeout(Duration::from_secs(2), parent).await {
@@ -363,10 +381,7 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
             .await
             .ok();
     }
-    // No exit reason: the actor panicked (its own failures come with a reason).
-    Ok(exit_rx
-        .await
-        .unwrap_or(AgentExit::Failed(AgentFailure::NoExitReason)))
+    Ok(exit)
 }
 
 /// A link to a parent, handshake done.
@@ -646,7 +661,9 @@ async fn read_parent(
                         continue;
                     };
                     if agent.send_message(AgentMsg::Down(message)).is_err() {
-                        return ParentLinkError::AgentStopped;
+                        // Stopped, and waiting for its children: keep relaying to
+                        // them until the process ends this link.
+                        continue;
                     }
                 }
                 Err(error) => return ParentLinkError::InvalidFrame(error),

@@ -182,6 +182,12 @@ struct Reporter {
 impl Reporter {
     /// Sends what is pending, with the credit window sized to the recent pace.
     fn send(&self, board: &mut Board) -> Result<(), AgentFailure> {
+        if board.is_idle() {
+            // The next work may be another job's, far longer: the pace of what ran
+            // before would size the window for the wrong work. (A 4 ms task once had a
+            // one-core agent then take 10 one-second tasks while other agents idled.)
+            board.forget_pace();
+        }
         let prefetch = board.prefetch(self.cores, self.prefetch, PREFETCH_COVER);
         board.resize_window(self.cores + prefetch);
         if board.closed || !board.has_news() {
@@ -416,8 +422,7 @@ impl Actor for Agent {
     ) -> Result<(), ActorProcessingErr> {
         // The node's tasks die with its agent; the slots' threads end with their queues.
         stop_all(state);
-        // Whatever is queued upward (the goodbye) is written before the link ends.
-        let _ = state.parent.send(crate::liveness::end_of_stream());
+        // The process ends the stream upward (`node::run_agent`), after its children.
         if let Some(sender) = state.exit_tx.take() {
             let exit = state.exit.take().unwrap_or(AgentExit::Shutdown);
             let _ = sender.send(exit);
