@@ -206,6 +206,15 @@ impl RunningPilot {
         .context("warm-up task")
     }
 
+    /// After a warm-up task, runs `request` to its end: how long that took, from
+    /// submit to the `wait` answered (pilot start-up and warm-up not in it).
+    pub async fn time_job(&self, request: JobRequest) -> Result<Duration> {
+        self.warm_up().await?;
+        let started = Instant::now();
+        self.run_job(request).await?;
+        Ok(started.elapsed())
+    }
+
     /// Asks the pilot to stop (killing running tasks) and waits for the process; kills
     /// its group if it does not stop in time.
     pub async fn shutdown(mut self) -> Result<()> {

@@ -198,10 +198,7 @@ pub fn run_tree_efficiency(setup: &Setup) -> Result<Vec<Row>> {
             let (pilot, _) = start_tree(setup, "agents-tree", agents, 8, true).await?;
             let outcome = async {
                 let memory = agent_memory(&pilot)?;
-                pilot.warm_up().await?;
-                let started = Instant::now();
-                pilot.run_job(request).await?;
-                anyhow::Ok((started.elapsed(), memory))
+                anyhow::Ok((pilot.time_job(request).await?, memory))
             }
             .await;
             let stopped = stop_tree(pilot).await;
@@ -309,13 +306,7 @@ pub fn run_depth(setup: &Setup) -> Result<Vec<Row>> {
             let request = array_job("/bin/true", &[], tasks)?;
             let elapsed = runtime.block_on(async {
                 let (pilot, _) = start_tree(setup, "agents-depth", agents, fanout, false).await?;
-                let outcome = async {
-                    pilot.warm_up().await?;
-                    let started = Instant::now();
-                    pilot.run_job(request).await?;
-                    anyhow::Ok(started.elapsed())
-                }
-                .await;
+                let outcome = pilot.time_job(request).await;
                 let stopped = stop_tree(pilot).await;
                 let elapsed = outcome?;
                 stopped?;

@@ -1,7 +1,7 @@
 //! Row 3: how close a pilot with 16 slots comes to the ideal makespan of many short
 //! sleep tasks, beside 16 raw concurrent spawn loops running the same command.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use saker_root::spec::{ArraySpec, JobRequest, TaskSpec};
@@ -89,13 +89,7 @@ pub fn run(setup: &Setup, task: SleepTask) -> Result<Vec<Row>> {
     };
     let saker_elapsed = client_runtime()?.block_on(async {
         let pilot = RunningPilot::start(&setup.saker, "efficiency", shape).await?;
-        let outcome = async {
-            pilot.warm_up().await?;
-            let started = Instant::now();
-            pilot.run_job(request).await?;
-            anyhow::Ok(started.elapsed())
-        }
-        .await;
+        let outcome = pilot.time_job(request).await;
         let stopped = pilot.shutdown().await;
         let elapsed = outcome?;
         stopped?;

@@ -166,44 +166,19 @@ pub fn compact(records: Vec<Record>, keep: &KeepResults, now_unix_us: u64) -> Co
     let mut last_occurrence: HashMap<JobId, usize> = HashMap::new();
     let (mut compacted_total, mut compacted_through, mut next_seq) = (0, 0, 1);
     for (at, record) in records.iter().enumerate() {
-        match record {
-            Record::Submit {
+        for (job, first_task, count) in record.submitted_jobs() {
+            jobs.insert(
                 job,
-                first_task,
-                count,
-                ..
-            } => {
-                jobs.insert(
-                    *job,
-                    Job {
-                        first_task: *first_task,
-                        count: u64::from(*count),
-                        states: vec![None; *count as usize],
-                        finished: 0,
-                    },
-                );
-                job_of_task.push((*first_task, *job));
-            }
-            Record::SubmitLines {
-                first_job,
-                first_task,
-                lines,
-                ..
-            } => {
-                for k in 0..lines.len() as u32 {
-                    let (job, task) = (JobId(first_job.0 + k), TaskId(first_task.0 + u64::from(k)));
-                    jobs.insert(
-                        job,
-                        Job {
-                            first_task: task,
-                            count: 1,
-                            states: vec![None],
-                            finished: 0,
-                        },
-                    );
-                    job_of_task.push((task, job));
-                }
-            }
+                Job {
+                    first_task,
+                    count: u64::from(count),
+                    states: vec![None; count as usize],
+                    finished: 0,
+                },
+            );
+            job_of_task.push((first_task, job));
+        }
+        match record {
             Record::Compaction {
                 next_seq: seq,
                 compacted,

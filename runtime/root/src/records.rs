@@ -102,6 +102,32 @@ pub enum Record {
     Finished { job: JobId, states: String },
 }
 
+impl Record {
+    /// The jobs a submission record numbered: (job, first task, task count) of a
+    /// `submit`'s job, or of each job of a `submit_lines` batch; none for other records.
+    pub fn submitted_jobs(&self) -> impl Iterator<Item = (JobId, TaskId, u32)> + '_ {
+        let (first_job, first_task, count, jobs) = match self {
+            Record::Submit {
+                job,
+                first_task,
+                count,
+                ..
+            } => (*job, *first_task, *count, 1),
+            Record::SubmitLines {
+                first_job,
+                first_task,
+                lines,
+                ..
+            } => (*first_job, *first_task, 1, lines.len() as u32),
+            _ => (JobId(0), TaskId(0), 0, 0),
+        };
+        (0..jobs).map(move |k| {
+            let task = TaskId(first_task.0 + u64::from(k) * u64::from(count));
+            (JobId(first_job.0 + k), task, count)
+        })
+    }
+}
+
 /// Identifiers, so that reading a key or a kind allocates nothing.
 #[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "snake_case")]

@@ -130,49 +130,20 @@ impl<R: BufRead> TaskFile<R> {
         }
         None
     }
-
-    /// The defaults plain lines take.
-    pub fn defaults(&self) -> &SpecDefaults {
-        &self.defaults
-    }
 }
 
 impl<R: BufRead> Iterator for TaskFile<R> {
     type Item = Result<TaskLine, TaskFileError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        while !self.finished {
-            self.buffer.clear();
-            self.line_number += 1;
-            match self.reader.read_until(b'\n', &mut self.buffer) {
-                Ok(0) => self.finished = true,
-                Ok(_) => {
-                    let mut bytes = self.buffer.as_slice();
-                    if self.line_number == 1 {
-                        bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
-                    }
-                    let parsed = match std::str::from_utf8(bytes) {
-                        Ok(text) => parse_line(text, &self.defaults),
-                        Err(_) => Err(TaskFileErrorKind::InvalidUtf8),
-                    };
-                    match parsed {
-                        Ok(None) => continue,
-                        Ok(Some(spec)) => {
-                            return Some(Ok(TaskLine {
-                                line: self.line_number,
-                                spec,
-                            }));
-                        }
-                        Err(kind) => return Some(Err(self.error(kind))),
-                    }
-                }
-                Err(source) => {
-                    self.finished = true;
-                    return Some(Err(self.error(TaskFileErrorKind::Read(source))));
-                }
-            }
-        }
-        None
+        let (line, item) = match self.next_item()? {
+            Ok(read) => read,
+            Err(error) => return Some(Err(error)),
+        };
+        Some(match item_spec(item, &self.defaults) {
+            Ok(spec) => Ok(TaskLine { line, spec }),
+            Err(kind) => Err(self.error(kind)),
+        })
     }
 }
 
@@ -182,17 +153,24 @@ pub fn parse_line(
     line: &str,
     defaults: &SpecDefaults,
 ) -> Result<Option<TaskSpec>, TaskFileErrorKind> {
-    let spec = match parse_item(line)? {
-        None => return Ok(None),
-        Some(TaskItem::Spec(spec)) => *spec,
-        Some(TaskItem::Command { argv, env }) => {
+    match parse_item(line)? {
+        None => Ok(None),
+        Some(item) => item_spec(item, defaults).map(Some),
+    }
+}
+
+/// The whole spec of a task read from a file: a JSON line's as it is (checked when
+/// read), a command with the defaults, checked here.
+fn item_spec(item: TaskItem, defaults: &SpecDefaults) -> Result<TaskSpec, TaskFileErrorKind> {
+    match item {
+        TaskItem::Spec(spec) => Ok(*spec),
+        TaskItem::Command { argv, env } => {
             let mut spec = defaults.to_spec(argv);
             spec.env.extend(env);
-            spec
+            spec.validate().map_err(TaskFileErrorKind::InvalidSpec)?;
+            Ok(spec)
         }
-    };
-    spec.validate().map_err(TaskFileErrorKind::InvalidSpec)?;
-    Ok(Some(spec))
+    }
 }
 
 /// Parses one line into a command or a spec; a JSON spec is validated, a command

@@ -90,14 +90,7 @@ impl RootState {
         let mut summary = RestoreSummary::default();
         // Per job: (first task, finished offsets). Results may precede nothing but
         // their submission, so collect them first.
-        let submits = records
-            .iter()
-            .map(|record| match record {
-                Record::Submit { .. } => 1,
-                Record::SubmitLines { lines, .. } => lines.len(),
-                _ => 0,
-            })
-            .sum();
+        let submits = records.iter().flat_map(Record::submitted_jobs).count();
         // Sized up front: a journal of a million single jobs would rehash these maps
         // twenty times over.
         let mut first_tasks: HashMap<JobId, TaskId> = HashMap::with_capacity(submits);
@@ -106,27 +99,9 @@ impl RootState {
         let mut finished_jobs: BTreeMap<JobId, String> = BTreeMap::new();
         self.jobs.reserve(submits);
         for record in &records {
-            match record {
-                Record::Submit {
-                    job, first_task, ..
-                } => {
-                    first_tasks.insert(*job, *first_task);
-                }
-                Record::SubmitLines {
-                    first_job,
-                    first_task,
-                    lines,
-                    ..
-                } => {
-                    for k in 0..lines.len() as u32 {
-                        let task = TaskId(first_task.0 + u64::from(k));
-                        first_tasks.insert(JobId(first_job.0 + k), task);
-                    }
-                }
-                Record::Finished { job, states } => {
-                    finished_jobs.insert(*job, states.clone());
-                }
-                _ => {}
+            first_tasks.extend(record.submitted_jobs().map(|(job, task, _)| (job, task)));
+            if let Record::Finished { job, states } = record {
+                finished_jobs.insert(*job, states.clone());
             }
         }
         let mut finished: BTreeMap<JobId, Vec<(u32, CoreState)>> = BTreeMap::new();

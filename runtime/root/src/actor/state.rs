@@ -287,11 +287,17 @@ impl RootState {
         let mut count = 0;
         for assignment in &dispatch.assignments {
             let job_id = assignment.job;
-            if node.known_jobs.insert(job_id) {
-                let Some(def) = self.jobs.def(job_id) else {
-                    node.known_jobs.remove(&job_id);
-                    continue;
-                };
+            // A batch's job gets its own definition (and entry) the first time.
+            let def = if node.known_jobs.contains(&job_id) {
+                None
+            } else {
+                self.jobs.def(job_id)
+            };
+            let Some(job) = self.jobs.get_mut(&job_id) else {
+                continue;
+            };
+            if let Some(def) = def {
+                node.known_jobs.insert(job_id);
                 let len = def.payload.data_len();
                 if data > 0 && data + len > FRAME_DATA_BUDGET {
                     frames.push((std::mem::take(&mut jobs), std::mem::take(&mut tasks)));
@@ -299,13 +305,8 @@ impl RootState {
                 }
                 data += len;
                 jobs.push(def);
-                if let Some(job) = self.jobs.get_mut(&job_id) {
-                    job.known_by.push(node_id);
-                }
+                job.known_by.push(node_id);
             }
-            let Some(job) = self.jobs.get(&job_id) else {
-                continue;
-            };
             count += 1;
             tasks.push(Assignment {
                 task: assignment.task,

@@ -256,6 +256,18 @@ impl Harness {
         self.agent_sends(u64::from(node), node, &hello);
     }
 
+    /// Reports every (task, attempt) `node` was sent started and exited 0, in one
+    /// report granting no credit; returns them.
+    fn succeed_sent(&mut self, node: u32) -> Vec<(u64, u64)> {
+        let dispatched = assignments(&self.sent(), node);
+        let results = dispatched
+            .iter()
+            .map(|&(task, attempt)| exited(task, attempt, 0))
+            .collect();
+        self.report(node, 0, &dispatched, results);
+        dispatched
+    }
+
     fn report(&mut self, node: u32, credit: u32, started: &[(u64, u64)], results: Vec<TaskResult>) {
         let report = FromAgent::Report(Report {
             node: NodeId(node),

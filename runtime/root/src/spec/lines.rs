@@ -140,11 +140,6 @@ impl Commands {
         self.env.get(&(index as u32))
     }
 
-    /// Bytes this keeps in memory (about).
-    pub fn heap_bytes(&self) -> usize {
-        self.bytes.capacity() + 4 * self.ends.capacity() + 64 * self.env.len()
-    }
-
     fn shrink_to_fit(&mut self) {
         self.bytes.shrink_to_fit();
         self.ends.shrink_to_fit();
@@ -241,12 +236,6 @@ impl JobLines {
 
     pub fn is_empty(&self) -> bool {
         self.commands.is_empty()
-    }
-}
-
-impl fmt::Display for Commands {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(formatter, "{} commands", self.len())
     }
 }
 
