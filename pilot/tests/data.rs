@@ -97,6 +97,11 @@ fn readers_run_where_their_data_is_and_nothing_moves() {
         dir.path(),
         &["--agents", "4", "--slots", "8", "--locality-wait", "20s"],
     );
+    // The writers spread only over agents that have joined: all of them, first.
+    common::wait_for("four agents", std::time::Duration::from_secs(30), || {
+        let status = run(saker().args(["status", "--dir"]).arg(&service.pilot));
+        String::from_utf8_lossy(&status.stdout).contains("agents    4")
+    });
     let mut specs = Vec::new();
     for i in 0..8 {
         specs.push(writer(&format!("w{i}"), 300_000, None));
