@@ -2,8 +2,9 @@
 //! task-file lines), and looking results up by task while the history grows no more.
 //!
 //! Memory is the growth of the root's `VmRSS` over a second round of N tasks, after a
-//! first round of the same: the first round's freed memory (queues, attempts, job
-//! definitions) is reused by the second, so what remains is what finished work keeps.
+//! first round of the same, each read once the idle root's RSS has settled: the
+//! first round's freed memory (queues, attempts, job definitions) is reused by the
+//! second or given back, so what remains is what finished work keeps.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -133,10 +134,26 @@ impl Growth {
 /// the second.
 async fn growth(pilot: &RunningPilot, count: u64, kind: Kind) -> Result<Growth> {
     round(pilot, count, kind).await?;
-    let before = resident_bytes(pilot.root_pid())?;
+    let before = settled_resident_bytes(pilot.root_pid()).await?;
     round(pilot, count, kind).await?;
-    let after = resident_bytes(pilot.root_pid())?;
+    let after = settled_resident_bytes(pilot.root_pid()).await?;
     Ok(Growth { before, after })
+}
+
+/// The root's RSS once it stops changing: an idle root gives the memory its queue
+/// held back to the system just after the last result (on a thread of its own), and
+/// the figure wanted is what it holds once idle, not the moment the wait returned.
+async fn settled_resident_bytes(pid: u32) -> Result<u64> {
+    let mut last = resident_bytes(pid)?;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = resident_bytes(pid)?;
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    Ok(last)
 }
 
 async fn round(pilot: &RunningPilot, count: u64, kind: Kind) -> Result<()> {

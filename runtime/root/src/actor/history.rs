@@ -210,6 +210,21 @@ impl RootState {
         }
         self.log.rate.record(now, self.log.index.len());
         self.check_waiters();
+        self.release_memory_if_idle();
+    }
+
+    /// Once everything submitted has ended after a large batch, gives the memory its
+    /// queue held back to the system: the allocator keeps freed memory otherwise, and
+    /// a pilot that queued a million tasks would hold their 150 MB for the rest of
+    /// its life, though what it keeps of finished work is a few bytes a task.
+    fn release_memory_if_idle(&mut self) {
+        let totals = self.log.totals;
+        if totals.durable >= totals.tasks
+            && totals.durable - self.log.released_at >= self.log.release_after
+        {
+            self.log.released_at = totals.durable;
+            self.port.release_memory();
+        }
     }
 
     /// A results stream: the durable results from `from` on (read from the journal on

@@ -55,6 +55,9 @@ pub trait Port: std::fmt::Debug + Send + 'static {
     fn compact(&mut self, _keep: crate::compact::KeepResults, _now_unix_us: u64) {}
     /// Deletes the journal segments the last compaction superseded.
     fn retire_superseded(&mut self) {}
+    /// Gives memory the process freed back to the system (the pilot went idle after
+    /// a large batch).
+    fn release_memory(&mut self) {}
 }
 
 /// The root's one source of time.
@@ -284,6 +287,14 @@ impl Port for ActorPort {
         }
     }
 
+    fn release_memory(&mut self) {
+        // Off the actor: trimming walks the whole heap. glibc keeps freed memory inside
+        // its heap (only the top is returned by itself); `malloc_trim` returns every
+        // free page. Other allocators return memory on their own.
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        tokio::task::spawn_blocking(trim_heap);
+    }
+
     fn close_journal(&mut self) {
         if let Some(journal) = self.journal.take()
             && let Err(error) = journal.close()
@@ -291,6 +302,15 @@ impl Port for ActorPort {
             tracing::error!(%error, "closing the journal failed");
         }
     }
+}
+
+/// Returns glibc's free heap pages to the system.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)] // The project's one FFI call without a safe wrapper in a crate.
+fn trim_heap() {
+    // SAFETY: malloc_trim takes no pointers and works under the allocator's own locks;
+    // glibc documents it as callable from any thread at any time.
+    unsafe { libc::malloc_trim(0) };
 }
 
 /// The machine's clocks; the monotonic one counts from the root's start.

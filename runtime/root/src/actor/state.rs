@@ -18,6 +18,11 @@ use crate::records::Record;
 use crate::results::{ResultRecord, Timestamp};
 use saker_actors::resources::NodeResources;
 
+/// Results that must have ended since the last time before a pilot that has gone idle
+/// gives its freed memory back: enough that a burst's queue was worth returning, few
+/// enough that a pilot fed one task at a time never pays for it.
+const RELEASE_AFTER_RESULTS: u64 = 10_000;
+
 /// Finished jobs a node is told to forget in one message when no dispatch takes them.
 const FORGET_BATCH: usize = 1024;
 
@@ -102,6 +107,11 @@ pub(super) struct ResultLog {
     pub followers: Vec<mpsc::UnboundedSender<Arc<ResultRecord>>>,
     pub rate: RateWindow,
     pub waiters: Vec<Waiter>,
+    /// `totals.durable` when the root last gave freed memory back, and how many more
+    /// results must end in an idle pilot before it does so again (see
+    /// [`Port::release_memory`]).
+    pub released_at: u64,
+    pub release_after: u64,
 }
 
 impl Default for ResultLog {
@@ -116,6 +126,8 @@ impl Default for ResultLog {
             followers: Vec::new(),
             rate: RateWindow::default(),
             waiters: Vec::new(),
+            released_at: 0,
+            release_after: RELEASE_AFTER_RESULTS,
         }
     }
 }

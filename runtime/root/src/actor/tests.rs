@@ -39,6 +39,8 @@ struct Recorded {
     wakes: Vec<(Duration, Wake)>,
     shutdown_requested: bool,
     journal_closed: bool,
+    /// Times the root gave freed memory back.
+    memory_releases: u32,
     /// Every record made durable, by its (made-up) position: what the journal holds.
     durable: Arc<MemoryJournal>,
 }
@@ -134,6 +136,10 @@ impl Port for TestPort {
 
     fn close_journal(&mut self) {
         self.with(|r| r.journal_closed = true);
+    }
+
+    fn release_memory(&mut self) {
+        self.with(|r| r.memory_releases += 1);
     }
 
     fn results(&self) -> Arc<dyn super::history::ResultSource> {

@@ -95,3 +95,33 @@ async fn a_follower_gets_history_then_live_results_each_once() {
         "{live:?}"
     );
 }
+
+#[tokio::test]
+async fn freed_memory_is_given_back_when_the_pilot_goes_idle_after_enough_results() {
+    let mut h = Harness::new();
+    h.root.log.release_after = 3;
+    let releases = |h: &Harness| h.port.with(|r| r.memory_releases);
+
+    // Three results, but a fourth task still queued: not idle, nothing released.
+    h.submit(vec![array(&["true"], "1-3"), single(&["true"])]);
+    h.journal_durable();
+    h.join(1, 3);
+    h.report(1, 3, &[], Vec::new());
+    assert_eq!(h.succeed_sent(1).len(), 3);
+    h.journal_durable();
+    assert_eq!(releases(&h), 0, "a task is still queued");
+
+    // The last one ends: idle after four results.
+    h.report(1, 1, &[], Vec::new());
+    assert_eq!(h.succeed_sent(1).len(), 1);
+    h.journal_durable();
+    assert_eq!(releases(&h), 1);
+
+    // Idle again after one more result only: not worth it yet.
+    h.submit(vec![single(&["true"])]);
+    h.journal_durable();
+    h.report(1, 1, &[], Vec::new());
+    assert_eq!(h.succeed_sent(1).len(), 1);
+    h.journal_durable();
+    assert_eq!(releases(&h), 1, "one result since the last release");
+}
