@@ -1,5 +1,11 @@
 //! Row 2: submit→result latency of single no-op tasks, one at a time, beside the
 //! latency of spawning and awaiting the same program directly.
+//!
+//! Measured two ways a client learns of a result: `wait` for the job after its
+//! submission is acknowledged (`saker submit --wait`, a script), and a results stream
+//! opened once and followed (a workflow engine's executor: Parsl, the Python `Pilot`).
+//! Both run in the same pilot, alternating in blocks, so drift of the machine falls on
+//! both alike.
 
 use std::path::Path;
 use std::time::Instant;
@@ -34,24 +40,30 @@ pub fn run(setup: &Setup, sync: bool) -> Result<Vec<Row>> {
         heartbeat: None,
         extra: &[],
     };
-    let measured = client_runtime()?.block_on(async {
+    let (waited, followed) = client_runtime()?.block_on(async {
         let pilot = RunningPilot::start(&setup.saker, "latency", shape).await?;
         let outcome = measure(&pilot, samples).await;
         let stopped = pilot.shutdown().await;
-        let histogram = outcome?;
+        let histograms = outcome?;
         stopped?;
-        anyhow::Ok(histogram)
+        anyhow::Ok(histograms)
     })?;
     let benchmark = if sync {
         Benchmark::LatencySync
     } else {
         Benchmark::Latency
     };
-    Ok(QUANTILES
+    let ways = [("", &waited), (", results followed", &followed)];
+    Ok(ways
         .into_iter()
-        .map(|(label, quantile, target)| Row {
+        .flat_map(|(way, measured)| {
+            QUANTILES
+                .into_iter()
+                .map(move |(label, quantile, target)| (way, measured, label, quantile, target))
+        })
+        .map(|(way, measured, label, quantile, target)| Row {
             benchmark,
-            name: format!("latency {label} ({})", journal_label(sync)),
+            name: format!("latency {label} ({}{way})", journal_label(sync)),
             saker: Measure::new(
                 measured.value_at_quantile(quantile) as f64,
                 Unit::Microseconds,
@@ -65,15 +77,50 @@ pub fn run(setup: &Setup, sync: bool) -> Result<Vec<Row>> {
         .collect())
 }
 
-/// Submits one `/bin/true` task at a time and waits for it, `samples` times.
-async fn measure(pilot: &RunningPilot, samples: u64) -> Result<Histogram<u64>> {
+/// Samples taken one way before switching to the other.
+const BLOCK: u64 = 100;
+
+/// Submits one `/bin/true` task at a time and waits for its result, `samples` times
+/// each way (`wait`, and a followed results stream), alternating in blocks.
+async fn measure(pilot: &RunningPilot, samples: u64) -> Result<(Histogram<u64>, Histogram<u64>)> {
     pilot.warm_up().await?;
-    let mut histogram = raw::latency_histogram();
-    for _ in 0..samples {
-        let request = JobRequest::single(TaskSpec::new(vec![TRUE.to_owned()]));
-        let started = Instant::now();
-        pilot.run_job(request).await?;
-        raw::record(&mut histogram, started.elapsed());
+    let mut waited = raw::latency_histogram();
+    let mut followed = raw::latency_histogram();
+    let mut stream = pilot.client.follow_new().await?;
+    let mut done = 0;
+    while done < samples {
+        let block = BLOCK.min(samples - done);
+        for _ in 0..block {
+            let started = Instant::now();
+            pilot.run_job(true_job()).await?;
+            raw::record(&mut waited, started.elapsed());
+        }
+        // The stream carried the results just waited for too: pass them first.
+        for _ in 0..block {
+            stream.next().await?.context("the results stream ended")?;
+        }
+        for _ in 0..block {
+            let started = Instant::now();
+            let job = pilot.client.submit(vec![true_job()]).await?[0].job;
+            loop {
+                let record = stream.next().await?.context("the results stream ended")?;
+                if record.job == job {
+                    anyhow::ensure!(
+                        record.state == saker_root::results::TerminalState::Succeeded,
+                        "job {}: {:?}",
+                        job.0,
+                        record.state
+                    );
+                    break;
+                }
+            }
+            raw::record(&mut followed, started.elapsed());
+        }
+        done += block;
     }
-    Ok(histogram)
+    Ok((waited, followed))
+}
+
+fn true_job() -> JobRequest {
+    JobRequest::single(TaskSpec::new(vec![TRUE.to_owned()]))
 }

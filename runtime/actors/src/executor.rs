@@ -243,7 +243,13 @@ impl SlotLimits {
         if let Err(error) = cgroup.set_limit(binding.memory_mib) {
             tracing::warn!(%error, mib = binding.memory_mib, "could not set a memory limit");
         }
-        cgroup.oom_kills()
+        // Only a limited attempt is judged; reading the count costs a file open and
+        // read per task, on the way from dispatch to spawn.
+        if cgroup.limit_mib() > 0 {
+            cgroup.oom_kills()
+        } else {
+            0
+        }
     }
 
     /// `launch` started through `cgroup-exec` into the slot's cgroup, when the attempt
