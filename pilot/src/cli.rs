@@ -558,6 +558,8 @@ pub struct UpdateArgs {
 pub enum ResultsFormat {
     Jsonl,
     Table,
+    /// Comma-separated values with a header row, for spreadsheets.
+    Csv,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -15,7 +15,7 @@ use crate::submission::{Part, requests_from};
 use saker_root::client::{Client, JobUpdate, WaitReport};
 use saker_root::pilot::JOURNAL_DIR;
 use saker_root::records::Record;
-use saker_root::results::{JobId, ResultRecord, TableWriter, Timestamp, write_jsonl};
+use saker_root::results::{CsvWriter, JobId, ResultRecord, TableWriter, Timestamp, write_jsonl};
 use saker_root::spec::JobRef;
 
 const CLIENT_NAME: &str = concat!("saker-cli/", env!("CARGO_PKG_VERSION"));
@@ -504,6 +504,7 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
 enum ResultsSink {
     Jsonl(std::io::BufWriter<std::io::Stdout>),
     Table(TableWriter<std::io::BufWriter<std::io::Stdout>>),
+    Csv(Box<CsvWriter<std::io::Stdout>>),
 }
 
 impl ResultsSink {
@@ -512,6 +513,8 @@ impl ResultsSink {
         match format {
             ResultsFormat::Jsonl => ResultsSink::Jsonl(out),
             ResultsFormat::Table => ResultsSink::Table(TableWriter::new(out)),
+            // The CSV writer buffers on its own.
+            ResultsFormat::Csv => ResultsSink::Csv(Box::new(CsvWriter::new(std::io::stdout()))),
         }
     }
 
@@ -519,6 +522,7 @@ impl ResultsSink {
         match self {
             ResultsSink::Jsonl(out) => write_jsonl(out, record),
             ResultsSink::Table(table) => table.write(record),
+            ResultsSink::Csv(csv) => csv.write(record),
         }
     }
 
@@ -526,6 +530,7 @@ impl ResultsSink {
         match self {
             ResultsSink::Jsonl(out) => out.flush(),
             ResultsSink::Table(table) => table.flush(),
+            ResultsSink::Csv(csv) => csv.flush(),
         }
     }
 
@@ -533,6 +538,7 @@ impl ResultsSink {
         match self {
             ResultsSink::Jsonl(mut out) => out.flush(),
             ResultsSink::Table(table) => table.into_inner().flush(),
+            ResultsSink::Csv(csv) => csv.into_inner().map(drop),
         }
     }
 }

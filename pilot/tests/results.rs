@@ -67,3 +67,55 @@ fn one_tasks_result_is_found_live_and_after_the_pilot_stopped() {
     drop(service);
     check(false);
 }
+
+#[test]
+fn csv_has_a_row_per_result_matching_the_jsonl_and_quotes_awkward_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(dir.path(), 2);
+    let pilot = service.pilot.clone();
+    // Output with a comma, quotes and a newline, and a failure with its reason.
+    let output = run(saker()
+        .args(["submit", "--wait", "--array", "1-5", "--dir"])
+        .arg(&pilot)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            r#"printf 'a,"b"\nline %s\n' {index}; test {index} -ne 4"#,
+        ]));
+    assert!(!output.status.success(), "task 4 fails");
+
+    let jsonl = lines(&results(&pilot, &[]));
+    let csv_output = run(saker()
+        .args(["results", "--format", "csv", "--dir"])
+        .arg(&pilot));
+    assert!(csv_output.status.success());
+    let mut reader = csv::Reader::from_reader(csv_output.stdout.as_slice());
+    let header: Vec<String> = reader
+        .headers()
+        .unwrap()
+        .iter()
+        .map(str::to_owned)
+        .collect();
+    let column = |name: &str| header.iter().position(|c| c == name).unwrap();
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), 5);
+    for (row, json) in rows.iter().zip(&jsonl) {
+        assert_eq!(row[column("task")], json["task"].to_string());
+        assert_eq!(row[column("state")], *json["state"].as_str().unwrap());
+        assert_eq!(row[column("exit_code")], json["exit_code"].to_string());
+        assert_eq!(row[column("stdout")], *json["stdout"].as_str().unwrap());
+        assert_eq!(row[column("end_time")], *json["end_time"].as_str().unwrap());
+        let run: f64 = row[column("run_seconds")].parse().unwrap();
+        assert!((0.0..60.0).contains(&run), "{run}");
+    }
+    let index = |row: &csv::StringRecord| row[column("index")].to_owned();
+    let failed: Vec<String> = rows
+        .iter()
+        .filter(|row| &row[column("state")] == "failed")
+        .map(index)
+        .collect();
+    assert_eq!(failed, ["4"]);
+    let fourth = rows.iter().find(|row| index(row) == "4").unwrap();
+    assert_eq!(&fourth[column("stdout")], "a,\"b\"\nline 4\n");
+}

@@ -16,6 +16,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::attempts::AttemptNote;
 
+mod csv;
+pub use self::csv::{CSV_COLUMNS, CsvWriter};
+
 /// Jobs and tasks are named by the core's ids (bare numbers in JSON).
 pub use saker_core::{JobId, TaskId};
 
