@@ -173,7 +173,11 @@ pub async fn status(args: DirArgs) -> Result<ExitCode> {
             status.waiting
         )?;
     }
-    writeln!(out, "rate      {:.1} tasks/s", status.rate)?;
+    writeln!(
+        out,
+        "rate      {:.1} tasks/s now, {:.1} over the last minute",
+        status.rate, status.rate_minute
+    )?;
     if status.items > 0 || status.data_moved_bytes > 0 {
         writeln!(
             out,
@@ -211,6 +215,25 @@ pub async fn status(args: DirArgs) -> Result<ExitCode> {
         "attempts  retried {}  replayed {}  speculative copies {}  duplicates dropped {}",
         status.retries, status.replays, status.speculated, status.duplicates
     )?;
+    if !status.stages.is_empty() {
+        writeln!(
+            out,
+            "{:<9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "STAGE", "TASKS", "P50", "P90", "P99", "MAX"
+        )?;
+        for stage in &status.stages {
+            writeln!(
+                out,
+                "{:<9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                stage.stage,
+                stage.count,
+                micros(stage.p50_us),
+                micros(stage.p90_us),
+                micros(stage.p99_us),
+                micros(stage.max_us)
+            )?;
+        }
+    }
     if let Some(allocation) = &status.allocation {
         let left = match allocation.seconds_left {
             Some(seconds) => format!(
@@ -254,6 +277,18 @@ pub async fn status(args: DirArgs) -> Result<ExitCode> {
     }
     std::io::Write::write_all(&mut std::io::stdout(), out.as_bytes())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `850µs`, `12.3ms`, `4.21s`, `3m05s`, `2h07m`: three digits or so, for a person.
+fn micros(micros: u64) -> String {
+    let seconds = micros / 1_000_000;
+    match micros {
+        0..1_000 => format!("{micros}µs"),
+        1_000..1_000_000 => format!("{:.1}ms", micros as f64 / 1e3),
+        1_000_000..60_000_000 => format!("{:.2}s", micros as f64 / 1e6),
+        60_000_000..3_600_000_000 => format!("{}m{:02}s", seconds / 60, seconds % 60),
+        _ => format!("{}h{:02}m", seconds / 3600, seconds / 60 % 60),
+    }
 }
 
 pub async fn cancel(args: CancelArgs) -> Result<ExitCode> {
@@ -560,4 +595,18 @@ pub fn template(args: crate::cli::TemplateArgs) -> Result<ExitCode> {
     };
     print!("{}", crate::template::render(args.kind, &settings));
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::micros;
+
+    #[test]
+    fn durations_are_shown_in_the_unit_that_fits() {
+        assert_eq!(micros(850), "850µs");
+        assert_eq!(micros(12_345), "12.3ms");
+        assert_eq!(micros(4_210_000), "4.21s");
+        assert_eq!(micros(185_000_000), "3m05s");
+        assert_eq!(micros(7_620_000_000), "2h07m");
+    }
 }

@@ -119,3 +119,49 @@ fn csv_has_a_row_per_result_matching_the_jsonl_and_quotes_awkward_output() {
     let fourth = rows.iter().find(|row| index(row) == "4").unwrap();
     assert_eq!(&fourth[column("stdout")], "a,\"b\"\nline 4\n");
 }
+
+#[test]
+fn status_shows_where_the_tasks_time_went_stage_by_stage() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(dir.path(), 2);
+    let pilot = service.pilot.clone();
+    // Eight tasks of 0.2 s on 2 slots: four waves, so waits reach 0.6 s.
+    let output = run(saker()
+        .args(["submit", "--wait", "--array", "1-8", "--dir"])
+        .arg(&pilot)
+        .args(["--", "sleep", "0.2"]));
+    assert!(output.status.success());
+
+    let status = run(saker().args(["status", "--dir"]).arg(&pilot));
+    assert!(status.status.success());
+    let text = String::from_utf8_lossy(&status.stdout).into_owned();
+    let stage = |name: &str| -> Vec<String> {
+        text.lines()
+            .find(|line| line.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} row in:\n{text}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    for name in ["wait", "run", "deliver", "total"] {
+        assert_eq!(stage(name)[1], "8", "{name} counts every task:\n{text}");
+    }
+    // Shown as e.g. `201.3ms`: every run took its 0.2 s and not much more.
+    let millis = |cell: &str| -> f64 {
+        match cell.strip_suffix("ms") {
+            Some(ms) => ms.parse().unwrap(),
+            None => cell.strip_suffix('s').unwrap().parse::<f64>().unwrap() * 1e3,
+        }
+    };
+    let run_p50 = millis(&stage("run")[2]);
+    assert!(
+        (200.0..400.0).contains(&run_p50),
+        "run p50 {run_p50} ms:\n{text}"
+    );
+    let wait_max = millis(&stage("wait")[5]);
+    assert!(
+        wait_max >= 550.0,
+        "the last wave waited three runs:\n{text}"
+    );
+    assert!(text.contains("over the last minute"), "{text}");
+}

@@ -94,6 +94,8 @@ class Result:
     #: An HPC job's nodes and how each of its processes ended (docs/hpc-jobs.md);
     #: ``None`` for other tasks.
     gang: Optional[Dict[str, Any]] = None
+    #: When the root accepted the result; ``None`` from pilots that do not say.
+    accept_time: Optional[str] = None
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> "Result":
@@ -121,6 +123,7 @@ class Result:
             start_time=body.get("start_time"),
             end_time=body.get("end_time"),
             gang=body.get("gang"),
+            accept_time=body.get("accept_time"),
         )
 
     @property

@@ -134,6 +134,10 @@ def test_commands(pilot: saker.Pilot, tmp_path: Path) -> None:
     assert result.state == "succeeded" and result.exit_code == 0 and result.ok
     assert result.stdout == "hello\n" and result.stderr == "oops\n"
     assert result.output is None and result.task == shell.task and result.job == shell.job
+    # RFC 3339 UTC text of one format: accepted after it ended (the root's clock and
+    # the agent's are this machine's).
+    assert result.end_time is not None and result.accept_time is not None
+    assert result.end_time <= result.accept_time
     assert argv.result(30).stdout == "a-b"
     assert env.result(30).stdout == "from-env\n"
     assert cwd.result(30).stdout.strip() == str(tmp_path)

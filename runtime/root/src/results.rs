@@ -69,6 +69,10 @@ pub struct ResultRecord {
     pub submit_time: Timestamp,
     pub start_time: Option<Timestamp>,
     pub end_time: Timestamp,
+    /// When the root accepted the result (its clock; `null` in journals written
+    /// before it was kept).
+    #[serde(default)]
+    pub accept_time: Option<Timestamp>,
     /// Captured output, lossy UTF-8: everything when small, else the first inline bytes
     /// (the whole stream is then in `stdout_path`).
     pub stdout: String,
@@ -516,6 +520,7 @@ pub(crate) fn sample_record(task: u64) -> ResultRecord {
         submit_time: Timestamp::from_unix_micros(1_700_000_000_000_000),
         start_time: Some(Timestamp::from_unix_micros(1_700_000_000_500_000)),
         end_time: Timestamp::from_unix_micros(1_700_000_001_750_000),
+        accept_time: Some(Timestamp::from_unix_micros(1_700_000_001_751_000)),
         stdout: "hello\n".to_owned(),
         stderr: String::new(),
         stdout_path: None,
@@ -584,7 +589,7 @@ mod tests {
         assert!(object["signal"].is_null() && object["stdout_path"].is_null());
         assert!(object["output"].is_null(), "a command has no output");
         assert!(object["gang"].is_null(), "not an HPC job");
-        assert_eq!(object.as_object().unwrap().len(), 21);
+        assert_eq!(object.as_object().unwrap().len(), 22);
         assert_eq!(serde_json::from_str::<ResultRecord>(&text).unwrap(), record);
     }
 

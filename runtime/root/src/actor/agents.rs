@@ -414,6 +414,7 @@ impl RootState {
             submit_time,
             start_time: None,
             end_time: self.timestamp(),
+            accept_time: Some(self.timestamp()),
             stdout: String::new(),
             stderr: String::new(),
             stdout_path: None,

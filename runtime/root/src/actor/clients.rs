@@ -58,6 +58,48 @@ impl RateWindow {
     }
 }
 
+/// Results over the last minute, for `status`: at most one sample a second, and the
+/// last one from over a minute ago as the baseline.
+#[derive(Debug, Default)]
+pub(crate) struct MinuteRate {
+    samples: VecDeque<(Time, u64)>,
+}
+
+const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl MinuteRate {
+    pub(super) fn record(&mut self, now: Time, done: u64) {
+        let second = std::time::Duration::from_secs(1);
+        if self
+            .samples
+            .back()
+            .is_none_or(|(t, _)| now.saturating_duration_since(*t) >= second)
+        {
+            self.samples.push_back((now, done));
+        }
+        while self
+            .samples
+            .get(1)
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t) >= MINUTE)
+        {
+            self.samples.pop_front();
+        }
+    }
+
+    /// Per second, given `done` results by `now`.
+    pub(super) fn rate(&self, now: Time, done: u64) -> f64 {
+        let Some(&(first, done_then)) = self.samples.front() else {
+            return 0.0;
+        };
+        let span = now.saturating_duration_since(first).min(MINUTE);
+        if span.is_zero() {
+            return 0.0;
+        }
+        // Less than a minute of history: since the first sample.
+        done.saturating_sub(done_then) as f64 / span.as_secs_f64()
+    }
+}
+
 pub(super) fn error(kind: ErrorKind, message: impl Into<String>) -> RequestError {
     RequestError::new(kind, message)
 }
@@ -231,6 +273,7 @@ impl RootState {
     /// Counts a durable result in its job and in the pilot's totals.
     pub(super) fn count_durable(&mut self, record: &ResultRecord) {
         self.count_durable_state(record.job, record.state);
+        self.log.stages.record(record);
     }
 
     /// Counts a task of `job` that ended in `state` durably.
@@ -476,6 +519,8 @@ impl RootState {
             slots: self.nodes.values().map(|n| n.cores).sum(),
             busy_slots: self.nodes.values().map(|n| n.running.min(n.cores)).sum(),
             rate: self.log.rate.rate(),
+            rate_minute: self.log.minute.rate(self.now(), durable),
+            stages: self.log.stages.summaries(),
             jobs: self.jobs.len() as u64,
             allocation: self.allocation.clone().map(|mut allocation| {
                 let now = self.timestamp().unix_micros();

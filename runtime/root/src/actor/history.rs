@@ -209,6 +209,7 @@ impl RootState {
                 .retain(|sink| sink.send(record.clone()).is_ok());
         }
         self.log.rate.record(now, self.log.index.len());
+        self.log.minute.record(now, self.log.totals.durable);
         self.check_waiters();
         self.release_memory_if_idle();
     }

@@ -19,6 +19,7 @@ mod port;
 mod resources;
 mod restore;
 mod schedules;
+mod stages;
 mod state;
 #[cfg(test)]
 mod tests;

@@ -9,7 +9,7 @@ use saker_core::{Core, Event, JobId, NodeId, TaskId, Time};
 use saker_wire::messages::{Assignment, Dispatch, FRAME_DATA_BUDGET, ToAgent};
 use tokio::sync::mpsc;
 
-use super::clients::{RateWindow, Waiter};
+use super::clients::{MinuteRate, RateWindow, Waiter};
 pub(super) use super::jobs::{JobEntry, JobTable, LineBatch};
 use super::port::{AfterJournal, Clock, Port, Wake};
 use super::resources::ResourceNames;
@@ -106,6 +106,8 @@ pub(super) struct ResultLog {
     pub totals: Totals,
     pub followers: Vec<mpsc::UnboundedSender<Arc<ResultRecord>>>,
     pub rate: RateWindow,
+    pub minute: MinuteRate,
+    pub stages: super::stages::Stages,
     pub waiters: Vec<Waiter>,
     /// `totals.durable` when the root last gave freed memory back, and how many more
     /// results must end in an idle pilot before it does so again (see
@@ -125,6 +127,8 @@ impl Default for ResultLog {
             totals: Totals::default(),
             followers: Vec::new(),
             rate: RateWindow::default(),
+            minute: MinuteRate::default(),
+            stages: Default::default(),
             waiters: Vec::new(),
             released_at: 0,
             release_after: RELEASE_AFTER_RESULTS,

@@ -27,8 +27,8 @@ pub use connection::{Client, ClientError, ResultStream};
 pub use endpoint::{CLIENT_ENDPOINT_FILE_NAME, ClientEndpoint, EndpointError, PILOT_DIR_VAR};
 pub use protocol::{
     AllocationStatus, CancelReport, ErrorKind, HpcStatus, NodeLoad, PROTOCOL_VERSION, PROTOCOLS,
-    RequestError, RequestId, ResultRequest, StatusReport, StreamEnd, SubmitReply, SubmittedJob,
-    SubmittedLines, UnstartedJob, UpdateReport, UpdateRequest, WaitReport, Welcome,
+    RequestError, RequestId, ResultRequest, StageSummary, StatusReport, StreamEnd, SubmitReply,
+    SubmittedJob, SubmittedLines, UnstartedJob, UpdateReport, UpdateRequest, WaitReport, Welcome,
 };
 pub use server::{
     ClientRequest, ConnectionError, Reply, ResultSink, ResultsItem, ServerConfig, serve,

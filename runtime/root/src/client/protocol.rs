@@ -272,6 +272,11 @@ pub struct StatusReport {
     pub busy_slots: u32,
     /// Tasks finished per second, averaged over the last few seconds.
     pub rate: f64,
+    /// Tasks finished per second over the last minute.
+    pub rate_minute: f64,
+    /// Percentiles of where accepted results' time went, stage by stage (see
+    /// [`StageSummary`]); stages without samples are left out.
+    pub stages: Vec<StageSummary>,
     pub jobs: u64,
     /// The batch allocation the pilot runs in; absent on a single machine.
     pub allocation: Option<AllocationStatus>,
@@ -336,6 +341,20 @@ pub struct AllocationStatus {
     pub end_time: Option<crate::results::Timestamp>,
     /// Seconds left until `end_time`.
     pub seconds_left: Option<u64>,
+}
+
+/// Percentiles of one stage over every accepted result (hdrhistogram, 1 % precision).
+/// Stages: `wait` (submitted → started), `run` (started → ended), `deliver` (ended →
+/// accepted by the root), `total` (submitted → accepted).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StageSummary {
+    pub stage: String,
+    pub count: u64,
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub max_us: u64,
 }
 
 /// One node's share of the work.
