@@ -32,7 +32,7 @@ export SLURM_ROOT=${SLURM_ROOT:-$REPO/.slurm-cluster}
 VENV=$REPO/.venv
 # OpenMPI and MPICH: HPC jobs' tests build and launch real MPI programs through the
 # pilot's agents (docs/hpc-jobs.md).
-TEST_PKGS="build-essential pkg-config python3-venv openmpi-bin libopenmpi-dev mpich libmpich-dev"
+TEST_PKGS="build-essential pkg-config python3-venv openmpi-bin libopenmpi-dev mpich libmpich-dev tmux"
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 log() { echo "[test.sh $(date +%T)] $*"; }
@@ -142,6 +142,8 @@ export SLURM_CONF
 export SAKER_REQUIRE_SLURM=1
 # HPC tests build and launch real MPI programs (packages from step 1).
 export SAKER_REQUIRE_MPI=1
+# `saker top` is driven in tmux (pilot/tests/top.rs); without it that test fails here.
+export SAKER_REQUIRE_TMUX=1
 log "SLURM_CONF=$SLURM_CONF"
 
 # ------------------------------------------------------------------ 4. cargo checks

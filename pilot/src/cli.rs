@@ -34,6 +34,9 @@ pub enum Command {
     Wait(WaitArgs),
     /// Show the pilot's counters, agents and rate.
     Status(DirArgs),
+    /// A live view of the pilot, redrawn in place: counts, rates, nodes, where tasks'
+    /// time goes, recent failures. `q` quits.
+    Top(TopArgs),
     /// Cancel jobs: queued tasks never start, running ones are killed.
     Cancel(CancelArgs),
     /// Change jobs' tasks that have not started: priority, not-before time, time limit.
@@ -51,6 +54,15 @@ pub enum Command {
     /// agent dies (started by the agent; reads its commands on stdin).
     #[command(hide = true)]
     Reaper,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub dir: DirArgs,
+    /// How often to ask the pilot for its status (at least 100ms).
+    #[arg(long, default_value = "1s")]
+    pub interval: String,
 }
 
 #[derive(Debug, Clone, Args)]

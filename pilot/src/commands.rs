@@ -20,7 +20,7 @@ use saker_root::spec::JobRef;
 
 const CLIENT_NAME: &str = concat!("saker-cli/", env!("CARGO_PKG_VERSION"));
 
-async fn connect(dir: &DirArgs) -> Result<Client> {
+pub(crate) async fn connect(dir: &DirArgs) -> Result<Client> {
     Client::connect(&dir.dir, CLIENT_NAME)
         .await
         .with_context(|| format!("connecting to the pilot in {}", dir.dir.display()))
@@ -280,7 +280,7 @@ pub async fn status(args: DirArgs) -> Result<ExitCode> {
 }
 
 /// `850µs`, `12.3ms`, `4.21s`, `3m05s`, `2h07m`: three digits or so, for a person.
-fn micros(micros: u64) -> String {
+pub(crate) fn micros(micros: u64) -> String {
     let seconds = micros / 1_000_000;
     match micros {
         0..1_000 => format!("{micros}µs"),

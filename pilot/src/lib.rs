@@ -18,6 +18,7 @@ mod progress;
 mod run;
 mod submission;
 mod template;
+mod top;
 
 use std::process::ExitCode;
 
@@ -88,6 +89,7 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> ExitCode {
             Command::Submit(args) => commands::submit(*args).await,
             Command::Wait(args) => commands::wait(args).await,
             Command::Status(args) => commands::status(args).await,
+            Command::Top(args) => top::top(args).await,
             Command::Cancel(args) => commands::cancel(args).await,
             Command::Update(args) => commands::update(args).await,
             Command::Results(args) => commands::results(args).await,
