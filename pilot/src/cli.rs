@@ -477,6 +477,11 @@ pub struct PilotArgs {
     /// continuation allocation).
     #[arg(long)]
     pub resume: bool,
+    /// Serve the pilot's figures (counts, rates, nodes, per-stage percentiles) for
+    /// Prometheus at http://ADDR/metrics; `127.0.0.1:0` picks a free port. The
+    /// address bound is written to `metrics.addr` in --dir.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
     /// With `--app`: the program's arguments.
     #[arg(last = true, value_name = "APP_ARGS")]
     pub app_args: Vec<String>,

@@ -13,6 +13,7 @@ mod app;
 mod chain;
 mod cli;
 mod commands;
+mod metrics;
 mod nodes;
 mod progress;
 mod run;

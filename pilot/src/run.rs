@@ -365,10 +365,33 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
         allow_no_agents: true,
     }
     .options()?;
+    let metrics = match &args.metrics {
+        Some(addr) => Some(crate::metrics::bind(addr).await?),
+        None => None,
+    };
     let mut pilot = Pilot::start(options)
         .await
         .map_err(crate::cli::with_flags)?;
     eprintln!("saker: pilot running in {}", args.dir.display());
+    if let Some(listener) = metrics {
+        let connected = async {
+            crate::metrics::publish(&listener, &args.dir)?;
+            // A client session of its own, like any monitor's.
+            saker_root::client::Client::connect(&args.dir, "saker metrics")
+                .await
+                .context("connecting the metrics endpoint to the pilot")
+        };
+        match connected.await {
+            Ok(client) => {
+                tokio::spawn(crate::metrics::serve(listener, client));
+            }
+            Err(error) => {
+                pilot.request_shutdown();
+                pilot.wait_stopped().await?;
+                return Err(error);
+            }
+        }
+    }
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
     let mut app = match &args.shape.app {
