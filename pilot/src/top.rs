@@ -28,6 +28,9 @@ use crate::cli::TopArgs;
 const FAILURES_SHOWN: usize = 10;
 
 pub async fn top(args: TopArgs) -> Result<ExitCode> {
+    if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        anyhow::bail!("saker top draws in a terminal; for a snapshot, use saker status");
+    }
     let every = saker_root::spec::parse_duration(&args.interval)
         .with_context(|| format!("--interval {:?}", args.interval))?
         .max(Duration::from_millis(100));

@@ -145,3 +145,15 @@ fn top_shows_live_counts_and_a_failure_and_quits_on_q() {
 fn shell_quote(path: &Path) -> String {
     format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
 }
+
+#[test]
+fn top_without_a_terminal_says_to_use_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(saker()
+        .args(["top", "--dir"])
+        .arg(dir.path())
+        .stdin(std::process::Stdio::null()));
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("saker status"), "{stderr}");
+}
