@@ -3,7 +3,8 @@
 //! failures — redrawn in place until `q`.
 //!
 //! It is a client like any other: `status` on a timer, and a results stream followed
-//! for failures (their reasons are in the results, not in `status`). Keys are read on
+//! for failures (their reasons are in the results, not in `status`). It redraws on
+//! the timer, not per result. Keys are read on
 //! a thread of their own (crossterm's reads block), which also turns a resize into a
 //! redraw. The terminal is restored however the view ends: `q`, an error, a panic.
 
@@ -47,28 +48,39 @@ pub async fn top(args: TopArgs) -> Result<ExitCode> {
     let mut keys = read_keys();
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    terminal.draw(|frame| view.render(frame))?;
     loop {
-        terminal.draw(|frame| view.render(frame))?;
-        tokio::select! {
-            _ = tick.tick() => match client.status().await {
-                Ok(status) => {
-                    view.status = Some(status);
-                    view.problem = None;
+        // Redrawn on the clock and on resizes only: results may stream in by the
+        // thousand a second, and each is only noted.
+        let redraw = tokio::select! {
+            _ = tick.tick() => {
+                match client.status().await {
+                    Ok(status) => {
+                        view.status = Some(status);
+                        view.problem = None;
+                    }
+                    Err(error) => view.problem = Some(format!("pilot unreachable: {error}")),
                 }
-                Err(error) => view.problem = Some(format!("pilot unreachable: {error}")),
-            },
+                true
+            }
             key = keys.recv() => match key {
                 Some(Input::Quit) | None => break,
-                Some(Input::Redraw) => {}
+                Some(Input::Redraw) => true,
             },
-            record = next_result(&mut results) => match record {
-                Ok(Some(record)) => view.note(&record),
-                Ok(None) => results = None,
-                Err(error) => {
-                    results = None;
-                    view.problem = Some(format!("results stream ended: {error}"));
+            record = next_result(&mut results) => {
+                match record {
+                    Ok(Some(record)) => view.note(&record),
+                    Ok(None) => results = None,
+                    Err(error) => {
+                        results = None;
+                        view.problem = Some(format!("results stream ended: {error}"));
+                    }
                 }
-            },
+                false
+            }
+        };
+        if redraw {
+            terminal.draw(|frame| view.render(frame))?;
         }
     }
     Ok(ExitCode::SUCCESS)
