@@ -216,22 +216,18 @@ pub async fn status(args: DirArgs) -> Result<ExitCode> {
         status.retries, status.replays, status.speculated, status.duplicates
     )?;
     if !status.stages.is_empty() {
-        writeln!(
-            out,
-            "{:<9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "STAGE", "TASKS", "P50", "P90", "P99", "MAX"
-        )?;
-        for stage in &status.stages {
+        let mut row = |cells: [&str; 6]| {
+            let [stage, tasks, p50, p90, p99, max] = cells;
             writeln!(
                 out,
-                "{:<9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-                stage.stage,
-                stage.count,
-                micros(stage.p50_us),
-                micros(stage.p90_us),
-                micros(stage.p99_us),
-                micros(stage.max_us)
-            )?;
+                "{stage:<9} {tasks:>9} {p50:>9} {p90:>9} {p99:>9} {max:>9}"
+            )
+        };
+        row(["STAGE", "TASKS", "P50", "P90", "P99", "MAX"])?;
+        for stage in &status.stages {
+            let times = [stage.p50_us, stage.p90_us, stage.p99_us, stage.max_us].map(micros);
+            let [p50, p90, p99, max] = &times;
+            row([&stage.stage, &stage.count.to_string(), p50, p90, p99, max])?;
         }
     }
     if let Some(allocation) = &status.allocation {

@@ -25,7 +25,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
-use saker_root::client::{Client, StatusReport};
+use saker_root::client::{Client, NodeLoad, StatusReport};
 use tokio::net::TcpListener;
 
 /// The file in the pilot directory naming the address the metrics are served on.
@@ -211,31 +211,21 @@ impl Collector for Snapshot {
             metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)?;
         }
 
-        let mut family = encoder.encode_descriptor(
-            "node_busy_slots",
-            "Cores running tasks, per node",
-            None,
-            gauge_type(),
-        )?;
-        for node in &status.nodes {
-            let id = node.node.to_string();
-            let metric = ConstGauge::new(i64::from(node.busy));
-            metric.encode(
-                family.encode_family(&labels(&[("node", &id), ("host", &node.hostname)]))?,
-            )?;
-        }
-        let mut family = encoder.encode_descriptor(
-            "node_slots",
-            "Cores offered, per node",
-            None,
-            gauge_type(),
-        )?;
-        for node in &status.nodes {
-            let id = node.node.to_string();
-            let metric = ConstGauge::new(i64::from(node.cores));
-            metric.encode(
-                family.encode_family(&labels(&[("node", &id), ("host", &node.hostname)]))?,
-            )?;
+        let per_node: [(&str, &str, PerNode); 2] = [
+            ("node_busy_slots", "Cores running tasks, per node", |node| {
+                node.busy
+            }),
+            ("node_slots", "Cores offered, per node", |node| node.cores),
+        ];
+        for (name, help, value) in per_node {
+            let mut family = encoder.encode_descriptor(name, help, None, gauge_type())?;
+            for node in &status.nodes {
+                let id = node.node.to_string();
+                let metric = ConstGauge::new(i64::from(value(node)));
+                metric.encode(
+                    family.encode_family(&labels(&[("node", &id), ("host", &node.hostname)]))?,
+                )?;
+            }
         }
 
         let mut family = encoder.encode_descriptor(
@@ -271,6 +261,9 @@ fn label_value(text: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// One figure of a node.
+type PerNode = fn(&NodeLoad) -> u32;
+
 fn gauge_type() -> prometheus_client::metrics::MetricType {
     prometheus_client::metrics::MetricType::Gauge
 }
@@ -278,7 +271,7 @@ fn gauge_type() -> prometheus_client::metrics::MetricType {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use saker_root::client::{NodeLoad, StageSummary};
+    use saker_root::client::StageSummary;
 
     #[test]
     fn status_becomes_openmetrics_text_with_labels_and_an_end() {

@@ -24,15 +24,20 @@ fn results(pilot: &std::path::Path, tasks: &[&str]) -> std::process::Output {
     run(&mut command)
 }
 
+/// `saker submit --wait ARGS` to the pilot in `pilot`.
+fn submit_wait(pilot: &std::path::Path, args: &[&str]) -> std::process::Output {
+    run(saker()
+        .args(["submit", "--wait", "--dir"])
+        .arg(pilot)
+        .args(args))
+}
+
 #[test]
 fn one_tasks_result_is_found_live_and_after_the_pilot_stopped() {
     let dir = tempfile::tempdir().unwrap();
     let service = Service::start(dir.path(), 2);
     let pilot = service.pilot.clone();
-    let output = run(saker()
-        .args(["submit", "--wait", "--array", "1-20", "--dir"])
-        .arg(&pilot)
-        .args(["--", "echo", "line-{index}"]));
+    let output = submit_wait(&pilot, &["--array", "1-20", "--", "echo", "line-{index}"]);
     assert!(output.status.success());
 
     let check = |live: bool| {
@@ -74,15 +79,17 @@ fn csv_has_a_row_per_result_matching_the_jsonl_and_quotes_awkward_output() {
     let service = Service::start(dir.path(), 2);
     let pilot = service.pilot.clone();
     // Output with a comma, quotes and a newline, and a failure with its reason.
-    let output = run(saker()
-        .args(["submit", "--wait", "--array", "1-5", "--dir"])
-        .arg(&pilot)
-        .args([
+    let output = submit_wait(
+        &pilot,
+        &[
+            "--array",
+            "1-5",
             "--",
             "sh",
             "-c",
             r#"printf 'a,"b"\nline %s\n' {index}; test {index} -ne 4"#,
-        ]));
+        ],
+    );
     assert!(!output.status.success(), "task 4 fails");
 
     let jsonl = lines(&results(&pilot, &[]));
@@ -126,10 +133,7 @@ fn status_shows_where_the_tasks_time_went_stage_by_stage() {
     let service = Service::start(dir.path(), 2);
     let pilot = service.pilot.clone();
     // Eight tasks of 0.2 s on 2 slots: four waves, so waits reach 0.6 s.
-    let output = run(saker()
-        .args(["submit", "--wait", "--array", "1-8", "--dir"])
-        .arg(&pilot)
-        .args(["--", "sleep", "0.2"]));
+    let output = submit_wait(&pilot, &["--array", "1-8", "--", "sleep", "0.2"]);
     assert!(output.status.success());
 
     let status = run(saker().args(["status", "--dir"]).arg(&pilot));

@@ -394,6 +394,7 @@ impl RootState {
         };
         let index = entry.array_index(offset);
         let submit_time = Timestamp::from_unix_micros(entry.submitted_us);
+        let accepted = self.timestamp();
         let seq = self.log.next_seq;
         self.log.next_seq += 1;
         let history = self.attempts.history.remove(&task).unwrap_or_default();
@@ -413,8 +414,8 @@ impl RootState {
             executor: None,
             submit_time,
             start_time: None,
-            end_time: self.timestamp(),
-            accept_time: Some(self.timestamp()),
+            end_time: accepted,
+            accept_time: Some(accepted),
             stdout: String::new(),
             stderr: String::new(),
             stdout_path: None,

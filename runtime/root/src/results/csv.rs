@@ -6,6 +6,7 @@
 //! Captured output comes last, quoted as CSV quotes anything (it may hold commas,
 //! quotes and newlines); empty cells stand for absent values.
 
+use std::borrow::Cow;
 use std::io::{self, Write};
 
 use super::ResultRecord;
@@ -55,7 +56,9 @@ impl<W: Write> CsvWriter<W> {
             self.out.write_record(CSV_COLUMNS).map_err(io_error)?;
             self.header_written = true;
         }
-        self.out.write_record(cells(record)).map_err(io_error)
+        self.out
+            .write_record(cells(record).iter().map(|cell| cell.as_bytes()))
+            .map_err(io_error)
     }
 
     pub fn flush(&mut self) -> io::Result<()> {
@@ -78,8 +81,10 @@ fn io_error(error: ::csv::Error) -> io::Error {
     }
 }
 
-fn cells(record: &ResultRecord) -> [String; 20] {
-    let text = |value: Option<String>| value.unwrap_or_default();
+/// A row's cells, borrowing the record's text (a stream may carry millions of
+/// rows with their output).
+fn cells(record: &ResultRecord) -> [Cow<'_, str>; 20] {
+    let owned = |value: Option<String>| Cow::Owned(value.unwrap_or_default());
     let seconds = |micros: u64| format!("{:.6}", micros as f64 / 1e6);
     let wait = record.start_time.map(|start| {
         seconds(
@@ -92,27 +97,31 @@ fn cells(record: &ResultRecord) -> [String; 20] {
         .run_time()
         .map(|run| seconds(u64::try_from(run.as_micros()).unwrap_or(u64::MAX)));
     [
-        record.task.0.to_string(),
-        record.job.0.to_string(),
-        text(record.index.map(|index| index.to_string())),
-        record.state.as_str().to_owned(),
-        text(record.exit_code.map(|code| code.to_string())),
-        text(record.signal.map(|signal| signal.to_string())),
-        text(record.reason.clone()),
-        record.attempts.to_string(),
-        text(record.node.clone()),
-        text(record.executor.map(|executor| executor.to_string())),
-        record.submit_time.to_string(),
-        text(record.start_time.map(|start| start.to_string())),
-        record.end_time.to_string(),
-        text(wait),
-        text(run),
-        record.seq.to_string(),
-        text(record.stdout_path.clone()),
-        text(record.stderr_path.clone()),
-        record.stdout.clone(),
-        record.stderr.clone(),
+        Cow::Owned(record.task.0.to_string()),
+        Cow::Owned(record.job.0.to_string()),
+        owned(record.index.map(|index| index.to_string())),
+        Cow::Borrowed(record.state.as_str()),
+        owned(record.exit_code.map(|code| code.to_string())),
+        owned(record.signal.map(|signal| signal.to_string())),
+        text(&record.reason),
+        Cow::Owned(record.attempts.to_string()),
+        text(&record.node),
+        owned(record.executor.map(|executor| executor.to_string())),
+        Cow::Owned(record.submit_time.to_string()),
+        owned(record.start_time.map(|start| start.to_string())),
+        Cow::Owned(record.end_time.to_string()),
+        owned(wait),
+        owned(run),
+        Cow::Owned(record.seq.to_string()),
+        text(&record.stdout_path),
+        text(&record.stderr_path),
+        Cow::Borrowed(&record.stdout),
+        Cow::Borrowed(&record.stderr),
     ]
+}
+
+fn text(value: &Option<String>) -> Cow<'_, str> {
+    Cow::Borrowed(value.as_deref().unwrap_or_default())
 }
 
 #[cfg(test)]
