@@ -3,8 +3,9 @@
 #
 # Steps, each logged with a timestamp and its duration:
 #   1. packages  Debian packages the tests need; apt only runs when one is missing
-#                (build-essential, pkg-config, python3-venv, OpenMPI, MPICH, tmux, and through
-#                scripts/slurm-cluster/up.sh the Slurm cluster's packages)
+#                (build-essential, pkg-config, python3-venv, OpenMPI, MPICH, tmux,
+#                chromium, and through scripts/slurm-cluster/up.sh the Slurm
+#                cluster's packages)
 #   2. venv      Python venv at <repo>/.venv; installs python/requirements-test.txt if present
 #   3. slurm     local multi-node Slurm cluster (up.sh + smoke.sh); exports SLURM_CONF.
 #                Stopped at exit (down.sh) unless SAKER_KEEP_CLUSTER=1.
@@ -32,7 +33,8 @@ export SLURM_ROOT=${SLURM_ROOT:-$REPO/.slurm-cluster}
 VENV=$REPO/.venv
 # OpenMPI and MPICH: HPC jobs' tests build and launch real MPI programs through the
 # pilot's agents (docs/hpc-jobs.md).
-TEST_PKGS="build-essential pkg-config python3-venv openmpi-bin libopenmpi-dev mpich libmpich-dev tmux"
+# chromium opens `saker report`'s page in pilot/tests/report.rs.
+TEST_PKGS="build-essential pkg-config python3-venv openmpi-bin libopenmpi-dev mpich libmpich-dev tmux chromium fonts-dejavu-core"
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 log() { echo "[test.sh $(date +%T)] $*"; }
@@ -83,6 +85,9 @@ finish() {
   local joined="" entry
   for entry in "${SUMMARY[@]}"; do joined+="${joined:+; }$entry"; done
   log "steps: ${joined:-none}"
+  if [ -d "$REPO/target/artifacts" ]; then
+    log "artifacts (report screenshot): $(ls -d "$REPO"/target/artifacts/* 2>/dev/null | tr '\n' ' ')"
+  fi
   if [ "$rc" = 0 ]; then
     log "SUMMARY: all passed in ${total}s"
   else
@@ -144,6 +149,10 @@ export SAKER_REQUIRE_SLURM=1
 export SAKER_REQUIRE_MPI=1
 # `saker top` is driven in tmux (pilot/tests/top.rs); without it that test fails here.
 export SAKER_REQUIRE_TMUX=1
+# `saker report`'s page is opened in headless chromium (pilot/tests/report.rs); its
+# screenshot is the run's artifact, in target/artifacts.
+export SAKER_REQUIRE_CHROMIUM=1
+export SAKER_ARTIFACTS=$REPO/target/artifacts
 log "SLURM_CONF=$SLURM_CONF"
 
 # ------------------------------------------------------------------ 4. cargo checks

@@ -51,6 +51,8 @@ pub enum Benchmark {
     MemorySingles,
     /// Root memory per finished task, and result lookups by task at 10,000/s.
     History,
+    /// `saker report` of a finished pilot: written in, page size, chromium load.
+    Report,
     /// From killing an agent to its task running on the other agent.
     Failover,
     /// From starting `saker pilot --resume` on a journal of a million queued tasks
@@ -97,7 +99,7 @@ pub enum Benchmark {
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 25] = [
+    pub const ALL: [Benchmark; 26] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -108,6 +110,7 @@ impl Benchmark {
         Benchmark::MemoryArray,
         Benchmark::MemorySingles,
         Benchmark::History,
+        Benchmark::Report,
         Benchmark::Failover,
         Benchmark::Resume,
         Benchmark::SlurmStartup,
@@ -138,6 +141,7 @@ impl Benchmark {
             Benchmark::MemoryArray => "memory-array",
             Benchmark::MemorySingles => "memory-singles",
             Benchmark::History => "history",
+            Benchmark::Report => "report",
             Benchmark::Failover => "failover",
             Benchmark::Resume => "resume",
             Benchmark::SlurmStartup => "slurm-startup",
@@ -199,6 +203,8 @@ pub struct Sizes {
     pub data_pairs: u64,
     /// Tasks of each round of the history rows (4 rounds run).
     pub history_tasks: u64,
+    /// `/bin/true` tasks of the pilot whose report the report rows write.
+    pub report_tasks: u64,
     /// One-slot agents of the `agents-512` tree (fan-out 8).
     pub agents_tree: u32,
     /// Waves of 1-second tasks on that tree: its ideal makespan in seconds.
@@ -230,6 +236,7 @@ impl Sizes {
                 dag_edges: 20_000,
                 data_pairs: 64,
                 history_tasks: 20_000,
+                report_tasks: 20_000,
                 agents_tree: 128,
                 agents_waves: 3,
                 agents_many: 128,
@@ -253,6 +260,7 @@ impl Sizes {
                 dag_edges: 1_000_000,
                 data_pairs: 400,
                 history_tasks: 250_000,
+                report_tasks: 1_000_000,
                 agents_tree: 512,
                 agents_waves: 15,
                 agents_many: 1_000,

@@ -43,6 +43,9 @@ pub enum Command {
     Update(UpdateArgs),
     /// List task results (from the live pilot, or from the journal if it has stopped).
     Results(ResultsArgs),
+    /// Write one self-contained HTML page of what the pilot did (running or
+    /// finished): utilization, Gantt, throughput, stage histograms, failures.
+    Report(ReportArgs),
     /// Ask a running pilot to stop.
     Shutdown(DirArgs),
     /// Print a Slurm batch script for a pilot, with your settings filled in.
@@ -63,6 +66,15 @@ pub struct TopArgs {
     /// How often to ask the pilot for its status (at least 100ms).
     #[arg(long, default_value = "1s")]
     pub interval: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub dir: DirArgs,
+    /// Where to write the page (default: report.html in the pilot directory).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]

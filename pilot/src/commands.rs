@@ -18,7 +18,7 @@ use saker_root::records::Record;
 use saker_root::results::{CsvWriter, JobId, ResultRecord, TableWriter, Timestamp, write_jsonl};
 use saker_root::spec::JobRef;
 
-const CLIENT_NAME: &str = concat!("saker-cli/", env!("CARGO_PKG_VERSION"));
+pub(crate) const CLIENT_NAME: &str = concat!("saker-cli/", env!("CARGO_PKG_VERSION"));
 
 pub(crate) async fn connect(dir: &DirArgs) -> Result<Client> {
     Client::connect(&dir.dir, CLIENT_NAME)

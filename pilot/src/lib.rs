@@ -16,6 +16,7 @@ mod commands;
 mod metrics;
 mod nodes;
 mod progress;
+pub mod report;
 mod run;
 mod submission;
 mod template;
@@ -94,6 +95,7 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> ExitCode {
             Command::Cancel(args) => commands::cancel(args).await,
             Command::Update(args) => commands::update(args).await,
             Command::Results(args) => commands::results(args).await,
+            Command::Report(args) => report::report(args).await,
             Command::Shutdown(args) => commands::shutdown(args).await,
             Command::Template(args) => commands::template(args),
             Command::Agent(args) => agent::agent(args).await,

@@ -97,6 +97,7 @@ fn failures_are_reported_and_make_the_exit_code_non_zero() {
         for key in [
             "task",
             "node",
+            "node_id",
             "executor",
             "submit_time",
             "start_time",

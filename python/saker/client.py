@@ -96,6 +96,9 @@ class Result:
     gang: Optional[Dict[str, Any]] = None
     #: When the root accepted the result; ``None`` from pilots that do not say.
     accept_time: Optional[str] = None
+    #: The number of the node (agent) that ran it, which tells agents apart when host
+    #: names repeat; ``None`` from pilots that do not say.
+    node_id: Optional[int] = None
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> "Result":
@@ -124,6 +127,7 @@ class Result:
             end_time=body.get("end_time"),
             gang=body.get("gang"),
             accept_time=body.get("accept_time"),
+            node_id=body.get("node_id"),
         )
 
     @property

@@ -14,6 +14,7 @@ mod latency;
 mod lateness;
 mod memory;
 mod python;
+mod report;
 mod resume;
 mod rust_api;
 mod slurm_startup;
@@ -107,6 +108,7 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::MemoryArray => memory::run_array(setup),
         Benchmark::MemorySingles => memory::run_singles(setup),
         Benchmark::History => history::run(setup),
+        Benchmark::Report => report::run(setup),
         Benchmark::Failover => failover::run(setup),
         Benchmark::Resume => resume::run(setup),
         Benchmark::SlurmStartup => slurm_startup::run(setup),

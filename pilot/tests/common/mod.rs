@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod browser;
 mod service;
 pub mod slurm;
 

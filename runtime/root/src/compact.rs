@@ -254,7 +254,9 @@ pub fn compact(records: Vec<Record>, keep: &KeepResults, now_unix_us: u64) -> Co
             Record::PilotStarted { .. }
             | Record::Submit { .. }
             | Record::SubmitLines { .. }
-            | Record::ActorEnded { .. } => true,
+            | Record::ActorEnded { .. }
+            | Record::NodeJoined { .. }
+            | Record::NodeLeft { .. } => true,
             Record::Compaction { .. } | Record::Finished { .. } => false,
             Record::Cancel { job, .. } | Record::Update { job, .. } => !job_done(job),
             Record::Attempt { task, .. } => {

@@ -100,6 +100,22 @@ pub enum Record {
     /// Every task of `job` is terminal, one letter a task in order (`s` succeeded,
     /// `f` failed, `c` cancelled). Written by compaction, which may drop the results.
     Finished { job: JobId, states: String },
+    /// An agent registered as `node` on `host` with these cores and GPUs: with
+    /// `NodeLeft`, the pilot's capacity over time, which `saker report` plots.
+    NodeJoined {
+        node: saker_core::NodeId,
+        host: String,
+        cores: u32,
+        gpus: u32,
+        unix_us: u64,
+    },
+    /// The agent of `node` left or was lost (a node without one was there until the
+    /// pilot ended).
+    NodeLeft {
+        node: saker_core::NodeId,
+        reason: String,
+        unix_us: u64,
+    },
 }
 
 impl Record {
@@ -153,6 +169,24 @@ enum Kind {
     Item,
     Compaction,
     Finished,
+    NodeJoined,
+    NodeLeft,
+}
+
+#[derive(Deserialize)]
+struct NodeJoinedFields {
+    node: saker_core::NodeId,
+    host: String,
+    cores: u32,
+    gpus: u32,
+    unix_us: u64,
+}
+
+#[derive(Deserialize)]
+struct NodeLeftFields {
+    node: saker_core::NodeId,
+    reason: String,
+    unix_us: u64,
 }
 
 #[derive(Deserialize)]
@@ -362,6 +396,24 @@ impl<'de> Visitor<'de> for RecordVisitor {
                     states: fields.states,
                 }
             }
+            Kind::NodeJoined => {
+                let fields = NodeJoinedFields::deserialize(rest)?;
+                Record::NodeJoined {
+                    node: fields.node,
+                    host: fields.host,
+                    cores: fields.cores,
+                    gpus: fields.gpus,
+                    unix_us: fields.unix_us,
+                }
+            }
+            Kind::NodeLeft => {
+                let fields = NodeLeftFields::deserialize(rest)?;
+                Record::NodeLeft {
+                    node: fields.node,
+                    reason: fields.reason,
+                    unix_us: fields.unix_us,
+                }
+            }
             Kind::ActorEnded => {
                 let fields = ActorEndedFields::deserialize(rest)?;
                 Record::ActorEnded {
@@ -466,6 +518,18 @@ mod tests {
             Record::Finished {
                 job: JobId(3),
                 states: "sfc".to_owned(),
+            },
+            Record::NodeJoined {
+                node: saker_core::NodeId(2),
+                host: "n2".to_owned(),
+                cores: 8,
+                gpus: 1,
+                unix_us: 13,
+            },
+            Record::NodeLeft {
+                node: saker_core::NodeId(2),
+                reason: "link closed".to_owned(),
+                unix_us: 14,
             },
         ]
     }

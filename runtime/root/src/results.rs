@@ -64,6 +64,10 @@ pub struct ResultRecord {
     pub attempts: u32,
     /// Hostname of the node that ran the accepted attempt.
     pub node: Option<String>,
+    /// That node's number in the pilot (`SAKER_NODE` in the task), which tells agents apart
+    /// when host names repeat; `null` in journals written before it was kept.
+    #[serde(default)]
+    pub node_id: Option<u32>,
     /// Executor (slot) index on that node.
     pub executor: Option<u32>,
     pub submit_time: Timestamp,
@@ -516,6 +520,7 @@ pub(crate) fn sample_record(task: u64) -> ResultRecord {
         reason: None,
         attempts: 1,
         node: Some("node001".to_owned()),
+        node_id: Some(1),
         executor: Some(3),
         submit_time: Timestamp::from_unix_micros(1_700_000_000_000_000),
         start_time: Some(Timestamp::from_unix_micros(1_700_000_000_500_000)),
@@ -589,7 +594,7 @@ mod tests {
         assert!(object["signal"].is_null() && object["stdout_path"].is_null());
         assert!(object["output"].is_null(), "a command has no output");
         assert!(object["gang"].is_null(), "not an HPC job");
-        assert_eq!(object.as_object().unwrap().len(), 22);
+        assert_eq!(object.as_object().unwrap().len(), 23);
         assert_eq!(serde_json::from_str::<ResultRecord>(&text).unwrap(), record);
     }
 

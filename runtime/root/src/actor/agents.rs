@@ -72,6 +72,11 @@ impl RootState {
         if !self.shutting_down {
             tracing::warn!(%node, %reason, "agent lost; its work is replayed");
         }
+        self.unjournaled.records.push(Record::NodeLeft {
+            node,
+            reason: reason.to_owned(),
+            unix_us: self.timestamp().unix_micros(),
+        });
         let now = self.now();
         let lost = self.core.node_attempts(node);
         match self.core.handle_node_lost(node, now) {
@@ -207,6 +212,13 @@ impl RootState {
             return;
         }
         tracing::info!(node = %hello.node, host = %hello.hostname, %capacity, "agent joined");
+        self.unjournaled.records.push(Record::NodeJoined {
+            node: hello.node,
+            host: hello.hostname.clone(),
+            cores: capacity.core_count(),
+            gpus: capacity.get(saker_core::ResourceKind::GPUS),
+            unix_us: self.timestamp().unix_micros(),
+        });
         self.nodes.insert(
             hello.node,
             NodeEntry {
@@ -411,6 +423,7 @@ impl RootState {
             reason: None,
             attempts,
             node: None,
+            node_id: None,
             executor: None,
             submit_time,
             start_time: None,
@@ -428,6 +441,7 @@ impl RootState {
         match detail {
             Some(detail) => {
                 record.node = Some(self.hostname_of(detail.node));
+                record.node_id = Some(detail.node.0);
                 record.executor = detail.executor;
                 record.start_time = Some(Timestamp::from_unix_micros(detail.start_unix_us));
                 record.end_time = Timestamp::from_unix_micros(detail.end_unix_us);
@@ -467,7 +481,7 @@ impl RootState {
 
     /// Keeps (and journals) why an attempt did not count.
     fn note_attempt(&mut self, task: TaskId, note: AttemptNote) {
-        self.unjournaled.attempts.push(Record::Attempt {
+        self.unjournaled.records.push(Record::Attempt {
             task,
             note: note.clone(),
         });

@@ -145,7 +145,12 @@ impl RootState {
                     notes.entry(*task).or_default().push(note.clone())
                 }
                 Record::PilotStarted { .. } => summary.previous_starts += 1,
-                Record::Submit { .. } | Record::SubmitLines { .. } => {}
+                // Nodes register again when their agents reattach; the records are
+                // history for `saker report`.
+                Record::Submit { .. }
+                | Record::SubmitLines { .. }
+                | Record::NodeJoined { .. }
+                | Record::NodeLeft { .. } => {}
                 Record::ActorSpawned { actor, spawn, .. } => {
                     actors.insert(*actor, Some((**spawn).clone()));
                 }

@@ -85,8 +85,9 @@ pub(super) struct AttemptTable {
 #[derive(Debug, Default)]
 pub(super) struct Unjournaled {
     pub results: Vec<Arc<ResultRecord>>,
-    /// Attempts that ended without counting.
-    pub attempts: Vec<Record>,
+    /// Records no one waits on: attempts that ended without counting, nodes that
+    /// joined or left.
+    pub records: Vec<Record>,
 }
 
 /// Durable results and everything that waits on them.
@@ -427,11 +428,11 @@ impl RootState {
     /// Journals this turn's accepted results as one group; they reach clients when the
     /// journal calls back.
     fn journal_accepted(&mut self) {
-        if self.unjournaled.results.is_empty() && self.unjournaled.attempts.is_empty() {
+        if self.unjournaled.results.is_empty() && self.unjournaled.records.is_empty() {
             return;
         }
         let results = std::mem::take(&mut self.unjournaled.results);
-        let mut records = std::mem::take(&mut self.unjournaled.attempts);
+        let mut records = std::mem::take(&mut self.unjournaled.records);
         records.extend(results.iter().map(|r| Record::Result(Arc::clone(r))));
         self.port.append(records, AfterJournal::Results(results));
     }
