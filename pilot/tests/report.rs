@@ -150,6 +150,8 @@ fn report_numbers_match_results_and_the_page_renders_in_chromium() {
         "throughput",
         "gantt",
         "wait",
+        "queue",
+        "launch",
         "run",
         "deliver",
         "total",

@@ -147,14 +147,18 @@ fn status_shows_where_the_tasks_time_went_stage_by_stage() {
             .map(str::to_owned)
             .collect()
     };
-    for name in ["wait", "run", "deliver", "total"] {
+    for name in ["wait", "queue", "launch", "run", "deliver", "total"] {
         assert_eq!(stage(name)[1], "8", "{name} counts every task:\n{text}");
     }
-    // Shown as e.g. `201.3ms`: every run took its 0.2 s and not much more.
+    // Shown as e.g. `850µs`, `201.3ms`, `1.20s`: every run took its 0.2 s and not
+    // much more.
     let millis = |cell: &str| -> f64 {
-        match cell.strip_suffix("ms") {
-            Some(ms) => ms.parse().unwrap(),
-            None => cell.strip_suffix('s').unwrap().parse::<f64>().unwrap() * 1e3,
+        if let Some(us) = cell.strip_suffix("µs") {
+            us.parse::<f64>().unwrap() / 1e3
+        } else if let Some(ms) = cell.strip_suffix("ms") {
+            ms.parse().unwrap()
+        } else {
+            cell.strip_suffix('s').unwrap().parse::<f64>().unwrap() * 1e3
         }
     };
     let run_p50 = millis(&stage("run")[2]);
@@ -167,5 +171,14 @@ fn status_shows_where_the_tasks_time_went_stage_by_stage() {
         wait_max >= 550.0,
         "the last wave waited three runs:\n{text}"
     );
+    // The wait's two parts (queue: to the root's dispatch; launch: on to the start)
+    // are each at most the whole, at every percentile shown.
+    for column in 2..=5 {
+        let whole = millis(&stage("wait")[column]);
+        for part in ["queue", "launch"] {
+            let value = millis(&stage(part)[column]);
+            assert!(value <= whole * 1.02 + 0.1, "{part} beyond wait:\n{text}");
+        }
+    }
     assert!(text.contains("over the last minute"), "{text}");
 }

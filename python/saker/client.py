@@ -99,6 +99,9 @@ class Result:
     #: The number of the node (agent) that ran it, which tells agents apart when host
     #: names repeat; ``None`` from pilots that do not say.
     node_id: Optional[int] = None
+    #: When the root sent the task's last attempt to a node; ``None`` when it never
+    #: did or the pilot does not say.
+    dispatch_time: Optional[str] = None
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> "Result":
@@ -128,6 +131,7 @@ class Result:
             gang=body.get("gang"),
             accept_time=body.get("accept_time"),
             node_id=body.get("node_id"),
+            dispatch_time=body.get("dispatch_time"),
         )
 
     @property

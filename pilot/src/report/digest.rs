@@ -100,8 +100,10 @@ pub struct GangRow {
 }
 
 /// The stages of a task's life the root's timestamps tell apart.
-pub const STAGES: [(&str, &str); 4] = [
+pub const STAGES: [(&str, &str); 6] = [
     ("wait", "submitted → started (queue, dispatch, spawn)"),
+    ("queue", "submitted → dispatched by the root"),
+    ("launch", "dispatched → started (way down, slot, spawn)"),
     ("run", "started → ended"),
     ("deliver", "ended → result accepted by the root"),
     ("total", "submitted → result accepted"),
@@ -403,8 +405,14 @@ impl Digest {
         let end = result.end_time.unix_micros();
         let accept = result.accept_time.map(|t| t.unix_micros());
         let start = result.start_time.map(|t| t.unix_micros());
+        let dispatch = result
+            .dispatch_time
+            .map(|t| t.unix_micros())
+            .filter(|_| start.is_some());
         let durations = [
             start.map(|s| s.saturating_sub(submit)),
+            dispatch.map(|d| d.saturating_sub(submit)),
+            start.zip(dispatch).map(|(s, d)| s.saturating_sub(d)),
             start.map(|s| end.saturating_sub(s)),
             accept
                 .filter(|_| start.is_some())

@@ -118,8 +118,8 @@ pub fn utilization(timeline: &Timeline) -> Result<Plot> {
 /// Each node's busy share over time, one row a node (or a group of nodes).
 pub fn node_heatmap(digest: &Digest, timeline: &Timeline) -> Result<Plot> {
     let nodes = digest.nodes.len().max(1);
-    let rows = nodes.min(HEAT_ROWS);
-    let per_row = nodes.div_ceil(rows);
+    let per_row = nodes.div_ceil(HEAT_ROWS);
+    let rows = nodes.div_ceil(per_row);
     let row_label = |row: usize| -> String {
         let first = row * per_row;
         let last = ((row + 1) * per_row).min(nodes) - 1;

@@ -71,6 +71,11 @@ pub struct ResultRecord {
     /// Executor (slot) index on that node.
     pub executor: Option<u32>,
     pub submit_time: Timestamp,
+    /// When the root sent the task's last attempt to a node (its clock); `null` for a
+    /// task never dispatched, one in flight across a root restart, and in journals
+    /// written before it was kept.
+    #[serde(default)]
+    pub dispatch_time: Option<Timestamp>,
     pub start_time: Option<Timestamp>,
     pub end_time: Timestamp,
     /// When the root accepted the result (its clock; `null` in journals written
@@ -523,6 +528,7 @@ pub(crate) fn sample_record(task: u64) -> ResultRecord {
         node_id: Some(1),
         executor: Some(3),
         submit_time: Timestamp::from_unix_micros(1_700_000_000_000_000),
+        dispatch_time: Some(Timestamp::from_unix_micros(1_700_000_000_400_000)),
         start_time: Some(Timestamp::from_unix_micros(1_700_000_000_500_000)),
         end_time: Timestamp::from_unix_micros(1_700_000_001_750_000),
         accept_time: Some(Timestamp::from_unix_micros(1_700_000_001_751_000)),
@@ -594,7 +600,7 @@ mod tests {
         assert!(object["signal"].is_null() && object["stdout_path"].is_null());
         assert!(object["output"].is_null(), "a command has no output");
         assert!(object["gang"].is_null(), "not an HPC job");
-        assert_eq!(object.as_object().unwrap().len(), 23);
+        assert_eq!(object.as_object().unwrap().len(), 24);
         assert_eq!(serde_json::from_str::<ResultRecord>(&text).unwrap(), record);
     }
 

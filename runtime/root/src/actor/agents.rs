@@ -410,6 +410,7 @@ impl RootState {
         let seq = self.log.next_seq;
         self.log.next_seq += 1;
         let history = self.attempts.history.remove(&task).unwrap_or_default();
+        let dispatched = self.attempts.dispatched.remove(&task);
         // The core counts attempts since this root started; the history survives a
         // resume, so it is the better count after one.
         let attempts = attempts.max(history.len() as u32 + u32::from(detail.is_some()));
@@ -426,6 +427,7 @@ impl RootState {
             node_id: None,
             executor: None,
             submit_time,
+            dispatch_time: dispatched.map(Timestamp::from_unix_micros),
             start_time: None,
             end_time: accepted,
             accept_time: Some(accepted),

@@ -4,10 +4,9 @@
 //! small task of its own (history first, then live results from an unbounded
 //! channel the root pushes to), so a slow reader slows only itself.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
-use saker_core::{JobSpec, Placement, Resources, Time};
+use saker_core::{JobSpec, Placement, Resources};
 use saker_wire::messages::{Command, EnvVar, Function, Hpc, JobDef, Launcher, Mpi, Payload};
 
 use super::port::AfterJournal;
@@ -28,76 +27,6 @@ pub const DEFAULT_INLINE_OUTPUT: u32 = 4096;
 pub(crate) struct Waiter {
     jobs: Option<Vec<JobId>>,
     reply: Reply<WaitReport>,
-}
-
-/// Recent completions, for the rate shown by `status`.
-#[derive(Debug, Default)]
-pub(crate) struct RateWindow {
-    samples: VecDeque<(Time, u64)>,
-}
-
-impl RateWindow {
-    pub(super) fn record(&mut self, now: Time, done: u64) {
-        self.samples.push_back((now, done));
-        while self
-            .samples
-            .front()
-            .is_some_and(|(t, _)| now.saturating_duration_since(*t).as_secs_f64() > 5.0)
-        {
-            self.samples.pop_front();
-        }
-    }
-
-    fn rate(&self) -> f64 {
-        match (self.samples.front(), self.samples.back()) {
-            (Some((t0, d0)), Some((t1, d1))) if t1 > t0 => {
-                (d1 - d0) as f64 / t1.saturating_duration_since(*t0).as_secs_f64()
-            }
-            _ => 0.0,
-        }
-    }
-}
-
-/// Results over the last minute, for `status`: at most one sample a second, and the
-/// last one from over a minute ago as the baseline.
-#[derive(Debug, Default)]
-pub(crate) struct MinuteRate {
-    samples: VecDeque<(Time, u64)>,
-}
-
-const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
-
-impl MinuteRate {
-    pub(super) fn record(&mut self, now: Time, done: u64) {
-        let second = std::time::Duration::from_secs(1);
-        if self
-            .samples
-            .back()
-            .is_none_or(|(t, _)| now.saturating_duration_since(*t) >= second)
-        {
-            self.samples.push_back((now, done));
-        }
-        while self
-            .samples
-            .get(1)
-            .is_some_and(|(t, _)| now.saturating_duration_since(*t) >= MINUTE)
-        {
-            self.samples.pop_front();
-        }
-    }
-
-    /// Per second, given `done` results by `now`.
-    pub(super) fn rate(&self, now: Time, done: u64) -> f64 {
-        let Some(&(first, done_then)) = self.samples.front() else {
-            return 0.0;
-        };
-        let span = now.saturating_duration_since(first).min(MINUTE);
-        if span.is_zero() {
-            return 0.0;
-        }
-        // Less than a minute of history: since the first sample.
-        done.saturating_sub(done_then) as f64 / span.as_secs_f64()
-    }
 }
 
 pub(super) fn error(kind: ErrorKind, message: impl Into<String>) -> RequestError {
@@ -518,7 +447,7 @@ impl RootState {
             agents: self.nodes.len() as u32,
             slots: self.nodes.values().map(|n| n.cores).sum(),
             busy_slots: self.nodes.values().map(|n| n.running.min(n.cores)).sum(),
-            rate: self.log.rate.rate(),
+            rate: self.log.rate.rate(self.now(), self.log.index.len()),
             rate_minute: self.log.minute.rate(self.now(), durable),
             stages: self.log.stages.summaries(),
             jobs: self.jobs.len() as u64,

@@ -16,6 +16,7 @@ mod items;
 mod jobs;
 mod placed;
 mod port;
+mod rates;
 mod resources;
 mod restore;
 mod schedules;

@@ -4,7 +4,9 @@
 //! percentile shown to a person needs.
 //!
 //! Stages come from the result record's own times, so a resumed root rebuilds them
-//! from its journal: `wait` (submitted → started: queue, dispatch and spawn), `run`
+//! from its journal: `wait` (submitted → started: queue, dispatch and spawn), split
+//! into `queue` (submitted → dispatched by the root, both on the root's clock) and
+//! `launch` (dispatched → started: the way down, the slot's turn, the spawn), `run`
 //! (started → ended, as the agent timed it), `deliver` (ended → accepted by the root:
 //! the report's way up and its turn in the root), `total` (submitted → accepted).
 //! A task that never started counts in `total` only. Times come from different
@@ -22,6 +24,8 @@ const HIGHEST_US: u64 = 7 * 24 * 3600 * 1_000_000;
 #[derive(Debug)]
 pub(crate) struct Stages {
     wait: Histogram<u64>,
+    queue: Histogram<u64>,
+    launch: Histogram<u64>,
     run: Histogram<u64>,
     deliver: Histogram<u64>,
     total: Histogram<u64>,
@@ -36,6 +40,8 @@ impl Default for Stages {
         };
         Stages {
             wait: histogram(),
+            queue: histogram(),
+            launch: histogram(),
             run: histogram(),
             deliver: histogram(),
             total: histogram(),
@@ -49,6 +55,10 @@ impl Stages {
         let end = record.end_time.unix_micros();
         if let Some(start) = record.start_time.map(|start| start.unix_micros()) {
             add(&mut self.wait, start.saturating_sub(submit));
+            if let Some(dispatch) = record.dispatch_time.map(|at| at.unix_micros()) {
+                add(&mut self.queue, dispatch.saturating_sub(submit));
+                add(&mut self.launch, start.saturating_sub(dispatch));
+            }
             add(&mut self.run, end.saturating_sub(start));
         }
         if let Some(accept) = record.accept_time.map(|accept| accept.unix_micros()) {
@@ -63,6 +73,8 @@ impl Stages {
     pub fn summaries(&self) -> Vec<StageSummary> {
         [
             ("wait", &self.wait),
+            ("queue", &self.queue),
+            ("launch", &self.launch),
             ("run", &self.run),
             ("deliver", &self.deliver),
             ("total", &self.total),
@@ -100,6 +112,8 @@ mod tests {
             // Waits of 1..=100 ms, runs of 2 s, 300 µs to be accepted.
             let start = base + (task + 1) * 1_000;
             record.start_time = Some(Timestamp::from_unix_micros(start));
+            // Dispatched 200 µs before it started.
+            record.dispatch_time = Some(Timestamp::from_unix_micros(start - 200));
             record.end_time = Timestamp::from_unix_micros(start + 2_000_000);
             record.accept_time = Some(Timestamp::from_unix_micros(start + 2_000_300));
             stages.record(&record);
@@ -111,9 +125,11 @@ mod tests {
                 .iter()
                 .map(|s| s.stage.as_str())
                 .collect::<Vec<_>>(),
-            ["wait", "run", "deliver", "total"]
+            ["wait", "queue", "launch", "run", "deliver", "total"]
         );
         let near = |value: u64, expected: u64| value.abs_diff(expected) * 100 <= expected;
+        assert!(near(stage("queue").p50_us, 49_800), "{:?}", stage("queue"));
+        assert!(near(stage("launch").max_us, 200), "{:?}", stage("launch"));
         assert_eq!(stage("wait").count, 100);
         assert!(near(stage("wait").p50_us, 50_000), "{:?}", stage("wait"));
         assert!(near(stage("wait").p99_us, 99_000), "{:?}", stage("wait"));
@@ -132,11 +148,13 @@ mod tests {
         let mut stages = Stages::default();
         let mut cancelled = sample_record(1);
         cancelled.start_time = None;
+        cancelled.dispatch_time = None;
         cancelled.accept_time = Some(cancelled.end_time);
         stages.record(&cancelled);
         // A record journaled before accept times were kept.
         let mut old = sample_record(2);
         old.start_time = None;
+        old.dispatch_time = None;
         old.accept_time = None;
         stages.record(&old);
         let summaries = stages.summaries();

@@ -9,9 +9,10 @@ use saker_core::{Core, Event, JobId, NodeId, TaskId, Time};
 use saker_wire::messages::{Assignment, Dispatch, FRAME_DATA_BUDGET, ToAgent};
 use tokio::sync::mpsc;
 
-use super::clients::{MinuteRate, RateWindow, Waiter};
+use super::clients::Waiter;
 pub(super) use super::jobs::{JobEntry, JobTable, LineBatch};
 use super::port::{AfterJournal, Clock, Port, Wake};
+use super::rates::{MinuteRate, RateWindow};
 use super::resources::ResourceNames;
 use crate::attempts::AttemptNote;
 use crate::records::Record;
@@ -79,6 +80,9 @@ pub(super) struct AttemptTable {
     pub details: HashMap<TaskId, Detail>,
     /// Earlier attempts of tasks not yet finished.
     pub history: HashMap<TaskId, Vec<AttemptNote>>,
+    /// When each task in motion was last dispatched (unix µs): its result's
+    /// `dispatch_time`. Removed when the task finishes, so it holds what is in flight.
+    pub dispatched: HashMap<TaskId, u64>,
 }
 
 /// What this turn produced for the journal; journaled together at the end of it.
@@ -288,6 +292,10 @@ impl RootState {
     }
 
     fn send_dispatch(&mut self, dispatch: saker_core::Dispatch) {
+        let at = self.timestamp().unix_micros();
+        for assignment in &dispatch.assignments {
+            self.attempts.dispatched.insert(assignment.task, at);
+        }
         if !dispatch.members.is_empty() {
             return self.send_gang(dispatch);
         }

@@ -12,7 +12,7 @@ use std::io::{self, Write};
 use super::ResultRecord;
 
 /// The columns, in order.
-pub const CSV_COLUMNS: [&str; 20] = [
+pub const CSV_COLUMNS: [&str; 22] = [
     "task",
     "job",
     "index",
@@ -22,8 +22,10 @@ pub const CSV_COLUMNS: [&str; 20] = [
     "reason",
     "attempts",
     "node",
+    "node_id",
     "executor",
     "submit_time",
+    "dispatch_time",
     "start_time",
     "end_time",
     "wait_seconds",
@@ -83,7 +85,7 @@ fn io_error(error: ::csv::Error) -> io::Error {
 
 /// A row's cells, borrowing the record's text (a stream may carry millions of
 /// rows with their output).
-fn cells(record: &ResultRecord) -> [Cow<'_, str>; 20] {
+fn cells(record: &ResultRecord) -> [Cow<'_, str>; 22] {
     let owned = |value: Option<String>| Cow::Owned(value.unwrap_or_default());
     let seconds = |micros: u64| format!("{:.6}", micros as f64 / 1e6);
     let wait = record.start_time.map(|start| {
@@ -106,8 +108,10 @@ fn cells(record: &ResultRecord) -> [Cow<'_, str>; 20] {
         text(&record.reason),
         Cow::Owned(record.attempts.to_string()),
         text(&record.node),
+        owned(record.node_id.map(|node| node.to_string())),
         owned(record.executor.map(|executor| executor.to_string())),
         Cow::Owned(record.submit_time.to_string()),
+        owned(record.dispatch_time.map(|at| at.to_string())),
         owned(record.start_time.map(|start| start.to_string())),
         Cow::Owned(record.end_time.to_string()),
         owned(wait),
@@ -159,6 +163,8 @@ mod tests {
         assert_eq!(cell("wait_seconds"), "0.500000");
         assert_eq!(cell("run_seconds"), "1.250000");
         assert_eq!(cell("submit_time"), "2023-11-14T22:13:20.000000Z");
+        assert_eq!(cell("dispatch_time"), "2023-11-14T22:13:20.400000Z");
+        assert_eq!(cell("node_id"), "1");
         assert_eq!(cell("stdout"), "hello\n");
     }
 
