@@ -99,6 +99,7 @@ mod ids;
 mod jobs;
 mod node;
 mod output;
+pub mod provision;
 mod queue;
 mod resources;
 mod scheduler;
