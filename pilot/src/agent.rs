@@ -41,9 +41,19 @@ impl Placement {
         };
         let node = match args.node {
             Some(node) => node,
-            None => from_env("SLURM_NODEID")?
-                .context("--node is required outside a Slurm step (SLURM_NODEID is unset)")?,
+            None => {
+                let in_step: u32 = from_env("SLURM_NODEID")?
+                    .context("--node is required outside a Slurm step (SLURM_NODEID is unset)")?;
+                in_step
+                    .checked_add(args.subtree_base.unwrap_or(0))
+                    .context("--subtree-base plus SLURM_NODEID is beyond the node ids")?
+            }
         };
+        if let Some(base) = args.subtree_base
+            && node < base
+        {
+            bail!("--node {node} is below --subtree-base {base}: it would not be in its subtree");
+        }
         let cores = match args.cores {
             Some(cores) => cores,
             None => from_env("SLURM_CPUS_ON_NODE")?.context(
@@ -118,6 +128,7 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
         },
         pilot_dir: args.dir.clone(),
         fanout: args.fanout,
+        subtree_base: args.subtree_base,
         bind: placement.bind,
         advertise,
         parent_wait: Duration::from_secs(120),
@@ -211,6 +222,15 @@ mod tests {
         assert!(
             placement.bind.ip().is_unspecified(),
             "other nodes must reach it"
+        );
+        // An elastic pilot's allocation numbers its agents from its subtree's base.
+        let placement = Placement::resolve(&args(&["--subtree-base", "40"]), env).unwrap();
+        assert_eq!(placement.node, 42);
+        let error =
+            Placement::resolve(&args(&["--subtree-base", "40", "--node", "3"]), env).unwrap_err();
+        assert!(
+            format!("{error:#}").contains("below --subtree-base 40"),
+            "{error:#}"
         );
     }
 

@@ -645,11 +645,16 @@ pub struct AgentArgs {
     #[arg(long)]
     pub dir: PathBuf,
     /// This agent's node id (0-based; its place in the tree). Inside a Slurm step:
-    /// `SLURM_NODEID` by default.
+    /// `SLURM_NODEID` (plus `--subtree-base`) by default.
     #[arg(long)]
     pub node: Option<u32>,
     #[arg(long)]
     pub fanout: u32,
+    /// Agents from this node id on form a subtree of their own under the root (one
+    /// per batch allocation of an elastic pilot): this id links to the root, the
+    /// others below it. Without it, all agents form one tree.
+    #[arg(long, value_name = "NODE")]
+    pub subtree_base: Option<u32>,
     /// Executor slots (one core each) on this agent. Inside a Slurm step: the CPUs
     /// allocated on this node (`SLURM_CPUS_ON_NODE`) by default.
     #[arg(long)]

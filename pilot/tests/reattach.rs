@@ -85,3 +85,64 @@ fn orphans_reattach_and_a_restarted_agent_rejoins() {
     let ran: BTreeSet<u32> = executions(&log).iter().map(|e| e.0).collect();
     assert_eq!(ran.len(), 3000, "every index ran at least once");
 }
+
+/// Agents started by hand as a subtree of their own (`--subtree-base`, as an elastic
+/// pilot's allocation starts them) join a root that has none: 100 under the root, 101
+/// and 102 under 100. When 100 dies, 101 and 102 reattach to the root (their only
+/// other ancestor: never into another subtree) and keep working.
+#[test]
+fn a_subtree_started_later_joins_the_root_and_survives_its_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let heartbeat = ["--heartbeat-interval", "200ms", "--heartbeat-timeout", "1s"];
+    let mut args = vec!["--agents", "0"];
+    args.extend_from_slice(&heartbeat);
+    let service = common::Service::start_args(dir.path(), &args);
+    let pilot = service.pilot.clone();
+    let log = dir.path().join("executions.log");
+    let start = |node: &str| -> Child {
+        saker()
+            .args(["agent", "--dir"])
+            .arg(&pilot)
+            .args(["--node", node, "--subtree-base", "100", "--fanout", "2"])
+            .args(["--cores", "1"])
+            .args(heartbeat)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut head = start("100");
+    let mut children = [start("101"), start("102")];
+    let script = format!(
+        "sleep 0.02; echo {{index}} $SAKER_NODE >> {}",
+        log.display()
+    );
+    let submit = |array: &str| {
+        let output = common::run(
+            saker()
+                .args(["submit", "--wait", "--dir"])
+                .arg(&pilot)
+                .args(["--array", array, "--", "sh", "-c", &script]),
+        );
+        assert!(output.status.success(), "the tasks succeed");
+    };
+    submit("1-150");
+    let nodes: BTreeSet<u32> = executions(&log).iter().map(|e| e.1).collect();
+    assert_eq!(nodes, BTreeSet::from([100, 101, 102]), "all three worked");
+
+    head.kill().unwrap();
+    head.wait().unwrap();
+    let cut = executions(&log).len();
+    submit("151-300");
+    let after: BTreeSet<u32> = executions(&log)[cut..].iter().map(|e| e.1).collect();
+    assert!(
+        after.contains(&101) && after.contains(&102),
+        "the orphans reattached to the root: {after:?}"
+    );
+    let records = results(&pilot);
+    assert_one_result_per_task(&records, 300);
+    for child in &mut children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

@@ -59,6 +59,21 @@ pub fn parent_of(node: u32, fanout: u32) -> Position {
     }
 }
 
+/// The parent of agent `node` in a tree with fan-out `fanout`, or, with `base`, in the
+/// subtree of agents `base..` that hangs from the root on its own (one per batch
+/// allocation of an elastic pilot): agent `base` links to the root, and agent
+/// `base + i` to agent `base + (i - 1) / fanout`, so a subtree never depends on
+/// another allocation's nodes.
+pub fn parent_in(node: u32, fanout: u32, base: Option<u32>) -> Position {
+    match base {
+        None => parent_of(node, fanout),
+        Some(base) => match node.saturating_sub(base) {
+            0 => Position::Root,
+            local => Position::Agent(base + (local - 1) / fanout.max(1)),
+        },
+    }
+}
+
 /// The file in which `position` publishes the address it accepts children on.
 pub fn address_file(pilot_dir: &Path, position: Position) -> PathBuf {
     match position {
@@ -214,6 +229,9 @@ pub struct AgentOptions {
     pub config: AgentConfig,
     pub pilot_dir: PathBuf,
     pub fanout: u32,
+    /// The first node of this agent's own subtree under the root (an elastic pilot's
+    /// allocation, see [`parent_in`]); `None`: the pilot's one tree.
+    pub subtree_base: Option<u32>,
     /// Address to accept children on (port 0: any free port).
     pub bind: SocketAddr,
     /// The address children should dial; needed when `bind` is a wildcard.
@@ -256,14 +274,14 @@ pub fn position_code(position: Position) -> u32 {
 
 /// The ancestors of agent `node`, nearest first, ending with the root: where an agent
 /// whose parent died looks for a new one. Always an ancestor, so the tree never loops.
-pub fn ancestors(node: u32, fanout: u32) -> Vec<Position> {
+pub fn ancestors(node: u32, fanout: u32, base: Option<u32>) -> Vec<Position> {
     let mut chain = Vec::new();
-    let mut position = parent_of(node, fanout);
+    let mut position = parent_in(node, fanout, base);
     loop {
         chain.push(position);
         match position {
             Position::Root => return chain,
-            Position::Agent(n) => position = parent_of(n, fanout),
+            Position::Agent(n) => position = parent_in(n, fanout, base),
         }
     }
 }
@@ -293,6 +311,7 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
         pilot_dir: options.pilot_dir.clone(),
         node,
         fanout: options.fanout,
+        base: options.subtree_base,
         liveness: options.liveness,
     };
     let first = dialer.attach_first(options.parent_wait).await?;
@@ -399,6 +418,7 @@ struct Dialer {
     pilot_dir: PathBuf,
     node: u32,
     fanout: u32,
+    base: Option<u32>,
     liveness: Liveness,
 }
 
@@ -407,7 +427,7 @@ impl Dialer {
     /// starts at once); if it never answers, the nearest live ancestor.
     async fn attach_first(&self, wait: Duration) -> Result<ParentLink, NodeError> {
         let deadline = tokio::time::Instant::now() + wait;
-        let parent = parent_of(self.node, self.fanout);
+        let parent = parent_in(self.node, self.fanout, self.base);
         let file = address_file(&self.pilot_dir, parent);
         // Patience for the parent itself; the rest of the wait goes to any ancestor.
         let patience = wait.min(Duration::from_secs(15));
@@ -441,7 +461,7 @@ impl Dialer {
         let mut pause = Duration::from_millis(50);
         loop {
             let mut last = None;
-            for position in ancestors(self.node, self.fanout) {
+            for position in ancestors(self.node, self.fanout, self.base) {
                 match self.dial(position, session).await {
                     Ok(link) => return Ok(link),
                     Err(error) => {
@@ -748,6 +768,32 @@ pub const fn protocol_version() -> u32 {
 mod tests {
     use super::*;
 
+    /// One tree: agent n's parent is position n / k. A subtree from `base`: its first
+    /// agent under the root, the rest a k-ary heap among themselves, never reaching
+    /// below `base` (another allocation's nodes).
+    #[test]
+    fn parents_in_the_tree_and_in_a_subtree_of_the_root() {
+        assert_eq!(parent_in(0, 2, None), Position::Root);
+        assert_eq!(parent_in(1, 2, None), Position::Root);
+        assert_eq!(parent_in(2, 2, None), Position::Agent(0));
+        assert_eq!(parent_in(100, 2, Some(100)), Position::Root);
+        assert_eq!(parent_in(101, 2, Some(100)), Position::Agent(100));
+        assert_eq!(parent_in(102, 2, Some(100)), Position::Agent(100));
+        assert_eq!(parent_in(103, 2, Some(100)), Position::Agent(101));
+        assert_eq!(parent_in(106, 2, Some(100)), Position::Agent(102));
+        assert_eq!(
+            ancestors(106, 2, Some(100)),
+            [Position::Agent(102), Position::Agent(100), Position::Root]
+        );
+        for node in 100..400 {
+            for position in ancestors(node, 3, Some(100)) {
+                if let Position::Agent(n) = position {
+                    assert!((100..node).contains(&n), "{node} -> {n}");
+                }
+            }
+        }
+    }
+
     /// An agent that finds no ancestor gives up with the last one's answer, typed,
     /// and its text says which ancestor and why.
     #[tokio::test]
@@ -758,6 +804,7 @@ mod tests {
             pilot_dir: dir.path().to_path_buf(),
             node: 5,
             fanout: 2,
+            base: None,
             liveness: Liveness::default(),
         };
         let Err(error) = dialer.attach_nearest(None, Duration::ZERO).await else {
