@@ -252,6 +252,7 @@ impl App {
             // What each agent offers beyond cores, it finds on this machine.
             nodes: Default::default(),
             journal: Default::default(),
+            elastic: None,
         })
         .await
         .map_err(|source| Error::Start {

@@ -246,6 +246,7 @@ pub async fn status(args: DirArgs) -> Result<ExitCode> {
             allocation.job_id, allocation.nodes, allocation.node_list
         )?;
     }
+    out.push_str(&crate::alloc::table(&status));
     if !status.nodes.is_empty() {
         writeln!(
             out,

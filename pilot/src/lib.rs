@@ -9,6 +9,7 @@
 //! [`template`] (batch scripts).
 
 mod agent;
+mod alloc;
 mod app;
 mod chain;
 mod cli;
@@ -97,6 +98,7 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> ExitCode {
             Command::Results(args) => commands::results(args).await,
             Command::Report(args) => report::report(args).await,
             Command::Shutdown(args) => commands::shutdown(args).await,
+            Command::Alloc(args) => alloc::alloc(args).await,
             Command::Template(args) => commands::template(args),
             Command::Agent(args) => agent::agent(args).await,
             Command::Reaper => unreachable!("served above"),

@@ -51,6 +51,7 @@ impl PilotSettings<'_> {
             core: self.shape.stragglers.core_config()?,
             nodes: self.shape.nodes.options()?,
             journal: self.journal.options(),
+            elastic: None,
         })
     }
 }
@@ -365,6 +366,20 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
         allow_no_agents: true,
     }
     .options()?;
+    let mut options = options;
+    options.elastic = args.elastic.options(args.shape.fanout)?;
+    if options.elastic.is_some() {
+        // The root alone runs here; agents come with the allocations.
+        let shape = saker_root::local::ShapeRequest {
+            agents: Some(0),
+            slots: None,
+            fanout: args.shape.fanout,
+            allow_none: true,
+        };
+        options.agents = saker_root::Agents::Local(
+            saker_root::local::Shape::new(shape).map_err(anyhow::Error::msg)?,
+        );
+    }
     let metrics = match &args.metrics {
         Some(addr) => Some(crate::metrics::bind(addr).await?),
         None => None,

@@ -314,6 +314,10 @@ pub(crate) fn submit_batch(request: &BatchRequest) -> Result<JobId, SlurmError> 
     descriptor.std_out = pointer_or_null(&stdout);
     descriptor.std_err = pointer_or_null(&stderr);
     descriptor.work_dir = working_directory.as_ptr().cast_mut();
+    if request.exclusive {
+        // JOB_SHARED_NONE (a #define bindgen does not carry), as `sbatch --exclusive`.
+        descriptor.shared = 0;
+    }
     descriptor.environment = environment_pointers.as_mut_ptr();
     descriptor.env_size = environment_size;
     descriptor.min_nodes = request.nodes;

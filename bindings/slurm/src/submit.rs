@@ -49,6 +49,8 @@ pub struct BatchRequest {
     pub environment: Option<Vec<String>>,
     /// `--dependency`, e.g. `afterany:123` (a continuation allocation).
     pub dependency: Option<String>,
+    /// `--exclusive`: whole nodes, every CPU of each (no other job shares them).
+    pub exclusive: bool,
 }
 
 impl BatchRequest {
@@ -67,6 +69,7 @@ impl BatchRequest {
             stderr: None,
             environment: None,
             dependency: None,
+            exclusive: false,
         }
     }
 

@@ -618,10 +618,14 @@ async fn serve_parent(
         if agent.send_message(AgentMsg::ParentLost).is_err() {
             return false;
         }
-        match dialer
-            .attach_nearest(Some(link.session), reattach_wait)
-            .await
-        {
+        // An elastic allocation's agents (a subtree of their own) outlive a root: a
+        // resumed one, a new session of the same pilot (same certificates), adopts
+        // them. Other agents stay within the tree they started in.
+        let session = match dialer.base {
+            Some(_) => None,
+            None => Some(link.session),
+        };
+        match dialer.attach_nearest(session, reattach_wait).await {
             Ok(new_link) => {
                 link = new_link;
                 tracing::info!(parent = ?link.position, "reattached");

@@ -256,7 +256,8 @@ pub fn compact(records: Vec<Record>, keep: &KeepResults, now_unix_us: u64) -> Co
             | Record::SubmitLines { .. }
             | Record::ActorEnded { .. }
             | Record::NodeJoined { .. }
-            | Record::NodeLeft { .. } => true,
+            | Record::NodeLeft { .. }
+            | Record::Allocation { .. } => true,
             Record::Compaction { .. } | Record::Finished { .. } => false,
             Record::Cancel { job, .. } | Record::Update { job, .. } => !job_done(job),
             Record::Attempt { task, .. } => {

@@ -46,6 +46,7 @@
 //!     // GPUs, memory and CPUs: what each agent finds on this machine.
 //!     nodes: Default::default(),
 //!     journal: Default::default(),
+//!     elastic: None,
 //! })
 //! .await?;
 //! let job = JobRequest::single(TaskSpec::new(vec!["hostname".into()]));
@@ -83,4 +84,4 @@ pub mod taskfile;
 
 pub use error::PilotError;
 pub use local::AgentCommand;
-pub use pilot::{Agents, Pilot, PilotOptions};
+pub use pilot::{Agents, ElasticOptions, Pilot, PilotOptions};

@@ -150,6 +150,25 @@ pub struct PilotOptions {
     pub nodes: NodeOptions,
     /// Segment size and compaction of the journal.
     pub journal: JournalOptions,
+    /// Grow and shrink through batch allocations of their own (an elastic pilot; its
+    /// `agents` are then none).
+    pub elastic: Option<ElasticOptions>,
+}
+
+/// An elastic pilot's settings (`saker pilot --elastic`).
+#[derive(Debug, Clone)]
+pub struct ElasticOptions {
+    pub provision: saker_core::provision::ProvisionConfig,
+    /// Between provisioning rounds.
+    pub round: Duration,
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    /// Each allocation's time limit.
+    pub time_limit_minutes: Option<u32>,
+    /// Children per agent within an allocation.
+    pub fanout: u32,
+    /// How long an allocation's agents look for a restarted root.
+    pub reattach_for: String,
 }
 
 /// How the pilot keeps its journal (docs/journal.md, "Compaction").
@@ -167,6 +186,42 @@ impl Default for JournalOptions {
             segment_bytes: 64 * 1024 * 1024,
             compaction: Default::default(),
         }
+    }
+}
+
+/// What the root needs to ask for an elastic pilot's allocations.
+fn elastic_config(
+    elastic: &ElasticOptions,
+    command: &AgentCommand,
+    dir: &Path,
+    options: &PilotOptions,
+) -> crate::actor::ElasticConfig {
+    let mut command = command.clone();
+    command.args.extend(
+        offer::agent_arguments(&options.nodes.declared, &options.nodes)
+            .into_iter()
+            .map(Into::into),
+    );
+    let pilot = dir
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "pilot".into());
+    crate::actor::ElasticConfig {
+        provision: elastic.provision,
+        round: elastic.round,
+        script: crate::slurm::elastic_script(
+            &command,
+            dir,
+            elastic.fanout,
+            &options.liveness,
+            &elastic.reattach_for,
+        ),
+        job_name: format!("saker-{pilot}"),
+        partition: elastic.partition.clone(),
+        account: elastic.account.clone(),
+        time_limit_minutes: elastic.time_limit_minutes,
+        working_directory: Some(dir.to_path_buf()),
+        output: Some(dir.join("logs").join("allocation-%j.out")),
     }
 }
 
@@ -291,13 +346,19 @@ impl Pilot {
                 core: options.core,
                 shutdown: shutdown.clone(),
                 allocation: options.agents.allocation_status(),
-                max_nodes: Some(options.agents.max_nodes()),
+                max_nodes: Some(match &options.elastic {
+                    Some(elastic) => elastic.provision.max_nodes,
+                    None => options.agents.max_nodes(),
+                }),
                 expected_node,
                 restore: history,
                 restore_positions: positions,
                 restored: Some(restored_tx),
                 deadline_unix_us: options.deadline_unix_us,
                 compaction: options.journal.compaction,
+                elastic: options.elastic.as_ref().map(|elastic| {
+                    elastic_config(elastic, &options.agent_command, dir.path(), &options)
+                }),
             },
         )
         .await
@@ -317,7 +378,7 @@ impl Pilot {
 
         // On one machine everything stays on loopback; across nodes, listen on every
         // interface and publish the address this host's name resolves to.
-        let (bind, advertise) = if options.agents.in_slurm() {
+        let (bind, advertise) = if options.agents.in_slurm() || options.elastic.is_some() {
             let host = nix::unistd::gethostname()
                 .ok()
                 .and_then(|h| h.into_string().ok())
@@ -358,6 +419,11 @@ impl Pilot {
             start_client_server(&dir, &credentials, &pilot_id, bind, advertise, root.clone())
                 .await?;
 
+        if options.elastic.is_some() {
+            // Where the allocations' batch output and agent logs go.
+            let logs = dir.path().join("logs");
+            std::fs::create_dir_all(&logs).map_err(PilotError::StartAgents)?;
+        }
         let command = &options.agent_command;
         let agents = match &options.agents {
             Agents::Local(shape) => {

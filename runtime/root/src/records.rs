@@ -116,6 +116,18 @@ pub enum Record {
         reason: String,
         unix_us: u64,
     },
+    /// An elastic pilot's batch allocation `allocation` was submitted as Slurm job
+    /// `job_id` (its agents are nodes `first_node ..` + `nodes`), or ended (`ended`),
+    /// and why. A resumed root adopts the allocations submitted and not ended.
+    Allocation {
+        allocation: u64,
+        job_id: u32,
+        nodes: u32,
+        first_node: u32,
+        ended: bool,
+        reason: String,
+        unix_us: u64,
+    },
 }
 
 impl Record {
@@ -171,6 +183,18 @@ enum Kind {
     Finished,
     NodeJoined,
     NodeLeft,
+    Allocation,
+}
+
+#[derive(Deserialize)]
+struct AllocationFields {
+    allocation: u64,
+    job_id: u32,
+    nodes: u32,
+    first_node: u32,
+    ended: bool,
+    reason: String,
+    unix_us: u64,
 }
 
 #[derive(Deserialize)]
@@ -406,6 +430,18 @@ impl<'de> Visitor<'de> for RecordVisitor {
                     unix_us: fields.unix_us,
                 }
             }
+            Kind::Allocation => {
+                let fields = AllocationFields::deserialize(rest)?;
+                Record::Allocation {
+                    allocation: fields.allocation,
+                    job_id: fields.job_id,
+                    nodes: fields.nodes,
+                    first_node: fields.first_node,
+                    ended: fields.ended,
+                    reason: fields.reason,
+                    unix_us: fields.unix_us,
+                }
+            }
             Kind::NodeLeft => {
                 let fields = NodeLeftFields::deserialize(rest)?;
                 Record::NodeLeft {
@@ -530,6 +566,15 @@ mod tests {
                 node: saker_core::NodeId(2),
                 reason: "link closed".to_owned(),
                 unix_us: 14,
+            },
+            Record::Allocation {
+                allocation: 3,
+                job_id: 1234,
+                nodes: 2,
+                first_node: 4,
+                ended: false,
+                reason: "400 queued tasks and no node".to_owned(),
+                unix_us: 15,
             },
         ]
     }

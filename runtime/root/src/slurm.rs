@@ -103,6 +103,67 @@ pub fn srun_arguments(
     args
 }
 
+/// The batch script of an elastic pilot's allocation: one `srun` step of one agent
+/// per node, numbered from `{first_node}` (filled in per allocation) as a subtree of
+/// the root of its own. Its agents look for the root for `reattach_for` when it is
+/// gone, so a root restarted within that time adopts them.
+pub fn elastic_script(
+    command: &AgentCommand,
+    dir: &Path,
+    fanout: u32,
+    liveness: &Liveness,
+    reattach_for: &str,
+) -> String {
+    let quote =
+        |word: &std::ffi::OsStr| format!("'{}'", word.to_string_lossy().replace('\'', r"'\''"));
+    let mut words: Vec<String> = [
+        "srun",
+        "--overlap",
+        "--whole",
+        "--ntasks-per-node=1",
+        "--mem=0",
+        "--kill-on-bad-exit=0",
+        "--job-name=saker-agents",
+    ]
+    .iter()
+    .map(|w| (*w).to_owned())
+    .collect();
+    words.push("--nodes=\"$SLURM_JOB_NUM_NODES\"".to_owned());
+    let output = format!(
+        "--output={}",
+        dir.join("logs").join("agent-%j-%n.log").display()
+    );
+    words.push(quote(std::ffi::OsStr::new(&output)));
+    words.push(quote(command.program.as_os_str()));
+    words.extend(command.args.iter().map(|a| quote(a)));
+    words.push("--dir".to_owned());
+    words.push(quote(dir.as_os_str()));
+    words.push(format!("--fanout {fanout}"));
+    words.push("--subtree-base {first_node}".to_owned());
+    words.push(format!(
+        "--reattach-for {}",
+        quote(std::ffi::OsStr::new(reattach_for))
+    ));
+    words.extend(
+        crate::local::liveness_arguments(liveness)
+            .iter()
+            .map(|a| quote(std::ffi::OsStr::new(a))),
+    );
+    let mut script =
+        String::from("#!/bin/bash\n# An elastic Saker pilot's allocation: one agent per node.\n");
+    for (name, value) in &command.env {
+        script.push_str(&format!(
+            "export {}={}\n",
+            name.to_string_lossy(),
+            quote(value)
+        ));
+    }
+    script.push_str("exec ");
+    script.push_str(&words.join(" "));
+    script.push('\n');
+    script
+}
+
 /// Starts the agents' `srun` step.
 pub fn srun_agents(
     command: &AgentCommand,
@@ -193,5 +254,42 @@ mod tests {
             !args.iter().any(|a| a == "--cores"),
             "cores come from each node's allocation"
         );
+    }
+
+    /// The elastic batch script runs one agent per node as a subtree numbered from
+    /// `{first_node}`, quoting what the shell would split, and bash reads it.
+    #[test]
+    fn an_elastic_allocation_script_starts_a_subtree_of_agents() {
+        let command = AgentCommand {
+            program: "/opt/it's here/saker".into(),
+            args: vec!["agent".into()],
+            env: vec![("SAKER_WORKER_PY".into(), "python3 -m w".into())],
+        };
+        let script = elastic_script(
+            &command,
+            Path::new("/shared/p 1"),
+            8,
+            &Liveness::default(),
+            "10m",
+        );
+        assert!(script.starts_with("#!/bin/bash\n"), "{script}");
+        for expected in [
+            "export SAKER_WORKER_PY='python3 -m w'",
+            "exec srun --overlap --whole --ntasks-per-node=1",
+            "--nodes=\"$SLURM_JOB_NUM_NODES\"",
+            "'/opt/it'\\''s here/saker' 'agent' --dir '/shared/p 1' --fanout 8",
+            "--subtree-base {first_node} --reattach-for '10m'",
+            "'--heartbeat-timeout' '5000ms'",
+        ] {
+            assert!(
+                script.contains(expected),
+                "{expected} missing from {script}"
+            );
+        }
+        let checked = std::process::Command::new("bash")
+            .args(["-n", "-c", &script])
+            .status()
+            .expect("bash runs");
+        assert!(checked.success(), "bash -n refused {script}");
     }
 }

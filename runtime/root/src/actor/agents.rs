@@ -69,7 +69,9 @@ impl RootState {
             return;
         };
         let host = entry.hostname;
-        if !self.shutting_down {
+        if self.releasing(node) {
+            tracing::info!(%node, %reason, "agent left with its allocation");
+        } else if !self.shutting_down {
             tracing::warn!(%node, %reason, "agent lost; its work is replayed");
         }
         self.unjournaled.records.push(Record::NodeLeft {

@@ -55,6 +55,19 @@ impl RootState {
             ClientRequest::Cancel { jobs, reply } => self.on_cancel(jobs, reply),
             ClientRequest::Results { from, follow, sink } => self.on_results(from, follow, sink),
             ClientRequest::Result { task, reply } => self.on_result(task, reply),
+            ClientRequest::Provisioning { pause, reply } => {
+                let answer = match self.elastic.as_mut() {
+                    Some(elastic) => {
+                        elastic.pause(pause);
+                        Ok(pause)
+                    }
+                    None => Err(error(
+                        ErrorKind::Unavailable,
+                        "this pilot is not elastic (saker pilot --elastic)",
+                    )),
+                };
+                let _ = reply.send(answer);
+            }
             ClientRequest::Shutdown {
                 kill_running: _,
                 reply,
@@ -422,6 +435,7 @@ impl RootState {
 
     pub(super) fn on_shutdown(&mut self) {
         self.shutting_down = true;
+        self.cancel_pending_allocations();
         self.port.shutdown_requested();
         self.broadcast_shutdown();
         // Dropping the live senders ends follow streams with `end`.
@@ -450,6 +464,12 @@ impl RootState {
             rate: self.log.rate.rate(self.now(), self.log.index.len()),
             rate_minute: self.log.minute.rate(self.now(), durable),
             stages: self.log.stages.summaries(),
+            allocations: self
+                .elastic
+                .as_ref()
+                .map(|e| e.statuses(self.timestamp().unix_micros()))
+                .unwrap_or_default(),
+            provisioning_paused: self.elastic.as_ref().is_some_and(|e| e.paused()),
             jobs: self.jobs.len() as u64,
             allocation: self.allocation.clone().map(|mut allocation| {
                 let now = self.timestamp().unix_micros();

@@ -10,6 +10,7 @@
 mod agents;
 mod clients;
 mod compaction;
+mod elastic;
 mod gangs;
 mod history;
 mod items;
@@ -30,7 +31,10 @@ mod walltime;
 use std::sync::Arc;
 
 pub use compaction::{CompactionDone, CompactionPolicy, run_compaction};
-pub use port::{ActorPort, AfterJournal, Clock, Port, SystemClock, Wake};
+pub use elastic::ElasticConfig;
+pub use port::{
+    ActorPort, AfterJournal, BatchOutcome, BatchSubmit, BatchWork, Clock, Port, SystemClock, Wake,
+};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 pub use resources::TooManyKinds;
 pub use restore::{RestoreError, RestoreSummary};
@@ -79,6 +83,10 @@ pub enum RootMsg {
     Timer,
     /// The walltime deadline has come.
     Walltime,
+    /// An elastic pilot's provisioning round is due.
+    Provision,
+    /// The batch system's answers to a round's work.
+    Batch(port::BatchOutcome),
 }
 
 #[derive(Debug)]
@@ -104,6 +112,8 @@ pub struct RootArgs {
     /// Start no attempt that cannot finish by this time (unix µs); stop at it.
     pub deadline_unix_us: Option<u64>,
     pub compaction: CompactionPolicy,
+    /// Grow and shrink with the backlog through batch allocations (`elastic.rs`).
+    pub elastic: Option<elastic::ElasticConfig>,
 }
 
 /// Agents' frames the root may hold unhandled, across all links. A link whose frame
@@ -178,6 +188,8 @@ impl RootState {
             }
             RootMsg::Timer => self.on_timer(),
             RootMsg::Walltime => self.on_walltime(),
+            RootMsg::Provision => self.on_provision(),
+            RootMsg::Batch(outcome) => self.on_batch(outcome),
         }
         // Cheap when nothing waits: a vector's emptiness.
         self.poll_retirement();
@@ -213,6 +225,9 @@ impl Actor for Root {
             allocation: args.allocation,
         };
         let mut state = RootState::new(state_args, Box::new(port), Box::new(SystemClock::new()));
+        if let Some(elastic) = args.elastic.take() {
+            state.set_elastic(elastic);
+        }
         let positions = std::mem::take(&mut args.restore_positions);
         let summary = state.restore(records, positions)?;
         if let Some(deadline) = deadline {

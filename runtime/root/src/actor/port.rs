@@ -58,6 +58,66 @@ pub trait Port: std::fmt::Debug + Send + 'static {
     /// Gives memory the process freed back to the system (the pilot went idle after
     /// a large batch).
     fn release_memory(&mut self) {}
+    /// Carries an elastic pilot's batch work out (libslurm, off the actor); the
+    /// outcome comes back as [`RootMsg::Batch`].
+    fn batch(&mut self, _work: BatchWork) {}
+}
+
+/// One allocation to submit.
+#[derive(Debug, Clone)]
+pub struct BatchSubmit {
+    pub allocation: u64,
+    pub request: saker_slurm::BatchRequest,
+}
+
+/// A round's calls to the batch system.
+#[derive(Debug, Clone, Default)]
+pub struct BatchWork {
+    pub submits: Vec<BatchSubmit>,
+    pub cancels: Vec<saker_slurm::JobId>,
+    /// (allocation, job) whose state to read.
+    pub queries: Vec<(u64, saker_slurm::JobId)>,
+}
+
+/// A job's state word and end (unix µs), or why it could not be read.
+pub type JobState = Result<(String, Option<u64>), String>;
+
+/// What the batch system answered, by allocation: each submission's job id (or why
+/// not), each queried job's state.
+#[derive(Debug, Clone, Default)]
+pub struct BatchOutcome {
+    pub submitted: Vec<(u64, Result<saker_slurm::JobId, String>)>,
+    pub states: Vec<(u64, JobState)>,
+}
+
+impl BatchWork {
+    /// Runs the calls (blocking: libslurm talks to the controller).
+    pub fn run(self) -> BatchOutcome {
+        let mut outcome = BatchOutcome::default();
+        for submit in self.submits {
+            let result = saker_slurm::submit_batch(&submit.request).map_err(|e| e.to_string());
+            outcome.submitted.push((submit.allocation, result));
+        }
+        for job in self.cancels {
+            if let Err(error) = saker_slurm::cancel(job, None) {
+                tracing::warn!(%job, %error, "cancelling an allocation failed");
+            }
+        }
+        for (allocation, job) in self.queries {
+            let state = saker_slurm::job_info(job)
+                .map(|info| {
+                    let end = info.end_time.and_then(|end| {
+                        end.duration_since(std::time::UNIX_EPOCH)
+                            .ok()
+                            .map(|d| d.as_micros() as u64)
+                    });
+                    (info.state, end)
+                })
+                .map_err(|e| e.to_string());
+            outcome.states.push((allocation, state));
+        }
+        outcome
+    }
 }
 
 /// The root's one source of time.
@@ -75,6 +135,8 @@ pub enum Wake {
     Timer,
     /// The walltime deadline.
     Walltime,
+    /// An elastic pilot's next provisioning round.
+    Provision,
 }
 
 impl Wake {
@@ -82,6 +144,7 @@ impl Wake {
         match self {
             Wake::Timer => RootMsg::Timer,
             Wake::Walltime => RootMsg::Walltime,
+            Wake::Provision => RootMsg::Provision,
         }
     }
 }
@@ -293,6 +356,13 @@ impl Port for ActorPort {
         // free page. Other allocators return memory on their own.
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
         tokio::task::spawn_blocking(trim_heap);
+    }
+
+    fn batch(&mut self, work: BatchWork) {
+        let myself = self.myself.clone();
+        tokio::task::spawn_blocking(move || {
+            let _ = myself.send_message(RootMsg::Batch(work.run()));
+        });
     }
 
     fn close_journal(&mut self) {

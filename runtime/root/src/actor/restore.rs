@@ -151,6 +151,12 @@ impl RootState {
                 | Record::SubmitLines { .. }
                 | Record::NodeJoined { .. }
                 | Record::NodeLeft { .. } => {}
+                Record::Allocation { .. } => {
+                    let now = self.clock.now();
+                    if let Some(elastic) = self.elastic.as_mut() {
+                        elastic.restore(record, now);
+                    }
+                }
                 Record::ActorSpawned { actor, spawn, .. } => {
                     actors.insert(*actor, Some((**spawn).clone()));
                 }

@@ -193,6 +193,8 @@ pub struct RootState {
     /// Data items: where they are, who reads them, what was moved.
     pub(super) items: super::items::ItemTable,
     pub(super) compaction: super::compaction::Compaction,
+    /// An elastic pilot's batch allocations (`elastic.rs`).
+    pub(super) elastic: Option<super::elastic::Elastic>,
 }
 
 /// What a root starts from, besides its port and clock.
@@ -241,7 +243,16 @@ impl RootState {
             schedules: Default::default(),
             items: Default::default(),
             compaction: Default::default(),
+            elastic: None,
         }
+    }
+
+    /// Makes this an elastic pilot: before [`RootState::restore`], which adopts the
+    /// allocations its journal names; the first round comes one round after start.
+    pub fn set_elastic(&mut self, config: super::elastic::ElasticConfig) {
+        let round = config.round;
+        self.elastic = Some(super::elastic::Elastic::new(config));
+        self.port.wake_after(round, Wake::Provision);
     }
 
     pub(super) fn now(&self) -> Time {

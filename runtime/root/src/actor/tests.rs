@@ -22,6 +22,7 @@ use crate::spec::{ArraySpec, JobRequest, TaskSpec};
 
 mod compaction;
 mod dependencies;
+mod elastic;
 mod history;
 mod placed;
 mod updates;
@@ -41,6 +42,8 @@ struct Recorded {
     journal_closed: bool,
     /// Times the root gave freed memory back.
     memory_releases: u32,
+    /// Batch-system work the root handed over (elastic pilots).
+    batches: Vec<super::port::BatchWork>,
     /// Every record made durable, by its (made-up) position: what the journal holds.
     durable: Arc<MemoryJournal>,
 }
@@ -140,6 +143,10 @@ impl Port for TestPort {
 
     fn release_memory(&mut self) {
         self.with(|r| r.memory_releases += 1);
+    }
+
+    fn batch(&mut self, work: super::port::BatchWork) {
+        self.with(|r| r.batches.push(work));
     }
 
     fn results(&self) -> Arc<dyn super::history::ResultSource> {

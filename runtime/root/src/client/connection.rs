@@ -237,6 +237,18 @@ impl Client {
         self.call("update", &UpdateRequest::new(jobs, update)).await
     }
 
+    /// Asks an elastic pilot to stop (`pause`) or resume asking for allocations;
+    /// whether it is paused now.
+    pub async fn provisioning(&self, pause: bool) -> Result<bool, ClientError> {
+        let body: serde_json::Value = self
+            .call(
+                "provisioning",
+                &super::protocol::ProvisioningRequest { pause },
+            )
+            .await?;
+        Ok(body["paused"].as_bool().unwrap_or(pause))
+    }
+
     /// Asks the pilot to stop.
     pub async fn shutdown(&self, kill_running: bool) -> Result<(), ClientError> {
         let _: serde_json::Value = self

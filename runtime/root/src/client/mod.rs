@@ -26,9 +26,10 @@ pub use codec::{DEFAULT_MAX_LINE_BYTES, ReadLineError};
 pub use connection::{Client, ClientError, ResultStream};
 pub use endpoint::{CLIENT_ENDPOINT_FILE_NAME, ClientEndpoint, EndpointError, PILOT_DIR_VAR};
 pub use protocol::{
-    AllocationStatus, CancelReport, ErrorKind, HpcStatus, NodeLoad, PROTOCOL_VERSION, PROTOCOLS,
-    RequestError, RequestId, ResultRequest, StageSummary, StatusReport, StreamEnd, SubmitReply,
-    SubmittedJob, SubmittedLines, UnstartedJob, UpdateReport, UpdateRequest, WaitReport, Welcome,
+    AllocationStatus, CancelReport, ElasticAllocation, ErrorKind, HpcStatus, NodeLoad,
+    PROTOCOL_VERSION, PROTOCOLS, RequestError, RequestId, ResultRequest, StageSummary,
+    StatusReport, StreamEnd, SubmitReply, SubmittedJob, SubmittedLines, UnstartedJob, UpdateReport,
+    UpdateRequest, WaitReport, Welcome,
 };
 pub use server::{
     ClientRequest, ConnectionError, Reply, ResultSink, ResultsItem, ServerConfig, serve,

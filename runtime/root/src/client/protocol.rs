@@ -73,6 +73,7 @@ pub enum Request {
     Update(UpdateRequest),
     Result(ResultRequest),
     SubmitLines(Box<JobLines>),
+    Provisioning(ProvisioningRequest),
 }
 
 impl Request {
@@ -91,6 +92,7 @@ impl Request {
             Request::Update(_) => "update",
             Request::Result(_) => "result",
             Request::SubmitLines(_) => "submit_lines",
+            Request::Provisioning(_) => "provisioning",
         }
     }
 }
@@ -206,6 +208,15 @@ pub struct ShutdownRequest {
     pub kill_running: bool,
 }
 
+/// `provisioning`: an elastic pilot stops (`pause`) or resumes asking for
+/// allocations. `ok` body: `{"paused": bool}`. A pilot that is not elastic answers
+/// `unavailable`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProvisioningRequest {
+    pub pause: bool,
+}
+
 /// `ok` body of `submit`: one entry per submitted job, in request order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubmitReply {
@@ -280,6 +291,10 @@ pub struct StatusReport {
     pub jobs: u64,
     /// The batch allocation the pilot runs in; absent on a single machine.
     pub allocation: Option<AllocationStatus>,
+    /// An elastic pilot's batch allocations not yet ended (empty otherwise), and
+    /// whether it has stopped asking for more (`saker alloc pause`).
+    pub allocations: Vec<ElasticAllocation>,
+    pub provisioning_paused: bool,
     /// Load per node (agent), ordered by node id.
     pub nodes: Vec<NodeLoad>,
     /// Queued tasks that cannot finish before the pilot's walltime deadline (they
@@ -341,6 +356,27 @@ pub struct AllocationStatus {
     pub end_time: Option<crate::results::Timestamp>,
     /// Seconds left until `end_time`.
     pub seconds_left: Option<u64>,
+}
+
+/// One batch allocation of an elastic pilot.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ElasticAllocation {
+    /// The pilot's number for it.
+    pub allocation: u64,
+    /// Slurm's job id, once submitted.
+    pub job_id: Option<u32>,
+    /// `submitting`, `pending`, `running` or `ending`.
+    pub state: String,
+    /// Slurm's own state word, as last read (`PENDING`, `RUNNING`, …).
+    pub slurm_state: String,
+    pub nodes: u32,
+    /// Its agents are nodes `first_node .. first_node + nodes`.
+    pub first_node: u32,
+    /// Until Slurm ends it, once known.
+    pub seconds_left: Option<u64>,
+    /// Why the pilot asked for it (or is ending it).
+    pub reason: String,
 }
 
 /// Percentiles of one stage over every accepted result (hdrhistogram, 1 % precision).

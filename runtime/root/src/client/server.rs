@@ -85,6 +85,11 @@ pub enum ClientRequest {
         task: crate::results::TaskId,
         reply: Reply<Arc<crate::results::ResultRecord>>,
     },
+    /// Stop or resume asking for allocations; answers whether now paused.
+    Provisioning {
+        pause: bool,
+        reply: Reply<bool>,
+    },
     /// Acknowledge, then stop the pilot.
     Shutdown {
         kill_running: bool,
@@ -450,6 +455,21 @@ impl Session {
                 self.forward(id, request, answer, permit, |()| serde_json::json!({}))
                     .await;
             }
+            Request::Provisioning(request) => {
+                let (reply, answer) = oneshot::channel();
+                let request = ClientRequest::Provisioning {
+                    pause: request.pause,
+                    reply,
+                };
+                self.forward(
+                    id,
+                    request,
+                    answer,
+                    permit,
+                    |paused| serde_json::json!({ "paused": paused }),
+                )
+                .await;
+            }
             Request::Result(request) => {
                 let (reply, answer) = oneshot::channel();
                 let task = crate::results::TaskId(request.task);
@@ -673,6 +693,7 @@ pub(crate) fn parse_request(line: &[u8]) -> Result<(RequestId, Request), ParseFa
         "cancel" => body_of(&name, body).map(Request::Cancel),
         "results" => body_of(&name, body).map(Request::Results),
         "shutdown" => body_of(&name, body).map(Request::Shutdown),
+        "provisioning" => body_of(&name, body).map(Request::Provisioning),
         "update" => body_of(&name, body).map(Request::Update),
         "result" => body_of(&name, body).map(Request::Result),
         "actor_spawn" => body_of(&name, body).map(Request::ActorSpawn),

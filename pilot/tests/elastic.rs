@@ -1,0 +1,262 @@
+//! Elastic pilots on the real local Slurm cluster (scripts/slurm-cluster/up.sh): the
+//! root runs here, as on a login node, and asks Slurm for allocations as its queue
+//! needs them; their agents join the tree, and idle allocations are released.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use common::slurm::{cluster, job_fields};
+use common::{Service, assert_one_result_per_task, results, run, saker, wait_for};
+use saker_root::records::Record;
+
+/// The allocation records of a pilot's journal: (allocation, job id, ended, reason).
+fn allocation_records(pilot: &Path) -> Vec<(u64, u32, bool, String)> {
+    let journal = pilot.join("journal");
+    saker_journal::JournalReader::<Record>::open(&journal)
+        .unwrap()
+        .filter_map(|record| match record.unwrap() {
+            Record::Allocation {
+                allocation,
+                job_id,
+                ended,
+                reason,
+                ..
+            } => Some((allocation, job_id, ended, reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `saker alloc list`.
+fn alloc_list(pilot: &Path) -> String {
+    let output = run(saker().args(["alloc", "list", "--dir"]).arg(pilot));
+    assert!(output.status.success());
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// 600 tasks of half a second on an elastic pilot with no node: it asks for three
+/// one-node allocations (policy `all`, `--max-nodes 3`), runs every task exactly once
+/// on their agents, then, idle, releases them: their jobs end COMPLETED and nothing
+/// is left pending or running.
+#[test]
+fn an_elastic_pilot_grows_to_its_limit_runs_everything_once_and_shrinks_to_nothing() {
+    if !cluster() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--elastic",
+        "--nodes-per-allocation",
+        "1",
+        "--max-nodes",
+        "3",
+        "--max-pending",
+        "3",
+        "--policy",
+        "all",
+        "--time",
+        "10m",
+        "--grow-after",
+        "5s",
+        "--idle-release",
+        "5s",
+        "--cores-per-node",
+        "4",
+        "--provision-interval",
+        "1s",
+    ];
+    let began = std::time::Instant::now();
+    let service = Service::start_args(dir.path(), &args);
+    let pilot = service.pilot.clone();
+    let submitted = run(saker()
+        .args(["submit", "--dir"])
+        .arg(&pilot)
+        .args(["--array", "1-600", "--", "sleep", "0.5"]));
+    assert!(submitted.status.success());
+    let waited = run(saker().args(["wait", "--dir"]).arg(&pilot));
+    assert!(waited.status.success(), "every task succeeds");
+    eprintln!("all done after {:?}", began.elapsed());
+    let records = results(&pilot);
+    assert_eq!(records.len(), 600);
+    assert_one_result_per_task(&records, 600);
+    let submitted: BTreeMap<u64, u32> = allocation_records(&pilot)
+        .into_iter()
+        .filter(|(_, _, ended, _)| !ended)
+        .map(|(allocation, job, _, _)| (allocation, job))
+        .collect();
+    assert_eq!(submitted.len(), 3, "three allocations: {submitted:?}");
+    // The tasks ran on the allocations' agents, numbered from their first nodes.
+    let nodes: BTreeSet<u64> = records
+        .iter()
+        .map(|r| r["node_id"].as_u64().unwrap())
+        .collect();
+    assert!(
+        nodes.len() >= 2,
+        "work spread over the allocations: {nodes:?}"
+    );
+
+    // Idle: released, each job COMPLETED (its agents were told to stop).
+    wait_for("the allocations to end", Duration::from_secs(90), || {
+        allocation_records(&pilot).iter().filter(|r| r.2).count() == 3
+    });
+    eprintln!("released after {:?}", began.elapsed());
+    for job in submitted.values() {
+        let state = job_fields(&job.to_string())
+            .get("JobState")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(state, "COMPLETED", "job {job}");
+    }
+    assert_eq!(alloc_list(&pilot).trim(), "no allocations");
+}
+
+/// The elastic flags of these tests: one-node allocations, decisions every second.
+fn elastic_args<'a>(max_nodes: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--elastic",
+        "--max-nodes",
+        max_nodes,
+        "--max-pending",
+        max_nodes,
+        "--policy",
+        "all",
+        "--time",
+        "10m",
+        "--grow-after",
+        "5s",
+        "--idle-release",
+        "5s",
+        "--cores-per-node",
+        "4",
+        "--provision-interval",
+        "1s",
+        "--heartbeat-interval",
+        "300ms",
+        "--heartbeat-timeout",
+        "2s",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// The Slurm jobs of allocations `alloc list` shows running.
+fn running_jobs(pilot: &Path) -> Vec<String> {
+    alloc_list(pilot)
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.get(2) == Some(&"running")).then(|| fields[1].to_owned())
+        })
+        .collect()
+}
+
+fn submit_sleeps(pilot: &Path, count: u32, seconds: &str) {
+    let submitted = run(saker().args(["submit", "--dir"]).arg(pilot).args([
+        "--array",
+        &format!("1-{count}"),
+        "--",
+        "sleep",
+        seconds,
+    ]));
+    assert!(submitted.status.success());
+}
+
+/// An allocation cancelled from outside (`scancel`) mid-run: the tasks it was running
+/// are replayed on the other, every task has one result, and the pilot asks for a
+/// replacement while work remains.
+#[test]
+fn an_allocation_cancelled_from_outside_is_replaced_and_its_work_replayed() {
+    if !cluster() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start_args(dir.path(), &elastic_args("2", &[]));
+    let pilot = service.pilot.clone();
+    submit_sleeps(&pilot, 400, "0.5");
+    wait_for("two running allocations", Duration::from_secs(60), || {
+        running_jobs(&pilot).len() == 2
+    });
+    wait_for("work on both", Duration::from_secs(60), || {
+        results(&pilot).len() >= 40
+    });
+    let victim = running_jobs(&pilot)[0].clone();
+    let cancelled = std::process::Command::new("scancel")
+        .arg(&victim)
+        .status()
+        .unwrap();
+    assert!(cancelled.success());
+    let waited = run(saker().args(["wait", "--dir"]).arg(&pilot));
+    assert!(waited.status.success(), "every task succeeds");
+    let records = results(&pilot);
+    assert_one_result_per_task(&records, 400);
+    let replayed = records
+        .iter()
+        .flat_map(|r| r["history"].as_array().unwrap())
+        .filter(|note| note["end"] == "lost")
+        .count();
+    assert!(
+        replayed >= 1,
+        "the cancelled allocation's running tasks were replayed"
+    );
+    let journal = allocation_records(&pilot);
+    let ended = journal
+        .iter()
+        .find(|r| r.2 && r.1.to_string() == victim)
+        .expect("the cancelled allocation's end is journaled");
+    assert!(ended.3.contains("CANCELLED"), "{ended:?}");
+    let submitted = journal.iter().filter(|r| !r.2).count();
+    assert!(submitted >= 3, "a replacement was asked for: {journal:?}");
+}
+
+/// The root is SIGKILLed while its allocation runs; restarted with `--resume`, it
+/// adopts the allocation (its agents join the new root) instead of asking again, and
+/// every task ends once.
+#[test]
+fn a_resumed_root_adopts_its_running_allocation() {
+    if !cluster() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let args = elastic_args("1", &["--agents-reattach-for", "2m"]);
+    let mut service = Service::start_args(dir.path(), &args);
+    let pilot = service.pilot.clone();
+    submit_sleeps(&pilot, 200, "0.3");
+    wait_for("some work done", Duration::from_secs(90), || {
+        results(&pilot).len() >= 30
+    });
+    service.child.kill().unwrap();
+    service.child.wait().unwrap();
+    let _ = std::fs::remove_file(pilot.join("client.json"));
+    std::mem::forget(service); // its shutdown in drop would find nobody
+    let mut resumed_args = args.clone();
+    resumed_args.push("--resume");
+    let resumed = Service::start_args(dir.path(), &resumed_args);
+    let waited = run(saker().args(["wait", "--dir"]).arg(&resumed.pilot));
+    assert!(waited.status.success(), "every task succeeds");
+    let records = results(&pilot);
+    assert_one_result_per_task(&records, 200);
+    let journal = allocation_records(&pilot);
+    let submitted: Vec<_> = journal.iter().filter(|r| !r.2).collect();
+    assert_eq!(
+        submitted.len(),
+        1,
+        "adopted, not asked for again: {journal:?}"
+    );
+    drop(resumed);
+    wait_for(
+        "the adopted allocation to end",
+        Duration::from_secs(60),
+        || {
+            let job = submitted[0].1.to_string();
+            let state = job_fields(&job)
+                .get("JobState")
+                .cloned()
+                .unwrap_or_default();
+            state == "COMPLETED" || state == "CANCELLED"
+        },
+    );
+}

@@ -1,0 +1,505 @@
+//! An elastic pilot's batch allocations: every round the root shows the
+//! [`Provisioner`] its backlog and allocations, carries its decisions out through the
+//! [`Port`](super::port::Port) (libslurm submit, cancel and state queries, on a
+//! blocking thread), and journals every allocation submitted and ended, so a resumed
+//! root adopts the allocations that are still there instead of asking again.
+//!
+//! Each allocation runs one `srun` step of agents numbered from its own first node id,
+//! a subtree of the root of its own (`saker agent --subtree-base`): it joins when its
+//! agents say hello, and leaving (released, cancelled, ended by Slurm) is a node loss
+//! for each of its nodes, whose work is replayed.
+
+use std::time::Duration;
+
+use saker_core::Time;
+use saker_core::provision::{
+    AllocationState, AllocationView, Backlog, Decision, ProvisionConfig, Provisioner,
+};
+
+use super::port::{BatchOutcome, BatchSubmit, BatchWork, Wake};
+use super::state::RootState;
+use crate::client::ElasticAllocation;
+use crate::records::Record;
+
+/// How the root asks for allocations: what the provisioner decides with, and what a
+/// submission looks like.
+#[derive(Debug, Clone)]
+pub struct ElasticConfig {
+    pub provision: ProvisionConfig,
+    /// Seconds between rounds.
+    pub round: Duration,
+    /// The batch script of an allocation whose agents start at node `first_node`
+    /// (`{first_node}` in it is replaced), and the request's other fields.
+    pub script: String,
+    pub job_name: String,
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    pub time_limit_minutes: Option<u32>,
+    pub working_directory: Option<std::path::PathBuf>,
+    /// `--output` of the batch job (Slurm's `%j` patterns work).
+    pub output: Option<std::path::PathBuf>,
+}
+
+/// Where an allocation is, as the root tracks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Handed to the batch system, no job id yet.
+    Submitting,
+    /// A job id, no agent yet.
+    Pending,
+    /// At least one of its agents has joined.
+    Running,
+    /// Being cancelled or released.
+    Ending,
+    Ended,
+}
+
+impl Phase {
+    fn as_str(self) -> &'static str {
+        match self {
+            Phase::Submitting => "submitting",
+            Phase::Pending => "pending",
+            Phase::Running => "running",
+            Phase::Ending => "ending",
+            Phase::Ended => "ended",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Allocation {
+    id: u64,
+    job: Option<u32>,
+    nodes: u32,
+    first_node: u32,
+    phase: Phase,
+    submitted: Time,
+    /// When Slurm ends it (unix µs), once known.
+    end_unix_us: Option<u64>,
+    idle_since: Option<Time>,
+    /// When the pilot started ending it (released or cancelled).
+    ending_since: Option<Time>,
+    reason: String,
+    /// Slurm's state word, as last read.
+    slurm_state: String,
+}
+
+/// How long a released allocation's job may take to end before it is cancelled.
+const LINGER: Duration = Duration::from_secs(60);
+
+/// The elastic part of the root.
+#[derive(Debug)]
+pub(crate) struct Elastic {
+    config: ElasticConfig,
+    provisioner: Provisioner,
+    allocations: Vec<Allocation>,
+    next_id: u64,
+    next_node: u32,
+    /// A round's batch work is under way.
+    busy: bool,
+}
+
+impl Elastic {
+    pub fn new(config: ElasticConfig) -> Elastic {
+        Elastic {
+            provisioner: Provisioner::new(config.provision),
+            config,
+            allocations: Vec::new(),
+            next_id: 0,
+            next_node: 0,
+            busy: false,
+        }
+    }
+
+    /// Rebuilds the allocations from the journal: those submitted and not ended are
+    /// adopted (their state is read from Slurm in the first round).
+    pub fn restore(&mut self, record: &Record, now: Time) {
+        let Record::Allocation {
+            allocation,
+            job_id,
+            nodes,
+            first_node,
+            ended,
+            reason,
+            ..
+        } = record
+        else {
+            return;
+        };
+        self.next_id = self.next_id.max(allocation + 1);
+        self.next_node = self.next_node.max(first_node + nodes);
+        self.allocations.retain(|a| a.id != *allocation);
+        if !ended {
+            self.allocations.push(Allocation {
+                id: *allocation,
+                job: Some(*job_id),
+                nodes: *nodes,
+                first_node: *first_node,
+                phase: Phase::Pending,
+                submitted: now,
+                end_unix_us: None,
+                idle_since: None,
+                ending_since: None,
+                reason: format!("adopted after a restart ({reason})"),
+                slurm_state: String::new(),
+            });
+        }
+    }
+
+    pub fn pause(&mut self, paused: bool) {
+        self.provisioner.pause(paused);
+    }
+
+    pub fn paused(&self) -> bool {
+        self.provisioner.paused()
+    }
+
+    pub fn statuses(&self, now_unix_us: u64) -> Vec<ElasticAllocation> {
+        self.allocations
+            .iter()
+            .map(|a| ElasticAllocation {
+                allocation: a.id,
+                job_id: a.job,
+                state: a.phase.as_str().to_owned(),
+                slurm_state: a.slurm_state.clone(),
+                nodes: a.nodes,
+                first_node: a.first_node,
+                seconds_left: a
+                    .end_unix_us
+                    .map(|end| end.saturating_sub(now_unix_us) / 1_000_000),
+                reason: a.reason.clone(),
+            })
+            .collect()
+    }
+}
+
+impl RootState {
+    /// One provisioning round (see the module doc); the next is scheduled here.
+    pub(super) fn on_provision(&mut self) {
+        let Some(round) = self.elastic.as_ref().map(|e| e.config.round) else {
+            return;
+        };
+        self.port.wake_after(round, Wake::Provision);
+        if self.elastic.as_ref().is_some_and(|e| e.busy) || self.shutting_down {
+            return;
+        }
+        let now = self.now();
+        self.note_agents(now);
+        let backlog = self.backlog();
+        let unix_now = self.timestamp().unix_micros();
+        let Some(elastic) = self.elastic.as_mut() else {
+            return;
+        };
+        let views: Vec<AllocationView> = elastic
+            .allocations
+            .iter()
+            .map(|a| AllocationView {
+                id: a.id,
+                nodes: a.nodes,
+                cores_per_node: None,
+                submitted: a.submitted,
+                state: match a.phase {
+                    Phase::Submitting | Phase::Pending => AllocationState::Pending,
+                    Phase::Running => AllocationState::Running {
+                        // Slurm's end on the core's clock.
+                        end: a.end_unix_us.map(|end| {
+                            Time::from_micros(now.as_micros() + end.saturating_sub(unix_now))
+                        }),
+                        idle_since: a.idle_since,
+                    },
+                    Phase::Ending | Phase::Ended => AllocationState::Ending,
+                },
+            })
+            .filter(|v| !matches!(v.state, AllocationState::Ending))
+            .collect();
+        let decisions = elastic.provisioner.decide(now, &backlog, &views);
+        let mut work = BatchWork::default();
+        let mut records = Vec::new();
+        let mut releasing = Vec::new();
+        for decision in decisions {
+            match decision {
+                Decision::Submit { nodes, reason } => {
+                    let id = elastic.next_id;
+                    elastic.next_id += 1;
+                    let first_node = elastic.next_node;
+                    elastic.next_node += nodes;
+                    tracing::info!(allocation = id, nodes, first_node, %reason, "asking for an allocation");
+                    work.submits.push(BatchSubmit {
+                        allocation: id,
+                        request: elastic.request(nodes, first_node, id),
+                    });
+                    elastic.allocations.push(Allocation {
+                        id,
+                        job: None,
+                        nodes,
+                        first_node,
+                        phase: Phase::Submitting,
+                        submitted: now,
+                        end_unix_us: None,
+                        idle_since: None,
+                        ending_since: None,
+                        reason,
+                        slurm_state: String::new(),
+                    });
+                }
+                Decision::Cancel { allocation, reason } => {
+                    if let Some(a) = elastic.allocations.iter_mut().find(|a| a.id == allocation) {
+                        tracing::info!(allocation, %reason, "cancelling a pending allocation");
+                        a.phase = Phase::Ending;
+                        a.ending_since = Some(now);
+                        a.reason = reason;
+                        if let Some(job) = a.job {
+                            work.cancels.push(saker_slurm::JobId(job));
+                        }
+                    }
+                }
+                Decision::Release { allocation, reason } => {
+                    // Its agents are told to stop: the batch script then ends and Slurm
+                    // counts the job COMPLETED. Cancelled only if it lingers.
+                    if let Some(a) = elastic.allocations.iter_mut().find(|a| a.id == allocation) {
+                        tracing::info!(allocation, %reason, "releasing an allocation");
+                        a.phase = Phase::Ending;
+                        a.ending_since = Some(now);
+                        a.reason = reason;
+                        releasing.push(a.first_node..a.first_node + a.nodes);
+                    }
+                }
+            }
+        }
+        for a in &mut elastic.allocations {
+            // A released allocation whose job lingers is cancelled.
+            let lingering = a.ending_since.is_some_and(|since| {
+                now.as_micros().saturating_sub(since.as_micros()) > LINGER.as_micros() as u64
+            });
+            if let (Some(job), true) = (a.job, lingering) {
+                work.cancels.push(saker_slurm::JobId(job));
+                a.ending_since = Some(now);
+            }
+            if let (Some(job), Phase::Pending | Phase::Running | Phase::Ending) = (a.job, a.phase) {
+                work.queries.push((a.id, saker_slurm::JobId(job)));
+            }
+        }
+        records.extend(elastic.finished_records(unix_now));
+        elastic.busy = true;
+        if !records.is_empty() {
+            self.port
+                .append(records, super::port::AfterJournal::Nothing);
+        }
+        self.port.batch(work);
+        for range in releasing {
+            let targets: Vec<_> = self
+                .nodes
+                .iter()
+                .filter(|(node, _)| range.contains(&node.0))
+                .map(|(node, entry)| (entry.link, *node))
+                .collect();
+            for (link, node) in targets {
+                let stop = saker_wire::messages::ToAgent::Shutdown {
+                    reason: "its allocation is released".into(),
+                    kill_running: false,
+                };
+                self.send_to(link, node, &stop);
+            }
+        }
+    }
+
+    /// What the batch system said: job ids of submissions, states of the jobs.
+    pub(super) fn on_batch(&mut self, outcome: BatchOutcome) {
+        let unix_now = self.timestamp().unix_micros();
+        let Some(elastic) = self.elastic.as_mut() else {
+            return;
+        };
+        elastic.busy = false;
+        let mut records = Vec::new();
+        for (id, submitted) in outcome.submitted {
+            let Some(a) = elastic.allocations.iter_mut().find(|a| a.id == id) else {
+                continue;
+            };
+            match submitted {
+                Ok(job) => {
+                    a.job = Some(job.0);
+                    a.phase = Phase::Pending;
+                    records.push(Record::Allocation {
+                        allocation: id,
+                        job_id: job.0,
+                        nodes: a.nodes,
+                        first_node: a.first_node,
+                        ended: false,
+                        reason: a.reason.clone(),
+                        unix_us: unix_now,
+                    });
+                }
+                Err(error) => {
+                    tracing::error!(allocation = id, %error, "the batch system refused an allocation");
+                    a.phase = Phase::Ended;
+                    a.reason = format!("submission failed: {error}");
+                }
+            }
+        }
+        for (id, state) in outcome.states {
+            let Some(a) = elastic.allocations.iter_mut().find(|a| a.id == id) else {
+                continue;
+            };
+            match state {
+                Ok((word, end)) => {
+                    a.end_unix_us = end.or(a.end_unix_us);
+                    if is_terminal(&word) {
+                        if a.phase != Phase::Ending {
+                            a.reason = format!("ended by Slurm ({word})");
+                        }
+                        a.phase = Phase::Ended;
+                    }
+                    a.slurm_state = word;
+                }
+                Err(error) => {
+                    // A job Slurm no longer knows has ended long ago.
+                    a.phase = Phase::Ended;
+                    a.reason = format!("Slurm no longer knows it: {error}");
+                }
+            }
+        }
+        records.extend(elastic.finished_records(unix_now));
+        if !records.is_empty() {
+            self.port
+                .append(records, super::port::AfterJournal::Nothing);
+        }
+    }
+
+    /// Allocations that have agents are running; idle ones note since when.
+    fn note_agents(&mut self, now: Time) {
+        let Some(elastic) = self.elastic.as_mut() else {
+            return;
+        };
+        for a in &mut elastic.allocations {
+            let range = a.first_node..a.first_node + a.nodes;
+            let mut joined = 0;
+            let mut busy = false;
+            for (node, entry) in &self.nodes {
+                if range.contains(&node.0) {
+                    joined += 1;
+                    busy |= entry.running > 0;
+                }
+            }
+            if joined > 0 && matches!(a.phase, Phase::Submitting | Phase::Pending) {
+                a.phase = Phase::Running;
+            }
+            a.idle_since = match (a.phase, busy) {
+                (Phase::Running, false) => a.idle_since.or(Some(now)),
+                _ => None,
+            };
+        }
+    }
+
+    /// The queue as the provisioner sees it: queued tasks, their work estimated from
+    /// the run times seen so far (a minute each before any), one core each.
+    fn backlog(&self) -> Backlog {
+        let counts = self.core.counts();
+        let queued = counts.queued;
+        let each = self
+            .log
+            .stages
+            .mean_run_seconds()
+            .unwrap_or(60.0)
+            .max(0.001);
+        Backlog {
+            queued,
+            core_seconds: queued as f64 * each,
+            widest_gang: 0,
+        }
+    }
+
+    /// Whether `node` belongs to an allocation the pilot is ending (its agents leave
+    /// as asked, not lost).
+    pub(super) fn releasing(&self, node: saker_core::NodeId) -> bool {
+        self.elastic.as_ref().is_some_and(|elastic| {
+            elastic.allocations.iter().any(|a| {
+                a.phase == Phase::Ending && (a.first_node..a.first_node + a.nodes).contains(&node.0)
+            })
+        })
+    }
+
+    /// At shutdown: allocations still pending are cancelled (running ones end when
+    /// their agents leave).
+    pub(super) fn cancel_pending_allocations(&mut self) {
+        let Some(elastic) = self.elastic.as_mut() else {
+            return;
+        };
+        let mut jobs = Vec::new();
+        for a in &mut elastic.allocations {
+            if matches!(a.phase, Phase::Submitting | Phase::Pending)
+                && let Some(job) = a.job
+            {
+                jobs.push(saker_slurm::JobId(job));
+                a.phase = Phase::Ending;
+                a.reason = "the pilot is shutting down".into();
+            }
+        }
+        if !jobs.is_empty() {
+            self.port.batch(BatchWork {
+                cancels: jobs,
+                ..BatchWork::default()
+            });
+        }
+    }
+}
+
+impl Elastic {
+    fn request(&self, nodes: u32, first_node: u32, id: u64) -> saker_slurm::BatchRequest {
+        let config = &self.config;
+        let mut request = saker_slurm::BatchRequest::new(
+            config
+                .script
+                .replace("{first_node}", &first_node.to_string()),
+            nodes,
+        );
+        request.name = Some(format!("{}-{id}", config.job_name));
+        request.partition = config.partition.clone();
+        request.account = config.account.clone();
+        request.time_limit_minutes = config.time_limit_minutes;
+        request.working_directory = config.working_directory.clone();
+        request.stdout = config.output.clone();
+        // Whole nodes: each agent offers every CPU of its node.
+        request.exclusive = true;
+        request
+    }
+
+    /// `ended` records for allocations that just ended (journaled once: they leave
+    /// the table).
+    fn finished_records(&mut self, unix_now: u64) -> Vec<Record> {
+        let mut records = Vec::new();
+        self.allocations.retain(|a| {
+            if a.phase != Phase::Ended {
+                return true;
+            }
+            if let Some(job) = a.job {
+                records.push(Record::Allocation {
+                    allocation: a.id,
+                    job_id: job,
+                    nodes: a.nodes,
+                    first_node: a.first_node,
+                    ended: true,
+                    reason: a.reason.clone(),
+                    unix_us: unix_now,
+                });
+            }
+            false
+        });
+        records
+    }
+}
+
+/// Slurm's states of a job that no longer runs.
+fn is_terminal(state: &str) -> bool {
+    matches!(
+        state,
+        "COMPLETED"
+            | "CANCELLED"
+            | "FAILED"
+            | "TIMEOUT"
+            | "NODE_FAIL"
+            | "PREEMPTED"
+            | "BOOT_FAIL"
+            | "DEADLINE"
+            | "OUT_OF_MEMORY"
+    )
+}

@@ -1,0 +1,252 @@
+//! An elastic root against a scripted batch system: what it submits, journals,
+//! releases and cancels, and what a resumed root adopts.
+
+use std::time::Duration;
+
+use saker_core::provision::{Policy, ProvisionConfig};
+
+use super::*;
+use crate::actor::elastic::ElasticConfig;
+use crate::actor::port::{BatchOutcome, BatchWork};
+
+const SECOND: u64 = 1_000_000;
+
+fn config() -> ElasticConfig {
+    ElasticConfig {
+        provision: ProvisionConfig {
+            policy: Policy::All,
+            nodes_per_allocation: 1,
+            cores_per_node: 2,
+            max_nodes: 2,
+            max_pending: 2,
+            grow_after_us: 10 * SECOND,
+            idle_release_us: 30 * SECOND,
+            replace_ahead_us: 60 * SECOND,
+        },
+        round: Duration::from_secs(1),
+        script: "#!/bin/bash\nexec saker agent --subtree-base {first_node}\n".into(),
+        job_name: "saker-test".into(),
+        partition: Some("debug".into()),
+        account: None,
+        time_limit_minutes: Some(60),
+        working_directory: None,
+        output: None,
+    }
+}
+
+fn elastic_harness() -> Harness {
+    let mut h = Harness::new();
+    h.root.set_elastic(config());
+    h
+}
+
+impl Harness {
+    fn round(&mut self) -> BatchWork {
+        self.clock.advance(Duration::from_secs(1));
+        self.handle(RootMsg::Provision);
+        self.port
+            .with(|r| r.batches.pop())
+            .expect("a round hands work over")
+    }
+
+    fn allocation_records(&mut self) -> Vec<(u64, u32, bool)> {
+        self.journal_durable()
+            .into_iter()
+            .filter_map(|record| match record {
+                Record::Allocation {
+                    allocation,
+                    job_id,
+                    ended,
+                    ..
+                } => Some((allocation, job_id, ended)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn state(allocation: u64, word: &str) -> (u64, crate::actor::port::JobState) {
+    (allocation, Ok((word.to_owned(), None)))
+}
+
+#[tokio::test]
+async fn it_asks_for_allocations_releases_the_idle_one_and_cancels_the_unneeded() {
+    let mut h = elastic_harness();
+    let _ = h.submit(vec![array(&["true"], "1-2")]);
+    h.journal_durable();
+    // Two tasks of a minute each (no run time seen yet) on 2-core nodes within 10 s:
+    // more than the limit of two nodes, both asked for at once.
+    let work = h.round();
+    let firsts: Vec<String> = work
+        .submits
+        .iter()
+        .map(|s| s.request.script.clone())
+        .collect();
+    assert_eq!(work.submits.len(), 2, "{work:?}");
+    assert!(firsts[0].contains("--subtree-base 0") && firsts[1].contains("--subtree-base 1"));
+    assert_eq!(work.submits[0].request.partition.as_deref(), Some("debug"));
+    assert_eq!(
+        work.submits[1].request.name.as_deref(),
+        Some("saker-test-1")
+    );
+    // While its work is in flight no other round starts.
+    h.clock.advance(Duration::from_secs(1));
+    h.handle(RootMsg::Provision);
+    assert!(
+        h.port.with(|r| r.batches.is_empty()),
+        "a round was under way"
+    );
+    h.handle(RootMsg::Batch(BatchOutcome {
+        submitted: vec![
+            (0, Ok(saker_slurm::JobId(500))),
+            (1, Ok(saker_slurm::JobId(501))),
+        ],
+        states: Vec::new(),
+    }));
+    assert_eq!(h.allocation_records(), [(0, 500, false), (1, 501, false)]);
+
+    // Allocation 0's agent joins and runs both tasks.
+    h.join(0, 2);
+    h.report(0, 2, &[], Vec::new());
+    assert_eq!(h.succeed_sent(0).len(), 2);
+    h.journal_durable();
+    assert_eq!(h.status().succeeded, 2);
+    // Nothing queued: the pending allocation is cancelled; the running one is idle.
+    let work = h.round();
+    assert!(work.submits.is_empty(), "{work:?}");
+    assert_eq!(work.cancels, [saker_slurm::JobId(501)]);
+    assert_eq!(work.queries.len(), 2);
+    h.handle(RootMsg::Batch(BatchOutcome {
+        submitted: Vec::new(),
+        states: vec![state(0, "RUNNING"), state(1, "CANCELLED")],
+    }));
+    assert_eq!(h.allocation_records(), [(1, 501, true)]);
+    let allocations = h.status().allocations;
+    assert_eq!(allocations.len(), 1);
+    assert_eq!(
+        (
+            allocations[0].state.as_str(),
+            allocations[0].slurm_state.as_str()
+        ),
+        ("running", "RUNNING")
+    );
+
+    // Idle for the release time: its agent is told to stop (not killed), and the job
+    // ending is journaled.
+    h.sent();
+    h.clock.advance(Duration::from_secs(30));
+    let work = h.round();
+    assert!(work.cancels.is_empty(), "released, not cancelled: {work:?}");
+    let stops: Vec<u32> = h
+        .sent()
+        .into_iter()
+        .filter_map(|(route, message)| match message {
+            ToAgent::Shutdown { kill_running, .. } => {
+                assert!(!kill_running);
+                Some(route)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stops, [0]);
+    h.handle(RootMsg::Batch(BatchOutcome {
+        submitted: Vec::new(),
+        states: vec![state(0, "COMPLETED")],
+    }));
+    assert_eq!(h.allocation_records(), [(0, 500, true)]);
+    assert!(h.status().allocations.is_empty());
+}
+
+#[tokio::test]
+async fn a_refused_submission_ends_the_allocation_with_the_reason() {
+    let mut h = elastic_harness();
+    let _ = h.submit(vec![single(&["true"])]);
+    h.journal_durable();
+    let work = h.round();
+    assert_eq!(work.submits.len(), 2);
+    h.handle(RootMsg::Batch(BatchOutcome {
+        submitted: vec![
+            (0, Err("invalid partition".into())),
+            (1, Ok(saker_slurm::JobId(7))),
+        ],
+        states: Vec::new(),
+    }));
+    // Never submitted: nothing to adopt or end in the journal.
+    assert_eq!(h.allocation_records(), [(1, 7, false)]);
+    let allocations = h.status().allocations;
+    assert_eq!(allocations.len(), 1);
+    assert_eq!(allocations[0].job_id, Some(7));
+}
+
+/// A resumed root adopts the allocation its journal names as submitted and not
+/// ended: it counts it, so it asks for no duplicate, and its node ids are not reused.
+#[tokio::test]
+async fn a_resumed_root_adopts_its_allocations_instead_of_asking_again() {
+    let mut h = elastic_harness();
+    let submit = Record::Submit {
+        job: crate::results::JobId(1),
+        first_task: crate::results::TaskId(1),
+        count: 1,
+        submitted_unix_us: UNIX_ORIGIN_US,
+        request: Box::new(single(&["true"])),
+    };
+    let adopted = Record::Allocation {
+        allocation: 4,
+        job_id: 900,
+        nodes: 1,
+        first_node: 7,
+        ended: false,
+        reason: "earlier".into(),
+        unix_us: UNIX_ORIGIN_US,
+    };
+    let ended = Record::Allocation {
+        allocation: 3,
+        job_id: 899,
+        nodes: 1,
+        first_node: 6,
+        ended: true,
+        reason: "released".into(),
+        unix_us: UNIX_ORIGIN_US,
+    };
+    h.restore(vec![submit, adopted, ended]).unwrap();
+    let allocations = h.status().allocations;
+    assert_eq!(allocations.len(), 1, "{allocations:?}");
+    assert_eq!(
+        (allocations[0].allocation, allocations[0].job_id),
+        (4, Some(900))
+    );
+    // One task of a minute, wanted: 6 nodes' worth in 10 s, capped at 2. The adopted
+    // one counts: one more is asked for, numbered after both.
+    let work = h.round();
+    assert_eq!(work.submits.len(), 1, "{work:?}");
+    assert!(work.submits[0].request.script.contains("--subtree-base 8"));
+    assert_eq!(
+        work.submits[0].request.name.as_deref(),
+        Some("saker-test-5")
+    );
+    assert!(work.queries.contains(&(4, saker_slurm::JobId(900))));
+}
+
+#[tokio::test]
+async fn pause_stops_submissions_and_a_pilot_that_is_not_elastic_says_so() {
+    let mut h = elastic_harness();
+    let (reply, mut answer) = oneshot::channel();
+    h.handle(RootMsg::Client(ClientRequest::Provisioning {
+        pause: true,
+        reply,
+    }));
+    assert!(answer.try_recv().unwrap().unwrap(), "paused");
+    assert!(h.status().provisioning_paused);
+    let _ = h.submit(vec![single(&["true"])]);
+    h.journal_durable();
+    assert!(h.round().submits.is_empty());
+
+    let mut plain = Harness::new();
+    let (reply, mut answer) = oneshot::channel();
+    plain.handle(RootMsg::Client(ClientRequest::Provisioning {
+        pause: true,
+        reply,
+    }));
+    let error = answer.try_recv().unwrap().unwrap_err();
+    assert!(error.message.contains("not elastic"), "{error:?}");
+}
