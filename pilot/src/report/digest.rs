@@ -99,6 +99,20 @@ pub struct GangRow {
     pub end_us: u64,
 }
 
+/// One batch allocation of an elastic pilot, from its journal records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocationRow {
+    pub allocation: u64,
+    pub job_id: u32,
+    pub nodes: u32,
+    pub first_node: u32,
+    pub submitted_us: u64,
+    pub ended_us: Option<u64>,
+    /// Why it was asked for, and why it ended.
+    pub asked: String,
+    pub ended: Option<String>,
+}
+
 /// The stages of a task's life the root's timestamps tell apart.
 pub const STAGES: [(&str, &str); 6] = [
     ("wait", "submitted → started (queue, dispatch, spawn)"),
@@ -139,6 +153,8 @@ pub struct Digest {
     pub spans: Vec<Span>,
     pub gangs: Vec<GangRow>,
     pub gang_count: u64,
+    /// An elastic pilot's allocations, in the order asked for.
+    pub allocations: Vec<AllocationRow>,
     node_by_id: HashMap<u32, u32>,
     node_by_host: HashMap<String, u32>,
     /// Cores each task of a job reserves, on each of its nodes: (first job, jobs,
@@ -174,6 +190,7 @@ impl Default for Digest {
             spans: Vec::new(),
             gangs: Vec::new(),
             gang_count: 0,
+            allocations: Vec::new(),
             node_by_id: HashMap::new(),
             node_by_host: HashMap::new(),
             jobs: Vec::new(),
@@ -225,6 +242,39 @@ impl Digest {
                 info.known = true;
                 info.present.push((*unix_us, None));
             }
+            Record::Allocation {
+                allocation,
+                job_id,
+                nodes,
+                first_node,
+                ended,
+                reason,
+                unix_us,
+            } => match self
+                .allocations
+                .iter_mut()
+                .find(|a| a.allocation == *allocation)
+            {
+                Some(row) if *ended => {
+                    row.ended_us = Some(*unix_us);
+                    row.ended = Some(reason.clone());
+                }
+                Some(_) => {}
+                None => self.allocations.push(AllocationRow {
+                    allocation: *allocation,
+                    job_id: *job_id,
+                    nodes: *nodes,
+                    first_node: *first_node,
+                    submitted_us: *unix_us,
+                    ended_us: ended.then_some(*unix_us),
+                    asked: if *ended {
+                        String::new()
+                    } else {
+                        reason.clone()
+                    },
+                    ended: ended.then(|| reason.clone()),
+                }),
+            },
             Record::NodeLeft { node, unix_us, .. } => {
                 if let Some(&index) = self.node_by_id.get(&node.0)
                     && let Some(last) = self.nodes[index as usize].present.last_mut()

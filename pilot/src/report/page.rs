@@ -206,6 +206,7 @@ pub fn render(
         );
     }
     gang_table(&mut page, digest);
+    allocation_table(&mut page, digest);
     let json = summary.to_string().replace("</", "<\\/");
     let _ = writeln!(
         page,
@@ -387,6 +388,37 @@ fn groups(
             esc(reason),
             group.count,
             examples.join(", ")
+        );
+    }
+    page.push_str("</table>");
+}
+
+fn allocation_table(page: &mut String, digest: &Digest) {
+    if digest.allocations.is_empty() {
+        return;
+    }
+    let _ = write!(
+        page,
+        "<h2>Allocations</h2><p>{} batch allocations asked for (an elastic pilot).</p>",
+        digest.allocations.len()
+    );
+    page.push_str("<table id=\"allocations\"><tr><th>allocation</th><th>job</th><th>nodes</th><th>first node</th><th class=\"l\">asked for</th><th>held</th><th class=\"l\">why</th><th class=\"l\">ended</th></tr>");
+    for a in &digest.allocations {
+        let asked = Timestamp::from_unix_micros(a.submitted_us).to_string();
+        let held = a.ended_us.map_or_else(
+            || "–".to_owned(),
+            |end| duration(end.saturating_sub(a.submitted_us)),
+        );
+        let _ = write!(
+            page,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td>{held}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
+            a.allocation,
+            a.job_id,
+            a.nodes,
+            a.first_node,
+            &asked[..19],
+            esc(&a.asked),
+            esc(a.ended.as_deref().unwrap_or("not yet"))
         );
     }
     page.push_str("</table>");

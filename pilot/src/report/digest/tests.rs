@@ -216,6 +216,42 @@ fn the_gantt_view_merges_attempts_closer_than_a_pixel() {
     assert_eq!(gantt.bars.len(), 3, "{:?}", gantt.bars);
 }
 
+/// An elastic pilot's allocations: asked for and ended, with why, in one row each.
+#[test]
+fn allocations_are_listed_with_why_they_were_asked_for_and_ended() {
+    let allocation = |id: u64, ended: bool, reason: &str, seconds: f64| Record::Allocation {
+        allocation: id,
+        job_id: 100 + id as u32,
+        nodes: 2,
+        first_node: 2 * id as u32,
+        ended,
+        reason: reason.into(),
+        unix_us: at(seconds).unix_micros(),
+    };
+    let digest = fold(&[
+        allocation(0, false, "600 queued tasks and no node", 0.0),
+        allocation(1, false, "more work", 5.0),
+        allocation(0, true, "idle for 5s with nothing queued", 60.0),
+    ]);
+    assert_eq!(digest.allocations.len(), 2);
+    let first = &digest.allocations[0];
+    assert_eq!((first.job_id, first.first_node), (100, 0));
+    assert_eq!(first.ended_us, Some(at(60.0).unix_micros()));
+    assert_eq!(
+        first.ended.as_deref(),
+        Some("idle for 5s with nothing queued")
+    );
+    assert_eq!(digest.allocations[1].ended, None);
+    let context = crate::report::page::Context {
+        dir: "/d".into(),
+        generated: at(0.0),
+        live: None,
+    };
+    let html = crate::report::render(&digest, &context).unwrap();
+    assert!(html.contains("<td class=\"l\">600 queued tasks and no node</td>"));
+    assert!(html.contains("<td>60.000 s</td>"), "held for a minute");
+}
+
 #[test]
 fn numbers_in_reasons_are_taken_out_but_not_from_names() {
     assert_eq!(
