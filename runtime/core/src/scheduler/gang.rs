@@ -144,6 +144,18 @@ impl Core {
         (waiting, self.gangs.members.len() as u64)
     }
 
+    /// Nodes per task of the widest gang job with tasks queued (0 without one): what an
+    /// elastic pilot must have at least for it to start.
+    pub fn widest_queued_gang(&self) -> u32 {
+        self.gangs
+            .jobs
+            .iter()
+            .filter(|&&(_, job)| self.jobs[slot(job)].counts.queued > 0)
+            .filter_map(|&(_, job)| self.gang_size(job))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The nodes currently held for the head gang, if any.
     pub fn reservation(&self) -> Option<GangReservation> {
         self.gangs

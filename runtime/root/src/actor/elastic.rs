@@ -391,7 +391,8 @@ impl RootState {
     }
 
     /// The queue as the provisioner sees it: queued tasks, their work estimated from
-    /// the run times seen so far (a minute each before any), one core each.
+    /// the run times seen so far (a minute each before any), one core each, and the
+    /// widest HPC job waiting.
     fn backlog(&self) -> Backlog {
         let counts = self.core.counts();
         let queued = counts.queued;
@@ -404,7 +405,7 @@ impl RootState {
         Backlog {
             queued,
             core_seconds: queued as f64 * each,
-            widest_gang: 0,
+            widest_gang: self.core.widest_queued_gang(),
         }
     }
 

@@ -250,3 +250,22 @@ async fn pause_stops_submissions_and_a_pilot_that_is_not_elastic_says_so() {
     let error = answer.try_recv().unwrap().unwrap_err();
     assert!(error.message.contains("not elastic"), "{error:?}");
 }
+
+/// An HPC job wider than what a minute's work asks for: as many nodes as it spans.
+#[tokio::test]
+async fn an_hpc_job_asks_for_as_many_nodes_as_it_spans() {
+    let mut config = config();
+    config.provision.max_nodes = 4;
+    config.provision.max_pending = 4;
+    // Work alone would want one node: a minute's estimate over a long window.
+    config.provision.grow_after_us = 3600 * SECOND;
+    let mut h = Harness::new();
+    h.root.set_elastic(config);
+    let mut spec = TaskSpec::new(vec!["true".to_owned()]);
+    spec.nodes = 3;
+    let mut answer = h.submit(vec![JobRequest::single(spec)]);
+    h.journal_durable();
+    assert!(answer.try_recv().unwrap().is_ok(), "within --max-nodes");
+    let work = h.round();
+    assert_eq!(work.submits.len(), 3, "{work:?}");
+}
