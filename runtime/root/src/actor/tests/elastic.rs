@@ -72,7 +72,7 @@ fn state(allocation: u64, word: &str) -> (u64, crate::actor::port::JobState) {
 #[tokio::test]
 async fn it_asks_for_allocations_releases_the_idle_one_and_cancels_the_unneeded() {
     let mut h = elastic_harness();
-    let _ = h.submit(vec![array(&["true"], "1-2")]);
+    let _submitted = h.submit(vec![array(&["true"], "1-2")]);
     h.journal_durable();
     // Two tasks of a minute each (no run time seen yet) on 2-core nodes within 10 s:
     // more than the limit of two nodes, both asked for at once.
@@ -160,7 +160,7 @@ async fn it_asks_for_allocations_releases_the_idle_one_and_cancels_the_unneeded(
 #[tokio::test]
 async fn a_refused_submission_ends_the_allocation_with_the_reason() {
     let mut h = elastic_harness();
-    let _ = h.submit(vec![single(&["true"])]);
+    let _submitted = h.submit(vec![single(&["true"])]);
     h.journal_durable();
     let work = h.round();
     assert_eq!(work.submits.len(), 2);
@@ -237,7 +237,7 @@ async fn pause_stops_submissions_and_a_pilot_that_is_not_elastic_says_so() {
     }));
     assert!(answer.try_recv().unwrap().unwrap(), "paused");
     assert!(h.status().provisioning_paused);
-    let _ = h.submit(vec![single(&["true"])]);
+    let _submitted = h.submit(vec![single(&["true"])]);
     h.journal_durable();
     assert!(h.round().submits.is_empty());
 
