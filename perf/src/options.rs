@@ -63,6 +63,9 @@ pub enum Benchmark {
     SlurmStartup,
     /// `/bin/true` tasks per second on 3 Slurm nodes × 4 slots, beside one node.
     SlurmThroughput,
+    /// An elastic pilot with no node: a burst of work to its first task on the
+    /// allocation it asks for, beside Slurm's sbatch → RUNNING.
+    SlurmElastic,
     /// The Python client: no-op calls per second, round trips, commands, idle worker
     /// memory and a cold pilot's first result, beside ProcessPoolExecutor.
     Python,
@@ -99,7 +102,7 @@ pub enum Benchmark {
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 26] = [
+    pub const ALL: [Benchmark; 27] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -115,6 +118,7 @@ impl Benchmark {
         Benchmark::Resume,
         Benchmark::SlurmStartup,
         Benchmark::SlurmThroughput,
+        Benchmark::SlurmElastic,
         Benchmark::Python,
         Benchmark::Parsl,
         Benchmark::Hpc,
@@ -146,6 +150,7 @@ impl Benchmark {
             Benchmark::Resume => "resume",
             Benchmark::SlurmStartup => "slurm-startup",
             Benchmark::SlurmThroughput => "slurm-throughput",
+            Benchmark::SlurmElastic => "slurm-elastic",
             Benchmark::Python => "python",
             Benchmark::Parsl => "parsl",
             Benchmark::Hpc => "hpc",

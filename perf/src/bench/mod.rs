@@ -17,6 +17,7 @@ mod python;
 mod report;
 mod resume;
 mod rust_api;
+mod slurm_elastic;
 mod slurm_startup;
 mod slurm_throughput;
 mod throughput;
@@ -82,7 +83,9 @@ pub fn run_selected(setup: &Setup, selection: &[Benchmark]) -> Report {
 /// Why `benchmark` cannot run here, if it cannot: the Slurm rows need a cluster.
 fn unavailable(benchmark: Benchmark) -> Option<&'static str> {
     match benchmark {
-        Benchmark::SlurmStartup | Benchmark::SlurmThroughput if !slurm::cluster_configured() => {
+        Benchmark::SlurmStartup | Benchmark::SlurmThroughput | Benchmark::SlurmElastic
+            if !slurm::cluster_configured() =>
+        {
             Some(slurm::NO_CLUSTER)
         }
         _ => None,
@@ -113,6 +116,7 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::Resume => resume::run(setup),
         Benchmark::SlurmStartup => slurm_startup::run(setup),
         Benchmark::SlurmThroughput => slurm_throughput::run(setup),
+        Benchmark::SlurmElastic => slurm_elastic::run(setup),
         Benchmark::Python => python::run(setup, benchmark, "python_rows.py", &[]),
         Benchmark::Hpc => hpc::run(setup),
         Benchmark::Rust => rust_api::run(setup),
