@@ -14,6 +14,7 @@ mod app;
 mod chain;
 mod cli;
 mod commands;
+mod elastic;
 mod metrics;
 mod nodes;
 mod progress;

@@ -17,6 +17,8 @@ pub enum TemplateKind {
     Parsl,
     /// Run a program built on the Rust API (`APP`) on a pilot across the allocation.
     App,
+    /// Hold an elastic pilot's root, which asks for allocations of its own.
+    Elastic,
 }
 
 impl TemplateKind {
@@ -27,6 +29,7 @@ impl TemplateKind {
             TemplateKind::Campaign => include_str!("../../sbatch-templates/campaign.sbatch"),
             TemplateKind::Parsl => include_str!("../../sbatch-templates/parsl.sbatch"),
             TemplateKind::App => include_str!("../../sbatch-templates/app.sbatch"),
+            TemplateKind::Elastic => include_str!("../../sbatch-templates/elastic.sbatch"),
         }
     }
 }
@@ -119,6 +122,7 @@ mod tests {
             TemplateKind::Campaign,
             TemplateKind::Parsl,
             TemplateKind::App,
+            TemplateKind::Elastic,
         ] {
             let text = render(kind, &settings);
             assert!(text.contains("#SBATCH --nodes=8 "), "{text}");
@@ -160,6 +164,7 @@ mod tests {
             TemplateKind::Campaign,
             TemplateKind::Parsl,
             TemplateKind::App,
+            TemplateKind::Elastic,
         ] {
             assert_eq!(render(kind, &Settings::default()), kind.text());
         }
