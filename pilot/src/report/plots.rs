@@ -339,22 +339,9 @@ pub fn gantt(digest: &Digest, timeline: &Timeline, gantt: &Gantt) -> Result<Plot
                 kind_colour(b.kind).filled(),
             )
         };
-        for kind in SpanKind::ALL {
-            let colour = kind_colour(kind);
-            chart
-                .draw_series(gantt.bars.iter().filter(|b| b.kind == kind).map(bar))
-                .map_err(draw_error)?
-                .label(kind.label())
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], colour.filled())
-                });
-        }
+        // The colour key is in the caption: drawn inside, it would hide bars.
         chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
+            .draw_series(gantt.bars.iter().map(bar))
             .map_err(draw_error)?;
         area.present().map_err(draw_error)?;
     }
@@ -422,6 +409,7 @@ pub fn stage_histograms(digest: &Digest) -> Result<Vec<Plot>> {
                 .configure_mesh()
                 .x_desc("seconds (log)")
                 .y_desc("tasks")
+                .x_labels(6)
                 .x_label_formatter(&|v| seconds_label(*v))
                 .draw()
                 .map_err(draw_error)?;

@@ -187,6 +187,13 @@ fn retries_replays_and_failure_groups() {
     for kind in SpanKind::ALL {
         assert!(kinds.contains(&kind), "{kind:?} missing from {kinds:?}");
     }
+    // The colour key is in the caption, not drawn over the bars.
+    let plot = crate::report::plots::gantt(&digest, &timeline, &gantt).unwrap();
+    assert!(
+        !plot.svg.contains("failed, retried"),
+        "a key inside the plot"
+    );
+    assert_eq!(plot.legend.len(), 4);
 }
 
 /// A million back-to-back attempts on one lane merge into a handful of bars.
