@@ -56,10 +56,9 @@ pub fn table(status: &StatusReport) -> String {
         "ALLOC", "JOB", "STATE", "SLURM", "NODES", "FIRST", "LEFT"
     );
     for a in &status.allocations {
-        let left = a.seconds_left.map_or_else(
-            || "-".to_owned(),
-            |s| format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60),
-        );
+        let left = a
+            .seconds_left
+            .map_or_else(|| "-".to_owned(), crate::commands::clock);
         let _ = writeln!(
             out,
             "{:<6} {:>9} {:<10} {:<11} {:>5} {:>7} {:>9}  {}",

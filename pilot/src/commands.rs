@@ -232,12 +232,7 @@ pub async fn status(args: DirArgs) -> Result<ExitCode> {
     }
     if let Some(allocation) = &status.allocation {
         let left = match allocation.seconds_left {
-            Some(seconds) => format!(
-                "{}:{:02}:{:02} left",
-                seconds / 3600,
-                seconds / 60 % 60,
-                seconds % 60
-            ),
+            Some(seconds) => format!("{} left", clock(seconds)),
             None => "end time unknown".to_string(),
         };
         writeln!(
@@ -274,6 +269,16 @@ pub async fn status(args: DirArgs) -> Result<ExitCode> {
     }
     std::io::Write::write_all(&mut std::io::stdout(), out.as_bytes())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Seconds as `H:MM:SS` (a time left, as Slurm prints its limits).
+pub(crate) fn clock(seconds: u64) -> String {
+    format!(
+        "{}:{:02}:{:02}",
+        seconds / 3600,
+        seconds / 60 % 60,
+        seconds % 60
+    )
 }
 
 /// `850µs`, `12.3ms`, `4.21s`, `3m05s`, `2h07m`: three digits or so, for a person.

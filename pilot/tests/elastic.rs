@@ -47,27 +47,7 @@ fn an_elastic_pilot_grows_to_its_limit_runs_everything_once_and_shrinks_to_nothi
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let args = [
-        "--elastic",
-        "--nodes-per-allocation",
-        "1",
-        "--max-nodes",
-        "3",
-        "--max-pending",
-        "3",
-        "--policy",
-        "all",
-        "--time",
-        "10m",
-        "--grow-after",
-        "5s",
-        "--idle-release",
-        "5s",
-        "--cores-per-node",
-        "4",
-        "--provision-interval",
-        "1s",
-    ];
+    let args = elastic_args("3", &[]);
     let began = std::time::Instant::now();
     let service = Service::start_args(dir.path(), &args);
     let pilot = service.pilot.clone();

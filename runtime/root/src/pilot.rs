@@ -189,6 +189,18 @@ impl Default for JournalOptions {
     }
 }
 
+/// `command` with the flags declaring what every node offers (agents on nodes of
+/// their own: a Slurm allocation's, an elastic pilot's).
+fn offering(command: &AgentCommand, nodes: &NodeOptions) -> AgentCommand {
+    let mut command = command.clone();
+    command.args.extend(
+        offer::agent_arguments(&nodes.declared, nodes)
+            .into_iter()
+            .map(Into::into),
+    );
+    command
+}
+
 /// What the root needs to ask for an elastic pilot's allocations.
 fn elastic_config(
     elastic: &ElasticOptions,
@@ -196,12 +208,7 @@ fn elastic_config(
     dir: &Path,
     options: &PilotOptions,
 ) -> crate::actor::ElasticConfig {
-    let mut command = command.clone();
-    command.args.extend(
-        offer::agent_arguments(&options.nodes.declared, &options.nodes)
-            .into_iter()
-            .map(Into::into),
-    );
+    let command = offering(command, &options.nodes);
     let pilot = dir
         .file_name()
         .map(|name| name.to_string_lossy().into_owned())
@@ -439,12 +446,7 @@ impl Pilot {
                 fanout,
                 slots_per_node,
             } => {
-                let mut command = command.clone();
-                command.args.extend(
-                    offer::agent_arguments(&options.nodes.declared, &options.nodes)
-                        .into_iter()
-                        .map(Into::into),
-                );
+                let command = offering(command, &options.nodes);
                 let step = srun_agents(
                     &command,
                     dir.path(),

@@ -84,6 +84,21 @@ pub(crate) struct Allocation {
     slurm_state: String,
 }
 
+impl Allocation {
+    /// Its journal record: submitted as `job` (`ended: false`), or ended, and why.
+    fn record(&self, job: u32, ended: bool, unix_us: u64) -> Record {
+        Record::Allocation {
+            allocation: self.id,
+            job_id: job,
+            nodes: self.nodes,
+            first_node: self.first_node,
+            ended,
+            reason: self.reason.clone(),
+            unix_us,
+        }
+    }
+}
+
 /// How long a released allocation's job may take to end before it is cancelled.
 const LINGER: Duration = Duration::from_secs(60);
 
@@ -319,15 +334,7 @@ impl RootState {
                 Ok(job) => {
                     a.job = Some(job.0);
                     a.phase = Phase::Pending;
-                    records.push(Record::Allocation {
-                        allocation: id,
-                        job_id: job.0,
-                        nodes: a.nodes,
-                        first_node: a.first_node,
-                        ended: false,
-                        reason: a.reason.clone(),
-                        unix_us: unix_now,
-                    });
+                    records.push(a.record(job.0, false, unix_now));
                 }
                 Err(error) => {
                     tracing::error!(allocation = id, %error, "the batch system refused an allocation");
@@ -473,15 +480,7 @@ impl Elastic {
                 return true;
             }
             if let Some(job) = a.job {
-                records.push(Record::Allocation {
-                    allocation: a.id,
-                    job_id: job,
-                    nodes: a.nodes,
-                    first_node: a.first_node,
-                    ended: true,
-                    reason: a.reason.clone(),
-                    unix_us: unix_now,
-                });
+                records.push(a.record(job, true, unix_now));
             }
             false
         });
