@@ -105,6 +105,7 @@ mod resources;
 mod scheduler;
 mod speculation;
 mod task;
+mod work;
 
 pub use config::{
     Backoff, CoreConfig, Dependency, DependencyKind, JobSpec, Placement, Speculation,

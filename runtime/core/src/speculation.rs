@@ -70,7 +70,7 @@ struct Class {
 /// Estimates and straggler index. See the module doc.
 #[derive(Debug)]
 pub(crate) struct Stragglers {
-    /// `None`: speculation is off; nothing is recorded or indexed.
+    /// `None`: speculation is off; estimates are kept, nothing is indexed.
     policy: Option<Speculation>,
     /// A B-tree: few classes, and the audit iterates it.
     classes: BTreeMap<u32, Class>,
@@ -94,16 +94,37 @@ impl Stragglers {
         self.policy.is_some()
     }
 
-    /// A successful attempt of `class` ran for `micros`.
+    /// A successful attempt of `class` ran for `micros`. Recorded with speculation off
+    /// too: the estimates also size an elastic pilot's backlog.
     pub(crate) fn record(&mut self, class: u32, micros: u64, now: Time) {
-        if !self.is_enabled() {
-            return;
-        }
+        let enabled = self.is_enabled();
         let entry = self.classes.entry(class).or_default();
         entry.estimate.add(micros);
-        if !entry.waiting.is_empty() {
+        if enabled && !entry.waiting.is_empty() {
             self.refresh(class, now);
         }
+    }
+
+    /// The mean run time of `class`'s successful attempts, in microseconds, once it
+    /// has one.
+    pub(crate) fn mean(&self, class: u32) -> Option<f64> {
+        self.classes
+            .get(&class)
+            .map(|entry| entry.estimate)
+            .filter(|estimate| estimate.samples > 0)
+            .map(|estimate| estimate.mean)
+    }
+
+    /// The mean run time over every class's successful attempts, once there is one.
+    pub(crate) fn overall_mean(&self) -> Option<f64> {
+        let (samples, total) = self.classes.values().fold((0u64, 0.0), |(n, sum), entry| {
+            let estimate = entry.estimate;
+            (
+                n + estimate.samples,
+                sum + estimate.mean * estimate.samples as f64,
+            )
+        });
+        (samples > 0).then(|| total / samples as f64)
     }
 
     /// `attempt` of a speculative job of `class` started at `started` (not after `now`).

@@ -11,6 +11,7 @@ use crate::config::{JobSpec, Placement};
 use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
 use crate::output::{Counts, JobCounts, TerminalState};
 use crate::resources::Resources;
+use crate::work::QueuedWork;
 
 /// Which partition of [`Counts`] a task is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,8 +183,22 @@ impl JobRecord {
         TaskId(self.first_task.0 + u64::from(index))
     }
 
-    /// Moves `amount` tasks between partitions of this job's and the global counters.
-    pub(crate) fn shift(&mut self, global: &mut Counts, from: Bucket, to: Bucket, amount: u32) {
+    /// Moves `amount` tasks between partitions of this job's and the global counters,
+    /// and into or out of the queued work.
+    pub(crate) fn shift(
+        &mut self,
+        global: &mut Counts,
+        work: &mut QueuedWork,
+        from: Bucket,
+        to: Bucket,
+        amount: u32,
+    ) {
+        if from == Bucket::Queued {
+            work.remove(&self.spec, amount);
+        }
+        if to == Bucket::Queued {
+            work.add(&self.spec, amount);
+        }
         *job_count_mut(&mut self.counts, from) -= amount;
         *job_count_mut(&mut self.counts, to) += amount;
         *count_mut(global, from) -= u64::from(amount);

@@ -10,6 +10,7 @@ use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
 use crate::output::Counts;
 use crate::resources::{Resources, Totals};
 use crate::task::{AttemptRecord, CopyState, Phase, TaskRecord};
+use crate::work::QueuedWork;
 
 /// Two pieces of the core's bookkeeping disagree: a bug in the core.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -20,6 +21,9 @@ pub enum ConsistencyError {
     /// The locality bookkeeping disagrees with itself or with the jobs.
     #[error("locality: {problem}")]
     Locality { problem: String },
+    /// The queued work by kind differs from what the jobs' queued tasks add up to.
+    #[error("queued work: the jobs' queued tasks add up to other kinds")]
+    QueuedWork,
     /// A counter differs from what the records add up to.
     #[error("{what}: records add up to {counted}, counter says {recorded}")]
     CountMismatch {
@@ -359,6 +363,15 @@ impl Core {
         expect_equal("succeeded", total.succeeded, self.counts.succeeded)?;
         expect_equal("failed", total.failed, self.counts.failed)?;
         expect_equal("cancelled", total.cancelled, self.counts.cancelled)?;
+        let mut work = QueuedWork::default();
+        for (_, job) in self.jobs.live() {
+            if job.counts.queued > 0 {
+                work.add(&job.spec, job.counts.queued);
+            }
+        }
+        if work != self.work {
+            return Err(ConsistencyError::QueuedWork);
+        }
         Ok(())
     }
 
@@ -556,6 +569,7 @@ impl Core {
             + self.horizon.heap_bytes()
             + self.nodes.heap_bytes()
             + self.stragglers.heap_bytes()
+            + self.work.heap_bytes()
             + self.scratch.capacity() * size_of::<crate::queue::Taken>()
     }
 }

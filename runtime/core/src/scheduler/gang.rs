@@ -273,7 +273,13 @@ impl Core {
             (first.task, index)
         };
         let record = &mut self.jobs[slot(job)];
-        record.shift(&mut self.counts, Bucket::Queued, Bucket::Assigned, 1);
+        record.shift(
+            &mut self.counts,
+            &mut self.work,
+            Bucket::Queued,
+            Bucket::Assigned,
+            1,
+        );
         let limit = record.spec.time_limit;
         for &node in &members {
             self.nodes.debit(node, need);
@@ -453,7 +459,7 @@ impl Core {
         record.phase = Phase::Queued;
         let job_id = record.job;
         let job = &mut self.jobs[slot(job_id)];
-        job.shift(&mut self.counts, from, Bucket::Queued, 1);
+        job.shift(&mut self.counts, &mut self.work, from, Bucket::Queued, 1);
         self.requeue(ReturnedTask { task, job: job_id });
         Disposition::Returned { task }
     }

@@ -92,6 +92,7 @@ impl Core {
             .push(JobRecord::new(stored, max_replays, first_task));
         self.counts.submitted += u64::from(spec.count);
         self.counts.queued += u64::from(spec.count);
+        self.work.add(&stored, spec.count);
         if !self.horizon.track(job, spec.time_limit, self.now) {
             self.horizon.hold(job);
         }
@@ -166,7 +167,13 @@ impl Core {
         if !*started {
             *started = true;
             let job = &mut self.jobs[slot(record.job)];
-            job.shift(&mut self.counts, Bucket::Assigned, Bucket::Running, 1);
+            job.shift(
+                &mut self.counts,
+                &mut self.work,
+                Bucket::Assigned,
+                Bucket::Running,
+                1,
+            );
         }
         self.index_started(attempt, task);
         Ok(())
@@ -406,10 +413,15 @@ impl Core {
         }
         if let Some(range) = fresh {
             let amount = range.end - range.next;
-            let counts = &mut self.counts;
             let record = &mut self.jobs[slot(job)];
             record.mark_range_finished(range.next, range.end);
-            record.shift(counts, Bucket::Queued, Bucket::Cancelled, amount);
+            record.shift(
+                &mut self.counts,
+                &mut self.work,
+                Bucket::Queued,
+                Bucket::Cancelled,
+                amount,
+            );
             self.events.push_back(PendingEvent::CancelledRange {
                 job,
                 first_task,
@@ -440,7 +452,13 @@ impl Core {
             record.phase = Phase::Queued;
             let job_id = record.job;
             let job = &mut self.jobs[slot(job_id)];
-            job.shift(&mut self.counts, Bucket::Delayed, Bucket::Queued, 1);
+            job.shift(
+                &mut self.counts,
+                &mut self.work,
+                Bucket::Delayed,
+                Bucket::Queued,
+                1,
+            );
             self.requeue(ReturnedTask { task, job: job_id });
         }
     }

@@ -136,6 +136,8 @@ pub struct Core {
     gangs: gang::Gangs,
     events: VecDeque<PendingEvent>,
     counts: Counts,
+    /// Queued tasks by kind, for [`Core::backlog`].
+    work: crate::work::QueuedWork,
     /// Reused buffer for [`ReadyQueue::take`].
     scratch: Vec<Taken>,
     /// Nodes that may have work pinned to them in the queue (set when such work is
@@ -231,6 +233,7 @@ impl Core {
             gangs: gang::Gangs::default(),
             events: VecDeque::new(),
             counts: Counts::default(),
+            work: crate::work::QueuedWork::default(),
             scratch: Vec::new(),
             pinned_waiting: std::collections::BTreeSet::new(),
             deps: deps::Dependencies::default(),
@@ -364,7 +367,13 @@ impl Core {
             self.counts.duplicates += 1;
             return Disposition::Duplicate;
         }
-        job.shift(&mut self.counts, from, Bucket::from(state), 1);
+        job.shift(
+            &mut self.counts,
+            &mut self.work,
+            from,
+            Bucket::from(state),
+            1,
+        );
         self.events
             .push_back(PendingEvent::Ready(Event::TaskFinished {
                 task,
@@ -414,11 +423,11 @@ impl Core {
         let delay = self.config.retry_backoff.delay_micros(failures);
         let not_before = self.now.saturating_add_micros(delay);
         if delay == 0 {
-            job.shift(&mut self.counts, from, Bucket::Queued, 1);
+            job.shift(&mut self.counts, &mut self.work, from, Bucket::Queued, 1);
             record.phase = Phase::Queued;
             self.requeue(ReturnedTask { task, job: job_id });
         } else {
-            job.shift(&mut self.counts, from, Bucket::Delayed, 1);
+            job.shift(&mut self.counts, &mut self.work, from, Bucket::Delayed, 1);
             record.phase = Phase::Delayed { not_before };
             self.retry_timers.insert((not_before, task));
         }
@@ -440,7 +449,7 @@ impl Core {
             return self.finish(task, from, TerminalState::Failed);
         }
         self.counts.replays += 1;
-        job.shift(&mut self.counts, from, Bucket::Queued, 1);
+        job.shift(&mut self.counts, &mut self.work, from, Bucket::Queued, 1);
         record.phase = Phase::Queued;
         self.requeue(ReturnedTask { task, job: job_id });
         Disposition::WillReplay { task }

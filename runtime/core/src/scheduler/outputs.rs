@@ -222,7 +222,13 @@ impl Core {
                     record.phase = Phase::dispatched(attempt);
                     let index = record.index;
                     let job = &mut self.jobs[slot(returned.job)];
-                    job.shift(&mut self.counts, Bucket::Queued, Bucket::Assigned, 1);
+                    job.shift(
+                        &mut self.counts,
+                        &mut self.work,
+                        Bucket::Queued,
+                        Bucket::Assigned,
+                        1,
+                    );
                     let limit = job.spec.time_limit;
                     self.attempts
                         .insert(attempt, AttemptRecord::new(returned.task, node, limit));
@@ -241,6 +247,7 @@ impl Core {
                     let limit = record.spec.time_limit;
                     record.shift(
                         &mut self.counts,
+                        &mut self.work,
                         Bucket::Queued,
                         Bucket::Assigned,
                         end - start,

@@ -89,10 +89,17 @@ impl Core {
             .push(JobRecord::new(stored, max_replays, first_task));
         self.counts.submitted += u64::from(spec.count);
         self.counts.queued += u64::from(spec.count);
+        self.work.add(&stored, spec.count);
         let record = &mut self.jobs[slot(job)];
         for &(index, state) in &sorted {
             record.mark_finished(index);
-            record.shift(&mut self.counts, Bucket::Queued, Bucket::from(state), 1);
+            record.shift(
+                &mut self.counts,
+                &mut self.work,
+                Bucket::Queued,
+                Bucket::from(state),
+                1,
+            );
         }
         if !self.horizon.track(job, spec.time_limit, self.now) {
             self.horizon.hold(job);

@@ -92,7 +92,13 @@ impl Core {
         if matches!(record.phase, Phase::InFlight { started: true, .. }) && other_started.is_none()
         {
             let job = &mut self.jobs[slot(record.job)];
-            job.shift(&mut self.counts, Bucket::Running, Bucket::Assigned, 1);
+            job.shift(
+                &mut self.counts,
+                &mut self.work,
+                Bucket::Running,
+                Bucket::Assigned,
+                1,
+            );
         }
         record.phase = Phase::InFlight {
             attempt: other,

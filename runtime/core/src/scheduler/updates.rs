@@ -116,7 +116,12 @@ impl Core {
         if old == time_limit {
             return Ok(());
         }
-        self.job_mut(job).spec.time_limit = time_limit;
+        // Its queued tasks are counted in the queued work under their limit.
+        let record = &mut self.jobs[slot(job)];
+        let queued = record.counts.queued;
+        self.work.remove(&record.spec, queued);
+        record.spec.time_limit = time_limit;
+        self.work.add(&record.spec, queued);
         for attempt in self.unstarted_attempts(job) {
             if let Some(live) = self.attempts.get_mut(&attempt) {
                 live.set_limit(time_limit);

@@ -102,6 +102,9 @@ impl Allocation {
 /// How long a released allocation's job may take to end before it is cancelled.
 const LINGER: Duration = Duration::from_secs(60);
 
+/// A queued task's run time while nothing tells more (no mean, no time limit).
+const DEFAULT_RUN_MICROS: u64 = 60_000_000;
+
 /// The elastic part of the root.
 #[derive(Debug)]
 pub(crate) struct Elastic {
@@ -397,23 +400,11 @@ impl RootState {
         }
     }
 
-    /// The queue as the provisioner sees it: queued tasks, their work estimated from
-    /// the run times seen so far (a minute each before any), one core each, and the
-    /// widest HPC job waiting.
+    /// The queue as the provisioner sees it ([`saker_core::Core::backlog`]): each
+    /// queued task weighs its tags' mean run time so far, else its time limit, else
+    /// the mean over all tags, else a minute.
     fn backlog(&self) -> Backlog {
-        let counts = self.core.counts();
-        let queued = counts.queued;
-        let each = self
-            .log
-            .stages
-            .mean_run_seconds()
-            .unwrap_or(60.0)
-            .max(0.001);
-        Backlog {
-            queued,
-            core_seconds: queued as f64 * each,
-            widest_gang: self.core.widest_queued_gang(),
-        }
+        self.core.backlog(DEFAULT_RUN_MICROS)
     }
 
     /// Whether `node` belongs to an allocation the pilot is ending (its agents leave

@@ -69,11 +69,6 @@ impl Stages {
         }
     }
 
-    /// The mean run time of accepted results so far, in seconds.
-    pub fn mean_run_seconds(&self) -> Option<f64> {
-        (!self.run.is_empty()).then(|| self.run.mean() / 1e6)
-    }
-
     /// Each stage that has samples, in the order a task goes through them.
     pub fn summaries(&self) -> Vec<StageSummary> {
         [

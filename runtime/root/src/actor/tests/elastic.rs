@@ -269,3 +269,22 @@ async fn an_hpc_job_asks_for_as_many_nodes_as_it_spans() {
     let work = h.round();
     assert_eq!(work.submits.len(), 3, "{work:?}");
 }
+
+#[tokio::test]
+async fn time_limits_size_the_backlog_before_any_run_time_is_known() {
+    // 20 tasks limited to one second: 20 core-seconds, one 2-core node drains them
+    // within 10 s. Weighed at the default minute each, they would want both nodes.
+    let mut h = elastic_harness();
+    let mut short = array(&["true"], "1-20");
+    short.spec.time_limit = Some(Duration::from_secs(1));
+    let _submitted = h.submit(vec![short]);
+    h.journal_durable();
+    let work = h.round();
+    assert_eq!(work.submits.len(), 1, "{work:?}");
+
+    let mut h = elastic_harness();
+    let _submitted = h.submit(vec![array(&["true"], "1-20")]);
+    h.journal_durable();
+    let work = h.round();
+    assert_eq!(work.submits.len(), 2, "{work:?}");
+}
