@@ -33,7 +33,7 @@ pub enum Command {
     /// Wait until the pilot's tasks (or the given jobs) have finished.
     Wait(WaitArgs),
     /// Show the pilot's counters, agents and rate.
-    Status(DirArgs),
+    Status(StatusArgs),
     /// A live view of the pilot, redrawn in place: counts, rates, nodes, where tasks'
     /// time goes, recent failures. `q` quits.
     Top(TopArgs),
@@ -95,6 +95,17 @@ pub struct ReportArgs {
     pub output: Option<PathBuf>,
 }
 
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub dir: DirArgs,
+    /// Print the whole snapshot as one JSON object (the protocol's `status` body,
+    /// docs/protocol.md) instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A pilot directory.
 #[derive(Debug, Clone, Args)]
 pub struct DirArgs {
     /// The pilot directory.

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use anyhow::{Context, Result};
 
 use crate::cli::{
-    CancelArgs, DirArgs, ResultsArgs, ResultsFormat, SubmitArgs, UpdateArgs, WaitArgs,
+    CancelArgs, DirArgs, ResultsArgs, ResultsFormat, StatusArgs, SubmitArgs, UpdateArgs, WaitArgs,
 };
 use crate::submission::{Part, requests_from};
 use saker_root::client::{Client, JobUpdate, WaitReport};
@@ -148,9 +148,15 @@ pub async fn wait(args: WaitArgs) -> Result<ExitCode> {
     Ok(exit_for(&report))
 }
 
-pub async fn status(args: DirArgs) -> Result<ExitCode> {
-    let client = connect(&args).await?;
+pub async fn status(args: StatusArgs) -> Result<ExitCode> {
+    let client = connect(&args.dir).await?;
     let status = client.status().await?;
+    if args.json {
+        let mut out = serde_json::to_string(&status)?;
+        out.push('\n');
+        std::io::stdout().write_all(out.as_bytes())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     // Written at once: a closed pipe (`saker status | head`) is an error to return,
     // not a panic.
     let mut out = String::new();

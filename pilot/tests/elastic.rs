@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::slurm::{cluster, job_fields};
 use common::{Service, assert_one_result_per_task, results, run, saker, wait_for};
 use saker_root::records::Record;
+use serde_json::Value;
 
 /// The allocation records of a pilot's journal: (allocation, job id, ended, reason).
 fn allocation_records(pilot: &Path) -> Vec<(u64, u32, bool, String)> {
@@ -93,8 +94,13 @@ fn an_elastic_pilot_grows_to_its_limit_runs_everything_once_and_shrinks_to_nothi
     assert_eq!(alloc_list(&pilot).trim(), "no allocations");
 }
 
-/// The elastic flags of these tests: one-node allocations, decisions every second.
+/// The elastic flags of these tests: one-node allocations, decisions every second,
+/// policy `all`.
 fn elastic_args<'a>(max_nodes: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    policy_args(max_nodes, "all", extra)
+}
+
+fn policy_args<'a>(max_nodes: &'a str, policy: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "--elastic",
         "--max-nodes",
@@ -102,7 +108,7 @@ fn elastic_args<'a>(max_nodes: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
         "--max-pending",
         max_nodes,
         "--policy",
-        "all",
+        policy,
         "--time",
         "10m",
         "--grow-after",
@@ -239,4 +245,95 @@ fn a_resumed_root_adopts_its_running_allocation() {
             state == "COMPLETED" || state == "CANCELLED"
         },
     );
+}
+
+/// `saker status --json`.
+fn status_json(pilot: &Path) -> Value {
+    let output = run(saker().args(["status", "--json", "--dir"]).arg(pilot));
+    assert!(output.status.success());
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// The local cluster's partition set DOWN (Slurm queues jobs there and starts none)
+/// until dropped.
+struct PartitionDown;
+
+impl PartitionDown {
+    fn new() -> PartitionDown {
+        set_partition_state("DOWN");
+        PartitionDown
+    }
+}
+
+impl Drop for PartitionDown {
+    fn drop(&mut self) {
+        set_partition_state("UP");
+    }
+}
+
+fn set_partition_state(state: &str) {
+    let status = std::process::Command::new("scontrol")
+        .args(["update", "PartitionName=debug", &format!("State={state}")])
+        .status()
+        .unwrap();
+    assert!(status.success(), "scontrol update State={state}");
+}
+
+/// While Slurm keeps every allocation pending, each policy asks for what it
+/// promises in its first five decision rounds, with 8 nodes wanted (`--max-nodes 8`,
+/// one-node allocations): `one` one allocation and no more while it pends,
+/// `additive` one a round, `exponential` 1, 2, 4 and the one left, `all` eight at
+/// once. At shutdown the pending allocations are cancelled.
+#[test]
+fn each_policy_asks_for_the_allocations_it_promises() {
+    if !cluster() {
+        return;
+    }
+    let _down = PartitionDown::new();
+    let policies: [(&str, [usize; 5]); 4] = [
+        ("one", [1, 0, 0, 0, 0]),
+        ("additive", [1, 1, 1, 1, 1]),
+        ("exponential", [1, 2, 4, 1, 0]),
+        ("all", [8, 0, 0, 0, 0]),
+    ];
+    for (policy, promised) in policies {
+        let dir = tempfile::tempdir().unwrap();
+        let service = Service::start_args(dir.path(), &policy_args("8", policy, &[]));
+        let pilot = service.pilot.clone();
+        submit_sleeps(&pilot, 1000, "1");
+        let mut status = Value::Null;
+        wait_for("five decision rounds", Duration::from_secs(60), || {
+            status = status_json(&pilot);
+            let allocations = status["allocations"].as_array().unwrap();
+            status["provisioning_rounds"].as_u64().unwrap() >= 5
+                && allocations.iter().all(|a| a["job_id"].is_u64())
+        });
+        let mut asked = [0usize; 5];
+        let mut jobs = Vec::new();
+        for allocation in status["allocations"].as_array().unwrap() {
+            assert_eq!(allocation["state"], "pending", "{policy}: {allocation}");
+            jobs.push(allocation["job_id"].as_u64().unwrap().to_string());
+            // A sixth round may have begun since.
+            let round = allocation["round"].as_u64().unwrap() as usize;
+            assert!(round >= 1, "{policy}: {allocation}");
+            if round <= 5 {
+                asked[round - 1] += 1;
+            }
+        }
+        assert_eq!(asked, promised, "{policy}: allocations asked for per round");
+        drop(service);
+        for job in &jobs {
+            let state = job_fields(job).get("JobState").cloned().unwrap_or_default();
+            assert_eq!(
+                state, "CANCELLED",
+                "{policy}: pending job {job} at shutdown"
+            );
+        }
+        let left = run(std::process::Command::new("squeue").args(["-h", "-o", "%i %j"]));
+        assert!(
+            String::from_utf8_lossy(&left.stdout).trim().is_empty(),
+            "{policy}: jobs left in the queue: {}",
+            String::from_utf8_lossy(&left.stdout)
+        );
+    }
 }

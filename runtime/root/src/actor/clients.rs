@@ -470,6 +470,7 @@ impl RootState {
                 .map(|e| e.statuses(self.timestamp().unix_micros()))
                 .unwrap_or_default(),
             provisioning_paused: self.elastic.as_ref().is_some_and(|e| e.paused()),
+            provisioning_rounds: self.elastic.as_ref().map_or(0, |e| e.rounds()),
             jobs: self.jobs.len() as u64,
             allocation: self.allocation.clone().map(|mut allocation| {
                 let now = self.timestamp().unix_micros();

@@ -82,6 +82,8 @@ pub(crate) struct Allocation {
     reason: String,
     /// Slurm's state word, as last read.
     slurm_state: String,
+    /// The decision round that asked for it (0: adopted after a restart).
+    round: u64,
 }
 
 impl Allocation {
@@ -115,6 +117,9 @@ pub(crate) struct Elastic {
     next_node: u32,
     /// A round's batch work is under way.
     busy: bool,
+    /// Decision rounds so far (status shows them, so a watcher can tell "not yet"
+    /// from "not at all").
+    rounds: u64,
 }
 
 impl Elastic {
@@ -126,6 +131,7 @@ impl Elastic {
             next_id: 0,
             next_node: 0,
             busy: false,
+            rounds: 0,
         }
     }
 
@@ -160,6 +166,7 @@ impl Elastic {
                 ending_since: None,
                 reason: format!("adopted after a restart ({reason})"),
                 slurm_state: String::new(),
+                round: 0,
             });
         }
     }
@@ -170,6 +177,10 @@ impl Elastic {
 
     pub fn paused(&self) -> bool {
         self.provisioner.paused()
+    }
+
+    pub fn rounds(&self) -> u64 {
+        self.rounds
     }
 
     pub fn statuses(&self, now_unix_us: u64) -> Vec<ElasticAllocation> {
@@ -186,6 +197,7 @@ impl Elastic {
                     .end_unix_us
                     .map(|end| end.saturating_sub(now_unix_us) / 1_000_000),
                 reason: a.reason.clone(),
+                round: a.round,
             })
             .collect()
     }
@@ -231,6 +243,7 @@ impl RootState {
             .filter(|v| !matches!(v.state, AllocationState::Ending))
             .collect();
         let decisions = elastic.provisioner.decide(now, &backlog, &views);
+        elastic.rounds += 1;
         let mut work = BatchWork::default();
         let mut records = Vec::new();
         let mut releasing = Vec::new();
@@ -258,6 +271,7 @@ impl RootState {
                         ending_since: None,
                         reason,
                         slurm_state: String::new(),
+                        round: elastic.rounds,
                     });
                 }
                 Decision::Cancel { allocation, reason } => {
@@ -372,6 +386,10 @@ impl RootState {
         if !records.is_empty() {
             self.port
                 .append(records, super::port::AfterJournal::Nothing);
+        }
+        if self.shutting_down {
+            // Submitted while the pilot began shutting down: not wanted any more.
+            self.cancel_pending_allocations();
         }
     }
 

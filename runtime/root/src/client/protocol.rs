@@ -295,6 +295,8 @@ pub struct StatusReport {
     /// whether it has stopped asking for more (`saker alloc pause`).
     pub allocations: Vec<ElasticAllocation>,
     pub provisioning_paused: bool,
+    /// Decision rounds an elastic pilot has made (one each `--provision-interval`).
+    pub provisioning_rounds: u64,
     /// Load per node (agent), ordered by node id.
     pub nodes: Vec<NodeLoad>,
     /// Queued tasks that cannot finish before the pilot's walltime deadline (they
@@ -377,6 +379,9 @@ pub struct ElasticAllocation {
     pub seconds_left: Option<u64>,
     /// Why the pilot asked for it (or is ending it).
     pub reason: String,
+    /// The decision round that asked for it (rounds count from 1; 0: adopted after a
+    /// restart).
+    pub round: u64,
 }
 
 /// Percentiles of one stage over every accepted result (hdrhistogram, 1 % precision).
