@@ -27,6 +27,7 @@ const FUNCTIONS: &[&str] = &[
     "slurm_hostlist_shift",
     "slurm_hostlist_destroy",
     "slurm_load_job",
+    "slurm_load_job_user",
     "slurm_free_job_info_msg",
     "slurm_job_cpus_allocated_on_node_id",
     "slurm_job_state_string",

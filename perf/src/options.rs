@@ -66,6 +66,9 @@ pub enum Benchmark {
     /// An elastic pilot with no node: a burst of work to its first task on the
     /// allocation it asks for, beside Slurm's sbatch → RUNNING.
     SlurmElastic,
+    /// Node-seconds a bursty workload costs under each elastic policy, beside the
+    /// ideal (Falkon's comparison).
+    SlurmPolicies,
     /// The Python client: no-op calls per second, round trips, commands, idle worker
     /// memory and a cold pilot's first result, beside ProcessPoolExecutor.
     Python,
@@ -102,7 +105,7 @@ pub enum Benchmark {
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 27] = [
+    pub const ALL: [Benchmark; 28] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -119,6 +122,7 @@ impl Benchmark {
         Benchmark::SlurmStartup,
         Benchmark::SlurmThroughput,
         Benchmark::SlurmElastic,
+        Benchmark::SlurmPolicies,
         Benchmark::Python,
         Benchmark::Parsl,
         Benchmark::Hpc,
@@ -151,6 +155,7 @@ impl Benchmark {
             Benchmark::SlurmStartup => "slurm-startup",
             Benchmark::SlurmThroughput => "slurm-throughput",
             Benchmark::SlurmElastic => "slurm-elastic",
+            Benchmark::SlurmPolicies => "slurm-policies",
             Benchmark::Python => "python",
             Benchmark::Parsl => "parsl",
             Benchmark::Hpc => "hpc",

@@ -23,6 +23,8 @@ pub enum Unit {
     NanosPerJob,
     /// Heap bytes one dependency edge holds while its job waits.
     BytesPerEdge,
+    /// Batch allocations' nodes times their run time.
+    NodeSeconds,
 }
 
 impl Unit {
@@ -37,6 +39,7 @@ impl Unit {
             Unit::NanosPerEdge => "nanoseconds_per_edge",
             Unit::NanosPerJob => "nanoseconds_per_job",
             Unit::BytesPerEdge => "bytes_per_edge",
+            Unit::NodeSeconds => "node_seconds",
         }
     }
 
@@ -55,6 +58,7 @@ impl Unit {
             Unit::NanosPerEdge => format!("{value:.0} ns/edge"),
             Unit::NanosPerJob => format!("{value:.0} ns/job"),
             Unit::BytesPerEdge => format!("{value:.1} B/edge"),
+            Unit::NodeSeconds => format!("{value:.0} node-s"),
         }
     }
 }

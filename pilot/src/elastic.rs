@@ -38,9 +38,10 @@ pub struct ElasticArgs {
     /// Grow when the queued work would take longer than this on the nodes it has.
     #[arg(long, default_value = "1m", requires = "elastic")]
     pub grow_after: String,
-    /// Replace an allocation this close to its end while work remains.
-    #[arg(long, default_value = "10m", requires = "elastic")]
-    pub replace_ahead: String,
+    /// Replace an allocation this close to its end while work remains (default: 10m,
+    /// or a quarter of --time if that is shorter; must be shorter than --time).
+    #[arg(long, requires = "elastic")]
+    pub replace_ahead: Option<String>,
     /// Cores a node is expected to have, for sizing before one has joined.
     #[arg(long, default_value_t = 1, requires = "elastic")]
     pub cores_per_node: u32,
@@ -71,6 +72,22 @@ impl ElasticArgs {
             );
         }
         let time = duration("time", &self.time)?;
+        // An allocation counts as ending within `replace_ahead` of its end: one as
+        // long would be ending from its start, and replaced the round it runs.
+        let replace_ahead = match &self.replace_ahead {
+            Some(text) => {
+                let ahead = duration("replace-ahead", text)?;
+                if ahead >= time {
+                    anyhow::bail!(
+                        "--replace-ahead {text} is not shorter than --time {}: every \
+                         allocation would be replaced as soon as it runs",
+                        self.time
+                    );
+                }
+                ahead
+            }
+            None => (time / 4).min(std::time::Duration::from_secs(600)),
+        };
         Ok(Some(saker_root::ElasticOptions {
             provision: saker_core::provision::ProvisionConfig {
                 policy: self.policy.parse().map_err(anyhow::Error::msg)?,
@@ -80,7 +97,7 @@ impl ElasticArgs {
                 max_pending: self.max_pending.max(1),
                 grow_after_us: micros(duration("grow-after", &self.grow_after)?),
                 idle_release_us: micros(duration("idle-release", &self.idle_release)?),
-                replace_ahead_us: micros(duration("replace-ahead", &self.replace_ahead)?),
+                replace_ahead_us: micros(replace_ahead),
             },
             round: duration("provision-interval", &self.provision_interval)?
                 .max(std::time::Duration::from_millis(100)),
@@ -136,8 +153,22 @@ mod tests {
             (8, 2)
         );
         assert_eq!(provision.idle_release_us, 90_000_000);
+        assert_eq!(
+            provision.replace_ahead_us, 600_000_000,
+            "10m of a 2h allocation"
+        );
         assert_eq!(elastic.time_limit_minutes, Some(120));
         assert_eq!(elastic.fanout, 8);
+    }
+
+    #[test]
+    fn a_short_allocation_is_replaced_a_quarter_of_its_time_ahead() {
+        let elastic = options(&["--elastic", "--time", "10m"]).unwrap().unwrap();
+        assert_eq!(elastic.provision.replace_ahead_us, 150_000_000);
+        let elastic = options(&["--elastic", "--time", "10m", "--replace-ahead", "1m"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(elastic.provision.replace_ahead_us, 60_000_000);
     }
 
     #[test]
@@ -158,6 +189,11 @@ mod tests {
         assert!(format!("{error:#}").contains("--max-nodes 1"), "{error:#}");
         let error = options(&["--elastic", "--idle-release", "soon"]).unwrap_err();
         assert!(format!("{error:#}").contains("--idle-release"), "{error:#}");
+        let error = options(&["--elastic", "--time", "10m", "--replace-ahead", "10m"]).unwrap_err();
+        assert!(
+            format!("{error:#}").contains("--replace-ahead 10m"),
+            "{error:#}"
+        );
         // Elastic settings without --elastic are a mistake, not ignored.
         assert!(options(&["--max-nodes", "4"]).is_err());
     }

@@ -38,7 +38,7 @@ fn alloc_list(pilot: &Path) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// 600 tasks of half a second on an elastic pilot with no node: it asks for three
+/// 2,000 one-second tasks on an elastic pilot with no node: it asks for three
 /// one-node allocations (policy `all`, `--max-nodes 3`), runs every task exactly once
 /// on their agents, then, idle, releases them: their jobs end COMPLETED and nothing
 /// is left pending or running.
@@ -55,14 +55,14 @@ fn an_elastic_pilot_grows_to_its_limit_runs_everything_once_and_shrinks_to_nothi
     let submitted = run(saker()
         .args(["submit", "--dir"])
         .arg(&pilot)
-        .args(["--array", "1-600", "--", "sleep", "0.5"]));
+        .args(["--array", "1-2000", "--", "sleep", "1"]));
     assert!(submitted.status.success());
     let waited = run(saker().args(["wait", "--dir"]).arg(&pilot));
     assert!(waited.status.success(), "every task succeeds");
     eprintln!("all done after {:?}", began.elapsed());
     let records = results(&pilot);
-    assert_eq!(records.len(), 600);
-    assert_one_result_per_task(&records, 600);
+    assert_eq!(records.len(), 2000);
+    assert_one_result_per_task(&records, 2000);
     let submitted: BTreeMap<u64, u32> = allocation_records(&pilot)
         .into_iter()
         .filter(|(_, _, ended, _)| !ended)
@@ -92,6 +92,12 @@ fn an_elastic_pilot_grows_to_its_limit_runs_everything_once_and_shrinks_to_nothi
         assert_eq!(state, "COMPLETED", "job {job}");
     }
     assert_eq!(alloc_list(&pilot).trim(), "no allocations");
+    let left = run(std::process::Command::new("squeue").args(["-h", "-o", "%i %j"]));
+    assert!(
+        String::from_utf8_lossy(&left.stdout).trim().is_empty(),
+        "jobs left in the queue: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
 }
 
 /// The elastic flags of these tests: one-node allocations, decisions every second,

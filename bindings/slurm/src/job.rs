@@ -75,6 +75,22 @@ pub fn job_info(job_id: JobId) -> Result<JobInfo, SlurmError> {
     }
 }
 
+/// Every job of this process's user that the controller still knows (pending,
+/// running, and ended within its `MinJobAge`), from `slurm_load_job_user`. A pilot
+/// finds its own jobs among them by name.
+///
+/// Errors: as [`job_info`], except that no job is an empty list.
+pub fn user_jobs() -> Result<Vec<JobInfo>, SlurmError> {
+    #[cfg(saker_slurm)]
+    {
+        crate::libslurm::load_own_jobs()
+    }
+    #[cfg(not(saker_slurm))]
+    {
+        Err(SlurmError::Unavailable)
+    }
+}
+
 /// The job this process runs in (`SLURM_JOB_ID`): from the controller, or from the
 /// environment ([`JobInfo::from_env`], no end time) when this build has no libslurm or
 /// no configuration is found. Other errors (controller unreachable) are returned, not

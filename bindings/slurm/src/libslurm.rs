@@ -3,8 +3,9 @@
 //! Ownership rules followed here (Slurm 22.05):
 //! * strings we pass are `CString`s that outlive the call; libslurm copies what it keeps;
 //! * `slurm_hostlist_shift` returns `malloc`ed strings: copied, then `libc::free`d;
-//! * `slurm_load_job` / `slurm_submit_batch_job` allocate their responses: freed by a
-//!   guard with `slurm_free_job_info_msg` / `slurm_free_submit_response_response_msg`;
+//! * `slurm_load_job`, `slurm_load_job_user` and `slurm_submit_batch_job` allocate
+//!   their responses: freed by a guard with `slurm_free_job_info_msg` /
+//!   `slurm_free_submit_response_response_msg`;
 //! * `slurm_strerror` and `slurm_job_state_string` return static strings: never freed;
 //! * `slurm_get_errno` is per thread: read right after the failing call.
 
@@ -181,6 +182,40 @@ pub(crate) fn load_job(job_id: JobId) -> Result<JobInfo, SlurmError> {
         .or(records.first())
         .ok_or(SlurmError::UnknownJob { job_id })?;
     job_info_from(record)
+}
+
+/// Every job of this process's user the controller still knows
+/// (`slurm_load_job_user`).
+pub(crate) fn load_own_jobs() -> Result<Vec<JobInfo>, SlurmError> {
+    ensure_initialized()?;
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let mut message: *mut sys::job_info_msg_t = ptr::null_mut();
+    let flags = sys::SHOW_ALL as u16;
+    // SAFETY: `message` is a valid out-pointer; on success libslurm stores a response
+    // that we own and free (JobInfoMessage).
+    let rc = unsafe { sys::slurm_load_job_user(&mut message, uid, flags) };
+    if rc != 0 {
+        return Err(SlurmError::Call {
+            call: "slurm_load_job_user",
+            source: last_errno(),
+        });
+    }
+    if message.is_null() {
+        return Ok(Vec::new());
+    }
+    let message = JobInfoMessage(message);
+    // SAFETY: as in `load_job`: `record_count` initialized records (or NULL), alive
+    // as long as `message`.
+    let records = unsafe {
+        let response = &*message.0;
+        if response.job_array.is_null() {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(response.job_array, response.record_count as usize)
+        }
+    };
+    records.iter().map(job_info_from).collect()
 }
 
 fn job_info_from(record: &sys::slurm_job_info_t) -> Result<JobInfo, SlurmError> {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use saker_slurm::{
     BatchRequest, JobId, JobInfo, SlurmError, cancel, expand_hostlist, expand_hostlist_fallback,
-    job_info, submit_batch,
+    job_info, submit_batch, user_jobs,
 };
 
 const SKIP_CLUSTER: &str = "skipped: no Slurm cluster (start scripts/slurm-cluster/up.sh)";
@@ -460,6 +460,40 @@ fn unknown_job_is_reported_as_such() {
     assert!(
         matches!(cancel(job_id, None), Err(SlurmError::UnknownJob { job_id: id }) if id == job_id)
     );
+}
+
+#[test]
+fn own_jobs_are_listed_with_their_names_and_states() {
+    if !cluster_or_skip() {
+        return;
+    }
+    let scratch = Scratch::new("own");
+    let first = submit(&request("#!/bin/sh\nsleep 30\n", 1, &scratch.0, "own-1"));
+    let second = submit(&BatchRequest {
+        dependency: Some(format!("afterany:{}", first.0)),
+        ..request("#!/bin/sh\ntrue\n", 1, &scratch.0, "own-2")
+    });
+    let jobs = user_jobs().expect("this user's jobs");
+    for (job, name) in [(&first, "saker-test-own-1"), (&second, "saker-test-own-2")] {
+        let listed = jobs
+            .iter()
+            .find(|info| info.job_id == job.0)
+            .unwrap_or_else(|| panic!("job {} not listed: {jobs:?}", job.0));
+        assert_eq!(listed.name, name);
+        assert!(
+            matches!(listed.state.as_str(), "PENDING" | "RUNNING"),
+            "{listed:?}"
+        );
+    }
+    // The second waits for the first (30 s): PENDING for both views.
+    assert_eq!(
+        jobs.iter()
+            .find(|info| info.job_id == second.0)
+            .unwrap()
+            .state,
+        "PENDING"
+    );
+    assert_eq!(field(&scontrol_job(second.0), "JobState"), "PENDING");
 }
 
 #[test]

@@ -18,6 +18,7 @@ mod report;
 mod resume;
 mod rust_api;
 mod slurm_elastic;
+mod slurm_policies;
 mod slurm_startup;
 mod slurm_throughput;
 mod throughput;
@@ -83,7 +84,10 @@ pub fn run_selected(setup: &Setup, selection: &[Benchmark]) -> Report {
 /// Why `benchmark` cannot run here, if it cannot: the Slurm rows need a cluster.
 fn unavailable(benchmark: Benchmark) -> Option<&'static str> {
     match benchmark {
-        Benchmark::SlurmStartup | Benchmark::SlurmThroughput | Benchmark::SlurmElastic
+        Benchmark::SlurmStartup
+        | Benchmark::SlurmThroughput
+        | Benchmark::SlurmElastic
+        | Benchmark::SlurmPolicies
             if !slurm::cluster_configured() =>
         {
             Some(slurm::NO_CLUSTER)
@@ -117,6 +121,7 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::SlurmStartup => slurm_startup::run(setup),
         Benchmark::SlurmThroughput => slurm_throughput::run(setup),
         Benchmark::SlurmElastic => slurm_elastic::run(setup),
+        Benchmark::SlurmPolicies => slurm_policies::run(setup),
         Benchmark::Python => python::run(setup, benchmark, "python_rows.py", &[]),
         Benchmark::Hpc => hpc::run(setup),
         Benchmark::Rust => rust_api::run(setup),

@@ -120,6 +120,8 @@ pub(crate) struct Elastic {
     /// Decision rounds so far (status shows them, so a watcher can tell "not yet"
     /// from "not at all").
     rounds: u64,
+    /// A resumed pilot first looks for jobs of its own the journal does not know.
+    find_strays: bool,
 }
 
 impl Elastic {
@@ -132,6 +134,7 @@ impl Elastic {
             next_node: 0,
             busy: false,
             rounds: 0,
+            find_strays: false,
         }
     }
 
@@ -169,6 +172,44 @@ impl Elastic {
                 round: 0,
             });
         }
+    }
+
+    /// The root was restored from its journal: before its first decision it looks
+    /// for *strays*, jobs of its own that no live allocation of the journal names
+    /// (submitted in the instant before a crash, before their job id was journaled,
+    /// or ended in the journal but still alive in Slurm), and cancels them.
+    pub fn resumed(&mut self) {
+        self.find_strays = true;
+    }
+
+    /// The job-name prefix of this pilot's allocations (`{job_name}-{id}`).
+    fn name_prefix(&self) -> String {
+        format!("{}-", self.config.job_name)
+    }
+
+    /// Of the jobs found by name, those to cancel: not ended, and no live allocation
+    /// of this pilot. Allocation numbers they took are not given out again.
+    fn strays(
+        &mut self,
+        found: &[(saker_slurm::JobId, String, String)],
+    ) -> Vec<saker_slurm::JobId> {
+        let prefix = self.name_prefix();
+        let mut strays = Vec::new();
+        for (job, name, state) in found {
+            let Some(id) = name
+                .strip_prefix(&prefix)
+                .and_then(|rest| rest.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            self.next_id = self.next_id.max(id + 1);
+            let live = self.allocations.iter().any(|a| a.job == Some(job.0));
+            if !live && !is_terminal(state) {
+                tracing::warn!(%job, %name, %state, "cancelling a job of this pilot that its journal does not know");
+                strays.push(*job);
+            }
+        }
+        strays
     }
 
     pub fn pause(&mut self, paused: bool) {
@@ -213,9 +254,24 @@ impl RootState {
         if self.elastic.as_ref().is_some_and(|e| e.busy) || self.shutting_down {
             return;
         }
+        if let Some(elastic) = self.elastic.as_mut()
+            && elastic.find_strays
+        {
+            elastic.find_strays = false;
+            elastic.busy = true;
+            let work = BatchWork {
+                find_named: Some(elastic.name_prefix()),
+                ..BatchWork::default()
+            };
+            self.port.batch(work);
+            return;
+        }
         let now = self.now();
         self.note_agents(now);
         let backlog = self.backlog();
+        // Agents numbered beyond what the journal knows (a stray allocation's, found
+        // late) keep their numbers: new allocations start above them.
+        let above_nodes = self.nodes.keys().map(|node| node.0 + 1).max().unwrap_or(0);
         let unix_now = self.timestamp().unix_micros();
         let Some(elastic) = self.elastic.as_mut() else {
             return;
@@ -244,6 +300,7 @@ impl RootState {
             .collect();
         let decisions = elastic.provisioner.decide(now, &backlog, &views);
         elastic.rounds += 1;
+        elastic.next_node = elastic.next_node.max(above_nodes);
         let mut work = BatchWork::default();
         let mut records = Vec::new();
         let mut releasing = Vec::new();
@@ -342,6 +399,16 @@ impl RootState {
             return;
         };
         elastic.busy = false;
+        let strays = elastic.strays(&outcome.found);
+        if !strays.is_empty() {
+            self.port.batch(BatchWork {
+                cancels: strays,
+                ..BatchWork::default()
+            });
+        }
+        let Some(elastic) = self.elastic.as_mut() else {
+            return;
+        };
         let mut records = Vec::new();
         for (id, submitted) in outcome.submitted {
             let Some(a) = elastic.allocations.iter_mut().find(|a| a.id == id) else {

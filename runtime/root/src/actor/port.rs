@@ -77,6 +77,8 @@ pub struct BatchWork {
     pub cancels: Vec<saker_slurm::JobId>,
     /// (allocation, job) whose state to read.
     pub queries: Vec<(u64, saker_slurm::JobId)>,
+    /// List this user's jobs whose names start with this (a resumed pilot's own).
+    pub find_named: Option<String>,
 }
 
 /// A job's state word and end (unix µs), or why it could not be read.
@@ -88,6 +90,8 @@ pub type JobState = Result<(String, Option<u64>), String>;
 pub struct BatchOutcome {
     pub submitted: Vec<(u64, Result<saker_slurm::JobId, String>)>,
     pub states: Vec<(u64, JobState)>,
+    /// For [`BatchWork::find_named`]: (job, name, state word) of each job found.
+    pub found: Vec<(saker_slurm::JobId, String, String)>,
 }
 
 impl BatchWork {
@@ -115,6 +119,16 @@ impl BatchWork {
                 })
                 .map_err(|e| e.to_string());
             outcome.states.push((allocation, state));
+        }
+        if let Some(prefix) = self.find_named {
+            match saker_slurm::user_jobs() {
+                Ok(jobs) => outcome.found.extend(
+                    jobs.into_iter()
+                        .filter(|info| info.name.starts_with(&prefix))
+                        .map(|info| (info.job_id, info.name, info.state)),
+                ),
+                Err(error) => tracing::warn!(%error, "listing the pilot's own jobs failed"),
+            }
         }
         outcome
     }

@@ -300,6 +300,9 @@ impl RootState {
         // A pending occurrence that ended before the old root stopped has its next
         // one now; one that had not is queued again and runs, late if its time passed.
         self.poll_schedules();
+        if let Some(elastic) = self.elastic.as_mut() {
+            elastic.resumed();
+        }
         Ok(summary)
     }
 }

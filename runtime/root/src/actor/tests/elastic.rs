@@ -102,6 +102,7 @@ async fn it_asks_for_allocations_releases_the_idle_one_and_cancels_the_unneeded(
             (1, Ok(saker_slurm::JobId(501))),
         ],
         states: Vec::new(),
+        ..BatchOutcome::default()
     }));
     assert_eq!(h.allocation_records(), [(0, 500, false), (1, 501, false)]);
 
@@ -119,6 +120,7 @@ async fn it_asks_for_allocations_releases_the_idle_one_and_cancels_the_unneeded(
     h.handle(RootMsg::Batch(BatchOutcome {
         submitted: Vec::new(),
         states: vec![state(0, "RUNNING"), state(1, "CANCELLED")],
+        ..BatchOutcome::default()
     }));
     assert_eq!(h.allocation_records(), [(1, 501, true)]);
     let allocations = h.status().allocations;
@@ -152,6 +154,7 @@ async fn it_asks_for_allocations_releases_the_idle_one_and_cancels_the_unneeded(
     h.handle(RootMsg::Batch(BatchOutcome {
         submitted: Vec::new(),
         states: vec![state(0, "COMPLETED")],
+        ..BatchOutcome::default()
     }));
     assert_eq!(h.allocation_records(), [(0, 500, true)]);
     assert!(h.status().allocations.is_empty());
@@ -170,6 +173,7 @@ async fn a_refused_submission_ends_the_allocation_with_the_reason() {
             (1, Ok(saker_slurm::JobId(7))),
         ],
         states: Vec::new(),
+        ..BatchOutcome::default()
     }));
     // Never submitted: nothing to adopt or end in the journal.
     assert_eq!(h.allocation_records(), [(1, 7, false)]);
@@ -215,6 +219,19 @@ async fn a_resumed_root_adopts_its_allocations_instead_of_asking_again() {
         (allocations[0].allocation, allocations[0].job_id),
         (4, Some(900))
     );
+    // First, strays: none beyond the adopted one.
+    let work = h.round();
+    assert_eq!(work.find_named.as_deref(), Some("saker-test-"), "{work:?}");
+    assert!(work.submits.is_empty());
+    h.handle(RootMsg::Batch(BatchOutcome {
+        found: vec![(
+            saker_slurm::JobId(900),
+            "saker-test-4".into(),
+            "RUNNING".into(),
+        )],
+        ..BatchOutcome::default()
+    }));
+    assert!(h.port.with(|r| r.batches.is_empty()), "nothing to cancel");
     // One task of a minute, wanted: 6 nodes' worth in 10 s, capped at 2. The adopted
     // one counts: one more is asked for, numbered after both.
     let work = h.round();
@@ -287,4 +304,59 @@ async fn time_limits_size_the_backlog_before_any_run_time_is_known() {
     h.journal_durable();
     let work = h.round();
     assert_eq!(work.submits.len(), 2, "{work:?}");
+}
+
+#[tokio::test]
+async fn a_resumed_root_cancels_jobs_of_its_own_the_journal_does_not_know() {
+    let mut h = elastic_harness();
+    let adopted = Record::Allocation {
+        allocation: 0,
+        job_id: 900,
+        nodes: 1,
+        first_node: 0,
+        ended: false,
+        reason: "earlier".into(),
+        unix_us: UNIX_ORIGIN_US,
+    };
+    let released = Record::Allocation {
+        allocation: 1,
+        job_id: 901,
+        nodes: 1,
+        first_node: 1,
+        ended: true,
+        reason: "released".into(),
+        unix_us: UNIX_ORIGIN_US,
+    };
+    h.restore(vec![adopted, released]).unwrap();
+    let work = h.round();
+    assert_eq!(work.find_named.as_deref(), Some("saker-test-"));
+    let found = |job: u32, name: &str, state: &str| {
+        (saker_slurm::JobId(job), name.to_owned(), state.to_owned())
+    };
+    h.handle(RootMsg::Batch(BatchOutcome {
+        found: vec![
+            found(900, "saker-test-0", "RUNNING"),
+            // Ended in the journal, still running: its release did not finish.
+            found(901, "saker-test-1", "RUNNING"),
+            // Submitted just before the crash, never journaled.
+            found(902, "saker-test-2", "PENDING"),
+            found(903, "saker-test-3", "COMPLETED"),
+            found(904, "saker-test-x", "RUNNING"),
+        ],
+        ..BatchOutcome::default()
+    }));
+    let cancels = h.port.with(|r| r.batches.pop()).expect("strays cancelled");
+    assert_eq!(
+        cancels.cancels,
+        [saker_slurm::JobId(901), saker_slurm::JobId(902)]
+    );
+    // Allocation numbers seen in Slurm are not given out again.
+    let _submitted = h.submit(vec![array(&["true"], "1-4")]);
+    h.journal_durable();
+    let work = h.round();
+    assert_eq!(work.submits.len(), 1, "{work:?}");
+    assert_eq!(
+        work.submits[0].request.name.as_deref(),
+        Some("saker-test-4")
+    );
 }
