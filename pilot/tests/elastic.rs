@@ -101,7 +101,7 @@ fn an_elastic_pilot_grows_to_its_limit_runs_everything_once_and_shrinks_to_nothi
 }
 
 /// The elastic flags of these tests: one-node allocations, decisions every second,
-/// policy `all`.
+/// policy `all`, and `extra` (flag-value pairs).
 fn elastic_args<'a>(max_nodes: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     policy_args(max_nodes, "all", extra)
 }
@@ -130,7 +130,13 @@ fn policy_args<'a>(max_nodes: &'a str, policy: &'a str, extra: &[&'a str]) -> Ve
         "--heartbeat-timeout",
         "2s",
     ];
-    args.extend_from_slice(extra);
+    // `extra` is flag-value pairs; a flag given here replaces the one above.
+    for pair in extra.chunks(2) {
+        match args.iter().position(|flag| *flag == pair[0]) {
+            Some(at) => args[at + 1] = pair[1],
+            None => args.extend_from_slice(pair),
+        }
+    }
     args
 }
 
@@ -316,9 +322,16 @@ fn each_policy_asks_for_the_allocations_it_promises() {
         });
         let mut asked = [0usize; 5];
         let mut jobs = Vec::new();
+        let pilot_id = status["pilot_id"].as_str().unwrap().to_owned();
         for allocation in status["allocations"].as_array().unwrap() {
             assert_eq!(allocation["state"], "pending", "{policy}: {allocation}");
-            jobs.push(allocation["job_id"].as_u64().unwrap().to_string());
+            let job = allocation["job_id"].as_u64().unwrap().to_string();
+            // Named after the pilot's id: a resumed root finds its own jobs so.
+            assert_eq!(
+                job_fields(&job).get("JobName").cloned().unwrap_or_default(),
+                format!("saker-{}-{}", &pilot_id[..12], allocation["allocation"]),
+            );
+            jobs.push(job);
             // A sixth round may have begun since.
             let round = allocation["round"].as_u64().unwrap() as usize;
             assert!(round >= 1, "{policy}: {allocation}");
@@ -342,4 +355,128 @@ fn each_policy_asks_for_the_allocations_it_promises() {
             String::from_utf8_lossy(&left.stdout)
         );
     }
+}
+
+/// Microseconds since the epoch of a result's timestamp field.
+fn micros(record: &Value, field: &str) -> u64 {
+    record[field]
+        .as_str()
+        .unwrap()
+        .parse::<saker_root::results::Timestamp>()
+        .unwrap()
+        .unix_micros()
+}
+
+/// A campaign longer than an allocation's one-minute time limit, wanting one node at
+/// a time (`--grow-after 10m`, room for two): the replacement of an allocation is
+/// asked for while it still runs (`--replace-ahead 30s`), the old one drains (no new
+/// work a few seconds before its end) and is released before Slurm's limit, with no
+/// task lost; the work goes on without a gap, and every task ends once.
+#[test]
+fn a_campaign_longer_than_an_allocation_is_replaced_ahead_without_a_gap() {
+    if !cluster() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let args = policy_args(
+        "2",
+        "additive",
+        &[
+            "--time",
+            "1m",
+            "--replace-ahead",
+            "30s",
+            "--grow-after",
+            "10m",
+        ],
+    );
+    let service = Service::start_args(dir.path(), &args);
+    let pilot = service.pilot.clone();
+    submit_sleeps(&pilot, 600, "1");
+    let waited = run(saker().args(["wait", "--dir"]).arg(&pilot));
+    assert!(waited.status.success(), "every task succeeds");
+    let records = results(&pilot);
+    assert_one_result_per_task(&records, 600);
+
+    let journal = allocation_records_timed(&pilot);
+    let submitted: Vec<_> = journal.iter().filter(|r| !r.ended).collect();
+    assert!(submitted.len() >= 2, "replaced: {journal:?}");
+    let first_end = journal
+        .iter()
+        .find(|r| r.ended && r.allocation == submitted[0].allocation);
+    // Asked for while the first still ran: before its end was journaled, if it ended.
+    if let Some(end) = first_end {
+        assert!(
+            submitted[1].unix_us < end.unix_us,
+            "the replacement came after the end: {journal:?}"
+        );
+    }
+    // Drained before Slurm's limit: released once idle, nothing lost to the limit.
+    let drained = allocation_reasons(&pilot)
+        .into_iter()
+        .filter(|reason| reason == "drained before its end")
+        .count();
+    assert!(drained >= 1, "no allocation was drained: {journal:?}");
+    let replayed = records
+        .iter()
+        .flat_map(|r| r["history"].as_array().unwrap())
+        .filter(|note| note["end"] == "lost")
+        .count();
+    assert_eq!(replayed, 0, "work was lost at an allocation's end");
+    // No gap: some task ran at every instant from the first start to the last end
+    // (allowing a dispatch round trip between tasks).
+    let mut spans: Vec<(u64, u64)> = records
+        .iter()
+        .map(|r| (micros(r, "start_time"), micros(r, "end_time")))
+        .collect();
+    spans.sort_unstable();
+    let mut covered = spans[0].1;
+    let mut widest_gap = 0;
+    for &(start, end) in &spans[1..] {
+        widest_gap = widest_gap.max(start.saturating_sub(covered));
+        covered = covered.max(end);
+    }
+    assert!(
+        widest_gap < 2_000_000,
+        "work stopped for {:.1} s between allocations: {journal:?}",
+        widest_gap as f64 / 1e6
+    );
+    drop(service);
+}
+
+/// One allocation record with its time.
+#[derive(Debug)]
+struct Timed {
+    allocation: u64,
+    ended: bool,
+    unix_us: u64,
+}
+
+fn allocation_records_timed(pilot: &Path) -> Vec<Timed> {
+    let journal = pilot.join("journal");
+    saker_journal::JournalReader::<Record>::open(&journal)
+        .unwrap()
+        .filter_map(|record| match record.unwrap() {
+            Record::Allocation {
+                allocation,
+                ended,
+                unix_us,
+                ..
+            } => Some(Timed {
+                allocation,
+                ended,
+                unix_us,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The reasons of the journal's allocation-ended records.
+fn allocation_reasons(pilot: &Path) -> Vec<String> {
+    allocation_records(pilot)
+        .into_iter()
+        .filter(|(_, _, ended, _)| *ended)
+        .map(|(_, _, _, reason)| reason)
+        .collect()
 }

@@ -50,6 +50,8 @@ pub(crate) struct NodeRecord {
     /// What those attempts occupy: capacity minus this is what is really free, which
     /// is what a gang needs (credit may include a prefetch margin).
     pub(crate) in_use: Resources,
+    /// It takes no more work ([`Nodes::close`]): credit it sends is ignored.
+    pub(crate) closed: bool,
 }
 
 impl NodeRecord {
@@ -112,6 +114,7 @@ impl Nodes {
                 place: Place::Idle,
                 attempts: BTreeSet::new(),
                 in_use: Resources::ZERO,
+                closed: false,
             },
         );
         if let Some(by_free) = &mut self.by_free {
@@ -246,7 +249,7 @@ impl Nodes {
             .map
             .get_mut(&node)
             .ok_or(NodeError::UnknownNode { node })?;
-        if credit.is_zero() {
+        if credit.is_zero() || record.closed {
             return Ok(());
         }
         if record.place == Place::Parked {
@@ -265,6 +268,24 @@ impl Nodes {
             record.place = Place::Rotation;
             self.rotation.push_back((node, record.incarnation));
         }
+        Ok(())
+    }
+
+    /// The node takes no more work: its unused credit is dropped and credit it sends
+    /// later is ignored. Its live attempts are untouched. A stale rotation entry is
+    /// skipped when popped (its place is no longer the rotation).
+    pub(crate) fn close(&mut self, node: NodeId) -> Result<(), NodeError> {
+        let record = self
+            .map
+            .get_mut(&node)
+            .ok_or(NodeError::UnknownNode { node })?;
+        if record.place == Place::Parked {
+            unpark(&mut self.parked, record.capacity, record.credit, node);
+        }
+        record.place = Place::Idle;
+        self.total_credit.sub(record.credit);
+        record.credit = Resources::ZERO;
+        record.closed = true;
         Ok(())
     }
 

@@ -206,13 +206,13 @@ fn elastic_config(
     elastic: &ElasticOptions,
     command: &AgentCommand,
     dir: &Path,
+    pilot_id: &str,
     options: &PilotOptions,
 ) -> crate::actor::ElasticConfig {
     let command = offering(command, &options.nodes);
-    let pilot = dir
-        .file_name()
-        .map(|name| name.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "pilot".into());
+    // Unique to the pilot and kept across restarts: a resumed root finds its own
+    // jobs by this name (and cancels strays), so it must not match another pilot's.
+    let pilot: String = pilot_id.chars().take(12).collect();
     crate::actor::ElasticConfig {
         provision: elastic.provision,
         round: elastic.round,
@@ -364,7 +364,13 @@ impl Pilot {
                 deadline_unix_us: options.deadline_unix_us,
                 compaction: options.journal.compaction,
                 elastic: options.elastic.as_ref().map(|elastic| {
-                    elastic_config(elastic, &options.agent_command, dir.path(), &options)
+                    elastic_config(
+                        elastic,
+                        &options.agent_command,
+                        dir.path(),
+                        &pilot_id,
+                        &options,
+                    )
                 }),
             },
         )

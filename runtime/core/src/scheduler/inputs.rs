@@ -144,6 +144,17 @@ impl Core {
         self.nodes.add_credit(node, credit)
     }
 
+    /// The node takes no more work from now on: its unused credit is dropped and
+    /// credit it sends later is ignored; its live attempts run on and report as usual.
+    /// For a node about to go away in good order (an elastic pilot drains an
+    /// allocation close to its end, then lets its agents go). Idempotent.
+    ///
+    /// Errors: the node is not live.
+    pub fn handle_node_closed(&mut self, node: NodeId, now: Time) -> Result<(), NodeError> {
+        self.observe(now);
+        self.nodes.close(node)
+    }
+
     /// The node started `attempt` (assigned → running; idempotent). Its run time counts
     /// from the first such report: for its class's runtime estimate if it succeeds,
     /// and to tell whether it is a straggler ([`Speculation`](crate::Speculation)).

@@ -147,3 +147,55 @@ fn submissions_are_validated_and_ids_are_contiguous() {
     assert_eq!((second.job.0, second.first_task.0), (2, 11));
     assert_eq!(harness.core.counts().submitted, 11);
 }
+
+#[test]
+fn a_closed_node_takes_no_more_work_and_its_running_attempts_finish() {
+    let mut harness = Harness::new();
+    harness.submit(JobSpec::array(6));
+    harness.join(1, 2);
+    harness.join(2, 2);
+    // Node 1 holds two attempts and credit for two more (a prefetch margin).
+    harness.credit(1, 4);
+    let on_one: Vec<_> = harness
+        .take_dispatches()
+        .into_iter()
+        .flat_map(|dispatch| dispatch.assignments)
+        .collect();
+    assert_eq!(on_one.len(), 4);
+    // Closing drops its unused credit; the credit it sends later is ignored.
+    harness
+        .core
+        .handle_node_closed(NodeId(1), harness.now)
+        .unwrap();
+    harness.drain();
+    assert_eq!(harness.cores_credit(1), Some((2, 0)));
+    for attempt in on_one.iter().take(2) {
+        harness.started(attempt.attempt);
+        assert!(matches!(
+            harness.result(attempt.attempt, AttemptOutcome::Succeeded),
+            Disposition::Accepted { .. }
+        ));
+    }
+    harness.credit(1, 2);
+    assert!(
+        harness.take_dispatches().is_empty(),
+        "a closed node gets nothing"
+    );
+    assert_eq!(harness.cores_credit(1), Some((2, 0)));
+    // The rest goes to an open node; closing twice is harmless, an unknown node an error.
+    harness.credit(2, 2);
+    let assigned = harness.take_assigned();
+    assert_eq!(assigned.len(), 2);
+    assert!(assigned.iter().all(|(node, _, _)| *node == 2));
+    harness
+        .core
+        .handle_node_closed(NodeId(1), harness.now)
+        .unwrap();
+    assert_eq!(
+        harness.core.handle_node_closed(NodeId(9), harness.now),
+        Err(NodeError::UnknownNode { node: NodeId(9) })
+    );
+    // It may still leave in good order: a loss replays only what it had not finished.
+    let loss = harness.lose(1);
+    assert_eq!((loss.attempts, loss.replayed), (2, 2));
+}

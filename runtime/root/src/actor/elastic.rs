@@ -49,6 +49,9 @@ pub(crate) enum Phase {
     Pending,
     /// At least one of its agents has joined.
     Running,
+    /// Close to its end: its nodes take no new work, and it is released once its
+    /// work is done (before Slurm's time limit ends it under running tasks).
+    Draining,
     /// Being cancelled or released.
     Ending,
     Ended,
@@ -60,6 +63,7 @@ impl Phase {
             Phase::Submitting => "submitting",
             Phase::Pending => "pending",
             Phase::Running => "running",
+            Phase::Draining => "draining",
             Phase::Ending => "ending",
             Phase::Ended => "ended",
         }
@@ -268,6 +272,18 @@ impl RootState {
         }
         let now = self.now();
         self.note_agents(now);
+        let (closing, mut releasing) = self.drain_ending_allocations(now);
+        for range in &closing {
+            let nodes: Vec<saker_core::NodeId> = self
+                .nodes
+                .keys()
+                .filter(|node| range.contains(&node.0))
+                .copied()
+                .collect();
+            for node in nodes {
+                let _ = self.core.handle_node_closed(node, now);
+            }
+        }
         let backlog = self.backlog();
         // Agents numbered beyond what the journal knows (a stray allocation's, found
         // late) keep their numbers: new allocations start above them.
@@ -286,7 +302,8 @@ impl RootState {
                 submitted: a.submitted,
                 state: match a.phase {
                     Phase::Submitting | Phase::Pending => AllocationState::Pending,
-                    Phase::Running => AllocationState::Running {
+                    // A draining one still holds its nodes (and ends soon).
+                    Phase::Running | Phase::Draining => AllocationState::Running {
                         // Slurm's end on the core's clock.
                         end: a.end_unix_us.map(|end| {
                             Time::from_micros(now.as_micros() + end.saturating_sub(unix_now))
@@ -303,7 +320,6 @@ impl RootState {
         elastic.next_node = elastic.next_node.max(above_nodes);
         let mut work = BatchWork::default();
         let mut records = Vec::new();
-        let mut releasing = Vec::new();
         for decision in decisions {
             match decision {
                 Decision::Submit { nodes, reason } => {
@@ -345,7 +361,11 @@ impl RootState {
                 Decision::Release { allocation, reason } => {
                     // Its agents are told to stop: the batch script then ends and Slurm
                     // counts the job COMPLETED. Cancelled only if it lingers.
-                    if let Some(a) = elastic.allocations.iter_mut().find(|a| a.id == allocation) {
+                    if let Some(a) = elastic
+                        .allocations
+                        .iter_mut()
+                        .find(|a| a.id == allocation && a.phase != Phase::Ending)
+                    {
                         tracing::info!(allocation, %reason, "releasing an allocation");
                         a.phase = Phase::Ending;
                         a.ending_since = Some(now);
@@ -364,7 +384,9 @@ impl RootState {
                 work.cancels.push(saker_slurm::JobId(job));
                 a.ending_since = Some(now);
             }
-            if let (Some(job), Phase::Pending | Phase::Running | Phase::Ending) = (a.job, a.phase) {
+            if let (Some(job), Phase::Pending | Phase::Running | Phase::Draining | Phase::Ending) =
+                (a.job, a.phase)
+            {
                 work.queries.push((a.id, saker_slurm::JobId(job)));
             }
         }
@@ -383,6 +405,8 @@ impl RootState {
                 .map(|(node, entry)| (entry.link, *node))
                 .collect();
             for (link, node) in targets {
+                // Nothing more is sent to an agent told to go.
+                let _ = self.core.handle_node_closed(node, now);
                 let stop = saker_wire::messages::ToAgent::Shutdown {
                     reason: "its allocation is released".into(),
                     kill_running: false,
@@ -479,10 +503,62 @@ impl RootState {
                 a.phase = Phase::Running;
             }
             a.idle_since = match (a.phase, busy) {
-                (Phase::Running, false) => a.idle_since.or(Some(now)),
+                (Phase::Running | Phase::Draining, false) => a.idle_since.or(Some(now)),
                 _ => None,
             };
         }
+    }
+
+    /// Running allocations within the drain margin of their end start draining; the
+    /// draining ones that are idle are let go. Returns the node ranges to close (every
+    /// draining allocation's: agents may join late) and those to release.
+    ///
+    /// The margin is the longest run seen so far, half again, plus a round (at least
+    /// three rounds), and never more than `replace_ahead`: work started before it
+    /// should end before the allocation does, and its replacement was asked for
+    /// already.
+    fn drain_ending_allocations(
+        &mut self,
+        now: Time,
+    ) -> (Vec<std::ops::Range<u32>>, Vec<std::ops::Range<u32>>) {
+        let unix_now = self.timestamp().unix_micros();
+        let longest = self.log.stages.longest_run_micros().unwrap_or(0);
+        let Some(elastic) = self.elastic.as_mut() else {
+            return (Vec::new(), Vec::new());
+        };
+        let round = elastic.config.round.as_micros() as u64;
+        let margin = (longest.saturating_mul(3) / 2 + round)
+            .max(3 * round)
+            .min(elastic.config.provision.replace_ahead_us);
+        let (mut closing, mut releasing) = (Vec::new(), Vec::new());
+        for a in &mut elastic.allocations {
+            let range = a.first_node..a.first_node + a.nodes;
+            if a.phase == Phase::Running
+                && let Some(end) = a.end_unix_us
+                && end.saturating_sub(unix_now) <= margin
+            {
+                let left = end.saturating_sub(unix_now) / 1_000_000;
+                tracing::info!(
+                    allocation = a.id,
+                    left,
+                    "draining an allocation close to its end"
+                );
+                a.phase = Phase::Draining;
+                a.reason = format!("ends in {left}s: draining (no new work)");
+            }
+            if a.phase != Phase::Draining {
+                continue;
+            }
+            if a.idle_since.is_some() {
+                a.phase = Phase::Ending;
+                a.ending_since = Some(now);
+                a.reason = "drained before its end".into();
+                releasing.push(range);
+            } else {
+                closing.push(range);
+            }
+        }
+        (closing, releasing)
     }
 
     /// The queue as the provisioner sees it ([`saker_core::Core::backlog`]): each

@@ -69,6 +69,11 @@ impl Stages {
         }
     }
 
+    /// The longest run (started → ended) of an accepted result so far, in µs.
+    pub fn longest_run_micros(&self) -> Option<u64> {
+        (!self.run.is_empty()).then(|| self.run.max())
+    }
+
     /// Each stage that has samples, in the order a task goes through them.
     pub fn summaries(&self) -> Vec<StageSummary> {
         [

@@ -368,7 +368,8 @@ pub struct ElasticAllocation {
     pub allocation: u64,
     /// Slurm's job id, once submitted.
     pub job_id: Option<u32>,
-    /// `submitting`, `pending`, `running` or `ending`.
+    /// `submitting`, `pending`, `running`, `draining` (close to its end: no new work,
+    /// released once idle) or `ending`.
     pub state: String,
     /// Slurm's own state word, as last read (`PENDING`, `RUNNING`, …).
     pub slurm_state: String,

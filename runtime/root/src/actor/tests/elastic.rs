@@ -360,3 +360,77 @@ async fn a_resumed_root_cancels_jobs_of_its_own_the_journal_does_not_know() {
         Some("saker-test-4")
     );
 }
+
+#[tokio::test]
+async fn an_allocation_close_to_its_end_takes_no_new_work_and_is_let_go_once_done() {
+    let mut h = elastic_harness();
+    let _submitted = h.submit(vec![array(&["true"], "1-6")]);
+    h.journal_durable();
+    let work = h.round();
+    assert_eq!(work.submits.len(), 2, "{work:?}");
+    h.handle(RootMsg::Batch(BatchOutcome {
+        submitted: vec![
+            (0, Ok(saker_slurm::JobId(500))),
+            (1, Ok(saker_slurm::JobId(501))),
+        ],
+        ..BatchOutcome::default()
+    }));
+    h.join(0, 2);
+    h.report(0, 2, &[], Vec::new());
+    let running = assignments(&h.sent(), 0);
+    assert_eq!(running.len(), 2);
+    // Slurm ends allocation 0 in 2 s: within the drain margin (three 1 s rounds).
+    h.round();
+    let end = h.clock.unix_micros() + 2 * SECOND;
+    h.handle(RootMsg::Batch(BatchOutcome {
+        states: vec![
+            (0, Ok(("RUNNING".to_owned(), Some(end)))),
+            state(1, "PENDING"),
+        ],
+        ..BatchOutcome::default()
+    }));
+    h.round();
+    h.handle(RootMsg::Batch(BatchOutcome::default()));
+    let allocations = h.status().allocations;
+    assert_eq!(allocations[0].state, "draining", "{allocations:?}");
+    assert!(
+        allocations[0].reason.contains("draining"),
+        "{allocations:?}"
+    );
+    // Its agent asks for more: nothing is sent; its running tasks finish.
+    h.report(0, 2, &running, Vec::new());
+    assert!(
+        assignments(&h.sent(), 0).is_empty(),
+        "a draining node got work"
+    );
+    let done = running
+        .iter()
+        .map(|&(task, attempt)| exited(task, attempt, 0))
+        .collect();
+    h.report(0, 0, &[], done);
+    h.journal_durable();
+    assert_eq!(h.status().succeeded, 2);
+    // Idle: let go before Slurm's limit (its agent told to stop, not killed).
+    h.sent();
+    h.round();
+    let stops: Vec<u32> = h
+        .sent()
+        .into_iter()
+        .filter_map(|(route, message)| match message {
+            ToAgent::Shutdown { kill_running, .. } => {
+                assert!(!kill_running);
+                Some(route)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stops, [0]);
+    let allocations = h.status().allocations;
+    assert_eq!(
+        (
+            allocations[0].state.as_str(),
+            allocations[0].reason.as_str()
+        ),
+        ("ending", "drained before its end")
+    );
+}
