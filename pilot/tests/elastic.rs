@@ -436,6 +436,12 @@ fn a_campaign_longer_than_an_allocation_is_replaced_ahead_without_a_gap() {
         widest_gap = widest_gap.max(start.saturating_sub(covered));
         covered = covered.max(end);
     }
+    eprintln!(
+        "allocations {}, drained {drained}, widest gap {:.2} s, makespan {:.1} s",
+        submitted.len(),
+        widest_gap as f64 / 1e6,
+        (covered - spans[0].0) as f64 / 1e6
+    );
     assert!(
         widest_gap < 2_000_000,
         "work stopped for {:.1} s between allocations: {journal:?}",
