@@ -1,6 +1,7 @@
 //! A Parsl workflow on the real Slurm cluster: `sbatch-templates/parsl.sbatch` starts
 //! a pilot across three nodes and runs the workflow script in the batch job; its
-//! `python_app`s run on Saker's Python workers on every node.
+//! `python_app`s run on Saker's Python workers on every node. And the same workflow
+//! against an elastic pilot, which asks Slurm for the nodes its apps need.
 
 mod common;
 
@@ -8,7 +9,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::slurm::{allocated_nodes, cluster, sbatch, template, wait_for_state};
+use common::slurm::{allocated_nodes, cluster, job_fields, sbatch, template, wait_for_state};
+use common::{Service, run, wait_for};
 
 const WORKFLOW: &str = r#"
 import os, sys, tempfile
@@ -37,11 +39,7 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-#[test]
-fn a_parsl_workflow_runs_its_apps_on_every_node_of_the_allocation() {
-    if !cluster() {
-        return;
-    }
+fn venv_python() -> PathBuf {
     let python = std::env::var_os("SAKER_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo().join(".venv/bin/python"));
@@ -50,6 +48,109 @@ fn a_parsl_workflow_runs_its_apps_on_every_node_of_the_allocation() {
         "{} is missing: scripts/test.sh makes the venv with Parsl",
         python.display()
     );
+    python
+}
+
+/// Parsl's apps sent to an elastic pilot that has no node (its root runs here, as on
+/// a login node): it asks Slurm for two one-node allocations, the apps run on their
+/// nodes in Python workers the allocations' agents start, and once idle the
+/// allocations are released (COMPLETED, nothing left in the queue).
+#[test]
+fn a_parsl_workflow_grows_an_elastic_pilot_from_nothing() {
+    if !cluster() {
+        return;
+    }
+    let python = venv_python();
+    let pythonpath = repo().join("python");
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("workflow.py");
+    std::fs::write(&script, WORKFLOW).unwrap();
+    let nodes_out = dir.path().join("nodes.txt");
+    let worker = format!(
+        "python=env PYTHONPATH={} {} -m saker.worker",
+        pythonpath.display(),
+        python.display()
+    );
+    let service = Service::start_args(
+        dir.path(),
+        &[
+            "--elastic",
+            "--max-nodes",
+            "2",
+            "--max-pending",
+            "2",
+            "--policy",
+            "all",
+            "--time",
+            "10m",
+            "--grow-after",
+            "5s",
+            "--idle-release",
+            "5s",
+            "--cores-per-node",
+            "4",
+            "--provision-interval",
+            "1s",
+            "--worker",
+            &worker,
+        ],
+    );
+    let pilot = service.pilot.clone();
+    let workflow = run(std::process::Command::new(&python)
+        .arg(&script)
+        .env("SAKER_PILOT_DIR", &pilot)
+        .env("PYTHONPATH", &pythonpath)
+        .env("NODES_OUT", &nodes_out));
+    assert!(
+        workflow.status.success(),
+        "the workflow failed:\n{}",
+        String::from_utf8_lossy(&workflow.stderr)
+    );
+    let nodes: BTreeSet<String> = std::fs::read_to_string(&nodes_out)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert!(
+        !nodes.is_empty() && nodes.iter().all(|node| node.starts_with('n')),
+        "every app ran on a Slurm node of an allocation: {nodes:?}"
+    );
+    // Idle: the allocations are released and their jobs end COMPLETED.
+    wait_for("the allocations to end", Duration::from_secs(90), || {
+        let records = allocation_records(&pilot);
+        let asked = records.iter().filter(|(_, ended)| !ended).count();
+        asked > 0 && records.iter().filter(|(_, ended)| *ended).count() == asked
+    });
+    drop(service);
+    for (job, ended) in allocation_records(&pilot) {
+        if ended {
+            continue;
+        }
+        let state = job_fields(&job.to_string())
+            .get("JobState")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(state, "COMPLETED", "job {job}");
+    }
+}
+
+/// (job id, ended) of the journal's allocation records.
+fn allocation_records(pilot: &Path) -> Vec<(u32, bool)> {
+    saker_journal::JournalReader::<saker_root::records::Record>::open(&pilot.join("journal"))
+        .unwrap()
+        .filter_map(|record| match record.unwrap() {
+            saker_root::records::Record::Allocation { job_id, ended, .. } => Some((job_id, ended)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_parsl_workflow_runs_its_apps_on_every_node_of_the_allocation() {
+    if !cluster() {
+        return;
+    }
+    let python = venv_python();
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("workflow.py");
     std::fs::write(&script, WORKFLOW).unwrap();
