@@ -368,7 +368,8 @@ fn micros(record: &Value, field: &str) -> u64 {
 }
 
 /// A campaign longer than an allocation's one-minute time limit, wanting one node at
-/// a time (`--grow-after 10m`, room for two): the replacement of an allocation is
+/// a time (tasks limited to 2 s and `--grow-after 10m`: 1,200 core-seconds at most
+/// fit one 4-core node's ten minutes; room for two): the replacement of an allocation is
 /// asked for while it still runs (`--replace-ahead 30s`), the old one drains (no new
 /// work a few seconds before its end) and is released before Slurm's limit, with no
 /// task lost; the work goes on without a gap, and every task ends once.
@@ -392,7 +393,16 @@ fn a_campaign_longer_than_an_allocation_is_replaced_ahead_without_a_gap() {
     );
     let service = Service::start_args(dir.path(), &args);
     let pilot = service.pilot.clone();
-    submit_sleeps(&pilot, 600, "1");
+    let submitted = run(saker().args(["submit", "--dir"]).arg(&pilot).args([
+        "--time-limit",
+        "2s",
+        "--array",
+        "1-600",
+        "--",
+        "sleep",
+        "1",
+    ]));
+    assert!(submitted.status.success());
     let waited = run(saker().args(["wait", "--dir"]).arg(&pilot));
     assert!(waited.status.success(), "every task succeeds");
     let records = results(&pilot);
@@ -401,6 +411,10 @@ fn a_campaign_longer_than_an_allocation_is_replaced_ahead_without_a_gap() {
     let journal = allocation_records_timed(&pilot);
     let submitted: Vec<_> = journal.iter().filter(|r| !r.ended).collect();
     assert!(submitted.len() >= 2, "replaced: {journal:?}");
+    assert!(
+        submitted[1].unix_us - submitted[0].unix_us > 10_000_000,
+        "one node wanted at first, the second came as a replacement: {journal:?}"
+    );
     let first_end = journal
         .iter()
         .find(|r| r.ended && r.allocation == submitted[0].allocation);
