@@ -8,28 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
-use common::slurm::{cluster, job_fields};
+use common::slurm::{allocation_records, cluster, elastic_args, job_fields};
 use common::{Service, assert_one_result_per_task, results, run, saker, wait_for};
-use saker_root::records::Record;
 use serde_json::Value;
-
-/// The allocation records of a pilot's journal: (allocation, job id, ended, reason).
-fn allocation_records(pilot: &Path) -> Vec<(u64, u32, bool, String)> {
-    let journal = pilot.join("journal");
-    saker_journal::JournalReader::<Record>::open(&journal)
-        .unwrap()
-        .filter_map(|record| match record.unwrap() {
-            Record::Allocation {
-                allocation,
-                job_id,
-                ended,
-                reason,
-                ..
-            } => Some((allocation, job_id, ended, reason)),
-            _ => None,
-        })
-        .collect()
-}
 
 /// `saker alloc list`.
 fn alloc_list(pilot: &Path) -> String {
@@ -48,7 +29,7 @@ fn an_elastic_pilot_grows_to_its_limit_runs_everything_once_and_shrinks_to_nothi
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let args = elastic_args("3", &[]);
+    let args = elastic_args("3", "all", &[]);
     let began = std::time::Instant::now();
     let service = Service::start_args(dir.path(), &args);
     let pilot = service.pilot.clone();
@@ -65,8 +46,8 @@ fn an_elastic_pilot_grows_to_its_limit_runs_everything_once_and_shrinks_to_nothi
     assert_one_result_per_task(&records, 2000);
     let submitted: BTreeMap<u64, u32> = allocation_records(&pilot)
         .into_iter()
-        .filter(|(_, _, ended, _)| !ended)
-        .map(|(allocation, job, _, _)| (allocation, job))
+        .filter(|r| !r.ended)
+        .map(|r| (r.allocation, r.job_id))
         .collect();
     assert_eq!(submitted.len(), 3, "three allocations: {submitted:?}");
     // The tasks ran on the allocations' agents, numbered from their first nodes.
@@ -81,7 +62,11 @@ fn an_elastic_pilot_grows_to_its_limit_runs_everything_once_and_shrinks_to_nothi
 
     // Idle: released, each job COMPLETED (its agents were told to stop).
     wait_for("the allocations to end", Duration::from_secs(90), || {
-        allocation_records(&pilot).iter().filter(|r| r.2).count() == 3
+        allocation_records(&pilot)
+            .iter()
+            .filter(|r| r.ended)
+            .count()
+            == 3
     });
     eprintln!("released after {:?}", began.elapsed());
     for job in submitted.values() {
@@ -98,46 +83,6 @@ fn an_elastic_pilot_grows_to_its_limit_runs_everything_once_and_shrinks_to_nothi
         "jobs left in the queue: {}",
         String::from_utf8_lossy(&left.stdout)
     );
-}
-
-/// The elastic flags of these tests: one-node allocations, decisions every second,
-/// policy `all`, and `extra` (flag-value pairs).
-fn elastic_args<'a>(max_nodes: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    policy_args(max_nodes, "all", extra)
-}
-
-fn policy_args<'a>(max_nodes: &'a str, policy: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "--elastic",
-        "--max-nodes",
-        max_nodes,
-        "--max-pending",
-        max_nodes,
-        "--policy",
-        policy,
-        "--time",
-        "10m",
-        "--grow-after",
-        "5s",
-        "--idle-release",
-        "5s",
-        "--cores-per-node",
-        "4",
-        "--provision-interval",
-        "1s",
-        "--heartbeat-interval",
-        "300ms",
-        "--heartbeat-timeout",
-        "2s",
-    ];
-    // `extra` is flag-value pairs; a flag given here replaces the one above.
-    for pair in extra.chunks(2) {
-        match args.iter().position(|flag| *flag == pair[0]) {
-            Some(at) => args[at + 1] = pair[1],
-            None => args.extend_from_slice(pair),
-        }
-    }
-    args
 }
 
 /// The Slurm jobs of allocations `alloc list` shows running.
@@ -172,7 +117,7 @@ fn an_allocation_cancelled_from_outside_is_replaced_and_its_work_replayed() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let service = Service::start_args(dir.path(), &elastic_args("2", &[]));
+    let service = Service::start_args(dir.path(), &elastic_args("2", "all", &[]));
     let pilot = service.pilot.clone();
     submit_sleeps(&pilot, 400, "0.5");
     wait_for("two running allocations", Duration::from_secs(60), || {
@@ -203,10 +148,10 @@ fn an_allocation_cancelled_from_outside_is_replaced_and_its_work_replayed() {
     let journal = allocation_records(&pilot);
     let ended = journal
         .iter()
-        .find(|r| r.2 && r.1.to_string() == victim)
+        .find(|r| r.ended && r.job_id.to_string() == victim)
         .expect("the cancelled allocation's end is journaled");
-    assert!(ended.3.contains("CANCELLED"), "{ended:?}");
-    let submitted = journal.iter().filter(|r| !r.2).count();
+    assert!(ended.reason.contains("CANCELLED"), "{ended:?}");
+    let submitted = journal.iter().filter(|r| !r.ended).count();
     assert!(submitted >= 3, "a replacement was asked for: {journal:?}");
 }
 
@@ -219,7 +164,7 @@ fn a_resumed_root_adopts_its_running_allocation() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let args = elastic_args("1", &["--agents-reattach-for", "2m"]);
+    let args = elastic_args("1", "all", &["--agents-reattach-for", "2m"]);
     let mut service = Service::start_args(dir.path(), &args);
     let pilot = service.pilot.clone();
     submit_sleeps(&pilot, 200, "0.3");
@@ -238,7 +183,7 @@ fn a_resumed_root_adopts_its_running_allocation() {
     let records = results(&pilot);
     assert_one_result_per_task(&records, 200);
     let journal = allocation_records(&pilot);
-    let submitted: Vec<_> = journal.iter().filter(|r| !r.2).collect();
+    let submitted: Vec<_> = journal.iter().filter(|r| !r.ended).collect();
     assert_eq!(
         submitted.len(),
         1,
@@ -249,7 +194,7 @@ fn a_resumed_root_adopts_its_running_allocation() {
         "the adopted allocation to end",
         Duration::from_secs(60),
         || {
-            let job = submitted[0].1.to_string();
+            let job = submitted[0].job_id.to_string();
             let state = job_fields(&job)
                 .get("JobState")
                 .cloned()
@@ -310,7 +255,7 @@ fn each_policy_asks_for_the_allocations_it_promises() {
     ];
     for (policy, promised) in policies {
         let dir = tempfile::tempdir().unwrap();
-        let service = Service::start_args(dir.path(), &policy_args("8", policy, &[]));
+        let service = Service::start_args(dir.path(), &elastic_args("8", policy, &[]));
         let pilot = service.pilot.clone();
         submit_sleeps(&pilot, 1000, "1");
         let mut status = Value::Null;
@@ -379,7 +324,7 @@ fn a_campaign_longer_than_an_allocation_is_replaced_ahead_without_a_gap() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let args = policy_args(
+    let args = elastic_args(
         "2",
         "additive",
         &[
@@ -408,7 +353,7 @@ fn a_campaign_longer_than_an_allocation_is_replaced_ahead_without_a_gap() {
     let records = results(&pilot);
     assert_one_result_per_task(&records, 600);
 
-    let journal = allocation_records_timed(&pilot);
+    let journal = allocation_records(&pilot);
     let submitted: Vec<_> = journal.iter().filter(|r| !r.ended).collect();
     assert!(submitted.len() >= 2, "replaced: {journal:?}");
     assert!(
@@ -426,9 +371,9 @@ fn a_campaign_longer_than_an_allocation_is_replaced_ahead_without_a_gap() {
         );
     }
     // Drained before Slurm's limit: released once idle, nothing lost to the limit.
-    let drained = allocation_reasons(&pilot)
-        .into_iter()
-        .filter(|reason| reason == "drained before its end")
+    let drained = journal
+        .iter()
+        .filter(|r| r.ended && r.reason == "drained before its end")
         .count();
     assert!(drained >= 1, "no allocation was drained: {journal:?}");
     let replayed = records
@@ -462,41 +407,4 @@ fn a_campaign_longer_than_an_allocation_is_replaced_ahead_without_a_gap() {
         widest_gap as f64 / 1e6
     );
     drop(service);
-}
-
-/// One allocation record with its time.
-#[derive(Debug)]
-struct Timed {
-    allocation: u64,
-    ended: bool,
-    unix_us: u64,
-}
-
-fn allocation_records_timed(pilot: &Path) -> Vec<Timed> {
-    let journal = pilot.join("journal");
-    saker_journal::JournalReader::<Record>::open(&journal)
-        .unwrap()
-        .filter_map(|record| match record.unwrap() {
-            Record::Allocation {
-                allocation,
-                ended,
-                unix_us,
-                ..
-            } => Some(Timed {
-                allocation,
-                ended,
-                unix_us,
-            }),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The reasons of the journal's allocation-ended records.
-fn allocation_reasons(pilot: &Path) -> Vec<String> {
-    allocation_records(pilot)
-        .into_iter()
-        .filter(|(_, _, ended, _)| *ended)
-        .map(|(_, _, _, reason)| reason)
-        .collect()
 }

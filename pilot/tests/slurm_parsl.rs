@@ -9,7 +9,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::slurm::{allocated_nodes, cluster, job_fields, sbatch, template, wait_for_state};
+use common::slurm::{
+    allocated_nodes, allocation_records, cluster, elastic_args, job_fields, sbatch, template,
+    wait_for_state,
+};
 use common::{Service, run, wait_for};
 
 const WORKFLOW: &str = r#"
@@ -73,27 +76,7 @@ fn a_parsl_workflow_grows_an_elastic_pilot_from_nothing() {
     );
     let service = Service::start_args(
         dir.path(),
-        &[
-            "--elastic",
-            "--max-nodes",
-            "2",
-            "--max-pending",
-            "2",
-            "--policy",
-            "all",
-            "--time",
-            "10m",
-            "--grow-after",
-            "5s",
-            "--idle-release",
-            "5s",
-            "--cores-per-node",
-            "4",
-            "--provision-interval",
-            "1s",
-            "--worker",
-            &worker,
-        ],
+        &elastic_args("2", "all", &["--worker", &worker]),
     );
     let pilot = service.pilot.clone();
     let workflow = run(std::process::Command::new(&python)
@@ -118,31 +101,21 @@ fn a_parsl_workflow_grows_an_elastic_pilot_from_nothing() {
     // Idle: the allocations are released and their jobs end COMPLETED.
     wait_for("the allocations to end", Duration::from_secs(90), || {
         let records = allocation_records(&pilot);
-        let asked = records.iter().filter(|(_, ended)| !ended).count();
-        asked > 0 && records.iter().filter(|(_, ended)| *ended).count() == asked
+        let asked = records.iter().filter(|r| !r.ended).count();
+        asked > 0 && records.iter().filter(|r| r.ended).count() == asked
     });
     drop(service);
-    for (job, ended) in allocation_records(&pilot) {
-        if ended {
+    for record in allocation_records(&pilot) {
+        if record.ended {
             continue;
         }
+        let job = record.job_id;
         let state = job_fields(&job.to_string())
             .get("JobState")
             .cloned()
             .unwrap_or_default();
         assert_eq!(state, "COMPLETED", "job {job}");
     }
-}
-
-/// (job id, ended) of the journal's allocation records.
-fn allocation_records(pilot: &Path) -> Vec<(u32, bool)> {
-    saker_journal::JournalReader::<saker_root::records::Record>::open(&pilot.join("journal"))
-        .unwrap()
-        .filter_map(|record| match record.unwrap() {
-            saker_root::records::Record::Allocation { job_id, ended, .. } => Some((job_id, ended)),
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]

@@ -134,6 +134,23 @@ pub(crate) fn expand_hostlist(expression: &str) -> Result<Vec<String>, SlurmErro
 /// Frees a `slurm_load_job` response when dropped.
 struct JobInfoMessage(*mut sys::job_info_msg_t);
 
+impl JobInfoMessage {
+    /// The response's job records.
+    fn records(&self) -> &[sys::slurm_job_info_t] {
+        // SAFETY: a successful slurm_load_job(_user) response: `job_array` holds
+        // `record_count` initialized records (or is NULL when there are none); they
+        // live as long as `self`, which the returned slice borrows.
+        unsafe {
+            let response = &*self.0;
+            if response.job_array.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(response.job_array, response.record_count as usize)
+            }
+        }
+    }
+}
+
 impl Drop for JobInfoMessage {
     fn drop(&mut self) {
         // SAFETY: allocated by slurm_load_job, non-NULL, freed exactly once, here.
@@ -164,17 +181,7 @@ pub(crate) fn load_job(job_id: JobId) -> Result<JobInfo, SlurmError> {
         return Err(SlurmError::UnknownJob { job_id });
     }
     let message = JobInfoMessage(message);
-    // SAFETY: a successful slurm_load_job response: `job_array` holds `record_count`
-    // initialized records (or is NULL when there are none); they live as long as
-    // `message`, which outlives this slice.
-    let records = unsafe {
-        let response = &*message.0;
-        if response.job_array.is_null() {
-            &[][..]
-        } else {
-            std::slice::from_raw_parts(response.job_array, response.record_count as usize)
-        }
-    };
+    let records = message.records();
     // An array or heterogeneous job id returns every member: take the one asked for.
     let record = records
         .iter()
@@ -204,18 +211,11 @@ pub(crate) fn load_own_jobs() -> Result<Vec<JobInfo>, SlurmError> {
     if message.is_null() {
         return Ok(Vec::new());
     }
-    let message = JobInfoMessage(message);
-    // SAFETY: as in `load_job`: `record_count` initialized records (or NULL), alive
-    // as long as `message`.
-    let records = unsafe {
-        let response = &*message.0;
-        if response.job_array.is_null() {
-            &[][..]
-        } else {
-            std::slice::from_raw_parts(response.job_array, response.record_count as usize)
-        }
-    };
-    records.iter().map(job_info_from).collect()
+    JobInfoMessage(message)
+        .records()
+        .iter()
+        .map(job_info_from)
+        .collect()
 }
 
 fn job_info_from(record: &sys::slurm_job_info_t) -> Result<JobInfo, SlurmError> {

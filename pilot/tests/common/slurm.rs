@@ -147,3 +147,76 @@ pub fn slurm_agent_on(pilot: &Path, node: &str) -> Option<(u32, String)> {
     }
     None
 }
+
+/// `saker pilot` flags of an elastic test pilot: up to `max_nodes` one-node
+/// allocations under `policy`, decisions every second, release after 5 s idle, fast
+/// heartbeats, and `extra` (flag-value pairs; a flag given there replaces its default).
+pub fn elastic_args<'a>(max_nodes: &'a str, policy: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--elastic",
+        "--max-nodes",
+        max_nodes,
+        "--max-pending",
+        max_nodes,
+        "--policy",
+        policy,
+        "--time",
+        "10m",
+        "--grow-after",
+        "5s",
+        "--idle-release",
+        "5s",
+        "--cores-per-node",
+        "4",
+        "--provision-interval",
+        "1s",
+        "--heartbeat-interval",
+        "300ms",
+        "--heartbeat-timeout",
+        "2s",
+    ];
+    // `extra` is flag-value pairs; a flag given here replaces the one above.
+    for pair in extra.chunks(2) {
+        match args.iter().position(|flag| *flag == pair[0]) {
+            Some(at) => args[at + 1] = pair[1],
+            None => args.extend_from_slice(pair),
+        }
+    }
+    args
+}
+
+/// One allocation record of an elastic pilot's journal.
+#[derive(Debug, Clone)]
+pub struct AllocationRecord {
+    pub allocation: u64,
+    pub job_id: u32,
+    /// The record of its end (else of its submission).
+    pub ended: bool,
+    pub reason: String,
+    pub unix_us: u64,
+}
+
+/// The allocation records of the journal of the pilot in `pilot`, in order.
+pub fn allocation_records(pilot: &Path) -> Vec<AllocationRecord> {
+    use saker_root::records::Record;
+    saker_journal::JournalReader::<Record>::open(&pilot.join("journal"))
+        .unwrap()
+        .filter_map(|record| match record.unwrap() {
+            Record::Allocation {
+                allocation,
+                job_id,
+                ended,
+                reason,
+                unix_us,
+                ..
+            } => Some(AllocationRecord {
+                allocation,
+                job_id,
+                ended,
+                reason,
+                unix_us,
+            }),
+            _ => None,
+        })
+        .collect()
+}

@@ -49,6 +49,21 @@ impl Harness {
             .expect("a round hands work over")
     }
 
+    /// The nodes told to stop since the last look, each asked to let its running
+    /// tasks be (a release, not a kill).
+    fn stops_sent(&mut self) -> Vec<u32> {
+        self.sent()
+            .into_iter()
+            .filter_map(|(route, message)| match message {
+                ToAgent::Shutdown { kill_running, .. } => {
+                    assert!(!kill_running, "a release kills nothing");
+                    Some(route)
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     fn allocation_records(&mut self) -> Vec<(u64, u32, bool)> {
         self.journal_durable()
             .into_iter()
@@ -139,18 +154,7 @@ async fn it_asks_for_allocations_releases_the_idle_one_and_cancels_the_unneeded(
     h.clock.advance(Duration::from_secs(30));
     let work = h.round();
     assert!(work.cancels.is_empty(), "released, not cancelled: {work:?}");
-    let stops: Vec<u32> = h
-        .sent()
-        .into_iter()
-        .filter_map(|(route, message)| match message {
-            ToAgent::Shutdown { kill_running, .. } => {
-                assert!(!kill_running);
-                Some(route)
-            }
-            _ => None,
-        })
-        .collect();
-    assert_eq!(stops, [0]);
+    assert_eq!(h.stops_sent(), [0]);
     h.handle(RootMsg::Batch(BatchOutcome {
         submitted: Vec::new(),
         states: vec![state(0, "COMPLETED")],
@@ -413,18 +417,7 @@ async fn an_allocation_close_to_its_end_takes_no_new_work_and_is_let_go_once_don
     // Idle: let go before Slurm's limit (its agent told to stop, not killed).
     h.sent();
     h.round();
-    let stops: Vec<u32> = h
-        .sent()
-        .into_iter()
-        .filter_map(|(route, message)| match message {
-            ToAgent::Shutdown { kill_running, .. } => {
-                assert!(!kill_running);
-                Some(route)
-            }
-            _ => None,
-        })
-        .collect();
-    assert_eq!(stops, [0]);
+    assert_eq!(h.stops_sent(), [0]);
     let allocations = h.status().allocations;
     assert_eq!(
         (
