@@ -180,6 +180,7 @@ def test_main_functions_load_the_script_without_running_its_main_block(worker: W
     runs = tmp_path / "main-block-runs"
     script.write_text(textwrap.dedent(f"""
         import sys
+        sys.modules["cloudpickle"] = None  # by reference to this script, as without it
         from saker.serialize import dumps_call
 
         class Point:
