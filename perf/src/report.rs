@@ -109,6 +109,9 @@ pub enum Target {
     RatioAtMost(f64),
     /// The saker figure must be at least this, in its own unit (a rate to reach).
     AtLeast(f64),
+    /// The saker figure must be at most the baseline plus this, in its own unit
+    /// (a latency's overhead above the floor it sits on).
+    BaselinePlus(f64),
     /// Reported for context only.
     None,
 }
@@ -137,6 +140,10 @@ impl Row {
             Target::RatioAtMost(maximum) => self.ratio().map(|ratio| ratio <= maximum),
             Target::AtLeast(minimum) => Some(self.saker.value >= minimum),
             Target::AtMost(maximum) => Some(self.saker.value <= maximum),
+            Target::BaselinePlus(extra) => self
+                .baseline
+                .as_ref()
+                .map(|baseline| self.saker.value <= baseline.value + extra),
             Target::None => None,
         }
     }
@@ -147,6 +154,7 @@ impl Row {
             Target::RatioAtMost(maximum) => format!("ratio <= {maximum:.2}"),
             Target::AtLeast(minimum) => format!(">= {}", self.saker.unit.format(minimum)),
             Target::AtMost(maximum) => format!("<= {}", self.saker.unit.format(maximum)),
+            Target::BaselinePlus(extra) => format!("<= raw + {}", self.saker.unit.format(extra)),
             Target::None => "-".to_owned(),
         }
     }
@@ -157,6 +165,7 @@ impl Row {
             Target::RatioAtMost(maximum) => json!({ "ratio_at_most": maximum }),
             Target::AtLeast(minimum) => json!({ "at_least": minimum }),
             Target::AtMost(maximum) => json!({ "at_most": maximum }),
+            Target::BaselinePlus(extra) => json!({ "at_most_baseline_plus": extra }),
             Target::None => Value::Null,
         };
         json!({
@@ -318,6 +327,14 @@ mod tests {
         );
         assert_eq!(row(1001.0, None, Target::AtMost(1000.0)).met(), Some(false));
         assert_eq!(row(5.0, Some(1.0), Target::None).met(), None);
+    }
+
+    #[test]
+    fn baseline_plus_target_allows_that_much_above_the_baseline() {
+        let target = Target::BaselinePlus(250.0);
+        assert_eq!(row(950.0, Some(700.0), target).met(), Some(true));
+        assert_eq!(row(951.0, Some(700.0), target).met(), Some(false));
+        assert_eq!(row(1.0, None, target).met(), None);
     }
 
     #[test]

@@ -102,6 +102,9 @@ class Result:
     #: When the root sent the task's last attempt to a node; ``None`` when it never
     #: did or the pilot does not say.
     dispatch_time: Optional[str] = None
+    #: When the node's agent received that dispatch (its clock); ``None`` when not
+    #: known.
+    received_time: Optional[str] = None
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> "Result":
@@ -132,6 +135,7 @@ class Result:
             accept_time=body.get("accept_time"),
             node_id=body.get("node_id"),
             dispatch_time=body.get("dispatch_time"),
+            received_time=body.get("received_time"),
         )
 
     @property

@@ -141,6 +141,8 @@ def test_commands(pilot: saker.Pilot, tmp_path: Path) -> None:
     assert isinstance(result.node_id, int)
     assert result.dispatch_time is not None
     assert result.submit_time <= result.dispatch_time <= result.accept_time
+    assert result.received_time is not None
+    assert result.dispatch_time <= result.received_time <= result.start_time
     assert argv.result(30).stdout == "a-b"
     assert env.result(30).stdout == "from-env\n"
     assert cwd.result(30).stdout.strip() == str(tmp_path)

@@ -19,6 +19,7 @@ use saker_wire::messages::{
 use crate::items::{Items, Received};
 use crate::launch::build_launch;
 use crate::process::{Control, Finished, Launch, StopHandle, unix_micros};
+use crate::queued::Queued;
 use crate::resources::{Binding, Devices, NodeResources};
 use crate::worker::Call;
 
@@ -44,6 +45,8 @@ pub enum Work {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Running {
     pub assignment: Assignment,
+    /// When the agent received it (see [`Queued`]).
+    pub received_us: u64,
     pub needs: Resources,
     pub started_us: u64,
     /// Set for a process of a gang part (its number there); the part holds the
@@ -86,7 +89,7 @@ pub struct Board {
     pub(crate) node: u32,
     pub(crate) spill_dir: PathBuf,
     pub(crate) jobs: HashMap<JobId, Arc<JobDef>>,
-    pub(crate) queue: VecDeque<Assignment>,
+    pub(crate) queue: VecDeque<Queued>,
     pub(crate) slots: Vec<Slot>,
     /// What the node offers (custom kinds numbered as the root's welcome says), and
     /// what of it no running attempt holds.
@@ -409,11 +412,12 @@ impl Board {
             return Some(next);
         }
         loop {
-            let assignment = *self.queue.front()?;
+            let queued = *self.queue.front()?;
+            let assignment = queued.assignment;
             let Some(job) = self.jobs.get(&assignment.job).cloned() else {
                 self.queue.pop_front();
                 let reason = format!("unknown job {} on this agent", assignment.job);
-                self.fail_unstarted(&assignment, Outcome::Lost { reason });
+                self.fail_unstarted(&queued, Outcome::Lost { reason });
                 continue;
             };
             // Every task holds at least a core (the root never sends one needing none).
@@ -422,7 +426,7 @@ impl Board {
                 // The root never sends work a node cannot hold: a protocol error.
                 self.queue.pop_front();
                 let reason = format!("needs {needs}; this node offers {}", self.capacity);
-                self.fail_unstarted(&assignment, Outcome::SpawnFailed { reason });
+                self.fail_unstarted(&queued, Outcome::SpawnFailed { reason });
                 continue;
             }
             // What its running attempts leave free: else it waits for one to end.
@@ -434,7 +438,7 @@ impl Board {
                 .filter(|item| !self.items.link_shared(item))
             {
                 // Fetched first; it comes back to the queue's head when whole.
-                self.items.stage(item, assignment);
+                self.items.stage(item, queued);
                 continue;
             }
             let binding = self.devices.take(
@@ -472,6 +476,7 @@ impl Board {
             let slot = &mut self.slots[index];
             slot.running = Some(Running {
                 assignment,
+                received_us: queued.received_us,
                 needs,
                 started_us,
                 part: None,
@@ -526,7 +531,8 @@ impl Board {
         self.pending
             .started
             .retain(|s| s.attempt != running.assignment.attempt);
-        self.queue.push_front(running.assignment);
+        self.queue
+            .push_front(Queued::new(running.assignment, running.received_us));
     }
 
     /// Attempt `attempt` on slot `index` (of executor `generation`) ended. Records the
@@ -569,6 +575,7 @@ impl Board {
             attempt,
             executor: index as u32,
             outcome: finished.outcome,
+            received_unix_us: running.received_us,
             start_unix_us: finished.start_unix_us,
             end_unix_us: finished.end_unix_us,
             body: finished.body.unwrap_or(ResultBody::Command {
@@ -601,7 +608,11 @@ impl Board {
             self.queue.push_front(staged);
         }
         if let Some(position) = self.queue.iter().position(|a| a.attempt == attempt) {
-            let Some(assignment) = self.queue.remove(position) else {
+            let Some(Queued {
+                assignment,
+                received_us,
+            }) = self.queue.remove(position)
+            else {
                 return;
             };
             let needs = self
@@ -615,6 +626,7 @@ impl Board {
                 attempt,
                 executor: u32::MAX,
                 outcome: Outcome::Cancelled,
+                received_unix_us: received_us,
                 start_unix_us: now,
                 end_unix_us: now,
                 body: ResultBody::Command {
@@ -687,6 +699,7 @@ impl Board {
             attempt: running.assignment.attempt,
             executor: index as u32,
             outcome: Outcome::Lost { reason },
+            received_unix_us: running.received_us,
             start_unix_us: running.started_us,
             end_unix_us: unix_micros(),
             body: ResultBody::Command {
@@ -738,7 +751,7 @@ impl Board {
         }
     }
 
-    fn fail_unstarted(&mut self, assignment: &Assignment, outcome: Outcome) {
+    fn fail_unstarted(&mut self, assignment: &Queued, outcome: Outcome) {
         let now = unix_micros();
         let needs = self
             .jobs
@@ -750,6 +763,7 @@ impl Board {
             attempt: assignment.attempt,
             executor: u32::MAX,
             outcome,
+            received_unix_us: assignment.received_us,
             start_unix_us: now,
             end_unix_us: now,
             body: ResultBody::Command {

@@ -429,6 +429,7 @@ impl Board {
         let slot = &mut self.slots[index];
         slot.running = Some(Running {
             assignment: part.assignment,
+            received_us: part.started_us,
             needs: Resources::ZERO,
             started_us: unix_micros(),
             part: Some(process.number),
@@ -545,6 +546,8 @@ impl Board {
             attempt,
             executor: u32::MAX,
             outcome,
+            // A part is taken as its dispatch arrives.
+            received_unix_us: part.started_us,
             start_unix_us: part.started_us,
             end_unix_us: unix_micros(),
             body: ResultBody::Part {
@@ -587,6 +590,7 @@ impl Board {
             attempt: assignment.attempt,
             executor: u32::MAX,
             outcome,
+            received_unix_us: now,
             start_unix_us: now,
             end_unix_us: now,
             body: ResultBody::Part {

@@ -18,7 +18,9 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use saker_wire::messages::{Assignment, AttemptId, JobDef, NodeId};
+use saker_wire::messages::{AttemptId, JobDef, NodeId};
+
+use crate::queued::Queued;
 use saker_wire::{ITEM_CHUNK, ItemData, ItemRead, ItemWritten, ItemsWritten};
 
 /// Creates a node's scratch directory, and any missing parent (`saker-PILOT`), with
@@ -76,7 +78,7 @@ struct Fetch {
     in_flight: u32,
     received: u64,
     /// Attempts waiting for the item.
-    waiting: Vec<Assignment>,
+    waiting: Vec<Queued>,
 }
 
 /// What an answer did to a fetch.
@@ -85,9 +87,9 @@ pub enum Received {
     /// More to come (or an answer for no fetch in progress).
     Pending,
     /// The item is whole: these attempts may start.
-    Done(Vec<Assignment>),
+    Done(Vec<Queued>),
     /// The item cannot be had: these attempts fail with the reason.
-    Failed(Vec<Assignment>, String),
+    Failed(Vec<Queued>, String),
 }
 
 impl Items {
@@ -144,7 +146,7 @@ impl Items {
     }
 
     /// `assignment` waits for `item`, which is fetched if it is not being already.
-    pub fn stage(&mut self, item: &str, assignment: Assignment) {
+    pub fn stage(&mut self, item: &str, assignment: Queued) {
         if let Some(fetch) = self.fetches.get_mut(item) {
             fetch.waiting.push(assignment);
             return;
@@ -163,7 +165,7 @@ impl Items {
     }
 
     /// Takes a staged attempt back (cancelled, or given back), if it is staged.
-    pub fn unstage(&mut self, attempt: AttemptId) -> Option<Assignment> {
+    pub fn unstage(&mut self, attempt: AttemptId) -> Option<Queued> {
         for fetch in self.fetches.values_mut() {
             if let Some(at) = fetch.waiting.iter().position(|a| a.attempt == attempt) {
                 return Some(fetch.waiting.remove(at));
@@ -354,13 +356,14 @@ mod tests {
         }
     }
 
-    fn assignment(attempt: u64) -> Assignment {
-        Assignment {
+    fn assignment(attempt: u64) -> Queued {
+        let assignment = saker_wire::messages::Assignment {
             task: TaskId(attempt),
             attempt: AttemptId(attempt),
             job: JobId(1),
             index: 0,
-        }
+        };
+        Queued::new(assignment, 0)
     }
 
     /// Scratch directories are created private; a leftover readable by others is

@@ -48,6 +48,7 @@ pub mod link;
 pub mod liveness;
 pub mod node;
 pub mod process;
+pub mod queued;
 pub mod reaper;
 pub mod resources;
 pub mod self_exe;

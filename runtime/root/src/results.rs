@@ -76,6 +76,10 @@ pub struct ResultRecord {
     /// written before it was kept.
     #[serde(default)]
     pub dispatch_time: Option<Timestamp>,
+    /// When the node's agent received that dispatch (the agent's clock); `null` when
+    /// not known (as `dispatch_time`, and for attempts that ran on no agent).
+    #[serde(default)]
+    pub received_time: Option<Timestamp>,
     pub start_time: Option<Timestamp>,
     pub end_time: Timestamp,
     /// When the root accepted the result (its clock; `null` in journals written
@@ -529,6 +533,7 @@ pub(crate) fn sample_record(task: u64) -> ResultRecord {
         executor: Some(3),
         submit_time: Timestamp::from_unix_micros(1_700_000_000_000_000),
         dispatch_time: Some(Timestamp::from_unix_micros(1_700_000_000_400_000)),
+        received_time: Some(Timestamp::from_unix_micros(1_700_000_000_450_000)),
         start_time: Some(Timestamp::from_unix_micros(1_700_000_000_500_000)),
         end_time: Timestamp::from_unix_micros(1_700_000_001_750_000),
         accept_time: Some(Timestamp::from_unix_micros(1_700_000_001_751_000)),
@@ -600,7 +605,7 @@ mod tests {
         assert!(object["signal"].is_null() && object["stdout_path"].is_null());
         assert!(object["output"].is_null(), "a command has no output");
         assert!(object["gang"].is_null(), "not an HPC job");
-        assert_eq!(object.as_object().unwrap().len(), 24);
+        assert_eq!(object.as_object().unwrap().len(), 25);
         assert_eq!(serde_json::from_str::<ResultRecord>(&text).unwrap(), record);
     }
 

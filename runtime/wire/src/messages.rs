@@ -33,7 +33,8 @@ pub use saker_core::{
 /// 9: node resources: `Hello::custom` (named resources), `Welcome::capacity`,
 /// `Outcome::OutOfMemory`; data items: `JobDef::reads`/`writes`, `ItemsWritten`,
 /// `ItemRead` and `ItemData` both ways.
-pub const PROTOCOL_VERSION: u32 = 9;
+/// 10: `TaskResult::received_unix_us`.
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
@@ -477,6 +478,9 @@ pub struct TaskResult {
     pub attempt: AttemptId,
     pub executor: u32,
     pub outcome: Outcome,
+    /// When the agent received the attempt's dispatch (unix µs, its clock; 0 when
+    /// unknown): with the root's dispatch time and the start, where the time went.
+    pub received_unix_us: u64,
     pub start_unix_us: u64,
     pub end_unix_us: u64,
     pub body: ResultBody,

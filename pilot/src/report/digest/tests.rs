@@ -58,6 +58,7 @@ fn result(task: u64, job: u32, node: u32, start: f64, end: f64, state: TerminalS
         executor: Some(0),
         submit_time: at(0.0),
         dispatch_time: Some(at(start - 0.001)),
+        received_time: None,
         start_time: Some(at(start)),
         end_time: at(end),
         accept_time: Some(at(end + 0.001)),

@@ -36,6 +36,7 @@ use crate::executor::{AfterAttempt, AttemptDone, SlotFault, SlotRuns, SlotSink};
 use crate::gang::endpoint::{Endpoint, Uplink};
 use crate::link::{FrameBuf, LinkClosed, LinkTx};
 use crate::node::ParentLost;
+use crate::queued::Queued;
 use crate::resources::cgroup::{MemoryCgroups, SlotCgroup};
 use crate::resources::{NodeResources, SystemProbe};
 use crate::supervision::{RestartPolicy, Restarts};
@@ -596,7 +597,11 @@ fn on_down(
                 board.jobs.insert(job.job, job);
             }
             match dispatch.gang {
-                None => board.queue.extend(dispatch.tasks),
+                None => {
+                    let now = crate::process::unix_micros();
+                    let tasks = dispatch.tasks.into_iter();
+                    board.queue.extend(tasks.map(|task| Queued::new(task, now)));
+                }
                 Some(gang) => {
                     for assignment in dispatch.tasks {
                         if board.accept_part(assignment, &gang) {

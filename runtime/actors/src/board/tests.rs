@@ -48,6 +48,11 @@ pub(crate) fn task(task: u64, job: u32) -> Assignment {
     }
 }
 
+/// [`task`] as queued on the board, received at time 0.
+fn queued(task_id: u64, job: u32) -> Queued {
+    Queued::new(task(task_id, job), 0)
+}
+
 fn exited() -> Finished {
     Finished {
         outcome: Outcome::Exited { code: 0 },
@@ -62,7 +67,7 @@ fn exited() -> Finished {
 #[test]
 fn a_finished_slot_starts_the_next_queued_attempt_itself() {
     let mut board = board(1);
-    board.queue.extend([task(1, 1), task(2, 1)]);
+    board.queue.extend([queued(1, 1), queued(2, 1)]);
     let first = board.start_on(0).expect("a free core");
     assert_eq!(first.attempt, AttemptId(10));
     assert!(board.start_on(0).is_none(), "the slot is busy");
@@ -93,7 +98,7 @@ fn a_task_needing_what_the_node_does_not_offer_fails_and_blocks_nothing() {
     gpu_job.job = JobId(3);
     gpu_job.resources = Resources::cores(1).with(ResourceKind::GPUS, 1);
     board.jobs.insert(JobId(3), Arc::new(gpu_job));
-    board.queue.extend([task(1, 3), task(2, 1)]);
+    board.queue.extend([queued(1, 3), queued(2, 1)]);
     let started = board.start_on(0).expect("the next task starts");
     assert_eq!(started.attempt, AttemptId(20));
     let report = board.take_report();
@@ -119,7 +124,7 @@ fn one_slot_at_a_time_keeps_the_report_clock() {
     let mut board = board(2);
     board
         .queue
-        .extend([task(1, 1), task(2, 1), task(3, 1), task(4, 1)]);
+        .extend([queued(1, 1), queued(2, 1), queued(3, 1), queued(4, 1)]);
     board.start_on(0).unwrap();
     board.start_on(1).unwrap();
     let now = board.last_report;
@@ -152,7 +157,9 @@ fn one_slot_at_a_time_keeps_the_report_clock() {
 #[test]
 fn work_that_does_not_fit_waits_and_unknown_jobs_are_lost() {
     let mut board = board(2);
-    board.queue.extend([task(1, 9), task(2, 1), task(3, 2)]);
+    board
+        .queue
+        .extend([queued(1, 9), queued(2, 1), queued(3, 2)]);
     // Task 1's job is unknown: lost at once (replayed by the root); task 2 starts.
     assert_eq!(board.start_on(0).unwrap().attempt, AttemptId(20));
     let report = board.take_report();
@@ -171,7 +178,7 @@ fn work_that_does_not_fit_waits_and_unknown_jobs_are_lost() {
 #[test]
 fn cancels_answer_queued_work_and_stop_running_work() {
     let mut board = board(1);
-    board.queue.extend([task(1, 1), task(2, 1)]);
+    board.queue.extend([queued(1, 1), queued(2, 1)]);
     let running = board.start_on(0).unwrap();
     board.cancel(AttemptId(20));
     let report = board.take_report();
@@ -186,7 +193,7 @@ fn cancels_answer_queued_work_and_stop_running_work() {
 #[test]
 fn a_lost_slot_reports_its_attempt_and_ignores_the_old_runner() {
     let mut board = board(1);
-    board.queue.extend([task(1, 1), task(2, 1)]);
+    board.queue.extend([queued(1, 1), queued(2, 1)]);
     let running = board.start_on(0).unwrap();
     board.lose_slot(0, "slot failed".into());
     assert_eq!(
@@ -213,7 +220,9 @@ fn a_lost_slot_reports_its_attempt_and_ignores_the_old_runner() {
 #[test]
 fn a_given_up_slot_takes_no_work_and_the_last_one_counts_out() {
     let mut board = board(2);
-    board.queue.extend([task(1, 1), task(2, 1), task(3, 1)]);
+    board
+        .queue
+        .extend([queued(1, 1), queued(2, 1), queued(3, 1)]);
     board.lose_slot(0, "slot 0 failed".into());
     assert_eq!(board.give_up_slot(0), 1, "slot 1 is left");
     board.slot_up(0);
@@ -310,7 +319,7 @@ fn a_resized_window_grants_growth_and_takes_shrinks_out_of_returns() {
 #[test]
 fn a_stopping_board_starts_nothing_and_unstart_puts_work_back() {
     let mut board = board(1);
-    board.queue.extend([task(1, 1), task(2, 1)]);
+    board.queue.extend([queued(1, 1), queued(2, 1)]);
     board.start_on(0).unwrap();
     board.unstart(0);
     assert_eq!(board.queue.len(), 2);
@@ -336,6 +345,7 @@ fn large_outputs_are_split_across_reports() {
             attempt: AttemptId(i as u64),
             executor: 0,
             outcome: Outcome::Exited { code: 0 },
+            received_unix_us: 0,
             start_unix_us: 0,
             end_unix_us: 0,
             body: ResultBody::Function {
@@ -385,7 +395,7 @@ fn credit_beyond_cores_is_granted_only_as_far_as_the_node_has_it_free() {
         .with(ResourceKind::MEMORY_MIB, 300)
         .with(licence, 1);
     board.jobs.insert(JobId(3), Arc::new(gpu_job));
-    board.queue.extend([task(1, 3)]);
+    board.queue.extend([queued(1, 3)]);
     let started = board.start_on(1).expect("it fits");
     let Work::Command(launch) = &started.work else {
         panic!("a command");

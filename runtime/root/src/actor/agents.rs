@@ -430,6 +430,7 @@ impl RootState {
             executor: None,
             submit_time,
             dispatch_time: dispatched.map(Timestamp::from_unix_micros),
+            received_time: None,
             start_time: None,
             end_time: accepted,
             accept_time: Some(accepted),
@@ -447,6 +448,8 @@ impl RootState {
                 record.node = Some(self.hostname_of(detail.node));
                 record.node_id = Some(detail.node.0);
                 record.executor = detail.executor;
+                record.received_time = (detail.received_unix_us > 0)
+                    .then(|| Timestamp::from_unix_micros(detail.received_unix_us));
                 record.start_time = Some(Timestamp::from_unix_micros(detail.start_unix_us));
                 record.end_time = Timestamp::from_unix_micros(detail.end_unix_us);
                 record.exit_code = detail.exit_code;
@@ -572,6 +575,7 @@ impl Detail {
         Detail {
             node,
             executor: (executor != u32::MAX).then_some(executor),
+            received_unix_us: result.received_unix_us.to_native(),
             start_unix_us: result.start_unix_us.to_native(),
             end_unix_us: result.end_unix_us.to_native(),
             exit_code,

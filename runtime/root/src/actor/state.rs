@@ -59,6 +59,8 @@ pub(super) struct Totals {
 pub(super) struct Detail {
     pub node: NodeId,
     pub executor: Option<u32>,
+    /// When the agent received the dispatch (0: not known).
+    pub received_unix_us: u64,
     pub start_unix_us: u64,
     pub end_unix_us: u64,
     pub exit_code: Option<i32>,

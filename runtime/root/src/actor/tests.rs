@@ -373,6 +373,7 @@ fn exited(task: u64, attempt: u64, code: i32) -> TaskResult {
         attempt: AttemptId(attempt),
         executor: 0,
         outcome: Outcome::Exited { code },
+        received_unix_us: UNIX_ORIGIN_US,
         start_unix_us: UNIX_ORIGIN_US,
         end_unix_us: UNIX_ORIGIN_US + 1_000,
         body: ResultBody::Command {

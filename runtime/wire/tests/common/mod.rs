@@ -241,6 +241,7 @@ fn task_result(task: u64, outcome: Outcome) -> TaskResult {
         attempt: AttemptId(2),
         executor: 3,
         outcome,
+        received_unix_us: 1_699_999_999_999_000,
         start_unix_us: 1_700_000_000_000_000,
         end_unix_us: 1_700_000_000_500_000,
         body: ResultBody::Command {
