@@ -102,7 +102,12 @@ impl Link {
                         message: error.to_string(),
                     })?;
                 }
-                let reply = Self::ask(root, |reply| ClientRequest::Submit { jobs, reply }).await?;
+                let reply = Self::ask(root, |reply| ClientRequest::Submit {
+                    jobs,
+                    wait: None,
+                    reply,
+                })
+                .await?;
                 Ok(reply.jobs)
             }
             Link::Client(client) => client.submit(jobs).await.map_err(client_error),

@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use saker_root::client::{CLIENT_ENDPOINT_FILE_NAME, Client};
+use saker_root::client::{CLIENT_ENDPOINT_FILE_NAME, Client, SubmitWait};
 use saker_root::spec::{JobRequest, TaskSpec};
 
 use crate::process::{ProcessGroup, TempDir, command_line, process_group_of, process_ids, tail};
@@ -176,15 +176,22 @@ impl RunningPilot {
         })
     }
 
-    /// Submits one job and waits for all its tasks; an unsuccessful task is an error.
+    /// Submits one job and waits for all its tasks, in one request (`submit` with
+    /// `wait`, as `saker submit --wait` of one job); an unsuccessful task is an error.
     pub async fn run_job(&self, request: JobRequest) -> Result<()> {
         let expected = request.task_count();
-        let jobs = self.client.submit(vec![request]).await?;
-        let job = jobs
+        let reply = self
+            .client
+            .submit_and_wait(vec![request], SubmitWait::Counts)
+            .await?;
+        let job = reply
+            .jobs
             .first()
             .context("the pilot answered a submit without a job")?
             .job;
-        let report = self.client.wait(Some(vec![job])).await?;
+        let report = reply
+            .ended
+            .context("the pilot answered a waiting submit without counts")?;
         if report.succeeded != expected {
             bail!(
                 "job {}: {} of {expected} tasks succeeded ({} failed, {} cancelled)",

@@ -73,10 +73,14 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> ExitCode {
             }
         };
     }
-    // Multi-threaded on purpose: starting a child process blocks the calling thread
-    // until the child execs, and a current-thread runtime then stalls every message
-    // behind every spawn (measured: ~590 against ~1,060 no-op tasks/s on 2 cores).
+    // One worker thread by default: the root and the agent each handle their messages
+    // one at a time, task processes start on the slots' own threads, and a second
+    // worker mostly woke up to steal a task the first would have run next (about nine
+    // context switches more per task; see docs/performance.md). Not current-thread: the
+    // command's own future keeps the main thread, so a blocking step there stalls no
+    // message. TOKIO_WORKER_THREADS sets another count.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(worker_threads())
         .enable_all()
         .build()
     {
@@ -114,4 +118,14 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Worker threads of the command's async runtime: `TOKIO_WORKER_THREADS` when set to
+/// a positive number, else one.
+fn worker_threads() -> usize {
+    std::env::var("TOKIO_WORKER_THREADS")
+        .ok()
+        .and_then(|value| value.trim().parse::<usize>().ok())
+        .filter(|&threads| threads > 0)
+        .unwrap_or(1)
 }

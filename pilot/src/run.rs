@@ -183,7 +183,11 @@ async fn drive(
     while batches.peek().is_some() {
         let batch: Vec<_> = batches.by_ref().take(SUBMIT_BATCH).collect();
         let (reply, answer) = oneshot::channel();
-        pilot.request(ClientRequest::Submit { jobs: batch, reply })?;
+        pilot.request(ClientRequest::Submit {
+            jobs: batch,
+            wait: None,
+            reply,
+        })?;
         answer
             .await
             .context("the root dropped a submission")?

@@ -1,9 +1,10 @@
 //! Row 2: submit→result latency of single no-op tasks, one at a time, beside the
 //! latency of spawning and awaiting the same program directly.
 //!
-//! Measured two ways a client learns of a result: `wait` for the job after its
-//! submission is acknowledged (`saker submit --wait`, a script), and a results stream
-//! opened once and followed (a workflow engine's executor: Parsl, the Python `Pilot`).
+//! Measured two ways a client learns of a result: a `submit` that carries its own
+//! `wait` (one request, answered once the task ended: a script's `submit --wait`), and
+//! a results stream opened once and followed after a plain `submit` (a workflow
+//! engine's executor: Parsl, the Python `Pilot`).
 //! Both run in the same pilot, alternating in blocks, so drift of the machine falls on
 //! both alike.
 //!

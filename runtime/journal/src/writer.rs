@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 
 use serde::Serialize;
 
-use self::committer::{Command, Committer, Completion, Queued, SealCompletion};
+use self::committer::{Command, Committer, Completion, Queued, SealCompletion, Shared};
 pub(crate) use self::files::sync_directory;
 use self::files::{ActiveSegment, create_segment, repair_last_segment};
 use crate::JournalError;
@@ -70,6 +70,7 @@ pub struct JournalWriter<R> {
     directory: PathBuf,
     first_segment: SegmentNumber,
     queue: Option<Sender<Queued<R>>>,
+    shared: Arc<Shared>,
     thread: Option<JoinHandle<Result<WriterStats, JournalError>>>,
     counters: Arc<Counters>,
 }
@@ -135,9 +136,11 @@ impl<R: Serialize + Send + 'static> JournalWriter<R> {
         let (queue, receiver) = mpsc::channel();
         let first_segment = segment.number;
         let committer = Committer::new(directory.to_path_buf(), options, segment, counters.clone());
+        let shared = Arc::new(Shared::new(committer));
+        let theirs = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("saker-journal-writer".into())
-            .spawn(move || committer.run(receiver))
+            .spawn(move || theirs.run(receiver))
             .map_err(|source| JournalError::SpawnWriter {
                 source: source.into(),
             })?;
@@ -145,6 +148,7 @@ impl<R: Serialize + Send + 'static> JournalWriter<R> {
             directory: directory.to_path_buf(),
             first_segment,
             queue: Some(queue),
+            shared,
             thread: Some(thread),
             counters,
         })
@@ -178,13 +182,38 @@ impl<R: Serialize + Send + 'static> JournalWriter<R> {
             records,
             completion: Completion::new(Box::new(on_durable)),
         });
-        let unsent = match &self.queue {
-            Some(queue) => queue.send(command).err().map(|SendError(command)| command),
-            None => Some(command),
-        };
         // The writer thread is gone: dropping the completion runs the callback with
         // `WriterStopped`, here on the caller's thread.
-        drop(unsent);
+        drop(self.send(command));
+    }
+
+    /// Writes `records` now, on this thread, and says where each is, when that needs
+    /// no sync and waits for nothing: the writer was opened with [`SyncMode::None`]
+    /// and every earlier append is written. Otherwise the records are given back, to
+    /// be queued with [`append_at`](Self::append_at). It saves waking the writer
+    /// thread and being called back from it (what a lone result waits for).
+    /// Never call it from inside an append callback: they run under the lock it takes.
+    pub fn append_now(
+        &self,
+        records: Vec<R>,
+    ) -> Result<Result<Vec<Position>, JournalError>, Vec<R>> {
+        if self.queue.is_none() {
+            return Err(records);
+        }
+        self.shared.append_now(records)
+    }
+
+    /// Queues `queued` for the writer thread; gives it back if the thread is gone.
+    fn send(&self, queued: Queued<R>) -> Option<Queued<R>> {
+        let Some(queue) = &self.queue else {
+            return Some(queued);
+        };
+        self.shared.queue_one();
+        let unsent = queue.send(queued).err().map(|SendError(queued)| queued);
+        if unsent.is_some() {
+            self.shared.unqueue_one();
+        }
+        unsent
     }
 
     /// Ends the current segment once everything appended before is durable, leaves an
@@ -198,11 +227,9 @@ impl<R: Serialize + Send + 'static> JournalWriter<R> {
         on_sealed: impl FnOnce(Result<SegmentNumber, JournalError>) + Send + 'static,
     ) {
         let completion = SealCompletion::new(Box::new(on_sealed));
-        if let Some(queue) = &self.queue {
-            // Unsent, the completion is dropped and runs the callback with
-            // `WriterStopped`, as it does when the queue is gone.
-            let _ = queue.send(Queued::Seal(completion));
-        }
+        // Unsent, the completion is dropped and runs the callback with
+        // `WriterStopped`, as it does when the queue is gone.
+        drop(self.send(Queued::Seal(completion)));
     }
 
     /// Appends `records` and waits until they are durable. Never call it from inside an
@@ -348,6 +375,70 @@ mod tests {
         );
         let message = closed.to_string();
         assert!(message.contains("/dev/full"), "{message}");
+    }
+
+    fn no_sync() -> WriterOptions {
+        WriterOptions {
+            sync: SyncMode::None,
+            ..WriterOptions::default()
+        }
+    }
+
+    #[test]
+    fn an_idle_writer_without_syncs_appends_on_the_callers_thread() {
+        let directory = tempfile::tempdir().expect("temporary directory");
+        let writer = JournalWriter::<String>::open(directory.path(), no_sync()).unwrap();
+        let positions = writer
+            .append_now(vec!["one".to_owned(), "two".to_owned()])
+            .expect("nothing is queued")
+            .expect("written");
+        let read: Vec<String> = positions
+            .iter()
+            .map(|&position| crate::read_at(directory.path(), position).unwrap())
+            .collect();
+        assert_eq!(read, ["one", "two"]);
+        // Queued appends and inline ones interleave in the order they were made.
+        writer.append_blocking(vec!["three".to_owned()]).unwrap();
+        let four = writer.append_now(vec!["four".to_owned()]).unwrap().unwrap();
+        assert!(four[0] > positions[1]);
+        let stats = writer.close().unwrap();
+        assert_eq!(stats.appends_submitted, 3);
+        assert_eq!(stats.appends_in_flight(), 0);
+        let all = crate::read_all::<String>(directory.path()).unwrap();
+        assert_eq!(all.records, ["one", "two", "three", "four"]);
+    }
+
+    #[test]
+    fn a_syncing_writer_gives_inline_appends_back() {
+        let directory = tempfile::tempdir().expect("temporary directory");
+        let writer =
+            JournalWriter::<u32>::open(directory.path(), WriterOptions::default()).unwrap();
+        assert_eq!(writer.append_now(vec![7]).unwrap_err(), vec![7]);
+        assert_eq!(writer.close().unwrap().appends_submitted, 0);
+    }
+
+    #[test]
+    fn an_inline_append_on_a_full_disk_gets_the_error_and_fails_the_writer() {
+        let directory = tempfile::tempdir().expect("temporary directory");
+        let full = Path::new("/dev/full");
+        let file = std::fs::OpenOptions::new().write(true).open(full).unwrap();
+        let writer =
+            JournalWriter::with_segment_file(directory.path(), full, file, no_sync()).unwrap();
+        let error = writer.append_now(vec![1u32]).unwrap().unwrap_err();
+        assert!(
+            matches!(error, JournalError::WriteSegment { .. }),
+            "{error:?}"
+        );
+        let later = writer.append_now(vec![2u32]).unwrap().unwrap_err();
+        assert!(
+            matches!(later, JournalError::WriterFailed { .. }),
+            "{later:?}"
+        );
+        assert_eq!(
+            later.io_error().map(|io| io.kind()),
+            Some(ErrorKind::StorageFull)
+        );
+        assert!(writer.append_blocking(vec![3]).is_err());
     }
 
     #[test]

@@ -51,7 +51,7 @@
 //! .await?;
 //! let job = JobRequest::single(TaskSpec::new(vec!["hostname".into()]));
 //! let (reply, submitted) = oneshot::channel();
-//! pilot.request(ClientRequest::Submit { jobs: vec![job], reply })?;
+//! pilot.request(ClientRequest::Submit { jobs: vec![job], wait: None, reply })?;
 //! println!("{:?}", submitted.await??);
 //! let (reply, done) = oneshot::channel();
 //! pilot.request(ClientRequest::Wait { jobs: None, reply })?;

@@ -16,7 +16,7 @@ use saker_transport::credentials::{Credentials, Role};
 use saker_transport::pilot_dir::PilotDir;
 use saker_transport::quic;
 use saker_wire::messages::{Link, POSITION_ROOT};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::actor::{FRAME_BUDGET, FrameBudget, Root, RootArgs, RootMsg};
@@ -543,7 +543,7 @@ impl Pilot {
         // With the root stopped, closing its request channel makes the server deliver
         // the answers already given (the acknowledgement of this very shutdown) and
         // closes each connection. An idle client must not hold the pilot up for long.
-        self.client_server.forwarder.abort();
+        self.client_server.root_gone.take();
         let server = &mut self.client_server.server;
         if tokio::time::timeout(CLIENT_FLUSH, &mut *server)
             .await
@@ -560,13 +560,31 @@ impl Pilot {
     }
 }
 
-/// The client socket's server and the task that forwards its requests to the root.
+/// The client socket's server.
 #[derive(Debug)]
 struct ClientServer {
     server: JoinHandle<()>,
-    /// Holds the receiving end of the requests: stopping it tells the server that the
-    /// root is gone.
-    forwarder: JoinHandle<()>,
+    /// Dropped once the root has stopped: tells the server that the root is gone.
+    root_gone: Option<tokio::sync::watch::Sender<()>>,
+}
+
+/// The root's mailbox, as the client server hands requests to it.
+#[derive(Debug, Clone)]
+struct RootMailbox {
+    root: ActorRef<RootMsg>,
+    /// Its sender is dropped once the root has stopped.
+    gone: tokio::sync::watch::Receiver<()>,
+}
+
+impl client::ToRoot for RootMailbox {
+    fn send(&self, request: ClientRequest) -> bool {
+        self.root.send_message(RootMsg::Client(request)).is_ok()
+    }
+
+    async fn closed(&self) {
+        let mut gone = self.gone.clone();
+        while gone.changed().await.is_ok() {}
+    }
 }
 
 async fn start_client_server(
@@ -586,16 +604,10 @@ async fn start_client_server(
     );
     let tls =
         tokio_rustls::TlsAcceptor::from(saker_transport::tls::tls_server_config(credentials)?);
-    let (requests, mut incoming) = mpsc::channel::<ClientRequest>(1024);
-    let forwarder = tokio::spawn(async move {
-        while let Some(request) = incoming.recv().await {
-            if root.send_message(RootMsg::Client(request)).is_err() {
-                return;
-            }
-        }
-    });
+    let (root_gone, gone) = tokio::sync::watch::channel(());
+    let mailbox = RootMailbox { root, gone };
     let config = Arc::new(client::ServerConfig::new(pilot_id));
-    let server = tokio::spawn(client::serve(listener, tls, config, requests));
+    let server = tokio::spawn(client::serve(listener, tls, config, mailbox));
     ClientEndpoint {
         addr: address.to_string(),
         protocol: client::PROTOCOL_VERSION,
@@ -604,7 +616,10 @@ async fn start_client_server(
         pilot_id: pilot_id.to_string(),
     }
     .write(dir)?;
-    Ok(ClientServer { server, forwarder })
+    Ok(ClientServer {
+        server,
+        root_gone: Some(root_gone),
+    })
 }
 
 /// Replaces credentials an older saker wrote (no roles) or an interrupted generation

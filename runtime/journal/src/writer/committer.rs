@@ -4,12 +4,17 @@
 //! `max_group_bytes`), encodes it into one buffer, writes the buffer with one `write`,
 //! makes it durable with one `fdatasync`, and only then runs the group's callbacks, in
 //! the order the appends were queued.
+//!
+//! The committer sits behind a mutex so that a caller may also commit an append itself
+//! ([`Shared::append_now`]) when nothing is queued and no sync is due: the append is
+//! then written on the caller's thread, with no thread woken on either side.
 
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::Serialize;
 
@@ -116,6 +121,86 @@ fn run_seal_callback(callback: SealCallback, result: Result<SegmentNumber, Journ
     }
 }
 
+/// The committer and how many queued items the writer thread has not taken yet,
+/// shared by the writer's handle and its thread.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    committer: Mutex<Committer>,
+    /// Appends and seals sent to the thread and not yet handled by it. Raised before
+    /// sending and lowered, under the committer's lock, once handled: while it is 0
+    /// under the lock, nothing is queued that an inline append would overtake.
+    queued: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn new(committer: Committer) -> Shared {
+        Shared {
+            committer: Mutex::new(committer),
+            queued: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Committer> {
+        // A panic inside the committer leaves its state as consistent as any failed
+        // write does: the next write finds out.
+        self.committer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One more item is about to be sent to the thread.
+    pub(crate) fn queue_one(&self) {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A queued item was not sent after all.
+    pub(crate) fn unqueue_one(&self) {
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Writes `records` now, on this thread, if the writer does not sync and nothing
+    /// is queued for its thread; otherwise gives them back. Appends stay in order:
+    /// an inline append only happens when every earlier one is written.
+    pub(crate) fn append_now<R: Serialize>(
+        &self,
+        records: Vec<R>,
+    ) -> Result<Result<Vec<Position>, JournalError>, Vec<R>> {
+        let mut committer = self.lock();
+        if committer.options.sync != SyncMode::None || self.queued.load(Ordering::SeqCst) != 0 {
+            return Err(records);
+        }
+        Counters::add(&committer.counters.appends_submitted, 1);
+        let written = committer.append_now(&records);
+        Counters::add(&committer.counters.appends_completed, 1);
+        Ok(written)
+    }
+
+    /// The writer thread: runs until every sender is gone and the queue is drained;
+    /// returns the final stats, or the failure that stopped the writer.
+    pub(crate) fn run<R: Serialize>(
+        &self,
+        queue: Receiver<Queued<R>>,
+    ) -> Result<WriterStats, JournalError> {
+        while let Ok(first) = queue.recv() {
+            let mut committer = self.lock();
+            committer.handle(first);
+            let mut taken = 1;
+            while committer.group.len() < committer.options.max_group_bytes {
+                match queue.try_recv() {
+                    Ok(queued) => {
+                        committer.handle(queued);
+                        taken += 1;
+                    }
+                    Err(_) => break,
+                }
+            }
+            committer.commit();
+            self.queued.fetch_sub(taken, Ordering::SeqCst);
+        }
+        self.lock().finish()
+    }
+}
+
 /// State of the writer thread.
 #[derive(Debug)]
 pub(crate) struct Committer {
@@ -158,25 +243,6 @@ impl Committer {
             failure: None,
             counters,
         }
-    }
-
-    /// Runs until every sender is gone and the queue is drained; returns the final stats,
-    /// or the failure that stopped the writer.
-    pub(crate) fn run<R: Serialize>(
-        mut self,
-        queue: Receiver<Queued<R>>,
-    ) -> Result<WriterStats, JournalError> {
-        while let Ok(first) = queue.recv() {
-            self.handle(first);
-            while self.group.len() < self.options.max_group_bytes {
-                match queue.try_recv() {
-                    Ok(queued) => self.handle(queued),
-                    Err(_) => break,
-                }
-            }
-            self.commit();
-        }
-        self.finish()
     }
 
     fn handle<R: Serialize>(&mut self, queued: Queued<R>) {
@@ -224,20 +290,28 @@ impl Committer {
             records,
             completion,
         } = command;
+        match self.stage(&records) {
+            Ok(positions) => self.waiting.push((completion, Ok(positions))),
+            // Its callback still runs in queue order (an encoding error), or the
+            // writer failed and every waiting callback was told already.
+            Err(error) if self.failure.is_none() => self.waiting.push((completion, Err(error))),
+            Err(error) => self.complete(completion, Err(error)),
+        }
+    }
+
+    /// Encodes `records` into the group being built and says where each will be: the
+    /// whole append or none of it (an encoding error). A segment that would overflow
+    /// is committed and a new one started first.
+    fn stage<R: Serialize>(&mut self, records: &[R]) -> Result<Vec<Position>, JournalError> {
         if let Some(cause) = &self.failure {
             let cause = Arc::clone(cause);
-            self.complete(completion, Err(JournalError::WriterFailed { cause }));
-            return;
+            return Err(JournalError::WriterFailed { cause });
         }
         self.scratch.clear();
         self.starts.clear();
-        for record in &records {
+        for record in records {
             self.starts.push(self.scratch.len() as u64);
-            if let Err(error) = encode_record(&mut self.scratch, record) {
-                // The whole append is refused; its callback still runs in queue order.
-                self.waiting.push((completion, Err(error)));
-                return;
-            }
+            encode_record(&mut self.scratch, record)?;
         }
         let segment_used = self.segment.length + self.group.len() as u64;
         let overflows = segment_used + self.scratch.len() as u64 > self.options.max_segment_bytes;
@@ -246,13 +320,11 @@ impl Committer {
             self.commit();
             if let Some(cause) = &self.failure {
                 let cause = Arc::clone(cause);
-                self.complete(completion, Err(JournalError::WriterFailed { cause }));
-                return;
+                return Err(JournalError::WriterFailed { cause });
             }
             if let Err(error) = self.rotate() {
-                self.waiting.push((completion, Ok(Vec::new())));
-                self.fail(error);
-                return;
+                self.fail(error.clone());
+                return Err(error);
             }
         }
         let base = self.segment.length + self.group.len() as u64;
@@ -265,9 +337,20 @@ impl Committer {
                 offset: base + start,
             })
             .collect();
-        self.waiting.push((completion, Ok(positions)));
         self.group.extend_from_slice(&self.scratch);
         self.group_records += records.len() as u64;
+        Ok(positions)
+    }
+
+    /// Stages and writes `records` at once (see [`Shared::append_now`]).
+    fn append_now<R: Serialize>(&mut self, records: &[R]) -> Result<Vec<Position>, JournalError> {
+        let positions = self.stage(records)?;
+        self.commit();
+        match &self.failure {
+            // The failure is this write's own: stage refuses once failed.
+            Some(failure) => Err(JournalError::clone(failure)),
+            None => Ok(positions),
+        }
     }
 
     fn rotate(&mut self) -> Result<(), JournalError> {
@@ -333,9 +416,9 @@ impl Committer {
         completion.complete(result);
     }
 
-    fn finish(self) -> Result<WriterStats, JournalError> {
-        if let Some(failure) = self.failure {
-            return Err(JournalError::clone(&failure));
+    fn finish(&mut self) -> Result<WriterStats, JournalError> {
+        if let Some(failure) = &self.failure {
+            return Err(JournalError::clone(failure));
         }
         if self.options.sync == SyncMode::None {
             // Without per-group syncs, at least leave a closed journal durable.

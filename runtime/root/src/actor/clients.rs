@@ -13,8 +13,9 @@ use super::port::AfterJournal;
 use super::resources::TooManyKinds;
 use super::state::{JobEntry, LineBatch, RootState};
 use crate::client::{
-    CancelReport, ClientRequest, ErrorKind, HpcStatus, NodeLoad, Reply, RequestError, StatusReport,
-    SubmitReply, SubmittedJob, SubmittedLines, UnstartedJob, WaitReport,
+    CancelReport, ClientRequest, ErrorKind, HpcStatus, MAX_WAITED_RESULTS, NodeLoad, Reply,
+    RequestError, StatusReport, SubmitReply, SubmitWait, SubmittedJob, SubmittedLines,
+    UnstartedJob, WaitReport,
 };
 use crate::records::Record;
 use crate::results::{JobId, ResultRecord, TaskId};
@@ -36,7 +37,7 @@ pub(super) fn error(kind: ErrorKind, message: impl Into<String>) -> RequestError
 impl RootState {
     pub(super) fn on_client(&mut self, request: ClientRequest) {
         match request {
-            ClientRequest::Submit { jobs, reply } => self.on_submit(jobs, reply),
+            ClientRequest::Submit { jobs, wait, reply } => self.on_submit(jobs, wait, reply),
             ClientRequest::SubmitLines { lines, reply } => self.on_submit_lines(lines, reply),
             ClientRequest::Status { reply } => {
                 let report = self.walltime.status.clone();
@@ -91,7 +92,12 @@ impl RootState {
         }
     }
 
-    fn on_submit(&mut self, mut requests: Vec<JobRequest>, reply: Reply<SubmitReply>) {
+    fn on_submit(
+        &mut self,
+        mut requests: Vec<JobRequest>,
+        wait: Option<SubmitWait>,
+        reply: Reply<SubmitReply>,
+    ) {
         if self.shutting_down {
             let _ = reply.send(Err(error(
                 ErrorKind::Unavailable,
@@ -112,6 +118,14 @@ impl RootState {
                 let _ = reply.send(Err(error(ErrorKind::InvalidSpec, message)));
                 return;
             }
+        }
+        let tasks: u64 = requests.iter().map(JobRequest::task_count).sum();
+        if wait == Some(SubmitWait::Results) && tasks > MAX_WAITED_RESULTS {
+            let message = format!(
+                "wait \"results\" takes submissions of at most {MAX_WAITED_RESULTS} tasks, this one has {tasks}; wait for \"counts\", or follow a results stream"
+            );
+            let _ = reply.send(Err(error(ErrorKind::InvalidSpec, message)));
+            return;
         }
         // Jobs that wait for later ones of the submission go after them; their
         // dependencies become ids.
@@ -185,14 +199,18 @@ impl RootState {
                 request: Box::new(request),
             });
         }
-        // Acknowledged only once durable: an acknowledged submission survives a crash.
-        self.port.append(
-            records,
-            AfterJournal::Acknowledge {
-                reply,
-                jobs: submitted.into_iter().flatten().collect(),
-            },
-        );
+        let jobs = submitted.into_iter().flatten().collect();
+        match wait {
+            // Acknowledged only once durable: an acknowledged submission survives a crash.
+            None => self.append(records, AfterJournal::Acknowledge { reply, jobs }),
+            // Answered once its results are durable, which they become after it (the
+            // journal keeps order); a journal that fails stops the pilot, and the
+            // dropped answer tells the client.
+            Some(wait) => {
+                self.append(records, AfterJournal::Nothing);
+                self.log.submit_waiters.add(jobs, wait, reply);
+            }
+        }
     }
 
     /// Queues a validated job as `spec` in the core and keeps what agents need to
@@ -352,7 +370,7 @@ impl RootState {
             first_task,
             count: lines.len() as u64,
         };
-        self.port.append(
+        self.append(
             vec![Record::SubmitLines {
                 first_job,
                 first_task,
@@ -429,7 +447,7 @@ impl RootState {
                 unix_us: self.timestamp().unix_micros(),
             });
         }
-        self.port.append(records, AfterJournal::Nothing);
+        self.append(records, AfterJournal::Nothing);
         let _ = reply.send(Ok(CancelReport { cancelled }));
     }
 

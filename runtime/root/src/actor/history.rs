@@ -204,6 +204,7 @@ impl RootState {
         for (record, position) in results.into_iter().zip(positions) {
             self.count_durable(&record);
             self.log.index.insert(record.task, record.seq, position);
+            self.log.submit_waiters.note(&record);
             self.log
                 .followers
                 .retain(|sink| sink.send(record.clone()).is_ok());

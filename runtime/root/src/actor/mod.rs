@@ -26,6 +26,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 mod updates;
+mod waiters;
 mod walltime;
 
 use std::sync::Arc;
@@ -163,8 +164,36 @@ pub enum Turn {
 
 impl RootState {
     /// Handles one message, then drains the core's outputs: the whole of one turn of
-    /// the root's loop, whoever drives it.
+    /// the root's loop, whoever drives it. What the journal finished at once during
+    /// the turn (results it wrote without a sync) is handled in the same turn.
     pub fn handle(&mut self, message: RootMsg) -> Turn {
+        let mut message = message;
+        loop {
+            if let Turn::Stop(reason) = self.handle_one(message) {
+                return Turn::Stop(reason);
+            }
+            // Cheap when nothing waits: a vector's emptiness.
+            self.poll_retirement();
+            self.drain();
+            self.check_exhausted();
+            match self.written_now.take() {
+                Some(next) => message = next,
+                None => return Turn::Continue,
+            }
+        }
+    }
+
+    /// Drains the core's outputs, then handles what the journal finished at once:
+    /// the end of a turn begun outside [`RootState::handle`] (starting, resuming).
+    pub fn flush(&mut self) -> Turn {
+        self.drain();
+        match self.written_now.take() {
+            Some(message) => self.handle(message),
+            None => Turn::Continue,
+        }
+    }
+
+    fn handle_one(&mut self, message: RootMsg) -> Turn {
         match message {
             RootMsg::LinkUp { link, tx, node } => self.on_link_up(link, tx, node),
             RootMsg::AgentFrame {
@@ -191,10 +220,6 @@ impl RootState {
             RootMsg::Provision => self.on_provision(),
             RootMsg::Batch(outcome) => self.on_batch(outcome),
         }
-        // Cheap when nothing waits: a vector's emptiness.
-        self.poll_retirement();
-        self.drain();
-        self.check_exhausted();
         Turn::Continue
     }
 }
@@ -237,7 +262,9 @@ impl Actor for Root {
         if let Some(sender) = restored {
             let _ = sender.send(summary);
         }
-        state.drain();
+        if let Turn::Stop(reason) = state.flush() {
+            return Err(reason.into());
+        }
         Ok(state)
     }
 

@@ -209,7 +209,7 @@ impl RootState {
                 spawn: Box::new(placed.spawn.clone()),
                 unix_us: self.timestamp().unix_micros(),
             };
-            self.port.append(vec![record], AfterJournal::Nothing);
+            self.append(vec![record], AfterJournal::Nothing);
         }
         self.place_waiting();
     }
@@ -642,7 +642,7 @@ impl RootState {
             actor: id,
             unix_us: self.timestamp().unix_micros(),
         };
-        self.port.append(vec![record], AfterJournal::Nothing);
+        self.append(vec![record], AfterJournal::Nothing);
         let Some(placed) = self.actors.actors.get_mut(&id) else {
             return;
         };

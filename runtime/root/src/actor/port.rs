@@ -36,8 +36,11 @@ pub trait Port: std::fmt::Debug + Send + 'static {
     /// cannot be delivered is dropped.
     fn send(&mut self, link: LinkId, node: NodeId, message: &ToAgent);
     /// Appends `records` to the journal; once they are durable (or the journal
-    /// failed), `after` is finished ([`AfterJournal::finish`]).
-    fn append(&mut self, records: Vec<Record>, after: AfterJournal);
+    /// failed), `after` is finished ([`AfterJournal::finish`]). When the journal wrote
+    /// them at once (it does not sync, and nothing was queued ahead), `after` is
+    /// finished before this returns and what the root must then handle is returned,
+    /// to be handled in the same turn; otherwise it comes later as a message.
+    fn append(&mut self, records: Vec<Record>, after: AfterJournal) -> Option<RootMsg>;
     /// Hands the root `wake` after `delay`.
     fn wake_after(&mut self, delay: Duration, wake: Wake);
     /// A shutdown was requested: the process that runs the pilot may wind down.
@@ -207,9 +210,11 @@ impl AfterJournal {
             (AfterJournal::Results(_), Ok(())) => None,
             (AfterJournal::Results(_), Err(error)) => Some(RootMsg::JournalFailed { error }),
             (AfterJournal::Acknowledge { reply, jobs }, outcome) => {
-                let answer = outcome.map(|()| SubmitReply { jobs }).map_err(|error| {
-                    RequestError::new(ErrorKind::Internal, format!("journal failed: {error}"))
-                });
+                let answer = outcome
+                    .map(|()| SubmitReply::acknowledged(jobs))
+                    .map_err(|error| {
+                        RequestError::new(ErrorKind::Internal, format!("journal failed: {error}"))
+                    });
                 let _ = reply.send(answer);
                 None
             }
@@ -289,19 +294,23 @@ impl Port for ActorPort {
         }
     }
 
-    fn append(&mut self, records: Vec<Record>, after: AfterJournal) {
-        let myself = self.myself.clone();
+    fn append(&mut self, records: Vec<Record>, after: AfterJournal) -> Option<RootMsg> {
         let Some(journal) = &self.journal else {
-            if let Some(message) = after.finish(Err(JournalError::WriterStopped)) {
-                let _ = myself.send_message(message);
-            }
-            return;
+            return after.finish(Err(JournalError::WriterStopped));
         };
+        // Written here when the journal need not sync and waits for nothing: no thread
+        // is woken, and the root sees its results durable in the same turn.
+        let records = match journal.append_now(records) {
+            Ok(outcome) => return after.finish(outcome),
+            Err(records) => records,
+        };
+        let myself = self.myself.clone();
         journal.append_at(records, move |outcome| {
             if let Some(message) = after.finish(outcome) {
                 let _ = myself.send_message(message);
             }
         });
+        None
     }
 
     fn wake_after(&mut self, delay: Duration, wake: Wake) {

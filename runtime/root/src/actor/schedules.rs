@@ -184,7 +184,7 @@ impl RootState {
                     occurrence: next,
                 },
             ];
-            self.port.append(records, AfterJournal::Nothing);
+            self.append(records, AfterJournal::Nothing);
         }
     }
 }

@@ -116,6 +116,8 @@ pub(super) struct ResultLog {
     pub minute: MinuteRate,
     pub stages: super::stages::Stages,
     pub waiters: Vec<Waiter>,
+    /// Submissions answered once their own tasks have ended.
+    pub submit_waiters: super::waiters::SubmitWaiters,
     /// `totals.durable` when the root last gave freed memory back, and how many more
     /// results must end in an idle pilot before it does so again (see
     /// [`Port::release_memory`]).
@@ -137,6 +139,7 @@ impl Default for ResultLog {
             minute: MinuteRate::default(),
             stages: Default::default(),
             waiters: Vec::new(),
+            submit_waiters: Default::default(),
             released_at: 0,
             release_after: RELEASE_AFTER_RESULTS,
         }
@@ -197,6 +200,8 @@ pub struct RootState {
     pub(super) compaction: super::compaction::Compaction,
     /// An elastic pilot's batch allocations (`elastic.rs`).
     pub(super) elastic: Option<super::elastic::Elastic>,
+    /// What the journal finished at once during this turn, handled before it ends.
+    pub(super) written_now: Option<super::RootMsg>,
 }
 
 /// What a root starts from, besides its port and clock.
@@ -246,6 +251,7 @@ impl RootState {
             items: Default::default(),
             compaction: Default::default(),
             elastic: None,
+            written_now: None,
         }
     }
 
@@ -455,7 +461,16 @@ impl RootState {
         let results = std::mem::take(&mut self.unjournaled.results);
         let mut records = std::mem::take(&mut self.unjournaled.records);
         records.extend(results.iter().map(|r| Record::Result(Arc::clone(r))));
-        self.port.append(records, AfterJournal::Results(results));
+        self.append(records, AfterJournal::Results(results));
+    }
+
+    /// Appends `records` to the journal (see [`Port::append`]); what it finished at
+    /// once is handled before this turn ends.
+    pub(super) fn append(&mut self, records: Vec<Record>, after: AfterJournal) {
+        if let Some(message) = self.port.append(records, after) {
+            debug_assert!(self.written_now.is_none(), "one inline append a turn");
+            self.written_now = Some(message);
+        }
     }
 
     pub(super) fn close_journal(&mut self) {

@@ -26,6 +26,7 @@ mod elastic;
 mod history;
 mod placed;
 mod updates;
+mod waiting;
 
 const PILOT: &str = "pilot-under-test";
 
@@ -46,11 +47,32 @@ struct Recorded {
     batches: Vec<super::port::BatchWork>,
     /// Every record made durable, by its (made-up) position: what the journal holds.
     durable: Arc<MemoryJournal>,
+    /// Appends are durable at once, as a journal that does not sync and waits for
+    /// nothing makes them ([`Port::append`]'s inline case).
+    inline_journal: bool,
 }
 
 /// A journal in memory, for reading results back as the pilot reads its journal.
 #[derive(Debug, Default)]
 struct MemoryJournal(Mutex<std::collections::BTreeMap<saker_journal::Position, Record>>);
+
+impl MemoryJournal {
+    /// Keeps `records` after those held; says where each is.
+    fn hold(&self, records: Vec<Record>) -> Vec<saker_journal::Position> {
+        let mut held = self.0.lock().unwrap();
+        records
+            .into_iter()
+            .map(|record| {
+                let position = saker_journal::Position {
+                    segment: saker_journal::SegmentNumber(1),
+                    offset: 16 + held.len() as u64,
+                };
+                held.insert(position, record);
+                position
+            })
+            .collect()
+    }
+}
 
 impl super::history::ResultSource for MemoryJournal {
     fn read(
@@ -118,15 +140,21 @@ impl Port for TestPort {
         self.with(|r| r.sent.push((frame.route, decoded)));
     }
 
-    fn append(&mut self, records: Vec<Record>, after: AfterJournal) {
-        let decoded = records
+    fn append(&mut self, records: Vec<Record>, after: AfterJournal) -> Option<RootMsg> {
+        let decoded: Vec<Record> = records
             .iter()
             .map(|record| {
                 let json = serde_json::to_vec(record).expect("records serialize");
                 serde_json::from_slice::<Record>(&json).expect("and parse back")
             })
             .collect();
+        if self.with(|r| r.inline_journal) {
+            let journal = self.with(|r| r.durable.clone());
+            let positions = journal.hold(decoded);
+            return after.finish(Ok(positions));
+        }
         self.with(|r| r.appends.push((decoded, after)));
+        None
     }
 
     fn wake_after(&mut self, delay: Duration, wake: Wake) {
@@ -193,20 +221,7 @@ impl Harness {
         records: Vec<Record>,
     ) -> Result<super::restore::RestoreSummary, super::restore::RestoreError> {
         let journal = self.port.with(|r| r.durable.clone());
-        let positions = {
-            let mut held = journal.0.lock().unwrap();
-            records
-                .iter()
-                .map(|record| {
-                    let position = saker_journal::Position {
-                        segment: saker_journal::SegmentNumber(1),
-                        offset: 16 + held.len() as u64,
-                    };
-                    held.insert(position, record.clone());
-                    position
-                })
-                .collect()
-        };
+        let positions = journal.hold(records.clone());
         self.root.restore(records, positions)
     }
 
@@ -241,7 +256,7 @@ impl Harness {
         let frame = decoder.next_frame().expect("valid").expect("whole");
         self.root
             .on_agent_frame(LinkId(link), frame.route, &frame.payload);
-        self.root.drain();
+        self.root.flush();
     }
 
     /// Links node `node` (on link `node`) with `cores` cores, as a hello does.
@@ -304,7 +319,26 @@ impl Harness {
         jobs: Vec<JobRequest>,
     ) -> oneshot::Receiver<Result<SubmitReply, crate::client::RequestError>> {
         let (reply, answer) = oneshot::channel();
-        self.handle(RootMsg::Client(ClientRequest::Submit { jobs, reply }));
+        self.handle(RootMsg::Client(ClientRequest::Submit {
+            jobs,
+            wait: None,
+            reply,
+        }));
+        answer
+    }
+
+    /// Submits `jobs`, to be answered once their tasks have ended (`wait`).
+    fn submit_waiting(
+        &mut self,
+        jobs: Vec<JobRequest>,
+        wait: crate::client::SubmitWait,
+    ) -> oneshot::Receiver<Result<SubmitReply, crate::client::RequestError>> {
+        let (reply, answer) = oneshot::channel();
+        self.handle(RootMsg::Client(ClientRequest::Submit {
+            jobs,
+            wait: Some(wait),
+            reply,
+        }));
         answer
     }
 
@@ -316,20 +350,8 @@ impl Harness {
             .with(|r| (std::mem::take(&mut r.appends), r.durable.clone()));
         let mut records = Vec::new();
         for (batch, after) in appends {
-            let positions = {
-                let mut held = journal.0.lock().unwrap();
-                let mut positions = Vec::with_capacity(batch.len());
-                for record in &batch {
-                    let position = saker_journal::Position {
-                        segment: saker_journal::SegmentNumber(1),
-                        offset: 16 + held.len() as u64,
-                    };
-                    held.insert(position, record.clone());
-                    positions.push(position);
-                }
-                positions
-            };
-            records.extend(batch);
+            records.extend(batch.iter().cloned());
+            let positions = journal.hold(batch);
             if let Some(message) = after.finish(Ok(positions)) {
                 self.handle(message);
             }

@@ -28,8 +28,8 @@ use super::endpoint::{ClientEndpoint, EndpointError};
 use super::protocol::{
     CancelReport, CancelRequest, ErrorKind, Hello, PROTOCOL_VERSION, RequestError, RequestId,
     ResultRequest, ResultsRequest, ShutdownRequest, StatusReport, StatusRequest, StreamEnd,
-    SubmitReply, SubmitRequest, SubmittedJob, SubmittedLines, UpdateReport, UpdateRequest,
-    WaitReport, WaitRequest, Welcome,
+    SubmitReply, SubmitRequest, SubmitWait, SubmittedJob, SubmittedLines, UpdateReport,
+    UpdateRequest, WaitReport, WaitRequest, Welcome,
 };
 use crate::results::{JobId, ResultRecord};
 use crate::spec::{JobLines, JobRequest};
@@ -172,8 +172,25 @@ impl Client {
 
     /// Submits a batch of jobs, all or none.
     pub async fn submit(&self, jobs: Vec<JobRequest>) -> Result<Vec<SubmittedJob>, ClientError> {
-        let reply: SubmitReply = self.call("submit", &SubmitRequest { jobs }).await?;
+        let request = SubmitRequest { jobs, wait: None };
+        let reply: SubmitReply = self.call("submit", &request).await?;
         Ok(reply.jobs)
+    }
+
+    /// Submits `jobs` and is answered once every task of them has ended: how many
+    /// succeeded, failed and were cancelled, and with [`SubmitWait::Results`] every
+    /// task's result. One request and one answer, where [`Client::submit`] and
+    /// [`Client::wait`] take two of each.
+    pub async fn submit_and_wait(
+        &self,
+        jobs: Vec<JobRequest>,
+        wait: SubmitWait,
+    ) -> Result<SubmitReply, ClientError> {
+        let request = SubmitRequest {
+            jobs,
+            wait: Some(wait),
+        };
+        self.call("submit", &request).await
     }
 
     /// Submits one single-task job per command of `lines` (a task file's lines), with

@@ -2,12 +2,12 @@
 //!
 //! `docs/protocol.md` is the specification a client in another language follows.
 //! Here: [`protocol`] defines the messages, [`server`] accepts connections and turns
-//! requests into [`ClientRequest`]s on a channel the root owns, [`Client`] is the Rust
+//! requests into [`ClientRequest`]s in the root's mailbox, [`Client`] is the Rust
 //! client, [`ClientEndpoint`] is the `client.json` file that says where the socket is.
 //!
 //! Design: the server never calls into the root. It parses and validates a request,
 //! sends it with a oneshot reply (or a bounded sink for result streams) into the
-//! root's mpsc, and writes the answer when it comes. The root actor therefore consumes
+//! root's mailbox, and writes the answer when it comes. The root actor therefore consumes
 //! client requests like any other message in its loop, and a slow or malicious client
 //! can cost the root nothing but a channel send.
 
@@ -26,13 +26,13 @@ pub use codec::{DEFAULT_MAX_LINE_BYTES, ReadLineError};
 pub use connection::{Client, ClientError, ResultStream};
 pub use endpoint::{CLIENT_ENDPOINT_FILE_NAME, ClientEndpoint, EndpointError, PILOT_DIR_VAR};
 pub use protocol::{
-    AllocationStatus, CancelReport, ElasticAllocation, ErrorKind, HpcStatus, NodeLoad,
-    PROTOCOL_VERSION, PROTOCOLS, RequestError, RequestId, ResultRequest, StageSummary,
-    StatusReport, StreamEnd, SubmitReply, SubmittedJob, SubmittedLines, UnstartedJob, UpdateReport,
-    UpdateRequest, WaitReport, Welcome,
+    AllocationStatus, CancelReport, ElasticAllocation, ErrorKind, HpcStatus, MAX_WAITED_RESULTS,
+    NodeLoad, PROTOCOL_VERSION, PROTOCOLS, RequestError, RequestId, ResultRequest, StageSummary,
+    StatusReport, StreamEnd, SubmitReply, SubmitWait, SubmittedJob, SubmittedLines, UnstartedJob,
+    UpdateReport, UpdateRequest, WaitReport, Welcome,
 };
 pub use server::{
-    ClientRequest, ConnectionError, Reply, ResultSink, ResultsItem, ServerConfig, serve,
+    ClientRequest, ConnectionError, Reply, ResultSink, ResultsItem, ServerConfig, ToRoot, serve,
     serve_connection,
 };
 pub use update::{InvalidUpdate, JobUpdate};

@@ -22,10 +22,15 @@ use crate::spec::{JobLines, JobRequest};
 /// 2: function tasks (`function` specs, `output` in results), `results` with
 /// `new_only`. A client of version 2 meets a version-1 pilot with a clear
 /// `protocol_mismatch` at its hello instead of a refused field later.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// 3: `submit` with `wait`, answered once its tasks ended (with their results).
+pub const PROTOCOL_VERSION: u32 = 3;
 
-/// Every version this server speaks: version 1 clients keep working unchanged.
-pub const PROTOCOLS: [u32; 2] = [1, 2];
+/// Every version this server speaks: older clients keep working unchanged.
+pub const PROTOCOLS: [u32; 3] = [1, 2, 3];
+
+/// Most tasks a `submit` with `wait: "results"` may hold: its answer carries them all
+/// in one line. More are waited for with `counts`, or followed with `results`.
+pub const MAX_WAITED_RESULTS: u64 = 1_000;
 
 /// Correlates a response with its request; chosen by the client, echoed by the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -102,6 +107,22 @@ impl Request {
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
     pub jobs: Vec<JobRequest>,
+    /// Answer once every task has ended, instead of once the submission is durable:
+    /// one request, one answer, where a submit and a wait (or a results stream) take
+    /// two of each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<SubmitWait>,
+}
+
+/// What a `submit` with `wait` answers with, once every task of it has ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubmitWait {
+    /// How many tasks succeeded, failed and were cancelled (`ended`).
+    Counts,
+    /// The same, with every task's result (`results`, in the order they ended); for
+    /// submissions of at most [`MAX_WAITED_RESULTS`] tasks.
+    Results,
 }
 
 /// `status`: no parameters.
@@ -221,6 +242,23 @@ pub struct ProvisioningRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubmitReply {
     pub jobs: Vec<SubmittedJob>,
+    /// With `wait`: how the tasks ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<WaitReport>,
+    /// With `wait: "results"`: every task's result, in the order they ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub results: Option<Vec<std::sync::Arc<crate::results::ResultRecord>>>,
+}
+
+impl SubmitReply {
+    /// The answer to a `submit` without `wait`: its jobs, durable.
+    pub fn acknowledged(jobs: Vec<SubmittedJob>) -> SubmitReply {
+        SubmitReply {
+            jobs,
+            ended: None,
+            results: None,
+        }
+    }
 }
 
 /// Tasks `first_task .. first_task + count` belong to `job`; with an array, task

@@ -1,5 +1,6 @@
 //! The server side of the client socket: accepts TLS connections, parses requests and
-//! hands each to the root as a [`ClientRequest`] on an mpsc channel the root owns.
+//! hands each to the root as a [`ClientRequest`], straight into its mailbox
+//! ([`ToRoot`]).
 //!
 //! Per connection, one reader loop parses lines in order and sends the requests to the
 //! root in that order (so a `submit` followed by a `wait` reaches the root in that
@@ -50,8 +51,10 @@ pub type ResultSink = mpsc::Sender<ResultsItem>;
 /// `Submit` has passed [`JobRequest::validate`].
 #[derive(Debug)]
 pub enum ClientRequest {
+    /// Answered once durable, or with `wait` once every task has ended.
     Submit {
         jobs: Vec<JobRequest>,
+        wait: Option<super::protocol::SubmitWait>,
         reply: Reply<SubmitReply>,
     },
     /// Validated by [`JobLines::validate`](crate::spec::JobLines::validate).
@@ -120,6 +123,26 @@ pub enum ClientRequest {
     },
 }
 
+/// Where the server hands requests: the root's mailbox. Handing one over never waits
+/// (each connection bounds its requests in flight), so a connection's reader passes
+/// a request on without another task in between.
+pub trait ToRoot: Clone + Send + Sync + 'static {
+    /// Hands `request` to the root; false once the root is gone.
+    fn send(&self, request: ClientRequest) -> bool;
+    /// Resolves once the root is gone.
+    fn closed(&self) -> impl Future<Output = ()> + Send;
+}
+
+impl ToRoot for mpsc::UnboundedSender<ClientRequest> {
+    fn send(&self, request: ClientRequest) -> bool {
+        mpsc::UnboundedSender::send(self, request).is_ok()
+    }
+
+    async fn closed(&self) {
+        mpsc::UnboundedSender::closed(self).await
+    }
+}
+
 /// An item of a `results` stream.
 #[derive(Debug, Clone)]
 pub enum ResultsItem {
@@ -182,14 +205,14 @@ pub enum ConnectionError {
 }
 
 /// Accepts TLS connections on `listener` and serves each until it closes. Returns when
-/// the root drops its receiver of `requests`, after the connections have flushed the
+/// the root is gone (`requests` closed), after the connections have flushed the
 /// answers already given (at most `2 × linger`); dropping (aborting) the returned future
 /// closes every connection at once.
-pub async fn serve(
+pub async fn serve<R: ToRoot>(
     listener: TcpListener,
     tls: TlsAcceptor,
     config: Arc<ServerConfig>,
-    requests: mpsc::Sender<ClientRequest>,
+    requests: R,
 ) {
     let mut connections = JoinSet::new();
     loop {
@@ -251,13 +274,14 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 /// Serves one connection (already through TLS, or any other byte stream in tests):
 /// the hello, then requests until the client closes. Outstanding requests are
 /// abandoned when the client closes; what they did in the pilot stands.
-pub async fn serve_connection<S>(
+pub async fn serve_connection<S, R>(
     stream: S,
     config: Arc<ServerConfig>,
-    requests: mpsc::Sender<ClientRequest>,
+    requests: R,
 ) -> Result<(), ConnectionError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
+    R: ToRoot,
 {
     let (read_half, write_half) = tokio::io::split(stream);
     let mut reader = LineReader::new(read_half, config.max_line_bytes);
@@ -300,9 +324,9 @@ async fn write_lines<W: AsyncWrite + Unpin>(
     writer.shutdown().await
 }
 
-struct Session {
+struct Session<Q> {
     config: Arc<ServerConfig>,
-    requests: mpsc::Sender<ClientRequest>,
+    requests: Q,
     /// Encoded response lines for the writer.
     outgoing: mpsc::Sender<Vec<u8>>,
     in_flight: Arc<Semaphore>,
@@ -310,7 +334,7 @@ struct Session {
     tasks: JoinSet<()>,
 }
 
-impl Session {
+impl<Q: ToRoot> Session<Q> {
     async fn run<R: AsyncRead + Unpin>(
         mut self,
         reader: &mut LineReader<R>,
@@ -397,11 +421,11 @@ impl Session {
             return;
         };
         match request {
-            Request::Submit(SubmitRequest { jobs }) => {
+            Request::Submit(SubmitRequest { jobs, wait }) => {
                 let (reply, answer) = oneshot::channel();
                 self.forward(
                     id,
-                    ClientRequest::Submit { jobs, reply },
+                    ClientRequest::Submit { jobs, wait, reply },
                     answer,
                     permit,
                     |r| r,
@@ -514,7 +538,7 @@ impl Session {
                 let from = if new_only { u64::MAX } else { from };
                 let (sink, items) = mpsc::channel(self.config.stream_capacity.max(1));
                 let request = ClientRequest::Results { from, follow, sink };
-                if self.requests.send(request).await.is_err() {
+                if !self.requests.send(request) {
                     self.send_error(Some(id), pilot_gone()).await;
                     return;
                 }
@@ -537,7 +561,7 @@ impl Session {
         T: Send + 'static,
         B: Serialize + 'static,
     {
-        if self.requests.send(request).await.is_err() {
+        if !self.requests.send(request) {
             self.send_error(Some(id), pilot_gone()).await;
             return;
         }

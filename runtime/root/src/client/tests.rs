@@ -27,9 +27,15 @@ fn test_config() -> ServerConfig {
 type ServerTask = JoinHandle<Result<(), ConnectionError>>;
 
 /// Starts a server connection; returns the client's end and the root's receiver.
-fn start(config: ServerConfig) -> (DuplexStream, mpsc::Receiver<ClientRequest>, ServerTask) {
+fn start(
+    config: ServerConfig,
+) -> (
+    DuplexStream,
+    mpsc::UnboundedReceiver<ClientRequest>,
+    ServerTask,
+) {
     let (client_end, server_end) = tokio::io::duplex(1 << 16);
-    let (requests, root) = mpsc::channel(16);
+    let (requests, root) = mpsc::unbounded_channel();
     let server = tokio::spawn(serve_connection(server_end, Arc::new(config), requests));
     (client_end, root, server)
 }
@@ -76,7 +82,7 @@ impl Raw {
     }
 }
 
-async fn answer_status(root: &mut mpsc::Receiver<ClientRequest>, queued: u64) {
+async fn answer_status(root: &mut mpsc::UnboundedReceiver<ClientRequest>, queued: u64) {
     match root.recv().await {
         Some(ClientRequest::Status { reply }) => {
             let report = StatusReport {
@@ -113,7 +119,7 @@ async fn hello_then_requests_echo_their_ids() {
 async fn protocol_mismatch_is_an_error_and_closes() {
     let (stream, _root, server) = start(test_config());
     let mut raw = Raw::new(stream);
-    raw.send(r#"{"hello": {"protocol": 3, "client": "future"}}"#)
+    raw.send(r#"{"hello": {"protocol": 4, "client": "future"}}"#)
         .await;
     let answer = raw.receive().await;
     assert_eq!(answer["error"]["kind"], "protocol_mismatch");
@@ -121,7 +127,7 @@ async fn protocol_mismatch_is_an_error_and_closes() {
         answer["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("protocols [1, 2]")
+            .contains("protocols [1, 2, 3]")
     );
     raw.expect_closed().await;
     assert!(matches!(
@@ -236,7 +242,7 @@ async fn submit_round_trip_through_the_client() {
     let (stream, mut root, _server) = start(test_config());
     let root_task = tokio::spawn(async move {
         match root.recv().await {
-            Some(ClientRequest::Submit { jobs, reply }) => {
+            Some(ClientRequest::Submit { jobs, reply, .. }) => {
                 assert_eq!(jobs.len(), 2);
                 assert_eq!(jobs[1].task_count(), 100);
                 let reply_jobs = vec![
@@ -251,7 +257,9 @@ async fn submit_round_trip_through_the_client() {
                         count: 100,
                     },
                 ];
-                reply.send(Ok(SubmitReply { jobs: reply_jobs })).unwrap();
+                reply
+                    .send(Ok(SubmitReply::acknowledged(reply_jobs)))
+                    .unwrap();
             }
             other => panic!("expected submit, got {other:?}"),
         }
@@ -443,7 +451,7 @@ struct TlsSocket {
     _temporary: tempfile::TempDir,
     pilot_dir: saker_transport::PilotDir,
     address: std::net::SocketAddr,
-    root: mpsc::Receiver<ClientRequest>,
+    root: mpsc::UnboundedReceiver<ClientRequest>,
     server: JoinHandle<()>,
 }
 
@@ -460,12 +468,12 @@ async fn tls_socket() -> TlsSocket {
     let endpoint = ClientEndpoint {
         addr: address.to_string(),
         protocol: PROTOCOL_VERSION,
-        protocols: vec![1, 2],
+        protocols: vec![1, 2, 3],
         pid: std::process::id(),
         pilot_id: pilot_dir.pilot_id().to_string(),
     };
     endpoint.write(&pilot_dir).unwrap();
-    let (requests, root) = mpsc::channel(16);
+    let (requests, root) = mpsc::unbounded_channel();
     let config = Arc::new(ServerConfig::new(pilot_dir.pilot_id().to_string()));
     let server = tokio::spawn(serve(listener, tls.into(), config, requests));
     TlsSocket {
@@ -509,11 +517,11 @@ async fn tls_end_to_end_through_the_pilot_directory() {
     ));
 }
 
-/// Version 1 clients keep working beside version 2 ones: each is answered with the
-/// version it asked for.
+/// Clients of every older version keep working beside the newest: each is answered
+/// with the version it asked for.
 #[tokio::test]
-async fn both_protocol_versions_are_spoken() {
-    for version in [1, 2] {
+async fn every_protocol_version_is_spoken() {
+    for version in [1, 2, 3] {
         let (stream, _root, _server) = start(test_config());
         let mut raw = Raw::new(stream);
         raw.send(&format!(
@@ -554,7 +562,10 @@ async fn function_specs_are_decoded_or_refused_before_the_root() {
     )
     .await;
     // Unanswered (kept) until the end: the next answer on the line is the refusal.
-    let Some(ClientRequest::Submit { jobs, reply: _kept }) = root.recv().await else {
+    let Some(ClientRequest::Submit {
+        jobs, reply: _kept, ..
+    }) = root.recv().await
+    else {
         panic!("expected a submission");
     };
     let function = jobs[0].spec.function.as_ref().unwrap();
