@@ -1,4 +1,5 @@
-"""The connection to a pilot: the client protocol (docs/protocol.md) over mutual TLS.
+"""The connection to a pilot: the client protocol (docs/protocol.md), over the pilot
+directory's local socket on the root's host, else over TCP with mutual TLS.
 
 One connection carries everything. Two threads drive it: a writer that batches queued
 submissions into ``submit`` requests (many jobs per request, without waiting for an
@@ -6,7 +7,8 @@ answer before sending the next), and a reader that parses answers and the one
 ``results`` stream (``new_only`` and ``follow``, requested right after the hello) and
 completes futures by task id. TLS runs over ``ssl.MemoryBIO`` objects, under a lock held only for
 in-memory work, so neither thread ever blocks the other on socket I/O (an
-``SSLSocket`` cannot be read and written from two threads at once).
+``SSLSocket`` cannot be read and written from two threads at once). Over the local
+socket there is no TLS (the directory admits only its owner): lines go as they are.
 """
 
 from __future__ import annotations
@@ -353,6 +355,7 @@ class Connection:
     def __init__(self, directory: Union[str, "os.PathLike[str]"], *, timeout: float = 10.0, client: str = "") -> None:
         self.directory = Path(directory).expanduser()
         endpoint = read_endpoint(self.directory)
+        self._endpoint = endpoint
         self.addr: str = str(endpoint["addr"])
         self.pilot_id: str = str(endpoint.get("pilot_id", ""))
         self.server = ""
@@ -421,6 +424,10 @@ class Connection:
     # -- opening
 
     def _open(self, timeout: float) -> None:
+        self._tls: Optional[ssl.SSLObject] = None
+        self._partial = []
+        if self._open_local(timeout):
+            return
         directory = self.directory
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         try:
@@ -471,7 +478,25 @@ class Connection:
             sock.close()
             raise PilotNotFound(f"cannot talk to the pilot of {directory} at {self.addr}: {exc}") from None
 
+    def _open_local(self, timeout: float) -> bool:
+        """Connects to the local socket when this is the root's host; False if not."""
+        name = self._endpoint.get("socket")
+        if not isinstance(name, str) or self._endpoint.get("host") != socket.gethostname():
+            return False
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(str(self.directory / name))
+        except (OSError, ValueError):
+            # Stale, or a path too long for a socket address: TCP and TLS instead.
+            sock.close()
+            return False
+        self._sock = sock
+        return True
+
     def _flush_blocking(self) -> None:
+        if self._tls is None:
+            return
         data = self._outgoing.read()
         if data:
             self._sock.sendall(data)
@@ -479,8 +504,7 @@ class Connection:
     def _hello(self, protocol: int) -> Dict[str, Any]:
         line = _dumps({"hello": {"protocol": protocol, "client": self._client}}) + "\n"
         try:
-            self._tls.write(line.encode())
-            self._flush_blocking()
+            self._send(line.encode())
             while True:
                 messages = self._receive_blocking()
                 if messages:
@@ -507,6 +531,15 @@ class Connection:
     def _decrypt_and_parse(self, data: bytes) -> List[Any]:
         chunks: List[bytes] = []
         tls = self._tls
+        if tls is None:
+            chunks.append(data)
+        else:
+            self._decrypt(tls, data, chunks)
+        if not chunks:
+            return []
+        return self._parse(chunks)
+
+    def _decrypt(self, tls: ssl.SSLObject, data: bytes, chunks: List[bytes]) -> None:
         with self._ssl_lock:
             self._incoming.write(data)
             try:
@@ -523,8 +556,8 @@ class Connection:
                 self._flush_needed = True
         if self._flush_needed:
             self._wake.set()
-        if not chunks:
-            return []
+
+    def _parse(self, chunks: List[bytes]) -> List[Any]:
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         if data.rfind(b"\n") < 0:
             self._partial.append(data)
@@ -674,6 +707,10 @@ class Connection:
         return _dumps({"id": request_id, "submit": {"jobs": jobs}}).encode() + b"\n"
 
     def _send(self, data: bytes) -> None:
+        if self._tls is None:
+            if data:
+                self._sock.sendall(data)
+            return
         with self._ssl_lock:
             if data:
                 self._tls.write(data)

@@ -101,6 +101,55 @@ def test_protocol_1_pilots_still_run_commands(tmp_path: Path, pilot: saker.Pilot
         assert old.submit(["echo", "v1"]).result(30).stdout == "v1\n"
 
 
+def test_a_client_on_the_roots_host_uses_the_local_socket(pilot: saker.Pilot) -> None:
+    endpoint = json.loads((pilot.dir / "client.json").read_text())
+    assert endpoint["socket"] == "client.sock" and endpoint["host"] == socket.gethostname()
+    with saker.Pilot.connect(pilot.dir) as local:
+        assert local._require_connection()._tls is None, "no TLS on the local socket"
+        assert local.call(remote_funcs.add, 2, 3).result(30) == 5
+        assert local.submit(["echo", "local"]).result(30).stdout == "local\n"
+
+
+def test_a_client_on_another_host_uses_tls(pilot: saker.Pilot, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket, "gethostname", lambda: "another-host")
+    with saker.Pilot.connect(pilot.dir) as remote:
+        assert remote._require_connection()._tls is not None
+        assert remote.call(remote_funcs.add, 4, 5).result(30) == 9
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user needs root")
+def test_the_local_socket_refuses_another_user(pilot: saker.Pilot) -> None:
+    import subprocess
+    import sys
+
+    # Open the directory's gate on purpose: the server itself must still refuse.
+    path = pilot.dir / "client.sock"
+    gates = [pilot.dir.parent, pilot.dir, path]
+    modes = [gate.stat().st_mode & 0o7777 for gate in gates]
+    for gate, mode in zip(gates, (0o711, 0o711, 0o666)):
+        os.chmod(gate, mode)
+    try:
+        probe = (
+            "import os, socket, sys\n"
+            "os.setuid(65534)\n"
+            "s = socket.socket(socket.AF_UNIX)\n"
+            "s.connect(sys.argv[1])\n"
+            "s.settimeout(20)\n"
+            "try:\n"
+            "    s.sendall(b'{\"hello\": {\"protocol\": 3}}\\n')\n"
+            "    print('answered' if s.recv(4096) else 'closed')\n"
+            "except (BrokenPipeError, ConnectionResetError):\n"
+            "    print('closed')\n"
+        )
+        done = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=60)
+    finally:
+        for gate, mode in zip(gates, modes):
+            os.chmod(gate, mode)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "closed", "closed without an answer"
+    assert pilot.submit(["true"]).result(30).ok
+
+
 def test_second_connection_sees_the_same_pilot(pilot: saker.Pilot) -> None:
     with saker.Pilot.connect(pilot.dir) as other:
         assert other.pilot_id == pilot.pilot_id

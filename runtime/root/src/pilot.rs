@@ -538,6 +538,7 @@ impl Pilot {
             agents.wait(Duration::from_secs(10)).await;
         }
         let _ = ClientEndpoint::remove(&self.dir);
+        let _ = std::fs::remove_file(self.dir.file_path(client::CLIENT_SOCKET_FILE_NAME));
         self.root.stop(None);
         (&mut self.root_done).await.ok();
         // With the root stopped, closing its request channel makes the server deliver
@@ -604,22 +605,59 @@ async fn start_client_server(
     );
     let tls =
         tokio_rustls::TlsAcceptor::from(saker_transport::tls::tls_server_config(credentials)?);
+    let (local, socket) = match bind_local_socket(dir) {
+        Some((listener, name)) => (Some(listener), Some(name)),
+        None => (None, None),
+    };
     let (root_gone, gone) = tokio::sync::watch::channel(());
     let mailbox = RootMailbox { root, gone };
     let config = Arc::new(client::ServerConfig::new(pilot_id));
-    let server = tokio::spawn(client::serve(listener, tls, config, mailbox));
+    let listeners = client::Listeners {
+        tcp: listener,
+        tls,
+        local,
+    };
+    let server = tokio::spawn(client::serve(listeners, config, mailbox));
+    let host = nix::unistd::gethostname()
+        .ok()
+        .map(|host| host.to_string_lossy().into_owned());
     ClientEndpoint {
         addr: address.to_string(),
         protocol: client::PROTOCOL_VERSION,
         protocols: client::PROTOCOLS.to_vec(),
         pid: std::process::id(),
         pilot_id: pilot_id.to_string(),
+        socket,
+        host,
     }
     .write(dir)?;
     Ok(ClientServer {
         server,
         root_gone: Some(root_gone),
     })
+}
+
+/// Listens on the pilot directory's local client socket (see `client::serve`), if
+/// it can: a path too long for a socket address, or a file system that takes no
+/// sockets, leaves clients the TCP socket alone.
+fn bind_local_socket(dir: &PilotDir) -> Option<(tokio::net::UnixListener, String)> {
+    use std::os::unix::fs::PermissionsExt;
+    let name = client::CLIENT_SOCKET_FILE_NAME;
+    let path = dir.file_path(name);
+    // A root that crashed left its socket behind; nothing listens on it any more.
+    let _ = std::fs::remove_file(&path);
+    let listener = match tokio::net::UnixListener::bind(&path) {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::info!(path = %path.display(), %error, "no local client socket; clients use TCP");
+            return None;
+        }
+    };
+    // The directory admits only its owner already; the socket says so too.
+    if let Err(error) = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)) {
+        tracing::warn!(path = %path.display(), %error, "cannot restrict the local client socket");
+    }
+    Some((listener, name.to_owned()))
 }
 
 /// Replaces credentials an older saker wrote (no roles) or an interrupted generation

@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
@@ -76,8 +76,10 @@ enum StreamEvent {
 }
 
 impl Client {
-    /// Connects to the pilot whose directory is `pilot_dir`: reads `client.json`, loads
-    /// the client certificate and connects with mutual TLS.
+    /// Connects to the pilot whose directory is `pilot_dir`: reads `client.json`, and
+    /// on the root's host connects to its local socket (no TLS: the directory admits
+    /// only its owner); elsewhere, or if that fails, loads the client certificate and
+    /// connects over TCP with mutual TLS.
     pub async fn connect(pilot_dir: &Path, client_name: &str) -> Result<Client, ClientError> {
         let pilot_dir = PilotDir::open(pilot_dir).map_err(ClientError::PilotDir)?;
         let endpoint = ClientEndpoint::read(&pilot_dir).map_err(ClientError::Endpoint)?;
@@ -90,8 +92,38 @@ impl Client {
                 ),
             )));
         }
+        let client = match endpoint.local_socket(&pilot_dir) {
+            Some(path) => match UnixStream::connect(&path).await {
+                Ok(stream) => Some(Client::handshake(stream, client_name).await?),
+                Err(error) => {
+                    tracing::debug!(path = %path.display(), %error, "local socket unreachable; using TCP");
+                    None
+                }
+            },
+            None => None,
+        };
+        let client = match client {
+            Some(client) => client,
+            None => Client::connect_tls(&pilot_dir, &endpoint, client_name).await?,
+        };
+        let expected = pilot_dir.pilot_id().to_string();
+        if client.pilot_id() != expected {
+            return Err(ClientError::WrongPilot {
+                expected,
+                found: client.pilot_id().to_owned(),
+            });
+        }
+        Ok(client)
+    }
+
+    /// Connects to `endpoint`'s TCP address with mutual TLS.
+    async fn connect_tls(
+        pilot_dir: &PilotDir,
+        endpoint: &ClientEndpoint,
+        client_name: &str,
+    ) -> Result<Client, ClientError> {
         let credentials =
-            Credentials::load(&pilot_dir, Role::Client).map_err(ClientError::Credentials)?;
+            Credentials::load(pilot_dir, Role::Client).map_err(ClientError::Credentials)?;
         let tls_config = saker_transport::tls::tls_client_config(&credentials)
             .map_err(ClientError::TlsConfig)?;
         let tcp =
@@ -106,15 +138,7 @@ impl Client {
             .connect(saker_transport::tls::server_name(), tcp)
             .await
             .map_err(ClientError::TlsHandshake)?;
-        let client = Client::handshake(stream, client_name).await?;
-        let expected = pilot_dir.pilot_id().to_string();
-        if client.pilot_id() != expected {
-            return Err(ClientError::WrongPilot {
-                expected,
-                found: client.pilot_id().to_owned(),
-            });
-        }
-        Ok(client)
+        Client::handshake(stream, client_name).await
     }
 
     /// Says hello over an established byte stream (TLS in production, anything in

@@ -15,8 +15,12 @@ pub const PILOT_DIR_VAR: &str = "SAKER_PILOT_DIR";
 /// File name of the endpoint file inside the pilot directory.
 pub const CLIENT_ENDPOINT_FILE_NAME: &str = "client.json";
 
+/// File name of the local client socket inside the pilot directory.
+pub const CLIENT_SOCKET_FILE_NAME: &str = "client.sock";
+
 /// Contents of `client.json`:
-/// `{"addr": "10.1.2.3:40123", "protocol": 1, "pid": 4242, "pilot_id": "…"}`.
+/// `{"addr": "10.1.2.3:40123", "protocol": 3, "pid": 4242, "pilot_id": "…",
+/// "socket": "client.sock", "host": "node001"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClientEndpoint {
     /// `host:port` to connect to: an address other nodes (the login node) can reach,
@@ -31,9 +35,24 @@ pub struct ClientEndpoint {
     pub pid: u32,
     #[serde(default)]
     pub pilot_id: String,
+    /// The local socket's file name in the pilot directory, when the root listens on
+    /// one: a client on the root's host connects there, without TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
+    /// The root's host name: a client on another host skips the local socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 impl ClientEndpoint {
+    /// The local socket's path, if this endpoint has one and this is the root's host.
+    pub fn local_socket(&self, pilot_dir: &PilotDir) -> Option<PathBuf> {
+        let socket = self.socket.as_deref()?;
+        let here = nix::unistd::gethostname().ok()?;
+        (self.host.as_deref() == Some(&*here.to_string_lossy()))
+            .then(|| pilot_dir.file_path(socket))
+    }
+
     /// Reads the endpoint file of `pilot_dir`.
     pub fn read(pilot_dir: &PilotDir) -> Result<Self, EndpointError> {
         let path = pilot_dir.file_path(CLIENT_ENDPOINT_FILE_NAME);
@@ -116,6 +135,8 @@ mod tests {
             protocols: vec![1, 2],
             pid: 42,
             pilot_id: pilot_dir.pilot_id().to_string(),
+            socket: Some(CLIENT_SOCKET_FILE_NAME.to_owned()),
+            host: Some("node001".to_owned()),
         };
         let path = endpoint.write(&pilot_dir).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();

@@ -24,7 +24,10 @@ mod tests;
 
 pub use codec::{DEFAULT_MAX_LINE_BYTES, ReadLineError};
 pub use connection::{Client, ClientError, ResultStream};
-pub use endpoint::{CLIENT_ENDPOINT_FILE_NAME, ClientEndpoint, EndpointError, PILOT_DIR_VAR};
+pub use endpoint::{
+    CLIENT_ENDPOINT_FILE_NAME, CLIENT_SOCKET_FILE_NAME, ClientEndpoint, EndpointError,
+    PILOT_DIR_VAR,
+};
 pub use protocol::{
     AllocationStatus, CancelReport, ElasticAllocation, ErrorKind, HpcStatus, MAX_WAITED_RESULTS,
     NodeLoad, PROTOCOL_VERSION, PROTOCOLS, RequestError, RequestId, ResultRequest, StageSummary,
@@ -32,7 +35,7 @@ pub use protocol::{
     UpdateReport, UpdateRequest, WaitReport, Welcome,
 };
 pub use server::{
-    ClientRequest, ConnectionError, Reply, ResultSink, ResultsItem, ServerConfig, ToRoot, serve,
-    serve_connection,
+    ClientRequest, ConnectionError, Listeners, Reply, ResultSink, ResultsItem, ServerConfig,
+    ToRoot, serve, serve_connection,
 };
 pub use update::{InvalidUpdate, JobUpdate};

@@ -17,7 +17,7 @@ use std::time::Duration;
 use saker_transport::RoleRefused;
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
@@ -194,6 +194,12 @@ pub enum ConnectionError {
     /// say): refused during the TLS handshake, before anything is read.
     #[error("refused during the tls handshake")]
     WrongRole(#[source] RoleRefused),
+    #[error("cannot read the credentials of a local connection's peer")]
+    PeerCredentials(#[source] io::Error),
+    /// A local connection from another user (the pilot directory's mode should have
+    /// kept it out).
+    #[error("refused a local connection of user {uid}: the pilot runs as user {own}")]
+    OtherUser { uid: u32, own: u32 },
     #[error("no tls handshake or hello within {timeout:?}")]
     HandshakeTimeout { timeout: Duration },
     #[error("client refused during the hello")]
@@ -204,24 +210,36 @@ pub enum ConnectionError {
     Write(#[source] io::Error),
 }
 
-/// Accepts TLS connections on `listener` and serves each until it closes. Returns when
-/// the root is gone (`requests` closed), after the connections have flushed the
-/// answers already given (at most `2 × linger`); dropping (aborting) the returned future
-/// closes every connection at once.
-pub async fn serve<R: ToRoot>(
-    listener: TcpListener,
-    tls: TlsAcceptor,
-    config: Arc<ServerConfig>,
-    requests: R,
-) {
+/// Where clients connect: TLS over TCP from any host, and plain lines over a Unix
+/// socket in the pilot directory from this one (see [`serve`]).
+pub struct Listeners {
+    pub tcp: TcpListener,
+    pub tls: TlsAcceptor,
+    /// The pilot directory's `client.sock`, when it could be bound.
+    pub local: Option<UnixListener>,
+}
+
+/// Accepts connections and serves each until it closes. Returns when the root is
+/// gone (`requests` closed), after the connections have flushed the answers already
+/// given (at most `2 × linger`); dropping (aborting) the returned future closes every
+/// connection at once.
+///
+/// A local connection skips TLS: the pilot directory (mode 0700) already admits only
+/// its owner, and the server checks the peer's user id as well. It saves the
+/// encryption on both sides of every line, which a client on the root's host (the
+/// Python client of a local pilot, `saker run`'s tools, a driver in the batch job)
+/// pays for nothing.
+pub async fn serve<R: ToRoot>(listeners: Listeners, config: Arc<ServerConfig>, requests: R) {
+    let Listeners { tcp, tls, local } = listeners;
     let mut connections = JoinSet::new();
     loop {
         let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+            accepted = tcp.accept() => accepted.map(|(tcp, peer)| Accepted::Tcp(tcp, peer)),
+            accepted = accept_local(local.as_ref()) => accepted.map(Accepted::Local),
             () = requests.closed() => break,
         };
         while connections.try_join_next().is_some() {}
-        let (tcp, peer) = match accepted {
+        let accepted = match accepted {
             Ok(accepted) => accepted,
             Err(error) => {
                 // Out of file descriptors and the like: back off instead of spinning.
@@ -230,34 +248,91 @@ pub async fn serve<R: ToRoot>(
                 continue;
             }
         };
-        let _ = tcp.set_nodelay(true);
         let (tls, config, requests) = (tls.clone(), config.clone(), requests.clone());
-        connections.spawn(async move {
-            let timeout = config.handshake_timeout;
-            let outcome = match tokio::time::timeout(timeout, tls.accept(tcp)).await {
-                Err(_) => Err(ConnectionError::HandshakeTimeout { timeout }),
-                Ok(Err(error)) => Err(match RoleRefused::find(&error) {
-                    Some(refused) => ConnectionError::WrongRole(refused.clone()),
-                    None => ConnectionError::Tls(error),
-                }),
-                Ok(Ok(stream)) => serve_connection(stream, config, requests).await,
-            };
-            match outcome {
-                Ok(()) => tracing::debug!(%peer, "client disconnected"),
-                Err(ConnectionError::WrongRole(refused)) => {
-                    tracing::warn!(%peer, error = %refused, "refused a client connection")
-                }
-                Err(error) => {
-                    tracing::info!(%peer, error = %error_chain(&error), "client connection ended")
-                }
+        match accepted {
+            Accepted::Tcp(tcp, peer) => {
+                let _ = tcp.set_nodelay(true);
+                connections.spawn(async move {
+                    let timeout = config.handshake_timeout;
+                    let outcome = match tokio::time::timeout(timeout, tls.accept(tcp)).await {
+                        Err(_) => Err(ConnectionError::HandshakeTimeout { timeout }),
+                        Ok(Err(error)) => Err(match RoleRefused::find(&error) {
+                            Some(refused) => ConnectionError::WrongRole(refused.clone()),
+                            None => ConnectionError::Tls(error),
+                        }),
+                        Ok(Ok(stream)) => serve_connection(stream, config, requests).await,
+                    };
+                    log_end(&peer.to_string(), outcome);
+                });
             }
-        });
+            Accepted::Local(stream) => {
+                connections.spawn(async move {
+                    let outcome = match own_user(&stream) {
+                        Ok(()) => serve_connection(stream, config, requests).await,
+                        Err(refused) => Err(refused),
+                    };
+                    log_end("the local socket", outcome);
+                });
+            }
+        }
     }
     // The root is gone. Each connection notices, delivers the answers the root gave
     // before it went (the acknowledgement of a `shutdown`, typically) and closes;
     // give them that long, then drop (abort) the rest.
     let drain = async { while connections.join_next().await.is_some() {} };
     let _ = tokio::time::timeout(config.linger * 2, drain).await;
+}
+
+impl std::fmt::Debug for Listeners {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Listeners")
+            .field("tcp", &self.tcp)
+            .field("local", &self.local)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Accepted {
+    Tcp(TcpStream, std::net::SocketAddr),
+    Local(UnixStream),
+}
+
+async fn accept_local(local: Option<&UnixListener>) -> io::Result<UnixStream> {
+    match local {
+        Some(listener) => listener.accept().await.map(|(stream, _)| stream),
+        None => std::future::pending().await,
+    }
+}
+
+/// Admits a local connection only from the user the pilot runs as.
+fn own_user(stream: &UnixStream) -> Result<(), ConnectionError> {
+    let peer = stream
+        .peer_cred()
+        .map_err(ConnectionError::PeerCredentials)?;
+    let own = nix::unistd::geteuid().as_raw();
+    if peer.uid() == own {
+        return Ok(());
+    }
+    Err(ConnectionError::OtherUser {
+        uid: peer.uid(),
+        own,
+    })
+}
+
+fn log_end(peer: &str, outcome: Result<(), ConnectionError>) {
+    match outcome {
+        Ok(()) => tracing::debug!(%peer, "client disconnected"),
+        Err(ConnectionError::WrongRole(refused)) => {
+            tracing::warn!(%peer, error = %refused, "refused a client connection")
+        }
+        Err(error @ ConnectionError::OtherUser { .. }) => {
+            tracing::warn!(%peer, %error, "refused a client connection")
+        }
+        Err(error) => {
+            tracing::info!(%peer, error = %error_chain(&error), "client connection ended")
+        }
+    }
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {

@@ -456,6 +456,12 @@ struct TlsSocket {
 }
 
 async fn tls_socket() -> TlsSocket {
+    tls_socket_with(None).await
+}
+
+/// [`tls_socket`], with `local` written as the endpoint's local socket, served when
+/// `local` says so (`(name, served)`).
+async fn tls_socket_with(local: Option<(&str, bool)>) -> TlsSocket {
     use saker_transport::{Credentials, PilotDir, Role};
 
     let temporary = tempfile::tempdir().unwrap();
@@ -465,17 +471,28 @@ async fn tls_socket() -> TlsSocket {
     let tls = saker_transport::tls::tls_server_config(&root_credentials).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
+    let host = nix::unistd::gethostname().unwrap();
     let endpoint = ClientEndpoint {
         addr: address.to_string(),
         protocol: PROTOCOL_VERSION,
         protocols: vec![1, 2, 3],
         pid: std::process::id(),
         pilot_id: pilot_dir.pilot_id().to_string(),
+        socket: local.map(|(name, _)| name.to_owned()),
+        host: Some(host.to_string_lossy().into_owned()),
     };
     endpoint.write(&pilot_dir).unwrap();
+    let local = local
+        .filter(|(_, served)| *served)
+        .map(|(name, _)| tokio::net::UnixListener::bind(pilot_dir.file_path(name)).unwrap());
     let (requests, root) = mpsc::unbounded_channel();
     let config = Arc::new(ServerConfig::new(pilot_dir.pilot_id().to_string()));
-    let server = tokio::spawn(serve(listener, tls.into(), config, requests));
+    let listeners = Listeners {
+        tcp: listener,
+        tls: tls.into(),
+        local,
+    };
+    let server = tokio::spawn(serve(listeners, config, requests));
     TlsSocket {
         _temporary: temporary,
         pilot_dir,
@@ -483,6 +500,70 @@ async fn tls_socket() -> TlsSocket {
         root,
         server,
     }
+}
+
+/// On the root's host a client takes the local socket, without TLS; a local socket
+/// that is gone (a stale endpoint) leaves it TLS over TCP.
+#[tokio::test]
+async fn a_client_on_the_roots_host_uses_the_local_socket_else_tls() {
+    let TlsSocket {
+        _temporary,
+        pilot_dir,
+        mut root,
+        ..
+    } = tls_socket_with(Some(("client.sock", true))).await;
+    // Nothing listens at this address: only the local socket can answer.
+    let mut endpoint = ClientEndpoint::read(&pilot_dir).unwrap();
+    endpoint.addr = "127.0.0.1:1".into();
+    endpoint.write(&pilot_dir).unwrap();
+    let client = Client::connect(pilot_dir.path(), "local-test")
+        .await
+        .unwrap();
+    let (status, ()) = tokio::join!(client.status(), answer_status(&mut root, 5));
+    assert_eq!(status.unwrap().queued, 5);
+
+    let TlsSocket {
+        _temporary,
+        pilot_dir,
+        mut root,
+        ..
+    } = tls_socket_with(Some(("client.sock", false))).await;
+    let client = Client::connect(pilot_dir.path(), "stale-test")
+        .await
+        .unwrap();
+    let (status, ()) = tokio::join!(client.status(), answer_status(&mut root, 2));
+    assert_eq!(status.unwrap().queued, 2);
+}
+
+#[test]
+fn only_a_client_on_the_roots_host_takes_the_local_socket() {
+    let temporary = tempfile::tempdir().unwrap();
+    let pilot_dir = saker_transport::PilotDir::create(temporary.path().join("pilot")).unwrap();
+    let here = nix::unistd::gethostname()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let mut endpoint = ClientEndpoint {
+        addr: "127.0.0.1:1".into(),
+        protocol: PROTOCOL_VERSION,
+        protocols: vec![PROTOCOL_VERSION],
+        pid: 1,
+        pilot_id: String::new(),
+        socket: Some("client.sock".into()),
+        host: Some(here),
+    };
+    assert_eq!(
+        endpoint.local_socket(&pilot_dir),
+        Some(pilot_dir.file_path("client.sock"))
+    );
+    endpoint.host = Some("another-host".into());
+    assert_eq!(endpoint.local_socket(&pilot_dir), None);
+    endpoint.host = None;
+    assert_eq!(
+        endpoint.local_socket(&pilot_dir),
+        None,
+        "an older root says no host"
+    );
 }
 
 /// The production path: `serve` with the pilot CA's TLS config, `Client::connect` from
