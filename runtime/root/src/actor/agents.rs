@@ -10,7 +10,8 @@ use saker_wire::messages::{
     ArchivedTaskResult, GangLaunch, GangLaunchEnded, Hello, TaskResult, ToAgent, Welcome,
 };
 
-use super::state::{Detail, NodeEntry, RootState};
+use super::results::Detail;
+use super::state::{NodeEntry, RootState};
 use crate::attempts::{AttemptEnd, AttemptNote};
 use crate::records::Record;
 use crate::results::{JobId, ResultRecord, TaskId, TerminalState, Timestamp, lossy_text};
@@ -20,37 +21,31 @@ impl RootState {
     /// copy of it (an agent started twice), which is told to stop. Its work is
     /// replayed when the newer one says hello.
     pub(super) fn on_link_up(&mut self, link: LinkId, tx: LinkTx, node: Option<u32>) {
-        self.port.link_up(link, tx);
+        self.ctx.port.link_up(link, tx);
         let Some(node) = node.map(NodeId) else {
             return;
         };
         let stale: Vec<LinkId> = self
-            .link_nodes
+            .ctx
+            .links
             .iter()
             .filter(|(_, n)| **n == node)
             .map(|(l, _)| *l)
             .collect();
         for old in stale {
             tracing::warn!(%node, ?old, "a newer agent linked as this node; the older one is told to stop");
-            self.port.supersede(old, node);
-            self.link_nodes.remove(&old);
+            self.ctx.port.supersede(old, node);
+            self.ctx.links.remove(&old);
         }
-        self.link_nodes.insert(link, node);
-    }
-
-    /// Whether `node` is registered through `link`: what a link carries for a node
-    /// registered elsewhere comes from a stale copy or an old path of it.
-    pub(super) fn registered_via(&self, node: NodeId, link: LinkId) -> bool {
-        self.nodes
-            .get(&node)
-            .is_some_and(|entry| entry.link == link)
+        self.ctx.links.insert(link, node);
     }
 
     pub(super) fn on_link_down(&mut self, link: LinkId, reason: &str) {
-        self.port.link_down(link);
-        self.link_nodes.remove(&link);
+        self.ctx.port.link_down(link);
+        self.ctx.links.remove(&link);
         let lost: Vec<NodeId> = {
             let mut lost: Vec<NodeId> = self
+                .ctx
                 .nodes
                 .iter()
                 .filter(|(_, n)| n.link == link)
@@ -65,30 +60,30 @@ impl RootState {
     }
 
     fn lose_node(&mut self, node: NodeId, reason: &str) {
-        let Some(entry) = self.nodes.remove(&node) else {
+        let Some(entry) = self.ctx.nodes.remove(&node) else {
             return;
         };
         let host = entry.hostname;
         if self.releasing(node) {
             tracing::info!(%node, %reason, "agent left with its allocation");
-        } else if !self.shutting_down {
+        } else if !self.ctx.pilot.shutting_down {
             tracing::warn!(%node, %reason, "agent lost; its work is replayed");
         }
-        self.unjournaled.records.push(Record::NodeLeft {
+        self.results.unjournaled.records.push(Record::NodeLeft {
             node,
             reason: reason.to_owned(),
-            unix_us: self.timestamp().unix_micros(),
+            unix_us: self.ctx.timestamp().unix_micros(),
         });
-        let now = self.now();
-        let lost = self.core.node_attempts(node);
-        match self.core.handle_node_lost(node, now) {
+        let now = self.ctx.now();
+        let lost = self.ctx.core.node_attempts(node);
+        match self.ctx.core.handle_node_lost(node, now) {
             Ok(loss) => tracing::info!(%node, ?loss, "node lost"),
             Err(error) => tracing::debug!(%node, %error, "node was not registered with the core"),
         }
         self.forget_dead_gangs();
         self.actors_lost_with(node, reason);
         self.items_lost_with(node);
-        let end_time = self.timestamp();
+        let end_time = self.ctx.timestamp();
         for (task, attempt) in lost {
             self.note_attempt(
                 task,
@@ -140,7 +135,7 @@ impl RootState {
             }
             ArchivedFromAgent::Goodbye { node, reason } => {
                 // A stale copy's goodbye must not end the node's live agent.
-                if self.registered_via(node.to_native(), link) {
+                if self.ctx.registered_via(node.to_native(), link) {
                     self.lose_node(node.to_native(), reason.as_str())
                 }
             }
@@ -160,7 +155,7 @@ impl RootState {
             | ArchivedFromAgent::ActorCall(_)
             | ArchivedFromAgent::ActorEvent(_) => {
                 // A stale copy of the node, or an old path of it, speaks for no actor.
-                if self.registered_via(NodeId(route), link) {
+                if self.ctx.registered_via(NodeId(route), link) {
                     self.on_actor_frame(NodeId(route), message);
                 }
             }
@@ -170,41 +165,42 @@ impl RootState {
             ArchivedFromAgent::NodesLost { nodes, reason } => {
                 for node in nodes.iter().map(|node| node.to_native()) {
                     // Registered again through another link since: that life stays.
-                    if self.nodes.contains_key(&node) && !self.registered_via(node, link) {
+                    if self.ctx.nodes.contains_key(&node) && !self.ctx.registered_via(node, link) {
                         continue;
                     }
                     self.lose_node(node, reason.as_str());
                     // If the node is in fact alive and already reattached (its
                     // hello overtook this report), it must register again; if it is
                     // gone, the frame dies at the first hop that has no route.
-                    self.send_to(link, node, &ToAgent::Rejoin);
+                    self.ctx.send_to(link, node, &ToAgent::Rejoin);
                 }
             }
         }
     }
 
     fn on_hello(&mut self, link: LinkId, hello: Hello) {
-        let refuse = if hello.pilot_id != self.pilot_id {
+        let refuse = if hello.pilot_id != self.ctx.pilot.id {
             Some(format!(
                 "agent belongs to pilot {}, not {}",
-                hello.pilot_id, self.pilot_id
+                hello.pilot_id, self.ctx.pilot.id
             ))
         } else {
             None
         };
         if let Some(reason) = refuse {
             tracing::error!(node = %hello.node, %reason, "refusing agent");
-            self.send_to(link, hello.node, &ToAgent::Refused { reason });
+            self.ctx
+                .send_to(link, hello.node, &ToAgent::Refused { reason });
             return;
         }
         // A hello from a node the root counts as live is a new life of it (the agent
         // restarted, or reattached after losing its parent before the loss was seen
         // here): the old life's work is replayed, its late results are duplicates.
         self.lose_node(hello.node, "the agent registered again");
-        let now = self.now();
+        let now = self.ctx.now();
         let capacity = self.capacity_of(&hello);
-        if let Err(error) = self.core.handle_node_joined(hello.node, capacity, now) {
-            self.send_to(
+        if let Err(error) = self.ctx.core.handle_node_joined(hello.node, capacity, now) {
+            self.ctx.send_to(
                 link,
                 hello.node,
                 &ToAgent::Refused {
@@ -214,14 +210,14 @@ impl RootState {
             return;
         }
         tracing::info!(node = %hello.node, host = %hello.hostname, %capacity, "agent joined");
-        self.unjournaled.records.push(Record::NodeJoined {
+        self.results.unjournaled.records.push(Record::NodeJoined {
             node: hello.node,
             host: hello.hostname.clone(),
             cores: capacity.core_count(),
             gpus: capacity.get(saker_core::ResourceKind::GPUS),
-            unix_us: self.timestamp().unix_micros(),
+            unix_us: self.ctx.timestamp().unix_micros(),
         });
-        self.nodes.insert(
+        self.ctx.nodes.insert(
             hello.node,
             NodeEntry {
                 link,
@@ -236,12 +232,12 @@ impl RootState {
         );
         let welcome = ToAgent::Welcome(Welcome {
             node: hello.node,
-            pilot_id: self.pilot_id.clone(),
+            pilot_id: self.ctx.pilot.id.clone(),
             capacity,
         });
-        self.send_to(link, hello.node, &welcome);
-        if self.shutting_down {
-            self.send_to(link, hello.node, &shutdown_message());
+        self.ctx.send_to(link, hello.node, &welcome);
+        if self.ctx.pilot.shutting_down {
+            self.ctx.send_to(link, hello.node, &shutdown_message());
         } else {
             self.place_waiting();
         }
@@ -261,7 +257,7 @@ impl RootState {
                 tracing::warn!(node = %hello.node, name = ?named.name, "ignoring a resource with an invalid name");
                 continue;
             }
-            match self.resource_names.kind(&named.name) {
+            match self.submissions.resource_names.kind(&named.name) {
                 Some(kind) => capacity = capacity.with(kind, named.amount),
                 None => tracing::warn!(
                     node = %hello.node,
@@ -274,20 +270,23 @@ impl RootState {
     }
 
     fn on_report(&mut self, link: LinkId, report: &ArchivedReport) {
-        let now = self.now();
+        let now = self.ctx.now();
         let node = report.node.to_native();
         // A node declared lost may still report: its attempts were replayed, so its
         // results only count (and are counted) as duplicates; its starts and credit
         // belong to no live node. So do those of a node's stale copy, or of its old
         // path (a report sent before a reattached agent's hello).
-        let live = self.registered_via(node, link);
+        let live = self.ctx.registered_via(node, link);
         if live {
             for started in report.started.iter() {
-                let _ = self.core.handle_started(started.attempt.to_native(), now);
+                let _ = self
+                    .ctx
+                    .core
+                    .handle_started(started.attempt.to_native(), now);
             }
         }
         for result in report.results.iter() {
-            if let Some(entry) = self.nodes.get_mut(&node) {
+            if let Some(entry) = self.ctx.nodes.get_mut(&node) {
                 entry.running = entry.running.saturating_sub(1);
             }
             if matches!(result.body, ArchivedResultBody::Part { .. })
@@ -316,7 +315,7 @@ impl RootState {
                 ArchivedOutcome::Cancelled => AttemptOutcome::Cancelled,
             };
             if outcome == AttemptOutcome::Lost
-                && let Some(entry) = self.nodes.get_mut(&node)
+                && let Some(entry) = self.ctx.nodes.get_mut(&node)
             {
                 // The agent may have lost a definition we counted as sent (it went
                 // to another life of this node): send each again with its next task.
@@ -324,7 +323,7 @@ impl RootState {
             }
             let task = result.task.to_native();
             let attempt = result.attempt.to_native();
-            let host = Some(self.hostname_of(node));
+            let host = Some(self.ctx.hostname_of(node));
             self.settle_with(
                 task,
                 attempt,
@@ -335,7 +334,7 @@ impl RootState {
         }
         let credit = report.credit.to_native();
         if live && !credit.is_zero() {
-            let _ = self.core.handle_credit(node, credit, now);
+            let _ = self.ctx.core.handle_credit(node, credit, now);
         }
     }
 
@@ -366,10 +365,10 @@ impl RootState {
         detail: impl FnOnce() -> Detail,
         note: impl FnOnce(AttemptEnd) -> AttemptNote,
     ) {
-        let now = self.now();
-        let end = match self.core.handle_result(attempt, outcome, now) {
+        let now = self.ctx.now();
+        let end = match self.ctx.core.handle_result(attempt, outcome, now) {
             Disposition::Accepted { .. } => {
-                self.attempts.details.insert(task, detail());
+                self.results.attempts.details.insert(task, detail());
                 return;
             }
             Disposition::WillRetry { .. } => AttemptEnd::Failed,
@@ -397,7 +396,7 @@ impl RootState {
         attempts: u32,
         detail: Option<Detail>,
     ) {
-        let Some(entry) = self.jobs.get_mut(&job) else {
+        let Some(entry) = self.submissions.jobs.get_mut(&job) else {
             return;
         };
         // Counted when durable (RootState::count_durable), not here.
@@ -408,11 +407,16 @@ impl RootState {
         };
         let index = entry.array_index(offset);
         let submit_time = Timestamp::from_unix_micros(entry.submitted_us);
-        let accepted = self.timestamp();
-        let seq = self.log.next_seq;
-        self.log.next_seq += 1;
-        let history = self.attempts.history.remove(&task).unwrap_or_default();
-        let dispatched = self.attempts.dispatched.remove(&task);
+        let accepted = self.ctx.timestamp();
+        let seq = self.results.log.next_seq;
+        self.results.log.next_seq += 1;
+        let history = self
+            .results
+            .attempts
+            .history
+            .remove(&task)
+            .unwrap_or_default();
+        let dispatched = self.results.attempts.dispatched.remove(&task);
         // The core counts attempts since this root started; the history survives a
         // resume, so it is the better count after one.
         let attempts = attempts.max(history.len() as u32 + u32::from(detail.is_some()));
@@ -445,7 +449,7 @@ impl RootState {
         };
         match detail {
             Some(detail) => {
-                record.node = Some(self.hostname_of(detail.node));
+                record.node = Some(self.ctx.hostname_of(detail.node));
                 record.node_id = Some(detail.node.0);
                 record.executor = detail.executor;
                 record.received_time = (detail.received_unix_us > 0)
@@ -463,7 +467,7 @@ impl RootState {
                 record.gang = detail.gang;
             }
             None if state == TerminalState::Cancelled => {
-                record.reason = Some(match self.dependency_failed.get(&job) {
+                record.reason = Some(match self.submissions.dependency_failed.get(&job) {
                     Some(dependency) => format!("dependency {dependency} failed"),
                     None => "cancelled before it started".into(),
                 });
@@ -483,29 +487,28 @@ impl RootState {
                 }
             },
         }
-        self.unjournaled.results.push(Arc::new(record));
+        self.results.unjournaled.results.push(Arc::new(record));
     }
 
     /// Keeps (and journals) why an attempt did not count.
     fn note_attempt(&mut self, task: TaskId, note: AttemptNote) {
-        self.unjournaled.records.push(Record::Attempt {
+        self.results.unjournaled.records.push(Record::Attempt {
             task,
             note: note.clone(),
         });
-        self.attempts.history.entry(task).or_default().push(note);
-    }
-
-    pub(super) fn hostname_of(&self, node: NodeId) -> String {
-        self.nodes
-            .get(&node)
-            .map_or_else(|| format!("node-{node}"), |n| n.hostname.clone())
+        self.results
+            .attempts
+            .history
+            .entry(task)
+            .or_default()
+            .push(note);
     }
 
     pub(super) fn broadcast_shutdown(&mut self) {
         let targets: Vec<(LinkId, NodeId)> =
-            self.nodes.iter().map(|(id, n)| (n.link, *id)).collect();
+            self.ctx.nodes.iter().map(|(id, n)| (n.link, *id)).collect();
         for (link, node) in targets {
-            self.send_to(link, node, &shutdown_message());
+            self.ctx.send_to(link, node, &shutdown_message());
         }
     }
 }

@@ -40,24 +40,28 @@ impl RootState {
             ClientRequest::Submit { jobs, wait, reply } => self.on_submit(jobs, wait, reply),
             ClientRequest::SubmitLines { lines, reply } => self.on_submit_lines(lines, reply),
             ClientRequest::Status { reply } => {
-                let report = self.walltime.status.clone();
+                let report = self.upkeep.walltime.status.clone();
                 let _ = reply.send(Ok(report.unwrap_or_else(|| self.status())));
             }
             ClientRequest::Wait { jobs, reply } => {
-                if let Some(unknown) = jobs.iter().flatten().find(|j| !self.jobs.contains_key(j)) {
+                if let Some(unknown) = jobs
+                    .iter()
+                    .flatten()
+                    .find(|j| !self.submissions.jobs.contains_key(j))
+                {
                     let message = format!("unknown job {unknown}");
                     let _ = reply.send(Err(error(ErrorKind::UnknownJob, message)));
                     return;
                 }
 
-                self.log.waiters.push(Waiter { jobs, reply });
+                self.results.log.waiters.push(Waiter { jobs, reply });
                 self.check_waiters();
             }
             ClientRequest::Cancel { jobs, reply } => self.on_cancel(jobs, reply),
             ClientRequest::Results { from, follow, sink } => self.on_results(from, follow, sink),
             ClientRequest::Result { task, reply } => self.on_result(task, reply),
             ClientRequest::Provisioning { pause, reply } => {
-                let answer = match self.elastic.as_mut() {
+                let answer = match self.upkeep.elastic.as_mut() {
                     Some(elastic) => {
                         elastic.pause(pause);
                         Ok(pause)
@@ -98,7 +102,7 @@ impl RootState {
         wait: Option<SubmitWait>,
         reply: Reply<SubmitReply>,
     ) {
-        if self.shutting_down {
+        if self.ctx.pilot.shutting_down {
             let _ = reply.send(Err(error(
                 ErrorKind::Unavailable,
                 "the pilot is shutting down",
@@ -129,7 +133,7 @@ impl RootState {
         }
         // Jobs that wait for later ones of the submission go after them; their
         // dependencies become ids.
-        let next_job = self.core.next_job().0;
+        let next_job = self.ctx.core.next_job().0;
         let (order, after) = match plan(&mut requests, next_job) {
             Ok(plan) => plan,
             Err(problem) => {
@@ -139,7 +143,7 @@ impl RootState {
         };
         // What the core would refuse, it refuses here, before any job is queued. New
         // resource names are numbered in a copy, kept only if all is accepted.
-        let mut names = self.resource_names.clone();
+        let mut names = self.submissions.resource_names.clone();
         let mut specs = Vec::with_capacity(requests.len());
         for (position, request) in requests.iter().enumerate() {
             if let Err(problem) = self.check_fits(request) {
@@ -157,13 +161,13 @@ impl RootState {
             }
         }
         let ordered: Vec<JobSpec> = order.iter().map(|&position| specs[position]).collect();
-        if let Err((at, problem)) = self.core.check_submissions(&ordered) {
+        if let Err((at, problem)) = self.ctx.core.check_submissions(&ordered) {
             let message = format!("job {} of the submission: {problem}", order[at]);
             let _ = reply.send(Err(error(ErrorKind::InvalidSpec, message)));
             return;
         }
-        self.resource_names = names;
-        let submitted_us = self.timestamp().unix_micros();
+        self.submissions.resource_names = names;
+        let submitted_us = self.ctx.timestamp().unix_micros();
         // The answer lists the jobs in the submission's order; the journal in id order.
         let mut submitted: Vec<Option<SubmittedJob>> = vec![None; requests.len()];
         let mut records = Vec::with_capacity(requests.len());
@@ -202,13 +206,15 @@ impl RootState {
         let jobs = submitted.into_iter().flatten().collect();
         match wait {
             // Acknowledged only once durable: an acknowledged submission survives a crash.
-            None => self.append(records, AfterJournal::Acknowledge { reply, jobs }),
+            None => self
+                .ctx
+                .append(records, AfterJournal::Acknowledge { reply, jobs }),
             // Answered once its results are durable, which they become after it (the
             // journal keeps order); a journal that fails stops the pilot, and the
             // dropped answer tells the client.
             Some(wait) => {
-                self.append(records, AfterJournal::Nothing);
-                self.log.submit_waiters.add(jobs, wait, reply);
+                self.ctx.append(records, AfterJournal::Nothing);
+                self.results.log.submit_waiters.add(jobs, wait, reply);
             }
         }
     }
@@ -224,8 +230,9 @@ impl RootState {
     ) -> Result<saker_core::SubmittedJob, saker_core::SubmitError> {
         let not_before = self.core_time(request.spec.not_before);
         let job = self
+            .ctx
             .core
-            .handle_submit_at(spec, after, not_before, self.now())?;
+            .handle_submit_at(spec, after, not_before, self.ctx.now())?;
         self.keep_job(job.job, request, &spec, submitted_us);
         Ok(job)
     }
@@ -233,7 +240,7 @@ impl RootState {
     /// Counts a durable result in its job and in the pilot's totals.
     pub(super) fn count_durable(&mut self, record: &ResultRecord) {
         self.count_durable_state(record.job, record.state);
-        self.log.stages.record(record);
+        self.results.log.stages.record(record);
     }
 
     /// Counts a task of `job` that ended in `state` durably.
@@ -247,17 +254,17 @@ impl RootState {
             crate::results::TerminalState::Failed => (1, 0),
             crate::results::TerminalState::Cancelled => (0, 1),
         };
-        if let Some(entry) = self.jobs.get_mut(&job) {
+        if let Some(entry) = self.submissions.jobs.get_mut(&job) {
             entry.durable += 1;
             entry.failed += failed;
             entry.cancelled += cancelled;
             if entry.is_done() {
-                self.jobs.finish(job);
+                self.submissions.jobs.finish(job);
             }
         }
-        self.log.totals.durable += 1;
-        self.log.totals.failed += u64::from(failed);
-        self.log.totals.cancelled += u64::from(cancelled);
+        self.results.log.totals.durable += 1;
+        self.results.log.totals.failed += u64::from(failed);
+        self.results.log.totals.cancelled += u64::from(cancelled);
     }
 
     /// Keeps what agents need to run a job the core has accepted.
@@ -268,7 +275,7 @@ impl RootState {
         core: &JobSpec,
         submitted_us: u64,
     ) {
-        self.log.totals.tasks += request.task_count();
+        self.results.log.totals.tasks += request.task_count();
         let def = job_def(
             job,
             &request.spec,
@@ -276,7 +283,7 @@ impl RootState {
             request.inline_output,
             request.array.is_some(),
         );
-        self.jobs.insert(
+        self.submissions.jobs.insert(
             job,
             JobEntry {
                 def: Arc::new(def),
@@ -295,7 +302,7 @@ impl RootState {
     /// Queues one single-task job per command of `lines` (validated by the client
     /// server), journals them as one record, and answers once it is durable.
     fn on_submit_lines(&mut self, lines: Box<JobLines>, reply: Reply<SubmittedLines>) {
-        if self.shutting_down {
+        if self.ctx.pilot.shutting_down {
             let _ = reply.send(Err(error(
                 ErrorKind::Unavailable,
                 "the pilot is shutting down",
@@ -313,7 +320,7 @@ impl RootState {
             let _ = reply.send(Err(error(ErrorKind::InvalidSpec, problem.to_string())));
             return;
         }
-        let mut names = self.resource_names.clone();
+        let mut names = self.submissions.resource_names.clone();
         let spec = match names.vector(&first.spec) {
             Ok(needs) => base_spec(&first, needs, self.widest_node()),
             Err(problem) => {
@@ -321,11 +328,11 @@ impl RootState {
                 return;
             }
         };
-        if let Err((_, problem)) = self.core.check_submissions(&[spec]) {
+        if let Err((_, problem)) = self.ctx.core.check_submissions(&[spec]) {
             let _ = reply.send(Err(error(ErrorKind::InvalidSpec, problem.to_string())));
             return;
         }
-        self.resource_names = names;
+        self.submissions.resource_names = names;
         let spec = JobSpec {
             class: self.class_of(&first.spec.tags),
             ..spec
@@ -337,12 +344,12 @@ impl RootState {
             lines.inline_output,
             false,
         ));
-        let submitted_us = self.timestamp().unix_micros();
+        let submitted_us = self.ctx.timestamp().unix_micros();
         let not_before = self.core_time(first.spec.not_before);
-        let now = self.now();
-        let first_job = self.core.next_job();
+        let now = self.ctx.now();
+        let first_job = self.ctx.core.next_job();
         let mut first_task = None;
-        self.jobs.add_lines(
+        self.submissions.jobs.add_lines(
             first_job,
             Arc::new(LineBatch {
                 lines: Arc::clone(&lines),
@@ -351,7 +358,7 @@ impl RootState {
             }),
         );
         for _ in 0..lines.len() {
-            let job = match self.core.handle_submit_at(spec, &[], not_before, now) {
+            let job = match self.ctx.core.handle_submit_at(spec, &[], not_before, now) {
                 Ok(job) => job,
                 Err(problem) => {
                     // Not reached: the spec was checked above.
@@ -363,14 +370,14 @@ impl RootState {
             first_task.get_or_insert(job.first_task);
         }
         // The jobs' entries are the batch's (see `JobTable::add_lines`).
-        self.log.totals.tasks += lines.len() as u64;
+        self.results.log.totals.tasks += lines.len() as u64;
         let first_task = first_task.unwrap_or(TaskId(0));
         let submitted = SubmittedLines {
             first_job,
             first_task,
             count: lines.len() as u64,
         };
-        self.append(
+        self.ctx.append(
             vec![Record::SubmitLines {
                 first_job,
                 first_task,
@@ -383,31 +390,35 @@ impl RootState {
 
     pub(super) fn check_waiters(&mut self) {
         let mut index = 0;
-        while index < self.log.waiters.len() {
-            if self.log.waiters[index].reply.is_closed() {
-                self.log.waiters.swap_remove(index);
+        while index < self.results.log.waiters.len() {
+            if self.results.log.waiters[index].reply.is_closed() {
+                self.results.log.waiters.swap_remove(index);
                 continue;
             }
             // A wait for everything is answered from running totals, so it costs
             // nothing per job however many jobs (task-file lines) the pilot holds.
-            let report = match &self.log.waiters[index].jobs {
-                None => (self.log.totals.durable >= self.log.totals.tasks).then(|| WaitReport {
-                    succeeded: self.log.totals.durable
-                        - self.log.totals.failed
-                        - self.log.totals.cancelled,
-                    failed: self.log.totals.failed,
-                    cancelled: self.log.totals.cancelled,
-                }),
+            let report = match &self.results.log.waiters[index].jobs {
+                None => {
+                    (self.results.log.totals.durable >= self.results.log.totals.tasks).then(|| {
+                        WaitReport {
+                            succeeded: self.results.log.totals.durable
+                                - self.results.log.totals.failed
+                                - self.results.log.totals.cancelled,
+                            failed: self.results.log.totals.failed,
+                            cancelled: self.results.log.totals.cancelled,
+                        }
+                    })
+                }
                 // Jobs were checked to exist when the wait arrived.
                 Some(jobs) => jobs
                     .iter()
-                    .all(|j| self.jobs.get(j).is_none_or(JobEntry::is_done))
+                    .all(|j| self.submissions.jobs.get(j).is_none_or(JobEntry::is_done))
                     .then(|| {
                         let mut report = WaitReport::default();
                         for job in jobs {
-                            let (count, failed, cancelled) = match self.jobs.get(job) {
+                            let (count, failed, cancelled) = match self.submissions.jobs.get(job) {
                                 Some(entry) => (entry.count, entry.failed, entry.cancelled),
-                                None => self.jobs.final_counts(job).unwrap_or_default(),
+                                None => self.submissions.jobs.final_counts(job).unwrap_or_default(),
                             };
                             report.failed += u64::from(failed);
                             report.cancelled += u64::from(cancelled);
@@ -418,7 +429,7 @@ impl RootState {
             };
             match report {
                 Some(report) => {
-                    let waiter = self.log.waiters.swap_remove(index);
+                    let waiter = self.results.log.waiters.swap_remove(index);
                     let _ = waiter.reply.send(Ok(report));
                 }
                 None => index += 1,
@@ -427,45 +438,48 @@ impl RootState {
     }
 
     fn on_cancel(&mut self, jobs: Vec<JobId>, reply: Reply<CancelReport>) {
-        if let Some(unknown) = jobs.iter().find(|j| !self.jobs.contains_key(j)) {
+        if let Some(unknown) = jobs.iter().find(|j| !self.submissions.jobs.contains_key(j)) {
             let _ = reply.send(Err(error(
                 ErrorKind::UnknownJob,
                 format!("unknown job {unknown}"),
             )));
             return;
         }
-        let now = self.now();
+        let now = self.ctx.now();
         let mut cancelled = 0;
         let mut records = Vec::new();
         for job in jobs {
-            match self.core.handle_cancel_job(job, now) {
+            match self.ctx.core.handle_cancel_job(job, now) {
                 Ok(summary) => cancelled += summary.cancelled + summary.attempts_signalled,
                 Err(problem) => tracing::warn!(%problem, job = job.0, "cancel"),
             }
             records.push(Record::Cancel {
                 job,
-                unix_us: self.timestamp().unix_micros(),
+                unix_us: self.ctx.timestamp().unix_micros(),
             });
         }
-        self.append(records, AfterJournal::Nothing);
+        self.ctx.append(records, AfterJournal::Nothing);
         let _ = reply.send(Ok(CancelReport { cancelled }));
     }
 
     pub(super) fn on_shutdown(&mut self) {
-        self.shutting_down = true;
+        self.ctx.pilot.shutting_down = true;
         self.cancel_pending_allocations();
-        self.port.shutdown_requested();
+        self.ctx.port.shutdown_requested();
         self.broadcast_shutdown();
         // Dropping the live senders ends follow streams with `end`.
-        self.log.followers.clear();
+        self.results.log.followers.clear();
     }
 
     pub(super) fn status(&self) -> StatusReport {
-        let counts = self.core.counts();
-        let (failed, cancelled) = (self.log.totals.failed, self.log.totals.cancelled);
-        let durable = self.log.totals.durable;
+        let counts = self.ctx.core.counts();
+        let (failed, cancelled) = (
+            self.results.log.totals.failed,
+            self.results.log.totals.cancelled,
+        );
+        let durable = self.results.log.totals.durable;
         StatusReport {
-            pilot_id: self.pilot_id.clone(),
+            pilot_id: self.ctx.pilot.id.clone(),
             queued: counts.queued + counts.delayed,
             waiting: counts.waiting,
             running: counts.assigned + counts.running,
@@ -476,22 +490,32 @@ impl RootState {
             retries: counts.retries,
             replays: counts.replays,
             speculated: counts.speculated,
-            agents: self.nodes.len() as u32,
-            slots: self.nodes.values().map(|n| n.cores).sum(),
-            busy_slots: self.nodes.values().map(|n| n.running.min(n.cores)).sum(),
-            rate: self.log.rate.rate(self.now(), self.log.index.len()),
-            rate_minute: self.log.minute.rate(self.now(), durable),
-            stages: self.log.stages.summaries(),
+            agents: self.ctx.nodes.len() as u32,
+            slots: self.ctx.nodes.values().map(|n| n.cores).sum(),
+            busy_slots: self
+                .ctx
+                .nodes
+                .values()
+                .map(|n| n.running.min(n.cores))
+                .sum(),
+            rate: self
+                .results
+                .log
+                .rate
+                .rate(self.ctx.now(), self.results.log.index.len()),
+            rate_minute: self.results.log.minute.rate(self.ctx.now(), durable),
+            stages: self.results.log.stages.summaries(),
             allocations: self
+                .upkeep
                 .elastic
                 .as_ref()
-                .map(|e| e.statuses(self.timestamp().unix_micros()))
+                .map(|e| e.statuses(self.ctx.timestamp().unix_micros()))
                 .unwrap_or_default(),
-            provisioning_paused: self.elastic.as_ref().is_some_and(|e| e.paused()),
-            provisioning_rounds: self.elastic.as_ref().map_or(0, |e| e.rounds()),
-            jobs: self.jobs.len() as u64,
-            allocation: self.allocation.clone().map(|mut allocation| {
-                let now = self.timestamp().unix_micros();
+            provisioning_paused: self.upkeep.elastic.as_ref().is_some_and(|e| e.paused()),
+            provisioning_rounds: self.upkeep.elastic.as_ref().map_or(0, |e| e.rounds()),
+            jobs: self.submissions.jobs.len() as u64,
+            allocation: self.ctx.pilot.allocation.clone().map(|mut allocation| {
+                let now = self.ctx.timestamp().unix_micros();
                 allocation.seconds_left = allocation
                     .end_time
                     .map(|end| end.unix_micros().saturating_sub(now) / 1_000_000);
@@ -499,9 +523,9 @@ impl RootState {
             }),
             nodes: self.node_loads(),
             beyond_deadline: counts.beyond_deadline,
-            walltime_reached: self.walltime.reached,
-            unstarted: if self.walltime.reached {
-                let summary = self.core.unstarted();
+            walltime_reached: self.upkeep.walltime.reached,
+            unstarted: if self.upkeep.walltime.reached {
+                let summary = self.ctx.core.unstarted();
                 summary
                     .jobs
                     .into_iter()
@@ -512,7 +536,7 @@ impl RootState {
             },
             hpc: self.hpc_status(),
             actors: self.actors.live(),
-            max_nodes: self.max_nodes,
+            max_nodes: self.ctx.pilot.max_nodes,
             periodic: self.schedules.len() as u64,
             items: self.items.len() as u64,
             data_moved_bytes: self.items.moved_bytes,
@@ -520,19 +544,24 @@ impl RootState {
     }
 
     fn hpc_status(&self) -> HpcStatus {
-        let (waiting, running) = self.core.gang_counts();
-        let reservation = self.core.reservation();
+        let (waiting, running) = self.ctx.core.gang_counts();
+        let reservation = self.ctx.core.reservation();
         HpcStatus {
             running,
             waiting,
             reserved_for: reservation.as_ref().map(|held| held.job),
             reserved_nodes: reservation
                 .as_ref()
-                .map(|held| held.nodes.iter().map(|n| self.hostname_of(*n)).collect())
+                .map(|held| {
+                    held.nodes
+                        .iter()
+                        .map(|n| self.ctx.hostname_of(*n))
+                        .collect()
+                })
                 .unwrap_or_default(),
-            reserved_seconds: reservation
-                .and_then(|held| held.start)
-                .map(|start| start.as_micros().saturating_sub(self.now().as_micros()) as f64 / 1e6),
+            reserved_seconds: reservation.and_then(|held| held.start).map(|start| {
+                start.as_micros().saturating_sub(self.ctx.now().as_micros()) as f64 / 1e6
+            }),
         }
     }
 }
@@ -540,6 +569,7 @@ impl RootState {
 impl RootState {
     fn node_loads(&self) -> Vec<NodeLoad> {
         let mut loads: Vec<NodeLoad> = self
+            .ctx
             .nodes
             .iter()
             .map(|(id, node)| NodeLoad {
@@ -551,7 +581,7 @@ impl RootState {
                 memory_mib: node.capacity.memory_mib(),
                 resources: saker_core::ResourceKind::all()
                     .filter_map(|kind| {
-                        let name = self.resource_names.name(kind.custom_index()?)?;
+                        let name = self.submissions.resource_names.name(kind.custom_index()?)?;
                         let amount = node.capacity.get(kind);
                         (amount > 0).then(|| (name.to_owned(), amount))
                     })
@@ -569,7 +599,7 @@ impl RootState {
     /// Errors only if the request names one custom resource more than the pilot can
     /// number (checked before a submission is accepted).
     pub(super) fn core_spec(&mut self, request: &JobRequest) -> Result<JobSpec, TooManyKinds> {
-        let needs = self.resource_names.vector(&request.spec)?;
+        let needs = self.submissions.resource_names.vector(&request.spec)?;
         let spec = base_spec(request, needs, self.widest_node());
         Ok(JobSpec {
             class: self.class_of(&request.spec.tags),
@@ -582,19 +612,19 @@ impl RootState {
         &self,
         at: Option<crate::results::Timestamp>,
     ) -> Option<saker_core::Time> {
-        let wall = self.timestamp().unix_micros();
+        let wall = self.ctx.timestamp().unix_micros();
         let ahead = at?
             .unix_micros()
             .checked_sub(wall)
             .filter(|ahead| *ahead > 0)?;
-        Some(self.now().saturating_add_micros(ahead))
+        Some(self.ctx.now().saturating_add_micros(ahead))
     }
 
     /// Cores of the widest node (what `exclusive` holds of a node): of those that
     /// joined, or of what the pilot was started with; 0 if neither is known.
     fn widest_node(&self) -> u32 {
-        let joined = self.nodes.values().map(|node| node.cores).max();
-        let expected = self.expected_node.as_ref().map(|node| node.cores);
+        let joined = self.ctx.nodes.values().map(|node| node.cores).max();
+        let expected = self.ctx.pilot.expected_node.as_ref().map(|node| node.cores);
         joined.max(expected).unwrap_or(0)
     }
 
@@ -609,7 +639,7 @@ impl RootState {
                 request.task_count()
             ));
         }
-        if let (Some(node), Some(most)) = (request.spec.node, self.max_nodes)
+        if let (Some(node), Some(most)) = (request.spec.node, self.ctx.pilot.max_nodes)
             && node >= most
         {
             return Err(format!(
@@ -620,7 +650,7 @@ impl RootState {
         let Ok(Some(layout)) = request.spec.layout() else {
             return Ok(());
         };
-        if let Some(most) = self.max_nodes
+        if let Some(most) = self.ctx.pilot.max_nodes
             && layout.nodes > most
         {
             return Err(format!(
@@ -637,7 +667,7 @@ impl RootState {
                 layout.cores_per_rank
             ));
         }
-        if layout.launcher == LauncherKind::Srun && self.allocation.is_none() {
+        if layout.launcher == LauncherKind::Srun && self.ctx.pilot.allocation.is_none() {
             return Err(
                 "launcher srun needs a Slurm allocation: this pilot runs outside one".into(),
             );
@@ -656,8 +686,8 @@ impl RootState {
         let mut tags = tags.to_vec();
         tags.sort_unstable();
         tags.dedup();
-        let next = self.classes.len() as u32 + 1;
-        *self.classes.entry(tags).or_insert(next)
+        let next = self.submissions.classes.len() as u32 + 1;
+        *self.submissions.classes.entry(tags).or_insert(next)
     }
 }
 

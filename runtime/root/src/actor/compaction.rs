@@ -61,32 +61,32 @@ pub struct CompactionDone {
 impl RootState {
     /// Sets when the root compacts its journal (none by default).
     pub fn set_compaction(&mut self, policy: CompactionPolicy) {
-        self.compaction.keep = policy.keep;
-        self.compaction.every_segments = policy.every_segments;
-        self.compaction.next_at = self.port.journal_segments() + policy.every_segments;
+        self.upkeep.compaction.keep = policy.keep;
+        self.upkeep.compaction.every_segments = policy.every_segments;
+        self.upkeep.compaction.next_at = self.ctx.port.journal_segments() + policy.every_segments;
     }
 
     /// Starts a compaction if one is due.
     pub(super) fn maybe_compact(&mut self) {
-        let compaction = &self.compaction;
+        let compaction = &self.upkeep.compaction;
         if compaction.every_segments == 0
             || compaction.running
-            || self.port.journal_segments() < compaction.next_at
+            || self.ctx.port.journal_segments() < compaction.next_at
         {
             return;
         }
-        self.compaction.running = true;
-        let keep = self.compaction.keep;
-        let now = self.clock.unix_micros();
-        self.port.compact(keep, now);
+        self.upkeep.compaction.running = true;
+        let keep = self.upkeep.compaction.keep;
+        let now = self.ctx.clock.unix_micros();
+        self.ctx.port.compact(keep, now);
     }
 
     /// A compaction ended: the index follows the results to the base segment, then
     /// the segments it supersedes go.
     pub(super) fn on_compacted(&mut self, outcome: Result<CompactionDone, String>) {
-        self.compaction.running = false;
-        self.compaction.next_at =
-            self.port.journal_segments() + self.compaction.every_segments.max(1);
+        self.upkeep.compaction.running = false;
+        self.upkeep.compaction.next_at =
+            self.ctx.port.journal_segments() + self.upkeep.compaction.every_segments.max(1);
         let done = match outcome {
             Ok(done) => done,
             Err(error) => {
@@ -96,14 +96,15 @@ impl RootState {
                 return;
             }
         };
-        self.log
+        self.results
+            .log
             .index
             .apply_compaction(done.base, &done.kept, &done.dropped);
-        self.log.compacted = done.compacted_total;
-        self.log.compacted_through = done.compacted_through;
-        self.compaction.finished += 1;
-        let superseded = std::mem::replace(&mut self.log.readers, Arc::new(()));
-        self.compaction.retire_after.push(superseded);
+        self.results.log.compacted = done.compacted_total;
+        self.results.log.compacted_through = done.compacted_through;
+        self.upkeep.compaction.finished += 1;
+        let superseded = std::mem::replace(&mut self.results.log.readers, Arc::new(()));
+        self.upkeep.compaction.retire_after.push(superseded);
         tracing::info!(
             base = %done.base,
             records_before = done.records_before,
@@ -118,12 +119,12 @@ impl RootState {
     /// Deletes the superseded segments once no read that started before the last
     /// compaction is left (they may hold positions in them).
     pub(super) fn poll_retirement(&mut self) {
-        let retire = &mut self.compaction.retire_after;
+        let retire = &mut self.upkeep.compaction.retire_after;
         if retire.is_empty() || retire.iter().any(|token| Arc::strong_count(token) > 1) {
             return;
         }
         retire.clear();
-        self.port.retire_superseded();
+        self.ctx.port.retire_superseded();
     }
 }
 

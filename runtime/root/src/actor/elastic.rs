@@ -251,14 +251,14 @@ impl Elastic {
 impl RootState {
     /// One provisioning round (see the module doc); the next is scheduled here.
     pub(super) fn on_provision(&mut self) {
-        let Some(round) = self.elastic.as_ref().map(|e| e.config.round) else {
+        let Some(round) = self.upkeep.elastic.as_ref().map(|e| e.config.round) else {
             return;
         };
-        self.port.wake_after(round, Wake::Provision);
-        if self.elastic.as_ref().is_some_and(|e| e.busy) || self.shutting_down {
+        self.ctx.port.wake_after(round, Wake::Provision);
+        if self.upkeep.elastic.as_ref().is_some_and(|e| e.busy) || self.ctx.pilot.shutting_down {
             return;
         }
-        if let Some(elastic) = self.elastic.as_mut()
+        if let Some(elastic) = self.upkeep.elastic.as_mut()
             && elastic.find_strays
         {
             elastic.find_strays = false;
@@ -267,29 +267,36 @@ impl RootState {
                 find_named: Some(elastic.name_prefix()),
                 ..BatchWork::default()
             };
-            self.port.batch(work);
+            self.ctx.port.batch(work);
             return;
         }
-        let now = self.now();
+        let now = self.ctx.now();
         self.note_agents(now);
         let (closing, mut releasing) = self.drain_ending_allocations(now);
         for range in &closing {
             let nodes: Vec<saker_core::NodeId> = self
+                .ctx
                 .nodes
                 .keys()
                 .filter(|node| range.contains(&node.0))
                 .copied()
                 .collect();
             for node in nodes {
-                let _ = self.core.handle_node_closed(node, now);
+                let _ = self.ctx.core.handle_node_closed(node, now);
             }
         }
         let backlog = self.backlog();
         // Agents numbered beyond what the journal knows (a stray allocation's, found
         // late) keep their numbers: new allocations start above them.
-        let above_nodes = self.nodes.keys().map(|node| node.0 + 1).max().unwrap_or(0);
-        let unix_now = self.timestamp().unix_micros();
-        let Some(elastic) = self.elastic.as_mut() else {
+        let above_nodes = self
+            .ctx
+            .nodes
+            .keys()
+            .map(|node| node.0 + 1)
+            .max()
+            .unwrap_or(0);
+        let unix_now = self.ctx.timestamp().unix_micros();
+        let Some(elastic) = self.upkeep.elastic.as_mut() else {
             return;
         };
         let views: Vec<AllocationView> = elastic
@@ -393,12 +400,14 @@ impl RootState {
         records.extend(elastic.finished_records(unix_now));
         elastic.busy = true;
         if !records.is_empty() {
-            self.port
+            self.ctx
+                .port
                 .append(records, super::port::AfterJournal::Nothing);
         }
-        self.port.batch(work);
+        self.ctx.port.batch(work);
         for range in releasing {
             let targets: Vec<_> = self
+                .ctx
                 .nodes
                 .iter()
                 .filter(|(node, _)| range.contains(&node.0))
@@ -406,31 +415,31 @@ impl RootState {
                 .collect();
             for (link, node) in targets {
                 // Nothing more is sent to an agent told to go.
-                let _ = self.core.handle_node_closed(node, now);
+                let _ = self.ctx.core.handle_node_closed(node, now);
                 let stop = saker_wire::messages::ToAgent::Shutdown {
                     reason: "its allocation is released".into(),
                     kill_running: false,
                 };
-                self.send_to(link, node, &stop);
+                self.ctx.send_to(link, node, &stop);
             }
         }
     }
 
     /// What the batch system said: job ids of submissions, states of the jobs.
     pub(super) fn on_batch(&mut self, outcome: BatchOutcome) {
-        let unix_now = self.timestamp().unix_micros();
-        let Some(elastic) = self.elastic.as_mut() else {
+        let unix_now = self.ctx.timestamp().unix_micros();
+        let Some(elastic) = self.upkeep.elastic.as_mut() else {
             return;
         };
         elastic.busy = false;
         let strays = elastic.strays(&outcome.found);
         if !strays.is_empty() {
-            self.port.batch(BatchWork {
+            self.ctx.port.batch(BatchWork {
                 cancels: strays,
                 ..BatchWork::default()
             });
         }
-        let Some(elastic) = self.elastic.as_mut() else {
+        let Some(elastic) = self.upkeep.elastic.as_mut() else {
             return;
         };
         let mut records = Vec::new();
@@ -475,10 +484,11 @@ impl RootState {
         }
         records.extend(elastic.finished_records(unix_now));
         if !records.is_empty() {
-            self.port
+            self.ctx
+                .port
                 .append(records, super::port::AfterJournal::Nothing);
         }
-        if self.shutting_down {
+        if self.ctx.pilot.shutting_down {
             // Submitted while the pilot began shutting down: not wanted any more.
             self.cancel_pending_allocations();
         }
@@ -486,14 +496,14 @@ impl RootState {
 
     /// Allocations that have agents are running; idle ones note since when.
     fn note_agents(&mut self, now: Time) {
-        let Some(elastic) = self.elastic.as_mut() else {
+        let Some(elastic) = self.upkeep.elastic.as_mut() else {
             return;
         };
         for a in &mut elastic.allocations {
             let range = a.first_node..a.first_node + a.nodes;
             let mut joined = 0;
             let mut busy = false;
-            for (node, entry) in &self.nodes {
+            for (node, entry) in &self.ctx.nodes {
                 if range.contains(&node.0) {
                     joined += 1;
                     busy |= entry.running > 0;
@@ -521,9 +531,9 @@ impl RootState {
         &mut self,
         now: Time,
     ) -> (Vec<std::ops::Range<u32>>, Vec<std::ops::Range<u32>>) {
-        let unix_now = self.timestamp().unix_micros();
-        let longest = self.log.stages.longest_run_micros().unwrap_or(0);
-        let Some(elastic) = self.elastic.as_mut() else {
+        let unix_now = self.ctx.timestamp().unix_micros();
+        let longest = self.results.log.stages.longest_run_micros().unwrap_or(0);
+        let Some(elastic) = self.upkeep.elastic.as_mut() else {
             return (Vec::new(), Vec::new());
         };
         let round = elastic.config.round.as_micros() as u64;
@@ -565,13 +575,13 @@ impl RootState {
     /// queued task weighs its tags' mean run time so far, else its time limit, else
     /// the mean over all tags, else a minute.
     fn backlog(&self) -> Backlog {
-        self.core.backlog(DEFAULT_RUN_MICROS)
+        self.ctx.core.backlog(DEFAULT_RUN_MICROS)
     }
 
     /// Whether `node` belongs to an allocation the pilot is ending (its agents leave
     /// as asked, not lost).
     pub(super) fn releasing(&self, node: saker_core::NodeId) -> bool {
-        self.elastic.as_ref().is_some_and(|elastic| {
+        self.upkeep.elastic.as_ref().is_some_and(|elastic| {
             elastic.allocations.iter().any(|a| {
                 a.phase == Phase::Ending && (a.first_node..a.first_node + a.nodes).contains(&node.0)
             })
@@ -581,7 +591,7 @@ impl RootState {
     /// At shutdown: allocations still pending are cancelled (running ones end when
     /// their agents leave).
     pub(super) fn cancel_pending_allocations(&mut self) {
-        let Some(elastic) = self.elastic.as_mut() else {
+        let Some(elastic) = self.upkeep.elastic.as_mut() else {
             return;
         };
         let mut jobs = Vec::new();
@@ -595,7 +605,7 @@ impl RootState {
             }
         }
         if !jobs.is_empty() {
-            self.port.batch(BatchWork {
+            self.ctx.port.batch(BatchWork {
                 cancels: jobs,
                 ..BatchWork::default()
             });

@@ -18,7 +18,8 @@ use saker_wire::messages::{
     ResultBody, TaskResult, ToAgent,
 };
 
-use super::state::{Detail, RootState};
+use super::results::Detail;
+use super::state::RootState;
 use crate::results::{GangRecord, ProcessRecord, lossy_text};
 
 /// Ports for rendezvous start here; a gang's is this plus its attempt id modulo
@@ -54,8 +55,8 @@ impl RootState {
             return;
         };
         let (Some(job), Some(def)) = (
-            self.jobs.get(&assignment.job),
-            self.jobs.def(assignment.job),
+            self.submissions.jobs.get(&assignment.job),
+            self.submissions.jobs.def(assignment.job),
         ) else {
             return;
         };
@@ -63,17 +64,17 @@ impl RootState {
         let hosts: Vec<String> = dispatch
             .members
             .iter()
-            .map(|node| self.hostname_of(*node))
+            .map(|node| self.ctx.hostname_of(*node))
             .collect();
         let port = PORT_BASE + (assignment.attempt.0 % PORT_SPAN) as u16;
         for (member, node_id) in dispatch.members.iter().enumerate() {
-            let Some(node) = self.nodes.get_mut(node_id) else {
+            let Some(node) = self.ctx.nodes.get_mut(node_id) else {
                 continue;
             };
             let mut jobs = Vec::new();
             if node.known_jobs.insert(assignment.job) {
                 jobs.push(std::sync::Arc::clone(&def));
-                if let Some(entry) = self.jobs.get_mut(&assignment.job) {
+                if let Some(entry) = self.submissions.jobs.get_mut(&assignment.job) {
                     entry.known_by.push(*node_id);
                 }
             }
@@ -95,7 +96,7 @@ impl RootState {
                 }),
             });
             let link = node.link;
-            self.send_to(link, *node_id, &message);
+            self.ctx.send_to(link, *node_id, &message);
         }
         let count = dispatch.members.len();
         self.gangs.insert(
@@ -118,7 +119,7 @@ impl RootState {
     /// Forgets the runs of gang attempts the core no longer counts live (a member
     /// was lost: the gang is replayed).
     pub(super) fn forget_dead_gangs(&mut self) {
-        let core = &self.core;
+        let core = &self.ctx.core;
         self.gangs
             .retain(|attempt, _| core.gang_members(*attempt).is_some());
     }
@@ -155,11 +156,11 @@ impl RootState {
                 .map(|(node, _)| *node)
                 .collect();
             for node in running {
-                if let Some(entry) = self.nodes.get(&node) {
+                if let Some(entry) = self.ctx.nodes.get(&node) {
                     let stop = ToAgent::Cancel {
                         attempts: vec![attempt],
                     };
-                    self.send_to(entry.link, node, &stop);
+                    self.ctx.send_to(entry.link, node, &stop);
                 }
             }
         }
@@ -286,11 +287,11 @@ impl RootState {
         let target = (run.members.first() == Some(&from))
             .then(|| run.members.get(launch.member as usize).copied())
             .flatten();
-        let Some(target) = target.filter(|node| self.nodes.contains_key(node)) else {
+        let Some(target) = target.filter(|node| self.ctx.nodes.contains_key(node)) else {
             return self.answer_launch(from, launch.attempt, launch.launch);
         };
-        let link = self.nodes[&target].link;
-        self.send_to(link, target, &ToAgent::GangLaunch(launch));
+        let link = self.ctx.nodes[&target].link;
+        self.ctx.send_to(link, target, &ToAgent::GangLaunch(launch));
     }
 
     /// A member's launched command ended: relayed to the leader.
@@ -302,22 +303,24 @@ impl RootState {
         else {
             return;
         };
-        if let Some(entry) = self.nodes.get(&leader) {
+        if let Some(entry) = self.ctx.nodes.get(&leader) {
             let link = entry.link;
-            self.send_to(link, leader, &ToAgent::GangLaunchEnded(ended));
+            self.ctx
+                .send_to(link, leader, &ToAgent::GangLaunchEnded(ended));
         }
     }
 
     /// Answers a launch that cannot be relayed (its gang or member is gone) as failed.
     fn answer_launch(&mut self, leader: NodeId, attempt: AttemptId, launch: u32) {
-        if let Some(entry) = self.nodes.get(&leader) {
+        if let Some(entry) = self.ctx.nodes.get(&leader) {
             let link = entry.link;
             let ended = GangLaunchEnded {
                 attempt,
                 launch,
                 code: 255,
             };
-            self.send_to(link, leader, &ToAgent::GangLaunchEnded(ended));
+            self.ctx
+                .send_to(link, leader, &ToAgent::GangLaunchEnded(ended));
         }
     }
 }

@@ -86,6 +86,7 @@ impl RootState {
     /// A job (new or restored) reads `reads`: it prefers their holders from now on.
     pub(super) fn note_reads(&mut self, job: JobId, reads: &[String]) {
         let finished = self
+            .ctx
             .core
             .job_counts(job)
             .is_none_or(|counts| counts.is_finished());
@@ -106,8 +107,8 @@ impl RootState {
     /// Tells the core where `job` would rather run now.
     fn prefer(&mut self, job: JobId) {
         let nodes = self.items.preferred(job);
-        let now = self.now();
-        if let Err(error) = self.core.handle_prefer(job, &nodes, now) {
+        let now = self.ctx.now();
+        if let Err(error) = self.ctx.core.handle_prefer(job, &nodes, now) {
             tracing::debug!(%error, %job, "no preference");
         }
     }
@@ -158,7 +159,7 @@ impl RootState {
 
     /// Items an attempt wrote on `node`: journaled, and its readers told.
     pub(super) fn on_items_written(&mut self, link: LinkId, written: ItemsWritten) {
-        if !self.registered_via(written.node, link) {
+        if !self.ctx.registered_via(written.node, link) {
             return;
         }
         let mut records = Vec::new();
@@ -177,7 +178,8 @@ impl RootState {
             }
         }
         if !records.is_empty() {
-            self.port
+            self.ctx
+                .port
                 .append(records, super::port::AfterJournal::Nothing);
         }
     }
@@ -185,19 +187,20 @@ impl RootState {
     /// A reader asks for bytes of an item: passed to a holder, or answered with why not.
     pub(super) fn on_item_read(&mut self, link: LinkId, read: ItemRead) {
         let reader = read.reader;
-        if !self.registered_via(reader, link) {
+        if !self.ctx.registered_via(reader, link) {
             return;
         }
         let holder = self.items.items.get(&read.item).and_then(|item| {
             item.holders
                 .iter()
                 .copied()
-                .find(|holder| *holder != reader && self.nodes.contains_key(holder))
+                .find(|holder| *holder != reader && self.ctx.nodes.contains_key(holder))
         });
-        match holder.and_then(|holder| Some((holder, self.nodes.get(&holder)?.link))) {
+        match holder.and_then(|holder| Some((holder, self.ctx.nodes.get(&holder)?.link))) {
             Some((holder, holder_link)) => {
                 self.items.pending.insert((reader, read.request), holder);
-                self.send_to(holder_link, holder, &ToAgent::ItemRead(read));
+                self.ctx
+                    .send_to(holder_link, holder, &ToAgent::ItemRead(read));
             }
             None => {
                 let answer = ItemData {
@@ -209,7 +212,7 @@ impl RootState {
                     total: 0,
                     data: Vec::new(),
                 };
-                self.send_to(link, reader, &ToAgent::ItemData(answer));
+                self.ctx.send_to(link, reader, &ToAgent::ItemData(answer));
             }
         }
     }
@@ -232,7 +235,7 @@ impl RootState {
             if let Some(item) = self.items.items.get_mut(&data.item) {
                 item.holders.retain(|node| *node != from);
             }
-            if let Some(reader_link) = self.nodes.get(&data.reader).map(|entry| entry.link) {
+            if let Some(reader_link) = self.ctx.nodes.get(&data.reader).map(|entry| entry.link) {
                 let read = ItemRead {
                     item: data.item.clone(),
                     reader: data.reader,
@@ -246,9 +249,10 @@ impl RootState {
             return;
         }
         self.items.moved_bytes += data.data.len() as u64;
-        if let Some(entry) = self.nodes.get(&data.reader) {
+        if let Some(entry) = self.ctx.nodes.get(&data.reader) {
             let link = entry.link;
-            self.send_to(link, data.reader, &ToAgent::ItemData(data));
+            self.ctx
+                .send_to(link, data.reader, &ToAgent::ItemData(data));
         }
     }
 
@@ -269,7 +273,7 @@ impl RootState {
                 Err(error) => tracing::error!(%error, route, "unreadable item read"),
             },
             ArchivedFromAgent::ItemData(data) => match rkyv::deserialize::<ItemData, Error>(data) {
-                Ok(data) if self.registered_via(NodeId(route), link) => {
+                Ok(data) if self.ctx.registered_via(NodeId(route), link) => {
                     self.on_item_data(NodeId(route), data)
                 }
                 Ok(_) => {}

@@ -10,6 +10,7 @@
 mod agents;
 mod clients;
 mod compaction;
+mod ctx;
 mod elastic;
 mod gangs;
 mod history;
@@ -20,12 +21,15 @@ mod port;
 mod rates;
 mod resources;
 mod restore;
+mod results;
 mod schedules;
 mod stages;
 mod state;
+mod submissions;
 #[cfg(test)]
 mod tests;
 mod updates;
+mod upkeep;
 mod waiters;
 mod walltime;
 
@@ -176,7 +180,7 @@ impl RootState {
             self.poll_retirement();
             self.drain();
             self.check_exhausted();
-            match self.written_now.take() {
+            match self.ctx.written_now.take() {
                 Some(next) => message = next,
                 None => return Turn::Continue,
             }
@@ -187,7 +191,7 @@ impl RootState {
     /// the end of a turn begun outside [`RootState::handle`] (starting, resuming).
     pub fn flush(&mut self) -> Turn {
         self.drain();
-        match self.written_now.take() {
+        match self.ctx.written_now.take() {
             Some(message) => self.handle(message),
             None => Turn::Continue,
         }

@@ -157,7 +157,7 @@ impl RootState {
         spawn: ActorSpawnRequest,
         reply: Reply<ActorSpawnReply>,
     ) {
-        if self.shutting_down {
+        if self.ctx.pilot.shutting_down {
             let _ = reply.send(Err(error(
                 ErrorKind::ShuttingDown,
                 "the pilot is shutting down",
@@ -169,10 +169,12 @@ impl RootState {
             return;
         }
         match spawn.placement {
-            ActorPlacement::Node(node) if self.max_nodes.is_some_and(|max| node >= max) => {
+            ActorPlacement::Node(node)
+                if self.ctx.pilot.max_nodes.is_some_and(|max| node >= max) =>
+            {
                 let message = format!(
                     "node {node} does not exist: this pilot has at most {} nodes",
-                    self.max_nodes.unwrap_or(0)
+                    self.ctx.pilot.max_nodes.unwrap_or(0)
                 );
                 let _ = reply.send(Err(error(ErrorKind::InvalidSpec, message)));
                 return;
@@ -207,9 +209,9 @@ impl RootState {
             let record = Record::ActorSpawned {
                 actor: id,
                 spawn: Box::new(placed.spawn.clone()),
-                unix_us: self.timestamp().unix_micros(),
+                unix_us: self.ctx.timestamp().unix_micros(),
             };
-            self.append(vec![record], AfterJournal::Nothing);
+            self.ctx.append(vec![record], AfterJournal::Nothing);
         }
         self.place_waiting();
     }
@@ -292,7 +294,7 @@ impl RootState {
             self.actors.next_call += 1;
             self.actors.next_call
         };
-        let Some(link) = self.nodes.get(&node).map(|entry| entry.link) else {
+        let Some(link) = self.ctx.nodes.get(&node).map(|entry| entry.link) else {
             return self.answer(caller, Err(error(ErrorKind::ActorLost, "its node is gone")));
         };
         let message = ToAgent::ActorCall(ActorCall {
@@ -301,7 +303,7 @@ impl RootState {
             call,
             data,
         });
-        self.send_to(link, node, &message);
+        self.ctx.send_to(link, node, &message);
         if cast {
             // A node's cast needs no answer: its uplink is in order already.
             if let Caller::Client(reply) = caller {
@@ -328,7 +330,7 @@ impl RootState {
             // A node's cast (call 0) waits for nothing.
             Caller::Node { call: 0, .. } => {}
             Caller::Node { node, call } => {
-                let Some(link) = self.nodes.get(&node).map(|entry| entry.link) else {
+                let Some(link) = self.ctx.nodes.get(&node).map(|entry| entry.link) else {
                     return;
                 };
                 let answer = match outcome {
@@ -338,7 +340,7 @@ impl RootState {
                         message: failed.message,
                     },
                 };
-                self.send_to(
+                self.ctx.send_to(
                     link,
                     node,
                     &ToAgent::ActorAnswer(ActorReply { call, answer }),
@@ -364,8 +366,9 @@ impl RootState {
                 placed.phase = Phase::Stopping;
                 placed.stop_waiters.push(reply);
                 let life = placed.life;
-                if let Some(link) = self.nodes.get(&node).map(|entry| entry.link) {
-                    self.send_to(link, node, &ToAgent::ActorStop { actor, life });
+                if let Some(link) = self.ctx.nodes.get(&node).map(|entry| entry.link) {
+                    self.ctx
+                        .send_to(link, node, &ToAgent::ActorStop { actor, life });
                 }
             }
             (Phase::Waiting | Phase::Starting | Phase::Running, _) => {
@@ -532,6 +535,7 @@ impl RootState {
             let chosen = match (placement, first_life) {
                 (ActorPlacement::Node(node), true) => {
                     match self
+                        .ctx
                         .nodes
                         .get(&NodeId(node))
                         .map(|entry| entry.hosts_actors)
@@ -565,7 +569,9 @@ impl RootState {
                     self.actors.waiting.remove(&id);
                     self.start_life(id, node);
                 }
-                None if !self.nodes.is_empty() && !self.nodes.values().any(|n| n.hosts_actors) => {
+                None if !self.ctx.nodes.is_empty()
+                    && !self.ctx.nodes.values().any(|n| n.hosts_actors) =>
+                {
                     self.actors.waiting.remove(&id);
                     let message = "no agent of this pilot hosts actors: its agents are not the \
                                    application's binary (start the pilot with `--app`, or let \
@@ -578,7 +584,8 @@ impl RootState {
     }
 
     fn least_loaded_host(&self) -> Option<NodeId> {
-        self.nodes
+        self.ctx
+            .nodes
             .iter()
             .filter(|(_, entry)| entry.hosts_actors)
             .map(|(node, _)| (self.actors.per_node.get(node).copied().unwrap_or(0), *node))
@@ -587,7 +594,7 @@ impl RootState {
     }
 
     fn start_life(&mut self, id: u64, node: NodeId) {
-        let Some(link) = self.nodes.get(&node).map(|entry| entry.link) else {
+        let Some(link) = self.ctx.nodes.get(&node).map(|entry| entry.link) else {
             return;
         };
         let Some(placed) = self.actors.actors.get_mut(&id) else {
@@ -603,7 +610,7 @@ impl RootState {
             fingerprint: placed.spawn.fingerprint,
             args: placed.spawn.args.clone(),
         });
-        self.send_to(link, node, &message);
+        self.ctx.send_to(link, node, &message);
     }
 
     /// A new life of `id`, on whichever node can take it.
@@ -640,9 +647,9 @@ impl RootState {
         self.actors.waiting.remove(&id);
         let record = Record::ActorEnded {
             actor: id,
-            unix_us: self.timestamp().unix_micros(),
+            unix_us: self.ctx.timestamp().unix_micros(),
         };
-        self.append(vec![record], AfterJournal::Nothing);
+        self.ctx.append(vec![record], AfterJournal::Nothing);
         let Some(placed) = self.actors.actors.get_mut(&id) else {
             return;
         };

@@ -75,14 +75,21 @@ impl super::state::RootState {
     pub(super) fn check_resources(&self, spec: &TaskSpec) -> Result<(), String> {
         // A pilot of no agents of its own (nodes join later) knows nothing of them.
         let all_joined = self
+            .ctx
+            .pilot
             .max_nodes
-            .is_some_and(|most| most > 0 && self.nodes.len() as u32 >= most);
-        if self.expected_node.is_none() && !all_joined {
+            .is_some_and(|most| most > 0 && self.ctx.nodes.len() as u32 >= most);
+        if self.ctx.pilot.expected_node.is_none() && !all_joined {
             return Ok(());
         }
-        let expected = self.expected_node.as_ref();
+        let expected = self.ctx.pilot.expected_node.as_ref();
         let most = |joined: &dyn Fn(&Resources) -> u32, expected: u32| {
-            let joined = self.nodes.values().map(|node| joined(&node.capacity)).max();
+            let joined = self
+                .ctx
+                .nodes
+                .values()
+                .map(|node| joined(&node.capacity))
+                .max();
             joined.unwrap_or(0).max(expected)
         };
         let hpc = matches!(spec.layout(), Ok(Some(_)));
@@ -116,7 +123,7 @@ impl super::state::RootState {
             let declared = expected
                 .and_then(|e| e.custom.iter().find(|(known, _)| known == name))
                 .map_or(0, |(_, amount)| *amount);
-            let offered = match self.resource_names.known(name) {
+            let offered = match self.submissions.resource_names.known(name) {
                 Some(kind) => most(&|c| c.get(kind), declared),
                 None => declared,
             };

@@ -97,7 +97,7 @@ impl RootState {
         // Jobs a compaction recorded as finished, with one state letter a task: their
         // tasks are terminal whether or not their results were kept.
         let mut finished_jobs: BTreeMap<JobId, String> = BTreeMap::new();
-        self.jobs.reserve(submits);
+        self.submissions.jobs.reserve(submits);
         for record in &records {
             first_tasks.extend(record.submitted_jobs().map(|(job, task, _)| (job, task)));
             if let Record::Finished { job, states } = record {
@@ -152,8 +152,8 @@ impl RootState {
                 | Record::NodeJoined { .. }
                 | Record::NodeLeft { .. } => {}
                 Record::Allocation { .. } => {
-                    let now = self.clock.now();
-                    if let Some(elastic) = self.elastic.as_mut() {
+                    let now = self.ctx.clock.now();
+                    if let Some(elastic) = self.upkeep.elastic.as_mut() {
                         elastic.restore(record, now);
                     }
                 }
@@ -181,9 +181,9 @@ impl RootState {
                     compacted_through,
                     ..
                 } => {
-                    self.log.next_seq = self.log.next_seq.max(*next_seq);
-                    self.log.compacted = *compacted;
-                    self.log.compacted_through = *compacted_through;
+                    self.results.log.next_seq = self.results.log.next_seq.max(*next_seq);
+                    self.results.log.compacted = *compacted;
+                    self.results.log.compacted_through = *compacted_through;
                 }
                 Record::Finished { job, states } => {
                     let mut done = Vec::with_capacity(states.len());
@@ -257,14 +257,17 @@ impl RootState {
             // A finished task carries its history in its result.
             notes.remove(&record.task);
         }
-        self.attempts.history = notes;
+        self.results.attempts.history = notes;
         for (record, position) in results {
             if !finished_jobs.contains_key(&record.job) {
                 self.count_durable(&record);
                 summary.finished += 1;
             }
-            self.log.next_seq = self.log.next_seq.max(record.seq + 1);
-            self.log.index.insert(record.task, record.seq, position);
+            self.results.log.next_seq = self.results.log.next_seq.max(record.seq + 1);
+            self.results
+                .log
+                .index
+                .insert(record.task, record.seq, position);
         }
         for (job, states) in &finished_jobs {
             let Some(first) = first_tasks.get(job) else {
@@ -278,13 +281,13 @@ impl RootState {
                 self.count_durable_state(*job, state);
                 summary.finished += 1;
                 let task = TaskId(first.0 + offset as u64);
-                if self.log.index.find(task).is_none() {
-                    self.log.index.mark_compacted(task);
+                if self.results.log.index.find(task).is_none() {
+                    self.results.log.index.mark_compacted(task);
                 }
             }
         }
         for job in cancelled {
-            if let Err(error) = self.core.handle_cancel_job(job, self.now()) {
+            if let Err(error) = self.ctx.core.handle_cancel_job(job, self.ctx.now()) {
                 tracing::warn!(%error, %job, "re-cancelling a restored job");
             }
         }
@@ -300,7 +303,7 @@ impl RootState {
         // A pending occurrence that ended before the old root stopped has its next
         // one now; one that had not is queued again and runs, late if its time passed.
         self.poll_schedules();
-        if let Some(elastic) = self.elastic.as_mut() {
+        if let Some(elastic) = self.upkeep.elastic.as_mut() {
             elastic.resumed();
         }
         Ok(summary)
@@ -361,8 +364,9 @@ impl RootState {
         used: &[(u32, EarlierAttempts)],
     ) -> Result<u32, RestoreError> {
         let restored = self
+            .ctx
             .core
-            .handle_restore_job_at(spec, after, not_before, done, used, self.now())
+            .handle_restore_job_at(spec, after, not_before, done, used, self.ctx.now())
             .map_err(|source| RestoreError::Job {
                 position,
                 job,
@@ -412,7 +416,7 @@ impl RootState {
             lines.inline_output,
             false,
         ));
-        self.jobs.add_lines(
+        self.submissions.jobs.add_lines(
             at.first_job,
             Arc::new(LineBatch {
                 lines: Arc::clone(&lines),
@@ -420,7 +424,7 @@ impl RootState {
                 submitted_us: at.submitted_us,
             }),
         );
-        self.log.totals.tasks += lines.len() as u64;
+        self.results.log.totals.tasks += lines.len() as u64;
         let not_before = self.core_time(template.spec.not_before);
         for k in 0..lines.len() {
             let job = JobId(at.first_job.0 + k as u32);
@@ -438,7 +442,7 @@ impl RootState {
                     self.restore_request(at.position, job, first_task, &request, &done, &used)?;
                 self.keep_job(job, &request, &kept, at.submitted_us);
                 // Counted with its batch.
-                self.log.totals.tasks -= 1;
+                self.results.log.totals.tasks -= 1;
                 continue;
             }
             self.restore_spec(

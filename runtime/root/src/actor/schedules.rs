@@ -114,12 +114,12 @@ impl RootState {
         if self.schedules.table.is_empty() {
             return;
         }
-        let now = self.timestamp().unix_micros();
+        let now = self.ctx.timestamp().unix_micros();
         let mut due = Vec::new();
         let mut cancelled = Vec::new();
         for (id, schedule) in &self.schedules.table {
             let (occurrence, job) = schedule.pending;
-            let Some(counts) = self.core.job_counts(job) else {
+            let Some(counts) = self.ctx.core.job_counts(job) else {
                 continue;
             };
             if counts.cancel_requested && schedule.time_of(occurrence) > now {
@@ -158,7 +158,7 @@ impl RootState {
                     continue;
                 }
             };
-            let submitted_us = self.timestamp().unix_micros();
+            let submitted_us = self.ctx.timestamp().unix_micros();
             let job = match self.register_job(&request, spec, &[], submitted_us) {
                 Ok(job) => job,
                 Err(problem) => {
@@ -184,7 +184,7 @@ impl RootState {
                     occurrence: next,
                 },
             ];
-            self.append(records, AfterJournal::Nothing);
+            self.ctx.append(records, AfterJournal::Nothing);
         }
     }
 }

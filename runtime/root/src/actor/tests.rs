@@ -881,7 +881,7 @@ async fn a_full_frame_budget_holds_links_back_until_the_root_handles_a_frame() {
 #[tokio::test]
 async fn a_pilot_of_no_agents_queues_whatever_is_asked() {
     let mut h = Harness::new();
-    h.root.max_nodes = Some(0);
+    h.root.ctx.pilot.max_nodes = Some(0);
     let mut big = single(&["true"]);
     big.spec.cores = 64;
     big.spec.gpus = 2;

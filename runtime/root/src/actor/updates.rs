@@ -33,7 +33,7 @@ impl RootState {
             return;
         }
         for &job in &jobs {
-            if let Err(problem) = self.core.check_update(job) {
+            if let Err(problem) = self.ctx.core.check_update(job) {
                 let kind = match problem {
                     UpdateError::UnknownJob { .. } => ErrorKind::UnknownJob,
                     UpdateError::Ended { .. } => ErrorKind::JobEnded,
@@ -42,7 +42,7 @@ impl RootState {
                 return;
             }
         }
-        let unix_us = self.timestamp().unix_micros();
+        let unix_us = self.ctx.timestamp().unix_micros();
         let mut records = Vec::with_capacity(jobs.len());
         for job in jobs {
             if let Err(problem) = self.apply_update(job, update) {
@@ -59,22 +59,24 @@ impl RootState {
         let report = UpdateReport {
             updated: records.len() as u64,
         };
-        self.port
+        self.ctx
+            .port
             .append(records, AfterJournal::Updated { reply, report });
     }
 
     /// Applies `update` to job `job` in the core and in its definition.
     fn apply_update(&mut self, job: JobId, update: JobUpdate) -> Result<(), UpdateError> {
-        let now = self.now();
+        let now = self.ctx.now();
         if let Some(priority) = update.priority {
-            self.core.handle_update_priority(job, priority, now)?;
+            self.ctx.core.handle_update_priority(job, priority, now)?;
         }
         if let Some(not_before) = update.not_before {
             let at = self.core_time(not_before);
-            self.core.handle_update_not_before(job, at, now)?;
+            self.ctx.core.handle_update_not_before(job, at, now)?;
         }
         if let Some(limit) = update.time_limit {
-            self.core
+            self.ctx
+                .core
                 .handle_update_time_limit(job, limit_micros(limit), now)?;
             self.redefine(job, limit_ms(limit));
         }
@@ -84,7 +86,7 @@ impl RootState {
     /// Gives job `job` a definition with `time_limit_ms` and sends it to every node
     /// that holds the old one, where it replaces it before any queued attempt starts.
     fn redefine(&mut self, job: JobId, time_limit_ms: u64) {
-        let Some(old) = self.jobs.def(job) else {
+        let Some(old) = self.submissions.jobs.def(job) else {
             return;
         };
         if old.time_limit_ms == time_limit_ms {
@@ -94,14 +96,14 @@ impl RootState {
             time_limit_ms,
             ..JobDef::clone(&old)
         });
-        let Some(entry) = self.jobs.get_mut(&job) else {
+        let Some(entry) = self.submissions.jobs.get_mut(&job) else {
             return;
         };
         entry.def = Arc::clone(&def);
         // A node may appear twice across lives; it gets the definition once.
         let holders: BTreeSet<_> = entry.known_by.iter().copied().collect();
         for node_id in holders {
-            let Some(node) = self.nodes.get_mut(&node_id) else {
+            let Some(node) = self.ctx.nodes.get_mut(&node_id) else {
                 continue;
             };
             if !node.known_jobs.contains(&job) {
@@ -114,7 +116,7 @@ impl RootState {
                 gang: None,
             });
             let link = node.link;
-            self.send_to(link, node_id, &message);
+            self.ctx.send_to(link, node_id, &message);
         }
     }
 }

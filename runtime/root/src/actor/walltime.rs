@@ -17,33 +17,37 @@ use super::state::RootState;
 impl RootState {
     /// Sets the deadline (unix µs) and arms the timer that enforces it.
     pub(super) fn set_deadline(&mut self, deadline_unix_us: u64) {
-        let now_unix = self.timestamp().unix_micros();
+        let now_unix = self.ctx.timestamp().unix_micros();
         let left = deadline_unix_us.saturating_sub(now_unix);
-        let now = self.now();
+        let now = self.ctx.now();
         let deadline = Time::from_micros(now.as_micros() + left);
-        self.core.handle_deadline(Some(deadline), now);
-        self.walltime.deadline = Some(deadline);
-        self.port
+        self.ctx.core.handle_deadline(Some(deadline), now);
+        self.upkeep.walltime.deadline = Some(deadline);
+        self.ctx
+            .port
             .wake_after(Duration::from_micros(left), Wake::Walltime);
     }
 
     /// The deadline has come: stop starting, kill what runs, stop the pilot.
     pub(super) fn on_walltime(&mut self) {
-        if self.walltime.reached {
+        if self.upkeep.walltime.reached {
             return;
         }
         tracing::info!("walltime deadline reached; stopping running tasks and the pilot");
-        self.core.handle_drain(self.now());
+        self.ctx.core.handle_drain(self.ctx.now());
         self.stop_for_walltime();
     }
 
     /// Called after every turn: with a deadline set, once every unfinished task is
     /// held back by it and nothing runs, waiting longer achieves nothing.
     pub(super) fn check_exhausted(&mut self) {
-        if self.walltime.deadline.is_none() || self.walltime.reached || self.shutting_down {
+        if self.upkeep.walltime.deadline.is_none()
+            || self.upkeep.walltime.reached
+            || self.ctx.pilot.shutting_down
+        {
             return;
         }
-        let counts = self.core.counts();
+        let counts = self.ctx.core.counts();
         let unfinished = counts.queued + counts.delayed + counts.assigned + counts.running;
         if unfinished > 0 && counts.beyond_deadline == unfinished {
             tracing::info!(
@@ -55,11 +59,11 @@ impl RootState {
     }
 
     fn stop_for_walltime(&mut self) {
-        self.walltime.reached = true;
+        self.upkeep.walltime.reached = true;
         // The agents' goodbyes that follow put their stopped attempts back in the
         // queue, where they would read as never started; the picture at the deadline
         // is what the run reports.
-        self.walltime.status = Some(self.status());
+        self.upkeep.walltime.status = Some(self.status());
         self.on_shutdown();
     }
 }

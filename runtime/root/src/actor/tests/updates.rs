@@ -28,7 +28,9 @@ impl Harness {
 
     /// The wall-clock time `ahead` from now.
     fn in_(&self, ahead: Duration) -> Timestamp {
-        Timestamp::from_unix_micros(self.root.timestamp().unix_micros() + ahead.as_micros() as u64)
+        Timestamp::from_unix_micros(
+            self.root.ctx.timestamp().unix_micros() + ahead.as_micros() as u64,
+        )
     }
 }
 
@@ -76,7 +78,7 @@ fn an_update_is_checked_whole_and_answered_once_durable() {
         ErrorKind::InvalidSpec
     );
     assert!(h.journal_durable().is_empty(), "nothing journaled");
-    assert_eq!(h.root.core.job_spec(JobId(2)).unwrap().priority, 0);
+    assert_eq!(h.root.ctx.core.job_spec(JobId(2)).unwrap().priority, 0);
 
     let mut answer = h.update(&[2], priority);
     assert!(
@@ -89,7 +91,7 @@ fn an_update_is_checked_whole_and_answered_once_durable() {
         "{records:?}"
     );
     assert_eq!(answer.try_recv().unwrap().unwrap().updated, 1);
-    assert_eq!(h.root.core.job_spec(JobId(2)).unwrap().priority, 5);
+    assert_eq!(h.root.ctx.core.job_spec(JobId(2)).unwrap().priority, 5);
 }
 
 /// A new time limit replaces the definition each node holding the job has, at once
@@ -119,7 +121,7 @@ fn a_new_time_limit_reaches_the_nodes_that_hold_the_job() {
     assert_eq!(redefined.jobs.len(), 1);
     assert_eq!(redefined.jobs[0].time_limit_ms, 1_000);
     assert_eq!(
-        h.root.core.job_spec(JobId(1)).unwrap().time_limit,
+        h.root.ctx.core.job_spec(JobId(1)).unwrap().time_limit,
         Some(1_000_000)
     );
     h.report(1, 1, &[], Vec::new());
@@ -203,7 +205,7 @@ fn updates_are_in_force_after_a_resume() {
 
     let mut resumed = Harness::new();
     resumed.restore(records).expect("the journal restores");
-    let core = &resumed.root.core;
+    let core = &resumed.root.ctx.core;
     let spec = core.job_spec(JobId(1)).unwrap();
     assert_eq!((spec.priority, spec.time_limit), (7, Some(5_000_000)));
     assert_eq!(
@@ -211,7 +213,7 @@ fn updates_are_in_force_after_a_resume() {
         Some(Time::from_micros(3_600_000_000))
     );
     assert_eq!(core.not_before(JobId(2)), None, "its time was cleared");
-    let def = &resumed.root.jobs.get(&JobId(1)).unwrap().def;
+    let def = &resumed.root.submissions.jobs.get(&JobId(1)).unwrap().def;
     assert_eq!(def.time_limit_ms, 5_000);
     resumed.join(1, 2);
     resumed.sent();
