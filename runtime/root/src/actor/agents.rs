@@ -81,8 +81,8 @@ impl RootState {
             Err(error) => tracing::debug!(%node, %error, "node was not registered with the core"),
         }
         self.forget_dead_gangs();
-        self.actors_lost_with(node, reason);
-        self.items_lost_with(node);
+        self.actors.actors_lost_with(&mut self.ctx, node, reason);
+        self.items.items_lost_with(&mut self.ctx, node);
         let end_time = self.ctx.timestamp();
         for (task, attempt) in lost {
             self.note_attempt(
@@ -156,12 +156,16 @@ impl RootState {
             | ArchivedFromAgent::ActorEvent(_) => {
                 // A stale copy of the node, or an old path of it, speaks for no actor.
                 if self.ctx.registered_via(NodeId(route), link) {
-                    self.on_actor_frame(NodeId(route), message);
+                    self.actors
+                        .on_actor_frame(&mut self.ctx, NodeId(route), message);
                 }
             }
             ArchivedFromAgent::ItemsWritten(_)
             | ArchivedFromAgent::ItemRead(_)
-            | ArchivedFromAgent::ItemData(_) => self.on_item_frame(link, route, message),
+            | ArchivedFromAgent::ItemData(_) => {
+                self.items
+                    .on_item_frame(&mut self.ctx, link, route, message)
+            }
             ArchivedFromAgent::NodesLost { nodes, reason } => {
                 for node in nodes.iter().map(|node| node.to_native()) {
                     // Registered again through another link since: that life stays.
@@ -239,7 +243,7 @@ impl RootState {
         if self.ctx.pilot.shutting_down {
             self.ctx.send_to(link, hello.node, &shutdown_message());
         } else {
-            self.place_waiting();
+            self.actors.place_waiting(&mut self.ctx);
         }
     }
 

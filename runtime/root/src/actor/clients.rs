@@ -85,14 +85,24 @@ impl RootState {
                 update,
                 reply,
             } => self.on_update(jobs, update, reply),
-            ClientRequest::ActorSpawn { spawn, reply } => self.on_actor_spawn(spawn, reply),
+            ClientRequest::ActorSpawn { spawn, reply } => {
+                self.actors.on_actor_spawn(&mut self.ctx, spawn, reply)
+            }
             ClientRequest::ActorCall {
                 actor,
                 data,
                 cast,
                 reply,
-            } => self.on_actor_call(actor, data, cast, super::placed::Caller::Client(reply)),
-            ClientRequest::ActorStop { actor, reply } => self.on_actor_stop(actor, reply),
+            } => self.actors.on_actor_call(
+                &mut self.ctx,
+                actor,
+                data,
+                cast,
+                super::placed::Caller::Client(reply),
+            ),
+            ClientRequest::ActorStop { actor, reply } => {
+                self.actors.on_actor_stop(&mut self.ctx, actor, reply)
+            }
         }
     }
 
@@ -296,7 +306,8 @@ impl RootState {
                 cancelled: 0,
             },
         );
-        self.note_reads(job, &request.spec.reads);
+        self.items
+            .note_reads(&mut self.ctx, job, &request.spec.reads);
     }
 
     /// Queues one single-task job per command of `lines` (validated by the client

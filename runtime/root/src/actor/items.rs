@@ -20,7 +20,7 @@ use saker_core::{JobId, MAX_PREFERRED_NODES, NodeId};
 use saker_wire::messages::{ArchivedFromAgent, ToAgent};
 use saker_wire::{ItemData, ItemRead, ItemsWritten};
 
-use super::state::RootState;
+use super::ctx::Ctx;
 use crate::records::Record;
 
 /// What the root knows of the pilot's data items.
@@ -82,11 +82,10 @@ impl ItemTable {
     }
 }
 
-impl RootState {
+impl ItemTable {
     /// A job (new or restored) reads `reads`: it prefers their holders from now on.
-    pub(super) fn note_reads(&mut self, job: JobId, reads: &[String]) {
-        let finished = self
-            .ctx
+    pub(super) fn note_reads(&mut self, ctx: &mut Ctx, job: JobId, reads: &[String]) {
+        let finished = ctx
             .core
             .job_counts(job)
             .is_none_or(|counts| counts.is_finished());
@@ -94,72 +93,68 @@ impl RootState {
             return;
         }
         for item in reads {
-            self.items
-                .readers
-                .entry(item.clone())
-                .or_default()
-                .push(job);
+            self.readers.entry(item.clone()).or_default().push(job);
         }
-        self.items.reads.insert(job, reads.to_vec());
-        self.prefer(job);
+        self.reads.insert(job, reads.to_vec());
+        self.prefer(ctx, job);
     }
 
     /// Tells the core where `job` would rather run now.
-    fn prefer(&mut self, job: JobId) {
-        let nodes = self.items.preferred(job);
-        let now = self.ctx.now();
-        if let Err(error) = self.ctx.core.handle_prefer(job, &nodes, now) {
+    fn prefer(&mut self, ctx: &mut Ctx, job: JobId) {
+        let nodes = self.preferred(job);
+        let now = ctx.now();
+        if let Err(error) = ctx.core.handle_prefer(job, &nodes, now) {
             tracing::debug!(%error, %job, "no preference");
         }
     }
 
     /// Updates the preferences of the jobs reading `item`.
-    fn prefer_readers_of(&mut self, item: &str) {
-        let readers = self.items.readers.get(item).cloned().unwrap_or_default();
+    fn prefer_readers_of(&mut self, ctx: &mut Ctx, item: &str) {
+        let readers = self.readers.get(item).cloned().unwrap_or_default();
         for job in readers {
-            self.prefer(job);
+            self.prefer(ctx, job);
         }
     }
 
     /// A job ended: it reads nothing any more.
     pub(super) fn forget_reads(&mut self, job: JobId) {
-        let Some(reads) = self.items.reads.remove(&job) else {
+        let Some(reads) = self.reads.remove(&job) else {
             return;
         };
         for item in reads {
-            if let Some(readers) = self.items.readers.get_mut(&item) {
+            if let Some(readers) = self.readers.get_mut(&item) {
                 readers.retain(|reader| *reader != job);
                 if readers.is_empty() {
-                    self.items.readers.remove(&item);
+                    self.readers.remove(&item);
                 }
             }
         }
     }
 
     /// `node` is lost: it holds nothing any more.
-    pub(super) fn items_lost_with(&mut self, node: NodeId) {
+    pub(super) fn items_lost_with(&mut self, ctx: &mut Ctx, node: NodeId) {
         let mut changed = Vec::new();
-        for (name, item) in &mut self.items.items {
+        for (name, item) in &mut self.items {
             if let Some(at) = item.holders.iter().position(|holder| *holder == node) {
                 item.holders.remove(at);
                 changed.push(name.clone());
             }
         }
         for name in changed {
-            self.prefer_readers_of(&name);
+            self.prefer_readers_of(ctx, &name);
         }
     }
 
     /// A journaled holder, on resume.
-    pub(super) fn restore_item(&mut self, item: &str, node: NodeId, bytes: u64) {
-        if self.items.hold(item, node, bytes) {
-            self.prefer_readers_of(item);
+    pub(super) fn restore_item(&mut self, ctx: &mut Ctx, item: &str, node: NodeId, bytes: u64) {
+        if self.hold(item, node, bytes) {
+            self.prefer_readers_of(ctx, item);
         }
     }
 
     /// Items an attempt wrote on `node`: journaled, and its readers told.
-    pub(super) fn on_items_written(&mut self, link: LinkId, written: ItemsWritten) {
-        if !self.ctx.registered_via(written.node, link) {
+    pub(super) fn on_items_written(&mut self, ctx: &mut Ctx, link: LinkId, written: ItemsWritten) {
+        if !ctx.registered_via(written.node, link) {
             return;
         }
         let mut records = Vec::new();
@@ -168,39 +163,36 @@ impl RootState {
                 tracing::warn!(node = %written.node, name = ?item.name, "ignoring an item with an invalid name");
                 continue;
             }
-            if self.items.hold(&item.name, written.node, item.bytes) {
+            if self.hold(&item.name, written.node, item.bytes) {
                 records.push(Record::Item {
                     item: item.name.clone(),
                     node: written.node,
                     bytes: item.bytes,
                 });
-                self.prefer_readers_of(&item.name);
+                self.prefer_readers_of(ctx, &item.name);
             }
         }
         if !records.is_empty() {
-            self.ctx
-                .port
-                .append(records, super::port::AfterJournal::Nothing);
+            ctx.port.append(records, super::port::AfterJournal::Nothing);
         }
     }
 
     /// A reader asks for bytes of an item: passed to a holder, or answered with why not.
-    pub(super) fn on_item_read(&mut self, link: LinkId, read: ItemRead) {
+    pub(super) fn on_item_read(&mut self, ctx: &mut Ctx, link: LinkId, read: ItemRead) {
         let reader = read.reader;
-        if !self.ctx.registered_via(reader, link) {
+        if !ctx.registered_via(reader, link) {
             return;
         }
-        let holder = self.items.items.get(&read.item).and_then(|item| {
+        let holder = self.items.get(&read.item).and_then(|item| {
             item.holders
                 .iter()
                 .copied()
-                .find(|holder| *holder != reader && self.ctx.nodes.contains_key(holder))
+                .find(|holder| *holder != reader && ctx.nodes.contains_key(holder))
         });
-        match holder.and_then(|holder| Some((holder, self.ctx.nodes.get(&holder)?.link))) {
+        match holder.and_then(|holder| Some((holder, ctx.nodes.get(&holder)?.link))) {
             Some((holder, holder_link)) => {
-                self.items.pending.insert((reader, read.request), holder);
-                self.ctx
-                    .send_to(holder_link, holder, &ToAgent::ItemRead(read));
+                self.pending.insert((reader, read.request), holder);
+                ctx.send_to(holder_link, holder, &ToAgent::ItemRead(read));
             }
             None => {
                 let answer = ItemData {
@@ -212,30 +204,28 @@ impl RootState {
                     total: 0,
                     data: Vec::new(),
                 };
-                self.ctx.send_to(link, reader, &ToAgent::ItemData(answer));
+                ctx.send_to(link, reader, &ToAgent::ItemData(answer));
             }
         }
     }
 
     /// A holder's answer: passed to its reader. A holder that could not read the item
     /// no longer holds it: the reader's request goes to the next holder, if any.
-    pub(super) fn on_item_data(&mut self, from: NodeId, data: ItemData) {
-        let Some(holder) = self.items.pending.remove(&(data.reader, data.request)) else {
+    pub(super) fn on_item_data(&mut self, ctx: &mut Ctx, from: NodeId, data: ItemData) {
+        let Some(holder) = self.pending.remove(&(data.reader, data.request)) else {
             return;
         };
         if holder != from {
             // Only the node asked may answer.
-            self.items
-                .pending
-                .insert((data.reader, data.request), holder);
+            self.pending.insert((data.reader, data.request), holder);
             return;
         }
         if data.error.is_some() {
             tracing::warn!(node = %from, item = %data.item, error = ?data.error, "a holder could not give an item");
-            if let Some(item) = self.items.items.get_mut(&data.item) {
+            if let Some(item) = self.items.get_mut(&data.item) {
                 item.holders.retain(|node| *node != from);
             }
-            if let Some(reader_link) = self.ctx.nodes.get(&data.reader).map(|entry| entry.link) {
+            if let Some(reader_link) = ctx.nodes.get(&data.reader).map(|entry| entry.link) {
                 let read = ItemRead {
                     item: data.item.clone(),
                     reader: data.reader,
@@ -243,38 +233,45 @@ impl RootState {
                     offset: data.offset,
                     len: saker_wire::ITEM_CHUNK,
                 };
-                self.prefer_readers_of(&data.item);
-                self.on_item_read(reader_link, read);
+                self.prefer_readers_of(ctx, &data.item);
+                self.on_item_read(ctx, reader_link, read);
             }
             return;
         }
-        self.items.moved_bytes += data.data.len() as u64;
-        if let Some(entry) = self.ctx.nodes.get(&data.reader) {
+        self.moved_bytes += data.data.len() as u64;
+        if let Some(entry) = ctx.nodes.get(&data.reader) {
             let link = entry.link;
-            self.ctx
-                .send_to(link, data.reader, &ToAgent::ItemData(data));
+            ctx.send_to(link, data.reader, &ToAgent::ItemData(data));
         }
     }
 
     /// The item frames of an agent (copied out: they are few, or data to pass on).
-    pub(super) fn on_item_frame(&mut self, link: LinkId, route: u32, message: &ArchivedFromAgent) {
+    pub(super) fn on_item_frame(
+        &mut self,
+        ctx: &mut Ctx,
+        link: LinkId,
+        route: u32,
+        message: &ArchivedFromAgent,
+    ) {
         use rkyv::rancor::Error;
         match message {
             ArchivedFromAgent::ItemsWritten(written) => {
                 match rkyv::deserialize::<ItemsWritten, Error>(written) {
-                    Ok(written) if written.node.0 == route => self.on_items_written(link, written),
+                    Ok(written) if written.node.0 == route => {
+                        self.on_items_written(ctx, link, written)
+                    }
                     Ok(_) => tracing::error!(route, "items written routed from another node"),
                     Err(error) => tracing::error!(%error, route, "unreadable items written"),
                 }
             }
             ArchivedFromAgent::ItemRead(read) => match rkyv::deserialize::<ItemRead, Error>(read) {
-                Ok(read) if read.reader.0 == route => self.on_item_read(link, read),
+                Ok(read) if read.reader.0 == route => self.on_item_read(ctx, link, read),
                 Ok(_) => tracing::error!(route, "item read routed from another node"),
                 Err(error) => tracing::error!(%error, route, "unreadable item read"),
             },
             ArchivedFromAgent::ItemData(data) => match rkyv::deserialize::<ItemData, Error>(data) {
-                Ok(data) if self.ctx.registered_via(NodeId(route), link) => {
-                    self.on_item_data(NodeId(route), data)
+                Ok(data) if ctx.registered_via(NodeId(route), link) => {
+                    self.on_item_data(ctx, NodeId(route), data)
                 }
                 Ok(_) => {}
                 Err(error) => tracing::error!(%error, route, "unreadable item data"),

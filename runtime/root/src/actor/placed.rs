@@ -18,8 +18,8 @@ use saker_wire::messages::{
     ArchivedFromAgent, MAX_FUNCTION_BYTES, ToAgent,
 };
 
+use super::ctx::Ctx;
 use super::port::AfterJournal;
-use super::state::RootState;
 use crate::client::actors::{
     ActorCallReply, ActorPlacement, ActorSpawnReply, ActorSpawnRequest, ActorStopReply,
 };
@@ -151,13 +151,14 @@ impl PlacedActors {
     }
 }
 
-impl RootState {
+impl PlacedActors {
     pub(super) fn on_actor_spawn(
         &mut self,
+        ctx: &mut Ctx,
         spawn: ActorSpawnRequest,
         reply: Reply<ActorSpawnReply>,
     ) {
-        if self.ctx.pilot.shutting_down {
+        if ctx.pilot.shutting_down {
             let _ = reply.send(Err(error(
                 ErrorKind::ShuttingDown,
                 "the pilot is shutting down",
@@ -169,17 +170,15 @@ impl RootState {
             return;
         }
         match spawn.placement {
-            ActorPlacement::Node(node)
-                if self.ctx.pilot.max_nodes.is_some_and(|max| node >= max) =>
-            {
+            ActorPlacement::Node(node) if ctx.pilot.max_nodes.is_some_and(|max| node >= max) => {
                 let message = format!(
                     "node {node} does not exist: this pilot has at most {} nodes",
-                    self.ctx.pilot.max_nodes.unwrap_or(0)
+                    ctx.pilot.max_nodes.unwrap_or(0)
                 );
                 let _ = reply.send(Err(error(ErrorKind::InvalidSpec, message)));
                 return;
             }
-            ActorPlacement::With(other) => match self.actors.actors.get(&other).map(|a| &a.phase) {
+            ActorPlacement::With(other) => match self.actors.get(&other).map(|a| &a.phase) {
                 None | Some(Phase::Ended(_)) => {
                     let message = format!("cannot place beside actor {other}: it does not run");
                     let _ = reply.send(Err(error(ErrorKind::UnknownActor, message)));
@@ -189,10 +188,10 @@ impl RootState {
             },
             _ => {}
         }
-        self.actors.next_actor += 1;
-        let id = self.actors.next_actor;
+        self.next_actor += 1;
+        let id = self.next_actor;
         tracing::debug!(actor = id, name = %spawn.name, placement = ?spawn.placement, "spawning an actor");
-        self.actors.actors.insert(
+        self.actors.insert(
             id,
             Placed {
                 spawn,
@@ -204,16 +203,16 @@ impl RootState {
                 stop_waiters: Vec::new(),
             },
         );
-        self.actors.waiting.insert(id);
-        if let Some(placed) = self.actors.actors.get(&id) {
+        self.waiting.insert(id);
+        if let Some(placed) = self.actors.get(&id) {
             let record = Record::ActorSpawned {
                 actor: id,
                 spawn: Box::new(placed.spawn.clone()),
-                unix_us: self.ctx.timestamp().unix_micros(),
+                unix_us: ctx.timestamp().unix_micros(),
             };
-            self.ctx.append(vec![record], AfterJournal::Nothing);
+            ctx.append(vec![record], AfterJournal::Nothing);
         }
-        self.place_waiting();
+        self.place_waiting(ctx);
     }
 
     /// Rebuilds the registry from a previous root's journal: `actors` holds every id
@@ -223,18 +222,19 @@ impl RootState {
     /// end as lost. Returns how many will start again.
     pub(super) fn restore_actors(
         &mut self,
+        ctx: &mut Ctx,
         actors: BTreeMap<u64, Option<ActorSpawnRequest>>,
     ) -> u64 {
         let mut again = 0;
         for (id, spawn) in actors {
-            self.actors.next_actor = self.actors.next_actor.max(id);
+            self.next_actor = self.next_actor.max(id);
             let Some(spawn) = spawn else {
                 let ended = error(ErrorKind::UnknownActor, format!("actor {id} has ended"));
-                self.actors.actors.insert(id, Placed::ended(ended));
+                self.actors.insert(id, Placed::ended(ended));
                 continue;
             };
             let restart = spawn.restart.allows(false) > 0;
-            self.actors.actors.insert(
+            self.actors.insert(
                 id,
                 Placed {
                     spawn,
@@ -247,55 +247,70 @@ impl RootState {
                 },
             );
             if restart {
-                self.actors.waiting.insert(id);
+                self.waiting.insert(id);
                 again += 1;
             } else {
                 let message = format!(
                     "actor {id} ended: the pilot's root restarted, and its restart policy allows no restart"
                 );
-                self.end_actor(id, error(ErrorKind::ActorLost, message));
+                self.end_actor(ctx, id, error(ErrorKind::ActorLost, message));
             }
         }
         again
     }
 
     /// A message for `actor` from `caller`; a cast (`cast`) is answered once routed.
-    pub(super) fn on_actor_call(&mut self, actor: u64, data: Vec<u8>, cast: bool, caller: Caller) {
+    pub(super) fn on_actor_call(
+        &mut self,
+        ctx: &mut Ctx,
+        actor: u64,
+        data: Vec<u8>,
+        cast: bool,
+        caller: Caller,
+    ) {
         if data.len() > MAX_FUNCTION_BYTES {
             let message = format!(
                 "a message of {} bytes exceeds the limit of {MAX_FUNCTION_BYTES}",
                 data.len()
             );
-            return self.answer(caller, Err(error(ErrorKind::ActorInvalidData, message)));
+            return self.answer(
+                ctx,
+                caller,
+                Err(error(ErrorKind::ActorInvalidData, message)),
+            );
         }
-        let Some(placed) = self.actors.actors.get(&actor) else {
+        let Some(placed) = self.actors.get(&actor) else {
             let ended = error(ErrorKind::UnknownActor, format!("no actor {actor}"));
-            return self.answer(caller, Err(ended));
+            return self.answer(ctx, caller, Err(ended));
         };
         let node = match (&placed.phase, placed.node) {
             (Phase::Ended(ended), _) => {
                 let ended = ended.clone();
-                return self.answer(caller, Err(ended));
+                return self.answer(ctx, caller, Err(ended));
             }
             (Phase::Stopping, _) => {
                 let message = format!("actor {actor} is stopping");
-                return self.answer(caller, Err(error(ErrorKind::ActorStopped, message)));
+                return self.answer(ctx, caller, Err(error(ErrorKind::ActorStopped, message)));
             }
             (Phase::Starting | Phase::Running, Some(node)) => node,
             (Phase::Waiting | Phase::Starting | Phase::Running, _) => {
                 let message = format!("actor {actor} runs on no node now (it waits to restart)");
-                return self.answer(caller, Err(error(ErrorKind::ActorLost, message)));
+                return self.answer(ctx, caller, Err(error(ErrorKind::ActorLost, message)));
             }
         };
         let life = placed.life;
         let call = if cast {
             0
         } else {
-            self.actors.next_call += 1;
-            self.actors.next_call
+            self.next_call += 1;
+            self.next_call
         };
-        let Some(link) = self.ctx.nodes.get(&node).map(|entry| entry.link) else {
-            return self.answer(caller, Err(error(ErrorKind::ActorLost, "its node is gone")));
+        let Some(link) = ctx.nodes.get(&node).map(|entry| entry.link) else {
+            return self.answer(
+                ctx,
+                caller,
+                Err(error(ErrorKind::ActorLost, "its node is gone")),
+            );
         };
         let message = ToAgent::ActorCall(ActorCall {
             actor,
@@ -303,14 +318,14 @@ impl RootState {
             call,
             data,
         });
-        self.ctx.send_to(link, node, &message);
+        ctx.send_to(link, node, &message);
         if cast {
             // A node's cast needs no answer: its uplink is in order already.
             if let Caller::Client(reply) = caller {
                 let _ = reply.send(Ok(ActorCallReply::default()));
             }
         } else {
-            self.actors.calls.insert(
+            self.calls.insert(
                 call,
                 PendingCall {
                     actor,
@@ -322,7 +337,7 @@ impl RootState {
     }
 
     /// Hands a call's outcome to its caller: a client's channel, or a node's link.
-    fn answer(&mut self, caller: Caller, outcome: Result<Vec<u8>, RequestError>) {
+    fn answer(&mut self, ctx: &mut Ctx, caller: Caller, outcome: Result<Vec<u8>, RequestError>) {
         match caller {
             Caller::Client(reply) => {
                 let _ = reply.send(outcome.map(|reply| ActorCallReply { reply }));
@@ -330,7 +345,7 @@ impl RootState {
             // A node's cast (call 0) waits for nothing.
             Caller::Node { call: 0, .. } => {}
             Caller::Node { node, call } => {
-                let Some(link) = self.ctx.nodes.get(&node).map(|entry| entry.link) else {
+                let Some(link) = ctx.nodes.get(&node).map(|entry| entry.link) else {
                     return;
                 };
                 let answer = match outcome {
@@ -340,7 +355,7 @@ impl RootState {
                         message: failed.message,
                     },
                 };
-                self.ctx.send_to(
+                ctx.send_to(
                     link,
                     node,
                     &ToAgent::ActorAnswer(ActorReply { call, answer }),
@@ -349,8 +364,13 @@ impl RootState {
         }
     }
 
-    pub(super) fn on_actor_stop(&mut self, actor: u64, reply: Reply<ActorStopReply>) {
-        let Some(placed) = self.actors.actors.get_mut(&actor) else {
+    pub(super) fn on_actor_stop(
+        &mut self,
+        ctx: &mut Ctx,
+        actor: u64,
+        reply: Reply<ActorStopReply>,
+    ) {
+        let Some(placed) = self.actors.get_mut(&actor) else {
             let _ = reply.send(Err(error(
                 ErrorKind::UnknownActor,
                 format!("no actor {actor}"),
@@ -366,14 +386,14 @@ impl RootState {
                 placed.phase = Phase::Stopping;
                 placed.stop_waiters.push(reply);
                 let life = placed.life;
-                if let Some(link) = self.ctx.nodes.get(&node).map(|entry| entry.link) {
-                    self.ctx
-                        .send_to(link, node, &ToAgent::ActorStop { actor, life });
+                if let Some(link) = ctx.nodes.get(&node).map(|entry| entry.link) {
+                    ctx.send_to(link, node, &ToAgent::ActorStop { actor, life });
                 }
             }
             (Phase::Waiting | Phase::Starting | Phase::Running, _) => {
                 let _ = reply.send(Ok(ActorStopReply {}));
                 self.end_actor(
+                    ctx,
                     actor,
                     error(
                         ErrorKind::ActorStopped,
@@ -385,16 +405,21 @@ impl RootState {
     }
 
     /// An actor frame from `from` (its reply, event, or a call its code makes).
-    pub(super) fn on_actor_frame(&mut self, from: NodeId, message: &ArchivedFromAgent) {
+    pub(super) fn on_actor_frame(
+        &mut self,
+        ctx: &mut Ctx,
+        from: NodeId,
+        message: &ArchivedFromAgent,
+    ) {
         match message {
             ArchivedFromAgent::ActorReply(reply) => {
                 if let Some(reply) = owned::<ActorReply>(reply, "reply", from) {
-                    self.on_actor_reply(from, reply);
+                    self.on_actor_reply(ctx, from, reply);
                 }
             }
             ArchivedFromAgent::ActorEvent(event) => {
                 if let Some(event) = owned::<ActorEvent>(event, "event", from) {
-                    self.on_actor_event(from, event);
+                    self.on_actor_event(ctx, from, event);
                 }
             }
             ArchivedFromAgent::ActorCall(call) => {
@@ -403,7 +428,7 @@ impl RootState {
                         node: from,
                         call: call.call,
                     };
-                    self.on_actor_call(call.actor, call.data, call.call == 0, caller);
+                    self.on_actor_call(ctx, call.actor, call.data, call.call == 0, caller);
                 }
             }
             _ => {}
@@ -411,27 +436,27 @@ impl RootState {
     }
 
     /// A node answered a call: hand the answer to its caller.
-    pub(super) fn on_actor_reply(&mut self, from: NodeId, reply: ActorReply) {
-        let Some(pending) = self.actors.calls.remove(&reply.call) else {
+    pub(super) fn on_actor_reply(&mut self, ctx: &mut Ctx, from: NodeId, reply: ActorReply) {
+        let Some(pending) = self.calls.remove(&reply.call) else {
             // Already failed (its node was declared lost meanwhile): at most once.
             return;
         };
         if pending.node != from {
             tracing::warn!(call = reply.call, %from, "an actor reply from another node; ignored");
-            self.actors.calls.insert(reply.call, pending);
+            self.calls.insert(reply.call, pending);
             return;
         }
         let outcome = match reply.answer {
             ActorAnswer::Reply(bytes) => Ok(bytes),
             ActorAnswer::Failed { fault, message } => Err(error(fault_kind(fault), message)),
         };
-        self.answer(pending.caller, outcome);
+        self.answer(ctx, pending.caller, outcome);
     }
 
     /// A node tells what became of a life of an actor.
-    pub(super) fn on_actor_event(&mut self, from: NodeId, event: ActorEvent) {
+    pub(super) fn on_actor_event(&mut self, ctx: &mut Ctx, from: NodeId, event: ActorEvent) {
         let id = event.actor;
-        let Some(placed) = self.actors.actors.get_mut(&id) else {
+        let Some(placed) = self.actors.get_mut(&id) else {
             return;
         };
         if placed.life != event.life || placed.node != Some(from) {
@@ -452,6 +477,7 @@ impl RootState {
             }
             ActorStatus::Stopped => {
                 self.end_actor(
+                    ctx,
                     id,
                     error(ErrorKind::ActorStopped, format!("actor {id} was stopped")),
                 );
@@ -468,12 +494,12 @@ impl RootState {
                 // The call that panicked was answered by the node; the others in
                 // flight were lost with the life.
                 let lost = format!("actor {id}'s life ended before it answered: {message}");
-                self.fail_calls(&HashSet::from([id]), ErrorKind::ActorLost, &lost);
+                self.fail_calls(ctx, &HashSet::from([id]), ErrorKind::ActorLost, &lost);
                 self.unplace(id);
                 if restart {
-                    self.restart(id);
+                    self.restart(ctx, id);
                 } else {
-                    self.end_actor(id, error(fault_kind(fault), message));
+                    self.end_actor(ctx, id, error(fault_kind(fault), message));
                 }
             }
         }
@@ -481,13 +507,12 @@ impl RootState {
 
     /// `node` is lost: calls in flight to its actors fail, and the actors restart
     /// elsewhere where their policy allows it.
-    pub(super) fn actors_lost_with(&mut self, node: NodeId, reason: &str) {
+    pub(super) fn actors_lost_with(&mut self, ctx: &mut Ctx, node: NodeId, reason: &str) {
         // Calls the lost node made: nobody is left to answer (it failed them itself).
-        self.actors.calls.retain(
+        self.calls.retain(
             |_, call| !matches!(call.caller, Caller::Node { node: from, .. } if from == node),
         );
         let on_node: Vec<u64> = self
-            .actors
             .actors
             .iter()
             .filter(|(_, placed)| placed.node == Some(node))
@@ -498,111 +523,105 @@ impl RootState {
         }
         let message = format!("its node {node} was lost: {reason}");
         self.fail_calls(
+            ctx,
             &on_node.iter().copied().collect(),
             ErrorKind::ActorLost,
             &message,
         );
         for id in on_node {
             self.unplace(id);
-            let Some(placed) = self.actors.actors.get(&id) else {
+            let Some(placed) = self.actors.get(&id) else {
                 continue;
             };
             if matches!(placed.phase, Phase::Stopping) {
                 self.end_actor(
+                    ctx,
                     id,
                     error(ErrorKind::ActorStopped, format!("actor {id} was stopped")),
                 );
             } else if placed.restarts < placed.spawn.restart.allows(false) {
-                self.restart(id);
+                self.restart(ctx, id);
             } else {
                 let message = format!(
                     "actor {id} ended: {message} (its restart policy allows no more restarts)"
                 );
-                self.end_actor(id, error(ErrorKind::ActorLost, message));
+                self.end_actor(ctx, id, error(ErrorKind::ActorLost, message));
             }
         }
     }
 
     /// Places every waiting actor that a live node can take now.
-    pub(super) fn place_waiting(&mut self) {
-        let waiting: Vec<u64> = self.actors.waiting.iter().copied().collect();
+    pub(super) fn place_waiting(&mut self, ctx: &mut Ctx) {
+        let waiting: Vec<u64> = self.waiting.iter().copied().collect();
         for id in waiting {
-            let Some(placed) = self.actors.actors.get(&id) else {
-                self.actors.waiting.remove(&id);
+            let Some(placed) = self.actors.get(&id) else {
+                self.waiting.remove(&id);
                 continue;
             };
             let (placement, first_life) = (placed.spawn.placement, placed.life == 0);
             let chosen = match (placement, first_life) {
                 (ActorPlacement::Node(node), true) => {
-                    match self
-                        .ctx
-                        .nodes
-                        .get(&NodeId(node))
-                        .map(|entry| entry.hosts_actors)
-                    {
+                    match ctx.nodes.get(&NodeId(node)).map(|entry| entry.hosts_actors) {
                         Some(true) => Some(NodeId(node)),
                         Some(false) => {
                             let message = format!("node {node}'s agent hosts no actors");
-                            self.actors.waiting.remove(&id);
-                            self.end_actor(id, error(ErrorKind::NoActorHost, message));
+                            self.waiting.remove(&id);
+                            self.end_actor(ctx, id, error(ErrorKind::NoActorHost, message));
                             continue;
                         }
                         None => None,
                     }
                 }
                 (ActorPlacement::With(other), true) => {
-                    match self.actors.actors.get(&other).map(|o| (&o.phase, o.node)) {
+                    match self.actors.get(&other).map(|o| (&o.phase, o.node)) {
                         Some((Phase::Starting | Phase::Running, Some(node))) => Some(node),
                         Some((Phase::Ended(_), _)) | None => {
                             let message = format!("cannot place beside actor {other}: it ended");
-                            self.actors.waiting.remove(&id);
-                            self.end_actor(id, error(ErrorKind::UnknownActor, message));
+                            self.waiting.remove(&id);
+                            self.end_actor(ctx, id, error(ErrorKind::UnknownActor, message));
                             continue;
                         }
                         Some(_) => None,
                     }
                 }
-                _ => self.least_loaded_host(),
+                _ => self.least_loaded_host(ctx),
             };
             match chosen {
                 Some(node) => {
-                    self.actors.waiting.remove(&id);
-                    self.start_life(id, node);
+                    self.waiting.remove(&id);
+                    self.start_life(ctx, id, node);
                 }
-                None if !self.ctx.nodes.is_empty()
-                    && !self.ctx.nodes.values().any(|n| n.hosts_actors) =>
-                {
-                    self.actors.waiting.remove(&id);
+                None if !ctx.nodes.is_empty() && !ctx.nodes.values().any(|n| n.hosts_actors) => {
+                    self.waiting.remove(&id);
                     let message = "no agent of this pilot hosts actors: its agents are not the \
                                    application's binary (start the pilot with `--app`, or let \
                                    the application start its own)";
-                    self.end_actor(id, error(ErrorKind::NoActorHost, message));
+                    self.end_actor(ctx, id, error(ErrorKind::NoActorHost, message));
                 }
                 None => {}
             }
         }
     }
 
-    fn least_loaded_host(&self) -> Option<NodeId> {
-        self.ctx
-            .nodes
+    fn least_loaded_host(&self, ctx: &Ctx) -> Option<NodeId> {
+        ctx.nodes
             .iter()
             .filter(|(_, entry)| entry.hosts_actors)
-            .map(|(node, _)| (self.actors.per_node.get(node).copied().unwrap_or(0), *node))
+            .map(|(node, _)| (self.per_node.get(node).copied().unwrap_or(0), *node))
             .min()
             .map(|(_, node)| node)
     }
 
-    fn start_life(&mut self, id: u64, node: NodeId) {
-        let Some(link) = self.ctx.nodes.get(&node).map(|entry| entry.link) else {
+    fn start_life(&mut self, ctx: &mut Ctx, id: u64, node: NodeId) {
+        let Some(link) = ctx.nodes.get(&node).map(|entry| entry.link) else {
             return;
         };
-        let Some(placed) = self.actors.actors.get_mut(&id) else {
+        let Some(placed) = self.actors.get_mut(&id) else {
             return;
         };
         placed.node = Some(node);
         placed.phase = Phase::Starting;
-        *self.actors.per_node.entry(node).or_default() += 1;
+        *self.per_node.entry(node).or_default() += 1;
         let message = ToAgent::ActorSpawn(ActorSpawn {
             actor: id,
             life: placed.life,
@@ -610,47 +629,47 @@ impl RootState {
             fingerprint: placed.spawn.fingerprint,
             args: placed.spawn.args.clone(),
         });
-        self.ctx.send_to(link, node, &message);
+        ctx.send_to(link, node, &message);
     }
 
     /// A new life of `id`, on whichever node can take it.
-    fn restart(&mut self, id: u64) {
-        let Some(placed) = self.actors.actors.get_mut(&id) else {
+    fn restart(&mut self, ctx: &mut Ctx, id: u64) {
+        let Some(placed) = self.actors.get_mut(&id) else {
             return;
         };
         placed.restarts += 1;
         placed.life += 1;
         placed.phase = Phase::Waiting;
         tracing::info!(actor = id, life = placed.life, "restarting an actor");
-        self.actors.waiting.insert(id);
-        self.place_waiting();
+        self.waiting.insert(id);
+        self.place_waiting(ctx);
     }
 
     /// Takes `id` off its node (its life there is over).
     fn unplace(&mut self, id: u64) {
-        let Some(placed) = self.actors.actors.get_mut(&id) else {
+        let Some(placed) = self.actors.get_mut(&id) else {
             return;
         };
         if let Some(node) = placed.node.take()
-            && let Some(count) = self.actors.per_node.get_mut(&node)
+            && let Some(count) = self.per_node.get_mut(&node)
         {
             *count = count.saturating_sub(1);
             if *count == 0 {
-                self.actors.per_node.remove(&node);
+                self.per_node.remove(&node);
             }
         }
     }
 
     /// Ends `id` for good: its waiters are answered and its arguments dropped.
-    fn end_actor(&mut self, id: u64, ended: RequestError) {
+    fn end_actor(&mut self, ctx: &mut Ctx, id: u64, ended: RequestError) {
         self.unplace(id);
-        self.actors.waiting.remove(&id);
+        self.waiting.remove(&id);
         let record = Record::ActorEnded {
             actor: id,
-            unix_us: self.ctx.timestamp().unix_micros(),
+            unix_us: ctx.timestamp().unix_micros(),
         };
-        self.ctx.append(vec![record], AfterJournal::Nothing);
-        let Some(placed) = self.actors.actors.get_mut(&id) else {
+        ctx.append(vec![record], AfterJournal::Nothing);
+        let Some(placed) = self.actors.get_mut(&id) else {
             return;
         };
         for waiter in placed.spawn_waiters.drain(..) {
@@ -664,17 +683,16 @@ impl RootState {
     }
 
     /// Fails every call in flight to `actors`.
-    fn fail_calls(&mut self, actors: &HashSet<u64>, kind: ErrorKind, message: &str) {
+    fn fail_calls(&mut self, ctx: &mut Ctx, actors: &HashSet<u64>, kind: ErrorKind, message: &str) {
         let failed: Vec<u64> = self
-            .actors
             .calls
             .iter()
             .filter(|(_, call)| actors.contains(&call.actor))
             .map(|(id, _)| *id)
             .collect();
         for call in failed {
-            if let Some(pending) = self.actors.calls.remove(&call) {
-                self.answer(pending.caller, Err(error(kind, message)));
+            if let Some(pending) = self.calls.remove(&call) {
+                self.answer(ctx, pending.caller, Err(error(kind, message)));
             }
         }
     }

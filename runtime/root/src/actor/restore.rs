@@ -293,9 +293,9 @@ impl RootState {
         }
         // After the jobs: their readers prefer the holders.
         for (item, node, bytes) in items {
-            self.restore_item(&item, node, bytes);
+            self.items.restore_item(&mut self.ctx, &item, node, bytes);
         }
-        summary.actors = self.restore_actors(actors);
+        summary.actors = self.actors.restore_actors(&mut self.ctx, actors);
         for (job, request, submitted_us) in schedules {
             let pending = occurrences.get(&job).copied();
             self.restore_schedule(job, &request, submitted_us, pending);

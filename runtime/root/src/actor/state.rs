@@ -268,7 +268,7 @@ impl RootState {
             }
             Event::JobFinished { job } => {
                 self.forget_job(job);
-                self.forget_reads(job);
+                self.items.forget_reads(job);
                 self.submissions.dependency_failed.remove(&job);
             }
             Event::DependencyFailed { job, dependency } => {
