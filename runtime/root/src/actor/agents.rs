@@ -1,10 +1,9 @@
 //! The root's side of the agent tree: registration, reports, losses.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use saker_actors::link::{LinkId, LinkTx};
-use saker_core::{AttemptOutcome, Disposition, NodeId, Resources, TerminalState as CoreState};
+use saker_core::{AttemptOutcome, NodeId, Resources};
 use saker_wire::messages::{
     ArchivedFromAgent, ArchivedOutcome, ArchivedOutput, ArchivedReport, ArchivedResultBody,
     ArchivedTaskResult, GangLaunch, GangLaunchEnded, Hello, TaskResult, ToAgent, Welcome,
@@ -14,7 +13,7 @@ use super::results::Detail;
 use super::state::{NodeEntry, RootState};
 use crate::attempts::{AttemptEnd, AttemptNote};
 use crate::records::Record;
-use crate::results::{JobId, ResultRecord, TaskId, TerminalState, Timestamp, lossy_text};
+use crate::results::{Timestamp, lossy_text};
 
 impl RootState {
     /// A child linked as `node`: an older link of the same node leads to a stale
@@ -85,7 +84,7 @@ impl RootState {
         self.items.items_lost_with(&mut self.ctx, node);
         let end_time = self.ctx.timestamp();
         for (task, attempt) in lost {
-            self.note_attempt(
+            self.results.note_attempt(
                 task,
                 AttemptNote {
                     attempt: attempt.0,
@@ -328,7 +327,8 @@ impl RootState {
             let task = result.task.to_native();
             let attempt = result.attempt.to_native();
             let host = Some(self.ctx.hostname_of(node));
-            self.settle_with(
+            self.results.settle_with(
+                &mut self.ctx,
                 task,
                 attempt,
                 outcome,
@@ -340,172 +340,6 @@ impl RootState {
         if live && !credit.is_zero() {
             let _ = self.ctx.core.handle_credit(node, credit, now);
         }
-    }
-
-    /// Hands an attempt's outcome to the core: an accepted one keeps `detail` for the
-    /// task's record, one that does not count is noted in the task's history.
-    pub(super) fn settle(
-        &mut self,
-        task: TaskId,
-        attempt: saker_core::AttemptId,
-        outcome: AttemptOutcome,
-        detail: Detail,
-        note: AttemptNote,
-    ) {
-        self.settle_with(
-            task,
-            attempt,
-            outcome,
-            || detail,
-            |end| AttemptNote { end, ..note },
-        );
-    }
-
-    fn settle_with(
-        &mut self,
-        task: TaskId,
-        attempt: saker_core::AttemptId,
-        outcome: AttemptOutcome,
-        detail: impl FnOnce() -> Detail,
-        note: impl FnOnce(AttemptEnd) -> AttemptNote,
-    ) {
-        let now = self.ctx.now();
-        let end = match self.ctx.core.handle_result(attempt, outcome, now) {
-            Disposition::Accepted { .. } => {
-                self.results.attempts.details.insert(task, detail());
-                return;
-            }
-            Disposition::WillRetry { .. } => AttemptEnd::Failed,
-            Disposition::WillReplay { .. } => AttemptEnd::Lost,
-            // One of two speculative copies ended; the other runs on.
-            Disposition::Continues { .. } if outcome == AttemptOutcome::Failed => {
-                AttemptEnd::Failed
-            }
-            Disposition::Continues { .. } => AttemptEnd::Lost,
-            // Given back unstarted for a gang's reservation: as if never dispatched.
-            Disposition::Returned { .. } | Disposition::Duplicate | Disposition::UnknownAttempt => {
-                return;
-            }
-        };
-        self.note_attempt(task, note(end));
-    }
-
-    /// Builds the result record of a task the core has just finished.
-    pub(super) fn finish_task(
-        &mut self,
-        task: TaskId,
-        job: JobId,
-        offset: u32,
-        state: CoreState,
-        attempts: u32,
-        detail: Option<Detail>,
-    ) {
-        let Some(entry) = self.submissions.jobs.get_mut(&job) else {
-            return;
-        };
-        // Counted when durable (RootState::count_durable), not here.
-        let state = match state {
-            CoreState::Succeeded => TerminalState::Succeeded,
-            CoreState::Failed => TerminalState::Failed,
-            CoreState::Cancelled => TerminalState::Cancelled,
-        };
-        let index = entry.array_index(offset);
-        let submit_time = Timestamp::from_unix_micros(entry.submitted_us);
-        let accepted = self.ctx.timestamp();
-        let seq = self.results.log.next_seq;
-        self.results.log.next_seq += 1;
-        let history = self
-            .results
-            .attempts
-            .history
-            .remove(&task)
-            .unwrap_or_default();
-        let dispatched = self.results.attempts.dispatched.remove(&task);
-        // The core counts attempts since this root started; the history survives a
-        // resume, so it is the better count after one.
-        let attempts = attempts.max(history.len() as u32 + u32::from(detail.is_some()));
-        let mut record = ResultRecord {
-            task,
-            job,
-            index,
-            state,
-            exit_code: None,
-            signal: None,
-            reason: None,
-            attempts,
-            node: None,
-            node_id: None,
-            executor: None,
-            submit_time,
-            dispatch_time: dispatched.map(Timestamp::from_unix_micros),
-            received_time: None,
-            start_time: None,
-            end_time: accepted,
-            accept_time: Some(accepted),
-            stdout: String::new(),
-            stderr: String::new(),
-            stdout_path: None,
-            stderr_path: None,
-            output: None,
-            seq,
-            history,
-            gang: None,
-        };
-        match detail {
-            Some(detail) => {
-                record.node = Some(self.ctx.hostname_of(detail.node));
-                record.node_id = Some(detail.node.0);
-                record.executor = detail.executor;
-                record.received_time = (detail.received_unix_us > 0)
-                    .then(|| Timestamp::from_unix_micros(detail.received_unix_us));
-                record.start_time = Some(Timestamp::from_unix_micros(detail.start_unix_us));
-                record.end_time = Timestamp::from_unix_micros(detail.end_unix_us);
-                record.exit_code = detail.exit_code;
-                record.signal = detail.signal;
-                record.reason = detail.reason;
-                record.stdout = detail.stdout;
-                record.stderr = detail.stderr;
-                record.stdout_path = detail.stdout_path;
-                record.stderr_path = detail.stderr_path;
-                record.output = detail.output;
-                record.gang = detail.gang;
-            }
-            None if state == TerminalState::Cancelled => {
-                record.reason = Some(match self.submissions.dependency_failed.get(&job) {
-                    Some(dependency) => format!("dependency {dependency} failed"),
-                    None => "cancelled before it started".into(),
-                });
-            }
-            // Its last attempt was lost with its node and no replay was left: that
-            // loss is the attempt that counted, not history.
-            None => match record.history.pop() {
-                Some(last) if last.end == AttemptEnd::Lost => {
-                    record.reason = Some(format!("{}; no replays left", last.reason));
-                    record.node = last.node;
-                    record.start_time = last.start_time;
-                    record.end_time = last.end_time;
-                }
-                other => {
-                    record.history.extend(other);
-                    record.reason = Some("no attempt result".into());
-                }
-            },
-        }
-        self.results.unjournaled.results.push(Arc::new(record));
-    }
-
-    /// Keeps (and journals) why an attempt did not count.
-    fn note_attempt(&mut self, task: TaskId, note: AttemptNote) {
-        self.results.unjournaled.records.push(Record::Attempt {
-            task,
-            note: note.clone(),
-        });
-        self.results
-            .attempts
-            .history
-            .entry(task)
-            .or_default()
-            .push(note);
     }
 
     pub(super) fn broadcast_shutdown(&mut self) {

@@ -15,20 +15,14 @@ use super::state::{JobEntry, LineBatch, RootState};
 use crate::client::{
     CancelReport, ClientRequest, ErrorKind, HpcStatus, MAX_WAITED_RESULTS, NodeLoad, Reply,
     RequestError, StatusReport, SubmitReply, SubmitWait, SubmittedJob, SubmittedLines,
-    UnstartedJob, WaitReport,
+    UnstartedJob,
 };
 use crate::records::Record;
-use crate::results::{JobId, ResultRecord, TaskId};
+use crate::results::{JobId, TaskId};
 use crate::spec::{JobLines, JobRequest, LauncherKind, MpiKind, plan};
 
 /// Inline output kept per stream when a request does not say.
 pub const DEFAULT_INLINE_OUTPUT: u32 = 4096;
-
-#[derive(Debug)]
-pub(crate) struct Waiter {
-    jobs: Option<Vec<JobId>>,
-    reply: Reply<WaitReport>,
-}
 
 pub(super) fn error(kind: ErrorKind, message: impl Into<String>) -> RequestError {
     RequestError::new(kind, message)
@@ -54,12 +48,18 @@ impl RootState {
                     return;
                 }
 
-                self.results.log.waiters.push(Waiter { jobs, reply });
-                self.check_waiters();
+                let waiter = super::results::Waiter { jobs, reply };
+                self.results.log.waiters.push(waiter);
+                self.results.check_waiters(&self.submissions);
             }
             ClientRequest::Cancel { jobs, reply } => self.on_cancel(jobs, reply),
-            ClientRequest::Results { from, follow, sink } => self.on_results(from, follow, sink),
-            ClientRequest::Result { task, reply } => self.on_result(task, reply),
+            ClientRequest::Results { from, follow, sink } => {
+                self.results.on_results(&self.ctx, from, follow, sink)
+            }
+            ClientRequest::Result { task, reply } => {
+                self.results
+                    .on_result(&self.ctx, &self.upkeep.compaction.keep, task, reply)
+            }
             ClientRequest::Provisioning { pause, reply } => {
                 let answer = match self.upkeep.elastic.as_mut() {
                     Some(elastic) => {
@@ -247,36 +247,6 @@ impl RootState {
         Ok(job)
     }
 
-    /// Counts a durable result in its job and in the pilot's totals.
-    pub(super) fn count_durable(&mut self, record: &ResultRecord) {
-        self.count_durable_state(record.job, record.state);
-        self.results.log.stages.record(record);
-    }
-
-    /// Counts a task of `job` that ended in `state` durably.
-    pub(super) fn count_durable_state(
-        &mut self,
-        job: crate::results::JobId,
-        state: crate::results::TerminalState,
-    ) {
-        let (failed, cancelled) = match state {
-            crate::results::TerminalState::Succeeded => (0, 0),
-            crate::results::TerminalState::Failed => (1, 0),
-            crate::results::TerminalState::Cancelled => (0, 1),
-        };
-        if let Some(entry) = self.submissions.jobs.get_mut(&job) {
-            entry.durable += 1;
-            entry.failed += failed;
-            entry.cancelled += cancelled;
-            if entry.is_done() {
-                self.submissions.jobs.finish(job);
-            }
-        }
-        self.results.log.totals.durable += 1;
-        self.results.log.totals.failed += u64::from(failed);
-        self.results.log.totals.cancelled += u64::from(cancelled);
-    }
-
     /// Keeps what agents need to run a job the core has accepted.
     pub(super) fn keep_job(
         &mut self,
@@ -397,55 +367,6 @@ impl RootState {
             }],
             AfterJournal::AcknowledgeLines { reply, submitted },
         );
-    }
-
-    pub(super) fn check_waiters(&mut self) {
-        let mut index = 0;
-        while index < self.results.log.waiters.len() {
-            if self.results.log.waiters[index].reply.is_closed() {
-                self.results.log.waiters.swap_remove(index);
-                continue;
-            }
-            // A wait for everything is answered from running totals, so it costs
-            // nothing per job however many jobs (task-file lines) the pilot holds.
-            let report = match &self.results.log.waiters[index].jobs {
-                None => {
-                    (self.results.log.totals.durable >= self.results.log.totals.tasks).then(|| {
-                        WaitReport {
-                            succeeded: self.results.log.totals.durable
-                                - self.results.log.totals.failed
-                                - self.results.log.totals.cancelled,
-                            failed: self.results.log.totals.failed,
-                            cancelled: self.results.log.totals.cancelled,
-                        }
-                    })
-                }
-                // Jobs were checked to exist when the wait arrived.
-                Some(jobs) => jobs
-                    .iter()
-                    .all(|j| self.submissions.jobs.get(j).is_none_or(JobEntry::is_done))
-                    .then(|| {
-                        let mut report = WaitReport::default();
-                        for job in jobs {
-                            let (count, failed, cancelled) = match self.submissions.jobs.get(job) {
-                                Some(entry) => (entry.count, entry.failed, entry.cancelled),
-                                None => self.submissions.jobs.final_counts(job).unwrap_or_default(),
-                            };
-                            report.failed += u64::from(failed);
-                            report.cancelled += u64::from(cancelled);
-                            report.succeeded += u64::from(count - failed - cancelled);
-                        }
-                        report
-                    }),
-            };
-            match report {
-                Some(report) => {
-                    let waiter = self.results.log.waiters.swap_remove(index);
-                    let _ = waiter.reply.send(Ok(report));
-                }
-                None => index += 1,
-            }
-        }
     }
 
     fn on_cancel(&mut self, jobs: Vec<JobId>, reply: Reply<CancelReport>) {

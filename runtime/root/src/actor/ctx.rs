@@ -80,13 +80,6 @@ impl Ctx {
         self.port.send(link, node, message);
     }
 
-    /// Sends a message to `node` over the link it is registered through, if it is live.
-    pub(super) fn send_to_node(&mut self, node: NodeId, message: &ToAgent) {
-        if let Some(link) = self.nodes.get(&node).map(|entry| entry.link) {
-            self.port.send(link, node, message);
-        }
-    }
-
     /// Appends `records` to the journal (see [`Port::append`]); what it finished at
     /// once is handled before this turn ends.
     pub(super) fn append(&mut self, records: Vec<Record>, after: AfterJournal) {

@@ -263,7 +263,8 @@ impl RootState {
             )),
             end_time: crate::results::Timestamp::from_unix_micros(detail.end_unix_us),
         };
-        self.settle(run.task, attempt, core_outcome, detail, note);
+        self.results
+            .settle(&mut self.ctx, run.task, attempt, core_outcome, detail, note);
     }
 
     /// The rank of `member`'s first process: ranks fill nodes in order. For an MPI

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use saker_journal::{JournalReader, Position};
 use tokio::sync::mpsc;
 
-use super::state::RootState;
+use super::ctx::Ctx;
+use super::results::Results;
 use crate::client::{ErrorKind, Reply, RequestError, ResultSink, ResultsItem, StreamEnd};
 use crate::records::Record;
 use crate::results::{ResultRecord, TaskId};
@@ -196,72 +197,30 @@ impl ResultIndex {
     }
 }
 
-impl RootState {
-    /// Results the journal made durable, at `positions`: indexed, counted, and passed
-    /// to the streams that follow them. Not kept.
-    pub(super) fn on_durable(&mut self, results: Vec<Arc<ResultRecord>>, positions: Vec<Position>) {
-        let now = self.ctx.now();
-        for (record, position) in results.into_iter().zip(positions) {
-            self.count_durable(&record);
-            self.results
-                .log
-                .index
-                .insert(record.task, record.seq, position);
-            self.results.log.submit_waiters.note(&record);
-            self.results
-                .log
-                .followers
-                .retain(|sink| sink.send(record.clone()).is_ok());
-        }
-        self.results
-            .log
-            .rate
-            .record(now, self.results.log.index.len());
-        self.results
-            .log
-            .minute
-            .record(now, self.results.log.totals.durable);
-        self.check_waiters();
-        self.release_memory_if_idle();
-    }
-
-    /// Once everything submitted has ended after a large batch, gives the memory its
-    /// queue held back to the system: the allocator keeps freed memory otherwise, and
-    /// a pilot that queued a million tasks would hold their 150 MB for the rest of
-    /// its life, though what it keeps of finished work is a few bytes a task.
-    fn release_memory_if_idle(&mut self) {
-        let totals = self.results.log.totals;
-        if totals.durable >= totals.tasks
-            && totals.durable - self.results.log.released_at >= self.results.log.release_after
-        {
-            self.results.log.released_at = totals.durable;
-            self.ctx.port.release_memory();
-        }
-    }
-
+impl Results {
     /// A results stream: the durable results from `from` on (read from the journal on
     /// a thread of its own), then, with `follow`, each new one as it becomes durable.
-    pub(super) fn on_results(&mut self, from: u64, follow: bool, sink: ResultSink) {
+    pub(super) fn on_results(&mut self, ctx: &Ctx, from: u64, follow: bool, sink: ResultSink) {
         let from = from.max(1);
-        let last = self.results.log.index.last_seq();
+        let last = self.log.index.last_seq();
         let start = (from <= last)
-            .then(|| self.results.log.index.start_for(from))
+            .then(|| self.log.index.start_for(from))
             .flatten();
         // Registered now: a result made durable from here on is live, not history.
         let live = follow.then(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            self.results.log.followers.push(tx);
+            self.log.followers.push(tx);
             rx
         });
         let history = start.map(|start| History {
-            source: self.ctx.port.results(),
+            source: ctx.port.results(),
             start,
             from,
             last,
-            _reading: Arc::clone(&self.results.log.readers),
+            _reading: Arc::clone(&self.log.readers),
         });
-        let compacted = if from <= self.results.log.compacted_through {
-            self.results.log.compacted
+        let compacted = if from <= self.log.compacted_through {
+            self.log.compacted
         } else {
             0
         };
@@ -269,12 +228,18 @@ impl RootState {
     }
 
     /// One task's result, read from the journal on a thread of its own.
-    pub(super) fn on_result(&mut self, task: TaskId, reply: Reply<Arc<ResultRecord>>) {
-        let Some(position) = self.results.log.index.find(task) else {
-            if self.results.log.index.is_compacted(task) {
+    pub(super) fn on_result(
+        &mut self,
+        ctx: &Ctx,
+        keep: &crate::compact::KeepResults,
+        task: TaskId,
+        reply: Reply<Arc<ResultRecord>>,
+    ) {
+        let Some(position) = self.log.index.find(task) else {
+            if self.log.index.is_compacted(task) {
                 let message = format!(
                     "task {task}'s result was compacted away (--keep-results {})",
-                    self.upkeep.compaction.keep
+                    keep
                 );
                 let _ = reply.send(Err(RequestError::new(ErrorKind::Compacted, message)));
                 return;
@@ -283,8 +248,8 @@ impl RootState {
             let _ = reply.send(Err(RequestError::new(ErrorKind::NoResult, message)));
             return;
         };
-        let source = self.ctx.port.results();
-        let reading = Arc::clone(&self.results.log.readers);
+        let source = ctx.port.results();
+        let reading = Arc::clone(&self.log.readers);
         tokio::task::spawn_blocking(move || {
             let _reading = reading;
             let answer = source.read(position).map_err(|error| {

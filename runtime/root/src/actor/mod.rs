@@ -208,7 +208,8 @@ impl RootState {
             RootMsg::LinkDown { link, reason } => self.on_link_down(link, &reason),
             RootMsg::Client(request) => self.on_client(request),
             RootMsg::Durable { results, positions } => {
-                self.on_durable(results, positions);
+                self.results
+                    .on_durable(&mut self.ctx, &mut self.submissions, results, positions);
                 self.maybe_compact();
             }
             RootMsg::Compacted(outcome) => self.on_compacted(outcome),

@@ -260,7 +260,7 @@ impl RootState {
         self.results.attempts.history = notes;
         for (record, position) in results {
             if !finished_jobs.contains_key(&record.job) {
-                self.count_durable(&record);
+                self.results.count_durable(&mut self.submissions, &record);
                 summary.finished += 1;
             }
             self.results.log.next_seq = self.results.log.next_seq.max(record.seq + 1);
@@ -278,7 +278,8 @@ impl RootState {
                 let Some(state) = crate::compact::letter_state(letter) else {
                     continue;
                 };
-                self.count_durable_state(*job, state);
+                self.results
+                    .count_durable_state(&mut self.submissions, *job, state);
                 summary.finished += 1;
                 let task = TaskId(first.0 + offset as u64);
                 if self.results.log.index.find(task).is_none() {

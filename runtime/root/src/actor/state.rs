@@ -1,16 +1,14 @@
 //! The root's state and the translation of core outputs into actions.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use saker_core::{Core, Event, JobId};
 use saker_wire::messages::{Assignment, Dispatch, FRAME_DATA_BUDGET, ToAgent};
 
 pub(super) use super::jobs::{JobEntry, JobTable, LineBatch};
-use super::port::{AfterJournal, Clock, Port, Wake};
+use super::port::{Clock, Port, Wake};
 use super::resources::ResourceNames;
-use crate::records::Record;
 use saker_actors::resources::NodeResources;
 
 /// Finished jobs a node is told to forget in one message when no dispatch takes them.
@@ -124,7 +122,7 @@ impl RootState {
         while let Some(event) = self.ctx.core.poll_event() {
             self.on_core_event(event);
         }
-        self.journal_accepted();
+        self.results.journal(&mut self.ctx);
         self.arm_timer();
     }
 
@@ -248,7 +246,16 @@ impl RootState {
                 attempts,
             } => {
                 let detail = self.results.attempts.details.remove(&task);
-                self.finish_task(task, job, index, state, attempts, detail);
+                self.results.finish_task(
+                    &mut self.ctx,
+                    &self.submissions,
+                    task,
+                    job,
+                    index,
+                    state,
+                    attempts,
+                    detail,
+                );
             }
             Event::CancelAttempt { node, attempt } => {
                 if let Some(entry) = self.ctx.nodes.get(&node) {
@@ -276,20 +283,6 @@ impl RootState {
                 self.submissions.dependency_failed.insert(job, dependency);
             }
         }
-    }
-
-    /// Journals this turn's accepted results as one group; they reach clients when the
-    /// journal calls back.
-    fn journal_accepted(&mut self) {
-        if self.results.unjournaled.results.is_empty()
-            && self.results.unjournaled.records.is_empty()
-        {
-            return;
-        }
-        let results = std::mem::take(&mut self.results.unjournaled.results);
-        let mut records = std::mem::take(&mut self.results.unjournaled.records);
-        records.extend(results.iter().map(|r| Record::Result(Arc::clone(r))));
-        self.ctx.append(records, AfterJournal::Results(results));
     }
 
     pub(super) fn close_journal(&mut self) {
