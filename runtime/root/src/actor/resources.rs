@@ -6,7 +6,7 @@
 
 use saker_core::{MAX_CUSTOM, ResourceKind, Resources};
 
-use crate::spec::TaskSpec;
+use crate::spec::{JobRequest, LauncherKind, TaskSpec};
 
 /// A spec asks for one custom resource more than a pilot can number.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,29 +67,27 @@ impl ResourceNames {
     }
 }
 
-impl super::state::RootState {
+impl super::ctx::Ctx {
     /// Whether some node of this pilot could ever hold one task of `spec`, kind by
     /// kind. Only judged when the pilot knows its nodes: it started them (and found
     /// what they offer) or all have joined; otherwise a task waits for a node it fits.
     /// An HPC job's cores per node are judged with its layout (`check_fits`).
-    pub(super) fn check_resources(&self, spec: &TaskSpec) -> Result<(), String> {
+    pub(super) fn check_resources(
+        &self,
+        names: &ResourceNames,
+        spec: &TaskSpec,
+    ) -> Result<(), String> {
         // A pilot of no agents of its own (nodes join later) knows nothing of them.
         let all_joined = self
-            .ctx
             .pilot
             .max_nodes
-            .is_some_and(|most| most > 0 && self.ctx.nodes.len() as u32 >= most);
-        if self.ctx.pilot.expected_node.is_none() && !all_joined {
+            .is_some_and(|most| most > 0 && self.nodes.len() as u32 >= most);
+        if self.pilot.expected_node.is_none() && !all_joined {
             return Ok(());
         }
-        let expected = self.ctx.pilot.expected_node.as_ref();
+        let expected = self.pilot.expected_node.as_ref();
         let most = |joined: &dyn Fn(&Resources) -> u32, expected: u32| {
-            let joined = self
-                .ctx
-                .nodes
-                .values()
-                .map(|node| joined(&node.capacity))
-                .max();
+            let joined = self.nodes.values().map(|node| joined(&node.capacity)).max();
             joined.unwrap_or(0).max(expected)
         };
         let hpc = matches!(spec.layout(), Ok(Some(_)));
@@ -123,7 +121,7 @@ impl super::state::RootState {
             let declared = expected
                 .and_then(|e| e.custom.iter().find(|(known, _)| known == name))
                 .map_or(0, |(_, amount)| *amount);
-            let offered = match self.submissions.resource_names.known(name) {
+            let offered = match names.known(name) {
                 Some(kind) => most(&|c| c.get(kind), declared),
                 None => declared,
             };
@@ -137,6 +135,81 @@ impl super::state::RootState {
                     "it asks for {amount} of resource {name:?} per task; the most a node offers is {offered}"
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// The core's time for a wall-clock time (`None` for none, or one already past).
+    pub(super) fn core_time(
+        &self,
+        at: Option<crate::results::Timestamp>,
+    ) -> Option<saker_core::Time> {
+        let wall = self.timestamp().unix_micros();
+        let ahead = at?
+            .unix_micros()
+            .checked_sub(wall)
+            .filter(|ahead| *ahead > 0)?;
+        Some(self.now().saturating_add_micros(ahead))
+    }
+
+    /// Cores of the widest node (what `exclusive` holds of a node): of those that
+    /// joined, or of what the pilot was started with; 0 if neither is known.
+    pub(super) fn widest_node(&self) -> u32 {
+        let joined = self.nodes.values().map(|node| node.cores).max();
+        let expected = self.pilot.expected_node.as_ref().map(|node| node.cores);
+        joined.max(expected).unwrap_or(0)
+    }
+
+    /// Whether a job can ever run on this pilot's nodes: resources some node offers,
+    /// a node it has; for an HPC job no more nodes than it will have, and no more
+    /// cores per node than the widest.
+    pub(super) fn check_fits(
+        &self,
+        names: &ResourceNames,
+        request: &JobRequest,
+    ) -> Result<(), String> {
+        self.check_resources(names, &request.spec)?;
+        if !request.spec.writes.is_empty() && request.task_count() > 1 {
+            return Err(format!(
+                "its {} tasks would all write the same data items: writes are for single tasks",
+                request.task_count()
+            ));
+        }
+        if let (Some(node), Some(most)) = (request.spec.node, self.pilot.max_nodes)
+            && node >= most
+        {
+            return Err(format!(
+                "it asks for node {node}; this pilot's nodes are 0 to {}",
+                most.saturating_sub(1)
+            ));
+        }
+        let Ok(Some(layout)) = request.spec.layout() else {
+            return Ok(());
+        };
+        if let Some(most) = self.pilot.max_nodes
+            && layout.nodes > most
+        {
+            return Err(format!(
+                "it asks for {} nodes; this pilot has at most {most}",
+                layout.nodes
+            ));
+        }
+        let widest = self.widest_node();
+        if widest > 0 && layout.cores_per_node() > widest {
+            return Err(format!(
+                "it needs {} cores on each node ({} ranks of {} cores); the widest node has {widest}",
+                layout.cores_per_node(),
+                layout.ranks_per_node,
+                layout.cores_per_rank
+            ));
+        }
+        if layout.launcher == LauncherKind::Srun && self.pilot.allocation.is_none() {
+            return Err(
+                "launcher srun needs a Slurm allocation: this pilot runs outside one".into(),
+            );
+        }
+        if layout.exclusive && widest == 0 {
+            return Err("--exclusive needs a node to have joined, to know its size".into());
         }
         Ok(())
     }

@@ -13,8 +13,9 @@ use saker_core::{EarlierAttempts, JobId, TaskId, TerminalState as CoreState};
 
 use saker_core::JobSpec;
 
-use super::clients::job_def;
-use super::state::{LineBatch, RootState};
+use super::jobs::LineBatch;
+use super::state::RootState;
+use super::submissions::job_def;
 use crate::attempts::{AttemptEnd, AttemptNote};
 use crate::client::JobUpdate;
 use crate::records::Record;
@@ -244,7 +245,10 @@ impl RootState {
             let used = earlier.remove(&job).unwrap_or_default();
             let (count, spec) =
                 self.restore_request(position, job, first_task, &request, &done, &used)?;
-            self.keep_job(job, &request, &spec, submitted_unix_us);
+            self.submissions
+                .keep(job, &request, &spec, submitted_unix_us);
+            self.items
+                .note_reads(&mut self.ctx, job, &request.spec.reads);
             if let Some(first) = schedule {
                 schedules.push((job, first, submitted_unix_us));
             }
@@ -338,14 +342,15 @@ impl RootState {
         used: &[(u32, EarlierAttempts)],
     ) -> Result<(u32, JobSpec), RestoreError> {
         let spec = self
-            .core_spec(request)
+            .submissions
+            .core_spec(&self.ctx, request)
             .map_err(|source| RestoreError::Resources {
                 position,
                 job,
                 source,
             })?;
         let after = dependencies(request);
-        let not_before = self.core_time(request.spec.not_before);
+        let not_before = self.ctx.core_time(request.spec.not_before);
         let count = self.restore_spec(
             position, job, first_task, spec, &after, not_before, done, used,
         )?;
@@ -404,7 +409,8 @@ impl RootState {
             inline_output: lines.inline_output,
         };
         let spec = self
-            .core_spec(&template)
+            .submissions
+            .core_spec(&self.ctx, &template)
             .map_err(|source| RestoreError::Resources {
                 position: at.position,
                 job: at.first_job,
@@ -425,8 +431,8 @@ impl RootState {
                 submitted_us: at.submitted_us,
             }),
         );
-        self.results.log.totals.tasks += lines.len() as u64;
-        let not_before = self.core_time(template.spec.not_before);
+        self.submissions.tasks += lines.len() as u64;
+        let not_before = self.ctx.core_time(template.spec.not_before);
         for k in 0..lines.len() {
             let job = JobId(at.first_job.0 + k as u32);
             let first_task = TaskId(at.first_task.0 + k as u64);
@@ -441,9 +447,11 @@ impl RootState {
                 apply(update, &mut request);
                 let (_, kept) =
                     self.restore_request(at.position, job, first_task, &request, &done, &used)?;
-                self.keep_job(job, &request, &kept, at.submitted_us);
+                self.submissions.keep(job, &request, &kept, at.submitted_us);
+                self.items
+                    .note_reads(&mut self.ctx, job, &request.spec.reads);
                 // Counted with its batch.
-                self.results.log.totals.tasks -= 1;
+                self.submissions.tasks -= 1;
                 continue;
             }
             self.restore_spec(

@@ -44,7 +44,6 @@ pub(super) struct Results {
 /// status cost nothing per job.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Totals {
-    pub tasks: u64,
     pub durable: u64,
     pub failed: u64,
     pub cancelled: u64,
@@ -338,16 +337,16 @@ impl Results {
         self.log.rate.record(now, self.log.index.len());
         self.log.minute.record(now, self.log.totals.durable);
         self.check_waiters(submissions);
-        self.release_memory_if_idle(ctx);
+        self.release_memory_if_idle(ctx, submissions);
     }
 
     /// Once everything submitted has ended after a large batch, gives the memory its
     /// queue held back to the system: the allocator keeps freed memory otherwise, and
     /// a pilot that queued a million tasks would hold their 150 MB for the rest of
     /// its life, though what it keeps of finished work is a few bytes a task.
-    fn release_memory_if_idle(&mut self, ctx: &mut Ctx) {
+    fn release_memory_if_idle(&mut self, ctx: &mut Ctx, submissions: &Submissions) {
         let totals = self.log.totals;
-        if totals.durable >= totals.tasks
+        if totals.durable >= submissions.tasks
             && totals.durable - self.log.released_at >= self.log.release_after
         {
             self.log.released_at = totals.durable;
@@ -365,7 +364,7 @@ impl Results {
             // A wait for everything is answered from running totals, so it costs
             // nothing per job however many jobs (task-file lines) the pilot holds.
             let report = match &self.log.waiters[index].jobs {
-                None => (self.log.totals.durable >= self.log.totals.tasks).then(|| WaitReport {
+                None => (self.log.totals.durable >= submissions.tasks).then(|| WaitReport {
                     succeeded: self.log.totals.durable
                         - self.log.totals.failed
                         - self.log.totals.cancelled,

@@ -150,7 +150,7 @@ impl RootState {
             let at = schedule.time_of(next);
             let mut request = schedule.template.clone();
             request.spec.not_before = Some(Timestamp::from_unix_micros(at));
-            let spec = match self.core_spec(&request) {
+            let spec = match self.submissions.core_spec(&self.ctx, &request) {
                 Ok(spec) => spec,
                 Err(problem) => {
                     tracing::error!(%problem, schedule = %id, "a periodic job cannot go on");
@@ -159,7 +159,10 @@ impl RootState {
                 }
             };
             let submitted_us = self.ctx.timestamp().unix_micros();
-            let job = match self.register_job(&request, spec, &[], submitted_us) {
+            let registered =
+                self.submissions
+                    .register(&mut self.ctx, &request, spec, &[], submitted_us);
+            let job = match registered {
                 Ok(job) => job,
                 Err(problem) => {
                     tracing::error!(%problem, schedule = %id, "a periodic job cannot go on");
@@ -167,6 +170,8 @@ impl RootState {
                     continue;
                 }
             };
+            self.items
+                .note_reads(&mut self.ctx, job.job, &request.spec.reads);
             if let Some(schedule) = self.schedules.table.get_mut(&id) {
                 schedule.pending = (next, job.job);
             }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use saker_core::{Core, Event, JobId};
 use saker_wire::messages::{Assignment, Dispatch, FRAME_DATA_BUDGET, ToAgent};
 
-pub(super) use super::jobs::{JobEntry, JobTable, LineBatch};
+use super::jobs::JobTable;
 use super::port::{Clock, Port, Wake};
 use super::resources::ResourceNames;
 use saker_actors::resources::NodeResources;
@@ -82,6 +82,7 @@ impl RootState {
                 classes: HashMap::new(),
                 resource_names,
                 dependency_failed: HashMap::new(),
+                tasks: 0,
             },
             results: super::results::Results::default(),
             actors: Default::default(),

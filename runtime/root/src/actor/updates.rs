@@ -15,9 +15,10 @@ use std::sync::Arc;
 use saker_core::{JobId, UpdateError};
 use saker_wire::messages::{Dispatch, JobDef, ToAgent};
 
-use super::clients::{error, limit_micros, limit_ms};
+use super::clients::error;
 use super::port::AfterJournal;
 use super::state::RootState;
+use super::submissions::{limit_micros, limit_ms};
 use crate::client::{ErrorKind, JobUpdate, Reply, UpdateReport};
 use crate::records::Record;
 
@@ -71,7 +72,7 @@ impl RootState {
             self.ctx.core.handle_update_priority(job, priority, now)?;
         }
         if let Some(not_before) = update.not_before {
-            let at = self.core_time(not_before);
+            let at = self.ctx.core_time(not_before);
             self.ctx.core.handle_update_not_before(job, at, now)?;
         }
         if let Some(limit) = update.time_limit {
