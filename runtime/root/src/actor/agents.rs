@@ -79,7 +79,7 @@ impl RootState {
             Ok(loss) => tracing::info!(%node, ?loss, "node lost"),
             Err(error) => tracing::debug!(%node, %error, "node was not registered with the core"),
         }
-        self.forget_dead_gangs();
+        self.gangs.forget_dead_gangs(&self.ctx);
         self.actors.actors_lost_with(&mut self.ctx, node, reason);
         self.items.items_lost_with(&mut self.ctx, node);
         let end_time = self.ctx.timestamp();
@@ -140,13 +140,15 @@ impl RootState {
             }
             ArchivedFromAgent::GangLaunch(launch) => {
                 match rkyv::deserialize::<GangLaunch, rkyv::rancor::Error>(launch) {
-                    Ok(launch) => self.relay_launch(NodeId(route), launch),
+                    Ok(launch) => self
+                        .gangs
+                        .relay_launch(&mut self.ctx, NodeId(route), launch),
                     Err(error) => tracing::error!(%error, route, "unreadable gang launch"),
                 }
             }
             ArchivedFromAgent::GangLaunchEnded(ended) => {
                 match rkyv::deserialize::<GangLaunchEnded, rkyv::rancor::Error>(ended) {
-                    Ok(ended) => self.relay_launch_end(ended),
+                    Ok(ended) => self.gangs.relay_launch_end(&mut self.ctx, ended),
                     Err(error) => tracing::error!(%error, route, "unreadable gang launch end"),
                 }
             }
@@ -293,12 +295,13 @@ impl RootState {
                 entry.running = entry.running.saturating_sub(1);
             }
             if matches!(result.body, ArchivedResultBody::Part { .. })
-                && self.gangs.contains_key(&result.attempt.to_native())
+                && self.gangs.contains(&result.attempt.to_native())
             {
                 // Rare and small: copied out, as the gang's result waits for the rest.
                 match rkyv::deserialize::<TaskResult, rkyv::rancor::Error>(result) {
                     Ok(result) => {
-                        self.on_part_result(node, result);
+                        self.gangs
+                            .on_part_result(&mut self.ctx, &mut self.results, node, result);
                     }
                     Err(error) => tracing::error!(%error, %node, "unreadable part result"),
                 }

@@ -150,7 +150,8 @@ impl RootState {
         {
             self.items
                 .note_reads(&mut self.ctx, *job, &request.spec.reads);
-            self.start_schedule(*job, request, *submitted_unix_us);
+            self.schedules
+                .start_schedule(*job, request, *submitted_unix_us);
         }
     }
 

@@ -18,8 +18,8 @@ use saker_wire::messages::{
     ResultBody, TaskResult, ToAgent,
 };
 
-use super::results::Detail;
-use super::state::RootState;
+use super::ctx::Ctx;
+use super::results::{Detail, Results};
 use crate::results::{GangRecord, ProcessRecord, lossy_text};
 
 /// Ports for rendezvous start here; a gang's is this plus its attempt id modulo
@@ -46,35 +46,47 @@ pub(super) struct GangRun {
 }
 
 /// Gang attempts in flight, by attempt.
-pub(super) type GangRuns = HashMap<AttemptId, GangRun>;
+#[derive(Debug, Default)]
+pub(super) struct GangRuns {
+    runs: HashMap<AttemptId, GangRun>,
+}
 
-impl RootState {
+impl GangRuns {
+    /// Whether `attempt` is a gang attempt in flight.
+    pub(super) fn contains(&self, attempt: &AttemptId) -> bool {
+        self.runs.contains_key(attempt)
+    }
+}
+
+impl GangRuns {
     /// Sends each member of a gang dispatch its part.
-    pub(super) fn send_gang(&mut self, dispatch: saker_core::Dispatch) {
+    pub(super) fn send_gang(
+        &mut self,
+        ctx: &mut Ctx,
+        table: &mut super::jobs::JobTable,
+        dispatch: saker_core::Dispatch,
+    ) {
         let Some(&assignment) = dispatch.assignments.first() else {
             return;
         };
-        let (Some(job), Some(def)) = (
-            self.submissions.jobs.get(&assignment.job),
-            self.submissions.jobs.def(assignment.job),
-        ) else {
+        let (Some(job), Some(def)) = (table.get(&assignment.job), table.def(assignment.job)) else {
             return;
         };
         let index = job.array_index(assignment.index).unwrap_or(0);
         let hosts: Vec<String> = dispatch
             .members
             .iter()
-            .map(|node| self.ctx.hostname_of(*node))
+            .map(|node| ctx.hostname_of(*node))
             .collect();
         let port = PORT_BASE + (assignment.attempt.0 % PORT_SPAN) as u16;
         for (member, node_id) in dispatch.members.iter().enumerate() {
-            let Some(node) = self.ctx.nodes.get_mut(node_id) else {
+            let Some(node) = ctx.nodes.get_mut(node_id) else {
                 continue;
             };
             let mut jobs = Vec::new();
             if node.known_jobs.insert(assignment.job) {
                 jobs.push(std::sync::Arc::clone(&def));
-                if let Some(entry) = self.submissions.jobs.get_mut(&assignment.job) {
+                if let Some(entry) = table.get_mut(&assignment.job) {
                     entry.known_by.push(*node_id);
                 }
             }
@@ -96,10 +108,10 @@ impl RootState {
                 }),
             });
             let link = node.link;
-            self.ctx.send_to(link, *node_id, &message);
+            ctx.send_to(link, *node_id, &message);
         }
         let count = dispatch.members.len();
-        self.gangs.insert(
+        self.runs.insert(
             assignment.attempt,
             GangRun {
                 task: assignment.task,
@@ -118,17 +130,23 @@ impl RootState {
 
     /// Forgets the runs of gang attempts the core no longer counts live (a member
     /// was lost: the gang is replayed).
-    pub(super) fn forget_dead_gangs(&mut self) {
-        let core = &self.ctx.core;
-        self.gangs
+    pub(super) fn forget_dead_gangs(&mut self, ctx: &Ctx) {
+        let core = &ctx.core;
+        self.runs
             .retain(|attempt, _| core.gang_members(*attempt).is_some());
     }
 
     /// A part result from `node`; false if `result` is not of a gang in flight (it
     /// then takes the ordinary path, where a stale one is a duplicate).
-    pub(super) fn on_part_result(&mut self, node: NodeId, result: TaskResult) -> bool {
+    pub(super) fn on_part_result(
+        &mut self,
+        ctx: &mut Ctx,
+        results: &mut Results,
+        node: NodeId,
+        result: TaskResult,
+    ) -> bool {
         let attempt = result.attempt;
-        let Some(run) = self.gangs.get_mut(&attempt) else {
+        let Some(run) = self.runs.get_mut(&attempt) else {
             return false;
         };
         let Some(member) = run.members.iter().position(|m| *m == node) else {
@@ -156,29 +174,29 @@ impl RootState {
                 .map(|(node, _)| *node)
                 .collect();
             for node in running {
-                if let Some(entry) = self.ctx.nodes.get(&node) {
+                if let Some(entry) = ctx.nodes.get(&node) {
                     let stop = ToAgent::Cancel {
                         attempts: vec![attempt],
                     };
-                    self.ctx.send_to(entry.link, node, &stop);
+                    ctx.send_to(entry.link, node, &stop);
                 }
             }
         }
-        let Some(run) = self.gangs.get(&attempt) else {
+        let Some(run) = self.runs.get(&attempt) else {
             return true;
         };
         if run.parts.iter().any(Option::is_none) {
             return true;
         }
-        let Some(run) = self.gangs.remove(&attempt) else {
+        let Some(run) = self.runs.remove(&attempt) else {
             return true;
         };
-        self.settle_gang(attempt, run);
+        Self::settle_gang(ctx, results, attempt, run);
         true
     }
 
     /// Every part is in: one outcome for the core, one detail for the record.
-    fn settle_gang(&mut self, attempt: AttemptId, mut run: GangRun) {
+    fn settle_gang(ctx: &mut Ctx, results: &mut Results, attempt: AttemptId, mut run: GangRun) {
         let parts: Vec<TaskResult> = std::mem::take(&mut run.parts)
             .into_iter()
             .flatten()
@@ -196,7 +214,7 @@ impl RootState {
             let ResultBody::Part { ends, .. } = &part.body else {
                 continue;
             };
-            let offset = self.rank_offset(&run, member);
+            let offset = rank_offset(&run, member);
             for ProcessEnd { rank, outcome } in ends {
                 let (exit_code, signal, reason) = describe_owned(outcome);
                 processes.push(ProcessRecord {
@@ -263,70 +281,67 @@ impl RootState {
             )),
             end_time: crate::results::Timestamp::from_unix_micros(detail.end_unix_us),
         };
-        self.results
-            .settle(&mut self.ctx, run.task, attempt, core_outcome, detail, note);
-    }
-
-    /// The rank of `member`'s first process: ranks fill nodes in order. For an MPI
-    /// job the processes are the launcher and daemons, numbered per node: shown
-    /// under the member's first rank.
-    fn rank_offset(&self, run: &GangRun, member: usize) -> u32 {
-        let per_node = run.ranks.div_ceil(run.members.len().max(1) as u32);
-        if run.launched {
-            0
-        } else {
-            member as u32 * per_node
-        }
+        results.settle(ctx, run.task, attempt, core_outcome, detail, note);
     }
 
     /// A leader's launcher asks for a command on a member: relayed to it.
-    pub(super) fn relay_launch(&mut self, from: NodeId, launch: GangLaunch) {
+    pub(super) fn relay_launch(&mut self, ctx: &mut Ctx, from: NodeId, launch: GangLaunch) {
         tracing::debug!(%from, attempt = %launch.attempt, member = launch.member, "relaying a gang launch");
-        let Some(run) = self.gangs.get(&launch.attempt) else {
-            return self.answer_launch(from, launch.attempt, launch.launch);
+        let Some(run) = self.runs.get(&launch.attempt) else {
+            return self.answer_launch(ctx, from, launch.attempt, launch.launch);
         };
         let target = (run.members.first() == Some(&from))
             .then(|| run.members.get(launch.member as usize).copied())
             .flatten();
-        let Some(target) = target.filter(|node| self.ctx.nodes.contains_key(node)) else {
-            return self.answer_launch(from, launch.attempt, launch.launch);
+        let Some(target) = target.filter(|node| ctx.nodes.contains_key(node)) else {
+            return self.answer_launch(ctx, from, launch.attempt, launch.launch);
         };
-        let link = self.ctx.nodes[&target].link;
-        self.ctx.send_to(link, target, &ToAgent::GangLaunch(launch));
+        let link = ctx.nodes[&target].link;
+        ctx.send_to(link, target, &ToAgent::GangLaunch(launch));
     }
 
     /// A member's launched command ended: relayed to the leader.
-    pub(super) fn relay_launch_end(&mut self, ended: GangLaunchEnded) {
+    pub(super) fn relay_launch_end(&mut self, ctx: &mut Ctx, ended: GangLaunchEnded) {
         let Some(leader) = self
-            .gangs
+            .runs
             .get(&ended.attempt)
             .and_then(|run| run.members.first().copied())
         else {
             return;
         };
-        if let Some(entry) = self.ctx.nodes.get(&leader) {
+        if let Some(entry) = ctx.nodes.get(&leader) {
             let link = entry.link;
-            self.ctx
-                .send_to(link, leader, &ToAgent::GangLaunchEnded(ended));
+            ctx.send_to(link, leader, &ToAgent::GangLaunchEnded(ended));
         }
     }
 
     /// Answers a launch that cannot be relayed (its gang or member is gone) as failed.
-    fn answer_launch(&mut self, leader: NodeId, attempt: AttemptId, launch: u32) {
-        if let Some(entry) = self.ctx.nodes.get(&leader) {
+    fn answer_launch(&mut self, ctx: &mut Ctx, leader: NodeId, attempt: AttemptId, launch: u32) {
+        if let Some(entry) = ctx.nodes.get(&leader) {
             let link = entry.link;
             let ended = GangLaunchEnded {
                 attempt,
                 launch,
                 code: 255,
             };
-            self.ctx
-                .send_to(link, leader, &ToAgent::GangLaunchEnded(ended));
+            ctx.send_to(link, leader, &ToAgent::GangLaunchEnded(ended));
         }
     }
 }
 
 /// Exit code, signal and reason of an outcome (owned), as a record shows them.
+/// The rank of `member`'s first process: ranks fill nodes in order. For an MPI
+/// job the processes are the launcher and daemons, numbered per node: shown
+/// under the member's first rank.
+fn rank_offset(run: &GangRun, member: usize) -> u32 {
+    let per_node = run.ranks.div_ceil(run.members.len().max(1) as u32);
+    if run.launched {
+        0
+    } else {
+        member as u32 * per_node
+    }
+}
+
 fn describe_owned(outcome: &Outcome) -> (Option<i32>, Option<i32>, Option<String>) {
     match outcome {
         Outcome::Exited { code } => (Some(*code), None, None),

@@ -303,11 +303,13 @@ impl RootState {
         summary.actors = self.actors.restore_actors(&mut self.ctx, actors);
         for (job, request, submitted_us) in schedules {
             let pending = occurrences.get(&job).copied();
-            self.restore_schedule(job, &request, submitted_us, pending);
+            self.schedules
+                .restore_schedule(job, &request, submitted_us, pending);
         }
         // A pending occurrence that ended before the old root stopped has its next
         // one now; one that had not is queued again and runs, late if its time passed.
-        self.poll_schedules();
+        self.schedules
+            .poll_schedules(&mut self.ctx, &mut self.submissions, &mut self.items);
         if let Some(elastic) = self.upkeep.elastic.as_mut() {
             elastic.resumed();
         }

@@ -22,8 +22,10 @@ use std::collections::BTreeMap;
 
 use saker_core::JobId;
 
+use super::ctx::Ctx;
+use super::items::ItemTable;
 use super::port::AfterJournal;
-use super::state::RootState;
+use super::submissions::Submissions;
 use crate::records::Record;
 use crate::results::Timestamp;
 use crate::spec::JobRequest;
@@ -68,7 +70,7 @@ impl Schedules {
     }
 }
 
-impl RootState {
+impl Schedules {
     /// `job` was submitted as the first occurrence of the periodic `request`.
     pub(super) fn start_schedule(&mut self, job: JobId, request: &JobRequest, submitted_us: u64) {
         let Some(every) = request.spec.every else {
@@ -90,7 +92,7 @@ impl RootState {
             count: request.spec.count,
             pending: (0, job),
         };
-        self.schedules.table.insert(job, schedule);
+        self.table.insert(job, schedule);
     }
 
     /// A restored root's schedule: `job` was its first occurrence, `pending` the last
@@ -103,23 +105,28 @@ impl RootState {
         pending: Option<(u32, JobId)>,
     ) {
         self.start_schedule(job, request, submitted_us);
-        if let (Some(schedule), Some(pending)) = (self.schedules.table.get_mut(&job), pending) {
+        if let (Some(schedule), Some(pending)) = (self.table.get_mut(&job), pending) {
             schedule.pending = pending;
         }
     }
 
     /// Submits the next occurrence of every schedule whose pending one has started or
     /// ended; ends those whose pending one was cancelled before its time.
-    pub(super) fn poll_schedules(&mut self) {
-        if self.schedules.table.is_empty() {
+    pub(super) fn poll_schedules(
+        &mut self,
+        ctx: &mut Ctx,
+        submissions: &mut Submissions,
+        items: &mut ItemTable,
+    ) {
+        if self.table.is_empty() {
             return;
         }
-        let now = self.ctx.timestamp().unix_micros();
+        let now = ctx.timestamp().unix_micros();
         let mut due = Vec::new();
         let mut cancelled = Vec::new();
-        for (id, schedule) in &self.schedules.table {
+        for (id, schedule) in &self.table {
             let (occurrence, job) = schedule.pending;
-            let Some(counts) = self.ctx.core.job_counts(job) else {
+            let Some(counts) = ctx.core.job_counts(job) else {
                 continue;
             };
             if counts.cancel_requested && schedule.time_of(occurrence) > now {
@@ -130,10 +137,10 @@ impl RootState {
         }
         for id in cancelled {
             tracing::info!(schedule = %id, "a periodic job's pending occurrence was cancelled");
-            self.schedules.table.remove(&id);
+            self.table.remove(&id);
         }
         for id in due {
-            let Some(schedule) = self.schedules.table.get(&id) else {
+            let Some(schedule) = self.table.get(&id) else {
                 continue;
             };
             // The next occurrence still ahead: those missed while the pending one
@@ -144,35 +151,32 @@ impl RootState {
             }
             if !schedule.allows(next) {
                 tracing::info!(schedule = %id, "a periodic job made its last occurrence");
-                self.schedules.table.remove(&id);
+                self.table.remove(&id);
                 continue;
             }
             let at = schedule.time_of(next);
             let mut request = schedule.template.clone();
             request.spec.not_before = Some(Timestamp::from_unix_micros(at));
-            let spec = match self.submissions.core_spec(&self.ctx, &request) {
+            let spec = match submissions.core_spec(ctx, &request) {
                 Ok(spec) => spec,
                 Err(problem) => {
                     tracing::error!(%problem, schedule = %id, "a periodic job cannot go on");
-                    self.schedules.table.remove(&id);
+                    self.table.remove(&id);
                     continue;
                 }
             };
-            let submitted_us = self.ctx.timestamp().unix_micros();
-            let registered =
-                self.submissions
-                    .register(&mut self.ctx, &request, spec, &[], submitted_us);
+            let submitted_us = ctx.timestamp().unix_micros();
+            let registered = submissions.register(ctx, &request, spec, &[], submitted_us);
             let job = match registered {
                 Ok(job) => job,
                 Err(problem) => {
                     tracing::error!(%problem, schedule = %id, "a periodic job cannot go on");
-                    self.schedules.table.remove(&id);
+                    self.table.remove(&id);
                     continue;
                 }
             };
-            self.items
-                .note_reads(&mut self.ctx, job.job, &request.spec.reads);
-            if let Some(schedule) = self.schedules.table.get_mut(&id) {
+            items.note_reads(ctx, job.job, &request.spec.reads);
+            if let Some(schedule) = self.table.get_mut(&id) {
                 schedule.pending = (next, job.job);
             }
             let records = vec![
@@ -189,7 +193,7 @@ impl RootState {
                     occurrence: next,
                 },
             ];
-            self.ctx.append(records, AfterJournal::Nothing);
+            ctx.append(records, AfterJournal::Nothing);
         }
     }
 }

@@ -110,7 +110,8 @@ impl RootState {
     /// Turns everything the core wants done into actions. Called after every message.
     pub(super) fn drain(&mut self) {
         // What this turn started or ended may bring a periodic job's next occurrence.
-        self.poll_schedules();
+        self.schedules
+            .poll_schedules(&mut self.ctx, &mut self.submissions, &mut self.items);
         // Events first (the core's documented order): cancels go out before new work.
         while let Some(event) = self.ctx.core.poll_event() {
             self.on_core_event(event);
@@ -146,7 +147,9 @@ impl RootState {
             self.results.attempts.dispatched.insert(assignment.task, at);
         }
         if !dispatch.members.is_empty() {
-            return self.send_gang(dispatch);
+            return self
+                .gangs
+                .send_gang(&mut self.ctx, &mut self.submissions.jobs, dispatch);
         }
         let node_id = dispatch.node;
         let Some(node) = self.ctx.nodes.get_mut(&node_id) else {
