@@ -11,6 +11,8 @@ use std::sync::Arc;
 
 use saker_journal::{JournalReader, Position, SegmentNumber};
 
+use super::ctx::Ctx;
+use super::results::Results;
 use super::state::RootState;
 use crate::compact::KeepResults;
 use crate::records::Record;
@@ -61,32 +63,37 @@ pub struct CompactionDone {
 impl RootState {
     /// Sets when the root compacts its journal (none by default).
     pub fn set_compaction(&mut self, policy: CompactionPolicy) {
-        self.upkeep.compaction.keep = policy.keep;
-        self.upkeep.compaction.every_segments = policy.every_segments;
-        self.upkeep.compaction.next_at = self.ctx.port.journal_segments() + policy.every_segments;
+        self.upkeep.compaction.set(&self.ctx, policy);
+    }
+}
+
+impl Compaction {
+    fn set(&mut self, ctx: &Ctx, policy: CompactionPolicy) {
+        self.keep = policy.keep;
+        self.every_segments = policy.every_segments;
+        self.next_at = ctx.port.journal_segments() + policy.every_segments;
     }
 
     /// Starts a compaction if one is due.
-    pub(super) fn maybe_compact(&mut self) {
-        let compaction = &self.upkeep.compaction;
-        if compaction.every_segments == 0
-            || compaction.running
-            || self.ctx.port.journal_segments() < compaction.next_at
-        {
+    pub(super) fn maybe_compact(&mut self, ctx: &mut Ctx) {
+        if self.every_segments == 0 || self.running || ctx.port.journal_segments() < self.next_at {
             return;
         }
-        self.upkeep.compaction.running = true;
-        let keep = self.upkeep.compaction.keep;
-        let now = self.ctx.clock.unix_micros();
-        self.ctx.port.compact(keep, now);
+        self.running = true;
+        let now = ctx.clock.unix_micros();
+        ctx.port.compact(self.keep, now);
     }
 
     /// A compaction ended: the index follows the results to the base segment, then
     /// the segments it supersedes go.
-    pub(super) fn on_compacted(&mut self, outcome: Result<CompactionDone, String>) {
-        self.upkeep.compaction.running = false;
-        self.upkeep.compaction.next_at =
-            self.ctx.port.journal_segments() + self.upkeep.compaction.every_segments.max(1);
+    pub(super) fn on_compacted(
+        &mut self,
+        ctx: &mut Ctx,
+        results: &mut Results,
+        outcome: Result<CompactionDone, String>,
+    ) {
+        self.running = false;
+        self.next_at = ctx.port.journal_segments() + self.every_segments.max(1);
         let done = match outcome {
             Ok(done) => done,
             Err(error) => {
@@ -96,15 +103,14 @@ impl RootState {
                 return;
             }
         };
-        self.results
-            .log
-            .index
+        let log = &mut results.log;
+        log.index
             .apply_compaction(done.base, &done.kept, &done.dropped);
-        self.results.log.compacted = done.compacted_total;
-        self.results.log.compacted_through = done.compacted_through;
-        self.upkeep.compaction.finished += 1;
-        let superseded = std::mem::replace(&mut self.results.log.readers, Arc::new(()));
-        self.upkeep.compaction.retire_after.push(superseded);
+        log.compacted = done.compacted_total;
+        log.compacted_through = done.compacted_through;
+        self.finished += 1;
+        let superseded = std::mem::replace(&mut log.readers, Arc::new(()));
+        self.retire_after.push(superseded);
         tracing::info!(
             base = %done.base,
             records_before = done.records_before,
@@ -113,18 +119,18 @@ impl RootState {
             results_dropped = done.dropped.len(),
             "compacted the journal"
         );
-        self.poll_retirement();
+        self.poll_retirement(ctx);
     }
 
     /// Deletes the superseded segments once no read that started before the last
     /// compaction is left (they may hold positions in them).
-    pub(super) fn poll_retirement(&mut self) {
-        let retire = &mut self.upkeep.compaction.retire_after;
+    pub(super) fn poll_retirement(&mut self, ctx: &mut Ctx) {
+        let retire = &mut self.retire_after;
         if retire.is_empty() || retire.iter().any(|token| Arc::strong_count(token) > 1) {
             return;
         }
         retire.clear();
-        self.ctx.port.retire_superseded();
+        ctx.port.retire_superseded();
     }
 }
 

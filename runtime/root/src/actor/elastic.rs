@@ -16,6 +16,7 @@ use saker_core::provision::{
     AllocationState, AllocationView, Backlog, Decision, ProvisionConfig, Provisioner,
 };
 
+use super::ctx::Ctx;
 use super::port::{BatchOutcome, BatchSubmit, BatchWork, Wake};
 use super::state::RootState;
 use crate::client::ElasticAllocation;
@@ -248,58 +249,44 @@ impl Elastic {
     }
 }
 
-impl RootState {
+impl Elastic {
     /// One provisioning round (see the module doc); the next is scheduled here.
-    pub(super) fn on_provision(&mut self) {
-        let Some(round) = self.upkeep.elastic.as_ref().map(|e| e.config.round) else {
-            return;
-        };
-        self.ctx.port.wake_after(round, Wake::Provision);
-        if self.upkeep.elastic.as_ref().is_some_and(|e| e.busy) || self.ctx.pilot.shutting_down {
+    pub(super) fn on_provision(&mut self, ctx: &mut Ctx, longest_run: u64) {
+        let round = self.config.round;
+        ctx.port.wake_after(round, Wake::Provision);
+        if self.busy || ctx.pilot.shutting_down {
             return;
         }
-        if let Some(elastic) = self.upkeep.elastic.as_mut()
-            && elastic.find_strays
-        {
-            elastic.find_strays = false;
-            elastic.busy = true;
+        if self.find_strays {
+            self.find_strays = false;
+            self.busy = true;
             let work = BatchWork {
-                find_named: Some(elastic.name_prefix()),
+                find_named: Some(self.name_prefix()),
                 ..BatchWork::default()
             };
-            self.ctx.port.batch(work);
+            ctx.port.batch(work);
             return;
         }
-        let now = self.ctx.now();
-        self.note_agents(now);
-        let (closing, mut releasing) = self.drain_ending_allocations(now);
+        let now = ctx.now();
+        self.note_agents(ctx, now);
+        let (closing, mut releasing) = self.drain_ending_allocations(ctx, longest_run, now);
         for range in &closing {
-            let nodes: Vec<saker_core::NodeId> = self
-                .ctx
+            let nodes: Vec<saker_core::NodeId> = ctx
                 .nodes
                 .keys()
                 .filter(|node| range.contains(&node.0))
                 .copied()
                 .collect();
             for node in nodes {
-                let _ = self.ctx.core.handle_node_closed(node, now);
+                let _ = ctx.core.handle_node_closed(node, now);
             }
         }
-        let backlog = self.backlog();
+        let backlog = Self::backlog(ctx);
         // Agents numbered beyond what the journal knows (a stray allocation's, found
         // late) keep their numbers: new allocations start above them.
-        let above_nodes = self
-            .ctx
-            .nodes
-            .keys()
-            .map(|node| node.0 + 1)
-            .max()
-            .unwrap_or(0);
-        let unix_now = self.ctx.timestamp().unix_micros();
-        let Some(elastic) = self.upkeep.elastic.as_mut() else {
-            return;
-        };
-        let views: Vec<AllocationView> = elastic
+        let above_nodes = ctx.nodes.keys().map(|node| node.0 + 1).max().unwrap_or(0);
+        let unix_now = ctx.timestamp().unix_micros();
+        let views: Vec<AllocationView> = self
             .allocations
             .iter()
             .map(|a| AllocationView {
@@ -322,24 +309,24 @@ impl RootState {
             })
             .filter(|v| !matches!(v.state, AllocationState::Ending))
             .collect();
-        let decisions = elastic.provisioner.decide(now, &backlog, &views);
-        elastic.rounds += 1;
-        elastic.next_node = elastic.next_node.max(above_nodes);
+        let decisions = self.provisioner.decide(now, &backlog, &views);
+        self.rounds += 1;
+        self.next_node = self.next_node.max(above_nodes);
         let mut work = BatchWork::default();
         let mut records = Vec::new();
         for decision in decisions {
             match decision {
                 Decision::Submit { nodes, reason } => {
-                    let id = elastic.next_id;
-                    elastic.next_id += 1;
-                    let first_node = elastic.next_node;
-                    elastic.next_node += nodes;
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    let first_node = self.next_node;
+                    self.next_node += nodes;
                     tracing::info!(allocation = id, nodes, first_node, %reason, "asking for an allocation");
                     work.submits.push(BatchSubmit {
                         allocation: id,
-                        request: elastic.request(nodes, first_node, id),
+                        request: self.request(nodes, first_node, id),
                     });
-                    elastic.allocations.push(Allocation {
+                    self.allocations.push(Allocation {
                         id,
                         job: None,
                         nodes,
@@ -351,11 +338,11 @@ impl RootState {
                         ending_since: None,
                         reason,
                         slurm_state: String::new(),
-                        round: elastic.rounds,
+                        round: self.rounds,
                     });
                 }
                 Decision::Cancel { allocation, reason } => {
-                    if let Some(a) = elastic.allocations.iter_mut().find(|a| a.id == allocation) {
+                    if let Some(a) = self.allocations.iter_mut().find(|a| a.id == allocation) {
                         tracing::info!(allocation, %reason, "cancelling a pending allocation");
                         a.phase = Phase::Ending;
                         a.ending_since = Some(now);
@@ -368,7 +355,7 @@ impl RootState {
                 Decision::Release { allocation, reason } => {
                     // Its agents are told to stop: the batch script then ends and Slurm
                     // counts the job COMPLETED. Cancelled only if it lingers.
-                    if let Some(a) = elastic
+                    if let Some(a) = self
                         .allocations
                         .iter_mut()
                         .find(|a| a.id == allocation && a.phase != Phase::Ending)
@@ -382,7 +369,7 @@ impl RootState {
                 }
             }
         }
-        for a in &mut elastic.allocations {
+        for a in &mut self.allocations {
             // A released allocation whose job lingers is cancelled.
             let lingering = a.ending_since.is_some_and(|since| {
                 now.as_micros().saturating_sub(since.as_micros()) > LINGER.as_micros() as u64
@@ -397,17 +384,14 @@ impl RootState {
                 work.queries.push((a.id, saker_slurm::JobId(job)));
             }
         }
-        records.extend(elastic.finished_records(unix_now));
-        elastic.busy = true;
+        records.extend(self.finished_records(unix_now));
+        self.busy = true;
         if !records.is_empty() {
-            self.ctx
-                .port
-                .append(records, super::port::AfterJournal::Nothing);
+            ctx.port.append(records, super::port::AfterJournal::Nothing);
         }
-        self.ctx.port.batch(work);
+        ctx.port.batch(work);
         for range in releasing {
-            let targets: Vec<_> = self
-                .ctx
+            let targets: Vec<_> = ctx
                 .nodes
                 .iter()
                 .filter(|(node, _)| range.contains(&node.0))
@@ -415,36 +399,30 @@ impl RootState {
                 .collect();
             for (link, node) in targets {
                 // Nothing more is sent to an agent told to go.
-                let _ = self.ctx.core.handle_node_closed(node, now);
+                let _ = ctx.core.handle_node_closed(node, now);
                 let stop = saker_wire::messages::ToAgent::Shutdown {
                     reason: "its allocation is released".into(),
                     kill_running: false,
                 };
-                self.ctx.send_to(link, node, &stop);
+                ctx.send_to(link, node, &stop);
             }
         }
     }
 
     /// What the batch system said: job ids of submissions, states of the jobs.
-    pub(super) fn on_batch(&mut self, outcome: BatchOutcome) {
-        let unix_now = self.ctx.timestamp().unix_micros();
-        let Some(elastic) = self.upkeep.elastic.as_mut() else {
-            return;
-        };
-        elastic.busy = false;
-        let strays = elastic.strays(&outcome.found);
+    pub(super) fn on_batch(&mut self, ctx: &mut Ctx, outcome: BatchOutcome) {
+        let unix_now = ctx.timestamp().unix_micros();
+        self.busy = false;
+        let strays = self.strays(&outcome.found);
         if !strays.is_empty() {
-            self.ctx.port.batch(BatchWork {
+            ctx.port.batch(BatchWork {
                 cancels: strays,
                 ..BatchWork::default()
             });
         }
-        let Some(elastic) = self.upkeep.elastic.as_mut() else {
-            return;
-        };
         let mut records = Vec::new();
         for (id, submitted) in outcome.submitted {
-            let Some(a) = elastic.allocations.iter_mut().find(|a| a.id == id) else {
+            let Some(a) = self.allocations.iter_mut().find(|a| a.id == id) else {
                 continue;
             };
             match submitted {
@@ -461,7 +439,7 @@ impl RootState {
             }
         }
         for (id, state) in outcome.states {
-            let Some(a) = elastic.allocations.iter_mut().find(|a| a.id == id) else {
+            let Some(a) = self.allocations.iter_mut().find(|a| a.id == id) else {
                 continue;
             };
             match state {
@@ -482,28 +460,23 @@ impl RootState {
                 }
             }
         }
-        records.extend(elastic.finished_records(unix_now));
+        records.extend(self.finished_records(unix_now));
         if !records.is_empty() {
-            self.ctx
-                .port
-                .append(records, super::port::AfterJournal::Nothing);
+            ctx.port.append(records, super::port::AfterJournal::Nothing);
         }
-        if self.ctx.pilot.shutting_down {
+        if ctx.pilot.shutting_down {
             // Submitted while the pilot began shutting down: not wanted any more.
-            self.cancel_pending_allocations();
+            self.cancel_pending(ctx);
         }
     }
 
     /// Allocations that have agents are running; idle ones note since when.
-    fn note_agents(&mut self, now: Time) {
-        let Some(elastic) = self.upkeep.elastic.as_mut() else {
-            return;
-        };
-        for a in &mut elastic.allocations {
+    fn note_agents(&mut self, ctx: &Ctx, now: Time) {
+        for a in &mut self.allocations {
             let range = a.first_node..a.first_node + a.nodes;
             let mut joined = 0;
             let mut busy = false;
-            for (node, entry) in &self.ctx.nodes {
+            for (node, entry) in &ctx.nodes {
                 if range.contains(&node.0) {
                     joined += 1;
                     busy |= entry.running > 0;
@@ -529,19 +502,17 @@ impl RootState {
     /// already.
     fn drain_ending_allocations(
         &mut self,
+        ctx: &Ctx,
+        longest: u64,
         now: Time,
     ) -> (Vec<std::ops::Range<u32>>, Vec<std::ops::Range<u32>>) {
-        let unix_now = self.ctx.timestamp().unix_micros();
-        let longest = self.results.log.stages.longest_run_micros().unwrap_or(0);
-        let Some(elastic) = self.upkeep.elastic.as_mut() else {
-            return (Vec::new(), Vec::new());
-        };
-        let round = elastic.config.round.as_micros() as u64;
+        let unix_now = ctx.timestamp().unix_micros();
+        let round = self.config.round.as_micros() as u64;
         let margin = (longest.saturating_mul(3) / 2 + round)
             .max(3 * round)
-            .min(elastic.config.provision.replace_ahead_us);
+            .min(self.config.provision.replace_ahead_us);
         let (mut closing, mut releasing) = (Vec::new(), Vec::new());
-        for a in &mut elastic.allocations {
+        for a in &mut self.allocations {
             let range = a.first_node..a.first_node + a.nodes;
             if a.phase == Phase::Running
                 && let Some(end) = a.end_unix_us
@@ -574,28 +545,23 @@ impl RootState {
     /// The queue as the provisioner sees it ([`saker_core::Core::backlog`]): each
     /// queued task weighs its tags' mean run time so far, else its time limit, else
     /// the mean over all tags, else a minute.
-    fn backlog(&self) -> Backlog {
-        self.ctx.core.backlog(DEFAULT_RUN_MICROS)
+    fn backlog(ctx: &Ctx) -> Backlog {
+        ctx.core.backlog(DEFAULT_RUN_MICROS)
     }
 
     /// Whether `node` belongs to an allocation the pilot is ending (its agents leave
     /// as asked, not lost).
     pub(super) fn releasing(&self, node: saker_core::NodeId) -> bool {
-        self.upkeep.elastic.as_ref().is_some_and(|elastic| {
-            elastic.allocations.iter().any(|a| {
-                a.phase == Phase::Ending && (a.first_node..a.first_node + a.nodes).contains(&node.0)
-            })
+        self.allocations.iter().any(|a| {
+            a.phase == Phase::Ending && (a.first_node..a.first_node + a.nodes).contains(&node.0)
         })
     }
 
     /// At shutdown: allocations still pending are cancelled (running ones end when
     /// their agents leave).
-    pub(super) fn cancel_pending_allocations(&mut self) {
-        let Some(elastic) = self.upkeep.elastic.as_mut() else {
-            return;
-        };
+    pub(super) fn cancel_pending(&mut self, ctx: &mut Ctx) {
         let mut jobs = Vec::new();
-        for a in &mut elastic.allocations {
+        for a in &mut self.allocations {
             if matches!(a.phase, Phase::Submitting | Phase::Pending)
                 && let Some(job) = a.job
             {
@@ -605,10 +571,40 @@ impl RootState {
             }
         }
         if !jobs.is_empty() {
-            self.ctx.port.batch(BatchWork {
+            ctx.port.batch(BatchWork {
                 cancels: jobs,
                 ..BatchWork::default()
             });
+        }
+    }
+}
+
+impl RootState {
+    /// One provisioning round of an elastic pilot (see [`Elastic::on_provision`]).
+    pub(super) fn on_provision(&mut self) {
+        let longest = self.results.log.stages.longest_run_micros().unwrap_or(0);
+        if let Some(elastic) = self.upkeep.elastic.as_mut() {
+            elastic.on_provision(&mut self.ctx, longest);
+        }
+    }
+
+    pub(super) fn on_batch(&mut self, outcome: BatchOutcome) {
+        if let Some(elastic) = self.upkeep.elastic.as_mut() {
+            elastic.on_batch(&mut self.ctx, outcome);
+        }
+    }
+
+    /// Whether `node` belongs to an allocation the pilot is ending.
+    pub(super) fn releasing(&self, node: saker_core::NodeId) -> bool {
+        self.upkeep
+            .elastic
+            .as_ref()
+            .is_some_and(|elastic| elastic.releasing(node))
+    }
+
+    pub(super) fn cancel_pending_allocations(&mut self) {
+        if let Some(elastic) = self.upkeep.elastic.as_mut() {
+            elastic.cancel_pending(&mut self.ctx);
         }
     }
 }

@@ -177,7 +177,7 @@ impl RootState {
                 return Turn::Stop(reason);
             }
             // Cheap when nothing waits: a vector's emptiness.
-            self.poll_retirement();
+            self.upkeep.compaction.poll_retirement(&mut self.ctx);
             self.drain();
             self.check_exhausted();
             match self.ctx.written_now.take() {
@@ -210,9 +210,13 @@ impl RootState {
             RootMsg::Durable { results, positions } => {
                 self.results
                     .on_durable(&mut self.ctx, &mut self.submissions, results, positions);
-                self.maybe_compact();
+                self.upkeep.compaction.maybe_compact(&mut self.ctx);
             }
-            RootMsg::Compacted(outcome) => self.on_compacted(outcome),
+            RootMsg::Compacted(outcome) => {
+                self.upkeep
+                    .compaction
+                    .on_compacted(&mut self.ctx, &mut self.results, outcome)
+            }
             RootMsg::JournalFailed { error } => {
                 // Without a journal nothing more can be acknowledged durably: stop the
                 // pilot rather than pretend. Running tasks are killed by the agents.

@@ -11,49 +11,69 @@ use std::time::Duration;
 
 use saker_core::Time;
 
+use super::ctx::Ctx;
 use super::port::Wake;
 use super::state::RootState;
+use super::upkeep::Walltime;
 
-impl RootState {
+impl Walltime {
     /// Sets the deadline (unix µs) and arms the timer that enforces it.
-    pub(super) fn set_deadline(&mut self, deadline_unix_us: u64) {
-        let now_unix = self.ctx.timestamp().unix_micros();
+    fn set(&mut self, ctx: &mut Ctx, deadline_unix_us: u64) {
+        let now_unix = ctx.timestamp().unix_micros();
         let left = deadline_unix_us.saturating_sub(now_unix);
-        let now = self.ctx.now();
+        let now = ctx.now();
         let deadline = Time::from_micros(now.as_micros() + left);
-        self.ctx.core.handle_deadline(Some(deadline), now);
-        self.upkeep.walltime.deadline = Some(deadline);
-        self.ctx
-            .port
+        ctx.core.handle_deadline(Some(deadline), now);
+        self.deadline = Some(deadline);
+        ctx.port
             .wake_after(Duration::from_micros(left), Wake::Walltime);
     }
 
-    /// The deadline has come: stop starting, kill what runs, stop the pilot.
-    pub(super) fn on_walltime(&mut self) {
-        if self.upkeep.walltime.reached {
-            return;
+    /// The deadline has come: the core starts nothing more. True when the pilot is to
+    /// stop now (it was not stopped for it already).
+    fn reach(&mut self, ctx: &mut Ctx) -> bool {
+        if self.reached {
+            return false;
         }
         tracing::info!("walltime deadline reached; stopping running tasks and the pilot");
-        self.ctx.core.handle_drain(self.ctx.now());
-        self.stop_for_walltime();
+        ctx.core.handle_drain(ctx.now());
+        true
     }
 
-    /// Called after every turn: with a deadline set, once every unfinished task is
-    /// held back by it and nothing runs, waiting longer achieves nothing.
-    pub(super) fn check_exhausted(&mut self) {
-        if self.upkeep.walltime.deadline.is_none()
-            || self.upkeep.walltime.reached
-            || self.ctx.pilot.shutting_down
-        {
-            return;
+    /// With a deadline set: whether every unfinished task is held back by it and
+    /// nothing runs, so that waiting longer achieves nothing.
+    fn exhausted(&self, ctx: &Ctx) -> bool {
+        if self.deadline.is_none() || self.reached || ctx.pilot.shutting_down {
+            return false;
         }
-        let counts = self.ctx.core.counts();
+        let counts = ctx.core.counts();
         let unfinished = counts.queued + counts.delayed + counts.assigned + counts.running;
-        if unfinished > 0 && counts.beyond_deadline == unfinished {
+        let exhausted = unfinished > 0 && counts.beyond_deadline == unfinished;
+        if exhausted {
             tracing::info!(
                 tasks = unfinished,
                 "no remaining task can finish before the deadline; stopping the pilot"
             );
+        }
+        exhausted
+    }
+}
+
+impl RootState {
+    pub(super) fn set_deadline(&mut self, deadline_unix_us: u64) {
+        self.upkeep.walltime.set(&mut self.ctx, deadline_unix_us);
+    }
+
+    /// The deadline has come: stop starting, kill what runs, stop the pilot.
+    pub(super) fn on_walltime(&mut self) {
+        if self.upkeep.walltime.reach(&mut self.ctx) {
+            self.stop_for_walltime();
+        }
+    }
+
+    /// Called after every turn (see [`Walltime::exhausted`]).
+    pub(super) fn check_exhausted(&mut self) {
+        if self.upkeep.walltime.exhausted(&self.ctx) {
             self.stop_for_walltime();
         }
     }
