@@ -25,6 +25,7 @@ mod results;
 mod schedules;
 mod stages;
 mod state;
+mod status;
 mod submissions;
 #[cfg(test)]
 mod tests;

@@ -16,15 +16,17 @@ use saker_core::{JobId, UpdateError};
 use saker_wire::messages::{Dispatch, JobDef, ToAgent};
 
 use super::clients::error;
+use super::ctx::Ctx;
 use super::port::AfterJournal;
-use super::state::RootState;
+use super::submissions::Submissions;
 use super::submissions::{limit_micros, limit_ms};
 use crate::client::{ErrorKind, JobUpdate, Reply, UpdateReport};
 use crate::records::Record;
 
-impl RootState {
+impl Submissions {
     pub(super) fn on_update(
         &mut self,
+        ctx: &mut Ctx,
         jobs: Vec<JobId>,
         update: JobUpdate,
         reply: Reply<UpdateReport>,
@@ -34,7 +36,7 @@ impl RootState {
             return;
         }
         for &job in &jobs {
-            if let Err(problem) = self.ctx.core.check_update(job) {
+            if let Err(problem) = ctx.core.check_update(job) {
                 let kind = match problem {
                     UpdateError::UnknownJob { .. } => ErrorKind::UnknownJob,
                     UpdateError::Ended { .. } => ErrorKind::JobEnded,
@@ -43,10 +45,10 @@ impl RootState {
                 return;
             }
         }
-        let unix_us = self.ctx.timestamp().unix_micros();
+        let unix_us = ctx.timestamp().unix_micros();
         let mut records = Vec::with_capacity(jobs.len());
         for job in jobs {
-            if let Err(problem) = self.apply_update(job, update) {
+            if let Err(problem) = self.apply_update(ctx, job, update) {
                 // Not reached: every job was checked above, and nothing ends meanwhile.
                 tracing::error!(%problem, "update refused by the core after its check");
                 continue;
@@ -60,34 +62,37 @@ impl RootState {
         let report = UpdateReport {
             updated: records.len() as u64,
         };
-        self.ctx
-            .port
+        ctx.port
             .append(records, AfterJournal::Updated { reply, report });
     }
 
     /// Applies `update` to job `job` in the core and in its definition.
-    fn apply_update(&mut self, job: JobId, update: JobUpdate) -> Result<(), UpdateError> {
-        let now = self.ctx.now();
+    fn apply_update(
+        &mut self,
+        ctx: &mut Ctx,
+        job: JobId,
+        update: JobUpdate,
+    ) -> Result<(), UpdateError> {
+        let now = ctx.now();
         if let Some(priority) = update.priority {
-            self.ctx.core.handle_update_priority(job, priority, now)?;
+            ctx.core.handle_update_priority(job, priority, now)?;
         }
         if let Some(not_before) = update.not_before {
-            let at = self.ctx.core_time(not_before);
-            self.ctx.core.handle_update_not_before(job, at, now)?;
+            let at = ctx.core_time(not_before);
+            ctx.core.handle_update_not_before(job, at, now)?;
         }
         if let Some(limit) = update.time_limit {
-            self.ctx
-                .core
+            ctx.core
                 .handle_update_time_limit(job, limit_micros(limit), now)?;
-            self.redefine(job, limit_ms(limit));
+            self.redefine(ctx, job, limit_ms(limit));
         }
         Ok(())
     }
 
     /// Gives job `job` a definition with `time_limit_ms` and sends it to every node
     /// that holds the old one, where it replaces it before any queued attempt starts.
-    fn redefine(&mut self, job: JobId, time_limit_ms: u64) {
-        let Some(old) = self.submissions.jobs.def(job) else {
+    fn redefine(&mut self, ctx: &mut Ctx, job: JobId, time_limit_ms: u64) {
+        let Some(old) = self.jobs.def(job) else {
             return;
         };
         if old.time_limit_ms == time_limit_ms {
@@ -97,14 +102,14 @@ impl RootState {
             time_limit_ms,
             ..JobDef::clone(&old)
         });
-        let Some(entry) = self.submissions.jobs.get_mut(&job) else {
+        let Some(entry) = self.jobs.get_mut(&job) else {
             return;
         };
         entry.def = Arc::clone(&def);
         // A node may appear twice across lives; it gets the definition once.
         let holders: BTreeSet<_> = entry.known_by.iter().copied().collect();
         for node_id in holders {
-            let Some(node) = self.ctx.nodes.get_mut(&node_id) else {
+            let Some(node) = ctx.nodes.get_mut(&node_id) else {
                 continue;
             };
             if !node.known_jobs.contains(&job) {
@@ -117,7 +122,7 @@ impl RootState {
                 gang: None,
             });
             let link = node.link;
-            self.ctx.send_to(link, node_id, &message);
+            ctx.send_to(link, node_id, &message);
         }
     }
 }

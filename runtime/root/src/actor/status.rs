@@ -1,0 +1,126 @@
+//! The read-only status view: what `status` answers, read from every owner's state
+//! at once. Nothing here changes the root.
+
+use super::state::RootState;
+use crate::client::{HpcStatus, NodeLoad, StatusReport, UnstartedJob};
+
+impl RootState {
+    pub(super) fn status(&self) -> StatusReport {
+        let counts = self.ctx.core.counts();
+        let (failed, cancelled) = (
+            self.results.log.totals.failed,
+            self.results.log.totals.cancelled,
+        );
+        let durable = self.results.log.totals.durable;
+        StatusReport {
+            pilot_id: self.ctx.pilot.id.clone(),
+            queued: counts.queued + counts.delayed,
+            waiting: counts.waiting,
+            running: counts.assigned + counts.running,
+            succeeded: durable.saturating_sub(failed + cancelled),
+            failed,
+            cancelled,
+            duplicates: counts.duplicates,
+            retries: counts.retries,
+            replays: counts.replays,
+            speculated: counts.speculated,
+            agents: self.ctx.nodes.len() as u32,
+            slots: self.ctx.nodes.values().map(|n| n.cores).sum(),
+            busy_slots: self
+                .ctx
+                .nodes
+                .values()
+                .map(|n| n.running.min(n.cores))
+                .sum(),
+            rate: self
+                .results
+                .log
+                .rate
+                .rate(self.ctx.now(), self.results.log.index.len()),
+            rate_minute: self.results.log.minute.rate(self.ctx.now(), durable),
+            stages: self.results.log.stages.summaries(),
+            allocations: self
+                .upkeep
+                .elastic
+                .as_ref()
+                .map(|e| e.statuses(self.ctx.timestamp().unix_micros()))
+                .unwrap_or_default(),
+            provisioning_paused: self.upkeep.elastic.as_ref().is_some_and(|e| e.paused()),
+            provisioning_rounds: self.upkeep.elastic.as_ref().map_or(0, |e| e.rounds()),
+            jobs: self.submissions.jobs.len() as u64,
+            allocation: self.ctx.pilot.allocation.clone().map(|mut allocation| {
+                let now = self.ctx.timestamp().unix_micros();
+                allocation.seconds_left = allocation
+                    .end_time
+                    .map(|end| end.unix_micros().saturating_sub(now) / 1_000_000);
+                allocation
+            }),
+            nodes: self.node_loads(),
+            beyond_deadline: counts.beyond_deadline,
+            walltime_reached: self.upkeep.walltime.reached,
+            unstarted: if self.upkeep.walltime.reached {
+                let summary = self.ctx.core.unstarted();
+                summary
+                    .jobs
+                    .into_iter()
+                    .map(|(job, tasks)| UnstartedJob { job, tasks })
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            hpc: self.hpc_status(),
+            actors: self.actors.live(),
+            max_nodes: self.ctx.pilot.max_nodes,
+            periodic: self.schedules.len() as u64,
+            items: self.items.len() as u64,
+            data_moved_bytes: self.items.moved_bytes,
+        }
+    }
+
+    fn hpc_status(&self) -> HpcStatus {
+        let (waiting, running) = self.ctx.core.gang_counts();
+        let reservation = self.ctx.core.reservation();
+        HpcStatus {
+            running,
+            waiting,
+            reserved_for: reservation.as_ref().map(|held| held.job),
+            reserved_nodes: reservation
+                .as_ref()
+                .map(|held| {
+                    held.nodes
+                        .iter()
+                        .map(|n| self.ctx.hostname_of(*n))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            reserved_seconds: reservation.and_then(|held| held.start).map(|start| {
+                start.as_micros().saturating_sub(self.ctx.now().as_micros()) as f64 / 1e6
+            }),
+        }
+    }
+
+    fn node_loads(&self) -> Vec<NodeLoad> {
+        let mut loads: Vec<NodeLoad> = self
+            .ctx
+            .nodes
+            .iter()
+            .map(|(id, node)| NodeLoad {
+                node: *id,
+                hostname: node.hostname.clone(),
+                cores: node.cores,
+                busy: node.running.min(node.cores),
+                gpus: node.capacity.gpu_count(),
+                memory_mib: node.capacity.memory_mib(),
+                resources: saker_core::ResourceKind::all()
+                    .filter_map(|kind| {
+                        let name = self.submissions.resource_names.name(kind.custom_index()?)?;
+                        let amount = node.capacity.get(kind);
+                        (amount > 0).then(|| (name.to_owned(), amount))
+                    })
+                    .collect(),
+            })
+            .collect();
+        loads.sort_by_key(|load| load.node);
+        loads
+    }
+}
