@@ -207,5 +207,3 @@ impl RootState {
         self.results.log.followers.clear();
     }
 }
-
-impl RootState {}

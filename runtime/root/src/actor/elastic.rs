@@ -661,3 +661,44 @@ fn is_terminal(state: &str) -> bool {
             | "OUT_OF_MEMORY"
     )
 }
+
+/// The batch system's side of a round, run off the root's thread ([`super::port::Port::batch`]).
+impl BatchWork {
+    /// Runs the calls (blocking: libslurm talks to the controller).
+    pub fn run(self) -> BatchOutcome {
+        let mut outcome = BatchOutcome::default();
+        for submit in self.submits {
+            let result = saker_slurm::submit_batch(&submit.request).map_err(|e| e.to_string());
+            outcome.submitted.push((submit.allocation, result));
+        }
+        for job in self.cancels {
+            if let Err(error) = saker_slurm::cancel(job, None) {
+                tracing::warn!(%job, %error, "cancelling an allocation failed");
+            }
+        }
+        for (allocation, job) in self.queries {
+            let state = saker_slurm::job_info(job)
+                .map(|info| {
+                    let end = info.end_time.and_then(|end| {
+                        end.duration_since(std::time::UNIX_EPOCH)
+                            .ok()
+                            .map(|d| d.as_micros() as u64)
+                    });
+                    (info.state, end)
+                })
+                .map_err(|e| e.to_string());
+            outcome.states.push((allocation, state));
+        }
+        if let Some(prefix) = self.find_named {
+            match saker_slurm::user_jobs() {
+                Ok(jobs) => outcome.found.extend(
+                    jobs.into_iter()
+                        .filter(|info| info.name.starts_with(&prefix))
+                        .map(|info| (info.job_id, info.name, info.state)),
+                ),
+                Err(error) => tracing::warn!(%error, "listing the pilot's own jobs failed"),
+            }
+        }
+        outcome
+    }
+}
