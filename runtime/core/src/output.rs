@@ -39,15 +39,30 @@ pub enum AttemptOutcome {
     Cancelled,
 }
 
-/// The final state of a task. Reached once per task.
+/// The final state of a task. Reached once per task. In results and the client
+/// protocol: `"succeeded"`, `"failed"`, `"cancelled"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum TerminalState {
     /// An attempt succeeded.
     Succeeded,
-    /// Retries or replays were exhausted.
+    /// Non-zero exit, signal, time limit or spawn failure, with retries and replays
+    /// exhausted.
     Failed,
     /// Its job was cancelled.
     Cancelled,
+}
+
+impl TerminalState {
+    /// The state as results and the client protocol name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TerminalState::Succeeded => "succeeded",
+            TerminalState::Failed => "failed",
+            TerminalState::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// What [`Core::handle_result`](crate::Core::handle_result) did with a result. The event

@@ -19,28 +19,9 @@ use crate::attempts::AttemptNote;
 mod csv;
 pub use self::csv::{CSV_COLUMNS, CsvWriter};
 
-/// Jobs and tasks are named by the core's ids (bare numbers in JSON).
-pub use saker_core::{JobId, TaskId};
-
-/// The accepted terminal state of a task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TerminalState {
-    Succeeded,
-    /// Non-zero exit, signal, time limit or spawn failure, after all retries.
-    Failed,
-    Cancelled,
-}
-
-impl TerminalState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TerminalState::Succeeded => "succeeded",
-            TerminalState::Failed => "failed",
-            TerminalState::Cancelled => "cancelled",
-        }
-    }
-}
+/// Jobs and tasks are named by the core's ids (bare numbers in JSON); a task's end is
+/// the core's [`TerminalState`].
+pub use saker_core::{JobId, TaskId, TerminalState};
 
 /// The first accepted terminal result of one task. One JSON object per line in
 /// `saker results --format jsonl`, the payload of a `result` message in the client

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use saker_core::{EarlierAttempts, JobId, TaskId, TerminalState as CoreState};
+use saker_core::{EarlierAttempts, JobId, TaskId};
 
 use saker_core::JobSpec;
 
@@ -105,7 +105,7 @@ impl RootState {
                 finished_jobs.insert(*job, states.clone());
             }
         }
-        let mut finished: BTreeMap<JobId, Vec<(u32, CoreState)>> = BTreeMap::new();
+        let mut finished: BTreeMap<JobId, Vec<(u32, TerminalState)>> = BTreeMap::new();
         let mut results = Vec::new();
         let mut cancelled = Vec::new();
         let mut notes: HashMap<TaskId, Vec<AttemptNote>> = HashMap::new();
@@ -134,7 +134,7 @@ impl RootState {
                         finished
                             .entry(job)
                             .or_default()
-                            .push((offset, core_state(result.state)));
+                            .push((offset, result.state));
                     }
                     match positions.get(position) {
                         Some(&at) => results.push((Arc::clone(result), at)),
@@ -195,7 +195,7 @@ impl RootState {
                                 job: *job,
                             });
                         };
-                        done.push((offset as u32, core_state(state)));
+                        done.push((offset as u32, state));
                     }
                     finished.insert(*job, done);
                 }
@@ -327,7 +327,7 @@ struct Batch {
 
 /// What the journal said of the jobs not restored yet.
 struct Pending<'a> {
-    finished: &'a mut BTreeMap<JobId, Vec<(u32, CoreState)>>,
+    finished: &'a mut BTreeMap<JobId, Vec<(u32, TerminalState)>>,
     earlier: &'a mut HashMap<JobId, Vec<(u32, EarlierAttempts)>>,
     updates: &'a HashMap<JobId, JobUpdate>,
 }
@@ -340,7 +340,7 @@ impl RootState {
         job: JobId,
         first_task: TaskId,
         request: &JobRequest,
-        done: &[(u32, CoreState)],
+        done: &[(u32, TerminalState)],
         used: &[(u32, EarlierAttempts)],
     ) -> Result<(u32, JobSpec), RestoreError> {
         let spec = self
@@ -368,7 +368,7 @@ impl RootState {
         spec: JobSpec,
         after: &[saker_core::Dependency],
         not_before: Option<saker_core::Time>,
-        done: &[(u32, CoreState)],
+        done: &[(u32, TerminalState)],
         used: &[(u32, EarlierAttempts)],
     ) -> Result<u32, RestoreError> {
         let restored = self
@@ -468,14 +468,6 @@ impl RootState {
             )?;
         }
         Ok(lines.len() as u64)
-    }
-}
-
-fn core_state(state: TerminalState) -> CoreState {
-    match state {
-        TerminalState::Succeeded => CoreState::Succeeded,
-        TerminalState::Failed => CoreState::Failed,
-        TerminalState::Cancelled => CoreState::Cancelled,
     }
 }
 

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use saker_core::{AttemptOutcome, Disposition, NodeId, TaskId, TerminalState as CoreState};
+use saker_core::{AttemptOutcome, Disposition, NodeId, TaskId};
 use saker_journal::Position;
 use tokio::sync::mpsc;
 
@@ -202,7 +202,7 @@ impl Results {
         task: TaskId,
         job: JobId,
         offset: u32,
-        state: CoreState,
+        state: TerminalState,
         attempts: u32,
         detail: Option<Detail>,
     ) {
@@ -210,11 +210,6 @@ impl Results {
             return;
         };
         // Counted when durable (`Results::count_durable`), not here.
-        let state = match state {
-            CoreState::Succeeded => TerminalState::Succeeded,
-            CoreState::Failed => TerminalState::Failed,
-            CoreState::Cancelled => TerminalState::Cancelled,
-        };
         let index = entry.array_index(offset);
         let submit_time = Timestamp::from_unix_micros(entry.submitted_us);
         let accepted = ctx.timestamp();
