@@ -7,9 +7,9 @@
 //!   starts and stops itself;
 //! - **worker**: started by an agent with `SAKER_WORKER_KIND` set to the app's kind,
 //!   it runs calls of the registered task types;
-//! - **the `saker` command line**, behind the hidden first argument `__saker`: the
-//!   embedded pilot's agents are this same binary (`myapp __saker agent …`), so an
-//!   application needs nothing installed but itself.
+//! - **a node's roles** (agent, reaper, remote shell; crate `saker-node`), behind the
+//!   hidden first argument `__saker`: the embedded pilot's agents are this same binary
+//!   (`myapp __saker agent …`), so an application needs nothing installed but itself.
 
 use std::ffi::OsString;
 use std::future::Future;
@@ -27,7 +27,8 @@ use crate::pilot::Pilot;
 use crate::task::Task;
 use crate::worker::Registry;
 
-/// The hidden first argument under which the binary is the `saker` command line.
+/// The hidden first argument under which the binary serves a node's roles
+/// (`myapp __saker agent …`, `reaper`, `rsh-agent`, `cgroup-exec`).
 pub const CLI_ARGUMENT: &str = saker_actors::self_exe::APP_PREFIX;
 /// The worker kind of an application's tasks unless [`App::kind`] says otherwise.
 pub const DEFAULT_KIND: &str = "rust";
@@ -157,9 +158,12 @@ impl App {
             saker_actors::self_exe::set_prefix(CLI_ARGUMENT);
             // As an agent, this binary hosts the application's actors.
             saker_actors::actor_host::install(std::sync::Arc::new(Host::new(self.actors)));
-            let mut args = self.args;
-            args.remove(1);
-            return saker_pilot::main_with(args);
+            let args = self.args.get(2..).unwrap_or_default().to_vec();
+            return saker_node::serve(args).unwrap_or_else(|| {
+                let roles = saker_node::Role::ALL.map(saker_node::Role::argument);
+                eprintln!("error: {CLI_ARGUMENT} takes a role: {}", roles.join(", "));
+                ExitCode::from(2)
+            });
         }
         if std::env::var_os("SAKER_WORKER_KIND").is_some_and(|kind| kind == *self.kind) {
             return match crate::worker::serve(&self.registry) {

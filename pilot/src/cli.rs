@@ -54,11 +54,11 @@ pub enum Command {
     Template(TemplateArgs),
     /// Internal: one agent process (started by the pilot, not by users).
     #[command(hide = true)]
-    Agent(AgentArgs),
+    Agent(RoleArgs),
     /// Internal: an agent's watchdog, which kills the agent's running tasks when the
     /// agent dies (started by the agent; reads its commands on stdin).
     #[command(hide = true)]
-    Reaper,
+    Reaper(RoleArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -261,13 +261,8 @@ pub struct LivenessArgs {
 }
 
 impl LivenessArgs {
-    pub fn parse(&self) -> anyhow::Result<saker_actors::liveness::Liveness> {
-        use anyhow::Context;
-        let interval = saker_root::spec::parse_duration(&self.heartbeat_interval)
-            .with_context(|| format!("--heartbeat-interval {:?}", self.heartbeat_interval))?;
-        let timeout = saker_root::spec::parse_duration(&self.heartbeat_timeout)
-            .with_context(|| format!("--heartbeat-timeout {:?}", self.heartbeat_timeout))?;
-        Ok(saker_actors::liveness::Liveness::new(interval, timeout)?)
+    pub fn parse(&self) -> Result<saker_actors::liveness::Liveness, saker_node::FlagError> {
+        saker_node::offer::liveness(&self.heartbeat_interval, &self.heartbeat_timeout)
     }
 }
 
@@ -671,44 +666,44 @@ pub struct TemplateArgs {
     pub python: Option<PathBuf>,
 }
 
+/// A node role's command line, passed on unparsed: saker-node defines its flags and
+/// its `--help`.
 #[derive(Debug, Clone, Args)]
-pub struct AgentArgs {
-    #[arg(long)]
-    pub dir: PathBuf,
-    /// This agent's node id (0-based; its place in the tree). Inside a Slurm step:
-    /// `SLURM_NODEID` (plus `--subtree-base`) by default.
-    #[arg(long)]
-    pub node: Option<u32>,
-    #[arg(long)]
-    pub fanout: u32,
-    /// Agents from this node id on form a subtree of their own under the root (one
-    /// per batch allocation of an elastic pilot): this id links to the root, the
-    /// others below it. Without it, all agents form one tree.
-    #[arg(long, value_name = "NODE")]
-    pub subtree_base: Option<u32>,
-    /// Executor slots (one core each) on this agent. Inside a Slurm step: the CPUs
-    /// allocated on this node (`SLURM_CPUS_ON_NODE`) by default.
-    #[arg(long)]
-    pub cores: Option<u32>,
-    /// Address to accept child agents on (default: loopback on a single machine, all
-    /// interfaces inside a Slurm step).
-    #[arg(long)]
-    pub bind: Option<std::net::SocketAddr>,
-    /// Address other nodes reach this one at (default: this host name's address).
-    #[arg(long)]
-    pub advertise: Option<std::net::IpAddr>,
-    /// Hostname to report (default: this machine's).
-    #[arg(long)]
-    pub hostname: Option<String>,
-    #[command(flatten)]
-    pub nodes: crate::nodes::NodeArgs,
-    /// Exactly these GPU ids (`none` for none): a local pilot's share for this agent.
-    #[arg(long, value_name = "IDS")]
-    pub gpu_ids: Option<String>,
-    #[command(flatten)]
-    pub liveness: LivenessArgs,
-    /// How long an agent whose parent is gone looks for a live ancestor before it
-    /// exits.
-    #[arg(long, default_value = "30s", value_name = "DURATION")]
-    pub reattach_for: String,
+#[command(disable_help_flag = true)]
+pub struct RoleArgs {
+    /// The role's flags (`saker agent --help` lists the agent's).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<std::ffi::OsString>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `saker --log debug agent …` reaches clap: the role's flags pass through to
+    /// saker-node untouched, `--help` included.
+    #[test]
+    fn a_node_roles_flags_pass_through_unparsed() {
+        let cli = Cli::parse_from([
+            "saker",
+            "--log",
+            "debug",
+            "agent",
+            "--dir",
+            "/p",
+            "--fanout=2",
+            "--help",
+        ]);
+        assert_eq!(cli.log, "debug");
+        let Command::Agent(role) = cli.command else {
+            panic!("parsed {:?}", cli.command);
+        };
+        assert_eq!(role.args, ["--dir", "/p", "--fanout=2", "--help"]);
+        let cli = Cli::parse_from(["saker", "--log=info", "reaper"]);
+        assert!(matches!(cli.command, Command::Reaper(role) if role.args.is_empty()));
+    }
 }

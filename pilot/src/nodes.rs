@@ -1,13 +1,10 @@
-//! Flags for what each node offers beyond its cores (`saker run`, `saker pilot`, and
-//! the agents they start), and for what each task asks of them.
+//! Flags for what each node offers beyond its cores (`saker run`, `saker pilot`); the
+//! agents they start take the same flags from saker-node, which checks them for both.
 
-use std::collections::BTreeMap;
-
-use anyhow::{Context, Result, bail};
 use clap::Args;
-use saker_actors::resources::{Declared, PinCpus};
+use saker_node::FlagError;
+use saker_node::offer::NodeOffer;
 use saker_root::offer::NodeOptions;
-use saker_root::spec::parse_memory_mib;
 
 /// What each node offers beyond its cores. Whatever is not given is found on each
 /// node (docs/resources.md).
@@ -45,124 +42,47 @@ pub struct NodeArgs {
 }
 
 impl NodeArgs {
-    /// What these flags declare, for the pilot to pass on to its agents.
-    pub fn options(&self) -> Result<NodeOptions> {
-        Ok(NodeOptions {
-            declared: self.declared(None)?,
+    /// These flags as the agents take them (saker-node checks them, for both).
+    pub fn offer(&self) -> NodeOffer {
+        NodeOffer {
+            gpus_per_node: self.gpus_per_node,
+            mem_per_node: self.mem_per_node.clone(),
+            node_resources: self.node_resources.clone(),
+            pin_cpus: self.pin_cpus.clone(),
             no_memory_limits: self.no_memory_limits,
             scratch: self.scratch.clone(),
             shared_scratch: self.shared_scratch,
-        })
-    }
-
-    /// What these flags declare, with an agent's exact GPU ids (`--gpu-ids`).
-    pub fn declared(&self, gpu_ids: Option<&str>) -> Result<Declared> {
-        let memory_mib = match &self.mem_per_node {
-            Some(text) => {
-                Some(parse_memory_mib(text).with_context(|| format!("--mem-per-node {text:?}"))?)
-            }
-            None => None,
-        };
-        let custom = named_amounts(&self.node_resources, "--node-resource")?
-            .into_iter()
-            .collect();
-        let gpu_ids = gpu_ids.map(|list| match list.trim() {
-            "none" | "" => Vec::new(),
-            list => list.split(',').map(|id| id.trim().to_owned()).collect(),
-        });
-        Ok(Declared {
-            gpu_ids,
-            gpus: self.gpus_per_node,
-            memory_mib,
-            custom,
-            pin: pin_cpus(&self.pin_cpus)?,
-        })
-    }
-}
-
-/// `--pin-cpus`: `auto`, `off`, or a CPU list such as `0-3,8,10-11`.
-fn pin_cpus(text: &str) -> Result<PinCpus> {
-    match text.trim() {
-        "auto" => Ok(PinCpus::Auto),
-        "off" | "none" => Ok(PinCpus::Off),
-        list => cpu_list(list)
-            .map(PinCpus::List)
-            .with_context(|| format!("--pin-cpus {text:?}: expected auto, off or CPUs like 0-3,8")),
-    }
-}
-
-fn cpu_list(list: &str) -> Result<Vec<u32>> {
-    let mut cpus = Vec::new();
-    for part in list.split(',') {
-        let part = part.trim();
-        match part.split_once('-') {
-            Some((first, last)) => {
-                let (first, last): (u32, u32) = (first.trim().parse()?, last.trim().parse()?);
-                if last < first || last - first > 65_535 {
-                    bail!("{part:?} is no range of CPUs");
-                }
-                cpus.extend(first..=last);
-            }
-            None => cpus.push(part.parse()?),
         }
     }
-    Ok(cpus)
-}
 
-/// `NAME=N` flags as a map, each name once.
-pub fn named_amounts(flags: &[String], flag: &str) -> Result<BTreeMap<String, u32>> {
-    let mut amounts = BTreeMap::new();
-    for given in flags {
-        let Some((name, amount)) = given.split_once('=') else {
-            bail!("{flag} {given:?}: expected NAME=N");
-        };
-        if !saker_root::spec::valid_resource_name(name) {
-            bail!("{flag} {given:?}: a name is letters, digits, '_', '-' and '.' (at most 64)");
-        }
-        let amount: u32 = amount
-            .trim()
-            .parse()
-            .with_context(|| format!("{flag} {given:?}: N is a whole number"))?;
-        if amounts.insert(name.to_owned(), amount).is_some() {
-            bail!("{flag}: {name:?} is given twice");
-        }
+    /// What these flags declare, for the pilot to pass on to its agents.
+    pub fn options(&self) -> Result<NodeOptions, FlagError> {
+        self.offer().options()
     }
-    Ok(amounts)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
 
+    #[derive(Debug, Parser)]
+    struct Flags {
+        #[command(flatten)]
+        nodes: NodeArgs,
+    }
+
+    /// `saker run`'s defaults are the agent's: the pilot passes on only what differs.
     #[test]
-    fn node_flags_become_what_agents_are_told() {
-        let args = NodeArgs {
-            gpus_per_node: Some(4),
-            mem_per_node: Some("2G".into()),
-            node_resources: vec!["licence=4".into(), "disk=1".into()],
-            pin_cpus: "0-2,7".into(),
-            no_memory_limits: false,
-            scratch: None,
-            shared_scratch: false,
-        };
-        let declared = args.declared(Some("1,3")).unwrap();
-        assert_eq!(declared.gpus, Some(4));
-        assert_eq!(declared.gpu_ids, Some(vec!["1".into(), "3".into()]));
-        assert_eq!(declared.memory_mib, Some(2048));
+    fn unset_node_flags_are_the_agents_defaults() {
+        let flags = Flags::parse_from(["saker"]);
+        assert_eq!(flags.nodes.offer(), NodeOffer::default());
+        let flags = Flags::parse_from(["saker", "--pin-cpus", "0-3", "--no-memory-limits"]);
+        let options = flags.nodes.options().unwrap();
+        assert!(options.no_memory_limits);
         assert_eq!(
-            declared.custom,
-            [("disk".to_string(), 1), ("licence".to_string(), 4)]
+            options.declared.pin,
+            saker_actors::resources::PinCpus::List(vec![0, 1, 2, 3])
         );
-        assert_eq!(declared.pin, PinCpus::List(vec![0, 1, 2, 7]));
-        assert_eq!(
-            args.declared(Some("none")).unwrap().gpu_ids,
-            Some(Vec::new())
-        );
-        for bad in ["3-1", "x", "1,,2"] {
-            assert!(pin_cpus(bad).is_err(), "{bad}");
-        }
-        assert!(named_amounts(&["a=1".into(), "a=2".into()], "--resource").is_err());
-        assert!(named_amounts(&["a b=1".into()], "--resource").is_err());
-        assert!(named_amounts(&["a=-1".into()], "--resource").is_err());
     }
 }

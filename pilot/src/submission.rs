@@ -19,7 +19,7 @@ pub fn defaults_from(args: &TaskArgs) -> Result<SpecDefaults> {
             Some(text) => parse_memory_mib(text).with_context(|| format!("--mem {text:?}"))?,
             None => 0,
         },
-        resources: crate::nodes::named_amounts(&args.resources, "--resource")?,
+        resources: saker_node::offer::named_amounts(&args.resources, "--resource")?,
         reads: args.reads.clone(),
         writes: args.writes.clone(),
         priority: args.priority,

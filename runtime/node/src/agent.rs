@@ -1,4 +1,4 @@
-//! `saker agent`: one agent process, started by the pilot — as a child process on a
+//! The agent role: one agent process, started by the pilot — as a child process on a
 //! single machine, or by one `srun` step across the nodes of a Slurm allocation.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -7,14 +7,14 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
 use saker_actors::agent::AgentConfig;
 use saker_actors::node::{AgentOptions, run_agent};
 use saker_actors::resources::{SystemProbe, discover};
 use saker_actors::supervision::RestartPolicy;
 use saker_transport::pilot_dir::PilotDir;
 
-use crate::cli::AgentArgs;
+use crate::error::{Error, FlagError};
+use crate::flags::AgentArgs;
 
 /// Where this agent sits and what it offers, from flags or from Slurm's step
 /// environment.
@@ -28,40 +28,48 @@ pub struct Placement {
 }
 
 impl Placement {
-    pub fn resolve(args: &AgentArgs, env: impl Fn(&str) -> Option<String>) -> Result<Placement> {
+    /// The placement `args` ask for; what they leave out inside a Slurm step comes
+    /// from the step's variables, read with `env`.
+    pub fn resolve(
+        args: &AgentArgs,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Placement, FlagError> {
         let in_slurm = env("SLURM_STEP_ID").is_some() && env("SLURM_NODEID").is_some();
-        let from_env = |name: &str| -> Result<Option<u32>> {
-            env(name)
-                .map(|v| {
-                    v.trim()
+        let from_env = |variable: &'static str| -> Result<Option<u32>, FlagError> {
+            env(variable)
+                .map(|value| {
+                    value
+                        .trim()
                         .parse::<u32>()
-                        .with_context(|| format!("{name}={v:?}"))
+                        .map_err(|error| FlagError::Environment {
+                            variable,
+                            reason: error.to_string(),
+                            value,
+                        })
                 })
                 .transpose()
         };
+        let unset = |flag, variable| FlagError::NotInSlurm { flag, variable };
         let node = match args.node {
             Some(node) => node,
-            None => {
-                let in_step: u32 = from_env("SLURM_NODEID")?
-                    .context("--node is required outside a Slurm step (SLURM_NODEID is unset)")?;
-                in_step
-                    .checked_add(args.subtree_base.unwrap_or(0))
-                    .context("--subtree-base plus SLURM_NODEID is beyond the node ids")?
-            }
+            None => from_env("SLURM_NODEID")?
+                .ok_or(unset("--node", "SLURM_NODEID"))?
+                .checked_add(args.subtree_base.unwrap_or(0))
+                .ok_or(FlagError::SubtreeOverflow)?,
         };
         if let Some(base) = args.subtree_base
             && node < base
         {
-            bail!("--node {node} is below --subtree-base {base}: it would not be in its subtree");
+            return Err(FlagError::BelowSubtree { node, base });
         }
         let cores = match args.cores {
             Some(cores) => cores,
-            None => from_env("SLURM_CPUS_ON_NODE")?.context(
-                "--cores is required outside a Slurm step (SLURM_CPUS_ON_NODE is unset)",
-            )?,
+            None => {
+                from_env("SLURM_CPUS_ON_NODE")?.ok_or(unset("--cores", "SLURM_CPUS_ON_NODE"))?
+            }
         };
         if cores == 0 {
-            bail!("an agent needs at least one core");
+            return Err(FlagError::NoCores);
         }
         let hostname = args
             .hostname
@@ -91,9 +99,14 @@ impl Placement {
     }
 }
 
-pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
-    let dir = PilotDir::open(&args.dir)
-        .with_context(|| format!("opening pilot directory {}", args.dir.display()))?;
+/// Runs one agent until it is asked to stop (exit code 0) or stops with an error
+/// (3), with this process's environment as Slurm's step; an error before it runs is
+/// returned.
+pub async fn run(args: AgentArgs) -> Result<ExitCode, Error> {
+    let dir = PilotDir::open(&args.dir).map_err(|source| Error::PilotDir {
+        path: args.dir.clone(),
+        source,
+    })?;
     let placement = Placement::resolve(&args, |name| std::env::var(name).ok())?;
     let advertise = match args.advertise {
         Some(ip) => Some(ip),
@@ -102,10 +115,10 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
         }
         None => None,
     };
-    let declared = args.nodes.declared(args.gpu_ids.as_deref())?;
+    let declared = args.offer.declared(args.gpu_ids.as_deref())?;
     // Node-local, per pilot: what tasks of this node write as data items.
     let pilot_scratch = args
-        .nodes
+        .offer
         .scratch
         .clone()
         .unwrap_or_else(std::env::temp_dir)
@@ -118,12 +131,12 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
             node: placement.node,
             hostname: placement.hostname.clone(),
             resources,
-            limit_memory: !args.nodes.no_memory_limits,
+            limit_memory: !args.offer.no_memory_limits,
             prefetch: placement.cores,
             pilot_id: dir.pilot_id().to_string(),
             spill_dir: dir.path().join("output"),
             scratch: scratch.clone(),
-            shared_scratch: args.nodes.shared_scratch,
+            shared_scratch: args.offer.shared_scratch,
             restarts: RestartPolicy::default(),
         },
         pilot_dir: args.dir.clone(),
@@ -132,9 +145,8 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
         bind: placement.bind,
         advertise,
         parent_wait: Duration::from_secs(120),
-        liveness: args.liveness.parse()?,
-        reattach_wait: saker_root::spec::parse_duration(&args.reattach_for)
-            .with_context(|| format!("--reattach-for {:?}", args.reattach_for))?,
+        liveness: args.liveness,
+        reattach_wait: args.reattach_for,
     };
     start_reaper();
     match run_agent(options).await?.error() {
@@ -152,9 +164,9 @@ pub async fn agent(args: AgentArgs) -> Result<ExitCode> {
     }
 }
 
-/// Starts this agent's reaper (`saker reaper`), which kills the agent's running tasks
-/// if the agent dies without stopping them. Without it the agent still works: its
-/// tasks just lose that protection.
+/// Starts this agent's reaper (the `reaper` role of this same binary), which kills
+/// the agent's running tasks if the agent dies without stopping them. Without it the
+/// agent still works: its tasks just lose that protection.
 fn start_reaper() {
     use saker_actors::reaper::{self, Reaper, SUBCOMMAND};
     // /proc/self/exe runs this very binary even if its file was replaced or deleted
@@ -194,14 +206,14 @@ fn start_reaper() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
+    use crate::flags::{Parsed, parse_agent};
 
     fn args(extra: &[&str]) -> AgentArgs {
-        let mut argv = vec!["saker", "agent", "--dir", "/tmp/x", "--fanout", "4"];
+        let mut argv = vec!["--dir", "/tmp/x", "--fanout", "4"];
         argv.extend_from_slice(extra);
-        match crate::cli::Cli::parse_from(argv).command {
-            crate::cli::Command::Agent(args) => args,
-            other => panic!("parsed {other:?}"),
+        match parse_agent(argv.into_iter().map(Into::into), |_| None).unwrap() {
+            Parsed::Run(args) => *args,
+            Parsed::Help => panic!("parsed help"),
         }
     }
 
@@ -228,22 +240,72 @@ mod tests {
         assert_eq!(placement.node, 42);
         let error =
             Placement::resolve(&args(&["--subtree-base", "40", "--node", "3"]), env).unwrap_err();
-        assert!(
-            format!("{error:#}").contains("below --subtree-base 40"),
-            "{error:#}"
+        assert_eq!(
+            error.to_string(),
+            "--node 3 is below --subtree-base 40: it would not be in its subtree"
         );
+        let error = Placement::resolve(&args(&["--subtree-base", "4294967295"]), env).unwrap_err();
+        assert!(matches!(error, FlagError::SubtreeOverflow), "{error}");
     }
 
     #[test]
-    fn flags_win_and_outside_slurm_they_are_required() {
+    fn flags_win_over_the_slurm_step_environment() {
+        let env = |name: &str| match name {
+            "SLURM_STEP_ID" => Some("0".to_string()),
+            "SLURM_NODEID" => Some("2".to_string()),
+            "SLURM_CPUS_ON_NODE" => Some("8".to_string()),
+            "SLURMD_NODENAME" => Some("n3".to_string()),
+            _ => None,
+        };
+        let given = args(&[
+            "--node",
+            "5",
+            "--cores",
+            "1",
+            "--hostname",
+            "h",
+            "--bind",
+            "10.0.0.1:7000",
+        ]);
+        let placement = Placement::resolve(&given, env).unwrap();
+        assert_eq!(placement.node, 5);
+        assert_eq!(placement.cores, 1);
+        assert_eq!(placement.hostname, "h");
+        assert_eq!(placement.bind, SocketAddr::from(([10, 0, 0, 1], 7000)));
+    }
+
+    #[test]
+    fn outside_slurm_node_and_cores_are_required() {
         let none = |_: &str| None;
         let placement = Placement::resolve(&args(&["--node", "1", "--cores", "3"]), none).unwrap();
         assert_eq!((placement.node, placement.cores), (1, 3));
+        assert!(!placement.in_slurm);
         assert!(placement.bind.ip().is_loopback());
         let error = Placement::resolve(&args(&[]), none).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "--node is required outside a Slurm step (SLURM_NODEID is unset)"
+        );
+        let error = Placement::resolve(&args(&["--node", "1"]), none).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "--cores is required outside a Slurm step (SLURM_CPUS_ON_NODE is unset)"
+        );
+        let error = Placement::resolve(&args(&["--node", "1", "--cores", "0"]), none).unwrap_err();
+        assert!(matches!(error, FlagError::NoCores), "{error}");
+    }
+
+    #[test]
+    fn a_slurm_variable_that_is_no_number_is_an_error() {
+        let env = |name: &str| match name {
+            "SLURM_STEP_ID" => Some("0".to_string()),
+            "SLURM_NODEID" => Some("two".to_string()),
+            _ => None,
+        };
+        let error = Placement::resolve(&args(&["--cores", "1"]), env).unwrap_err();
         assert!(
-            format!("{error:#}").contains("--node is required"),
-            "{error:#}"
+            error.to_string().starts_with("SLURM_NODEID=\"two\": "),
+            "{error}"
         );
     }
 }
