@@ -287,17 +287,7 @@ pub(crate) fn clock(seconds: u64) -> String {
     )
 }
 
-/// `850µs`, `12.3ms`, `4.21s`, `3m05s`, `2h07m`: three digits or so, for a person.
-pub(crate) fn micros(micros: u64) -> String {
-    let seconds = micros / 1_000_000;
-    match micros {
-        0..1_000 => format!("{micros}µs"),
-        1_000..1_000_000 => format!("{:.1}ms", micros as f64 / 1e3),
-        1_000_000..60_000_000 => format!("{:.2}s", micros as f64 / 1e6),
-        60_000_000..3_600_000_000 => format!("{}m{:02}s", seconds / 60, seconds % 60),
-        _ => format!("{}h{:02}m", seconds / 3600, seconds / 60 % 60),
-    }
-}
+pub(crate) use saker_root::spec::format_micros as micros;
 
 pub async fn cancel(args: CancelArgs) -> Result<ExitCode> {
     let client = connect(&args.dir).await?;
@@ -603,18 +593,4 @@ pub fn template(args: crate::cli::TemplateArgs) -> Result<ExitCode> {
     };
     print!("{}", crate::template::render(args.kind, &settings));
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::micros;
-
-    #[test]
-    fn durations_are_shown_in_the_unit_that_fits() {
-        assert_eq!(micros(850), "850µs");
-        assert_eq!(micros(12_345), "12.3ms");
-        assert_eq!(micros(4_210_000), "4.21s");
-        assert_eq!(micros(185_000_000), "3m05s");
-        assert_eq!(micros(7_620_000_000), "2h07m");
-    }
 }

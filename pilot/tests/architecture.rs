@@ -44,11 +44,21 @@ fn documented(text: &str) -> Graph {
 /// The workspace's crates and their normal dependencies among themselves.
 fn declared(workspace: &Path) -> Graph {
     let output = Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
         .current_dir(workspace)
         .output()
         .expect("cargo runs");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
     let packages = metadata["packages"].as_array().expect("packages");
     let names: BTreeSet<String> = packages
@@ -67,7 +77,10 @@ fn declared(workspace: &Path) -> Graph {
                 .filter(|name| names.contains(*name))
                 .map(str::to_owned)
                 .collect();
-            (package["name"].as_str().unwrap_or_default().to_owned(), deps)
+            (
+                package["name"].as_str().unwrap_or_default().to_owned(),
+                deps,
+            )
         })
         .collect()
 }
@@ -80,10 +93,22 @@ fn the_documented_crate_graph_is_the_manifests() {
     let text = std::fs::read_to_string(workspace.join("docs/architecture.md")).unwrap();
     let drawn = documented(&text);
     let real = declared(workspace);
-    let missing: Vec<_> = real.keys().filter(|name| !drawn.contains_key(*name)).collect();
-    let unknown: Vec<_> = drawn.keys().filter(|name| !real.contains_key(*name)).collect();
-    assert!(missing.is_empty(), "crates the graph leaves out: {missing:?}");
-    assert!(unknown.is_empty(), "crates the graph names that do not exist: {unknown:?}");
+    let missing: Vec<_> = real
+        .keys()
+        .filter(|name| !drawn.contains_key(*name))
+        .collect();
+    let unknown: Vec<_> = drawn
+        .keys()
+        .filter(|name| !real.contains_key(*name))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "crates the graph leaves out: {missing:?}"
+    );
+    assert!(
+        unknown.is_empty(),
+        "crates the graph names that do not exist: {unknown:?}"
+    );
     for (name, deps) in &real {
         assert_eq!(
             &drawn[name], deps,

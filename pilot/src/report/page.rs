@@ -106,21 +106,8 @@ fn esc(text: &str) -> String {
     out
 }
 
-/// A duration in microseconds, short.
-pub fn duration(micros: u64) -> String {
-    let seconds = micros as f64 / 1e6;
-    if micros < 1_000 {
-        format!("{micros} µs")
-    } else if micros < 1_000_000 {
-        format!("{:.2} ms", micros as f64 / 1e3)
-    } else if seconds < 120.0 {
-        format!("{seconds:.3} s")
-    } else if seconds < 7_200.0 {
-        format!("{:.1} min", seconds / 60.0)
-    } else {
-        format!("{:.2} h", seconds / 3_600.0)
-    }
-}
+/// A duration in microseconds, short (the one human format: `format_micros`).
+pub use saker_root::spec::format_micros as duration;
 
 const STYLE: &str = "body{font-family:sans-serif;margin:24px auto;max-width:1040px;color:#222}\
 h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}\

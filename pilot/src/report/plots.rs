@@ -433,11 +433,5 @@ pub fn stage_histograms(digest: &Digest) -> Result<Vec<Plot>> {
 
 /// A duration in seconds as a short axis label.
 fn seconds_label(seconds: f64) -> String {
-    if seconds >= 1.0 {
-        format!("{seconds:.3}s").replace(".000s", "s")
-    } else if seconds >= 1e-3 {
-        format!("{:.3}ms", seconds * 1e3).replace(".000ms", "ms")
-    } else {
-        format!("{:.0}µs", seconds * 1e6)
-    }
+    saker_root::spec::format_micros((seconds * 1e6).round().max(0.0) as u64)
 }

@@ -379,7 +379,9 @@ fn cells(record: &ResultRecord) -> [String; WIDTH] {
                 .executor
                 .map_or_else(dash, |executor| executor.to_string()),
         },
-        record.run_time().map_or_else(dash, format_run_time),
+        record
+            .run_time()
+            .map_or_else(dash, crate::spec::format_duration),
         note(record),
         output,
     ]
@@ -402,18 +404,6 @@ fn signal_name(signal: i32) -> String {
         _ => return format!("SIG{signal}"),
     };
     name.to_owned()
-}
-
-/// `0.012s`, `59.900s`, `12m03s`, `5h07m`.
-fn format_run_time(run_time: Duration) -> String {
-    let seconds = run_time.as_secs();
-    if seconds < 60 {
-        format!("{:.3}s", run_time.as_secs_f64())
-    } else if seconds < 3600 {
-        format!("{}m{:02}s", seconds / 60, seconds % 60)
-    } else {
-        format!("{}h{:02}m", seconds / 3600, seconds / 60 % 60)
-    }
 }
 
 fn write_row(
@@ -635,7 +625,7 @@ mod tests {
         assert_eq!(&lines[2][node_column..node_column + 6], "a-much");
         assert!(lines[2].contains("SIGKILL") && lines[2].ends_with("/out/12345.out"));
         assert!(lines[2].contains("earlier: lost"), "{}", lines[2]);
-        assert!(lines[1].contains("1.250s") && lines[1].ends_with("inline"));
+        assert!(lines[1].contains("1.25s") && lines[1].ends_with("inline"));
         assert!(lines[3].contains("cancelled") && lines[3].ends_with('-'));
     }
 
@@ -666,10 +656,16 @@ mod tests {
 
     #[test]
     fn run_times_are_short_and_readable() {
-        assert_eq!(format_run_time(Duration::from_millis(12)), "0.012s");
-        assert_eq!(format_run_time(Duration::from_secs(723)), "12m03s");
         assert_eq!(
-            format_run_time(Duration::from_secs(5 * 3600 + 7 * 60)),
+            crate::spec::format_duration(Duration::from_millis(12)),
+            "12.0ms"
+        );
+        assert_eq!(
+            crate::spec::format_duration(Duration::from_secs(723)),
+            "12m03s"
+        );
+        assert_eq!(
+            crate::spec::format_duration(Duration::from_secs(5 * 3600 + 7 * 60)),
             "5h07m"
         );
     }

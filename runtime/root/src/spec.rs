@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 
 pub use array::{ArraySpec, IndexRange, MAX_ARRAY_TASKS};
 pub use deps::{JobRef, PlanError, plan};
-pub use duration::parse_duration;
 pub(crate) use duration::time_limit_serde;
+pub use duration::{format_duration, format_micros, parse_duration};
 pub use function::{FunctionSpec, MAX_FUNCTION_BYTES, base64_bytes, base64_option, valid_kind};
 pub use hpc::{LauncherKind, Layout, MpiKind};
 pub use lines::{Commands, JobLines, LinesError};

@@ -257,7 +257,7 @@ fn allocations_are_listed_with_why_they_were_asked_for_and_ended() {
     };
     let html = crate::report::render(&digest, &context).unwrap();
     assert!(html.contains("<td class=\"l\">600 queued tasks and no node</td>"));
-    assert!(html.contains("<td>60.000 s</td>"), "held for a minute");
+    assert!(html.contains("<td>1m00s</td>"), "held for a minute");
 }
 
 #[test]

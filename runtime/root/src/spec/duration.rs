@@ -1,8 +1,28 @@
-//! Durations as users write them: `"90s"`, `"1h30m"`, `"2:00:00"`.
+//! Durations as users write them (`"90s"`, `"1h30m"`, `"2:00:00"`) and as Saker shows
+//! them to people (`850µs`, `12.3ms`, `4.21s`, `3m05s`, `2h07m`): one way to read, one
+//! way to write, for every command, table, page and plot.
 
 use std::time::Duration;
 
 use super::SpecError;
+
+/// A duration for a person, in the unit that fits, three digits or so: `850µs`,
+/// `12.3ms`, `4.21s`, `3m05s`, `2h07m`.
+pub fn format_duration(duration: Duration) -> String {
+    format_micros(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// [`format_duration`] of a count of microseconds.
+pub fn format_micros(micros: u64) -> String {
+    let seconds = micros / 1_000_000;
+    match micros {
+        0..1_000 => format!("{micros}µs"),
+        1_000..1_000_000 => format!("{:.1}ms", micros as f64 / 1e3),
+        1_000_000..60_000_000 => format!("{:.2}s", micros as f64 / 1e6),
+        60_000_000..3_600_000_000 => format!("{}m{:02}s", seconds / 60, seconds % 60),
+        _ => format!("{}h{:02}m", seconds / 3600, seconds / 60 % 60),
+    }
+}
 
 /// Parses a duration: a number with units, possibly several (`"500ms"`, `"90s"`,
 /// `"5m"`, `"1h30m"`, `"2d"`, `"1.5h"`), or `"H:MM:SS"` / `"D-H:MM:SS"` as Slurm writes
@@ -143,6 +163,16 @@ pub(crate) mod time_limit_serde {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_are_shown_in_the_unit_that_fits() {
+        assert_eq!(format_micros(850), "850µs");
+        assert_eq!(format_micros(12_345), "12.3ms");
+        assert_eq!(format_micros(4_210_000), "4.21s");
+        assert_eq!(format_micros(185_000_000), "3m05s");
+        assert_eq!(format_micros(7_620_000_000), "2h07m");
+        assert_eq!(format_duration(Duration::from_millis(12)), "12.0ms");
+    }
 
     #[test]
     fn durations_parse_units_and_clock_forms() {
