@@ -24,6 +24,17 @@ use crate::results::{JobId, ResultRecord, TerminalState, Timestamp};
 /// enough that a pilot fed one task at a time never pays for it.
 const RELEASE_AFTER_RESULTS: u64 = 10_000;
 
+/// A task the core finished ([`saker_core::Event::TaskFinished`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FinishedTask {
+    pub task: TaskId,
+    pub job: JobId,
+    /// Its offset in its job (an array's index is looked up from it).
+    pub offset: u32,
+    pub state: TerminalState,
+    pub attempts: u32,
+}
+
 /// A `wait` request: answered once every task of `jobs` (of all jobs when `None`) has
 /// a durable result.
 #[derive(Debug)]
@@ -194,18 +205,22 @@ impl Results {
         self.note_attempt(task, note(end));
     }
 
-    /// Builds the result record of a task the core has just finished.
+    /// Builds the result record of a task the core has just finished, with what its
+    /// accepted attempt left (if one was).
     pub(super) fn finish_task(
         &mut self,
         ctx: &mut Ctx,
         submissions: &Submissions,
-        task: TaskId,
-        job: JobId,
-        offset: u32,
-        state: TerminalState,
-        attempts: u32,
-        detail: Option<Detail>,
+        finished: FinishedTask,
     ) {
+        let FinishedTask {
+            task,
+            job,
+            offset,
+            state,
+            attempts,
+        } = finished;
+        let detail = self.attempts.details.remove(&task);
         let Some(entry) = submissions.jobs.get(&job) else {
             return;
         };

@@ -249,17 +249,15 @@ impl RootState {
                 state,
                 attempts,
             } => {
-                let detail = self.results.attempts.details.remove(&task);
-                self.results.finish_task(
-                    &mut self.ctx,
-                    &self.submissions,
+                let finished = super::results::FinishedTask {
                     task,
                     job,
-                    index,
+                    offset: index,
                     state,
                     attempts,
-                    detail,
-                );
+                };
+                self.results
+                    .finish_task(&mut self.ctx, &self.submissions, finished);
             }
             Event::CancelAttempt { node, attempt } => {
                 if let Some(entry) = self.ctx.nodes.get(&node) {
