@@ -27,8 +27,8 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use saker_wire::messages::{
-    Assignment, AttemptId, GangLaunch, GangLaunchEnded, GangPart, Hpc, JobDef, Launcher, Mpi,
-    Outcome, Output, ProcessEnd, ResourceKind, Resources, ResultBody, Started, TaskResult,
+    Assignment, AttemptId, GangLaunch, GangLaunchEnded, GangPart, Hpc, JobDef, LauncherKind,
+    MpiKind, Outcome, Output, ProcessEnd, ResourceKind, Resources, ResultBody, Started, TaskResult,
 };
 
 use crate::board::{Board, NextAttempt, Running, Work, bind_launch};
@@ -109,8 +109,8 @@ fn layout(job: &JobDef, members: usize) -> Hpc {
         ranks: members as u32,
         ranks_per_node: 1,
         cores_per_rank: job.resources.core_count().max(1),
-        mpi: Mpi::None,
-        launcher: Launcher::Agents,
+        mpi: MpiKind::None,
+        launcher: LauncherKind::Agents,
     })
 }
 
@@ -153,15 +153,15 @@ impl Board {
         let leader = gang.member == 0;
         // With srun, Slurm starts every rank: the leader runs srun, the others hold
         // their cores for the ranks Slurm puts there.
-        let srun = hpc.launcher == Launcher::Srun;
+        let srun = hpc.launcher == LauncherKind::Srun;
         let processes: Vec<(u32, Launch)> = match hpc.mpi {
             _ if srun && leader => vec![(0, self.srun_launch(&job, &assignment, gang, &hpc))],
             _ if srun => Vec::new(),
-            Mpi::None => self.rank_launches(&job, &assignment, gang, &hpc),
-            Mpi::OpenMpi | Mpi::Mpich if leader => {
+            MpiKind::None => self.rank_launches(&job, &assignment, gang, &hpc),
+            MpiKind::Openmpi | MpiKind::Mpich if leader => {
                 vec![(0, self.launcher_launch(&job, &assignment, gang, &hpc))]
             }
-            Mpi::OpenMpi | Mpi::Mpich => Vec::new(),
+            MpiKind::Openmpi | MpiKind::Mpich => Vec::new(),
         };
         let live = processes.len() as u32;
         for (number, mut launch) in processes {
@@ -185,18 +185,18 @@ impl Board {
                 first: None,
                 failure: None,
                 cancelled: false,
-                ends_with_processes: (hpc.mpi == Mpi::None && !srun) || leader,
+                ends_with_processes: (hpc.mpi == MpiKind::None && !srun) || leader,
                 endpoint: None,
                 member: gang.member,
                 shared_machine: has_repeats(&gang.hosts),
-                mpi: hpc.mpi != Mpi::None || srun,
+                mpi: hpc.mpi != MpiKind::None || srun,
             },
         );
-        if live == 0 && hpc.mpi == Mpi::None && !srun {
+        if live == 0 && hpc.mpi == MpiKind::None && !srun {
             // No rank on this node (fewer ranks than nodes × ranks per node).
             self.complete_part(assignment.attempt);
         }
-        leader && hpc.mpi != Mpi::None && !srun
+        leader && hpc.mpi != MpiKind::None && !srun
     }
 
     /// The leader's `srun` step for the whole job, on the members' hosts (Slurm node
@@ -224,9 +224,9 @@ impl Board {
         // Debian's OpenMPI speaks PMIx only, its MPICH PMI-2.
         args.push(
             match hpc.mpi {
-                Mpi::OpenMpi => "--mpi=pmix",
-                Mpi::Mpich => "--mpi=pmi2",
-                Mpi::None => "--mpi=none",
+                MpiKind::Openmpi => "--mpi=pmix",
+                MpiKind::Mpich => "--mpi=pmi2",
+                MpiKind::None => "--mpi=none",
             }
             .into(),
         );
@@ -320,7 +320,7 @@ impl Board {
         let hosts: Vec<String> = (0..gang.nodes.len()).map(member_host).collect();
         let mut args: Vec<String> = Vec::new();
         match hpc.mpi {
-            Mpi::OpenMpi => {
+            MpiKind::Openmpi => {
                 args.push(chosen.unwrap_or_else(|| "mpirun.openmpi".into()));
                 let list: Vec<String> = hosts
                     .iter()
@@ -359,7 +359,7 @@ impl Board {
                     args.push("--allow-run-as-root".into());
                 }
             }
-            Mpi::Mpich => {
+            MpiKind::Mpich => {
                 args.push(chosen.unwrap_or_else(|| "mpiexec.mpich".into()));
                 args.extend(["-launcher".into(), "ssh".into(), "-launcher-exec".into()]);
                 args.push(shim.display().to_string());
@@ -367,7 +367,7 @@ impl Board {
                 args.push(hpc.ranks.to_string());
                 args.extend(["-ppn".into(), hpc.ranks_per_node.to_string()]);
             }
-            Mpi::None => {}
+            MpiKind::None => {}
         }
         let mut launch = wrap(user, &args, &self.spill_dir, assignment, self.node);
         launch.set_var(b"SAKER_GANG_SOCKET", socket.as_os_str().as_encoded_bytes());

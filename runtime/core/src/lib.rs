@@ -95,6 +95,7 @@
 mod config;
 mod error;
 mod horizon;
+mod hpc;
 mod ids;
 mod jobs;
 mod node;
@@ -111,6 +112,7 @@ pub use config::{
     Backoff, CoreConfig, Dependency, DependencyKind, JobSpec, Placement, Speculation,
 };
 pub use error::{AttemptError, CancelError, NodeError, RestoreError, SubmitError, UpdateError};
+pub use hpc::{LauncherKind, MpiKind, UnknownKind};
 pub use ids::{AttemptId, JobId, NodeId, TaskId, Time};
 pub use output::{
     Assignment, AttemptOutcome, CancelSummary, Counts, Dispatch, Disposition, EarlierAttempts,
@@ -122,6 +124,7 @@ pub use scheduler::{ConsistencyError, Core, MAX_PREFERRED_NODES};
 #[cfg(feature = "rkyv")]
 pub use {
     config::ArchivedPlacement,
+    hpc::{ArchivedLauncherKind, ArchivedMpiKind},
     ids::{ArchivedAttemptId, ArchivedJobId, ArchivedNodeId, ArchivedTaskId},
     resources::ArchivedResources,
 };

@@ -563,8 +563,6 @@ pub enum SpecError {
     ZeroNodes,
     #[error("node (run on one given node) and nodes = {nodes} (an HPC job) exclude each other")]
     NodeWithNodes { nodes: u32 },
-    #[error("unknown MPI {name:?}: use none, openmpi or mpich")]
-    UnknownMpi { name: String },
     #[error("{field} must be at least 1")]
     ZeroHpcField { field: &'static str },
     #[error(
@@ -577,8 +575,6 @@ pub enum SpecError {
     },
     #[error("a function task cannot be an HPC job (nodes, ranks, mpi)")]
     FunctionAsHpc,
-    #[error("unknown launcher {name:?}: use agents or srun")]
-    UnknownLauncher { name: String },
     #[error("invalid resource name {name:?}: use letters, digits, '_', '-' and '.', at most 64")]
     InvalidResourceName { name: String },
     #[error(

@@ -19,7 +19,8 @@ use std::sync::Arc;
 use rkyv::{Archive, Deserialize, Serialize};
 pub use saker_core::{
     ArchivedAttemptId, ArchivedJobId, ArchivedNodeId, ArchivedPlacement, ArchivedResources,
-    ArchivedTaskId, AttemptId, JobId, NodeId, Placement, ResourceKind, Resources, TaskId,
+    ArchivedTaskId, AttemptId, JobId, LauncherKind, MpiKind, NodeId, Placement, ResourceKind,
+    Resources, TaskId,
 };
 
 /// Bumped on any change to the schema or framing. Checked in the stream preamble
@@ -173,30 +174,8 @@ pub struct Hpc {
     pub ranks: u32,
     pub ranks_per_node: u32,
     pub cores_per_rank: u32,
-    pub mpi: Mpi,
-    pub launcher: Launcher,
-}
-
-/// Which MPI starts the ranks.
-#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[rkyv(derive(Debug))]
-pub enum Mpi {
-    /// No MPI: Saker starts every rank with a rendezvous environment.
-    None,
-    /// OpenMPI's `mpirun`, with Saker's agents as its remote shell.
-    OpenMpi,
-    /// MPICH's `mpiexec` (hydra), with Saker's agents as its remote shell.
-    Mpich,
-}
-
-/// What starts an MPI job's remote daemons.
-#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[rkyv(derive(Debug))]
-pub enum Launcher {
-    /// Saker's own agents, in the gang's slots.
-    Agents,
-    /// One `srun --overlap` step on the gang's nodes (inside Slurm).
-    Srun,
+    pub mpi: MpiKind,
+    pub launcher: LauncherKind,
 }
 
 /// A command an MPI launcher on a gang's leader wants run on a member.
@@ -609,8 +588,8 @@ const _: () = {
     assert!(align_of::<ArchivedOutput>() <= MAX);
     assert!(align_of::<ArchivedGangPart>() <= MAX);
     assert!(align_of::<ArchivedHpc>() <= MAX);
-    assert!(align_of::<ArchivedMpi>() <= MAX);
-    assert!(align_of::<ArchivedLauncher>() <= MAX);
+    assert!(align_of::<saker_core::ArchivedMpiKind>() <= MAX);
+    assert!(align_of::<saker_core::ArchivedLauncherKind>() <= MAX);
     assert!(align_of::<ArchivedGangLaunch>() <= MAX);
     assert!(align_of::<ArchivedGangLaunchEnded>() <= MAX);
     assert!(align_of::<ArchivedProcessEnd>() <= MAX);

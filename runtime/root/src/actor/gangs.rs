@@ -14,8 +14,8 @@ use std::collections::HashMap;
 
 use saker_core::{AttemptId, AttemptOutcome, NodeId, TaskId};
 use saker_wire::messages::{
-    Assignment, Dispatch, GangLaunch, GangLaunchEnded, GangPart, Mpi, Outcome, ProcessEnd,
-    ResultBody, TaskResult, ToAgent,
+    Assignment, Dispatch, GangLaunch, GangLaunchEnded, GangPart, LauncherKind, MpiKind, Outcome,
+    ProcessEnd, ResultBody, TaskResult, ToAgent,
 };
 
 use super::ctx::Ctx;
@@ -120,7 +120,7 @@ impl GangRuns {
                 parts: vec![None; count],
                 first_failure: None,
                 launched: def.hpc.is_some_and(|hpc| {
-                    hpc.mpi != Mpi::None || hpc.launcher == saker_wire::messages::Launcher::Srun
+                    hpc.mpi != MpiKind::None || hpc.launcher == LauncherKind::Srun
                 }),
                 ranks: def.hpc.map_or(0, |hpc| hpc.ranks),
                 stopped: false,

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use saker_core::{JobId, JobSpec, Placement, Resources, TaskId};
-use saker_wire::messages::{Command, EnvVar, Function, Hpc, JobDef, Launcher, Mpi, Payload};
+use saker_wire::messages::{Command, EnvVar, Function, Hpc, JobDef, Payload};
 
 use super::clients::{DEFAULT_INLINE_OUTPUT, error};
 use super::ctx::Ctx;
@@ -16,7 +16,7 @@ use crate::client::{
     ErrorKind, MAX_WAITED_RESULTS, RequestError, SubmitWait, SubmittedJob, SubmittedLines,
 };
 use crate::records::Record;
-use crate::spec::{JobLines, JobRequest, LauncherKind, MpiKind, plan};
+use crate::spec::{JobLines, JobRequest, plan};
 
 #[derive(Debug)]
 pub(super) struct Submissions {
@@ -381,15 +381,8 @@ pub(super) fn job_def(
         ranks: layout.ranks,
         ranks_per_node: layout.ranks_per_node,
         cores_per_rank: layout.cores_per_rank,
-        mpi: match layout.mpi {
-            MpiKind::None => Mpi::None,
-            MpiKind::Openmpi => Mpi::OpenMpi,
-            MpiKind::Mpich => Mpi::Mpich,
-        },
-        launcher: match layout.launcher {
-            LauncherKind::Agents => Launcher::Agents,
-            LauncherKind::Srun => Launcher::Srun,
-        },
+        mpi: layout.mpi,
+        launcher: layout.launcher,
     });
     JobDef {
         job,

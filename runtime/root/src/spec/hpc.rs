@@ -7,71 +7,9 @@
 //! (default: the spec's `cores`), so each node holds `ranks_per_node ×
 //! cores_per_rank` cores for the job, or all its cores with `exclusive`.
 
-use serde::{Deserialize, Serialize};
-
 use super::{SpecError, TaskSpec};
 
-/// Which MPI starts an HPC job's ranks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MpiKind {
-    /// Saker starts each rank itself, with a rendezvous environment.
-    None,
-    /// OpenMPI's `mpirun.openmpi`, with Saker's agents as its remote shell.
-    Openmpi,
-    /// MPICH's `mpiexec.mpich` (hydra), with Saker's agents as its remote shell.
-    Mpich,
-}
-
-impl MpiKind {
-    /// The name the CLI and JSON use.
-    pub fn name(self) -> &'static str {
-        match self {
-            MpiKind::None => "none",
-            MpiKind::Openmpi => "openmpi",
-            MpiKind::Mpich => "mpich",
-        }
-    }
-}
-
-impl std::str::FromStr for LauncherKind {
-    type Err = SpecError;
-
-    fn from_str(text: &str) -> Result<Self, SpecError> {
-        match text {
-            "agents" => Ok(LauncherKind::Agents),
-            "srun" => Ok(LauncherKind::Srun),
-            _ => Err(SpecError::UnknownLauncher {
-                name: text.to_owned(),
-            }),
-        }
-    }
-}
-
-impl std::str::FromStr for MpiKind {
-    type Err = SpecError;
-
-    fn from_str(text: &str) -> Result<Self, SpecError> {
-        match text {
-            "none" => Ok(MpiKind::None),
-            "openmpi" => Ok(MpiKind::Openmpi),
-            "mpich" => Ok(MpiKind::Mpich),
-            _ => Err(SpecError::UnknownMpi {
-                name: text.to_owned(),
-            }),
-        }
-    }
-}
-
-/// What starts an MPI job's remote daemons.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LauncherKind {
-    /// Saker's own agents, in the slots the job holds (the default).
-    Agents,
-    /// One `srun --overlap --exact` step on the job's nodes (inside Slurm).
-    Srun,
-}
+pub use saker_core::{LauncherKind, MpiKind};
 
 /// An HPC job's resolved layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,12 +155,7 @@ mod tests {
         hpc.launcher = Some(LauncherKind::Srun);
         hpc.nodes = 2;
         assert_eq!(hpc.layout().unwrap().unwrap().launcher, LauncherKind::Srun);
-        assert_eq!(
-            "mpich2".parse::<MpiKind>(),
-            Err(SpecError::UnknownMpi {
-                name: "mpich2".into()
-            })
-        );
+        assert!("mpich2".parse::<MpiKind>().is_err());
         let json = r#"{"argv": ["./ring"], "nodes": 2, "mpi": "lam"}"#;
         let error = serde_json::from_str::<TaskSpec>(json)
             .unwrap_err()

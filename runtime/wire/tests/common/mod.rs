@@ -11,9 +11,9 @@ use saker_wire::{
     ActorAnswer, ActorCall, ActorEvent, ActorFault, ActorReply, ActorSpawn, ActorStatus,
     Assignment, AttemptId, Command, Dispatch, EnvVar, Frame, FrameDecoder, FromAgent, Function,
     GangLaunch, GangLaunchEnded, GangPart, Hello, Hpc, ItemData, ItemRead, ItemWritten,
-    ItemsWritten, JobDef, JobId, Launcher, Mpi, NamedAmount, NodeId, Outcome, Output, Payload,
-    Placement, ProcessEnd, Report, Resources, ResultBody, Started, TaskId, TaskResult, ToAgent,
-    Welcome, WireError,
+    ItemsWritten, JobDef, JobId, LauncherKind, MpiKind, NamedAmount, NodeId, Outcome, Output,
+    Payload, Placement, ProcessEnd, Report, Resources, ResultBody, Started, TaskId, TaskResult,
+    ToAgent, Welcome, WireError,
 };
 
 pub fn rng(seed: u64) -> StdRng {
@@ -72,8 +72,8 @@ pub fn job_def(job: u32) -> JobDef {
             ranks: 2 * (job + 2) - 1,
             ranks_per_node: 2,
             cores_per_rank: 2,
-            mpi: [Mpi::None, Mpi::OpenMpi, Mpi::Mpich][job as usize % 3],
-            launcher: Launcher::Agents,
+            mpi: [MpiKind::None, MpiKind::Openmpi, MpiKind::Mpich][job as usize % 3],
+            launcher: LauncherKind::Agents,
         }),
         time_limit_ms: 3_600_000,
         inline_output_bytes: 4096,
