@@ -4,30 +4,20 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use saker_wire::messages::{Assignment, JobDef, Payload};
+use saker_wire::messages::{Assignment, INDEX_PLACEHOLDER, JobDef, Payload};
 
 use crate::process::{Launch, decimal};
 
-/// Replaces every `{index}` in `arg` with the array index; borrows when there is
-/// nothing to replace (all but one or two arguments, typically).
-pub fn expand_index(arg: &str, index: u32) -> std::borrow::Cow<'_, str> {
-    if arg.contains("{index}") {
-        std::borrow::Cow::Owned(arg.replace("{index}", &index.to_string()))
-    } else {
-        std::borrow::Cow::Borrowed(arg)
-    }
-}
-
-/// `arg` with every `{index}` replaced by `index`, as [`expand_index`] has it, as bytes
+/// `arg` with every `{index}` replaced by `index`, as
+/// [`saker_wire::messages::expand_index`] has it, as bytes
 /// with room for exactly one more: a C string's NUL, added in place.
 fn expand_index_bytes(arg: &str, index: u32) -> Vec<u8> {
-    const PLACEHOLDER: &str = "{index}";
     let mut digits = [0u8; 20];
     let digits = decimal(index.into(), &mut digits);
-    let count = arg.matches(PLACEHOLDER).count();
-    let len = arg.len() - count * PLACEHOLDER.len() + count * digits.len();
+    let count = arg.matches(INDEX_PLACEHOLDER).count();
+    let len = arg.len() - count * INDEX_PLACEHOLDER.len() + count * digits.len();
     let mut bytes = Vec::with_capacity(len + 1);
-    let mut pieces = arg.split(PLACEHOLDER);
+    let mut pieces = arg.split(INDEX_PLACEHOLDER);
     bytes.extend_from_slice(pieces.next().unwrap_or_default().as_bytes());
     for piece in pieces {
         bytes.extend_from_slice(digits);
@@ -162,7 +152,11 @@ mod tests {
         ] {
             for index in [0, 7, 42, u32::MAX] {
                 let bytes = expand_index_bytes(arg, index);
-                assert_eq!(bytes, expand_index(arg, index).as_bytes(), "{arg} {index}");
+                assert_eq!(
+                    bytes,
+                    saker_wire::messages::expand_index(arg, index).as_bytes(),
+                    "{arg} {index}"
+                );
                 assert_eq!(bytes.capacity(), bytes.len() + 1, "room for the NUL only");
             }
         }

@@ -530,7 +530,7 @@ impl JobRequest {
 
 /// Replaces every `{index}` in `arg` by `index`. Substitution happens on the agent;
 /// this is the agent's implementation, re-exported so the rule has one home.
-pub use saker_actors::launch::expand_index;
+pub use saker_wire::messages::expand_index;
 
 /// A task spec or array that cannot be accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

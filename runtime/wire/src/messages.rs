@@ -251,6 +251,20 @@ pub struct Function {
     pub data: Vec<u8>,
 }
 
+/// What stands for an array task's index in its command line and environment: the
+/// root, the CLI and the agents replace it alike.
+pub const INDEX_PLACEHOLDER: &str = "{index}";
+
+/// Replaces every [`INDEX_PLACEHOLDER`] in `arg` with `index`; borrows when there is
+/// nothing to replace (all but one or two arguments, typically).
+pub fn expand_index(arg: &str, index: u32) -> std::borrow::Cow<'_, str> {
+    if arg.contains(INDEX_PLACEHOLDER) {
+        std::borrow::Cow::Owned(arg.replace(INDEX_PLACEHOLDER, &index.to_string()))
+    } else {
+        std::borrow::Cow::Borrowed(arg)
+    }
+}
+
 /// A command line, run as a process of its own.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[rkyv(derive(Debug))]
