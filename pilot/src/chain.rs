@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use saker_slurm::{BatchRequest, JobId};
+use saker_slurm::{BatchRequest, SlurmJobId};
 
 use crate::cli::RunArgs;
 
@@ -13,7 +13,7 @@ pub const CHAIN_INDEX_VARIABLE: &str = "SAKER_CHAIN_INDEX";
 
 /// Submits `script` as the continuation of the current Slurm job. Returns the new
 /// job id, or `None` when the chain is already `--max-chain` long.
-pub fn submit_continuation(script: &Path, args: &RunArgs) -> Result<Option<JobId>> {
+pub fn submit_continuation(script: &Path, args: &RunArgs) -> Result<Option<SlurmJobId>> {
     let index: u32 = std::env::var(CHAIN_INDEX_VARIABLE)
         .ok()
         .and_then(|v| v.parse().ok())

@@ -3,7 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::JobId;
+use crate::SlurmJobId;
 use crate::hostlist::HostlistSyntaxError;
 
 /// Everything that can go wrong talking to Slurm.
@@ -37,11 +37,11 @@ pub enum SlurmError {
 
     /// Slurm does not know the job (never existed, or purged after `MinJobAge`).
     #[error("slurm does not know job {job_id}")]
-    UnknownJob { job_id: JobId },
+    UnknownJob { job_id: SlurmJobId },
 
     /// The job has already finished, so it cannot be signalled.
     #[error("job {job_id} has already finished")]
-    JobFinished { job_id: JobId },
+    JobFinished { job_id: SlurmJobId },
 
     /// The pure-Rust parser rejected a hostlist expression.
     #[error("invalid hostlist expression {expression:?}")]

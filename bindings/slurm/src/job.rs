@@ -8,28 +8,29 @@ use std::time::{Duration, SystemTime};
 use crate::error::{EnvValueError, SlurmError};
 use crate::hostlist::{self, MAX_HOSTS};
 
-/// A Slurm job id (`SLURM_JOB_ID`, `sbatch --parsable`).
+/// A Slurm job id (`SLURM_JOB_ID`, `sbatch --parsable`): a batch allocation, not a
+/// pilot's job (`saker_core::JobId`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct JobId(pub u32);
+pub struct SlurmJobId(pub u32);
 
-impl fmt::Display for JobId {
+impl fmt::Display for SlurmJobId {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(formatter)
     }
 }
 
-impl FromStr for JobId {
+impl FromStr for SlurmJobId {
     type Err = std::num::ParseIntError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        text.trim().parse().map(JobId)
+        text.trim().parse().map(SlurmJobId)
     }
 }
 
 /// One job as Slurm describes it; what a pilot needs to span and outlive nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobInfo {
-    pub job_id: JobId,
+    pub job_id: SlurmJobId,
     /// The job's name (`--job-name`); empty if unknown.
     pub name: String,
     /// The partition it runs in; empty if unknown.
@@ -63,7 +64,7 @@ pub struct JobInfo {
 /// Errors: [`SlurmError::UnknownJob`], [`SlurmError::Unavailable`] without libslurm,
 /// [`SlurmError::NoConfig`] (instead of libslurm ending the process),
 /// [`SlurmError::Call`] when the controller cannot be reached.
-pub fn job_info(job_id: JobId) -> Result<JobInfo, SlurmError> {
+pub fn job_info(job_id: SlurmJobId) -> Result<JobInfo, SlurmError> {
     #[cfg(saker_slurm)]
     {
         crate::libslurm::load_job(job_id)
@@ -162,9 +163,9 @@ impl JobInfo {
     }
 }
 
-fn job_id_from(variable: &impl Fn(&str) -> Option<String>) -> Result<JobId, SlurmError> {
+fn job_id_from(variable: &impl Fn(&str) -> Option<String>) -> Result<SlurmJobId, SlurmError> {
     let value = variable("SLURM_JOB_ID").ok_or(SlurmError::NotInJob)?;
-    parse_number("SLURM_JOB_ID", &value).map(JobId)
+    parse_number("SLURM_JOB_ID", &value).map(SlurmJobId)
 }
 
 fn parse_number(variable: &'static str, value: &str) -> Result<u32, SlurmError> {
@@ -309,7 +310,7 @@ mod tests {
         assert_eq!(
             info,
             JobInfo {
-                job_id: JobId(22),
+                job_id: SlurmJobId(22),
                 name: "pilot".into(),
                 partition: "debug".into(),
                 state: "RUNNING".into(),
@@ -389,8 +390,8 @@ mod tests {
 
     #[test]
     fn job_id_parses_and_prints() {
-        assert_eq!(" 123\n".parse::<JobId>(), Ok(JobId(123)));
-        assert!("12a".parse::<JobId>().is_err());
-        assert_eq!(JobId(42).to_string(), "42");
+        assert_eq!(" 123\n".parse::<SlurmJobId>(), Ok(SlurmJobId(123)));
+        assert!("12a".parse::<SlurmJobId>().is_err());
+        assert_eq!(SlurmJobId(42).to_string(), "42");
     }
 }

@@ -37,7 +37,7 @@ mod submit;
 
 pub use error::{EnvValueError, SlurmErrno, SlurmError};
 pub use hostlist::{HostlistSyntaxError, expand_hostlist, expand_hostlist_fallback};
-pub use job::{JobId, JobInfo, current_job, job_info, user_jobs};
+pub use job::{JobInfo, SlurmJobId, current_job, job_info, user_jobs};
 pub use submit::{BatchRequest, cancel, submit_batch};
 
 /// `true` if this build links libslurm (Slurm's headers were found when

@@ -19,7 +19,7 @@ use saker_slurm_sys as sys;
 
 use crate::config::{self, ConfigSource};
 use crate::error::{SlurmErrno, SlurmError};
-use crate::{BatchRequest, JobId, JobInfo};
+use crate::{BatchRequest, JobInfo, SlurmJobId};
 
 /// Calls `slurm_init` once per process, with the configuration [`config`] found, so
 /// that libslurm never reaches its `fatal()` for a missing configuration.
@@ -158,7 +158,7 @@ impl Drop for JobInfoMessage {
     }
 }
 
-pub(crate) fn load_job(job_id: JobId) -> Result<JobInfo, SlurmError> {
+pub(crate) fn load_job(job_id: SlurmJobId) -> Result<JobInfo, SlurmError> {
     ensure_initialized()?;
     let mut message: *mut sys::job_info_msg_t = ptr::null_mut();
     // SHOW_DETAIL asks for job_resrcs (CPUs per node); SHOW_ALL includes hidden
@@ -238,7 +238,7 @@ fn job_info_from(record: &sys::slurm_job_info_t) -> Result<JobInfo, SlurmError> 
     let state = unsafe { optional_string(sys::slurm_job_state_string(record.job_state)) }
         .unwrap_or_default();
     Ok(JobInfo {
-        job_id: JobId(record.job_id),
+        job_id: SlurmJobId(record.job_id),
         // SAFETY: see above.
         name: unsafe { optional_string(record.name) }.unwrap_or_default(),
         // SAFETY: see above.
@@ -289,7 +289,7 @@ impl Drop for SubmitResponse {
     }
 }
 
-pub(crate) fn submit_batch(request: &BatchRequest) -> Result<JobId, SlurmError> {
+pub(crate) fn submit_batch(request: &BatchRequest) -> Result<SlurmJobId, SlurmError> {
     // Everything the descriptor points to lives in these locals until the call returns.
     let script = c_string(&request.script, "script")?;
     let name = optional_c_string(request.name.as_ref(), "name")?;
@@ -399,12 +399,12 @@ pub(crate) fn submit_batch(request: &BatchRequest) -> Result<JobId, SlurmError> 
     }
     let response = SubmitResponse(response);
     // SAFETY: a non-NULL response from a successful call, alive until `response` drops.
-    Ok(JobId(unsafe { (*response.0).job_id }))
+    Ok(SlurmJobId(unsafe { (*response.0).job_id }))
 }
 
 // ------------------------------------------------------------------ cancel
 
-pub(crate) fn kill_job(job_id: JobId, signal: Option<u16>) -> Result<(), SlurmError> {
+pub(crate) fn kill_job(job_id: SlurmJobId, signal: Option<u16>) -> Result<(), SlurmError> {
     ensure_initialized()?;
     // SIGKILL with no flags is scancel's cancel (the job ends CANCELLED); any other
     // signal goes to the batch script and every step (scancel --full).

@@ -3,7 +3,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use crate::JobId;
+use crate::SlurmJobId;
 use crate::error::SlurmError;
 
 /// A batch job to submit; the fields map to `sbatch` options. Start from
@@ -174,7 +174,7 @@ const NO_VAL: u32 = 0xffff_fffe;
 /// Errors: [`SlurmError::InvalidRequest`] (checked before any call),
 /// [`SlurmError::InteriorNul`], [`SlurmError::Unavailable`], [`SlurmError::NoConfig`],
 /// and [`SlurmError::Call`] with Slurm's reason when the controller refuses the job.
-pub fn submit_batch(request: &BatchRequest) -> Result<JobId, SlurmError> {
+pub fn submit_batch(request: &BatchRequest) -> Result<SlurmJobId, SlurmError> {
     request.validate()?;
     #[cfg(saker_slurm)]
     {
@@ -193,7 +193,7 @@ pub fn submit_batch(request: &BatchRequest) -> Result<JobId, SlurmError> {
 /// Errors: [`SlurmError::UnknownJob`], [`SlurmError::JobFinished`],
 /// [`SlurmError::InvalidRequest`] for a signal outside `1..=65535`,
 /// [`SlurmError::Unavailable`], [`SlurmError::NoConfig`], [`SlurmError::Call`].
-pub fn cancel(job_id: JobId, signal: Option<i32>) -> Result<(), SlurmError> {
+pub fn cancel(job_id: SlurmJobId, signal: Option<i32>) -> Result<(), SlurmError> {
     let signal = match signal {
         None => None,
         Some(number) => Some(u16::try_from(number).ok().filter(|&n| n > 0).ok_or(
@@ -325,7 +325,7 @@ mod tests {
         for signal in [0, -9, 65_536] {
             assert!(
                 matches!(
-                    cancel(JobId(1), Some(signal)),
+                    cancel(SlurmJobId(1), Some(signal)),
                     Err(SlurmError::InvalidRequest {
                         field: "signal",
                         ..

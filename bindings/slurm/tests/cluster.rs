@@ -18,8 +18,8 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use saker_slurm::{
-    BatchRequest, JobId, JobInfo, SlurmError, cancel, expand_hostlist, expand_hostlist_fallback,
-    job_info, submit_batch, user_jobs,
+    BatchRequest, JobInfo, SlurmError, SlurmJobId, cancel, expand_hostlist,
+    expand_hostlist_fallback, job_info, submit_batch, user_jobs,
 };
 
 const SKIP_CLUSTER: &str = "skipped: no Slurm cluster (start scripts/slurm-cluster/up.sh)";
@@ -80,7 +80,7 @@ fn scontrol_hostnames(expression: &str) -> Vec<String> {
 }
 
 /// `scontrol show job -o ID` as a map (`-o`: one line of `Key=Value` fields).
-fn scontrol_job(job_id: JobId) -> HashMap<String, String> {
+fn scontrol_job(job_id: SlurmJobId) -> HashMap<String, String> {
     run("scontrol", &["show", "job", "-o", &job_id.to_string()])
         .split_whitespace()
         .filter_map(|field| field.split_once('='))
@@ -147,7 +147,7 @@ impl Drop for Scratch {
 }
 
 /// A submitted job, cancelled on drop so that a failed test frees its nodes.
-struct Job(JobId);
+struct Job(SlurmJobId);
 
 impl Drop for Job {
     fn drop(&mut self) {
@@ -170,7 +170,7 @@ fn submit(request: &BatchRequest) -> Job {
 }
 
 /// Polls `job_info` until `done` holds (or panics after [`WAIT`]).
-fn wait_for(job_id: JobId, what: &str, done: impl Fn(&JobInfo) -> bool) -> JobInfo {
+fn wait_for(job_id: SlurmJobId, what: &str, done: impl Fn(&JobInfo) -> bool) -> JobInfo {
     let deadline = Instant::now() + WAIT;
     loop {
         let info = job_info(job_id).unwrap_or_else(|error| panic!("job_info: {error:?}"));
@@ -348,8 +348,11 @@ fn missing_configuration_is_an_error_not_an_exit() {
     }
     if std::env::var_os("SAKER_SLURM_TEST_NO_CONFIG").is_some() {
         // The child: no configuration anywhere.
-        assert!(matches!(job_info(JobId(1)), Err(SlurmError::NoConfig)));
-        assert!(matches!(cancel(JobId(1), None), Err(SlurmError::NoConfig)));
+        assert!(matches!(job_info(SlurmJobId(1)), Err(SlurmError::NoConfig)));
+        assert!(matches!(
+            cancel(SlurmJobId(1), None),
+            Err(SlurmError::NoConfig)
+        ));
         let request = BatchRequest::new("#!/bin/sh\ntrue\n", 1);
         assert!(matches!(submit_batch(&request), Err(SlurmError::NoConfig)));
         println!("child survived");
@@ -455,7 +458,7 @@ fn unknown_job_is_reported_as_such() {
         return;
     }
     // Far above Slurm's default MaxJobId (67,043,328): never a real job here.
-    let job_id = JobId(999_999_999);
+    let job_id = SlurmJobId(999_999_999);
     assert!(matches!(job_info(job_id), Err(SlurmError::UnknownJob { job_id: id }) if id == job_id));
     assert!(
         matches!(cancel(job_id, None), Err(SlurmError::UnknownJob { job_id: id }) if id == job_id)

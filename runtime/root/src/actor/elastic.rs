@@ -196,8 +196,8 @@ impl Elastic {
     /// of this pilot. Allocation numbers they took are not given out again.
     fn strays(
         &mut self,
-        found: &[(saker_slurm::JobId, String, String)],
-    ) -> Vec<saker_slurm::JobId> {
+        found: &[(saker_slurm::SlurmJobId, String, String)],
+    ) -> Vec<saker_slurm::SlurmJobId> {
         let prefix = self.name_prefix();
         let mut strays = Vec::new();
         for (job, name, state) in found {
@@ -348,7 +348,7 @@ impl Elastic {
                         a.ending_since = Some(now);
                         a.reason = reason;
                         if let Some(job) = a.job {
-                            work.cancels.push(saker_slurm::JobId(job));
+                            work.cancels.push(saker_slurm::SlurmJobId(job));
                         }
                     }
                 }
@@ -375,13 +375,13 @@ impl Elastic {
                 now.as_micros().saturating_sub(since.as_micros()) > LINGER.as_micros() as u64
             });
             if let (Some(job), true) = (a.job, lingering) {
-                work.cancels.push(saker_slurm::JobId(job));
+                work.cancels.push(saker_slurm::SlurmJobId(job));
                 a.ending_since = Some(now);
             }
             if let (Some(job), Phase::Pending | Phase::Running | Phase::Draining | Phase::Ending) =
                 (a.job, a.phase)
             {
-                work.queries.push((a.id, saker_slurm::JobId(job)));
+                work.queries.push((a.id, saker_slurm::SlurmJobId(job)));
             }
         }
         records.extend(self.finished_records(unix_now));
@@ -565,7 +565,7 @@ impl Elastic {
             if matches!(a.phase, Phase::Submitting | Phase::Pending)
                 && let Some(job) = a.job
             {
-                jobs.push(saker_slurm::JobId(job));
+                jobs.push(saker_slurm::SlurmJobId(job));
                 a.phase = Phase::Ending;
                 a.reason = "the pilot is shutting down".into();
             }

@@ -77,9 +77,9 @@ pub struct BatchSubmit {
 #[derive(Debug, Clone, Default)]
 pub struct BatchWork {
     pub submits: Vec<BatchSubmit>,
-    pub cancels: Vec<saker_slurm::JobId>,
+    pub cancels: Vec<saker_slurm::SlurmJobId>,
     /// (allocation, job) whose state to read.
-    pub queries: Vec<(u64, saker_slurm::JobId)>,
+    pub queries: Vec<(u64, saker_slurm::SlurmJobId)>,
     /// List this user's jobs whose names start with this (a resumed pilot's own).
     pub find_named: Option<String>,
 }
@@ -91,10 +91,10 @@ pub type JobState = Result<(String, Option<u64>), String>;
 /// not), each queried job's state.
 #[derive(Debug, Clone, Default)]
 pub struct BatchOutcome {
-    pub submitted: Vec<(u64, Result<saker_slurm::JobId, String>)>,
+    pub submitted: Vec<(u64, Result<saker_slurm::SlurmJobId, String>)>,
     pub states: Vec<(u64, JobState)>,
     /// For [`BatchWork::find_named`]: (job, name, state word) of each job found.
-    pub found: Vec<(saker_slurm::JobId, String, String)>,
+    pub found: Vec<(saker_slurm::SlurmJobId, String, String)>,
 }
 
 /// The root's one source of time.

@@ -113,8 +113,8 @@ async fn it_asks_for_allocations_releases_the_idle_one_and_cancels_the_unneeded(
     );
     h.handle(RootMsg::Batch(BatchOutcome {
         submitted: vec![
-            (0, Ok(saker_slurm::JobId(500))),
-            (1, Ok(saker_slurm::JobId(501))),
+            (0, Ok(saker_slurm::SlurmJobId(500))),
+            (1, Ok(saker_slurm::SlurmJobId(501))),
         ],
         states: Vec::new(),
         ..BatchOutcome::default()
@@ -130,7 +130,7 @@ async fn it_asks_for_allocations_releases_the_idle_one_and_cancels_the_unneeded(
     // Nothing queued: the pending allocation is cancelled; the running one is idle.
     let work = h.round();
     assert!(work.submits.is_empty(), "{work:?}");
-    assert_eq!(work.cancels, [saker_slurm::JobId(501)]);
+    assert_eq!(work.cancels, [saker_slurm::SlurmJobId(501)]);
     assert_eq!(work.queries.len(), 2);
     h.handle(RootMsg::Batch(BatchOutcome {
         submitted: Vec::new(),
@@ -174,7 +174,7 @@ async fn a_refused_submission_ends_the_allocation_with_the_reason() {
     h.handle(RootMsg::Batch(BatchOutcome {
         submitted: vec![
             (0, Err("invalid partition".into())),
-            (1, Ok(saker_slurm::JobId(7))),
+            (1, Ok(saker_slurm::SlurmJobId(7))),
         ],
         states: Vec::new(),
         ..BatchOutcome::default()
@@ -229,7 +229,7 @@ async fn a_resumed_root_adopts_its_allocations_instead_of_asking_again() {
     assert!(work.submits.is_empty());
     h.handle(RootMsg::Batch(BatchOutcome {
         found: vec![(
-            saker_slurm::JobId(900),
+            saker_slurm::SlurmJobId(900),
             "saker-test-4".into(),
             "RUNNING".into(),
         )],
@@ -245,7 +245,7 @@ async fn a_resumed_root_adopts_its_allocations_instead_of_asking_again() {
         work.submits[0].request.name.as_deref(),
         Some("saker-test-5")
     );
-    assert!(work.queries.contains(&(4, saker_slurm::JobId(900))));
+    assert!(work.queries.contains(&(4, saker_slurm::SlurmJobId(900))));
 }
 
 #[tokio::test]
@@ -335,7 +335,11 @@ async fn a_resumed_root_cancels_jobs_of_its_own_the_journal_does_not_know() {
     let work = h.round();
     assert_eq!(work.find_named.as_deref(), Some("saker-test-"));
     let found = |job: u32, name: &str, state: &str| {
-        (saker_slurm::JobId(job), name.to_owned(), state.to_owned())
+        (
+            saker_slurm::SlurmJobId(job),
+            name.to_owned(),
+            state.to_owned(),
+        )
     };
     h.handle(RootMsg::Batch(BatchOutcome {
         found: vec![
@@ -352,7 +356,7 @@ async fn a_resumed_root_cancels_jobs_of_its_own_the_journal_does_not_know() {
     let cancels = h.port.with(|r| r.batches.pop()).expect("strays cancelled");
     assert_eq!(
         cancels.cancels,
-        [saker_slurm::JobId(901), saker_slurm::JobId(902)]
+        [saker_slurm::SlurmJobId(901), saker_slurm::SlurmJobId(902)]
     );
     // Allocation numbers seen in Slurm are not given out again.
     let _submitted = h.submit(vec![array(&["true"], "1-4")]);
@@ -374,8 +378,8 @@ async fn an_allocation_close_to_its_end_takes_no_new_work_and_is_let_go_once_don
     assert_eq!(work.submits.len(), 2, "{work:?}");
     h.handle(RootMsg::Batch(BatchOutcome {
         submitted: vec![
-            (0, Ok(saker_slurm::JobId(500))),
-            (1, Ok(saker_slurm::JobId(501))),
+            (0, Ok(saker_slurm::SlurmJobId(500))),
+            (1, Ok(saker_slurm::SlurmJobId(501))),
         ],
         ..BatchOutcome::default()
     }));
