@@ -4,7 +4,7 @@
 //! small task of its own (history first, then live results from an unbounded
 //! channel the root pushes to), so a slow reader slows only itself.
 
-use super::port::AfterJournal;
+use super::journal::AfterJournal;
 use super::state::RootState;
 use crate::client::{
     CancelReport, ClientRequest, ErrorKind, Reply, RequestError, SubmitReply, SubmitWait,

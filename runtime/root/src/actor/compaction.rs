@@ -71,17 +71,17 @@ impl Compaction {
     fn set(&mut self, ctx: &Ctx, policy: CompactionPolicy) {
         self.keep = policy.keep;
         self.every_segments = policy.every_segments;
-        self.next_at = ctx.port.journal_segments() + policy.every_segments;
+        self.next_at = ctx.journal.segments() + policy.every_segments;
     }
 
     /// Starts a compaction if one is due.
     pub(super) fn maybe_compact(&mut self, ctx: &mut Ctx) {
-        if self.every_segments == 0 || self.running || ctx.port.journal_segments() < self.next_at {
+        if self.every_segments == 0 || self.running || ctx.journal.segments() < self.next_at {
             return;
         }
         self.running = true;
         let now = ctx.clock.unix_micros();
-        ctx.port.compact(self.keep, now);
+        ctx.journal.compact(self.keep, now);
     }
 
     /// A compaction ended: the index follows the results to the base segment, then
@@ -93,7 +93,7 @@ impl Compaction {
         outcome: Result<CompactionDone, String>,
     ) {
         self.running = false;
-        self.next_at = ctx.port.journal_segments() + self.every_segments.max(1);
+        self.next_at = ctx.journal.segments() + self.every_segments.max(1);
         let done = match outcome {
             Ok(done) => done,
             Err(error) => {
@@ -130,7 +130,7 @@ impl Compaction {
             return;
         }
         retire.clear();
-        ctx.port.retire_superseded();
+        ctx.journal.retire_superseded();
     }
 }
 

@@ -12,7 +12,8 @@ use saker_core::{Core, JobId, NodeId, Time};
 use saker_wire::messages::ToAgent;
 
 use super::RootMsg;
-use super::port::{AfterJournal, Clock, Port};
+use super::journal::{AfterJournal, Journal};
+use super::port::{Clock, Port};
 use crate::records::Record;
 use crate::results::Timestamp;
 
@@ -21,6 +22,7 @@ use crate::results::Timestamp;
 pub(crate) struct Ctx {
     pub core: Core,
     pub port: Box<dyn Port>,
+    pub journal: Box<dyn Journal>,
     pub clock: Box<dyn Clock>,
     /// Every live node, by id.
     pub nodes: HashMap<NodeId, NodeEntry>,
@@ -80,10 +82,10 @@ impl Ctx {
         self.port.send(link, node, message);
     }
 
-    /// Appends `records` to the journal (see [`Port::append`]); what it finished at
+    /// Appends `records` to the journal (see [`Journal::append`]); what it finished at
     /// once is handled before this turn ends.
     pub(super) fn append(&mut self, records: Vec<Record>, after: AfterJournal) {
-        if let Some(message) = self.port.append(records, after) {
+        if let Some(message) = self.journal.append(records, after) {
             debug_assert!(self.written_now.is_none(), "one inline append a turn");
             self.written_now = Some(message);
         }

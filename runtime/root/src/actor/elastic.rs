@@ -387,7 +387,7 @@ impl Elastic {
         records.extend(self.finished_records(unix_now));
         self.busy = true;
         if !records.is_empty() {
-            ctx.port.append(records, super::port::AfterJournal::Nothing);
+            ctx.append(records, super::journal::AfterJournal::Nothing);
         }
         ctx.port.batch(work);
         for range in releasing {
@@ -462,7 +462,7 @@ impl Elastic {
         }
         records.extend(self.finished_records(unix_now));
         if !records.is_empty() {
-            ctx.port.append(records, super::port::AfterJournal::Nothing);
+            ctx.append(records, super::journal::AfterJournal::Nothing);
         }
         if ctx.pilot.shutting_down {
             // Submitted while the pilot began shutting down: not wanted any more.

@@ -213,7 +213,7 @@ impl Results {
             rx
         });
         let history = start.map(|start| History {
-            source: ctx.port.results(),
+            source: ctx.journal.results(),
             start,
             from,
             last,
@@ -248,7 +248,7 @@ impl Results {
             let _ = reply.send(Err(RequestError::new(ErrorKind::NoResult, message)));
             return;
         };
-        let source = ctx.port.results();
+        let source = ctx.journal.results();
         let reading = Arc::clone(&self.log.readers);
         tokio::task::spawn_blocking(move || {
             let _reading = reading;

@@ -173,7 +173,7 @@ impl ItemTable {
             }
         }
         if !records.is_empty() {
-            ctx.port.append(records, super::port::AfterJournal::Nothing);
+            ctx.append(records, super::journal::AfterJournal::Nothing);
         }
     }
 

@@ -16,6 +16,7 @@ mod gangs;
 mod history;
 mod items;
 mod jobs;
+mod journal;
 mod placed;
 mod port;
 mod rates;
@@ -38,9 +39,8 @@ use std::sync::Arc;
 
 pub use compaction::{CompactionDone, CompactionPolicy, run_compaction};
 pub use elastic::ElasticConfig;
-pub use port::{
-    ActorPort, AfterJournal, BatchOutcome, BatchSubmit, BatchWork, Clock, Port, SystemClock, Wake,
-};
+pub use journal::{ActorJournal, AfterJournal, Journal};
+pub use port::{ActorPort, BatchOutcome, BatchSubmit, BatchWork, Clock, Port, SystemClock, Wake};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 pub use resources::TooManyKinds;
 pub use restore::{RestoreError, RestoreSummary};
@@ -251,7 +251,8 @@ impl Actor for Root {
         let records = std::mem::take(&mut args.restore);
         let restored = args.restored.take();
         let deadline = args.deadline_unix_us;
-        let port = ActorPort::new(myself, args.journal, args.shutdown);
+        let journal = ActorJournal::new(myself.clone(), args.journal);
+        let port = ActorPort::new(myself, args.shutdown);
         let state_args = StateArgs {
             pilot_id: args.pilot_id,
             core: args.core,
@@ -259,7 +260,12 @@ impl Actor for Root {
             expected_node: args.expected_node,
             allocation: args.allocation,
         };
-        let mut state = RootState::new(state_args, Box::new(port), Box::new(SystemClock::new()));
+        let mut state = RootState::new(
+            state_args,
+            Box::new(port),
+            Box::new(journal),
+            Box::new(SystemClock::new()),
+        );
         if let Some(elastic) = args.elastic.take() {
             state.set_elastic(elastic);
         }

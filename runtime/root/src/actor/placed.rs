@@ -19,7 +19,7 @@ use saker_wire::messages::{
 };
 
 use super::ctx::Ctx;
-use super::port::AfterJournal;
+use super::journal::AfterJournal;
 use crate::client::actors::{
     ActorCallReply, ActorPlacement, ActorSpawnReply, ActorSpawnRequest, ActorStopReply,
 };

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::ctx::Ctx;
 use super::jobs::JobEntry;
-use super::port::AfterJournal;
+use super::journal::AfterJournal;
 use super::rates::{MinuteRate, RateWindow};
 use super::submissions::Submissions;
 use crate::attempts::{AttemptEnd, AttemptNote};

@@ -24,7 +24,7 @@ use saker_core::JobId;
 
 use super::ctx::Ctx;
 use super::items::ItemTable;
-use super::port::AfterJournal;
+use super::journal::AfterJournal;
 use super::submissions::Submissions;
 use crate::records::Record;
 use crate::results::Timestamp;

@@ -7,6 +7,7 @@ use saker_core::{Core, Event, JobId};
 use saker_wire::messages::{Assignment, Dispatch, FRAME_DATA_BUDGET, ToAgent};
 
 use super::jobs::JobTable;
+use super::journal::Journal;
 use super::port::{Clock, Port, Wake};
 use super::resources::ResourceNames;
 use saker_actors::resources::NodeResources;
@@ -53,7 +54,12 @@ pub struct StateArgs {
 }
 
 impl RootState {
-    pub fn new(args: StateArgs, port: Box<dyn Port>, clock: Box<dyn Clock>) -> Self {
+    pub fn new(
+        args: StateArgs,
+        port: Box<dyn Port>,
+        journal: Box<dyn Journal>,
+        clock: Box<dyn Clock>,
+    ) -> Self {
         // The names the pilot's nodes offer take the first custom kinds, in the order
         // given: the same numbers every time the pilot starts or resumes.
         let mut resource_names = ResourceNames::default();
@@ -64,6 +70,7 @@ impl RootState {
             ctx: super::ctx::Ctx {
                 core: Core::new(args.core),
                 port,
+                journal,
                 clock,
                 nodes: HashMap::new(),
                 links: HashMap::new(),
@@ -288,6 +295,6 @@ impl RootState {
     }
 
     pub(super) fn close_journal(&mut self) {
-        self.ctx.port.close_journal();
+        self.ctx.journal.close();
     }
 }

@@ -13,7 +13,8 @@ use saker_wire::messages::{
 };
 use tokio::sync::oneshot;
 
-use super::port::{AfterJournal, Clock, Port, Wake};
+use super::journal::{AfterJournal, Journal};
+use super::port::{Clock, Port, Wake};
 use super::state::{RootState, StateArgs};
 use super::{RootMsg, Turn};
 use crate::client::{ClientRequest, StatusReport, SubmitReply, WaitReport};
@@ -48,7 +49,7 @@ struct Recorded {
     /// Every record made durable, by its (made-up) position: what the journal holds.
     durable: Arc<MemoryJournal>,
     /// Appends are durable at once, as a journal that does not sync and waits for
-    /// nothing makes them ([`Port::append`]'s inline case).
+    /// nothing makes them ([`Journal::append`]'s inline case).
     inline_journal: bool,
 }
 
@@ -140,6 +141,25 @@ impl Port for TestPort {
         self.with(|r| r.sent.push((frame.route, decoded)));
     }
 
+    fn wake_after(&mut self, delay: Duration, wake: Wake) {
+        self.with(|r| r.wakes.push((delay, wake)));
+    }
+
+    fn shutdown_requested(&mut self) {
+        self.with(|r| r.shutdown_requested = true);
+    }
+
+    fn release_memory(&mut self) {
+        self.with(|r| r.memory_releases += 1);
+    }
+
+    fn batch(&mut self, work: super::port::BatchWork) {
+        self.with(|r| r.batches.push(work));
+    }
+}
+
+/// The test port is the journal too: what it appends is recorded beside the frames.
+impl Journal for TestPort {
     fn append(&mut self, records: Vec<Record>, after: AfterJournal) -> Option<RootMsg> {
         let decoded: Vec<Record> = records
             .iter()
@@ -157,24 +177,8 @@ impl Port for TestPort {
         None
     }
 
-    fn wake_after(&mut self, delay: Duration, wake: Wake) {
-        self.with(|r| r.wakes.push((delay, wake)));
-    }
-
-    fn shutdown_requested(&mut self) {
-        self.with(|r| r.shutdown_requested = true);
-    }
-
-    fn close_journal(&mut self) {
+    fn close(&mut self) {
         self.with(|r| r.journal_closed = true);
-    }
-
-    fn release_memory(&mut self) {
-        self.with(|r| r.memory_releases += 1);
-    }
-
-    fn batch(&mut self, work: super::port::BatchWork) {
-        self.with(|r| r.batches.push(work));
     }
 
     fn results(&self) -> Arc<dyn super::history::ResultSource> {
@@ -235,7 +239,12 @@ impl Harness {
             max_nodes: Some(4),
             expected_node: None,
         };
-        let root = RootState::new(args, Box::new(port.clone()), Box::new(clock.clone()));
+        let root = RootState::new(
+            args,
+            Box::new(port.clone()),
+            Box::new(port.clone()),
+            Box::new(clock.clone()),
+        );
         Harness {
             root,
             port,

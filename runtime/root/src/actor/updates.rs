@@ -17,7 +17,7 @@ use saker_wire::messages::{Dispatch, JobDef, ToAgent};
 
 use super::clients::error;
 use super::ctx::Ctx;
-use super::port::AfterJournal;
+use super::journal::AfterJournal;
 use super::submissions::Submissions;
 use super::submissions::{limit_micros, limit_ms};
 use crate::client::{ErrorKind, JobUpdate, Reply, UpdateReport};
@@ -62,8 +62,7 @@ impl Submissions {
         let report = UpdateReport {
             updated: records.len() as u64,
         };
-        ctx.port
-            .append(records, AfterJournal::Updated { reply, report });
+        ctx.append(records, AfterJournal::Updated { reply, report });
     }
 
     /// Applies `update` to job `job` in the core and in its definition.
