@@ -15,7 +15,8 @@ use std::pin::Pin;
 
 use rkyv::rancor;
 use rkyv::util::AlignedVec;
-use saker_root::client::actors::{ActorPlacement, ActorRestart, ActorSpawnRequest};
+pub use saker_root::client::actors::{ActorId, ActorPlacement as Placement};
+use saker_root::client::actors::{ActorRestart, ActorSpawnRequest};
 use saker_wire::messages::MAX_FUNCTION_BYTES;
 
 use crate::context;
@@ -81,31 +82,7 @@ pub(crate) fn fingerprint<A: Actor>() -> u64 {
     )
 }
 
-/// The pilot-wide id of an actor.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
-)]
-#[rkyv(derive(Debug))]
-pub struct ActorId(pub u64);
-
-impl fmt::Display for ActorId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "actor {}", self.0)
-    }
-}
-
-/// Where an actor's first life runs. A restart runs wherever a node can take it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Placement {
-    /// The node with the fewest actors.
-    #[default]
-    Any,
-    /// This node (0-based, as `--node` and `TaskOptions::node`).
-    Node(u32),
-    /// Beside this actor, on its node.
-    With(ActorId),
-}
-
+/// Beside `other`, on its node.
 impl<A> From<&RemoteRef<A>> for Placement {
     fn from(other: &RemoteRef<A>) -> Placement {
         Placement::With(other.id)
@@ -318,11 +295,7 @@ impl<A: Actor> Spawn<A> {
             name: A::NAME.to_owned(),
             fingerprint: fingerprint::<A>(),
             args: args.to_vec(),
-            placement: match self.placement {
-                Placement::Any => ActorPlacement::Any,
-                Placement::Node(node) => ActorPlacement::Node(node),
-                Placement::With(other) => ActorPlacement::With(other.0),
-            },
+            placement: self.placement,
             restart: match self.restart {
                 Restart::Never => ActorRestart::Never,
                 Restart::OnNodeLoss { max_restarts } => ActorRestart::OnNodeLoss { max_restarts },
@@ -396,6 +369,7 @@ mod tests {
         let (back, seven): (RemoteRef<Counter>, u32) = decode(&bytes, "a message").unwrap();
         assert_eq!(back, counter);
         assert_eq!(back.id(), ActorId(42));
+        assert_eq!(Placement::from(&back), Placement::With(ActorId(42)));
         assert_eq!(seven, 7);
         assert!(back.encode(&3).is_ok());
     }

@@ -1,10 +1,9 @@
 //! Options of submitted tasks: what each needs and how the pilot treats it.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use saker_root::results::{JobId, Timestamp};
-use saker_root::spec::{JobRef, TaskSpec};
+use saker_root::spec::{FunctionSpec, JobRef, TaskSpec};
 
 /// What a task needs and how it is treated; the defaults are one core, priority 0,
 /// no retries, no time limit. Built with chained setters:
@@ -17,43 +16,16 @@ use saker_root::spec::{JobRef, TaskSpec};
 /// ```
 #[derive(Debug, Clone)]
 pub struct TaskOptions {
-    pub(crate) cores: u32,
-    pub(crate) gpus: u32,
-    pub(crate) memory_mib: u32,
-    pub(crate) priority: i32,
-    pub(crate) retries: u32,
-    pub(crate) time_limit: Option<Duration>,
-    pub(crate) tags: Vec<String>,
-    pub(crate) idempotent: bool,
+    /// Each task's spec but its call: what the setters write (argv stays empty).
+    pub(crate) spec: TaskSpec,
     pub(crate) chunk: Option<usize>,
-    pub(crate) node: Option<u32>,
-    pub(crate) resources: BTreeMap<String, u32>,
-    pub(crate) after: Vec<JobId>,
-    pub(crate) after_any: Vec<JobId>,
-    pub(crate) not_before: Option<SystemTime>,
-    pub(crate) reads: Vec<String>,
-    pub(crate) writes: Vec<String>,
 }
 
 impl Default for TaskOptions {
     fn default() -> Self {
         TaskOptions {
-            cores: 1,
-            gpus: 0,
-            memory_mib: 0,
-            priority: 0,
-            retries: 0,
-            time_limit: None,
-            tags: Vec::new(),
-            idempotent: false,
+            spec: TaskSpec::new(Vec::new()),
             chunk: None,
-            node: None,
-            resources: BTreeMap::new(),
-            after: Vec::new(),
-            after_any: Vec::new(),
-            not_before: None,
-            reads: Vec::new(),
-            writes: Vec::new(),
         }
     }
 }
@@ -65,51 +37,51 @@ impl TaskOptions {
 
     /// Cores each task holds while it runs (default 1).
     pub fn cores(mut self, cores: u32) -> Self {
-        self.cores = cores;
+        self.spec.cores = cores;
         self
     }
 
     /// GPUs each task holds.
     pub fn gpus(mut self, gpus: u32) -> Self {
-        self.gpus = gpus;
+        self.spec.gpus = gpus;
         self
     }
 
     /// Memory each task holds, in MiB.
     pub fn memory_mib(mut self, mib: u32) -> Self {
-        self.memory_mib = mib;
+        self.spec.memory_mib = mib;
         self
     }
 
     /// Higher runs first among ready tasks (default 0).
     pub fn priority(mut self, priority: i32) -> Self {
-        self.priority = priority;
+        self.spec.priority = priority;
         self
     }
 
     /// Further attempts after the task's own failure: a panic, its time limit. Losses
     /// to the infrastructure (a node gone) are replayed without counting.
     pub fn retries(mut self, retries: u32) -> Self {
-        self.retries = retries;
+        self.spec.max_retries = retries;
         self
     }
 
     /// Wall-clock limit of each attempt; past it the attempt fails.
     pub fn time_limit(mut self, limit: Duration) -> Self {
-        self.time_limit = Some(limit);
+        self.spec.time_limit = Some(limit);
         self
     }
 
     /// A label, reported by `saker status` and kept in the journal.
     pub fn tag(mut self, tag: impl Into<String>) -> Self {
-        self.tags.push(tag.into());
+        self.spec.tags.push(tag.into());
         self
     }
 
     /// Running the task twice does no harm: it may get a speculative copy when it
     /// straggles.
     pub fn idempotent(mut self, idempotent: bool) -> Self {
-        self.idempotent = idempotent;
+        self.spec.idempotent = idempotent;
         self
     }
 
@@ -124,70 +96,120 @@ impl TaskOptions {
     /// Runs each task on node `node` only (its id, as `saker status` lists nodes). A
     /// queued task waits for its node while the node is away.
     pub fn node(mut self, node: u32) -> Self {
-        self.node = Some(node);
+        self.spec.node = Some(node);
         self
     }
 
     /// `amount` of a named resource nodes offer (`--node-resource NAME=N`).
     pub fn resource(mut self, name: impl Into<String>, amount: u32) -> Self {
-        self.resources.insert(name.into(), amount);
+        self.spec.resources.insert(name.into(), amount);
         self
     }
 
     /// Runs only after every task of job `job` succeeded (from
     /// [`TaskHandle::job`](crate::TaskHandle::job)); cancelled if one failed.
     pub fn after(mut self, job: JobId) -> Self {
-        self.after.push(job);
+        self.spec.after.push(JobRef::Id(job.0));
         self
     }
 
     /// Runs only after job `job` ended, however.
     pub fn after_any(mut self, job: JobId) -> Self {
-        self.after_any.push(job);
+        self.spec.after_any.push(JobRef::Id(job.0));
         self
     }
 
     /// Not started before `at`.
     pub fn not_before(mut self, at: SystemTime) -> Self {
-        self.not_before = Some(at);
+        let micros = at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |since| {
+                since.as_micros().min(u128::from(u64::MAX)) as u64
+            });
+        self.spec.not_before = Some(Timestamp::from_unix_micros(micros));
         self
     }
 
     /// A data item each task reads from `$SAKER_SCRATCH` (docs/data.md): fetched
     /// there first, and the task prefers the nodes that hold it.
     pub fn reads(mut self, item: impl Into<String>) -> Self {
-        self.reads.push(item.into());
+        self.spec.reads.push(item.into());
         self
     }
 
     /// A data item each task writes as a file in `$SAKER_SCRATCH` (single tasks).
     pub fn writes(mut self, item: impl Into<String>) -> Self {
-        self.writes.push(item.into());
+        self.spec.writes.push(item.into());
         self
     }
 
-    pub(crate) fn apply(&self, spec: &mut TaskSpec) {
-        spec.cores = self.cores;
-        spec.gpus = self.gpus;
-        spec.memory_mib = self.memory_mib;
-        spec.priority = self.priority;
-        spec.max_retries = self.retries;
-        spec.time_limit = self.time_limit;
-        spec.tags = self.tags.clone();
-        spec.idempotent = self.idempotent;
-        spec.node = self.node;
-        spec.resources = self.resources.clone();
-        spec.after = self.after.iter().map(|job| JobRef::Id(job.0)).collect();
-        spec.after_any = self.after_any.iter().map(|job| JobRef::Id(job.0)).collect();
-        spec.not_before = self.not_before.map(|at| {
-            let micros = at
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |since| {
-                    since.as_micros().min(u128::from(u64::MAX)) as u64
-                });
-            Timestamp::from_unix_micros(micros)
-        });
-        spec.reads = self.reads.clone();
-        spec.writes = self.writes.clone();
+    /// The spec of one task: the options' spec calling `function`.
+    pub(crate) fn spec(&self, function: FunctionSpec) -> TaskSpec {
+        TaskSpec {
+            function: Some(function),
+            ..self.spec.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call() -> FunctionSpec {
+        FunctionSpec {
+            kind: "rust".to_owned(),
+            payload: vec![1, 2],
+        }
+    }
+
+    #[test]
+    fn defaults_are_one_core_and_nothing_else() {
+        let spec = TaskOptions::new().spec(call());
+        assert_eq!((spec.cores, spec.priority, spec.max_retries), (1, 0, 0));
+        assert_eq!(spec.time_limit, None);
+        assert!(spec.argv.is_empty());
+        assert_eq!(spec.function, Some(call()));
+        assert_eq!(TaskOptions::new().chunk, None);
+        assert_eq!(spec.validate(), Ok(()));
+    }
+
+    #[test]
+    fn setters_write_the_spec() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_micros(5);
+        let options = TaskOptions::new()
+            .cores(2)
+            .gpus(1)
+            .memory_mib(512)
+            .priority(-3)
+            .retries(4)
+            .time_limit(Duration::from_secs(60))
+            .tag("a")
+            .tag("b")
+            .idempotent(true)
+            .chunk(0)
+            .node(3)
+            .resource("licence", 2)
+            .after(JobId(7))
+            .after_any(JobId(8))
+            .not_before(at)
+            .reads("in")
+            .writes("out");
+        assert_eq!(options.chunk, Some(1));
+        let spec = options.spec(call());
+        assert_eq!((spec.cores, spec.gpus, spec.memory_mib), (2, 1, 512));
+        assert_eq!((spec.priority, spec.max_retries), (-3, 4));
+        assert_eq!(spec.time_limit, Some(Duration::from_secs(60)));
+        assert_eq!(spec.tags, ["a", "b"]);
+        assert!(spec.idempotent);
+        assert_eq!(spec.node, Some(3));
+        assert_eq!(spec.resources["licence"], 2);
+        assert_eq!(spec.after, [JobRef::Id(7)]);
+        assert_eq!(spec.after_any, [JobRef::Id(8)]);
+        assert_eq!(spec.not_before, Some(Timestamp::from_unix_micros(5)));
+        assert_eq!(
+            (spec.reads, spec.writes),
+            (vec!["in".to_owned()], vec!["out".to_owned()])
+        );
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use saker_root::client::StatusReport;
 use saker_root::results::{JobId, ResultRecord, TaskId, TerminalState};
-use saker_root::spec::{FunctionSpec, JobRequest, TaskSpec};
+use saker_root::spec::{FunctionSpec, JobRequest};
 use tokio::sync::mpsc;
 
 use crate::error::{Error, TaskError};
@@ -192,13 +192,10 @@ impl Pilot {
 
     /// The job of one call: `payload` for this application's worker kind.
     pub(crate) fn job(&self, payload: Vec<u8>, options: &TaskOptions) -> JobRequest {
-        let mut spec = TaskSpec::new(Vec::new());
-        spec.function = Some(FunctionSpec {
+        JobRequest::single(options.spec(FunctionSpec {
             kind: self.shared.kind.clone(),
             payload,
-        });
-        options.apply(&mut spec);
-        JobRequest::single(spec)
+        }))
     }
 }
 

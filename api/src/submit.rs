@@ -187,7 +187,7 @@ impl Submitter {
             }
         };
         // Kept to retry an input that panicked, alone, while retries are left.
-        let retry = (self.options.retries > 0 && count > 1).then(|| {
+        let retry = (self.options.spec.max_retries > 0 && count > 1).then(|| {
             (
                 self.clone(),
                 inputs.into_iter().map(Some).collect::<Vec<_>>(),
@@ -250,10 +250,8 @@ impl Submitter {
         input: T::Input,
         sink: &mpsc::UnboundedSender<Item<T::Output>>,
     ) {
-        let options = TaskOptions {
-            retries: self.options.retries - 1,
-            ..self.options.clone()
-        };
+        let mut options = self.options.clone();
+        options.spec.max_retries -= 1;
         let handle = Submitter {
             pilot: self.pilot.clone(),
             options,

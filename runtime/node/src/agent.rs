@@ -19,7 +19,7 @@ use crate::flags::AgentArgs;
 /// Where this agent sits and what it offers, from flags or from Slurm's step
 /// environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placement {
+pub struct AgentSite {
     pub node: u32,
     pub cores: u32,
     pub hostname: String,
@@ -27,13 +27,13 @@ pub struct Placement {
     pub in_slurm: bool,
 }
 
-impl Placement {
-    /// The placement `args` ask for; what they leave out inside a Slurm step comes
+impl AgentSite {
+    /// The site `args` ask for; what they leave out inside a Slurm step comes
     /// from the step's variables, read with `env`.
     pub fn resolve(
         args: &AgentArgs,
         env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Placement, FlagError> {
+    ) -> Result<AgentSite, FlagError> {
         let in_slurm = env("SLURM_STEP_ID").is_some() && env("SLURM_NODEID").is_some();
         let from_env = |variable: &'static str| -> Result<Option<u32>, FlagError> {
             env(variable)
@@ -89,7 +89,7 @@ impl Placement {
         let bind = args
             .bind
             .unwrap_or(SocketAddr::new(IpAddr::V4(default_ip), 0));
-        Ok(Placement {
+        Ok(AgentSite {
             node,
             cores,
             hostname,
@@ -107,11 +107,11 @@ pub async fn run(args: AgentArgs) -> Result<ExitCode, Error> {
         path: args.dir.clone(),
         source,
     })?;
-    let placement = Placement::resolve(&args, |name| std::env::var(name).ok())?;
+    let site = AgentSite::resolve(&args, |name| std::env::var(name).ok())?;
     let advertise = match args.advertise {
         Some(ip) => Some(ip),
-        None if placement.bind.ip().is_unspecified() => {
-            Some(saker_root::pilot::host_address(&placement.hostname).await?)
+        None if site.bind.ip().is_unspecified() => {
+            Some(saker_root::pilot::host_address(&site.hostname).await?)
         }
         None => None,
     };
@@ -123,16 +123,16 @@ pub async fn run(args: AgentArgs) -> Result<ExitCode, Error> {
         .clone()
         .unwrap_or_else(std::env::temp_dir)
         .join(format!("saker-{}", dir.pilot_id()));
-    let scratch = pilot_scratch.join(format!("node-{}", placement.node));
-    let resources = discover(placement.cores, &declared, &SystemProbe);
+    let scratch = pilot_scratch.join(format!("node-{}", site.node));
+    let resources = discover(site.cores, &declared, &SystemProbe);
     tracing::info!(?resources, "this node offers");
     let options = AgentOptions {
         config: AgentConfig {
-            node: placement.node,
-            hostname: placement.hostname.clone(),
+            node: site.node,
+            hostname: site.hostname.clone(),
             resources,
             limit_memory: !args.offer.no_memory_limits,
-            prefetch: placement.cores,
+            prefetch: site.cores,
             pilot_id: dir.pilot_id().to_string(),
             spill_dir: dir.path().join("output"),
             scratch: scratch.clone(),
@@ -142,7 +142,7 @@ pub async fn run(args: AgentArgs) -> Result<ExitCode, Error> {
         pilot_dir: args.dir.clone(),
         fanout: args.fanout,
         subtree_base: args.subtree_base,
-        bind: placement.bind,
+        bind: site.bind,
         advertise,
         parent_wait: Duration::from_secs(120),
         liveness: args.liveness,
@@ -218,7 +218,7 @@ mod tests {
     }
 
     #[test]
-    fn inside_a_slurm_step_placement_comes_from_the_environment() {
+    fn inside_a_slurm_step_the_site_comes_from_the_environment() {
         let env = |name: &str| match name {
             "SLURM_STEP_ID" => Some("0".to_string()),
             "SLURM_NODEID" => Some("2".to_string()),
@@ -226,25 +226,22 @@ mod tests {
             "SLURMD_NODENAME" => Some("n3".to_string()),
             _ => None,
         };
-        let placement = Placement::resolve(&args(&[]), env).unwrap();
-        assert_eq!(placement.node, 2);
-        assert_eq!(placement.cores, 8);
-        assert_eq!(placement.hostname, "n3");
-        assert!(placement.in_slurm);
-        assert!(
-            placement.bind.ip().is_unspecified(),
-            "other nodes must reach it"
-        );
+        let site = AgentSite::resolve(&args(&[]), env).unwrap();
+        assert_eq!(site.node, 2);
+        assert_eq!(site.cores, 8);
+        assert_eq!(site.hostname, "n3");
+        assert!(site.in_slurm);
+        assert!(site.bind.ip().is_unspecified(), "other nodes must reach it");
         // An elastic pilot's allocation numbers its agents from its subtree's base.
-        let placement = Placement::resolve(&args(&["--subtree-base", "40"]), env).unwrap();
-        assert_eq!(placement.node, 42);
+        let site = AgentSite::resolve(&args(&["--subtree-base", "40"]), env).unwrap();
+        assert_eq!(site.node, 42);
         let error =
-            Placement::resolve(&args(&["--subtree-base", "40", "--node", "3"]), env).unwrap_err();
+            AgentSite::resolve(&args(&["--subtree-base", "40", "--node", "3"]), env).unwrap_err();
         assert_eq!(
             error.to_string(),
             "--node 3 is below --subtree-base 40: it would not be in its subtree"
         );
-        let error = Placement::resolve(&args(&["--subtree-base", "4294967295"]), env).unwrap_err();
+        let error = AgentSite::resolve(&args(&["--subtree-base", "4294967295"]), env).unwrap_err();
         assert!(matches!(error, FlagError::SubtreeOverflow), "{error}");
     }
 
@@ -267,31 +264,31 @@ mod tests {
             "--bind",
             "10.0.0.1:7000",
         ]);
-        let placement = Placement::resolve(&given, env).unwrap();
-        assert_eq!(placement.node, 5);
-        assert_eq!(placement.cores, 1);
-        assert_eq!(placement.hostname, "h");
-        assert_eq!(placement.bind, SocketAddr::from(([10, 0, 0, 1], 7000)));
+        let site = AgentSite::resolve(&given, env).unwrap();
+        assert_eq!(site.node, 5);
+        assert_eq!(site.cores, 1);
+        assert_eq!(site.hostname, "h");
+        assert_eq!(site.bind, SocketAddr::from(([10, 0, 0, 1], 7000)));
     }
 
     #[test]
     fn outside_slurm_node_and_cores_are_required() {
         let none = |_: &str| None;
-        let placement = Placement::resolve(&args(&["--node", "1", "--cores", "3"]), none).unwrap();
-        assert_eq!((placement.node, placement.cores), (1, 3));
-        assert!(!placement.in_slurm);
-        assert!(placement.bind.ip().is_loopback());
-        let error = Placement::resolve(&args(&[]), none).unwrap_err();
+        let site = AgentSite::resolve(&args(&["--node", "1", "--cores", "3"]), none).unwrap();
+        assert_eq!((site.node, site.cores), (1, 3));
+        assert!(!site.in_slurm);
+        assert!(site.bind.ip().is_loopback());
+        let error = AgentSite::resolve(&args(&[]), none).unwrap_err();
         assert_eq!(
             error.to_string(),
             "--node is required outside a Slurm step (SLURM_NODEID is unset)"
         );
-        let error = Placement::resolve(&args(&["--node", "1"]), none).unwrap_err();
+        let error = AgentSite::resolve(&args(&["--node", "1"]), none).unwrap_err();
         assert_eq!(
             error.to_string(),
             "--cores is required outside a Slurm step (SLURM_CPUS_ON_NODE is unset)"
         );
-        let error = Placement::resolve(&args(&["--node", "1", "--cores", "0"]), none).unwrap_err();
+        let error = AgentSite::resolve(&args(&["--node", "1", "--cores", "0"]), none).unwrap_err();
         assert!(matches!(error, FlagError::NoCores), "{error}");
     }
 
@@ -302,7 +299,7 @@ mod tests {
             "SLURM_NODEID" => Some("two".to_string()),
             _ => None,
         };
-        let error = Placement::resolve(&args(&["--cores", "1"]), env).unwrap_err();
+        let error = AgentSite::resolve(&args(&["--cores", "1"]), env).unwrap_err();
         assert!(
             error.to_string().starts_with("SLURM_NODEID=\"two\": "),
             "{error}"

@@ -508,7 +508,9 @@ mod tests {
                     name: "model".to_owned(),
                     fingerprint: u64::MAX,
                     args: vec![0, 1, 255],
-                    placement: crate::client::actors::ActorPlacement::With(3),
+                    placement: crate::client::actors::ActorPlacement::With(
+                        crate::client::actors::ActorId(3),
+                    ),
                     restart: crate::client::actors::ActorRestart::OnNodeLoss { max_restarts: 2 },
                 }),
                 unix_us: 6,

@@ -178,9 +178,9 @@ impl PlacedActors {
                 let _ = reply.send(Err(error(ErrorKind::InvalidSpec, message)));
                 return;
             }
-            ActorPlacement::With(other) => match self.actors.get(&other).map(|a| &a.phase) {
+            ActorPlacement::With(other) => match self.actors.get(&other.0).map(|a| &a.phase) {
                 None | Some(Phase::Ended(_)) => {
-                    let message = format!("cannot place beside actor {other}: it does not run");
+                    let message = format!("cannot place beside {other}: it does not run");
                     let _ = reply.send(Err(error(ErrorKind::UnknownActor, message)));
                     return;
                 }
@@ -573,10 +573,10 @@ impl PlacedActors {
                     }
                 }
                 (ActorPlacement::With(other), true) => {
-                    match self.actors.get(&other).map(|o| (&o.phase, o.node)) {
+                    match self.actors.get(&other.0).map(|o| (&o.phase, o.node)) {
                         Some((Phase::Starting | Phase::Running, Some(node))) => Some(node),
                         Some((Phase::Ended(_), _)) | None => {
-                            let message = format!("cannot place beside actor {other}: it ended");
+                            let message = format!("cannot place beside {other}: it ended");
                             self.waiting.remove(&id);
                             self.end_actor(ctx, id, error(ErrorKind::UnknownActor, message));
                             continue;

@@ -7,16 +7,42 @@ use serde::{Deserialize, Serialize};
 
 use crate::spec::{MAX_FUNCTION_BYTES, base64_bytes, valid_kind};
 
-/// Where an actor's first life runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The pilot-wide id of an actor. Transparent in JSON (a bare number, as clients
+/// send it); rkyv so applications' typed handles can carry it inside their data.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[serde(transparent)]
+#[rkyv(derive(Debug))]
+pub struct ActorId(pub u64);
+
+impl std::fmt::Display for ActorId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "actor {}", self.0)
+    }
+}
+
+/// Where an actor's first life runs. A restart runs wherever a node can take it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ActorPlacement {
     /// The hosting node with the fewest actors.
+    #[default]
     Any,
-    /// This node.
+    /// This node (0-based, as `--node` and a task's `node`).
     Node(u32),
-    /// The node of this other actor.
-    With(u64),
+    /// Beside this other actor, on its node.
+    With(ActorId),
 }
 
 /// What happens when an actor's life ends other than by a stop.
@@ -143,3 +169,33 @@ pub struct ActorStopRequest {
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActorStopReply {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_json_is_what_clients_send() {
+        for (placement, json) in [
+            (ActorPlacement::Any, r#""any""#),
+            (ActorPlacement::Node(3), r#"{"node":3}"#),
+            (ActorPlacement::With(ActorId(7)), r#"{"with":7}"#),
+        ] {
+            assert_eq!(serde_json::to_string(&placement).unwrap(), json);
+            assert_eq!(
+                serde_json::from_str::<ActorPlacement>(json).unwrap(),
+                placement
+            );
+        }
+        let spaced: ActorPlacement = serde_json::from_str(r#"{"with": 7}"#).unwrap();
+        assert_eq!(spaced, ActorPlacement::With(ActorId(7)));
+        assert_eq!(ActorPlacement::default(), ActorPlacement::Any);
+    }
+
+    #[test]
+    fn an_actor_id_is_a_bare_number() {
+        assert_eq!(serde_json::to_string(&ActorId(7)).unwrap(), "7");
+        assert_eq!(serde_json::from_str::<ActorId>("7").unwrap(), ActorId(7));
+        assert_eq!(ActorId(7).to_string(), "actor 7");
+    }
+}

@@ -8,7 +8,7 @@ use tokio::sync::oneshot;
 
 use super::{Harness, RootMsg};
 use crate::client::actors::{
-    ActorCallReply, ActorPlacement, ActorRestart, ActorSpawnReply, ActorSpawnRequest,
+    ActorCallReply, ActorId, ActorPlacement, ActorRestart, ActorSpawnReply, ActorSpawnRequest,
 };
 use crate::client::{ClientRequest, ErrorKind, RequestError};
 
@@ -112,8 +112,14 @@ fn any_placement_takes_the_least_loaded_node_and_with_follows_the_other_actor() 
     assert_eq!(per_node, [2, 2]);
     // Beside actor 1, wherever that is, even where Any would not go.
     drop(h.spawn_actor(request(ActorPlacement::Node(1), ActorRestart::Never)));
-    drop(h.spawn_actor(request(ActorPlacement::With(5), ActorRestart::Never)));
-    drop(h.spawn_actor(request(ActorPlacement::With(5), ActorRestart::Never)));
+    drop(h.spawn_actor(request(
+        ActorPlacement::With(ActorId(5)),
+        ActorRestart::Never,
+    )));
+    drop(h.spawn_actor(request(
+        ActorPlacement::With(ActorId(5)),
+        ActorRestart::Never,
+    )));
     assert_eq!(
         spawned_on(&h.actor_frames()),
         vec![(1, 5, 0), (1, 6, 0), (1, 7, 0)]
@@ -252,7 +258,10 @@ fn agents_that_host_no_actors_refuse_spawns_and_bad_placements_are_refused() {
         far.try_recv().unwrap().unwrap_err().kind,
         ErrorKind::InvalidSpec
     );
-    let mut beside = h.spawn_actor(request(ActorPlacement::With(42), ActorRestart::Never));
+    let mut beside = h.spawn_actor(request(
+        ActorPlacement::With(ActorId(42)),
+        ActorRestart::Never,
+    ));
     assert_eq!(
         beside.try_recv().unwrap().unwrap_err().kind,
         ErrorKind::UnknownActor
