@@ -146,15 +146,21 @@ pub async fn rows(pilot: saker::Pilot, quick: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// p50 at most 1.2 × the raw QUIC round trip measured beside it (the floor an actor
+/// call sits on, which moves with the machine); p99 at most 500 µs.
 fn latency_rows(what: &str, trips: &[u64], raw: &[u64]) {
-    for (percentile, target) in [(50, 100.0), (99, 500.0)] {
+    let targets = [
+        (50, json!({"ratio_at_most": 1.2})),
+        (99, json!({"at_most": 500.0})),
+    ];
+    for (percentile, target) in targets {
         println!(
             "{}",
             json!({"row": format!("rust: actor call round trip p{percentile}, {what}"),
                    "unit": "microseconds",
                    "saker": {"samples_us": trips, "percentile": percentile},
                    "baseline": {"samples_us": raw, "percentile": percentile},
-                   "baseline_name": "raw QUIC round trip", "target": {"at_most": target}})
+                   "baseline_name": "raw QUIC round trip", "target": target})
         );
     }
 }
