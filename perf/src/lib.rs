@@ -32,6 +32,7 @@ pub mod options;
 pub mod pilot;
 pub mod process;
 pub mod raw;
+pub mod relay;
 pub mod report;
 pub mod slurm;
 pub mod span;

@@ -14,6 +14,16 @@ use saker_perf::options::{Benchmark, Options, Sizes};
 static ALLOCATOR: saker_perf::heap::Counting = saker_perf::heap::Counting;
 
 fn main() -> ExitCode {
+    let arguments: Vec<String> = std::env::args().skip(1).collect();
+    if arguments.first().map(String::as_str) == Some(saker_perf::relay::ROLE_ARGUMENT) {
+        return match saker_perf::relay::serve(&arguments[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("saker-perf relay: error: {error:#}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let options = Options::parse();
     match run(options) {
         Ok(code) => code,

@@ -24,6 +24,7 @@ use super::{Setup, client_runtime, journal_label};
 use crate::options::Benchmark;
 use crate::pilot::{PilotShape, RunningPilot};
 use crate::raw;
+use crate::relay;
 use crate::report::{Measure, Row, Target, Unit};
 
 const TRUE: &str = "/bin/true";
@@ -51,6 +52,10 @@ pub fn run(setup: &Setup, sync: bool) -> Result<Vec<Row>> {
     let samples = setup.sizes.latency_samples;
     let baseline =
         raw::spawn_latency(Path::new(TRUE), &[], samples).context("raw spawn latency")?;
+    // The same spawn asked through three processes: the floor of a pilot's four hops.
+    let relayed = relay::this_binary()
+        .and_then(|binary| relay::latency(&binary, Path::new(TRUE), samples))
+        .context("spawn latency through a relay of processes")?;
     let shape = PilotShape {
         agents: 1,
         slots: Some(u32::try_from(setup.cores).unwrap_or(u32::MAX)),
@@ -80,6 +85,23 @@ pub fn run(setup: &Setup, sync: bool) -> Result<Vec<Row>> {
         baseline: None,
         target: Target::None,
     });
+    // Beside the relay floor: what the pilot adds over its hops' own cost.
+    let floor_rows = [("p50", 0.50), ("p99", 0.99)].map(|(label, quantile)| Row {
+        benchmark,
+        name: format!(
+            "latency {label} ({label_}), beside spawn+wait through 3 processes",
+            label_ = journal_label(sync)
+        ),
+        saker: Measure::new(
+            waited.value_at_quantile(quantile) as f64,
+            Unit::Microseconds,
+        ),
+        baseline: Some(Measure::new(
+            relayed.value_at_quantile(quantile) as f64,
+            Unit::Microseconds,
+        )),
+        target: Target::None,
+    });
     Ok(ways
         .into_iter()
         .flat_map(|(way, measured)| {
@@ -100,6 +122,7 @@ pub fn run(setup: &Setup, sync: bool) -> Result<Vec<Row>> {
             )),
             target,
         })
+        .chain(floor_rows)
         .chain(stage_rows)
         .collect())
 }
