@@ -68,7 +68,7 @@ impl RootState {
 }
 
 impl Compaction {
-    fn set(&mut self, ctx: &Ctx, policy: CompactionPolicy) {
+    pub(super) fn set(&mut self, ctx: &Ctx, policy: CompactionPolicy) {
         self.keep = policy.keep;
         self.every_segments = policy.every_segments;
         self.next_at = ctx.journal.segments() + policy.every_segments;

@@ -18,7 +18,7 @@ use super::upkeep::Walltime;
 
 impl Walltime {
     /// Sets the deadline (unix µs) and arms the timer that enforces it.
-    fn set(&mut self, ctx: &mut Ctx, deadline_unix_us: u64) {
+    pub(super) fn set(&mut self, ctx: &mut Ctx, deadline_unix_us: u64) {
         let now_unix = ctx.timestamp().unix_micros();
         let left = deadline_unix_us.saturating_sub(now_unix);
         let now = ctx.now();
@@ -31,7 +31,7 @@ impl Walltime {
 
     /// The deadline has come: the core starts nothing more. True when the pilot is to
     /// stop now (it was not stopped for it already).
-    fn reach(&mut self, ctx: &mut Ctx) -> bool {
+    pub(super) fn reach(&mut self, ctx: &mut Ctx) -> bool {
         if self.reached {
             return false;
         }
@@ -42,7 +42,7 @@ impl Walltime {
 
     /// With a deadline set: whether every unfinished task is held back by it and
     /// nothing runs, so that waiting longer achieves nothing.
-    fn exhausted(&self, ctx: &Ctx) -> bool {
+    pub(super) fn exhausted(&self, ctx: &Ctx) -> bool {
         if self.deadline.is_none() || self.reached || ctx.pilot.shutting_down {
             return false;
         }

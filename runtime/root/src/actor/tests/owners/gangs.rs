@@ -1,0 +1,241 @@
+//! `GangRuns` on its own: each member of an HPC job's attempt gets its part; the parts
+//! are gathered and the attempt ends whole, once; the first failure stops the rest;
+//! the leader's launches are relayed to members.
+
+use saker_core::TerminalState;
+use saker_wire::messages::{GangLaunch, GangLaunchEnded, ProcessEnd, ResultBody};
+
+use super::*;
+use crate::actor::gangs::GangRuns;
+
+/// A gang of `ranks` ranks per node on nodes 1 and 2 (two cores each), dispatched and
+/// sent: the owners, and the attempt's (task, attempt).
+struct Gang {
+    owned: Owned,
+    submissions: Submissions,
+    results: Results,
+    gangs: GangRuns,
+    task: TaskId,
+    attempt: AttemptId,
+}
+
+fn gang(edit: impl FnOnce(&mut TaskSpec)) -> Gang {
+    let mut owned = Owned::new();
+    owned.add_node(1, 2);
+    owned.add_node(2, 2);
+    let mut submissions = new_submissions();
+    let mut request = single(&["./solver"]);
+    request.spec.nodes = 2;
+    edit(&mut request.spec);
+    accept(&mut owned, &mut submissions, vec![request]);
+    let mut dispatches = owned.dispatches();
+    assert_eq!(dispatches.len(), 1, "one gang dispatch: {dispatches:?}");
+    let dispatch = dispatches.remove(0);
+    assert_eq!(dispatch.members, [NodeId(1), NodeId(2)]);
+    let assignment = dispatch.assignments[0];
+    let mut gangs = GangRuns::default();
+    gangs.send_gang(&mut owned.ctx, &mut submissions.jobs, dispatch);
+    Gang {
+        owned,
+        submissions,
+        results: Results::default(),
+        gangs,
+        task: assignment.task,
+        attempt: assignment.attempt,
+    }
+}
+
+impl Gang {
+    /// `node`'s part ended with `outcome`, its process(es) likewise.
+    fn part(&mut self, node: u32, outcome: Outcome) -> bool {
+        let result = TaskResult {
+            task: self.task,
+            attempt: self.attempt,
+            executor: 0,
+            outcome: outcome.clone(),
+            received_unix_us: UNIX_ORIGIN_US + u64::from(node),
+            start_unix_us: UNIX_ORIGIN_US + 100 + u64::from(node),
+            end_unix_us: UNIX_ORIGIN_US + 1_000 + u64::from(node),
+            body: ResultBody::Part {
+                stdout: Output {
+                    inline: format!("out of {node}").into_bytes(),
+                    ..Output::default()
+                },
+                stderr: Output::default(),
+                ends: vec![ProcessEnd { rank: 0, outcome }],
+            },
+        };
+        self.gangs
+            .on_part_result(&mut self.owned.ctx, &mut self.results, NodeId(node), result)
+    }
+
+    /// How the core ended the task, if it has.
+    fn ended(&mut self) -> Option<TerminalState> {
+        self.owned
+            .finish_tasks(&mut self.results, &self.submissions);
+        self.results.unjournaled.results.first().map(|r| r.state)
+    }
+}
+
+#[test]
+fn each_member_is_sent_its_part_of_the_attempt() {
+    let g = gang(|_| {});
+    let sent = g.owned.sent();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    let mut ports = Vec::new();
+    for (member, (route, message)) in sent.iter().enumerate() {
+        let ToAgent::Dispatch(dispatch) = message else {
+            panic!("a dispatch: {message:?}");
+        };
+        assert_eq!(*route, member as u32 + 1);
+        assert_eq!(dispatch.jobs.len(), 1, "with the job's definition");
+        assert_eq!(dispatch.tasks[0].attempt, g.attempt);
+        let part = dispatch.gang.as_ref().expect("a gang part");
+        assert_eq!(part.member, member as u32);
+        assert_eq!(part.nodes, [NodeId(1), NodeId(2)]);
+        assert_eq!(part.hosts, ["host1", "host2"]);
+        ports.push(part.port);
+    }
+    assert_eq!(ports[0], ports[1], "one rendezvous port");
+    for node in [1, 2] {
+        let entry = &g.owned.ctx.nodes[&NodeId(node)];
+        assert_eq!(entry.running, 1);
+        assert!(entry.known_jobs.contains(&JobId(1)));
+    }
+    let known_by = &g.submissions.jobs.get(&JobId(1)).unwrap().known_by;
+    assert_eq!(known_by, &[NodeId(1), NodeId(2)]);
+    assert!(g.gangs.contains(&g.attempt));
+}
+
+#[test]
+fn the_attempt_ends_whole_once_every_members_part_is_in() {
+    let mut g = gang(|spec| spec.ranks_per_node = Some(2));
+    g.owned.sent();
+    assert!(g.part(2, Outcome::Exited { code: 0 }));
+    assert!(
+        g.part(2, Outcome::Exited { code: 0 }),
+        "a repeat is dropped"
+    );
+    assert!(
+        g.part(3, Outcome::Exited { code: 3 }),
+        "not a member: dropped"
+    );
+    assert_eq!(g.ended(), None, "the leader's part is still out");
+    assert!(g.gangs.contains(&g.attempt));
+    assert!(g.owned.sent().is_empty(), "nothing stopped");
+    assert!(g.part(1, Outcome::Exited { code: 0 }));
+    assert!(!g.gangs.contains(&g.attempt), "settled");
+    assert_eq!(g.ended(), Some(TerminalState::Succeeded));
+    assert_eq!(g.owned.ctx.core.counts().succeeded, 1);
+    let record = &g.results.unjournaled.results[0];
+    assert_eq!(record.node.as_deref(), Some("host1"), "the leader's");
+    assert_eq!(record.stdout, "out of 1");
+    assert_eq!(
+        record.start_time.unwrap().unix_micros(),
+        UNIX_ORIGIN_US + 101
+    );
+    assert_eq!(record.end_time.unix_micros(), UNIX_ORIGIN_US + 1_002);
+    let gang = record.gang.as_ref().expect("the gang's record");
+    assert_eq!(gang.nodes, ["host1", "host2"]);
+    assert_eq!(gang.ranks, 4);
+    let ranks: Vec<(u32, &str)> = gang
+        .processes
+        .iter()
+        .map(|process| (process.rank, process.node.as_str()))
+        .collect();
+    assert_eq!(
+        ranks,
+        [(0, "host1"), (2, "host2")],
+        "ranks fill nodes in order"
+    );
+    // A part after the end takes the ordinary path.
+    assert!(!g.part(1, Outcome::Exited { code: 0 }));
+}
+
+#[test]
+fn the_first_failed_part_stops_the_others_and_decides_the_outcome() {
+    let mut g = gang(|_| {});
+    g.owned.sent();
+    assert!(g.part(2, Outcome::Exited { code: 3 }));
+    let sent = g.owned.sent();
+    assert_eq!(
+        sent,
+        [(
+            1,
+            ToAgent::Cancel {
+                attempts: vec![g.attempt]
+            }
+        )],
+        "the leader's part is stopped"
+    );
+    assert_eq!(g.ended(), None, "until the stopped part is in");
+    assert!(g.part(1, Outcome::Cancelled));
+    assert!(g.owned.sent().is_empty(), "stopped once");
+    assert_eq!(g.ended(), Some(TerminalState::Failed));
+    let record = &g.results.unjournaled.results[0];
+    assert_eq!(record.exit_code, Some(3));
+    assert_eq!(record.reason.as_deref(), Some("exit 3 (on host2)"));
+}
+
+#[test]
+fn a_launchers_end_stops_the_members_still_running() {
+    let mut g = gang(|spec| spec.mpi = Some(crate::spec::MpiKind::Openmpi));
+    g.owned.sent();
+    assert!(g.part(1, Outcome::Exited { code: 0 }));
+    let sent = g.owned.sent();
+    assert!(
+        matches!(&sent[..], [(2, ToAgent::Cancel { .. })]),
+        "the member's daemons stop with the launcher: {sent:?}"
+    );
+    assert!(g.part(2, Outcome::Cancelled));
+    assert_eq!(
+        g.ended(),
+        Some(TerminalState::Succeeded),
+        "the launcher's end"
+    );
+}
+
+#[test]
+fn launches_are_relayed_from_the_leader_to_members_and_back() {
+    let mut g = gang(|spec| spec.mpi = Some(crate::spec::MpiKind::Openmpi));
+    g.owned.sent();
+    let launch = |member, launch| GangLaunch {
+        attempt: g.attempt,
+        member,
+        launch,
+        command: "orted".into(),
+    };
+    g.gangs
+        .relay_launch(&mut g.owned.ctx, NodeId(1), launch(1, 7));
+    assert_eq!(g.owned.sent(), [(2, ToAgent::GangLaunch(launch(1, 7)))]);
+    let ended = GangLaunchEnded {
+        attempt: g.attempt,
+        launch: 7,
+        code: 0,
+    };
+    g.gangs.relay_launch_end(&mut g.owned.ctx, ended);
+    assert_eq!(g.owned.sent(), [(1, ToAgent::GangLaunchEnded(ended))]);
+    // Not from the leader, or to no member: answered as failed, to the asker.
+    let failed = |launch| GangLaunchEnded {
+        attempt: g.attempt,
+        launch,
+        code: 255,
+    };
+    g.gangs
+        .relay_launch(&mut g.owned.ctx, NodeId(2), launch(0, 8));
+    assert_eq!(g.owned.sent(), [(2, ToAgent::GangLaunchEnded(failed(8)))]);
+    g.gangs
+        .relay_launch(&mut g.owned.ctx, NodeId(1), launch(5, 9));
+    assert_eq!(g.owned.sent(), [(1, ToAgent::GangLaunchEnded(failed(9)))]);
+}
+
+#[test]
+fn a_gang_that_lost_a_member_is_forgotten() {
+    let mut g = gang(|_| {});
+    let now = g.owned.ctx.now();
+    g.gangs.forget_dead_gangs(&g.owned.ctx);
+    assert!(g.gangs.contains(&g.attempt), "all members live");
+    g.owned.ctx.core.handle_node_lost(NodeId(2), now).unwrap();
+    g.gangs.forget_dead_gangs(&g.owned.ctx);
+    assert!(!g.gangs.contains(&g.attempt), "the core replays it");
+}
