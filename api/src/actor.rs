@@ -1,6 +1,8 @@
 //! Typed actors placed on the pilot's nodes: the [`Actor`] trait, [`RemoteRef`] (a
 //! typed handle that can travel inside messages and task inputs), where an actor
 //! runs ([`Placement`]) and what happens when its life ends ([`Restart`]).
+//! `Placement` and `Restart` are the client protocol's own types
+//! (`ActorPlacement`, `ActorRestart`), so what a spawn asks is what the pilot gets.
 //!
 //! A message travels as the actor type's fingerprint (8 bytes) and an rkyv archive
 //! of the message; a reply as an archive. The node checks the fingerprint against
@@ -15,8 +17,10 @@ use std::pin::Pin;
 
 use rkyv::rancor;
 use rkyv::util::AlignedVec;
-pub use saker_root::client::actors::{ActorId, ActorPlacement as Placement};
-use saker_root::client::actors::{ActorRestart, ActorSpawnRequest};
+pub use saker_root::client::actors::{
+    ActorId, ActorPlacement as Placement, ActorRestart as Restart, MAX_ACTOR_NAME_LEN,
+};
+use saker_root::client::actors::{ActorSpawnRequest, valid_actor_name};
 use saker_wire::messages::MAX_FUNCTION_BYTES;
 
 use crate::context;
@@ -53,7 +57,45 @@ use crate::task::{CodecError, Data, type_fingerprint, type_shape};
 /// calls another actor which calls it back deadlocks, as in every actor system whose
 /// handlers run one at a time.
 pub trait Actor: Sized + Send + 'static {
-    /// Unique among the application's actor types: how a node finds the code.
+    /// Unique among the application's actor types: how a node finds the code. 1 to
+    /// [`MAX_ACTOR_NAME_LEN`] (64) ASCII letters, digits, `_` and `-`: checked when the
+    /// program is built, wherever the type is registered or spawned. A name that
+    /// breaks the rule fails the build (error E0080, "an actor's NAME must be …",
+    /// while instantiating `App::actor::<YourActor>`):
+    ///
+    /// ```compile_fail,E0080
+    /// struct Model;
+    /// impl saker::Actor for Model {
+    ///     const NAME: &'static str = "my model"; // a space
+    ///     type Args = u32;
+    ///     type Msg = u32;
+    ///     type Reply = u32;
+    ///     async fn on_start(_: u32) -> Model { Model }
+    ///     async fn handle(&mut self, m: u32) -> u32 { m }
+    /// }
+    ///
+    /// fn main() {
+    ///     let _app = saker::App::new().actor::<Model>();
+    /// }
+    /// ```
+    ///
+    /// The same program with `"my-model"` builds:
+    ///
+    /// ```
+    /// struct Model;
+    /// impl saker::Actor for Model {
+    ///     const NAME: &'static str = "my-model";
+    ///     type Args = u32;
+    ///     type Msg = u32;
+    ///     type Reply = u32;
+    ///     async fn on_start(_: u32) -> Model { Model }
+    ///     async fn handle(&mut self, m: u32) -> u32 { m }
+    /// }
+    ///
+    /// fn main() {
+    ///     let _app = saker::App::new().actor::<Model>();
+    /// }
+    /// ```
     const NAME: &'static str;
     /// Raise it when the meaning of a type changes without its name or size changing.
     const VERSION: u32 = 0;
@@ -70,10 +112,22 @@ pub trait Actor: Sized + Send + 'static {
     }
 }
 
+/// `A::NAME`, checked while the program is built: a name the pilot would refuse
+/// fails the build where the type is used, rather than every spawn at run time.
+pub(crate) fn name<A: Actor>() -> &'static str {
+    const {
+        assert!(
+            valid_actor_name(A::NAME),
+            "an actor's NAME must be 1 to 64 ASCII letters, digits, '_' or '-'"
+        )
+    };
+    A::NAME
+}
+
 /// The identity of an actor type's types (see `task::fingerprint`).
 pub(crate) fn fingerprint<A: Actor>() -> u64 {
     type_fingerprint(
-        &[b"actor", A::NAME.as_bytes(), &A::VERSION.to_le_bytes()],
+        &[b"actor", name::<A>().as_bytes(), &A::VERSION.to_le_bytes()],
         &[
             type_shape::<A::Args>(),
             type_shape::<A::Msg>(),
@@ -87,19 +141,6 @@ impl<A> From<&RemoteRef<A>> for Placement {
     fn from(other: &RemoteRef<A>) -> Placement {
         Placement::With(other.id)
     }
-}
-
-/// What happens when an actor's life ends other than by [`RemoteRef::stop`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Restart {
-    /// It stays ended: calls fail.
-    #[default]
-    Never,
-    /// When its node is lost, it starts again on another node from its spawn
-    /// arguments (its state is not kept), at most `max_restarts` times.
-    OnNodeLoss { max_restarts: u32 },
-    /// When its node is lost or a handler panics, likewise.
-    Always { max_restarts: u32 },
 }
 
 /// A typed handle on a placed actor. Cheap to copy, and [`Data`] itself: put it in a
@@ -168,7 +209,7 @@ impl<A: Actor> RemoteRef<A> {
     }
 
     /// Stops the actor (its `on_stop` runs); returns once it has stopped. Later
-    /// calls fail with [`ActorError::Unknown`].
+    /// calls fail with [`ActorError::Stopped`].
     pub async fn stop(&self) -> Result<(), ActorError> {
         context::link().await?.actor_stop(self.id.0).await
     }
@@ -292,15 +333,11 @@ impl<A: Actor> Spawn<A> {
             });
         }
         let request = ActorSpawnRequest {
-            name: A::NAME.to_owned(),
+            name: name::<A>().to_owned(),
             fingerprint: fingerprint::<A>(),
             args: args.to_vec(),
             placement: self.placement,
-            restart: match self.restart {
-                Restart::Never => ActorRestart::Never,
-                Restart::OnNodeLoss { max_restarts } => ActorRestart::OnNodeLoss { max_restarts },
-                Restart::Always { max_restarts } => ActorRestart::Always { max_restarts },
-            },
+            restart: self.restart,
         };
         let link = context::link().await?;
         let actor = link.actor_spawn(request).await?;
@@ -372,6 +409,25 @@ mod tests {
         assert_eq!(Placement::from(&back), Placement::With(ActorId(42)));
         assert_eq!(seven, 7);
         assert!(back.encode(&3).is_ok());
+    }
+
+    #[test]
+    fn restart_is_the_protocols_own_type_and_keeps_its_variants() {
+        // One type: a `Restart` is what the spawn request carries, unconverted.
+        let spawn = Spawn::<Counter>::new(1).restart(Restart::OnNodeLoss { max_restarts: 3 });
+        let protocol: saker_root::client::actors::ActorRestart = spawn.restart;
+        assert_eq!(protocol, Restart::OnNodeLoss { max_restarts: 3 });
+        assert_eq!(Restart::default(), Restart::Never);
+        // The variants a program names (source-compatible with the former enum).
+        for restart in [
+            Restart::Never,
+            Restart::OnNodeLoss { max_restarts: 1 },
+            Restart::Always { max_restarts: 2 },
+        ] {
+            let copied = restart;
+            assert_eq!(format!("{copied:?}"), format!("{restart:?}"));
+        }
+        assert_eq!(name::<Counter>(), "counter");
     }
 
     #[test]

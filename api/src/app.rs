@@ -54,24 +54,14 @@ impl Default for App {
 }
 
 impl App {
-    /// An application with no task types yet. Reads `--pilot-dir DIR` from the
-    /// command line (removed from [`Self::args`]) and `SAKER_PILOT_DIR`.
+    /// An application with no task types yet. Reads `--pilot-dir DIR` (or
+    /// `--pilot-dir=DIR`) from the command line, removing it from [`Self::args`], and
+    /// `SAKER_PILOT_DIR`; the command line wins.
     pub fn new() -> App {
-        let mut args: Vec<OsString> = std::env::args_os().collect();
-        let mut pilot_dir = std::env::var_os(PILOT_DIR_VAR).map(PathBuf::from);
-        if let Some(at) = args.iter().position(|a| a == "--pilot-dir")
-            && at + 1 < args.len()
-        {
-            pilot_dir = Some(PathBuf::from(args.remove(at + 1)));
-            args.remove(at);
-        } else if let Some(at) = args
-            .iter()
-            .position(|a| a.to_str().is_some_and(|a| a.starts_with("--pilot-dir=")))
-        {
-            let given = args.remove(at);
-            let given = given.to_string_lossy();
-            pilot_dir = Some(PathBuf::from(&given["--pilot-dir=".len()..]));
-        }
+        let (args, pilot_dir) = take_pilot_dir(
+            std::env::args_os().collect(),
+            std::env::var_os(PILOT_DIR_VAR),
+        );
         App {
             registry: Registry::default(),
             actors: ActorTypes::default(),
@@ -90,7 +80,10 @@ impl App {
     }
 
     /// Registers actor type `A`: the application's agents can host it and anyone
-    /// with the pilot can spawn it.
+    /// with the pilot can spawn it. Its [`Actor::NAME`] must be 1 to 64 ASCII
+    /// letters, digits, `_` and `-` (checked as the program is built: another name
+    /// fails the build here) and differ from the other actor types' (checked here,
+    /// at run time: a panic).
     pub fn actor<A: Actor>(mut self) -> App {
         self.actors.add::<A>();
         self
@@ -123,7 +116,37 @@ impl App {
         self
     }
 
-    /// The command line, without `--pilot-dir DIR`.
+    /// This process's command line without `--pilot-dir DIR` (or `--pilot-dir=DIR`):
+    /// index 0 is the program, the application's own arguments start at index 1.
+    ///
+    /// A method of the `App`: read it before [`App::run`], which consumes the app,
+    /// and move what the driver needs into the driver's closure. Parse it there, in
+    /// the driver, rather than before `run`: `main` runs in every role, and as an
+    /// agent the command line is `myapp __saker agent …`, which the application's own
+    /// parser would refuse.
+    ///
+    /// ```no_run
+    /// # struct Square;
+    /// # impl saker::Task for Square {
+    /// #     const NAME: &'static str = "square";
+    /// #     type Input = u64;
+    /// #     type Output = u64;
+    /// #     async fn run(x: u64) -> u64 { x * x }
+    /// # }
+    /// // As in docs/rust-api.md: `myapp 1000` or `myapp --pilot-dir DIR 1000`.
+    /// fn main() -> std::process::ExitCode {
+    ///     let app = saker::App::new().task::<Square>();
+    ///     let args: Vec<String> = app.args().iter().skip(1)
+    ///         .map(|arg| arg.to_string_lossy().into_owned()).collect();
+    ///     app.run(move |pilot| async move {
+    ///         let count: u64 = args.first().ok_or("usage: myapp COUNT")?.parse()?;
+    ///         let sum: u64 = pilot.map::<Square, _>(0..count).collect().await
+    ///             .into_iter().map(|(_, square)| square).sum::<Result<u64, _>>()?;
+    ///         println!("{sum}");
+    ///         Ok::<_, Box<dyn std::error::Error>>(())
+    ///     })
+    /// }
+    /// ```
     pub fn args(&self) -> &[OsString] {
         &self.args
     }
@@ -205,15 +228,15 @@ impl App {
         Fut: Future<Output = Result<(), E>>,
     {
         if let Some(dir) = &self.pilot_dir {
-            let pilot = Pilot::start(Link::connect(dir).await?, self.kind.clone()).await?;
+            let link = Link::connect(dir).await?;
+            let pilot = Pilot::start(link, self.kind.clone(), false).await?;
             return Ok(driver(pilot).await);
         }
         let embedded = self.start_embedded().await?;
-        let pilot = Pilot::start(
-            Link::Embedded(embedded.pilot.root.clone()),
-            self.kind.clone(),
-        )
-        .await?;
+        // Its agents are this machine's processes, joining within moments: the
+        // driver starts once they have, so that `Pilot::slots` counts them all.
+        let link = Link::Embedded(embedded.pilot.root.clone());
+        let pilot = Pilot::start(link, self.kind.clone(), true).await?;
         let outcome = driver(pilot).await;
         if let Err(error) = embedded.pilot.shutdown().await {
             tracing::warn!(%error, "stopping the embedded pilot");
@@ -267,8 +290,61 @@ impl App {
     }
 }
 
+/// `args` without `--pilot-dir DIR` (or `--pilot-dir=DIR`), and the pilot directory:
+/// the one it named, else `from_env` (`SAKER_PILOT_DIR`).
+fn take_pilot_dir(
+    mut args: Vec<OsString>,
+    from_env: Option<OsString>,
+) -> (Vec<OsString>, Option<PathBuf>) {
+    let mut pilot_dir = from_env.map(PathBuf::from);
+    if let Some(at) = args.iter().position(|a| a == "--pilot-dir")
+        && at + 1 < args.len()
+    {
+        pilot_dir = Some(PathBuf::from(args.remove(at + 1)));
+        args.remove(at);
+    } else if let Some(at) = args
+        .iter()
+        .position(|a| a.to_str().is_some_and(|a| a.starts_with("--pilot-dir=")))
+    {
+        let given = args.remove(at);
+        let given = given.to_string_lossy();
+        pilot_dir = Some(PathBuf::from(&given["--pilot-dir=".len()..]));
+    }
+    (args, pilot_dir)
+}
+
 /// An embedded pilot and the directory it lives in (removed when dropped).
 struct Embedded {
     pilot: saker_root::Pilot,
     _dir: tempfile::TempDir,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(words: &[&str]) -> Vec<OsString> {
+        words.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn args_lose_the_pilot_dir_in_either_form_and_the_command_line_wins() {
+        for given in [
+            line(&["myapp", "--pilot-dir", "/p", "1000"]),
+            line(&["myapp", "--pilot-dir=/p", "1000"]),
+            line(&["myapp", "1000", "--pilot-dir", "/p"]),
+        ] {
+            let (args, dir) = take_pilot_dir(given.clone(), Some("/env".into()));
+            assert_eq!(args, line(&["myapp", "1000"]), "{given:?}");
+            assert_eq!(dir, Some(PathBuf::from("/p")), "{given:?}");
+        }
+        let (args, dir) = take_pilot_dir(line(&["myapp", "1000"]), Some("/env".into()));
+        assert_eq!(args, line(&["myapp", "1000"]));
+        assert_eq!(dir, Some(PathBuf::from("/env")));
+        let (args, dir) = take_pilot_dir(line(&["myapp"]), None);
+        assert_eq!((args, dir), (line(&["myapp"]), None));
+        // A flag with nothing after it is the application's, not a pilot directory.
+        let (args, dir) = take_pilot_dir(line(&["myapp", "--pilot-dir"]), None);
+        assert_eq!((args, dir), (line(&["myapp", "--pilot-dir"]), None));
+    }
 }

@@ -39,10 +39,13 @@ pub enum ActorError {
     /// now. The call may or may not have been handled (at most once).
     #[error("the actor was lost: {message}")]
     Lost { message: String },
-    /// The handler (or `on_start`) panicked; that life of the actor ended.
+    /// This call's handler panicked (that life of the actor ended), or `on_start`
+    /// panicked at the spawn. Later calls do not answer this: see `Unknown`.
     #[error("the actor panicked: {message}")]
     Panicked { message: String },
-    /// No such actor: it was stopped, or ended without a restart.
+    /// No such actor, or it has ended for good: no restart was left after a panic
+    /// or the loss of its node (the message says how it ended). The call was not
+    /// handled, and will never be: spawn a new actor.
     #[error("{message}")]
     Unknown { message: String },
     /// The node's program has another type under the actor's name (another build),
@@ -52,10 +55,12 @@ pub enum ActorError {
     /// A message, reply or the spawn arguments did not validate as their type.
     #[error("invalid data: {message}")]
     InvalidData { message: String },
-    /// No node of the pilot can host actors: its agents are not this program.
+    /// No node of the pilot can host actors: its agents are not this program. The
+    /// message says what to do: start the pilot with `--app <your binary>`.
     #[error("{message}")]
     NoHost { message: String },
-    /// The actor was stopped before it answered.
+    /// The actor was stopped (by [`crate::RemoteRef::stop`]) before it answered this
+    /// call.
     #[error("the actor was stopped: {message}")]
     Stopped { message: String },
     /// The pilot refused the request (a bad placement, shutting down).

@@ -22,7 +22,14 @@ use crate::worker::panic_message;
 /// The node of this process's agent, once it started.
 static NODE: OnceLock<u32> = OnceLock::new();
 
-/// The node this code runs on: an actor's or a task's; `None` in the driver.
+/// The node this code runs on: `Some(n)` in an actor (its agent's node) or a task
+/// (its worker's node, from `SAKER_NODE`); `None` in the driver, which runs on no
+/// node of the pilot.
+///
+/// Nodes are numbered from 0, as `saker status` lists them, as an agent's `--node`,
+/// [`crate::TaskOptions::node`] and [`crate::Placement::Node`] take them: a pilot of
+/// `n` local agents has nodes `0..n`; in an allocation a node is its `SLURM_NODEID`
+/// (plus the allocation's first node id in an elastic pilot).
 pub fn node() -> Option<u32> {
     NODE.get()
         .copied()
@@ -46,13 +53,14 @@ impl std::fmt::Debug for ActorTypes {
 }
 
 impl ActorTypes {
-    /// Adds `A`; a second type of the same name is a programming error.
+    /// Adds `A`. Its name is checked as the program is built (see [`Actor::NAME`]);
+    /// a second type of the same name is a programming error.
     pub(crate) fn add<A: Actor>(&mut self) {
         let factory: Factory =
             Box::new(|life, args, inbox| Box::pin(run_actor::<A>(life, args, inbox)));
         let previous = self
             .factories
-            .insert(A::NAME, (fingerprint::<A>(), factory));
+            .insert(crate::actor::name::<A>(), (fingerprint::<A>(), factory));
         assert!(
             previous.is_none(),
             "two actor types are named {:?}: each needs a NAME of its own",

@@ -72,7 +72,7 @@ mod submit;
 mod task;
 mod worker;
 
-pub use actor::{Actor, ActorId, Placement, RemoteRef, Restart, Spawn, spawn};
+pub use actor::{Actor, ActorId, MAX_ACTOR_NAME_LEN, Placement, RemoteRef, Restart, Spawn, spawn};
 pub use app::{App, CLI_ARGUMENT, DEFAULT_KIND, PILOT_DIR_VAR};
 pub use error::{ActorError, Error, TaskError};
 pub use host::node;

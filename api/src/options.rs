@@ -93,8 +93,9 @@ impl TaskOptions {
         self
     }
 
-    /// Runs each task on node `node` only (its id, as `saker status` lists nodes). A
-    /// queued task waits for its node while the node is away.
+    /// Runs each task on node `node` only: its id, from 0, as `saker status` lists
+    /// nodes and [`crate::node`] returns them. A queued task waits for its node while
+    /// the node is away; a node the pilot cannot have is refused at submission.
     pub fn node(mut self, node: u32) -> Self {
         self.spec.node = Some(node);
         self

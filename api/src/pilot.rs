@@ -9,7 +9,8 @@
 //! flight, results of unknown tasks are kept until it is answered.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use saker_root::client::StatusReport;
 use saker_root::results::{JobId, ResultRecord, TaskId, TerminalState};
@@ -24,6 +25,14 @@ use crate::worker::RaisedKind;
 
 /// Most calls in one submit request.
 const BATCH: usize = 8192;
+/// How long [`Pilot::nodes`] and the start of an embedded pilot wait for every node
+/// the pilot expects.
+const ALL_NODES_WAIT: Duration = Duration::from_secs(60);
+/// How long `map` waits for a first node to tell how wide nodes are, when none has
+/// joined (an elastic pilot may get none before work is queued).
+const FIRST_NODE_WAIT: Duration = Duration::from_secs(5);
+/// Between two looks at the pilot's status while waiting for nodes.
+const POLL: Duration = Duration::from_millis(20);
 
 /// Told the answer (or the failure) for one task.
 pub(crate) type Waiter = Box<dyn FnOnce(Result<Arc<ResultRecord>, TaskError>) + Send>;
@@ -80,8 +89,10 @@ pub(crate) struct Shared {
     pub(crate) link: Link,
     pub(crate) kind: String,
     pub(crate) submissions: mpsc::UnboundedSender<Submission>,
-    /// Cores of the pilot when the driver started (for `map`'s chunk size).
+    /// Cores of the nodes that had joined when the driver started ([`Pilot::slots`]).
     pub(crate) slots: u32,
+    /// Cores of the pilot once every node it expects had joined, when seen.
+    full_slots: OnceLock<u32>,
 }
 
 impl std::fmt::Debug for Pilot {
@@ -94,11 +105,22 @@ impl std::fmt::Debug for Pilot {
 }
 
 impl Pilot {
-    /// Starts the background tasks on the current tokio runtime.
-    pub(crate) async fn start(link: Link, kind: String) -> Result<Pilot, Error> {
+    /// Starts the background tasks on the current tokio runtime. With
+    /// `wait_for_nodes`, first waits (a minute at most) for every node the pilot
+    /// expects: an embedded pilot's agents are this machine's processes, which join
+    /// within moments, so its [`Pilot::slots`] counts them all.
+    pub(crate) async fn start(
+        link: Link,
+        kind: String,
+        wait_for_nodes: bool,
+    ) -> Result<Pilot, Error> {
         crate::context::set_driver(&link);
         let feed = link.follow().await?;
-        let status = link.status().await?;
+        let status = if wait_for_nodes {
+            all_nodes(&link).await?
+        } else {
+            link.status().await?
+        };
         let (events, event_rx) = mpsc::unbounded_channel();
         tokio::spawn(forward_results(feed, events.clone()));
         tokio::spawn(dispatch(event_rx));
@@ -110,6 +132,11 @@ impl Pilot {
                 kind,
                 submissions,
                 slots: status.slots.max(1),
+                full_slots: if all_joined(&status) {
+                    OnceLock::from(status.slots)
+                } else {
+                    OnceLock::new()
+                },
             }),
         })
     }
@@ -161,22 +188,50 @@ impl Pilot {
 
     /// The nodes the pilot has, once every node it expects (its local agents, or its
     /// allocation's nodes) has joined, or after a minute at most: for a driver that
-    /// places work on each node.
+    /// places work on each node. `pilot.status().await?.slots` then counts the slots
+    /// of them all.
     pub async fn nodes(&self) -> Result<u32, Error> {
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
-            let status = self.status().await?;
-            let all = status.max_nodes.is_none_or(|max| status.agents >= max);
-            if all || tokio::time::Instant::now() >= deadline {
-                return Ok(status.agents);
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        Ok(all_nodes(&self.shared.link).await?.agents)
     }
 
-    /// Cores the pilot had when this driver started.
+    /// Slots (cores) of the nodes that had joined when this driver started: a
+    /// snapshot, and **partial** if nodes were still joining then.
+    ///
+    /// A driver run alone starts an embedded pilot and waits for its agents, so
+    /// there it counts them all. A driver given a pilot (`--pilot-dir`, `saker run
+    /// --app`, `saker pilot --app`) starts as soon as the pilot does, while its
+    /// agents may still be joining. For every node's slots, wait for them:
+    /// `pilot.nodes().await?`, then `pilot.status().await?.slots`. `map` sizes its
+    /// chunks for every node the pilot expects, not from this count.
     pub fn slots(&self) -> u32 {
         self.shared.slots
+    }
+
+    /// The slots `map` sizes its chunks for: all the pilot's once every node it
+    /// expects has joined; until then [`expected_slots`] of what has. With no node
+    /// yet, waits a little for one, then assumes one slot per expected node.
+    pub(crate) async fn planning_slots(&self) -> u32 {
+        if let Some(slots) = self.shared.full_slots.get() {
+            return *slots;
+        }
+        let deadline = tokio::time::Instant::now() + FIRST_NODE_WAIT;
+        loop {
+            let Ok(status) = self.status().await else {
+                // Its calls will fail the same way; any size does.
+                return self.slots();
+            };
+            if all_joined(&status) {
+                let _ = self.shared.full_slots.set(status.slots);
+                return status.slots.max(1);
+            }
+            if let Some(slots) = expected_slots(&status) {
+                return slots.max(1);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return status.max_nodes.unwrap_or(1).max(1);
+            }
+            tokio::time::sleep(POLL).await;
+        }
     }
 
     pub(crate) fn send(&self, job: JobRequest, waiter: Waiter, id: Option<Arc<JobCell>>) {
@@ -196,6 +251,39 @@ impl Pilot {
             kind: self.shared.kind.clone(),
             payload,
         }))
+    }
+}
+
+/// Every node the pilot expects has joined (and offers its cores).
+fn all_joined(status: &StatusReport) -> bool {
+    status
+        .max_nodes
+        .is_some_and(|max| max > 0 && status.agents >= max && status.slots > 0)
+}
+
+/// The slots the pilot will have, from a status taken while nodes may still be
+/// joining: those of the nodes that joined, and for each node expected but not
+/// there yet as many as the widest that joined has (in an allocation nodes are
+/// alike; an embedded pilot's agents differ by one slot at most). `None` while no
+/// node has joined: nothing tells how wide one is.
+pub(crate) fn expected_slots(status: &StatusReport) -> Option<u32> {
+    let widest = status.nodes.iter().map(|node| node.cores).max()?;
+    let joined = status.agents.max(status.nodes.len() as u32);
+    let missing = status.max_nodes.map_or(0, |max| max.saturating_sub(joined));
+    Some(status.slots.saturating_add(missing.saturating_mul(widest)))
+}
+
+/// The pilot's status once every node it expects has joined, or after
+/// [`ALL_NODES_WAIT`]; at once for a pilot that does not say how many it expects.
+async fn all_nodes(link: &Link) -> Result<StatusReport, Error> {
+    let deadline = tokio::time::Instant::now() + ALL_NODES_WAIT;
+    loop {
+        let status = link.status().await?;
+        let all = status.max_nodes.is_none_or(|max| status.agents >= max);
+        if all || tokio::time::Instant::now() >= deadline {
+            return Ok(status);
+        }
+        tokio::time::sleep(POLL).await;
     }
 }
 
@@ -336,5 +424,50 @@ pub(crate) fn answers<O: Data>(record: &ResultRecord) -> Result<Vec<Answer<O>>, 
                 RaisedKind::InvalidInput => TaskError::InvalidData { message },
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use saker_root::client::NodeLoad;
+
+    fn status(max_nodes: Option<u32>, joined: &[u32]) -> StatusReport {
+        StatusReport {
+            agents: joined.len() as u32,
+            slots: joined.iter().sum(),
+            max_nodes,
+            nodes: joined
+                .iter()
+                .map(|&cores| NodeLoad {
+                    cores,
+                    ..NodeLoad::default()
+                })
+                .collect(),
+            ..StatusReport::default()
+        }
+    }
+
+    #[test]
+    fn a_partial_status_counts_the_nodes_still_to_join_as_wide_as_the_widest() {
+        // 6 agents of 1 slot, 1 joined: 6, not 1.
+        let partial = status(Some(6), &[1]);
+        assert!(!all_joined(&partial));
+        assert_eq!(expected_slots(&partial), Some(6));
+        // 3 nodes of 4 cores in an allocation, 2 joined.
+        assert_eq!(expected_slots(&status(Some(3), &[4, 4])), Some(12));
+        // An embedded pilot's uneven shares (7 slots: 4 + 3): never fewer.
+        assert_eq!(expected_slots(&status(Some(2), &[3])), Some(6));
+        assert_eq!(expected_slots(&status(Some(2), &[4])), Some(8));
+        // All joined: exactly theirs.
+        let full = status(Some(2), &[4, 3]);
+        assert!(all_joined(&full));
+        assert_eq!(expected_slots(&full), Some(7));
+        // No node yet: nothing tells how wide one is.
+        assert_eq!(expected_slots(&status(Some(4), &[])), None);
+        assert!(!all_joined(&status(Some(4), &[])));
+        // A pilot that does not say how many it expects: what joined.
+        assert_eq!(expected_slots(&status(None, &[2, 2])), Some(4));
+        assert!(!all_joined(&status(None, &[2, 2])));
     }
 }

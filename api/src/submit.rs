@@ -24,6 +24,13 @@ const CHUNKS_PER_SLOT: usize = 4;
 /// What `map` assumes of an iterator that does not say how long it is.
 const UNKNOWN_COUNT: usize = 65_536;
 
+/// Inputs per chunk for `count` inputs on `slots` slots, unless told:
+/// [`CHUNKS_PER_SLOT`] chunks per slot, at least 1 input, at most [`MAX_CHUNK`].
+fn default_chunk(count: usize, slots: u32) -> usize {
+    let slots = (slots as usize).max(1);
+    (count / (slots * CHUNKS_PER_SLOT)).clamp(1, MAX_CHUNK)
+}
+
 /// A pilot with options for the tasks submitted through it.
 #[derive(Debug, Clone)]
 pub struct Submitter {
@@ -112,19 +119,20 @@ impl Submitter {
     {
         let (sender, receiver) = mpsc::unbounded_channel();
         let (total_tx, total) = oneshot::channel();
-        let chunk = self.options.chunk.unwrap_or_else(|| {
-            // A filtered iterator knows only its upper bound; an unbounded one neither.
-            let count = match inputs.size_hint() {
-                (low, Some(high)) => low.max(high),
-                (0, None) => UNKNOWN_COUNT,
-                (low, None) => low,
-            };
-            let slots = self.pilot.slots() as usize;
-            (count / (slots * CHUNKS_PER_SLOT)).clamp(1, MAX_CHUNK)
-        });
+        // A filtered iterator knows only its upper bound; an unbounded one neither.
+        let count = match inputs.size_hint() {
+            (low, Some(high)) => low.max(high),
+            (0, None) => UNKNOWN_COUNT,
+            (low, None) => low,
+        };
         let submitter = self.clone();
         // Encoding a million inputs takes a while: the stream yields meanwhile.
         tokio::spawn(async move {
+            let chunk = match submitter.options.chunk {
+                Some(chunk) => chunk,
+                // Sized for every node the pilot expects, not only those joined yet.
+                None => default_chunk(count, submitter.pilot.planning_slots().await),
+            };
             let mut inputs = inputs;
             let mut first = 0usize;
             loop {
@@ -416,5 +424,25 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.get_mut().poll_item(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_chunks_keep_every_slot_busy_four_times_over() {
+        // The figures of docs/rust-api.md, "Chunks".
+        assert_eq!(default_chunk(1_000_000, 64), 1024);
+        assert_eq!(default_chunk(10_000, 64), 39);
+        assert_eq!(default_chunk(100, 64), 1);
+        // The pilot: 6 slots, of which 1 had joined. Sized for the 6, 1,000
+        // inputs make 25 chunks (about 4 per slot), not the 4 chunks sized for 1
+        // slot, which leave 2 of the 6 idle.
+        assert_eq!(default_chunk(1_000, 6), 41);
+        assert_eq!(1_000usize.div_ceil(default_chunk(1_000, 6)), 25);
+        assert_eq!(default_chunk(1_000, 1), 250);
+        assert_eq!(default_chunk(5, 0), 1, "no slots known: one input each");
     }
 }

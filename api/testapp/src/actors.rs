@@ -153,7 +153,8 @@ pub async fn actors(pilot: &saker::Pilot) -> Result<(), String> {
     }
     check(nodes.len() == 2, format!("spread over {nodes:?}"))?;
 
-    // A panic ends a life; without a restart policy the actor stays ended.
+    // A panic ends a life; without a restart policy the actor stays ended: later
+    // calls answer `Unknown`, saying how it ended (not `Panicked`: they did not).
     let fragile = show(pilot.spawn::<Counter>(0).await)?;
     match fragile.call(Op::Panic).await {
         Err(ActorError::Panicked { message }) => {
@@ -162,12 +163,17 @@ pub async fn actors(pilot: &saker::Pilot) -> Result<(), String> {
         other => return Err(format!("expected a panic, got {other:?}")),
     }
     let after = fragile.call(Op::Get).await;
-    check(after.is_err(), format!("an ended actor answers {after:?}"))?;
+    check(
+        matches!(&after, Err(ActorError::Unknown { message }) if message.contains("after a panic")),
+        format!("an ended actor answers {after:?}"),
+    )?;
 
-    // With `Always`, it starts again from its arguments.
+    // With `Always`, it starts again from its arguments, on its own node: a panic
+    // leaves the node healthy (the least loaded node, where it went before, is 0).
     let sturdy = show(
         pilot
             .spawn::<Counter>(7)
+            .on(Placement::Node(1))
             .restart(Restart::Always { max_restarts: 1 })
             .await,
     )?;
@@ -181,6 +187,11 @@ pub async fn actors(pilot: &saker::Pilot) -> Result<(), String> {
     )?;
     let again = call_until_ok(&sturdy, || Op::Get).await?;
     check(again == 7, format!("restarted from its arguments: {again}"))?;
+    let home = show(sturdy.call(Op::Node).await)?;
+    check(
+        home == 1,
+        format!("restarted on node {home}, not its node 1"),
+    )?;
 
     // A stop runs on_stop; later calls are refused as stopped.
     show(sturdy.stop().await)?;
@@ -260,11 +271,18 @@ pub async fn mismatch(pilot: &saker::Pilot) -> Result<(), String> {
     Ok(())
 }
 
-/// A pilot whose agents are not this program: no node can host actors.
+/// A pilot whose agents are not this program: no node can host actors, and the
+/// error says how to start one that can.
 pub async fn no_host(pilot: &saker::Pilot) -> Result<(), String> {
-    let spawned = pilot.spawn::<Counter>(1).await;
-    println!("{spawned:?}");
-    check(matches!(spawned, Err(ActorError::NoHost { .. })), "no host")?;
+    for placement in [Placement::Any, Placement::Node(0)] {
+        let spawned = pilot.spawn::<Counter>(1).on(placement).await;
+        println!("{spawned:?}");
+        check(
+            matches!(&spawned, Err(ActorError::NoHost { message })
+                if message.contains("start the pilot with `--app <your binary>`")),
+            format!("no host, with the --app hint ({placement:?})"),
+        )?;
+    }
     println!("ok no actor host");
     Ok(())
 }

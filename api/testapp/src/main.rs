@@ -74,6 +74,17 @@ impl Task for Nap {
     }
 }
 
+/// Where it ran, as `saker::node()` says.
+struct WhereAmI;
+impl Task for WhereAmI {
+    const NAME: &'static str = "where-am-i";
+    type Input = ();
+    type Output = Option<u32>;
+    async fn run((): ()) -> Option<u32> {
+        saker::node()
+    }
+}
+
 /// Sleeps `millis`; says when it started and ended (µs since the epoch).
 struct Clock;
 impl Task for Clock {
@@ -166,6 +177,7 @@ fn main() -> ExitCode {
         .task::<FailsOnce>()
         .task::<Nap>()
         .task::<Clock>()
+        .task::<WhereAmI>()
         .task::<Stats>();
     let args: Vec<String> = app
         .args()
@@ -299,8 +311,26 @@ async fn when(pilot: &saker::Pilot) -> Result<(), String> {
 }
 
 /// Tasks placed on a given node run there, whatever the other node has free; a node
-/// the pilot cannot have is refused at submission.
+/// the pilot cannot have is refused at submission. Nodes are numbered from 0, and
+/// `saker::node()` says which one code runs on (none in the driver). The driver of
+/// an embedded pilot starts once its agents joined: `slots()` counts them all.
 async fn pinned(pilot: &saker::Pilot) -> Result<(), String> {
+    check(
+        pilot.slots() == 2,
+        format!("slots() counts both agents' slots: {}", pilot.slots()),
+    )?;
+    check(saker::node().is_none(), "the driver runs on no node")?;
+    for node in [1u32, 0] {
+        let told = pilot
+            .with(TaskOptions::new().node(node))
+            .submit::<WhereAmI>(())
+            .await
+            .map_err(|e| e.to_string())?;
+        check(
+            told == Some(node),
+            format!("saker::node() in a task on node {node}: {told:?}"),
+        )?;
+    }
     for node in [1u32, 0] {
         let outputs = pilot
             .with(TaskOptions::new().node(node).chunk(1))

@@ -6,9 +6,12 @@
 //! and handed back to its caller. What the root adds is supervision. When a node is
 //! lost, every call in flight to its actors fails with `actor_lost` (the call may or
 //! may not have run: at most once, never twice), and each actor whose restart policy
-//! allows it starts a new life on another node from its spawn arguments. A life is
+//! allows it starts a new life on another node from its spawn arguments; one whose
+//! handler panicked starts again on the same node, which is healthy. A life is
 //! numbered, and frames of an older life (a late reply, a stale copy's event) are
-//! ignored, so nothing of the old life is taken for the new one.
+//! ignored, so nothing of the old life is taken for the new one. An actor with no
+//! restart left has ended for good: later calls fail with `unknown_actor`, whose
+//! message says how it ended (a stopped actor's with `actor_stopped`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -43,6 +46,9 @@ pub(crate) struct PlacedActors {
 struct Placed {
     spawn: ActorSpawnRequest,
     node: Option<NodeId>,
+    /// Where its next life should start: the node of a life that panicked, which is
+    /// healthy. `None` after a node loss (any hosting node then).
+    home: Option<NodeId>,
     life: u32,
     restarts: u32,
     phase: Phase,
@@ -63,6 +69,7 @@ impl Placed {
                 restart: Default::default(),
             },
             node: None,
+            home: None,
             life: 0,
             restarts: 0,
             phase: Phase::Ended(ended),
@@ -79,7 +86,7 @@ enum Phase {
     Starting,
     Running,
     Stopping,
-    /// For good: calls fail with this error.
+    /// For good: calls fail with this error (`unknown_actor`, or `actor_stopped`).
     Ended(RequestError),
 }
 
@@ -125,6 +132,12 @@ where
 fn error(kind: ErrorKind, message: impl Into<String>) -> RequestError {
     RequestError::new(kind, message)
 }
+
+/// What a user can do about agents that host no actors.
+const NO_HOST_HINT: &str = "its agents are not the application's binary: start the pilot \
+                            with `--app <your binary>` (`saker run --app`, `saker pilot \
+                            --app`), or run the application alone so that `App::run` \
+                            starts a pilot of its own";
 
 fn fault_kind(fault: ActorFault) -> ErrorKind {
     match fault {
@@ -196,6 +209,7 @@ impl PlacedActors {
             Placed {
                 spawn,
                 node: None,
+                home: None,
                 life: 0,
                 restarts: 0,
                 phase: Phase::Waiting,
@@ -219,7 +233,8 @@ impl PlacedActors {
     /// spawned, with its request unless it ended. Their nodes were lost with that
     /// root (agents that rejoin end their actors), so each starts a new life as its
     /// restart policy allows after a node loss, once a node can host it; the others
-    /// end as lost. Returns how many will start again.
+    /// end (their calls fail with `unknown_actor`, saying so). Returns how many will
+    /// start again.
     pub(super) fn restore_actors(
         &mut self,
         ctx: &mut Ctx,
@@ -239,6 +254,7 @@ impl PlacedActors {
                 Placed {
                     spawn,
                     node: None,
+                    home: None,
                     life: 1,
                     restarts: 1,
                     phase: Phase::Waiting,
@@ -250,9 +266,8 @@ impl PlacedActors {
                 self.waiting.insert(id);
                 again += 1;
             } else {
-                let message = format!(
-                    "actor {id} ended: the pilot's root restarted, and its restart policy allows no restart"
-                );
+                let message =
+                    "the pilot's root restarted, and its restart policy allows no restart";
                 self.end_actor(ctx, id, error(ErrorKind::ActorLost, message));
             }
         }
@@ -497,7 +512,8 @@ impl PlacedActors {
                 self.fail_calls(ctx, &HashSet::from([id]), ErrorKind::ActorLost, &lost);
                 self.unplace(id);
                 if restart {
-                    self.restart(ctx, id);
+                    // The node is healthy (it reported the end): the new life stays.
+                    self.restart(ctx, id, Some(from));
                 } else {
                     self.end_actor(ctx, id, error(fault_kind(fault), message));
                 }
@@ -540,11 +556,9 @@ impl PlacedActors {
                     error(ErrorKind::ActorStopped, format!("actor {id} was stopped")),
                 );
             } else if placed.restarts < placed.spawn.restart.allows(false) {
-                self.restart(ctx, id);
+                self.restart(ctx, id, None);
             } else {
-                let message = format!(
-                    "actor {id} ended: {message} (its restart policy allows no more restarts)"
-                );
+                let message = format!("{message}; its restart policy allows no more restarts");
                 self.end_actor(ctx, id, error(ErrorKind::ActorLost, message));
             }
         }
@@ -559,12 +573,17 @@ impl PlacedActors {
                 continue;
             };
             let (placement, first_life) = (placed.spawn.placement, placed.life == 0);
+            let home = placed
+                .home
+                .filter(|home| ctx.nodes.get(home).is_some_and(|entry| entry.hosts_actors));
             let chosen = match (placement, first_life) {
+                (_, false) if home.is_some() => home,
                 (ActorPlacement::Node(node), true) => {
                     match ctx.nodes.get(&NodeId(node)).map(|entry| entry.hosts_actors) {
                         Some(true) => Some(NodeId(node)),
                         Some(false) => {
-                            let message = format!("node {node}'s agent hosts no actors");
+                            let message =
+                                format!("node {node}'s agent hosts no actors: {NO_HOST_HINT}");
                             self.waiting.remove(&id);
                             self.end_actor(ctx, id, error(ErrorKind::NoActorHost, message));
                             continue;
@@ -593,9 +612,7 @@ impl PlacedActors {
                 }
                 None if !ctx.nodes.is_empty() && !ctx.nodes.values().any(|n| n.hosts_actors) => {
                     self.waiting.remove(&id);
-                    let message = "no agent of this pilot hosts actors: its agents are not the \
-                                   application's binary (start the pilot with `--app`, or let \
-                                   the application start its own)";
+                    let message = format!("no agent of this pilot hosts actors: {NO_HOST_HINT}");
                     self.end_actor(ctx, id, error(ErrorKind::NoActorHost, message));
                 }
                 None => {}
@@ -632,11 +649,13 @@ impl PlacedActors {
         ctx.send_to(link, node, &message);
     }
 
-    /// A new life of `id`, on whichever node can take it.
-    fn restart(&mut self, ctx: &mut Ctx, id: u64) {
+    /// A new life of `id`: on `home` if it can still take it, else on whichever
+    /// node can.
+    fn restart(&mut self, ctx: &mut Ctx, id: u64, home: Option<NodeId>) {
         let Some(placed) = self.actors.get_mut(&id) else {
             return;
         };
+        placed.home = home;
         placed.restarts += 1;
         placed.life += 1;
         placed.phase = Phase::Waiting;
@@ -660,7 +679,11 @@ impl PlacedActors {
         }
     }
 
-    /// Ends `id` for good: its waiters are answered and its arguments dropped.
+    /// Ends `id` for good: its waiters are answered (a spawn's with `ended`, the
+    /// first life's own failure) and its arguments dropped. Later calls fail with
+    /// `unknown_actor`, saying how it ended; those to a stopped actor with
+    /// `actor_stopped`. (Not with `ended`'s own kind: `actor_panicked` would say the
+    /// later call panicked, `actor_lost` that it may have run.)
     fn end_actor(&mut self, ctx: &mut Ctx, id: u64, ended: RequestError) {
         self.unplace(id);
         self.waiting.remove(&id);
@@ -679,7 +702,22 @@ impl PlacedActors {
             let _ = waiter.send(Ok(ActorStopReply {}));
         }
         placed.spawn.args = Vec::new();
-        placed.phase = Phase::Ended(ended);
+        placed.home = None;
+        let later = match ended.kind {
+            ErrorKind::ActorStopped | ErrorKind::UnknownActor => ended,
+            ErrorKind::ActorPanicked => error(
+                ErrorKind::UnknownActor,
+                format!(
+                    "actor {id} has ended after a panic ({}), with no restart left",
+                    ended.message
+                ),
+            ),
+            _ => error(
+                ErrorKind::UnknownActor,
+                format!("actor {id} has ended: {}", ended.message),
+            ),
+        };
+        placed.phase = Phase::Ended(later);
     }
 
     /// Fails every call in flight to `actors`.

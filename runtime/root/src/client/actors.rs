@@ -5,7 +5,29 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{MAX_FUNCTION_BYTES, base64_bytes, valid_kind};
+use crate::spec::{MAX_FUNCTION_BYTES, base64_bytes};
+
+/// The longest actor type name, in bytes.
+pub const MAX_ACTOR_NAME_LEN: usize = 64;
+
+/// Whether `name` can name an actor type: 1 to [`MAX_ACTOR_NAME_LEN`] ASCII letters,
+/// digits, `_` and `-`. A `const fn`, so that an application's build can check its
+/// actor types' names (the Rust API does, where a type is registered).
+pub const fn valid_actor_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes.len() > MAX_ACTOR_NAME_LEN {
+        return false;
+    }
+    let mut at = 0;
+    while at < bytes.len() {
+        let byte = bytes[at];
+        if !(byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-') {
+            return false;
+        }
+        at += 1;
+    }
+    true
+}
 
 /// The pilot-wide id of an actor. Transparent in JSON (a bare number, as clients
 /// send it); rkyv so applications' typed handles can carry it inside their data.
@@ -32,7 +54,9 @@ impl std::fmt::Display for ActorId {
     }
 }
 
-/// Where an actor's first life runs. A restart runs wherever a node can take it.
+/// Where an actor runs. The first life runs where this says. A restart after a panic
+/// (its node is healthy) stays on the node the actor ran on; a restart after its node
+/// was lost goes to the hosting node with the fewest actors.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ActorPlacement {
@@ -45,23 +69,27 @@ pub enum ActorPlacement {
     With(ActorId),
 }
 
-/// What happens when an actor's life ends other than by a stop.
+/// What happens when an actor's life ends other than by a stop (the Rust API's
+/// `Restart`, the same type). Once no restart is left, the actor has ended for good:
+/// every later call fails with `unknown_actor` (`ActorError::Unknown`), whose message
+/// says how it ended.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ActorRestart {
-    /// It stays ended; calls fail.
+    /// It stays ended: calls fail.
     #[default]
     Never,
     /// When its node is lost, it starts again on another node from its spawn
-    /// arguments, at most `max_restarts` times.
+    /// arguments (its state is not kept), at most `max_restarts` times.
     OnNodeLoss { max_restarts: u32 },
-    /// When its node is lost or a handler panics, likewise.
+    /// When its node is lost or a handler panics, likewise; after a panic it starts
+    /// again on the same node.
     Always { max_restarts: u32 },
 }
 
 impl ActorRestart {
     /// The restarts allowed after an end of this kind.
-    pub fn allows(self, panicked: bool) -> u32 {
+    pub(crate) fn allows(self, panicked: bool) -> u32 {
         match self {
             ActorRestart::Never => 0,
             ActorRestart::OnNodeLoss { max_restarts } if !panicked => max_restarts,
@@ -100,9 +128,10 @@ impl std::fmt::Debug for ActorSpawnRequest {
 impl ActorSpawnRequest {
     /// Checks what the pilot can check without the node: a plain name, bounded bytes.
     pub fn validate(&self) -> Result<(), String> {
-        if !valid_kind(&self.name) {
+        if !valid_actor_name(&self.name) {
             return Err(format!(
-                "actor type name {:?} must be letters, digits, '_' and '-' (at most 64)",
+                "actor type name {:?} must be ASCII letters, digits, '_' and '-' (1 to \
+                 {MAX_ACTOR_NAME_LEN} bytes)",
                 self.name
             ));
         }
@@ -190,6 +219,58 @@ mod tests {
         let spaced: ActorPlacement = serde_json::from_str(r#"{"with": 7}"#).unwrap();
         assert_eq!(spaced, ActorPlacement::With(ActorId(7)));
         assert_eq!(ActorPlacement::default(), ActorPlacement::Any);
+    }
+
+    #[test]
+    fn restart_json_is_what_clients_send_and_never_is_the_default() {
+        for (restart, json) in [
+            (ActorRestart::Never, r#""never""#),
+            (
+                ActorRestart::OnNodeLoss { max_restarts: 3 },
+                r#"{"on_node_loss":{"max_restarts":3}}"#,
+            ),
+            (
+                ActorRestart::Always { max_restarts: 1 },
+                r#"{"always":{"max_restarts":1}}"#,
+            ),
+        ] {
+            assert_eq!(serde_json::to_string(&restart).unwrap(), json);
+            assert_eq!(serde_json::from_str::<ActorRestart>(json).unwrap(), restart);
+        }
+        let spawn: ActorSpawnRequest = serde_json::from_str(
+            r#"{"name":"counter","fingerprint":1,"args":"","placement":"any"}"#,
+        )
+        .unwrap();
+        assert_eq!(spawn.restart, ActorRestart::Never);
+        assert_eq!(ActorRestart::OnNodeLoss { max_restarts: 3 }.allows(true), 0);
+        assert_eq!(
+            ActorRestart::OnNodeLoss { max_restarts: 3 }.allows(false),
+            3
+        );
+        assert_eq!(ActorRestart::Always { max_restarts: 2 }.allows(true), 2);
+    }
+
+    #[test]
+    fn actor_names_are_letters_digits_underscores_and_dashes_up_to_64_bytes() {
+        let longest = "a".repeat(MAX_ACTOR_NAME_LEN);
+        for good in ["counter", "param_server-2", "A", longest.as_str()] {
+            assert!(valid_actor_name(good), "{good:?}");
+        }
+        let too_long = "a".repeat(MAX_ACTOR_NAME_LEN + 1);
+        for bad in ["", "no spaces", "a/b", "a.b", "modèle", too_long.as_str()] {
+            assert!(!valid_actor_name(bad), "{bad:?}");
+            let spawn = ActorSpawnRequest {
+                name: bad.to_owned(),
+                fingerprint: 1,
+                args: Vec::new(),
+                placement: ActorPlacement::Any,
+                restart: ActorRestart::Never,
+            };
+            let refused = spawn.validate().unwrap_err();
+            assert!(refused.contains("1 to 64 bytes"), "{refused}");
+        }
+        // Checked while the program is built.
+        const { assert!(valid_actor_name("model")) };
     }
 
     #[test]

@@ -188,10 +188,17 @@ fn a_lost_node_fails_calls_in_flight_and_restarts_its_actors_elsewhere_within_th
     h.lose(1);
     let lost = in_flight.try_recv().unwrap().unwrap_err();
     assert_eq!(lost.kind, ErrorKind::ActorLost);
-    // Actor 1 starts its second life on node 0; actor 2 may not restart.
+    // Actor 1 starts its second life on node 0; actor 2 may not restart, and has
+    // ended for good.
     assert_eq!(spawned_on(&h.actor_frames()), vec![(0, 1, 1)]);
     let ended = h.call_actor(2, b"x").try_recv().unwrap().unwrap_err();
-    assert_eq!(ended.kind, ErrorKind::ActorLost);
+    assert_eq!(ended.kind, ErrorKind::UnknownActor);
+    assert!(
+        ended.message.contains("node 1 was lost")
+            && ended.message.contains("allows no more restarts"),
+        "{}",
+        ended.message
+    );
     // The old life's late event changes nothing; the new life's start counts.
     h.actor_event(0, 1, 0, ActorStatus::Stopped);
     h.actor_event(0, 1, 1, ActorStatus::Started);
@@ -204,7 +211,7 @@ fn a_lost_node_fails_calls_in_flight_and_restarts_its_actors_elsewhere_within_th
     h.lose(0);
     assert!(h.actor_frames().is_empty());
     let gone = h.call_actor(1, b"x").try_recv().unwrap().unwrap_err();
-    assert_eq!(gone.kind, ErrorKind::ActorLost);
+    assert_eq!(gone.kind, ErrorKind::UnknownActor);
     assert_eq!(h.status().actors, 0);
 }
 
@@ -240,7 +247,126 @@ fn a_panic_restarts_only_under_always_and_a_failed_start_fails_the_spawn() {
         assert_eq!(again.is_empty(), !restarts, "actor {actor}: {again:?}");
     }
     let ended = h.call_actor(3, b"x").try_recv().unwrap().unwrap_err();
-    assert_eq!(ended.kind, ErrorKind::ActorPanicked);
+    assert_eq!(ended.kind, ErrorKind::UnknownActor);
+    assert!(ended.message.contains("panic (boom)"), "{}", ended.message);
+}
+
+/// The error table of `docs/rust-api.md`: the call that panicked answers
+/// `actor_panicked`, the calls in flight with it `actor_lost`, and once no restart is
+/// left every later call `unknown_actor` (saying how the actor ended), not
+/// `actor_panicked` again; a stopped actor's calls answer `actor_stopped`.
+#[test]
+fn calls_to_an_actor_with_no_restart_left_answer_unknown_saying_how_it_ended() {
+    let mut h = Harness::new();
+    h.join(0, 1);
+    drop(h.spawn_actor(request(
+        ActorPlacement::Any,
+        ActorRestart::Always { max_restarts: 1 },
+    )));
+    for life in 0..2 {
+        h.actor_event(0, 1, life, ActorStatus::Started);
+        h.actor_frames();
+        let mut panicking = h.call_actor(1, b"panic");
+        let mut behind = h.call_actor(1, b"behind");
+        let calls: Vec<u64> = h
+            .actor_frames()
+            .into_iter()
+            .filter_map(|(_, message)| match message {
+                ToAgent::ActorCall(call) => Some(call.call),
+                _ => None,
+            })
+            .collect();
+        let answer = FromAgent::ActorReply(ActorReply {
+            call: calls[0],
+            answer: ActorAnswer::Failed {
+                fault: ActorFault::Panicked,
+                message: format!("boom {life}"),
+            },
+        });
+        h.agent_sends(0, 0, &answer);
+        let panicked = ActorStatus::Failed {
+            fault: ActorFault::Panicked,
+            message: format!("boom {life}"),
+        };
+        h.actor_event(0, 1, life, panicked);
+        let panicked = panicking.try_recv().unwrap().unwrap_err();
+        assert_eq!(panicked.kind, ErrorKind::ActorPanicked, "life {life}");
+        let lost = behind.try_recv().unwrap().unwrap_err();
+        assert_eq!(lost.kind, ErrorKind::ActorLost, "life {life}");
+    }
+    // Its one restart was spent on the first panic: the second ended it.
+    assert!(spawned_on(&h.actor_frames()).is_empty());
+    for _ in 0..2 {
+        let later = h.call_actor(1, b"x").try_recv().unwrap().unwrap_err();
+        assert_eq!(later.kind, ErrorKind::UnknownActor);
+        assert!(
+            later
+                .message
+                .contains("actor 1 has ended after a panic (boom 1)"),
+            "{}",
+            later.message
+        );
+    }
+    // A stopped actor says so.
+    drop(h.spawn_actor(request(ActorPlacement::Any, ActorRestart::Never)));
+    h.actor_event(0, 2, 0, ActorStatus::Started);
+    let (reply, _stopped) = oneshot::channel();
+    h.handle(RootMsg::Client(ClientRequest::ActorStop {
+        actor: 2,
+        reply,
+    }));
+    h.actor_event(0, 2, 0, ActorStatus::Stopped);
+    let stopped = h.call_actor(2, b"x").try_recv().unwrap().unwrap_err();
+    assert_eq!(stopped.kind, ErrorKind::ActorStopped);
+}
+
+/// A panic leaves its node healthy: the new life starts there, even where `Any`
+/// would now choose another node; only the loss of the node moves the actor.
+#[test]
+fn a_restart_after_a_panic_keeps_a_pinned_node_and_only_a_lost_node_moves_it() {
+    let mut h = Harness::new();
+    h.join(0, 1);
+    h.join(1, 1);
+    drop(h.spawn_actor(request(
+        ActorPlacement::Node(1),
+        ActorRestart::Always { max_restarts: 4 },
+    )));
+    h.actor_event(1, 1, 0, ActorStatus::Started);
+    // Beside it, on node 1 too.
+    drop(h.spawn_actor(request(
+        ActorPlacement::With(ActorId(1)),
+        ActorRestart::Always { max_restarts: 3 },
+    )));
+    h.actor_event(1, 2, 0, ActorStatus::Started);
+    assert_eq!(spawned_on(&h.actor_frames()), vec![(1, 1, 0), (1, 2, 0)]);
+    for (actor, life) in [(1, 0), (2, 0), (1, 1)] {
+        let panicked = ActorStatus::Failed {
+            fault: ActorFault::Panicked,
+            message: "boom".into(),
+        };
+        h.actor_event(1, actor, life, panicked);
+        assert_eq!(
+            spawned_on(&h.actor_frames()),
+            vec![(1, actor, life + 1)],
+            "actor {actor} after its life {life} panicked"
+        );
+        h.actor_event(1, actor, life + 1, ActorStatus::Started);
+    }
+    assert_eq!(h.status().actors, 2);
+    // Node 1 is lost: both move to node 0.
+    h.lose(1);
+    let mut moved = spawned_on(&h.actor_frames());
+    moved.sort_unstable();
+    assert_eq!(moved, vec![(0, 1, 3), (0, 2, 2)]);
+    h.actor_event(0, 1, 3, ActorStatus::Started);
+    // And a panic there keeps it on node 0, though node 1 is back and empty.
+    h.join(1, 1);
+    let panicked = ActorStatus::Failed {
+        fault: ActorFault::Panicked,
+        message: "boom".into(),
+    };
+    h.actor_event(0, 1, 3, panicked);
+    assert_eq!(spawned_on(&h.actor_frames()), vec![(0, 1, 4)]);
 }
 
 #[test]
@@ -248,11 +374,19 @@ fn agents_that_host_no_actors_refuse_spawns_and_bad_placements_are_refused() {
     let mut h = Harness::new();
     h.hosts_actors = false;
     h.join(0, 1);
-    let mut none = h.spawn_actor(request(ActorPlacement::Any, ActorRestart::Never));
-    assert_eq!(
-        none.try_recv().unwrap().unwrap_err().kind,
-        ErrorKind::NoActorHost
-    );
+    // Refused with what to do about it: the `--app` hint.
+    for placement in [ActorPlacement::Any, ActorPlacement::Node(0)] {
+        let mut none = h.spawn_actor(request(placement, ActorRestart::Never));
+        let refused = none.try_recv().unwrap().unwrap_err();
+        assert_eq!(refused.kind, ErrorKind::NoActorHost, "{placement:?}");
+        assert!(
+            refused
+                .message
+                .contains("start the pilot with `--app <your binary>`"),
+            "{placement:?}: {}",
+            refused.message
+        );
+    }
     let mut far = h.spawn_actor(request(ActorPlacement::Node(9), ActorRestart::Never));
     assert_eq!(
         far.try_recv().unwrap().unwrap_err().kind,
@@ -378,7 +512,12 @@ fn a_resumed_root_starts_journaled_actors_again_as_their_policies_allow() {
     resumed.join(1, 1);
     assert_eq!(spawned_on(&resumed.actor_frames()), vec![(1, 1, 1)]);
     let never = resumed.call_actor(2, b"x").try_recv().unwrap().unwrap_err();
-    assert_eq!(never.kind, ErrorKind::ActorLost);
+    assert_eq!(never.kind, ErrorKind::UnknownActor);
+    assert!(
+        never.message.contains("root restarted"),
+        "{}",
+        never.message
+    );
     let stopped = resumed.call_actor(3, b"x").try_recv().unwrap().unwrap_err();
     assert_eq!(stopped.kind, ErrorKind::UnknownActor);
     // New actors get new ids.
