@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .client import PROTOCOL, Result
 from .errors import (
+    DependencyFailed,
     PilotClosed,
     PilotNotFound,
     ProtocolError,
@@ -51,6 +52,7 @@ __all__ = [
     "SpecError",
     "TaskFailed",
     "TaskLost",
+    "DependencyFailed",
     "RemoteError",
     "RemoteTraceback",
     "PROTOCOL",

@@ -21,15 +21,18 @@ import datetime
 import itertools
 import json
 import os
+import re
 import socket
 import ssl
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
-from typing import Any, Deque, Dict, List, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 from .errors import (
+    DependencyFailed,
     PilotClosed,
     PilotNotFound,
     ProtocolError,
@@ -38,7 +41,7 @@ from .errors import (
     TaskFailed,
     TaskLost,
 )
-from .futures import MODE_CALL, MODE_COMMAND, MODE_RAW, SakerFuture
+from .futures import MODE_AUTO, MODE_CALL, MODE_COMMAND, MODE_RAW, SakerFuture
 from .serialize import loads_exception, loads_output
 
 __all__ = ["Result", "Connection", "PROTOCOL"]
@@ -145,6 +148,20 @@ class Result:
         """Whether the task succeeded."""
         return self.state == "succeeded"
 
+    def value(self) -> Any:
+        """What ``result()`` of the task's future gives, from this result alone.
+
+        A Python call's return value (its exception raised, with the worker's
+        traceback as ``__cause__``); for a command task this Result itself, or
+        :class:`TaskFailed` when it failed; ``CancelledError`` (``DependencyFailed``
+        when a dependency failed) when it was cancelled. For worker kinds other than
+        ``python`` read ``output`` instead.
+        """
+        value, error = _outcome(_body_of(self), MODE_AUTO)
+        if error is not None:
+            raise error
+        return value
+
 
 # ------------------------------------------------------------------------- options
 
@@ -180,7 +197,12 @@ def _job_ids(name: str, value: Any) -> List[Any]:
         wait_job = getattr(item, "_wait_job", None)
         if wait_job is None:
             raise TypeError(f"option {name} takes job ids, names or futures, not {item!r}")
-        ids.append(wait_job(_DEPENDENCY_TIMEOUT))
+        job = wait_job(_DEPENDENCY_TIMEOUT)
+        connection = getattr(item, "_connection", None)
+        if connection is not None:
+            # So that a dependent it fails can say how (DependencyFailed).
+            connection._dependencies[job] = item
+        ids.append(job)
     return ids
 #: What starts an HPC job's ranks (docs/hpc-jobs.md).
 _MPI_KINDS = ("none", "openmpi", "mpich")
@@ -265,42 +287,147 @@ def split_options(options: Mapping[str, Any], command: bool) -> Tuple[Dict[str, 
 # ----------------------------------------------------------------------- completion
 
 
+def _body_of(result: Result) -> Dict[str, Any]:
+    """A result body again, with ``output`` already decoded (see :func:`_outcome`)."""
+    body = dataclasses.asdict(result)
+    body["_output"] = result.output
+    return body
+
+
+def _output_of(body: Dict[str, Any]) -> Optional[bytes]:
+    if "_output" in body:
+        decoded: Optional[bytes] = body["_output"]
+        return decoded
+    output = body.get("output")
+    return None if output is None else _a2b(output)
+
+
+_DEPENDENCY_REASON = re.compile(r"dependency (\d+) failed")
+
+
+def _outcome(body: Dict[str, Any], mode: int, dependency: Any = None) -> Tuple[Any, Optional[BaseException]]:
+    """``(value, exception)`` of a task from its result body, as a future of ``mode``.
+
+    A cancelled task gives ``CancelledError`` (or :class:`DependencyFailed`).
+    """
+    state = body["state"]
+    if mode == MODE_AUTO:
+        mode = MODE_CALL if body.get("output") is not None or body.get("_output") is not None else MODE_COMMAND
+    if state == "succeeded":
+        if mode == MODE_CALL:
+            output = _output_of(body)
+            if output is None:
+                return None, ProtocolError(f"task {body['task']} succeeded without output")
+            try:
+                return loads_output(output), None
+            except Exception as exc:
+                return None, exc
+        if mode == MODE_RAW:
+            output = _output_of(body)
+            return (b"" if output is None else output), None
+        return _result_of(body), None
+    if state == "cancelled":
+        error = _dependency_failed(body, dependency)
+        return None, error if error is not None else concurrent.futures.CancelledError()
+    result = _result_of(body)
+    if mode == MODE_COMMAND:
+        return None, TaskFailed(result)
+    if result.output is None:
+        reason = result.reason or "no answer from the worker"
+        return None, TaskLost(result, f"function task {result.task} ended without an answer: {reason}")
+    if mode == MODE_CALL:
+        return None, loads_exception(result.output, result.reason)
+    return None, TaskFailed(result)
+
+
+def _result_of(body: Dict[str, Any]) -> Result:
+    if "_output" in body:
+        fields = {key: value for key, value in body.items() if key != "_output"}
+        fields["output"] = body["_output"]
+        return Result(**fields)
+    return Result.from_json(body)
+
+
+def _dependency_job(body: Dict[str, Any]) -> Optional[int]:
+    """The dependency's job id, when the pilot cancelled the task because it failed."""
+    match = _DEPENDENCY_REASON.fullmatch(body.get("reason") or "")
+    return int(match.group(1)) if match else None
+
+
+def _dependency_failed(body: Dict[str, Any], dependency: Any, state: Optional[str] = None) -> Optional[DependencyFailed]:
+    """DependencyFailed for a task cancelled because of a dependency, else None.
+
+    ``dependency`` is the dependency's future when this process knows it; ``state``
+    what the pilot said of its job (its counts) otherwise.
+    """
+    job = _dependency_job(body)
+    if job is None:
+        return None
+    cause: Optional[BaseException] = None
+    if dependency is not None and dependency.done():
+        if dependency.cancelled():
+            inner = dependency._cancel_error
+            state = f"was cancelled ({inner})" if inner is not None else "was cancelled"
+            cause = inner
+        else:
+            cause = dependency.exception()
+            if cause is not None:
+                lines = str(cause).strip().splitlines()
+                first = f": {lines[0]}" if lines else ""
+                state = f"failed: {type(cause).__name__}{first}"
+            else:
+                state = "succeeded"  # cannot be: the pilot said it failed
+    if state is None:
+        state = "failed or was cancelled"
+    result = _result_of(body)
+    where = f"job {result.job}" if result.index is None else f"job {result.job}[{result.index}]"
+    error = DependencyFailed(
+        f"task {result.task} ({where}) was cancelled: it depends on job {job}, which {state}",
+        result,
+        job,
+        state,
+        dependency,
+    )
+    error.__cause__ = cause
+    return error
+
+
 def _complete(future: "SakerFuture[Any]", body: Dict[str, Any]) -> None:
     """Resolves ``future`` from its task's result body (called on the reader thread)."""
     state = body["state"]
     mode = future._mode
-    if state == "succeeded":
-        if mode == MODE_CALL:
-            output = body.get("output")
-            if output is None:
-                future._finish(None, ProtocolError(f"task {body['task']} succeeded without output"))
-                return
-            try:
-                value = loads_output(_a2b(output))
-            except Exception as exc:
-                future._finish(None, exc)
-                return
-            future._finish(value, None)
-        elif mode == MODE_RAW:
-            output = body.get("output")
-            future._finish(b"" if output is None else _a2b(output), None)
-        else:
-            future._finish(Result.from_json(body), None)
-    elif state == "cancelled":
-        future._cancel_here()
-    elif mode == MODE_COMMAND:
-        future._finish(None, TaskFailed(Result.from_json(body)))
-    else:
-        result = Result.from_json(body)
-        if result.output is None:
-            reason = result.reason or "no answer from the worker"
-            future._finish(
-                None, TaskLost(result, f"function task {result.task} ended without an answer: {reason}")
-            )
-        elif mode == MODE_CALL:
-            future._finish(None, loads_exception(result.output, result.reason))
-        else:
-            future._finish(None, TaskFailed(result))
+    if state == "succeeded" and mode == MODE_CALL:
+        # The hot path of every call.
+        output = body.get("output")
+        if output is None:
+            future._finish(None, ProtocolError(f"task {body['task']} succeeded without output"))
+            return
+        try:
+            value = loads_output(_a2b(output))
+        except Exception as exc:
+            future._finish(None, exc)
+            return
+        future._finish(value, None)
+        return
+    if state == "cancelled":
+        job = _dependency_job(body)
+        connection = future._connection
+        if job is None or connection is None:
+            future._cancel_here()
+            return
+        if future._job is None:  # a future of Pilot.future(task)
+            future._job = body.get("job")
+        dependency = connection._dependencies.get(job)
+        if dependency is not None and dependency.done():
+            future._cancel_here(_dependency_failed(body, dependency))
+            return
+        # Ask the pilot how the dependency's job ended, then cancel (on the reader).
+        connection._job_state(job, lambda state: future._cancel_here(_dependency_failed(body, None, state)))
+        return
+    if future._job is None:  # a future of Pilot.future(task)
+        future._job = body.get("job")
+    value, error = _outcome(body, mode)
+    future._finish(value, error)
 
 
 def _error_of(body: Any) -> SakerError:
@@ -352,7 +479,8 @@ def read_endpoint(directory: Path) -> Dict[str, Any]:
 class Connection:
     """A live connection to a pilot; see the module docstring for its threads."""
 
-    def __init__(self, directory: Union[str, "os.PathLike[str]"], *, timeout: float = 10.0, client: str = "") -> None:
+    def __init__(self, directory: Union[str, "os.PathLike[str]"], *, timeout: float = 10.0, client: str = "",
+                 threads: bool = True) -> None:
         self.directory = Path(directory).expanduser()
         endpoint = read_endpoint(self.directory)
         self._endpoint = endpoint
@@ -377,6 +505,19 @@ class Connection:
         self._answered = threading.Condition()
         # Results that came before the answer to their submit request.
         self._early: Dict[int, Dict[str, Any]] = {}
+        # Futures named in after=/after_any= options, by job id (DependencyFailed).
+        self._dependencies: "weakref.WeakValueDictionary[int, SakerFuture[Any]]" = weakref.WeakValueDictionary()
+        # How ended jobs of dependencies ended (their counts), asked once each.
+        self._job_states: Dict[int, Any] = {}
+        # The highest task id the pilot has answered a submission of.
+        self._max_task = -1
+        # running(): every task up to this id has been handed to a node; every one
+        # that does not wait for other jobs or a time, up to this id.
+        self._dispatched_through = -1
+        self._ready_through = -1
+        self._status_lock = threading.Lock()
+        self._status_time = -1.0
+        self._status_max = -1
         self._partial: List[bytes] = []
         self._results_id = -1
         self._flush_needed = False
@@ -411,6 +552,9 @@ class Connection:
         self.server = str(hello.get("server", ""))
 
         self._sock.settimeout(None)
+        if not threads:
+            # One blocking conversation on the caller's thread (results()).
+            return
         self._reader = threading.Thread(target=self._read_loop, name="saker-reader", daemon=True)
         self._writer = threading.Thread(target=self._write_loop, name="saker-writer", daemon=True)
         self._reader.start()
@@ -719,6 +863,127 @@ class Connection:
         if encrypted:
             self._sock.sendall(encrypted)
 
+    # -- what the results stream does not say
+
+    def _dispatched(self, future: "SakerFuture[Any]") -> bool:
+        """Whether the pilot has handed ``future``'s task to a node (see running()).
+
+        A ``status`` requested after the task was accepted that shows no task ready
+        and waiting for a slot (``queued`` minus ``waiting``) proves it; for a task
+        that waits itself (``after``, ``not_before``: counted in ``waiting``) only
+        one with nothing queued does. Asked at most every 50 ms (one answer serves
+        every task accepted before it), and never from the reader thread, which
+        must stay free to read the answer.
+        """
+        task = future._task
+        if task is None:
+            return False
+        waits = future._waits
+        if task > (self._dispatched_through if waits else self._ready_through):
+            if self._closed is not None or threading.current_thread() is getattr(self, "_reader", None):
+                return False
+            with self._status_lock:
+                if task > (self._dispatched_through if waits else self._ready_through):
+                    if _monotonic() - self._status_time < 0.05 and self._status_max >= task:
+                        return False  # a fresh answer said no
+                    known = self._max_task
+                    try:
+                        status = self.request("status", {}).result(10.0)
+                    except Exception:
+                        return False
+                    self._status_time = _monotonic()
+                    self._status_max = known
+                    queued = int(status.get("queued", 1))
+                    if queued == 0:
+                        self._dispatched_through = max(self._dispatched_through, known)
+                    if queued - int(status.get("waiting", 0)) == 0:
+                        self._ready_through = max(self._ready_through, known)
+                    if task > (self._dispatched_through if waits else self._ready_through):
+                        return False
+        future._mark_running()
+        return True
+
+    def _job_state(self, job: int, then: Callable[[str], None]) -> None:
+        """Calls ``then`` with how ended job ``job`` ended, asked of the pilot once.
+
+        ``wait`` for an ended job answers at once with its counts. ``then`` runs on
+        the reader thread (or here, when the answer is known already).
+        """
+        known = self._job_states.get(job)
+        if isinstance(known, str):
+            then(known)
+            return
+        if known is not None:
+            known.append(then)
+            return
+        waiting: List[Callable[[str], None]] = [then]
+        self._job_states[job] = waiting
+        if len(self._job_states) > 4096:
+            for old in [key for key, value in self._job_states.items() if isinstance(value, str)]:
+                del self._job_states[old]
+
+        def answered(answer: "concurrent.futures.Future[Dict[str, Any]]") -> None:
+            try:
+                counts = answer.result()
+                state = (
+                    f"ended with {counts.get('failed', 0)} failed, {counts.get('cancelled', 0)} "
+                    f"cancelled, {counts.get('succeeded', 0)} succeeded"
+                )
+                self._job_states[job] = state
+            except Exception:
+                state = "failed or was cancelled"
+                self._job_states.pop(job, None)
+            for callback in waiting:
+                callback(state)
+
+        try:
+            self.request("wait", {"jobs": [job]}).add_done_callback(answered)
+        except Exception:
+            self._job_states.pop(job, None)
+            for callback in waiting:
+                callback("failed or was cancelled")
+
+    def task_future(self, task: int, mode: int) -> "SakerFuture[Any]":
+        """A future of task ``task``, whoever submitted it (``Pilot.future``).
+
+        Registered for this connection's results stream first, then the pilot is
+        asked for the result: a result that was in before the stream began comes with
+        the answer, a later one on the stream.
+        """
+        self._check_open()
+        known = self._tasks.get(task)
+        if known is not None:
+            return known  # submitted on this connection, and pending
+        future: SakerFuture[Any] = SakerFuture(self, mode)
+        future._task = task
+        self._tasks[task] = future
+
+        def answered(answer: "concurrent.futures.Future[Dict[str, Any]]") -> None:
+            try:
+                body = answer.result()
+            except ProtocolError as error:
+                if error.kind == "no_result":
+                    return  # not finished: its result comes on the stream
+                failure: BaseException = error
+            except Exception as error:
+                failure = error
+            else:
+                if future._job is None:
+                    future._job = body.get("job")
+                if self._tasks.get(task) is future:
+                    del self._tasks[task]
+                _complete(future, body)
+                return
+            if self._tasks.get(task) is future:
+                del self._tasks[task]
+            try:
+                future.set_exception(failure)
+            except concurrent.futures.InvalidStateError:
+                pass
+
+        self.request("result", {"task": task}).add_done_callback(answered)
+        return future
+
     # -- reader thread
 
     def _read_loop(self) -> None:
@@ -797,7 +1062,13 @@ class Connection:
             if ok is not None:
                 tasks = self._tasks
                 early = self._early
-                for future, answer in zip(futures, ok["jobs"]):
+                answers = ok["jobs"]
+                if answers:
+                    last = answers[-1]
+                    highest = last["first_task"] + last.get("count", 1) - 1
+                    if highest > self._max_task:
+                        self._max_task = highest
+                for future, answer in zip(futures, answers):
                     task = answer["first_task"]
                     job = answer["job"]
                     future._job = job
@@ -814,8 +1085,10 @@ class Connection:
                         tasks[task] = future
                 return
             error = _error_of(message.get("error"))
-            if isinstance(error, SpecError) and len(jobs) > 1:
-                # All or nothing: find the bad job(s) by halving, resubmitting the rest.
+            refused = isinstance(error, SpecError) or getattr(error, "kind", None) == "malformed"
+            if refused and len(jobs) > 1:
+                # All or nothing: find the bad job(s) by halving, resubmitting the rest
+                # (a value the pilot cannot read, a bad duration say, is `malformed`).
                 half = len(jobs) // 2
                 self._queue.appendleft((_BATCH, jobs[half:], futures[half:]))
                 self._queue.appendleft((_BATCH, jobs[:half], futures[:half]))

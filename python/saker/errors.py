@@ -6,7 +6,8 @@ caller can tell "the pilot or a task said no" from bugs in its own code.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+import concurrent.futures
+from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:
     from .client import Result
@@ -19,6 +20,7 @@ __all__ = [
     "SpecError",
     "TaskFailed",
     "TaskLost",
+    "DependencyFailed",
     "RemoteError",
     "RemoteTraceback",
 ]
@@ -89,6 +91,36 @@ class TaskLost(TaskFailed):
     Its worker was lost beyond the task's replays, killed at its time limit, or could
     not be started: ``result.output`` is ``None`` and ``result.reason`` says which.
     """
+
+
+class DependencyFailed(SakerError, concurrent.futures.CancelledError):
+    """A task the pilot cancelled because a job it depends on (``after=``) failed.
+
+    A ``concurrent.futures.CancelledError``, as ``result()`` of a cancelled future
+    raises, carrying why: ``job`` is the dependency's job id, ``state`` what is known
+    of how it ended (``"failed: ValueError: boom"``, ``"was cancelled"``, or its
+    counts, ``"ended with 1 failed, 0 cancelled, 3 succeeded"``), ``dependency`` its
+    future when this process submitted it, ``result`` the cancelled task's result and
+    ``reason`` the pilot's words (``"dependency 17 failed"``). The dependency's own
+    exception, when known, is the ``__cause__``.
+    """
+
+    def __init__(self, message: str, result: Optional["Result"] = None, job: Optional[int] = None,
+                 state: Optional[str] = None, dependency: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+        self.job = job
+        self.state = state
+        self.dependency = dependency
+        self.reason = result.reason if result is not None else None
+
+    @property
+    def task(self) -> Optional[int]:
+        """The cancelled task's id."""
+        return self.result.task if self.result is not None else None
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (str(self), self.result, self.job, self.state))
 
 
 class RemoteError(SakerError):

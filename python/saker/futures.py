@@ -1,8 +1,8 @@
 """Futures of Saker tasks, ``map``, and a ``concurrent.futures.Executor`` over a pilot.
 
 A :class:`SakerFuture` is a genuine ``concurrent.futures.Future``, so the standard
-``as_completed`` and ``wait`` work on it (re-exported here). Cancelling one cancels its
-job on the pilot.
+``as_completed`` and ``wait`` work on it (``wait`` is re-exported here, ``as_completed``
+wrapped to show progress on request). Cancelling one cancels its job on the pilot.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import queue
+import sys
 import threading
 import time
-from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION, as_completed, wait
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION, wait
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, RUNNING
 from typing import (
     TYPE_CHECKING,
@@ -47,6 +48,7 @@ __all__ = [
 MODE_COMMAND = 0  # a Result
 MODE_RAW = 1  # the worker's output bytes
 MODE_CALL = 2  # the unpickled return value
+MODE_AUTO = 3  # as MODE_CALL for a function task's answer, else as MODE_COMMAND
 
 
 # Serializes state changes of SakerFutures (finish, cancel): one lock for all of them,
@@ -60,9 +62,12 @@ _LOGGER = logging.getLogger("concurrent.futures")
 class SakerFuture(concurrent.futures.Future[T]):
     """The future of one task; ``job`` and ``task`` are known once the pilot accepted it.
 
-    Never ``running()``: the protocol does not report starts. ``cancel()`` succeeds until
-    the result is in: the future is cancelled at once and a ``cancel`` for its job goes
-    to the pilot (a result that still arrives is ignored).
+    ``running()`` is True once the pilot has handed the task to a node (see
+    :meth:`running`). ``cancel()`` succeeds until the result is in, running or not: the
+    future is cancelled at once and a ``cancel`` for its job goes to the pilot (a
+    result that still arrives is ignored). A task the pilot cancelled because a job it
+    depends on failed raises :class:`~saker.DependencyFailed` (a ``CancelledError``)
+    from ``result()``.
 
     ``Future.__init__`` gives every future a Condition (with its lock, deque and bound
     methods) and two lists: eleven objects for the garbage collector, which then costs
@@ -75,6 +80,10 @@ class SakerFuture(concurrent.futures.Future[T]):
     _cond: Optional[threading.Condition] = None
     _waiter_list: Optional[List[Any]] = None
     _callback_list: Optional[List[Callable[[Any], Any]]] = None
+    # Why the pilot cancelled the task (DependencyFailed), raised by result().
+    _cancel_error: Optional[BaseException] = None
+    # The task waits for other jobs or a time (after=, not_before=): see running().
+    _waits = False
 
     def __init__(self, connection: Optional["Connection"], mode: int) -> None:
         # Deliberately not Future.__init__ (see the class docstring).
@@ -148,7 +157,28 @@ class SakerFuture(concurrent.futures.Future[T]):
         return self._state in (CANCELLED, CANCELLED_AND_NOTIFIED)
 
     def running(self) -> bool:
-        return self._state == RUNNING
+        """True once the pilot has handed the task to a node, until it is done.
+
+        The pilot reports no per-task starts, so this asks for its ``status`` (at most
+        one request per 50 ms for all the futures of a connection, answered in well
+        under a millisecond locally): a status taken after the task was accepted that
+        shows no task ready and waiting for a slot (``queued`` minus ``waiting`` is 0;
+        ``queued`` for a task with ``after``/``not_before``) proves that the task
+        was dispatched: it runs, or waits on its node for its slot (as
+        ``ProcessPoolExecutor`` marks calls in its workers' queue running). While
+        other tasks wait for slots it answers False. Once True it stays True.
+        """
+        state = self._state
+        if state == RUNNING:
+            return True
+        if state != PENDING or self._task is None or self._connection is None:
+            return False
+        return self._connection._dispatched(self)
+
+    def _mark_running(self) -> None:
+        with _transition:
+            if self._state == PENDING:
+                self._state = RUNNING
 
     def result(self, timeout: Optional[float] = None) -> T:
         if self._state == FINISHED:
@@ -160,12 +190,28 @@ class SakerFuture(concurrent.futures.Future[T]):
                 raise exception
             finally:
                 exception = None
-        return super().result(timeout)
+        if self._state not in _DONE:
+            try:
+                return super().result(timeout)
+            except concurrent.futures.CancelledError:
+                if self._cancel_error is None:
+                    raise
+        raise self._cancelled_error()
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
         if self._state == FINISHED:
             return self._exception
-        return super().exception(timeout)
+        if self._state not in _DONE:
+            try:
+                return super().exception(timeout)
+            except concurrent.futures.CancelledError:
+                if self._cancel_error is None:
+                    raise
+        raise self._cancelled_error()
+
+    def _cancelled_error(self) -> BaseException:
+        """What result() of this cancelled future raises."""
+        return self._cancel_error or concurrent.futures.CancelledError()
 
     # -- state changes
 
@@ -222,6 +268,7 @@ class SakerFuture(concurrent.futures.Future[T]):
             return _REFUSED
         if state in (CANCELLED, CANCELLED_AND_NOTIFIED):
             return _UNCHANGED
+        self._cancel_error = exception
         self._state = CANCELLED_AND_NOTIFIED
         return _CHANGED
 
@@ -275,11 +322,12 @@ class SakerFuture(concurrent.futures.Future[T]):
         except Exception:
             _LOGGER.exception("exception calling callback for %r", self)
 
-    def _cancel_here(self) -> bool:
+    def _cancel_here(self, error: Optional[BaseException] = None) -> bool:
+        """Cancelled, here only; ``error`` is what result() raises (None: CancelledError)."""
         # Straight to CANCELLED_AND_NOTIFIED: plain CANCELLED is only noticed by
         # as_completed() and wait() after set_running_or_notify_cancel(), which an
         # executor's worker thread calls, and there is none here.
-        return self._change(False, None, None) != _REFUSED
+        return self._change(False, None, error) != _REFUSED
 
     def _invoke_callbacks(self) -> None:
         for callback in self._callback_list or ():
@@ -307,17 +355,131 @@ def _result_before(future: "concurrent.futures.Future[T]", deadline: Optional[fl
     return future.result(max(0.0, deadline - time.monotonic()))
 
 
+class Progress:
+    """A progress display: a tqdm bar when tqdm is importable, else a plain line.
+
+    The plain line goes to standard error, rewritten in place (``\r``) at most every
+    0.2 s on a terminal (every 5 s otherwise) and once more, whole, at the end::
+
+        saker: 812/1000 done (81%), 4.1s, 198/s
+
+    ``update`` may be called from any thread.
+    """
+
+    def __init__(self, total: int, label: str = "saker") -> None:
+        self.total = total
+        self.label = label
+        self.done = 0
+        self._start = time.monotonic()
+        self._shown = 0.0
+        self._lock = threading.Lock()
+        self._closed = False
+        self._bar: Any = None
+        try:
+            from tqdm.auto import tqdm  # type: ignore[import-not-found, import-untyped, unused-ignore]
+        except Exception:
+            tqdm = None
+        if tqdm is not None:
+            self._bar = tqdm(total=total, desc=label, unit="call")
+            return
+        stream = sys.stderr
+        try:
+            tty = stream is not None and stream.isatty()
+        except Exception:
+            tty = False
+        self._interval = 0.2 if tty else 5.0
+        self._show()
+
+    def update(self, count: int = 1) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self.done += count
+            if self._bar is not None:
+                self._bar.update(count)
+            elif time.monotonic() - self._shown >= self._interval:
+                self._show()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._bar is not None:
+                self._bar.close()
+            else:
+                self._show(end="\n")
+
+    def line(self) -> str:
+        """The plain line as it stands."""
+        elapsed = time.monotonic() - self._start
+        percent = f" ({100 * self.done // self.total}%)" if self.total else ""
+        rate = f", {self.done / elapsed:.0f}/s" if elapsed > 0 and self.done else ""
+        return f"{self.label}: {self.done}/{self.total} done{percent}, {elapsed:.1f}s{rate}"
+
+    def _show(self, end: str = "") -> None:
+        self._shown = time.monotonic()
+        stream = sys.stderr
+        if stream is None:
+            return
+        try:
+            stream.write("\r" + self.line() + end)
+            stream.flush()
+        except Exception:
+            pass
+
+
+def as_completed(
+    fs: Iterable["concurrent.futures.Future[T]"],
+    timeout: Optional[float] = None,
+    *,
+    progress: bool = False,
+) -> Iterator["concurrent.futures.Future[T]"]:
+    """``concurrent.futures.as_completed``, with a progress display if ``progress``.
+
+    The display is a tqdm bar when tqdm is importable, else a plain line on standard
+    error (:class:`Progress`).
+    """
+    if not progress:
+        return concurrent.futures.as_completed(fs, timeout)
+    futures = set(fs)
+    return _counted(concurrent.futures.as_completed(futures, timeout), Progress(len(futures)))
+
+
+def _counted(iterator: Iterator[Any], progress: Progress) -> Iterator[Any]:
+    try:
+        for item in iterator:
+            progress.update()
+            yield item
+    finally:
+        progress.close()
+
+
 def map_results(
     futures: List["SakerFuture[Any]"],
     deadline: Optional[float],
     ordered: bool,
     chunked: bool,
+    progress: Optional[Progress] = None,
 ) -> Iterator[Any]:
     """The generator behind ``map``: results in order (or as they come), then cleanup.
 
     ``deadline`` is on the ``time.monotonic()`` clock. Like ``Executor.map``, leaving
     the loop early (or an exception) cancels the tasks that have not finished.
+    ``progress`` counts calls as their tasks complete (in any order), not as they are
+    yielded.
     """
+    if progress is not None:
+        show = progress
+
+        def count(future: "concurrent.futures.Future[Any]") -> None:
+            if chunked and not future.cancelled() and future.exception() is None:
+                show.update(len(future.result()))
+            elif not chunked:
+                show.update()
+
+        for future in futures:
+            future.add_done_callback(count)
     try:
         if ordered:
             futures.reverse()  # pop() from the end: O(1), and drops our reference
@@ -359,6 +521,8 @@ def map_results(
         for future in futures:
             if not future.done():
                 future.cancel()
+        if progress is not None:
+            progress.close()
 
 
 class Executor(concurrent.futures.Executor):
@@ -399,6 +563,7 @@ class Executor(concurrent.futures.Executor):
         timeout: Optional[float] = None,
         chunksize: int = 1,
         ordered: bool = True,
+        progress: bool = False,
     ) -> Iterator[T]:
         with self._lock:
             if self._shutdown:
@@ -409,6 +574,7 @@ class Executor(concurrent.futures.Executor):
                 timeout=timeout,
                 chunksize=chunksize,
                 ordered=ordered,
+                progress=progress,
                 _track=self._track,
             )
 

@@ -15,6 +15,7 @@ import json
 import os
 import shlex
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -37,10 +38,11 @@ from typing import (
     Union,
 )
 
-from .client import Connection, Result, _job_ids, _timestamp, normalize_options, split_options
+from .client import Connection, Result, _error_of, _job_ids, _timestamp, normalize_options, split_options
 from .errors import PilotClosed, PilotNotFound, SakerError
-from .futures import MODE_CALL, MODE_COMMAND, MODE_RAW, Executor, SakerFuture, map_results
-from .serialize import _run_chunk, dumps_call, prepare_function
+from .futures import MODE_AUTO, MODE_CALL, MODE_COMMAND, MODE_RAW, Executor, Progress, SakerFuture, map_results
+from . import serialize
+from .serialize import _run_chunk, check_payload_size, dumps_call, prepare_function
 
 __all__ = ["Pilot"]
 
@@ -92,6 +94,8 @@ class _Target:
         job["spec"] = spec
         connection = self._connection()
         future: SakerFuture[Result] = SakerFuture(connection, MODE_COMMAND)
+        if _waits(spec):
+            future._waits = True
         connection.submit_job(job, future, sum(len(arg) for arg in spec["argv"]))
         return future
 
@@ -101,7 +105,9 @@ class _Target:
         Fails with :class:`TaskFailed` when the worker raised (``result.output`` holds
         its serialized exception) and with :class:`TaskLost` when no answer came.
         """
-        return self._function(bytes(payload), kind, self._merged(options), MODE_RAW)
+        payload = bytes(payload)
+        check_payload_size(len(payload))
+        return self._function(payload, kind, self._merged(options), MODE_RAW)
 
     def _function(self, payload: bytes, kind: str, options: Dict[str, Any], mode: int) -> "SakerFuture[Any]":
         spec, job = split_options(options, command=False)
@@ -110,6 +116,8 @@ class _Target:
         job["spec"] = spec
         connection = self._connection()
         future: SakerFuture[Any] = SakerFuture(connection, mode)
+        if _waits(spec):
+            future._waits = True
         connection.submit_job(job, future, len(encoded))
         return future
 
@@ -128,12 +136,15 @@ class _Target:
         timeout: Optional[float] = None,
         chunksize: int = 1,
         ordered: bool = True,
+        progress: bool = False,
         _track: Optional[Callable[[SakerFuture[Any]], None]] = None,
     ) -> Iterator[T]:
         """Like ``Executor.map``: submits everything now, yields results in order.
 
         ``ordered=False`` yields them as they come. ``chunksize`` calls share a task.
-        Leaving the loop early cancels what has not finished.
+        Leaving the loop early cancels what has not finished. ``progress=True`` shows
+        how many calls have completed: a tqdm bar when tqdm is importable, else a
+        plain line on standard error.
         """
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1")
@@ -146,17 +157,22 @@ class _Target:
         append = futures.append
         b2a = _b2a
         submit_job = connection.submit_job
+        calls = [0]  # counted by the chunks
         if chunksize == 1:
             argument_tuples: Iterable[Any] = zip(*iterables)
             function: Any = prepared
         else:
             source = zip(*iterables)
-            argument_tuples = (
-                (prepared, chunk)
-                for chunk in iter(lambda: list(itertools.islice(source, chunksize)), [])
-            )
+
+            def chunks() -> Iterator[Any]:
+                for chunk in iter(lambda: list(itertools.islice(source, chunksize)), []):
+                    calls[0] += len(chunk)
+                    yield (prepared, chunk)
+
+            argument_tuples = chunks()
             function = prepare_function(_run_chunk)
         empty: Dict[str, Any] = {}
+        waits = _waits(spec_options)
         # Collections triggered by creating a future per call would more than double
         # the cost of this loop; whatever it leaves is collected after it.
         collecting = gc.isenabled()
@@ -172,6 +188,8 @@ class _Target:
                 if job_options:
                     job.update(job_options)
                 future: SakerFuture[Any] = SakerFuture(connection, MODE_CALL)
+                if waits:
+                    future._waits = True
                 submit_job(job, future, len(encoded))
                 if _track is not None:
                     _track(future)
@@ -183,7 +201,15 @@ class _Target:
         finally:
             if collecting:
                 gc.enable()
-        return map_results(futures, deadline, ordered, chunksize > 1)
+        shown = None
+        if progress:
+            shown = Progress(len(futures) if chunksize == 1 else calls[0])
+        return map_results(futures, deadline, ordered, chunksize > 1, shown)
+
+
+def _waits(spec: Mapping[str, Any]) -> bool:
+    """Whether tasks of this spec may wait for other jobs or a time (see running())."""
+    return bool(spec.get("after") or spec.get("after_any") or spec.get("not_before"))
 
 
 class PilotView(_Target):
@@ -211,16 +237,72 @@ def _stop_leftover_pilots() -> None:
             pass
 
 
+def _refuse_in_worker_import() -> None:
+    """Refuses to open a pilot from a script a worker runs to find what it was sent.
+
+    Without cloudpickle, functions of a script travel by reference and each worker
+    runs the script as ``__mp_main__``: top-level code that starts (or connects to)
+    a pilot would start more pilots from every worker, each running the script again.
+    ``multiprocessing`` refuses the same way.
+    """
+    script = serialize.loading_main
+    if script is not None:
+        raise SakerError(
+            f"{script} opens a pilot at its top level, and a saker worker runs that top "
+            "level to find the functions sent to it; put the code that opens the pilot "
+            'under `if __name__ == "__main__":`'
+        )
+
+
+# The distribution whose wheel carries the binary beside this package (python/pyproject.toml).
+_DISTRIBUTION = "saker-pilot"
+
+
 def _find_binary(saker_bin: Optional[PathLike]) -> str:
+    """The ``saker`` binary to start: ``saker_bin``, ``$SAKER_BIN``, the one installed
+    with this package, then ``saker`` on PATH."""
     if saker_bin is not None:
         return os.fspath(saker_bin)
     from_env = os.environ.get("SAKER_BIN")
     if from_env:
         return from_env
-    found = shutil.which("saker")
+    found = _installed_binary() or shutil.which("saker")
     if found is None:
-        raise SakerError("cannot find the saker binary: pass saker_bin=, set SAKER_BIN, or put saker on PATH")
+        raise SakerError(
+            "cannot find the saker binary: pass saker_bin=, set SAKER_BIN, put saker on PATH, "
+            f"or pip install {_DISTRIBUTION} (its wheel carries the binary)"
+        )
     return found
+
+
+def _installed_binary() -> Optional[str]:
+    """The ``saker`` script the saker-pilot wheel installed with this very package.
+
+    It lands in its environment's scripts directory (a venv's ``bin/``), which need not
+    be on PATH: a venv's python run without activating the venv. Only when this
+    package is that distribution's (not a checkout on ``sys.path``), so that client and
+    binary are one release.
+    """
+    try:
+        from importlib import metadata
+
+        distribution = metadata.distribution(_DISTRIBUTION)
+        files = distribution.files or []
+        own = os.path.realpath(__file__)
+        if not any(
+            file.parts[:1] == ("saker",) and file.name == "pilot.py"
+            and os.path.realpath(str(distribution.locate_file(file))) == own
+            for file in files
+        ):
+            return None
+        for file in files:
+            if file.name == "saker" and file.parts[:1] != ("saker",):
+                path = os.path.realpath(str(distribution.locate_file(file)))
+                if os.path.isfile(path) and os.access(path, os.X_OK):
+                    return path
+    except Exception:  # no such distribution, unreadable metadata: look on PATH
+        return None
+    return None
 
 
 def _python_path() -> str:
@@ -270,6 +352,7 @@ class Pilot(_Target):
     @classmethod
     def connect(cls, dir: PathLike, *, timeout: float = 10.0) -> "Pilot":
         """Connects to the pilot serving clients from directory ``dir``."""
+        _refuse_in_worker_import()
         return cls(Connection(dir, timeout=timeout))
 
     @classmethod
@@ -296,6 +379,7 @@ class Pilot(_Target):
         ``sync`` fsyncs the journal before each result is reported; by default only
         a pilot in a directory of your own does (a temporary one is never resumed).
         """
+        _refuse_in_worker_import()
         binary = _find_binary(saker_bin)
         temporary = None
         if dir is None:
@@ -400,6 +484,40 @@ class Pilot(_Target):
         answer = self._require_connection().request("update", body).result(timeout)
         return int(answer["updated"])
 
+    def future(self, task: int, *, raw: bool = False) -> "SakerFuture[Any]":
+        """The future of task ``task``, whoever submitted it (an earlier driver, say).
+
+        It resolves as the submitter's did: to a Python call's return value (or its
+        exception), to the :class:`Result` of a command (or :class:`TaskFailed`); with
+        ``raw=True`` to a function task's output bytes (other worker kinds). A task
+        that has ended resolves at once (from the pilot's journal), one still queued
+        or running when its result comes. The pilot cannot tell a task id it never
+        gave from one not finished yet: such a future stays pending (use a timeout).
+        """
+        if isinstance(task, bool) or not isinstance(task, int) or task < 0:
+            raise TypeError(f"a task id is a non-negative int, not {task!r}")
+        return self._require_connection().task_future(task, MODE_RAW if raw else MODE_AUTO)
+
+    def result(self, task: int, timeout: Optional[float] = None, *, raw: bool = False) -> Any:
+        """``pilot.future(task).result(timeout)``: what task ``task`` gave (see :meth:`future`)."""
+        return self.future(task, raw=raw).result(timeout)
+
+    def results(self, from_: int = 0, *, follow: bool = False,
+                timeout: float = 10.0) -> Iterator[Result]:
+        """The pilot's results, as :class:`Result` objects in the order it accepted them.
+
+        Every result whose journal sequence number (``Result.seq``) is at least
+        ``from_``; to go on later, pass the last one's ``seq + 1``. ``follow=True``
+        goes on with new results as they come, until the pilot stops.
+        ``result.value()`` gives what a Python call returned (or raises what it
+        raised). The stream has its own connection, read as the loop asks for more,
+        so a long history is never held in memory.
+        """
+        if isinstance(from_, bool) or not isinstance(from_, int) or from_ < 0:
+            raise TypeError(f"from_ is a non-negative journal sequence number, not {from_!r}")
+        self._require_connection()
+        return _stream_results(self.dir, from_, follow, timeout)
+
     def cancel(self, future: "SakerFuture[Any]") -> bool:
         """Cancels the future's task (queued or running); same as ``future.cancel()``."""
         return future.cancel()
@@ -446,6 +564,31 @@ class Pilot(_Target):
                 self._log.close()
             if self._temporary:
                 shutil.rmtree(self._temporary, ignore_errors=True)
+
+
+def _stream_results(directory: Path, start: int, follow: bool, timeout: float) -> Iterator[Result]:
+    """A ``results`` stream on a connection of its own, read on the caller's thread."""
+    connection = Connection(directory, timeout=timeout, threads=False)
+    try:
+        line = json.dumps({"id": 1, "results": {"from": start, "follow": follow}}) + "\n"
+        connection._send(line.encode())
+        while True:
+            for message in connection._receive_blocking():
+                connection._flush_blocking()
+                body = message.get("result")
+                if body is not None:
+                    yield Result.from_json(body)
+                elif "end" in message:
+                    return
+                elif "error" in message:
+                    raise _error_of(message["error"])
+    except (OSError, ssl.SSLError) as exc:
+        raise PilotClosed(f"the results stream from the pilot ended: {exc}") from None
+    finally:
+        try:
+            connection._sock.close()
+        except OSError:
+            pass
 
 
 def _tail(log_file: Optional[IO[bytes]], log_path: Optional[str], limit: int = 4000) -> str:

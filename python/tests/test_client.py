@@ -218,12 +218,121 @@ def test_dependencies_order_jobs_and_a_failure_cancels_its_dependents(pilot: sak
     cleanup = pilot.submit("echo cleanup", after_any=failing)
     with pytest.raises(saker.TaskFailed):
         failing.result(30)
-    # Cancelled by the pilot ("dependency N failed"): a cancelled future.
+    # Cancelled by the pilot ("dependency N failed"): a cancelled future that says why.
     with pytest.raises(concurrent.futures.CancelledError):
         doomed.result(30)
+    with pytest.raises(saker.DependencyFailed, match=f"depends on job {failing.job}, which failed"):
+        doomed.result(30)
+    assert doomed.cancelled()
     assert cleanup.result(30).stdout == "cleanup\n"
     with pytest.raises(TypeError):
         pilot.submit("true", after=[1.5])
+
+
+def test_a_dependent_of_a_failed_call_raises_dependency_failed(pilot: saker.Pilot) -> None:
+    failing = pilot.call(remote_funcs.fail, "boom")
+    doomed = pilot.options(after=failing).call(remote_funcs.add, 1, 2)
+    then = pilot.options(after=doomed).submit("echo never")
+    with pytest.raises(ValueError, match="boom"):
+        failing.result(30)
+    with pytest.raises(saker.DependencyFailed) as info:
+        doomed.result(30)
+    error = info.value
+    assert isinstance(error, concurrent.futures.CancelledError) and isinstance(error, saker.SakerError)
+    assert doomed.cancelled() and doomed.done()
+    assert error.job == failing.job and error.dependency is failing
+    assert error.task == doomed.task and error.result.state == "cancelled"
+    assert error.reason == f"dependency {failing.job} failed"
+    assert str(error) == (
+        f"task {doomed.task} (job {doomed.job}) was cancelled: it depends on job "
+        f"{failing.job}, which failed: ValueError: boom"
+    )
+    assert isinstance(error.__cause__, ValueError)
+    with pytest.raises(saker.DependencyFailed):
+        doomed.exception(30)
+    # A chain: the dependent of the cancelled dependent says that one was cancelled.
+    with pytest.raises(saker.DependencyFailed, match=f"depends on job {doomed.job}, which was cancelled"):
+        then.result(30)
+    # By job id, its future never named: the pilot is asked how that job ended.
+    exited = pilot.submit("exit 3")
+    with pytest.raises(saker.TaskFailed):
+        exited.result(30)
+    late = pilot.submit("echo never", after=[exited.job])
+    with pytest.raises(saker.DependencyFailed) as info:
+        late.result(30)
+    assert info.value.job == exited.job and info.value.dependency is None
+    assert info.value.state == "ended with 1 failed, 0 cancelled, 0 succeeded"
+    assert str(info.value).endswith(f"depends on job {exited.job}, which ended with 1 failed, 0 cancelled, 0 succeeded")
+    # A cancel of our own stays a plain CancelledError.
+    own = pilot.submit("true", not_before="2099-01-01T00:00:00Z")
+    assert own.cancel()
+    with pytest.raises(concurrent.futures.CancelledError) as cancelled:
+        own.result(30)
+    assert not isinstance(cancelled.value, saker.DependencyFailed)
+
+
+def test_running_is_true_while_a_call_runs(idle: saker.Pilot, tmp_path: Path) -> None:
+    import datetime
+    started, release = tmp_path / "started", tmp_path / "release"
+    future = idle.call(remote_funcs.block_until, str(started), str(release), 60.0)
+    # A task that waits for its time is queued, not running, all along.
+    far = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+    later = idle.options(not_before=far).call(remote_funcs.add, 1, 1)
+    wait_for(started.exists, what="the call to start")
+    wait_for(future.running, what="running() while the call runs")
+    assert future.running() and not future.done()
+    wait_for(lambda: later.task is not None, what="the later call to be accepted")
+    assert not later.running()
+    release.touch()
+    assert future.result(30) == "released"
+    assert not future.running() and future.done()
+    assert later.cancel()
+    assert not later.running()
+
+
+def test_a_too_large_argument_is_refused_with_a_hint(pilot: saker.Pilot) -> None:
+    jobs = pilot.status()["jobs"]
+    big = b"x" * (20 << 20)
+    with pytest.raises(saker.SakerError) as info:
+        pilot.call(remote_funcs.identity, big)
+    message = str(info.value)
+    assert "16 MiB" in message and "20.0 MiB" in message, message
+    assert "argument 0, bytes" in message, message
+    assert "files" in message and "data items" in message, message
+    with pytest.raises(saker.SakerError, match="16 MiB"):
+        list(pilot.map(remote_funcs.identity, [big, "small"]))
+    with pytest.raises(saker.SakerError, match="16 MiB"):
+        pilot.submit_function(b"\x01" + big)
+    assert pilot.status()["jobs"] == jobs  # refused before sending
+    # A return value that large fails with the same hint, from the worker.
+    with pytest.raises(ValueError, match="16 MiB a call's answer may carry; write large results to files"):
+        pilot.call(bytes, 20 << 20).result(60)
+
+
+def test_a_bad_duration_names_the_field_not_the_parser_position(pilot: saker.Pilot) -> None:
+    with pytest.raises(saker.ProtocolError) as info:
+        pilot.options(time_limit="5 parsecs").call(remote_funcs.add, 1, 2).result(30)
+    message = str(info.value)
+    assert 'jobs[0].spec.time_limit: invalid duration "5 parsecs"' in message, message
+    assert '"90s"' in message, message
+    assert "line 1" not in message and "column" not in message, message
+    with pytest.raises(saker.ProtocolError, match=r"jobs\[0\]\.spec\.time_limit: duration \"90\" has no unit") as info:
+        pilot.submit("true", time_limit="90").result(30)
+    assert "column" not in str(info.value)
+    waiting = pilot.submit("true", not_before="2099-01-01T00:00:00Z")
+    with pytest.raises(saker.ProtocolError, match='^invalid `update` request: time_limit: invalid duration "5 parsecs"'):
+        pilot.update(waiting, time_limit="5 parsecs")
+    waiting.cancel()
+    # Sent in one burst with good calls, the bad one fails alone.
+    bad = pilot.options(time_limit="5 parsecs")
+    futures = [pilot.call(remote_funcs.square, i) if i % 10 else bad.call(remote_funcs.square, i)
+               for i in range(40)]
+    for i, future in enumerate(futures):
+        if i % 10:
+            assert future.result(30) == i * i
+        else:
+            with pytest.raises(saker.ProtocolError, match="time_limit"):
+                future.result(30)
 
 
 def test_data_items_pass_from_a_writer_to_its_reader(pilot: saker.Pilot) -> None:

@@ -143,6 +143,102 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
     }
 }
 
+/// Why a request body does not fit its request, for a person: the path of the value
+/// at fault and serde's message without its position (`jobs[0].spec.time_limit:
+/// invalid duration "5 parsecs": expected e.g. "90s", …`), rather than `… at line 1
+/// column 45`, which means nothing to whoever wrote the option.
+pub(crate) fn describe_body_error(body: &str, error: &serde_json::Error) -> String {
+    let text = error.to_string();
+    let position = format!(" at line {} column {}", error.line(), error.column());
+    let message = text.strip_suffix(&position).unwrap_or(&text);
+    if error.line() == 0 {
+        return message.to_owned();
+    }
+    // Byte offset of the position (serde counts columns in bytes, from 1).
+    let offset = body
+        .split_inclusive('\n')
+        .take(error.line() - 1)
+        .map(str::len)
+        .sum::<usize>()
+        + error.column();
+    match json_path_at(body.as_bytes(), offset.min(body.len())) {
+        path if path.is_empty() => message.to_owned(),
+        path => format!("{path}: {message}"),
+    }
+}
+
+/// The path (`jobs[0].spec.time_limit`) of the value being read at byte `offset` of
+/// valid JSON text: the keys and array indices of the containers still open there,
+/// and the last key read in the innermost object.
+fn json_path_at(text: &[u8], offset: usize) -> String {
+    enum Frame {
+        Object {
+            key: Option<String>,
+            expect_key: bool,
+        },
+        Array {
+            index: usize,
+        },
+    }
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut i = 0;
+    while i < offset {
+        match text[i] {
+            b'{' => stack.push(Frame::Object {
+                key: None,
+                expect_key: true,
+            }),
+            b'[' => stack.push(Frame::Array { index: 0 }),
+            b'}' | b']' => {
+                stack.pop();
+            }
+            b',' => match stack.last_mut() {
+                Some(Frame::Object { expect_key, .. }) => *expect_key = true,
+                Some(Frame::Array { index }) => *index += 1,
+                None => {}
+            },
+            b':' => {
+                if let Some(Frame::Object { expect_key, .. }) = stack.last_mut() {
+                    *expect_key = false;
+                }
+            }
+            b'"' => {
+                let start = i + 1;
+                let mut end = start;
+                while end < text.len() && text[end] != b'"' {
+                    end += if text[end] == b'\\' { 2 } else { 1 };
+                }
+                if let Some(Frame::Object { key, expect_key }) = stack.last_mut()
+                    && *expect_key
+                {
+                    let raw = &text[start..end.min(text.len())];
+                    *key = Some(
+                        serde_json::from_slice::<String>(&text[i..(end + 1).min(text.len())])
+                            .unwrap_or_else(|_| String::from_utf8_lossy(raw).into_owned()),
+                    );
+                }
+                i = end;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    let mut path = String::new();
+    for frame in &stack {
+        match frame {
+            Frame::Object { key: Some(key), .. } => {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(key);
+            }
+            Frame::Object { key: None, .. } => {}
+            Frame::Array { index } => path.push_str(&format!("[{index}]")),
+        }
+    }
+    path
+}
+
 /// One message line: `{"id":ID,"NAME":BODY}\n`, or `{"NAME":BODY}\n` without an id.
 pub(crate) fn encode(
     id: Option<RequestId>,
@@ -213,6 +309,56 @@ mod tests {
         assert!(parse_envelope(b"[1, 2]").is_err());
         assert!(parse_envelope(br#"{"id": "x", "status": {}}"#).is_err());
         assert!(parse_envelope(br#"{"status": {}} trailing"#).is_err());
+    }
+
+    /// Errors in request bodies name the field and say what fits, never the JSON
+    /// parser's position.
+    #[test]
+    fn body_errors_name_the_field_without_the_parser_position() {
+        use crate::client::protocol::{SubmitRequest, UpdateRequest};
+        fn submit_error(body: &str) -> String {
+            let error = serde_json::from_str::<SubmitRequest>(body).unwrap_err();
+            describe_body_error(body, &error)
+        }
+        let body = r#"{"jobs": [{"spec": {"argv": ["true"]}}, {"spec": {"argv": ["x"], "time_limit": "5 parsecs"}}]}"#;
+        let message = submit_error(body);
+        assert_eq!(
+            message,
+            "jobs[1].spec.time_limit: invalid duration \"5 parsecs\": expected e.g. \"90s\", \"5m\", \"1h30m\", \"2d\" or \"H:MM:SS\""
+        );
+        let message = submit_error(r#"{"jobs": [{"spec": {"argv": ["x"], "time_limit": "90"}}]}"#);
+        assert!(
+            message.starts_with("jobs[0].spec.time_limit: duration \"90\" has no unit"),
+            "{message}"
+        );
+        let message = submit_error(r#"{"jobs": [{"spec": {"argv": ["x"], "time_limit": true}}]}"#);
+        assert!(
+            message.starts_with(
+                "jobs[0].spec.time_limit: invalid type: boolean `true`, expected seconds"
+            ),
+            "{message}"
+        );
+        let message = submit_error(r#"{"jobs": [{"spec": {"argv": ["a\"b,{["], "core": 2}}]}"#);
+        assert!(
+            message.starts_with("jobs[0].spec.core: unknown field `core`"),
+            "{message}"
+        );
+        let body = r#"{"jobs": [5], "time_limit": "5 parsecs"}"#;
+        let error = serde_json::from_str::<UpdateRequest>(body).unwrap_err();
+        assert_eq!(
+            describe_body_error(body, &error),
+            "time_limit: invalid duration \"5 parsecs\": expected e.g. \"90s\", \"5m\", \"1h30m\", \"2d\" or \"H:MM:SS\""
+        );
+        for body in [
+            r#"{"jobs": [{"spec": {"argv": ["x"], "time_limit": "5 parsecs"}}]}"#,
+            r#"{"jobs": 3}"#,
+            r#"{"jobs": [{"spec": {"argv": 7}}]}"#,
+            r#"{"jobs": [{"array": "1-3", "spec": {"argv": ["x"], "cores": -1}}]}"#,
+        ] {
+            let message = submit_error(body);
+            assert!(!message.contains("line 1"), "{message}");
+            assert!(!message.contains("column"), "{message}");
+        }
     }
 
     #[test]

@@ -735,7 +735,12 @@ fn parse_hello(line: &[u8]) -> Result<(Option<RequestId>, Hello), RequestError> 
         (Some("hello"), Some(body)) if envelope.extra_name.is_none() => {
             serde_json::from_str::<Hello>(body.get())
                 .map(|hello| (envelope.id, hello))
-                .map_err(|error| expected(format!("invalid hello: {error}")))
+                .map_err(|error| {
+                    expected(format!(
+                        "invalid hello: {}",
+                        codec::describe_body_error(body.get(), &error)
+                    ))
+                })
         }
         (name, _) => Err(expected(format!(
             "got {}",
@@ -780,7 +785,10 @@ pub(crate) fn parse_request(line: &[u8]) -> Result<(RequestId, Request), ParseFa
         serde_json::from_str(body.get()).map_err(|error| {
             (
                 ErrorKind::Malformed,
-                format!("invalid `{name}` request: {error}"),
+                format!(
+                    "invalid `{name}` request: {}",
+                    codec::describe_body_error(body.get(), &error)
+                ),
             )
         })
     }
