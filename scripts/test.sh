@@ -13,7 +13,9 @@
 #      perf-quick  saker-perf --quick of the scale rows (1,000,000 queued tasks)
 #   5. python    the Python package's pytest suite against the release binary; Parsl's
 #                own test suite against SakerExecutor beside HighThroughputExecutor
-#                (scripts/parsl-suite.sh); the wheel, installed into an empty venv
+#                (scripts/parsl-suite.sh); the saker-pilot wheel with its binary
+#                (scripts/wheel.sh --zig), installed into an empty venv and run without
+#                Rust, locally and in a Slurm allocation (scripts/wheel-test.sh)
 #   6. fuzz      bounded cargo-fuzz runs of the frame decoder and the journal reader
 #                (cargo-fuzz is installed from crates.io when missing)
 #
@@ -231,22 +233,15 @@ else
   }
   step 0 pytest pytest_package
   step 0 parsl-suite bash "$REPO/scripts/parsl-suite.sh"
-  # The wheel `pip install saker` takes: built here, installed alone into an empty
-  # venv, where the client and the worker import with the standard library only.
-  wheel() {
-    local wheels=$REPO/target/wheels empty
-    rm -rf "$wheels" && mkdir -p "$wheels"
-    "$VENV/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps \
-      -w "$wheels" "$REPO/python"
-    empty=$(mktemp -d)
-    python3 -m venv "$empty/venv"
-    "$empty/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-      --no-index "$wheels"/saker-*.whl
-    (cd "$empty" && "$empty/venv/bin/python" -c \
-      'import saker, saker.worker, saker.client; print("wheel:", saker.__file__)')
-    rm -rf "$empty"
-  }
-  step 0 wheel wheel
+  # The wheel `pip install saker-pilot` takes, binary included: scripts/wheel.sh --zig
+  # builds it as it would be published (manylinux2014; Cargo's `dist` profile without
+  # libslurm, a build of its own in target/x86_64-unknown-linux-gnu/dist; maturin and
+  # zig in target/wheel-tools),
+  # then scripts/wheel-test.sh installs it alone into an empty venv and runs it as a user
+  # without Rust would: python/README.md's quick start, `saker run --array 1-100`, and
+  # both in a 2-node Slurm allocation.
+  step 0 wheel-build bash "$REPO/scripts/wheel.sh" --zig
+  step 0 wheel-test bash "$REPO/scripts/wheel-test.sh"
 
   # ---------------------------------------------------------------- 6. fuzz smoke
   fuzz_seconds=${SAKER_FUZZ_SECONDS:-30}

@@ -4,6 +4,9 @@
 //!   `/usr/include`; a path ending in `…/slurm` that holds `slurm.h` works too).
 //! * `SLURM_LIB_DIR`: where `libslurm.so` is, if the linker does not search there.
 //! * `SAKER_REQUIRE_SLURM=1`: fail the build instead of building without libslurm.
+//! * `SAKER_LIBSLURM=0`: build without libslurm even where its headers are (the
+//!   wheel's binary, scripts/wheel.sh: it must start where libslurm is not
+//!   installed). Wins over `SAKER_REQUIRE_SLURM`.
 //!
 //! Found: `bindings.rs` in `OUT_DIR`, `-lslurm`, `cfg(saker_slurm)`, and
 //! `DEP_SLURM_AVAILABLE=1` for the build scripts of crates that depend on this one.
@@ -59,8 +62,17 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(saker_slurm)");
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rerun-if-changed=wrapper.h");
-    for variable in ["SLURM_INCLUDE_DIR", "SLURM_LIB_DIR", "SAKER_REQUIRE_SLURM"] {
+    for variable in [
+        "SLURM_INCLUDE_DIR",
+        "SLURM_LIB_DIR",
+        "SAKER_REQUIRE_SLURM",
+        "SAKER_LIBSLURM",
+    ] {
         println!("cargo::rerun-if-env-changed={variable}");
+    }
+    if env::var("SAKER_LIBSLURM").is_ok_and(|value| value == "0") {
+        skip(false, "SAKER_LIBSLURM=0");
+        return;
     }
     let required = env::var("SAKER_REQUIRE_SLURM").is_ok_and(|value| value == "1");
 

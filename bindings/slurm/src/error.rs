@@ -11,8 +11,13 @@ use crate::hostlist::HostlistSyntaxError;
 #[non_exhaustive]
 pub enum SlurmError {
     /// This build has no libslurm (`slurm/slurm.h` was missing when `saker-slurm-sys`
-    /// was built). Hostlists and [`crate::JobInfo::from_env`] still work.
-    #[error("libslurm is not available: this build found no slurm/slurm.h")]
+    /// was built, or `SAKER_LIBSLURM=0`), and Slurm's commands that stand in for it
+    /// ([`crate::commands`]) are not on `PATH`. Hostlists and
+    /// [`crate::JobInfo::from_env`] still work.
+    #[error(
+        "libslurm is not available: this build has none (and squeue, sbatch and scancel, \
+         which stand in for it, are not on PATH)"
+    )]
     Unavailable,
 
     /// libslurm would find no configuration, and `slurm_init` would then end the whole
@@ -73,6 +78,14 @@ pub enum SlurmError {
     InvalidRequest {
         field: &'static str,
         reason: &'static str,
+    },
+
+    /// A Slurm command run in place of libslurm ([`crate::commands`]) failed;
+    /// `message` is what it printed on stderr.
+    #[error("{command} failed: {message}")]
+    Command {
+        command: &'static str,
+        message: String,
     },
 
     /// A libslurm call failed; the cause carries Slurm's errno and message.

@@ -59,9 +59,11 @@ pub struct JobInfo {
     pub time_limit: Option<Duration>,
 }
 
-/// Information about one job, from the controller (`slurm_load_job`).
+/// Information about one job, from the controller (`slurm_load_job`; `squeue` in a
+/// build without libslurm, see [`crate::commands`]).
 ///
-/// Errors: [`SlurmError::UnknownJob`], [`SlurmError::Unavailable`] without libslurm,
+/// Errors: [`SlurmError::UnknownJob`], [`SlurmError::Unavailable`] without libslurm
+/// and without Slurm's commands, [`SlurmError::Command`] when a command fails,
 /// [`SlurmError::NoConfig`] (instead of libslurm ending the process),
 /// [`SlurmError::Call`] when the controller cannot be reached.
 pub fn job_info(job_id: SlurmJobId) -> Result<JobInfo, SlurmError> {
@@ -71,14 +73,13 @@ pub fn job_info(job_id: SlurmJobId) -> Result<JobInfo, SlurmError> {
     }
     #[cfg(not(saker_slurm))]
     {
-        let _ = job_id;
-        Err(SlurmError::Unavailable)
+        crate::commands::job_info(job_id)
     }
 }
 
 /// Every job of this process's user that the controller still knows (pending,
-/// running, and ended within its `MinJobAge`), from `slurm_load_job_user`. A pilot
-/// finds its own jobs among them by name.
+/// running, and ended within its `MinJobAge`), from `slurm_load_job_user` (`squeue
+/// --me` without libslurm). A pilot finds its own jobs among them by name.
 ///
 /// Errors: as [`job_info`], except that no job is an empty list.
 pub fn user_jobs() -> Result<Vec<JobInfo>, SlurmError> {
@@ -88,19 +89,29 @@ pub fn user_jobs() -> Result<Vec<JobInfo>, SlurmError> {
     }
     #[cfg(not(saker_slurm))]
     {
-        Err(SlurmError::Unavailable)
+        crate::commands::user_jobs()
     }
 }
 
-/// The job this process runs in (`SLURM_JOB_ID`): from the controller, or from the
-/// environment ([`JobInfo::from_env`], no end time) when this build has no libslurm or
-/// no configuration is found. Other errors (controller unreachable) are returned, not
-/// papered over: the end time matters to a pilot.
+/// The job this process runs in (`SLURM_JOB_ID`): from the controller (libslurm, or
+/// Slurm's commands in a build without it), or from the environment
+/// ([`JobInfo::from_env`], no end time before Slurm 23.02) when neither is there or no
+/// configuration is found. Other errors (controller unreachable) are returned, not
+/// papered over: the end time matters to a pilot. CPUs per node the controller's
+/// answer lacks (squeue has none) are taken from the environment.
 pub fn current_job() -> Result<JobInfo, SlurmError> {
     let variable = |name: &str| std::env::var(name).ok();
     let job_id = job_id_from(&variable)?;
     match job_info(job_id) {
         Err(SlurmError::Unavailable | SlurmError::NoConfig) => JobInfo::from_env(variable),
+        Ok(mut info) if info.cpus_per_node.is_empty() => {
+            if let Ok(from_env) = JobInfo::from_env(variable)
+                && from_env.cpus_per_node.len() == info.nodes.len()
+            {
+                info.cpus_per_node = from_env.cpus_per_node;
+            }
+            Ok(info)
+        }
         result => result,
     }
 }

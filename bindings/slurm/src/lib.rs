@@ -2,13 +2,17 @@
 //! and end time), batch submission and cancellation, through libslurm.
 //!
 //! **Owns**: every call into libslurm (`saker-slurm-sys`), their memory rules and
-//! error numbers, the pure-Rust hostlist parser, and the reading of a job's
-//! `SLURM_*` environment.
+//! error numbers, the pure-Rust hostlist parser, the reading of a job's `SLURM_*`
+//! environment, and [`commands`]: `squeue`/`sbatch`/`scancel` in place of libslurm
+//! in a build without it.
 //!
 //! **Must never**: let libslurm end the process (its `fatal()` on a missing
 //! configuration is checked for before `slurm_init`; see `config.rs`), spawn Slurm's
-//! command-line tools, or require Slurm to build: without `slurm/slurm.h` at build
-//! time every libslurm entry point returns [`SlurmError::Unavailable`], while
+//! command-line tools in a build that has libslurm, or require Slurm to build or to
+//! start. Without `slurm/slurm.h` at build time (or with `SAKER_LIBSLURM=0`: the
+//! wheel's binary, which must start where libslurm is not installed) job info,
+//! submission and cancel run Slurm's commands ([`commands`]), and return
+//! [`SlurmError::Unavailable`] where those are not on `PATH` either, while
 //! [`hostlist::expand`] and [`JobInfo::from_env`] keep working, so local mode runs.
 //!
 //! **Start reading** at [`job_info`] and [`JobInfo`], then [`submit_batch`] and
@@ -24,8 +28,12 @@
 //! exact Unix end time, and Slurm's own errno (`2017` = unknown job) rather than
 //! scraped messages. The cost is FFI against a library without a stable ABI, which is
 //! why the bindings are generated from the installed header at build time, and why
-//! the environment fallback exists for machines where that is impossible.
+//! the environment fallback exists for machines where that is impossible. A binary
+//! built once for many sites (a wheel) cannot link a library without a stable ABI (a
+//! new soname every Slurm release): it runs the commands instead (`commands.rs`),
+//! reading only their script-oriented output (`--parsable`, `--format`, Unix times).
 
+pub mod commands;
 mod config;
 mod error;
 pub mod hostlist;

@@ -136,11 +136,7 @@ pub(crate) fn job_environment(
     let base: Vec<Vec<u8>> = match &request.environment {
         Some(pairs) => pairs.iter().map(|pair| pair.as_bytes().to_vec()).collect(),
         None => current
-            .filter(|(name, _)| {
-                let name = name.as_encoded_bytes();
-                name == b"SLURM_CONF"
-                    || !(name.starts_with(b"SLURM_") || name.starts_with(b"SLURMD_"))
-            })
+            .filter(|(name, _)| inherited_variable(name.as_encoded_bytes()))
             .map(|(name, value)| {
                 let mut pair = name.into_encoded_bytes();
                 pair.push(b'=');
@@ -165,11 +161,19 @@ pub(crate) fn job_environment(
     environment
 }
 
+/// Whether a variable of this process goes into a job it submits with a copy of its
+/// environment: all but the `SLURM_*` and `SLURMD_*` variables that describe the job
+/// this process may run in (`SLURM_CONF` is kept).
+pub(crate) fn inherited_variable(name: &[u8]) -> bool {
+    name == b"SLURM_CONF" || !(name.starts_with(b"SLURM_") || name.starts_with(b"SLURMD_"))
+}
+
 /// Slurm's "no value" marker for 32-bit fields (`NO_VAL` in slurm.h), and the first of
 /// the reserved values (`INFINITE` is the next one).
 const NO_VAL: u32 = 0xffff_fffe;
 
-/// Submits a batch job (`slurm_submit_batch_job`) and returns its id.
+/// Submits a batch job (`slurm_submit_batch_job`; `sbatch` in a build without
+/// libslurm, see [`crate::commands`]) and returns its id.
 ///
 /// Errors: [`SlurmError::InvalidRequest`] (checked before any call),
 /// [`SlurmError::InteriorNul`], [`SlurmError::Unavailable`], [`SlurmError::NoConfig`],
@@ -182,13 +186,14 @@ pub fn submit_batch(request: &BatchRequest) -> Result<SlurmJobId, SlurmError> {
     }
     #[cfg(not(saker_slurm))]
     {
-        Err(SlurmError::Unavailable)
+        crate::commands::submit_batch(request)
     }
 }
 
 /// Cancels a job (`signal: None`: `SIGKILL` through the controller, like `scancel`;
 /// the job ends `CANCELLED`), or sends `signal` to the batch script and every step
-/// (`scancel --full --signal`), e.g. `SIGTERM` to let a pilot drain.
+/// (`scancel --full --signal`), e.g. `SIGTERM` to let a pilot drain. A build without
+/// libslurm runs `scancel` ([`crate::commands`]).
 ///
 /// Errors: [`SlurmError::UnknownJob`], [`SlurmError::JobFinished`],
 /// [`SlurmError::InvalidRequest`] for a signal outside `1..=65535`,
@@ -209,8 +214,7 @@ pub fn cancel(job_id: SlurmJobId, signal: Option<i32>) -> Result<(), SlurmError>
     }
     #[cfg(not(saker_slurm))]
     {
-        let _ = (job_id, signal);
-        Err(SlurmError::Unavailable)
+        crate::commands::cancel(job_id, signal)
     }
 }
 
