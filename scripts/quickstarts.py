@@ -109,7 +109,7 @@ def run(quick: QuickStart, venv: Path) -> tuple[bool, str]:
         source = "".join(quick.parts)
         example = None
         if quick.language == "python":
-            script = scratch / f"{quick.name}.py"
+            script = scratch / f"quickstart_{quick.name}.py"  # not a module name it imports
             script.write_text(source)
             command = [str(venv / "bin" / "python"), str(script)]
         elif quick.language == "sh":

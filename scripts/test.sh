@@ -13,7 +13,8 @@
 #      perf-quick  saker-perf --quick of the scale rows (1,000,000 queued tasks)
 #   5. python    the Python package's pytest suite against the release binary; Parsl's
 #                own test suite against SakerExecutor beside HighThroughputExecutor
-#                (scripts/parsl-suite.sh); the saker-pilot wheel with its binary
+#                (scripts/parsl-suite.sh); the docs' quick starts as written
+#                (scripts/quickstarts.py); the saker-pilot wheel with its binary
 #                (scripts/wheel.sh --zig), installed into an empty venv and run without
 #                Rust, locally and in a Slurm allocation (scripts/wheel-test.sh)
 #   6. fuzz      bounded cargo-fuzz runs of the frame decoder and the journal reader
@@ -233,6 +234,10 @@ else
   }
   step 0 pytest pytest_package
   step 0 parsl-suite bash "$REPO/scripts/parsl-suite.sh"
+  # Every quick start of README.md, python/README.md, docs/parsl.md and
+  # docs/rust-api.md, extracted from the file and run as written (Rust ones as examples
+  # of the saker crate); an unmarked python or rust block there fails this step.
+  step 0 quickstarts env VENV="$VENV" "$VENV/bin/python" "$REPO/scripts/quickstarts.py"
   # The wheel `pip install saker-pilot` takes, binary included: scripts/wheel.sh --zig
   # builds it as it would be published (manylinux2014; Cargo's `dist` profile without
   # libslurm, a build of its own in target/x86_64-unknown-linux-gnu/dist; maturin and
