@@ -626,7 +626,10 @@ pub enum SpecError {
         max = function::MAX_KIND_LEN
     )]
     InvalidWorkerKind { kind: String },
-    #[error("function payload of {bytes} bytes exceeds the limit of {MAX_FUNCTION_BYTES}")]
+    #[error(
+        "function payload of {bytes} bytes exceeds the limit of {MAX_FUNCTION_BYTES}: pass \
+         large data as files (a path in the call) or as data items (docs/data.md)"
+    )]
     PayloadTooLarge { bytes: usize },
     #[error("a function task takes no {field}: it runs in its worker, not as a command")]
     CommandFieldInFunction { field: &'static str },

@@ -181,8 +181,9 @@ fn parse_item(line: &str) -> Result<Option<TaskItem>, TaskFileErrorKind> {
         return Ok(None);
     }
     if text.starts_with('{') {
-        let spec =
-            serde_json::from_str::<TaskSpec>(text).map_err(TaskFileErrorKind::InvalidJson)?;
+        let spec = serde_json::from_str::<TaskSpec>(text).map_err(|error| {
+            TaskFileErrorKind::InvalidJson(crate::client::describe_body_error(text, &error))
+        })?;
         spec.validate().map_err(TaskFileErrorKind::InvalidSpec)?;
         return Ok(Some(TaskItem::Spec(Box::new(spec))));
     }
@@ -339,8 +340,10 @@ pub enum TaskFileErrorKind {
     NeedsShell { syntax: String },
     #[error("environment assignments without a command")]
     NoCommand,
-    #[error("invalid JSON task spec")]
-    InvalidJson(#[source] serde_json::Error),
+    /// Which field, and why, without the parser's line and column (the file's line
+    /// number is the error's).
+    #[error("invalid JSON task spec: {0}")]
+    InvalidJson(String),
     #[error("invalid task")]
     InvalidSpec(#[source] SpecError),
 }
@@ -495,7 +498,7 @@ mod tests {
             [
                 "tasks.txt:2: unterminated quote",
                 "tasks.txt:3: invalid task",
-                "tasks.txt:4: invalid JSON task spec",
+                "tasks.txt:4: invalid JSON task spec: key must be a string",
                 "tasks.txt:5: `|` needs a shell, which task lines do not run; write the line as sh -c '…'",
             ]
         );
@@ -503,6 +506,18 @@ mod tests {
         let cause = std::error::Error::source(invalid).expect("spec error as the source");
         assert_eq!(cause.to_string(), SpecError::EmptyArgv.to_string());
         assert_eq!(results.last().unwrap().as_ref().unwrap().line, 6);
+    }
+
+    #[test]
+    fn a_bad_json_line_names_its_field_not_the_parsers_position() {
+        let results = parse("{\"argv\": [\"true\"], \"time_limit\": \"5 parsecs\"}\n");
+        let message = results[0].as_ref().unwrap_err().to_string();
+        assert!(
+            message.starts_with("tasks.txt:1: invalid JSON task spec: time_limit: "),
+            "{message}"
+        );
+        assert!(message.contains("5 parsecs"), "{message}");
+        assert!(!message.contains("column"), "{message}");
     }
 
     #[test]

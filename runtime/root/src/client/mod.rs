@@ -13,6 +13,8 @@
 
 pub mod actors;
 mod codec;
+/// Task files' JSON lines are described the same way as request bodies.
+pub(crate) use codec::describe_body_error;
 pub mod connection;
 pub mod endpoint;
 pub mod protocol;
