@@ -116,7 +116,9 @@ impl Link {
 
     pub(crate) async fn status(&self) -> Result<StatusReport, Error> {
         match self {
-            Link::Embedded(root) => Self::ask(root, |reply| ClientRequest::Status { reply }).await,
+            Link::Embedded(root) => {
+                Self::ask(root, |reply| ClientRequest::Status { jobs: None, reply }).await
+            }
             Link::Client(client) => client.status().await.map_err(client_error),
         }
     }

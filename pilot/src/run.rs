@@ -252,7 +252,7 @@ async fn drive(
 
 async fn status(pilot: &Pilot) -> Result<StatusReport> {
     let (reply, answer) = oneshot::channel();
-    pilot.request(ClientRequest::Status { reply })?;
+    pilot.request(ClientRequest::Status { jobs: None, reply })?;
     Ok(answer.await.context("the root stopped")??)
 }
 

@@ -62,8 +62,7 @@ _LOGGER = logging.getLogger("concurrent.futures")
 class SakerFuture(concurrent.futures.Future[T]):
     """The future of one task; ``job`` and ``task`` are known once the pilot accepted it.
 
-    ``running()`` is True once the pilot has handed the task to a node (see
-    :meth:`running`). ``cancel()`` succeeds until the result is in, running or not: the
+    ``running()`` is True once the task's node has started it (see :meth:`running`). ``cancel()`` succeeds until the result is in, running or not: the
     future is cancelled at once and a ``cancel`` for its job goes to the pilot (a
     result that still arrives is ignored). A task the pilot cancelled because a job it
     depends on failed raises :class:`~saker.DependencyFailed` (a ``CancelledError``)
@@ -157,23 +156,32 @@ class SakerFuture(concurrent.futures.Future[T]):
         return self._state in (CANCELLED, CANCELLED_AND_NOTIFIED)
 
     def running(self) -> bool:
-        """True once the pilot has handed the task to a node, until it is done.
+        """True once the task's node reported it started, until the future is done.
 
-        The pilot reports no per-task starts, so this asks for its ``status`` (at most
-        one request per 50 ms for all the futures of a connection, answered in well
-        under a millisecond locally): a status taken after the task was accepted that
-        shows no task ready and waiting for a slot (``queued`` minus ``waiting`` is 0;
-        ``queued`` for a task with ``after``/``not_before``) proves that the task
-        was dispatched: it runs, or waits on its node for its slot (as
-        ``ProcessPoolExecutor`` marks calls in its workers' queue running). While
-        other tasks wait for slots it answers False. Once True it stays True.
+        This asks the pilot for the task's job (``status`` with ``jobs``): True when
+        its counts show the task ``running``, the agent having started it. A task
+        dispatched to a node but not started there (``assigned``: it waits in the
+        node's queue for a free slot) is not running yet, unlike a call in
+        ``ProcessPoolExecutor``'s worker queue. At most one request per 50 ms goes
+        out per connection, for the futures asked about meanwhile (an answer less
+        than 50 ms old is reused; a caller may wait out the rest of the 50 ms), so
+        this lags a start by up to that much. Once True it stays True. False before
+        the pilot answered the submission, and from the thread that completes
+        futures (callbacks).
+
+        A pilot too old to answer ``status`` with ``jobs`` is asked for its whole
+        ``status`` instead, and then this guesses: a status taken after the task was
+        accepted that shows no task ready and waiting for a slot (``queued`` minus
+        ``waiting`` is 0; ``queued`` for a task with ``after``/``not_before``) proves
+        the task was dispatched, so it is True from its dispatch, and False while
+        other tasks wait for slots.
         """
         state = self._state
         if state == RUNNING:
             return True
         if state != PENDING or self._task is None or self._connection is None:
             return False
-        return self._connection._dispatched(self)
+        return self._connection._started(self)
 
     def _mark_running(self) -> None:
         with _transition:

@@ -271,23 +271,84 @@ def test_a_dependent_of_a_failed_call_raises_dependency_failed(pilot: saker.Pilo
     assert not isinstance(cancelled.value, saker.DependencyFailed)
 
 
-def test_running_is_true_while_a_call_runs(idle: saker.Pilot, tmp_path: Path) -> None:
+def test_running_is_true_while_a_call_runs(saker_bin: str, tmp_path: Path) -> None:
+    # One slot: the call that runs is running, the one queued behind it is not (the
+    # pilot's whole status, queued 1, could not tell which of them runs).
     import datetime
-    started, release = tmp_path / "started", tmp_path / "release"
-    future = idle.call(remote_funcs.block_until, str(started), str(release), 60.0)
-    # A task that waits for its time is queued, not running, all along.
-    far = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
-    later = idle.options(not_before=far).call(remote_funcs.add, 1, 1)
-    wait_for(started.exists, what="the call to start")
-    wait_for(future.running, what="running() while the call runs")
-    assert future.running() and not future.done()
-    wait_for(lambda: later.task is not None, what="the later call to be accepted")
-    assert not later.running()
-    release.touch()
-    assert future.result(30) == "released"
-    assert not future.running() and future.done()
-    assert later.cancel()
-    assert not later.running()
+    with saker.Pilot.start(tmp_path / "pilot", slots=1, saker_bin=saker_bin, extra_args=["--no-sync"]) as own:
+        files = {name: (tmp_path / f"{name}-started", tmp_path / f"{name}-release") for name in "ab"}
+        calls = {name: own.call(remote_funcs.block_until, str(started), str(release), 60.0)
+                 for name, (started, release) in files.items()}
+        # A task that waits for its time is queued, not running, all along.
+        far = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+        later = own.options(not_before=far).call(remote_funcs.add, 1, 1)
+        first = wait_for(lambda: next((n for n, (started, _) in files.items() if started.exists()), None),
+                         what="a call to start")
+        second = "b" if first == "a" else "a"
+        running, queued = calls[first], calls[second]
+        wait_for(lambda: later.task is not None, what="the later call to be accepted")
+        connection = own._require_connection()
+        asked: List[Any] = []
+        request = connection.request
+
+        def counting(name: str, body: Any) -> Any:
+            if name == "status":
+                asked.append(body)
+            return request(name, body)
+
+        connection.request = counting  # type: ignore[method-assign]
+        wait_for(running.running, what="running() while the call runs")
+        assert running.running() and not running.done()
+        # Polled together for a while: the other stays not running, and the futures
+        # share requests (at most one per 50 ms).
+        began = time.monotonic()
+        while time.monotonic() - began < 0.5:
+            assert not queued.running() and not later.running()
+            assert running.running()
+        assert not files[second][0].exists()
+        assert 1 <= len(asked) <= 0.5 / 0.05 + 3, asked
+        assert any(len(body["jobs"]) > 1 for body in asked), asked
+        files[first][1].touch()
+        assert running.result(30) == "released"
+        assert not running.running() and running.done()
+        wait_for(files[second][0].exists, what="the queued call to start")
+        wait_for(queued.running, what="running() once the queued call runs")
+        assert not later.running()
+        files[second][1].touch()
+        assert queued.result(30) == "released"
+        assert not queued.running() and queued.done()
+        assert later.cancel()
+        assert not later.running()
+
+
+def test_running_guesses_from_the_whole_status_with_an_older_pilot(idle: saker.Pilot, tmp_path: Path) -> None:
+    # A pilot that predates `status` with `jobs` refuses the field: running() guesses
+    # from the pilot's whole status, as before.
+    connection = idle._require_connection()
+    request = connection.request
+    refused: List[Any] = []
+
+    def older(name: str, body: Any) -> Any:
+        if name == "status" and "jobs" in body:
+            refused.append(body)
+            answer: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            answer.set_exception(saker.ProtocolError("invalid `status` request: unknown field `jobs`", "malformed"))
+            return answer
+        return request(name, body)
+
+    connection.request = older  # type: ignore[method-assign]
+    try:
+        started, release = tmp_path / "started", tmp_path / "release"
+        future = idle.call(remote_funcs.block_until, str(started), str(release), 60.0)
+        wait_for(started.exists, what="the call to start")
+        wait_for(future.running, what="running() while the call runs")
+        assert len(refused) == 1, refused
+        release.touch()
+        assert future.result(30) == "released"
+        assert not future.running()
+    finally:
+        del connection.request
+        connection._job_counts = True
 
 
 def test_a_too_large_argument_is_refused_with_a_hint(pilot: saker.Pilot) -> None:

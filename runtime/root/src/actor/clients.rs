@@ -30,9 +30,8 @@ impl RootState {
         match request {
             ClientRequest::Submit { jobs, wait, reply } => self.on_submit(jobs, wait, reply),
             ClientRequest::SubmitLines { lines, reply } => self.on_submit_lines(lines, reply),
-            ClientRequest::Status { reply } => {
-                let report = self.upkeep.walltime.status.clone();
-                let _ = reply.send(Ok(report.unwrap_or_else(|| self.status())));
+            ClientRequest::Status { jobs, reply } => {
+                let _ = reply.send(self.answer_status(jobs));
             }
             ClientRequest::Wait { jobs, reply } => {
                 if let Some(unknown) = jobs

@@ -1,10 +1,39 @@
 //! The read-only status view: what `status` answers, read from every owner's state
 //! at once. Nothing here changes the root.
 
+use super::clients::error;
 use super::state::RootState;
-use crate::client::{HpcStatus, NodeLoad, StatusReport, UnstartedJob};
+use crate::client::{
+    ErrorKind, HpcStatus, JobTaskCounts, NodeLoad, RequestError, StatusReport, UnstartedJob,
+};
+use crate::results::JobId;
 
 impl RootState {
+    /// The answer to `status`: the pilot's picture (the one its walltime deadline
+    /// left, once reached), with `jobs`' counts as the scheduler has them now.
+    pub(super) fn answer_status(
+        &self,
+        jobs: Option<Vec<JobId>>,
+    ) -> Result<StatusReport, RequestError> {
+        let job_counts = match jobs {
+            None => None,
+            Some(jobs) => Some(
+                jobs.into_iter()
+                    .map(|job| match self.ctx.core.job_counts(job) {
+                        Some(counts) => Ok(JobTaskCounts::new(job, &counts)),
+                        None => Err(error(ErrorKind::UnknownJob, format!("unknown job {job}"))),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+        };
+        let mut report = match &self.upkeep.walltime.status {
+            Some(at_deadline) => at_deadline.clone(),
+            None => self.status(),
+        };
+        report.job_counts = job_counts;
+        Ok(report)
+    }
+
     pub(super) fn status(&self) -> StatusReport {
         let counts = self.ctx.core.counts();
         let (failed, cancelled) = (
@@ -74,6 +103,7 @@ impl RootState {
             periodic: self.schedules.len() as u64,
             items: self.items.len() as u64,
             data_moved_bytes: self.items.moved_bytes,
+            job_counts: None,
         }
     }
 

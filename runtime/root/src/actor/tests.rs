@@ -375,11 +375,23 @@ impl Harness {
 
     fn status(&mut self) -> StatusReport {
         let (reply, mut answer) = oneshot::channel();
-        self.handle(RootMsg::Client(ClientRequest::Status { reply }));
+        self.handle(RootMsg::Client(ClientRequest::Status { jobs: None, reply }));
         answer
             .try_recv()
             .expect("status answers at once")
             .expect("ok")
+    }
+
+    /// `status` with `jobs`: their counts, or the refusal.
+    fn status_of(
+        &mut self,
+        jobs: &[u32],
+    ) -> Result<Vec<crate::client::JobTaskCounts>, crate::client::RequestError> {
+        let (reply, mut answer) = oneshot::channel();
+        let jobs = Some(jobs.iter().map(|&job| saker_core::JobId(job)).collect());
+        self.handle(RootMsg::Client(ClientRequest::Status { jobs, reply }));
+        let report = answer.try_recv().expect("status answers at once")?;
+        Ok(report.job_counts.expect("the counts asked for"))
     }
 }
 
@@ -680,6 +692,73 @@ async fn results_reach_waiters_only_once_durable_and_a_duplicate_counts_once() {
     );
     let status = h.status();
     assert_eq!((status.succeeded, status.duplicates), (1, 1));
+}
+
+/// `status` with `jobs` follows each job's task from queued through dispatched
+/// (`assigned`) and started (`running`) to its end, while another waits for the one
+/// slot; an unknown job refuses the request.
+#[tokio::test]
+async fn status_with_jobs_follows_each_task_from_queued_to_succeeded() {
+    use crate::client::{ErrorKind, JobTaskCounts};
+    let counts = |job: u32, state: &str| {
+        let mut counts = JobTaskCounts {
+            job: saker_core::JobId(job),
+            count: 1,
+            ..JobTaskCounts::default()
+        };
+        match state {
+            "queued" => counts.queued = 1,
+            "assigned" => counts.assigned = 1,
+            "running" => counts.running = 1,
+            "succeeded" => counts.succeeded = 1,
+            _ => unreachable!("{state}"),
+        }
+        counts
+    };
+    let mut h = Harness::new();
+    h.submit(vec![single(&["sleep", "9"]), single(&["true"])]);
+    h.journal_durable();
+    assert_eq!(h.status().job_counts, None, "only when asked for");
+    assert_eq!(
+        h.status_of(&[2, 1]).unwrap(),
+        vec![counts(2, "queued"), counts(1, "queued")],
+        "in the order asked"
+    );
+    h.join(1, 1);
+    h.report(1, 1, &[], Vec::new());
+    let [(task, attempt)] = assignments(&h.sent(), 1)[..] else {
+        panic!("one task dispatched");
+    };
+    assert_eq!(task, 1);
+    assert_eq!(
+        h.status_of(&[1, 2]).unwrap(),
+        vec![counts(1, "assigned"), counts(2, "queued")]
+    );
+    // The pilot-wide picture cannot tell these apart: both are "running" there.
+    assert_eq!((h.status().running, h.status().queued), (1, 1));
+    h.report(1, 0, &[(task, attempt)], Vec::new());
+    assert_eq!(
+        h.status_of(&[1, 2]).unwrap(),
+        vec![counts(1, "running"), counts(2, "queued")]
+    );
+    // The end frees the slot: the second job's task goes out, and starts.
+    h.report(1, 1, &[], vec![exited(task, attempt, 0)]);
+    let [(second, second_attempt)] = assignments(&h.sent(), 1)[..] else {
+        panic!("the second task dispatched");
+    };
+    assert_eq!(
+        h.status_of(&[1, 2]).unwrap(),
+        vec![counts(1, "succeeded"), counts(2, "assigned")]
+    );
+    h.report(1, 0, &[(second, second_attempt)], Vec::new());
+    assert_eq!(h.status_of(&[2]).unwrap(), vec![counts(2, "running")]);
+    h.journal_durable();
+    assert_eq!(h.status_of(&[1]).unwrap(), vec![counts(1, "succeeded")]);
+    for unknown in [&[3][..], &[1, 3], &[0]] {
+        let refused = h.status_of(unknown).unwrap_err();
+        assert_eq!(refused.kind, ErrorKind::UnknownJob, "{unknown:?}");
+    }
+    assert_eq!(h.status_of(&[]).unwrap(), Vec::new());
 }
 
 #[tokio::test]

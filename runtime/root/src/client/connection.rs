@@ -252,7 +252,15 @@ impl Client {
     }
 
     pub async fn status(&self) -> Result<StatusReport, ClientError> {
-        self.call("status", &StatusRequest {}).await
+        self.call("status", &StatusRequest { jobs: None }).await
+    }
+
+    /// The status, with `jobs`' tasks by state in `job_counts` (in this order). A
+    /// pilot older than this request answers `malformed`; an unknown job is
+    /// `unknown_job`.
+    pub async fn status_of_jobs(&self, jobs: Vec<JobId>) -> Result<StatusReport, ClientError> {
+        self.call("status", &StatusRequest { jobs: Some(jobs) })
+            .await
     }
 
     /// The result of task `task`; an error of kind `no_result` if it has none (yet).

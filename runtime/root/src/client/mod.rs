@@ -31,10 +31,10 @@ pub use endpoint::{
     PILOT_DIR_VAR,
 };
 pub use protocol::{
-    AllocationStatus, CancelReport, ElasticAllocation, ErrorKind, HpcStatus, MAX_WAITED_RESULTS,
-    NodeLoad, PROTOCOL_VERSION, PROTOCOLS, RequestError, RequestId, ResultRequest, StageSummary,
-    StatusReport, StreamEnd, SubmitReply, SubmitWait, SubmittedJob, SubmittedLines, UnstartedJob,
-    UpdateReport, UpdateRequest, WaitReport, Welcome,
+    AllocationStatus, CancelReport, ElasticAllocation, ErrorKind, HpcStatus, JobTaskCounts,
+    MAX_WAITED_RESULTS, NodeLoad, PROTOCOL_VERSION, PROTOCOLS, RequestError, RequestId,
+    ResultRequest, StageSummary, StatusReport, StreamEnd, SubmitReply, SubmitWait, SubmittedJob,
+    SubmittedLines, UnstartedJob, UpdateReport, UpdateRequest, WaitReport, Welcome,
 };
 pub use server::{
     ClientRequest, ConnectionError, Listeners, Reply, ResultSink, ResultsItem, ServerConfig,

@@ -125,10 +125,15 @@ pub enum SubmitWait {
     Results,
 }
 
-/// `status`: no parameters.
+/// `status`: a snapshot of the pilot; with `jobs`, also these jobs' tasks by state
+/// (`job_counts` in the answer, in the order asked). A pilot older than this field
+/// refuses it as `malformed`, so a client can tell it asked one that cannot answer.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct StatusRequest {}
+pub struct StatusRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<Vec<JobId>>,
+}
 
 /// `wait`: until every task of `jobs` (all jobs submitted so far when absent) is
 /// terminal.
@@ -358,6 +363,51 @@ pub struct StatusReport {
     pub items: u64,
     /// Bytes of data items copied from their holders to readers elsewhere.
     pub data_moved_bytes: u64,
+    /// The jobs a `status` with `jobs` asked for, in its order; absent otherwise.
+    /// (Not `jobs`: that is the number of jobs submitted.)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_counts: Option<Vec<JobTaskCounts>>,
+}
+
+/// One job's tasks by state, as the scheduler sees them now, in a [`StatusReport`].
+/// Every task is in exactly one of the states: they add up to `count`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobTaskCounts {
+    pub job: JobId,
+    /// Tasks in the job.
+    pub count: u64,
+    /// Waiting for a slot (or for the jobs they depend on, a `not_before` time, the
+    /// walltime deadline's continuation).
+    pub queued: u64,
+    /// Waiting for a retry's backoff to pass.
+    pub delayed: u64,
+    /// Dispatched to an agent that has not reported them started: they may wait in
+    /// its queue for a free executor.
+    pub assigned: u64,
+    /// Reported started by their agent.
+    pub running: u64,
+    /// Ended. The scheduler counts a result as soon as it has it; it reaches `wait`,
+    /// `results` and `result` once durable in the journal, a moment later.
+    pub succeeded: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+}
+
+impl JobTaskCounts {
+    pub fn new(job: JobId, counts: &saker_core::JobCounts) -> JobTaskCounts {
+        JobTaskCounts {
+            job,
+            count: counts.count.into(),
+            queued: counts.queued.into(),
+            delayed: counts.delayed.into(),
+            assigned: counts.assigned.into(),
+            running: counts.running.into(),
+            succeeded: counts.succeeded.into(),
+            failed: counts.failed.into(),
+            cancelled: counts.cancelled.into(),
+        }
+    }
 }
 
 /// HPC jobs in a [`StatusReport`].

@@ -62,7 +62,10 @@ pub enum ClientRequest {
         lines: Box<crate::spec::JobLines>,
         reply: Reply<super::protocol::SubmittedLines>,
     },
+    /// With `jobs`, the report carries their counts (`job_counts`), or the answer is
+    /// `unknown_job` when one is not known.
     Status {
+        jobs: Option<Vec<JobId>>,
         reply: Reply<StatusReport>,
     },
     /// Answer once every task of `jobs` (of all jobs when `None`) is terminal.
@@ -89,10 +92,7 @@ pub enum ClientRequest {
         reply: Reply<Arc<crate::results::ResultRecord>>,
     },
     /// Stop or resume asking for allocations; answers whether now paused.
-    Provisioning {
-        pause: bool,
-        reply: Reply<bool>,
-    },
+    Provisioning { pause: bool, reply: Reply<bool> },
     /// Acknowledge, then stop the pilot.
     Shutdown {
         kill_running: bool,
@@ -518,10 +518,16 @@ impl<Q: ToRoot> Session<Q> {
                 )
                 .await;
             }
-            Request::Status(StatusRequest {}) => {
+            Request::Status(StatusRequest { jobs }) => {
                 let (reply, answer) = oneshot::channel();
-                self.forward(id, ClientRequest::Status { reply }, answer, permit, |r| r)
-                    .await;
+                self.forward(
+                    id,
+                    ClientRequest::Status { jobs, reply },
+                    answer,
+                    permit,
+                    |r| r,
+                )
+                .await;
             }
             Request::Wait(WaitRequest { jobs }) => {
                 let (reply, answer) = oneshot::channel();

@@ -84,7 +84,7 @@ impl Raw {
 
 async fn answer_status(root: &mut mpsc::UnboundedReceiver<ClientRequest>, queued: u64) {
     match root.recv().await {
-        Some(ClientRequest::Status { reply }) => {
+        Some(ClientRequest::Status { jobs: None, reply }) => {
             let report = StatusReport {
                 queued,
                 ..StatusReport::default()
@@ -612,6 +612,126 @@ async fn every_protocol_version_is_spoken() {
         let answer = raw.receive().await;
         assert_eq!(answer["ok"]["protocol"], version, "{answer}");
     }
+}
+
+/// `status` takes the jobs whose counts it should add (`job_counts`, in that order);
+/// without them (`{}`, as every older client sends) the answer has none. An unknown
+/// field is still refused: what an older pilot answers a `jobs` it cannot honour.
+#[tokio::test]
+async fn status_with_jobs_reaches_the_root_and_answers_their_counts() {
+    let (stream, mut root, _server) = start(test_config());
+    let mut raw = Raw::new(stream);
+    raw.hello().await;
+    raw.send(r#"{"id": 1, "status": {"jobs": [3, 1]}}"#).await;
+    let Some(ClientRequest::Status { jobs, reply }) = root.recv().await else {
+        panic!("expected status");
+    };
+    assert_eq!(jobs, Some(vec![JobId(3), JobId(1)]));
+    let running = JobTaskCounts {
+        job: JobId(3),
+        count: 1,
+        running: 1,
+        ..JobTaskCounts::default()
+    };
+    let queued = JobTaskCounts {
+        job: JobId(1),
+        count: 2,
+        queued: 1,
+        assigned: 1,
+        ..JobTaskCounts::default()
+    };
+    let report = StatusReport {
+        jobs: 3,
+        job_counts: Some(vec![running, queued]),
+        ..StatusReport::default()
+    };
+    reply.send(Ok(report)).unwrap();
+    let answer = raw.receive().await;
+    assert_eq!(answer["id"], 1);
+    assert_eq!(answer["ok"]["jobs"], 3, "the number of jobs stays");
+    assert_eq!(
+        answer["ok"]["job_counts"],
+        json!([
+            {"job": 3, "count": 1, "queued": 0, "delayed": 0, "assigned": 0, "running": 1,
+             "succeeded": 0, "failed": 0, "cancelled": 0},
+            {"job": 1, "count": 2, "queued": 1, "delayed": 0, "assigned": 1, "running": 0,
+             "succeeded": 0, "failed": 0, "cancelled": 0},
+        ])
+    );
+
+    raw.send(r#"{"id": 2, "status": {}}"#).await;
+    answer_status(&mut root, 4).await;
+    let answer = raw.receive().await;
+    assert_eq!(answer["ok"]["queued"], 4);
+    assert!(answer["ok"].get("job_counts").is_none(), "{answer}");
+
+    for line in [
+        r#"{"id": 3, "status": {"jobs": 3}}"#,
+        r#"{"id": 3, "status": {"jobs": [3], "tasks": [4]}}"#,
+    ] {
+        raw.send(line).await;
+        let answer = raw.receive().await;
+        assert_eq!(answer["error"]["kind"], "malformed", "{line}: {answer}");
+    }
+    assert!(root.try_recv().is_err(), "refused before the root");
+
+    let (request_id, request) = server::parse_request(br#"{"id": 9, "status": {"jobs": [3]}}"#)
+        .unwrap_or_else(|failure| panic!("{:?}", failure.error));
+    assert_eq!(request_id, RequestId(9));
+    assert_eq!(
+        request,
+        protocol::Request::Status(protocol::StatusRequest {
+            jobs: Some(vec![JobId(3)])
+        })
+    );
+    let Ok((_, request)) = server::parse_request(br#"{"id": 10, "status": {}}"#) else {
+        panic!("an empty status is a request");
+    };
+    assert_eq!(
+        request,
+        protocol::Request::Status(protocol::StatusRequest::default())
+    );
+}
+
+/// The Rust client asks for jobs' counts with `status_of_jobs`, and sends `{}` from
+/// `status` (which every pilot understands).
+#[tokio::test]
+async fn the_client_asks_for_jobs_counts_and_plain_status_sends_no_jobs() {
+    let (stream, mut root, _server) = start(test_config());
+    let client = Client::handshake(stream, "test").await.unwrap();
+    let root_task = tokio::spawn(async move {
+        let Some(ClientRequest::Status { jobs, reply }) = root.recv().await else {
+            panic!("expected status");
+        };
+        assert_eq!(jobs, Some(vec![JobId(2)]));
+        let counts = JobTaskCounts {
+            job: JobId(2),
+            count: 1,
+            assigned: 1,
+            ..JobTaskCounts::default()
+        };
+        let report = StatusReport {
+            job_counts: Some(vec![counts]),
+            ..StatusReport::default()
+        };
+        reply.send(Ok(report)).unwrap();
+        let Some(ClientRequest::Status { jobs: None, reply }) = root.recv().await else {
+            panic!("expected a plain status");
+        };
+        reply.send(Ok(StatusReport::default())).unwrap();
+        let Some(ClientRequest::Status { reply, .. }) = root.recv().await else {
+            panic!("expected status");
+        };
+        let unknown = RequestError::new(ErrorKind::UnknownJob, "unknown job 9");
+        reply.send(Err(unknown)).unwrap();
+    });
+    let report = client.status_of_jobs(vec![JobId(2)]).await.unwrap();
+    let counts = report.job_counts.expect("the counts asked for");
+    assert_eq!((counts[0].job, counts[0].assigned), (JobId(2), 1));
+    assert_eq!(client.status().await.unwrap().job_counts, None);
+    let error = client.status_of_jobs(vec![JobId(9)]).await.unwrap_err();
+    assert_eq!(error.server_error().unwrap().kind, ErrorKind::UnknownJob);
+    root_task.await.unwrap();
 }
 
 /// `new_only` asks for no history: the root gets a `from` past every sequence number.
