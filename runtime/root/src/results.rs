@@ -387,7 +387,7 @@ fn cells(record: &ResultRecord) -> [String; WIDTH] {
     ]
 }
 
-fn signal_name(signal: i32) -> String {
+pub(crate) fn signal_name(signal: i32) -> String {
     let name = match signal {
         1 => "SIGHUP",
         2 => "SIGINT",

@@ -311,6 +311,12 @@ impl RootState {
                 ArchivedOutcome::Exited { code } if code.to_native() == 0 => {
                     AttemptOutcome::Succeeded
                 }
+                // A stop signal no agent sends: stopped from outside, so lost.
+                ArchivedOutcome::Signaled { signal }
+                    if stopped_from_outside(signal.to_native()) =>
+                {
+                    AttemptOutcome::Lost
+                }
                 ArchivedOutcome::Exited { .. }
                 | ArchivedOutcome::Signaled { .. }
                 | ArchivedOutcome::TimedOut
@@ -320,7 +326,7 @@ impl RootState {
                 ArchivedOutcome::Lost { .. } => AttemptOutcome::Lost,
                 ArchivedOutcome::Cancelled => AttemptOutcome::Cancelled,
             };
-            if outcome == AttemptOutcome::Lost
+            if matches!(result.outcome, ArchivedOutcome::Lost { .. })
                 && let Some(entry) = self.ctx.nodes.get_mut(&node)
             {
                 // The agent may have lost a definition we counted as sent (it went
@@ -354,10 +360,36 @@ impl RootState {
     }
 }
 
+/// Whether a task killed by `signal` was stopped from outside rather than failed:
+/// SIGHUP, SIGINT and SIGTERM are how a batch system ends an allocation (Slurm's
+/// `scancel`, time limit and preemption, PBS's `qdel`: SIGTERM; LSF's `bkill`:
+/// SIGINT first) and how an operator stops a session. An agent never sends them (its
+/// own stops kill with SIGKILL and report the attempt cancelled or timed out), and a
+/// batch system signals the tasks of a step before their agent: one that dies first
+/// has its end reported by an agent about to die too. Counted as the task's failure,
+/// such an end failed tasks of every allocation cancelled under them; as a loss it is
+/// replayed, within the task's `max_replays`. (SIGKILL stays the task's own: it is
+/// also the kernel's out-of-memory kill.)
+pub(super) fn stopped_from_outside(signal: i32) -> bool {
+    const SIGHUP: i32 = 1;
+    const SIGINT: i32 = 2;
+    const SIGTERM: i32 = 15;
+    matches!(signal, SIGHUP | SIGINT | SIGTERM)
+}
+
 /// Exit code, signal and reason of an outcome, as a result record shows them.
 fn describe(outcome: &ArchivedOutcome) -> (Option<i32>, Option<i32>, Option<String>) {
     match outcome {
         ArchivedOutcome::Exited { code } => (Some(code.to_native()), None, None),
+        ArchivedOutcome::Signaled { signal } if stopped_from_outside(signal.to_native()) => {
+            let signal = signal.to_native();
+            let reason = format!(
+                "killed by signal {signal} ({}) from outside Saker (its allocation \
+                 ending, or an operator)",
+                crate::results::signal_name(signal)
+            );
+            (None, Some(signal), Some(reason))
+        }
         ArchivedOutcome::Signaled { signal } => {
             let signal = signal.to_native();
             (

@@ -186,8 +186,14 @@ impl Results {
     ) {
         let now = ctx.now();
         let end = match ctx.core.handle_result(attempt, outcome, now) {
-            Disposition::Accepted { .. } => {
-                self.attempts.details.insert(task, detail());
+            Disposition::Accepted { state, .. } => {
+                let mut detail = detail();
+                if outcome == AttemptOutcome::Lost && state == TerminalState::Failed {
+                    // Lost with no replay left: that loss failed the task.
+                    let reason = detail.reason.take().unwrap_or_else(|| "lost".into());
+                    detail.reason = Some(format!("{reason}; no replays left"));
+                }
+                self.attempts.details.insert(task, detail);
                 return;
             }
             Disposition::WillRetry { .. } => AttemptEnd::Failed,

@@ -25,6 +25,7 @@ mod compaction;
 mod dependencies;
 mod elastic;
 mod history;
+mod losses;
 mod owners;
 mod placed;
 mod updates;
