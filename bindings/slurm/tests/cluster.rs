@@ -13,21 +13,20 @@
 //! assertion fails), and waits poll the controller with a deadline.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use saker_slurm::{
     BatchRequest, JobInfo, SlurmError, SlurmJobId, cancel, expand_hostlist,
     expand_hostlist_fallback, job_info, submit_batch, user_jobs,
 };
 
-const SKIP_CLUSTER: &str = "skipped: no Slurm cluster (start scripts/slurm-cluster/up.sh)";
-const WAIT: Duration = Duration::from_secs(60);
+mod common;
 
-fn required() -> bool {
-    std::env::var("SAKER_REQUIRE_SLURM").is_ok_and(|value| value == "1")
-}
+use common::{
+    Job, Scratch, WAIT, assert_close, ended, field, required, run, scontrol_job, scontrol_time,
+};
 
 /// Whether this build links libslurm; fails instead of skipping under
 /// `SAKER_REQUIRE_SLURM=1`.
@@ -44,32 +43,9 @@ fn libslurm_or_skip() -> bool {
     false
 }
 
-/// Whether a cluster is configured; fails instead of skipping under
-/// `SAKER_REQUIRE_SLURM=1`.
+/// Whether a cluster is configured and this build links libslurm.
 fn cluster_or_skip() -> bool {
-    if std::env::var_os("SLURM_CONF").is_none() {
-        assert!(
-            !required(),
-            "SAKER_REQUIRE_SLURM=1 but SLURM_CONF is unset: run scripts/slurm-cluster/up.sh \
-             and `source .slurm-cluster/env.sh`"
-        );
-        eprintln!("{SKIP_CLUSTER}");
-        return false;
-    }
-    libslurm_or_skip()
-}
-
-fn run(program: &str, arguments: &[&str]) -> String {
-    let output = Command::new(program)
-        .args(arguments)
-        .output()
-        .unwrap_or_else(|error| panic!("cannot run {program}: {error}"));
-    assert!(
-        output.status.success(),
-        "{program} {arguments:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).expect("scontrol prints UTF-8")
+    common::cluster_configured_or_skip() && libslurm_or_skip()
 }
 
 fn scontrol_hostnames(expression: &str) -> Vec<String> {
@@ -77,29 +53,6 @@ fn scontrol_hostnames(expression: &str) -> Vec<String> {
         .lines()
         .map(str::to_owned)
         .collect()
-}
-
-/// `scontrol show job -o ID` as a map (`-o`: one line of `Key=Value` fields).
-fn scontrol_job(job_id: SlurmJobId) -> HashMap<String, String> {
-    run("scontrol", &["show", "job", "-o", &job_id.to_string()])
-        .split_whitespace()
-        .filter_map(|field| field.split_once('='))
-        .map(|(key, value)| (key.to_owned(), value.to_owned()))
-        .collect()
-}
-
-fn field<'a>(job: &'a HashMap<String, String>, key: &str) -> &'a str {
-    job.get(key)
-        .unwrap_or_else(|| panic!("scontrol printed no {key}: {job:?}"))
-}
-
-/// scontrol's local-time stamps (`2026-11-22T10:10:51`) as a `SystemTime`, via date(1).
-fn scontrol_time(text: &str) -> SystemTime {
-    let seconds: u64 = run("date", &["-d", text, "+%s"])
-        .trim()
-        .parse()
-        .expect("date +%s prints a number");
-    SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
 }
 
 /// scontrol's `TimeLimit` (`UNLIMITED`, `MM:SS`, `HH:MM:SS`, `D-HH:MM:SS`).
@@ -118,78 +71,19 @@ fn scontrol_duration(text: &str) -> Option<Duration> {
     Some(Duration::from_secs(days * 86_400 + seconds))
 }
 
-fn assert_close(ours: Option<SystemTime>, theirs: SystemTime, what: &str) {
-    let ours = ours.unwrap_or_else(|| panic!("{what}: we have none, scontrol has {theirs:?}"));
-    let gap = ours
-        .duration_since(theirs)
-        .unwrap_or_else(|error| error.duration());
-    assert!(
-        gap <= Duration::from_secs(1),
-        "{what}: {ours:?} vs scontrol {theirs:?}"
-    );
-}
-
-/// A scratch directory for job output, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let path = std::env::temp_dir().join(format!("saker-slurm-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&path).expect("create scratch directory");
-        Scratch(path)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A submitted job, cancelled on drop so that a failed test frees its nodes.
-struct Job(SlurmJobId);
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        let _ = cancel(self.0, None);
-    }
-}
-
 fn request(script: &str, nodes: u32, directory: &Path, name: &str) -> BatchRequest {
-    BatchRequest {
-        name: Some(format!("saker-test-{name}")),
-        time_limit_minutes: Some(5),
-        working_directory: Some(directory.to_path_buf()),
-        stdout: Some(directory.join("slurm-%j.out")),
-        ..BatchRequest::new(script, nodes)
-    }
+    common::request("saker-test", script, nodes, directory, name)
 }
 
 fn submit(request: &BatchRequest) -> Job {
-    Job(submit_batch(request).unwrap_or_else(|error| panic!("submit failed: {error:?}")))
+    let id = submit_batch(request).unwrap_or_else(|error| panic!("submit failed: {error:?}"));
+    Job(id, |id| {
+        let _ = cancel(id, None);
+    })
 }
 
-/// Polls `job_info` until `done` holds (or panics after [`WAIT`]).
 fn wait_for(job_id: SlurmJobId, what: &str, done: impl Fn(&JobInfo) -> bool) -> JobInfo {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let info = job_info(job_id).unwrap_or_else(|error| panic!("job_info: {error:?}"));
-        if done(&info) {
-            return info;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "job {job_id} not {what} after {WAIT:?}: {info:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn ended(info: &JobInfo) -> bool {
-    !matches!(
-        info.state.as_str(),
-        "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING"
-    )
+    common::wait_until(job_info, job_id, what, done)
 }
 
 // ------------------------------------------------------------------ hostlists

@@ -7,139 +7,34 @@
 //! `SLURM_CONF` each test prints "skipped" and passes, unless `SAKER_REQUIRE_SLURM=1`
 //! (CI), which makes it fail.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant, SystemTime};
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use saker_slurm::commands::{cancel, job_info, submit_batch, user_jobs};
 use saker_slurm::{BatchRequest, JobInfo, SlurmError, SlurmJobId};
 
-const WAIT: Duration = Duration::from_secs(60);
+mod common;
+
+use common::{
+    Job, Scratch, WAIT, assert_close, cluster_configured_or_skip as cluster_or_skip, ended, field,
+    scontrol_job, scontrol_time,
+};
+
 const SIGTERM: u16 = 15;
 
-fn cluster_or_skip() -> bool {
-    if std::env::var_os("SLURM_CONF").is_some() {
-        return true;
-    }
-    assert!(
-        !std::env::var("SAKER_REQUIRE_SLURM").is_ok_and(|value| value == "1"),
-        "SAKER_REQUIRE_SLURM=1 but SLURM_CONF is unset: run scripts/slurm-cluster/up.sh and \
-         `source .slurm-cluster/env.sh`"
-    );
-    eprintln!("skipped: no Slurm cluster (start scripts/slurm-cluster/up.sh)");
-    false
-}
-
-fn run(program: &str, arguments: &[&str]) -> String {
-    let output = Command::new(program)
-        .args(arguments)
-        .output()
-        .unwrap_or_else(|error| panic!("cannot run {program}: {error}"));
-    assert!(
-        output.status.success(),
-        "{program} {arguments:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).expect("UTF-8 output")
-}
-
-/// `scontrol show job -o ID` as a map.
-fn scontrol_job(job_id: SlurmJobId) -> HashMap<String, String> {
-    run("scontrol", &["show", "job", "-o", &job_id.to_string()])
-        .split_whitespace()
-        .filter_map(|field| field.split_once('='))
-        .map(|(key, value)| (key.to_owned(), value.to_owned()))
-        .collect()
-}
-
-fn field<'a>(job: &'a HashMap<String, String>, key: &str) -> &'a str {
-    job.get(key)
-        .unwrap_or_else(|| panic!("scontrol printed no {key}: {job:?}"))
-}
-
-/// scontrol's local-time stamps as a `SystemTime`, via date(1).
-fn scontrol_time(text: &str) -> SystemTime {
-    let seconds: u64 = run("date", &["-d", text, "+%s"])
-        .trim()
-        .parse()
-        .expect("seconds");
-    SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
-}
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let path = std::env::temp_dir().join(format!(
-            "saker-slurm-commands-{name}-{}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&path).expect("create scratch directory");
-        Scratch(path)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A submitted job, cancelled on drop so that a failed test frees its nodes.
-struct Job(SlurmJobId);
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        let _ = cancel(self.0, None);
-    }
-}
-
 fn request(script: &str, nodes: u32, directory: &Path, name: &str) -> BatchRequest {
-    BatchRequest {
-        name: Some(format!("saker-cmd-{name}")),
-        time_limit_minutes: Some(5),
-        working_directory: Some(directory.to_path_buf()),
-        stdout: Some(directory.join("slurm-%j.out")),
-        ..BatchRequest::new(script, nodes)
-    }
+    common::request("saker-cmd", script, nodes, directory, name)
 }
 
 fn submit(request: &BatchRequest) -> Job {
-    Job(submit_batch(request).unwrap_or_else(|error| panic!("sbatch failed: {error:?}")))
+    let id = submit_batch(request).unwrap_or_else(|error| panic!("sbatch failed: {error:?}"));
+    Job(id, |id| {
+        let _ = cancel(id, None);
+    })
 }
 
 fn wait_for(job_id: SlurmJobId, what: &str, done: impl Fn(&JobInfo) -> bool) -> JobInfo {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let info = job_info(job_id).unwrap_or_else(|error| panic!("job_info: {error:?}"));
-        if done(&info) {
-            return info;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "job {job_id} not {what}: {info:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn ended(info: &JobInfo) -> bool {
-    !matches!(
-        info.state.as_str(),
-        "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING"
-    )
-}
-
-fn assert_close(ours: Option<SystemTime>, theirs: SystemTime, what: &str) {
-    let ours = ours.unwrap_or_else(|| panic!("{what}: none, scontrol has {theirs:?}"));
-    let gap = ours
-        .duration_since(theirs)
-        .unwrap_or_else(|error| error.duration());
-    assert!(
-        gap <= Duration::from_secs(1),
-        "{what}: {ours:?} vs {theirs:?}"
-    );
+    common::wait_until(job_info, job_id, what, done)
 }
 
 #[test]
@@ -147,7 +42,7 @@ fn squeue_agrees_with_scontrol_and_libslurm_then_scancel_cancels() {
     if !cluster_or_skip() {
         return;
     }
-    let scratch = Scratch::new("info");
+    let scratch = Scratch::new("commands-info");
     let job = submit(&request("#!/bin/sh\nsleep 30\n", 2, &scratch.0, "info|x"));
     let info = wait_for(job.0, "running", |info| info.state == "RUNNING");
     let theirs = scontrol_job(job.0);
@@ -211,7 +106,7 @@ fn own_jobs_are_listed_with_their_names_and_states() {
     if !cluster_or_skip() {
         return;
     }
-    let scratch = Scratch::new("own");
+    let scratch = Scratch::new("commands-own");
     let first = submit(&request("#!/bin/sh\nsleep 30\n", 1, &scratch.0, "own-1"));
     let second = submit(&BatchRequest {
         dependency: Some(format!("afterany:{}", first.0)),
@@ -242,7 +137,7 @@ fn a_refused_submission_carries_slurms_reason() {
     if !cluster_or_skip() {
         return;
     }
-    let scratch = Scratch::new("invalid");
+    let scratch = Scratch::new("commands-invalid");
     let request = BatchRequest {
         partition: Some("no-such-partition".to_owned()),
         ..request("#!/bin/sh\ntrue\n", 1, &scratch.0, "invalid")
@@ -263,7 +158,7 @@ fn signal_and_environment_reach_the_batch_script() {
     if !cluster_or_skip() {
         return;
     }
-    let scratch = Scratch::new("signal");
+    let scratch = Scratch::new("commands-signal");
     let marker = scratch.0.join("got-term");
     let dump = scratch.0.join("environment");
     let script = format!(

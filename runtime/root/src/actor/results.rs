@@ -35,6 +35,28 @@ pub(super) struct FinishedTask {
     pub attempts: u32,
 }
 
+impl FinishedTask {
+    /// The task a core event says finished; any other event is given back.
+    pub(super) fn from_event(event: saker_core::Event) -> Result<FinishedTask, saker_core::Event> {
+        match event {
+            saker_core::Event::TaskFinished {
+                task,
+                job,
+                index,
+                state,
+                attempts,
+            } => Ok(FinishedTask {
+                task,
+                job,
+                offset: index,
+                state,
+                attempts,
+            }),
+            other => Err(other),
+        }
+    }
+}
+
 /// A `wait` request: answered once every task of `jobs` (of all jobs when `None`) has
 /// a durable result.
 #[derive(Debug)]

@@ -249,22 +249,11 @@ impl RootState {
 
     fn on_core_event(&mut self, event: Event) {
         match event {
-            Event::TaskFinished {
-                task,
-                job,
-                index,
-                state,
-                attempts,
-            } => {
-                let finished = super::results::FinishedTask {
-                    task,
-                    job,
-                    offset: index,
-                    state,
-                    attempts,
-                };
-                self.results
-                    .finish_task(&mut self.ctx, &self.submissions, finished);
+            event @ Event::TaskFinished { .. } => {
+                if let Ok(finished) = super::results::FinishedTask::from_event(event) {
+                    self.results
+                        .finish_task(&mut self.ctx, &self.submissions, finished);
+                }
             }
             Event::CancelAttempt { node, attempt } => {
                 if let Some(entry) = self.ctx.nodes.get(&node) {

@@ -57,6 +57,15 @@ impl Owned {
         Owned { ctx, port, clock }
     }
 
+    /// Node `node` offers `cores` more cores, as its agent does when a slot frees.
+    fn credit(&mut self, node: u32, cores: u32) {
+        let now = self.ctx.now();
+        self.ctx
+            .core
+            .handle_credit(NodeId(node), Resources::cores(cores), now)
+            .expect("a joined node grants credit");
+    }
+
     /// Registers node `node` (host `host{node}`, over link `node`) with `cores` cores,
     /// in the core and the registry, its cores all offered as credit.
     fn add_node(&mut self, node: u32, cores: u32) {
@@ -127,24 +136,9 @@ impl Owned {
     fn finish_tasks(&mut self, results: &mut Results, submissions: &Submissions) -> Vec<Event> {
         let mut others = Vec::new();
         while let Some(event) = self.ctx.core.poll_event() {
-            match event {
-                Event::TaskFinished {
-                    task,
-                    job,
-                    index,
-                    state,
-                    attempts,
-                } => {
-                    let finished = FinishedTask {
-                        task,
-                        job,
-                        offset: index,
-                        state,
-                        attempts,
-                    };
-                    results.finish_task(&mut self.ctx, submissions, finished);
-                }
-                other => others.push(other),
+            match FinishedTask::from_event(event) {
+                Ok(finished) => results.finish_task(&mut self.ctx, submissions, finished),
+                Err(other) => others.push(other),
             }
         }
         others

@@ -190,11 +190,7 @@ fn a_failed_attempt_with_a_retry_left_is_noted_and_becomes_the_records_history()
     owned.clock.advance(Duration::from_secs(60));
     let now = owned.ctx.now();
     owned.ctx.core.handle_timeout(now);
-    owned
-        .ctx
-        .core
-        .handle_credit(NodeId(1), Resources::cores(1), now)
-        .unwrap();
+    owned.credit(1, 1);
     let [(retried, second)] = owned.dispatched()[..] else {
         panic!("the retry is dispatched");
     };
@@ -254,12 +250,7 @@ fn memory_goes_back_once_an_idle_pilot_has_ended_enough_results() {
     results.journal(&mut owned.ctx);
     make_durable(&mut owned, &mut results, &mut submissions);
     assert_eq!(owned.port.with(|r| r.memory_releases), 0);
-    let now = owned.ctx.now();
-    owned
-        .ctx
-        .core
-        .handle_credit(NodeId(1), Resources::cores(1), now)
-        .unwrap();
+    owned.credit(1, 1);
     let [(task, attempt)] = owned.dispatched()[..] else {
         panic!("the second task is dispatched");
     };

@@ -61,11 +61,7 @@ impl Periodic {
         self.owned.ctx.core.handle_timeout(now);
         let credit = self.owned.ctx.core.node_credit(NodeId(1));
         if credit.is_some_and(|(_, credit)| credit.is_zero()) {
-            self.owned
-                .ctx
-                .core
-                .handle_credit(NodeId(1), Resources::cores(1), now)
-                .unwrap();
+            self.owned.credit(1, 1);
         }
         for (_, attempt) in self.owned.dispatched() {
             self.owned.ctx.core.handle_started(attempt, now).unwrap();

@@ -200,12 +200,7 @@ fn reaching_the_deadline_stops_all_dispatch_once() {
     owned.clock.advance(Duration::from_secs(10));
     assert!(walltime.reach(&mut owned.ctx), "the pilot is to stop");
     assert!(owned.ctx.core.is_draining());
-    let now = owned.ctx.now();
-    owned
-        .ctx
-        .core
-        .handle_credit(NodeId(1), Resources::cores(1), now)
-        .unwrap();
+    owned.credit(1, 1);
     assert!(owned.dispatched().is_empty(), "nothing starts after it");
     walltime.reached = true;
     assert!(!walltime.reach(&mut owned.ctx), "stopped for it already");
