@@ -128,3 +128,86 @@ fn with_no_replays_allowed_a_lost_attempt_fails_its_task() {
         );
     }
 }
+
+/// The processes whose parent is `pid` and whose command is `comm`.
+fn children_named(pid: u32, comm: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        if name.trim() == comm && common::parent_pid(child) == Some(pid) {
+            found.push(child);
+        }
+    }
+    found
+}
+
+/// A batch system ending an allocation (`scancel`, its time limit) SIGTERMs the
+/// processes of the agents' step deepest first, the tasks before their agent (Slurm's
+/// `proctrack/linuxproc`). An agent that gets the CPU in between (its `slurmstepd`
+/// preempted on a loaded machine) reports its tasks killed by SIGTERM before it is
+/// killed too: here the gap is made on purpose, 20 ms. Those tasks were stopped from
+/// outside, not failed: they are replayed on the other agent and every task succeeds.
+#[test]
+fn tasks_sigtermed_just_before_their_agent_are_replayed_not_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let mut run = saker()
+        .args(["run", "--progress", "none", "--no-sync", "--agents", "2"])
+        .args(["--slots", "8"])
+        .args(["--heartbeat-interval", "200ms", "--heartbeat-timeout", "1s"])
+        .args(["--array", "1-16", "--dir"])
+        .arg(&pilot)
+        .args(["--", "sleep", "1"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut agent = None;
+    let mut tasks = Vec::new();
+    common::wait_for("tasks running on agent 1", Duration::from_secs(30), || {
+        agent = agent_pid(&pilot, 1);
+        tasks = agent.map_or_else(Vec::new, |pid| children_named(pid, "sleep"));
+        !tasks.is_empty()
+    });
+    // (A task that ended meanwhile is simply not signalled.)
+    let signal = |pids: &[u32]| {
+        std::process::Command::new("kill")
+            .arg("-TERM")
+            .args(pids.iter().map(u32::to_string))
+            .status()
+            .unwrap()
+            .success()
+    };
+    signal(&tasks);
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(signal(&[agent.unwrap()]), "agent 1 is killed");
+
+    let status = run.wait().unwrap();
+    let records = results(&pilot);
+    let not_succeeded: Vec<&serde_json::Value> = records
+        .iter()
+        .filter(|r| r["state"] != "succeeded")
+        .collect();
+    assert!(
+        status.success() && not_succeeded.is_empty(),
+        "every task succeeds; these did not: {not_succeeded:#?}"
+    );
+    assert_one_result_per_task(&records, 16);
+    // Each replayed attempt was lost with its agent (agent 1; or agent 0, declared
+    // lost by mistake on a starved machine), or stopped from outside (when agent 1
+    // reported it before its own SIGTERM, as it nearly always does here).
+    for note in records
+        .iter()
+        .flat_map(|r| r["history"].as_array().unwrap())
+    {
+        assert_eq!(note["end"], "lost", "{note}");
+        let reason = note["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with("agent ") || reason.contains("(SIGTERM) from outside"),
+            "{reason}"
+        );
+    }
+}
