@@ -37,7 +37,9 @@ VENV=$REPO/.venv
 # OpenMPI and MPICH: HPC jobs' tests build and launch real MPI programs through the
 # pilot's agents (docs/hpc-jobs.md).
 # chromium opens `saker report`'s page in pilot/tests/report.rs.
-TEST_PKGS="build-essential pkg-config python3-venv openmpi-bin libopenmpi-dev mpich libmpich-dev tmux chromium fonts-dejavu-core"
+# nftables drops packets between namespaces in pilot/tests/partition.rs (the kernels
+# CI runs on have no sch_netem for `tc netem`).
+TEST_PKGS="build-essential pkg-config python3-venv openmpi-bin libopenmpi-dev mpich libmpich-dev tmux chromium fonts-dejavu-core nftables"
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 log() { echo "[test.sh $(date +%T)] $*"; }
