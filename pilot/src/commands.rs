@@ -166,6 +166,12 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
         "agents    {} ({} slots, {} busy)",
         status.agents, status.slots, status.busy_slots
     )?;
+    if status.disk_full {
+        writeln!(
+            out,
+            "journal   DISK FULL: submissions refused, no task starts, results of running ones held until there is space"
+        )?;
+    }
     writeln!(out, "jobs      {}", status.jobs)?;
     writeln!(
         out,

@@ -5,6 +5,7 @@
 pub mod browser;
 mod service;
 pub mod slurm;
+pub mod tmpfs;
 
 #[allow(unused_imports)] // each test binary uses what it needs
 pub use service::Service;

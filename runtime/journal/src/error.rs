@@ -189,6 +189,17 @@ pub enum JournalError {
 }
 
 impl JournalError {
+    /// Whether this failed for want of space (ENOSPC, or a quota: EDQUOT): what the
+    /// writer waits out instead of failing for good.
+    pub fn is_disk_full(&self) -> bool {
+        self.io_error().is_some_and(|error| {
+            matches!(
+                error.kind(),
+                io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+            )
+        })
+    }
+
     /// The I/O error at the bottom of this error, if any (looking through `WriterFailed`).
     /// Lets callers tell "disk full" from "I/O error" without matching every variant.
     pub fn io_error(&self) -> Option<&io::Error> {

@@ -1,6 +1,6 @@
 //! Counters the writer keeps for performance reports (group sizes, sync counts).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// A snapshot of what a [`JournalWriter`](crate::JournalWriter) has done so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,6 +30,11 @@ pub struct WriterStats {
     pub largest_group_records: u64,
     /// Most bytes committed by one group.
     pub largest_group_bytes: u64,
+    /// Writes refused for want of space (ENOSPC, EDQUOT), each retried later.
+    pub space_refusals: u64,
+    /// The writer is holding records because the disk is full (see
+    /// [`JournalWriter::is_waiting_for_space`](crate::JournalWriter::is_waiting_for_space)).
+    pub waiting_for_space: bool,
 }
 
 impl WriterStats {
@@ -63,6 +68,8 @@ pub(crate) struct Counters {
     pub(crate) segments_created: AtomicU64,
     pub(crate) largest_group_records: AtomicU64,
     pub(crate) largest_group_bytes: AtomicU64,
+    pub(crate) space_refusals: AtomicU64,
+    pub(crate) waiting_for_space: AtomicBool,
 }
 
 impl Counters {
@@ -87,6 +94,8 @@ impl Counters {
             segments_created: load(&self.segments_created),
             largest_group_records: load(&self.largest_group_records),
             largest_group_bytes: load(&self.largest_group_bytes),
+            space_refusals: load(&self.space_refusals),
+            waiting_for_space: self.waiting_for_space.load(Ordering::Relaxed),
         }
     }
 }

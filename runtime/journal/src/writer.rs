@@ -43,6 +43,8 @@ pub struct WriterOptions {
     /// The writer stops taking queued appends into a group once its encoded size reaches
     /// this, bounding the buffer and the latency of the first callback in a group.
     pub max_group_bytes: usize,
+    /// How often a group the disk had no room for is written again.
+    pub space_retry: std::time::Duration,
 }
 
 impl Default for WriterOptions {
@@ -51,6 +53,7 @@ impl Default for WriterOptions {
             sync: SyncMode::Fsync,
             max_segment_bytes: DEFAULT_MAX_SEGMENT_BYTES,
             max_group_bytes: 8 * 1024 * 1024,
+            space_retry: std::time::Duration::from_millis(250),
         }
     }
 }
@@ -63,8 +66,10 @@ impl Default for WriterOptions {
 /// (complete a oneshot, send on a channel) because the next group waits for it. It must
 /// not call [`append_blocking`](Self::append_blocking), which would wait for itself.
 ///
-/// After the first write, sync or segment-creation failure the writer is failed for good:
-/// the appends of the failing group get that error, every later one
+/// A write the disk has no room for (ENOSPC, EDQUOT) is held and written again until it
+/// fits ([`is_waiting_for_space`](Self::is_waiting_for_space)); its callbacks and every
+/// later one wait. After any other write, sync or segment-creation failure the writer is
+/// failed for good: the appends of the failing group get that error, every later one
 /// [`JournalError::WriterFailed`] with it as the cause.
 pub struct JournalWriter<R> {
     directory: PathBuf,
@@ -255,6 +260,15 @@ impl<R> JournalWriter<R> {
         self.first_segment
     }
 
+    /// Whether the writer holds records the disk has no room for (ENOSPC, EDQUOT),
+    /// writing them again until there is: their callbacks, and every later append's,
+    /// wait meanwhile.
+    pub fn is_waiting_for_space(&self) -> bool {
+        self.counters
+            .waiting_for_space
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// What the writer has done so far.
     pub fn stats(&self) -> WriterStats {
         self.counters.snapshot()
@@ -267,6 +281,7 @@ impl<R> JournalWriter<R> {
     }
 
     fn shut_down(&mut self) -> Result<WriterStats, JournalError> {
+        self.shared.close_soon();
         // Closing the queue ends the writer's loop once it has committed what is queued.
         drop(self.queue.take());
         let Some(thread) = self.thread.take() else {
@@ -321,60 +336,66 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn full_disk_error_reaches_every_callback_without_panic() {
+    fn dev_full() -> (tempfile::TempDir, &'static Path, std::fs::File) {
         let directory = tempfile::tempdir().expect("temporary directory");
         let full = Path::new("/dev/full");
         let file = std::fs::OpenOptions::new()
             .write(true)
             .open(full)
             .expect("/dev/full exists on Linux");
+        (directory, full, file)
+    }
+
+    fn quick_retry(sync: SyncMode) -> WriterOptions {
+        WriterOptions {
+            sync,
+            space_retry: std::time::Duration::from_millis(5),
+            ..WriterOptions::default()
+        }
+    }
+
+    #[test]
+    fn a_full_disk_holds_appends_and_a_close_tells_each_one() {
+        let (directory, full, file) = dev_full();
         let writer = JournalWriter::with_segment_file(
             directory.path(),
             full,
             file,
-            WriterOptions::default(),
+            quick_retry(SyncMode::Fsync),
         )
         .expect("writer starts");
-
-        let error = writer.append_blocking(vec![1u32, 2, 3]).unwrap_err();
-        assert!(
-            matches!(&error, JournalError::WriteSegment { path, offset: 16, .. } if path == full),
-            "{error:?}"
-        );
-        assert_eq!(
-            error.io_error().map(|io| io.kind()),
-            Some(ErrorKind::StorageFull)
-        );
-
         let (sender, results) = mpsc::channel();
-        for _ in 0..3 {
+        for record in 0..3u32 {
             let sender = sender.clone();
-            writer.append(vec![4], move |result| {
+            writer.append(vec![record], move |result| {
                 sender.send(result).expect("test is listening")
             });
         }
         drop(sender);
-        let later: Vec<_> = results.iter().collect();
-        assert_eq!(later.len(), 3);
-        for result in later {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while writer.stats().space_refusals < 3 {
+            assert!(std::time::Instant::now() < deadline, "the writer retries");
+            std::thread::yield_now();
+        }
+        assert!(writer.is_waiting_for_space());
+        assert!(writer.stats().waiting_for_space);
+        // Held, not failed: no callback has run.
+        assert!(results.try_recv().is_err());
+        assert_eq!(writer.stats().appends_in_flight(), 3);
+
+        let closed = writer.close().unwrap_err();
+        assert!(closed.is_disk_full(), "{closed:?}");
+        assert!(closed.to_string().contains("/dev/full"), "{closed}");
+        let told: Vec<_> = results.iter().collect();
+        assert_eq!(told.len(), 3);
+        for result in told {
             let error = result.unwrap_err();
-            assert!(
-                matches!(error, JournalError::WriterFailed { .. }),
-                "{error:?}"
-            );
+            assert!(error.is_disk_full(), "{error:?}");
             assert_eq!(
                 error.io_error().map(|io| io.kind()),
                 Some(ErrorKind::StorageFull)
             );
         }
-        let closed = writer.close().unwrap_err();
-        assert_eq!(
-            closed.io_error().map(|io| io.kind()),
-            Some(ErrorKind::StorageFull)
-        );
-        let message = closed.to_string();
-        assert!(message.contains("/dev/full"), "{message}");
     }
 
     fn no_sync() -> WriterOptions {
@@ -418,27 +439,59 @@ mod tests {
     }
 
     #[test]
-    fn an_inline_append_on_a_full_disk_gets_the_error_and_fails_the_writer() {
+    fn an_inline_append_on_a_full_disk_is_given_back_to_be_held() {
+        let (directory, full, file) = dev_full();
+        let writer = JournalWriter::with_segment_file(
+            directory.path(),
+            full,
+            file,
+            quick_retry(SyncMode::None),
+        )
+        .unwrap();
+        assert_eq!(writer.append_now(vec![1u32]).unwrap_err(), vec![1]);
+        assert!(writer.is_waiting_for_space());
+        // Later inline appends are given back without trying: they would overtake.
+        assert_eq!(writer.append_now(vec![2u32]).unwrap_err(), vec![2]);
+        assert_eq!(writer.stats().appends_submitted, 0);
+        let (sender, result) = mpsc::channel();
+        writer.append(vec![1], move |outcome| sender.send(outcome).unwrap());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while writer.stats().space_refusals < 3 {
+            assert!(std::time::Instant::now() < deadline, "the writer retries");
+            std::thread::yield_now();
+        }
+        assert!(result.try_recv().is_err(), "held");
+        assert!(writer.close().unwrap_err().is_disk_full());
+        assert!(result.recv().unwrap().unwrap_err().is_disk_full());
+    }
+
+    #[test]
+    fn an_io_error_other_than_space_fails_the_writer_for_good() {
+        // A file opened read-only: writing it fails with EBADF, not for want of space.
         let directory = tempfile::tempdir().expect("temporary directory");
-        let full = Path::new("/dev/full");
-        let file = std::fs::OpenOptions::new().write(true).open(full).unwrap();
-        let writer =
-            JournalWriter::with_segment_file(directory.path(), full, file, no_sync()).unwrap();
-        let error = writer.append_now(vec![1u32]).unwrap().unwrap_err();
+        let path = directory.path().join("read-only");
+        std::fs::write(&path, crate::format::file_header()).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let writer = JournalWriter::with_segment_file(
+            directory.path(),
+            &path,
+            file,
+            WriterOptions::default(),
+        )
+        .unwrap();
+        let error = writer.append_blocking(vec![1u32]).unwrap_err();
         assert!(
-            matches!(error, JournalError::WriteSegment { .. }),
+            matches!(error, JournalError::WriteSegment { offset: 16, .. }),
             "{error:?}"
         );
-        let later = writer.append_now(vec![2u32]).unwrap().unwrap_err();
+        assert!(!error.is_disk_full());
+        let later = writer.append_blocking(vec![2u32]).unwrap_err();
         assert!(
             matches!(later, JournalError::WriterFailed { .. }),
             "{later:?}"
         );
-        assert_eq!(
-            later.io_error().map(|io| io.kind()),
-            Some(ErrorKind::StorageFull)
-        );
-        assert!(writer.append_blocking(vec![3]).is_err());
+        assert!(!writer.is_waiting_for_space());
+        assert!(writer.close().is_err());
     }
 
     #[test]

@@ -5,14 +5,19 @@
 //! makes it durable with one `fdatasync`, and only then runs the group's callbacks, in
 //! the order the appends were queued.
 //!
+//! A write refused for want of space (ENOSPC, EDQUOT) does not fail the writer: the
+//! group is held, the partial write cut off, and the same group written again at the
+//! same offset every `space_retry` until it fits; appends queue behind it meanwhile
+//! and [`Counters::waiting_for_space`] says so. Only `close` gives up on it.
+//!
 //! The committer sits behind a mutex so that a caller may also commit an append itself
 //! ([`Shared::append_now`]) when nothing is queued and no sync is due: the append is
 //! then written on the caller's thread, with no thread woken on either side.
 
-use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -130,6 +135,8 @@ pub(crate) struct Shared {
     /// sending and lowered, under the committer's lock, once handled: while it is 0
     /// under the lock, nothing is queued that an inline append would overtake.
     queued: AtomicU64,
+    /// The writer is closing: a group held for want of space is given up.
+    closing: AtomicBool,
 }
 
 impl Shared {
@@ -137,7 +144,13 @@ impl Shared {
         Shared {
             committer: Mutex::new(committer),
             queued: AtomicU64::new(0),
+            closing: AtomicBool::new(false),
         }
+    }
+
+    /// The writer is about to be closed (see [`Shared::wait_for_space`]).
+    pub(crate) fn close_soon(&self) {
+        self.closing.store(true, Ordering::SeqCst);
     }
 
     fn lock(&self) -> MutexGuard<'_, Committer> {
@@ -160,17 +173,23 @@ impl Shared {
 
     /// Writes `records` now, on this thread, if the writer does not sync and nothing
     /// is queued for its thread; otherwise gives them back. Appends stay in order:
-    /// an inline append only happens when every earlier one is written.
+    /// an inline append only happens when every earlier one is written. Records that
+    /// do not fit on the disk are given back too, to be queued and held.
     pub(crate) fn append_now<R: Serialize>(
         &self,
         records: Vec<R>,
     ) -> Result<Result<Vec<Position>, JournalError>, Vec<R>> {
         let mut committer = self.lock();
-        if committer.options.sync != SyncMode::None || self.queued.load(Ordering::SeqCst) != 0 {
+        if committer.options.sync != SyncMode::None
+            || self.queued.load(Ordering::SeqCst) != 0
+            || committer.space.is_some()
+        {
             return Err(records);
         }
+        let Some(written) = committer.append_now(&records) else {
+            return Err(records);
+        };
         Counters::add(&committer.counters.appends_submitted, 1);
-        let written = committer.append_now(&records);
         Counters::add(&committer.counters.appends_completed, 1);
         Ok(written)
     }
@@ -196,8 +215,29 @@ impl Shared {
             }
             committer.commit();
             self.queued.fetch_sub(taken, Ordering::SeqCst);
+            drop(committer);
+            self.wait_for_space();
         }
         self.lock().finish()
+    }
+
+    /// While a group is held for want of space, writes it again every `space_retry`
+    /// (nothing tells a process that space came back) until it fits, or the writer
+    /// closes: then its appends are told the disk is full. Appends queue meanwhile.
+    fn wait_for_space(&self) {
+        loop {
+            let mut committer = self.lock();
+            if committer.space.is_none() || committer.group.is_empty() {
+                return;
+            }
+            if self.closing.load(Ordering::SeqCst) {
+                return committer.give_up_on_space();
+            }
+            let retry = committer.options.space_retry;
+            drop(committer);
+            std::thread::sleep(retry);
+            self.lock().commit();
+        }
     }
 }
 
@@ -221,6 +261,8 @@ pub(crate) struct Committer {
     /// Set by the first write, sync or segment-creation failure; the writer accepts
     /// nothing afterwards.
     failure: Option<Arc<JournalError>>,
+    /// Why the group is held: its last write was refused for want of space.
+    space: Option<JournalError>,
     counters: Arc<Counters>,
 }
 
@@ -241,6 +283,7 @@ impl Committer {
             starts: Vec::new(),
             waiting: Vec::new(),
             failure: None,
+            space: None,
             counters,
         }
     }
@@ -263,6 +306,9 @@ impl Committer {
             let cause = Arc::clone(cause);
             return Err(JournalError::WriterFailed { cause });
         }
+        if let Some(space) = &self.space {
+            return Err(space.clone());
+        }
         let placeholder = self.segment.number.next();
         let created = create_segment(
             &self.directory,
@@ -270,17 +316,27 @@ impl Committer {
             self.options.sync,
             &self.counters,
         )
-        .and_then(|_| {
-            self.segment = create_segment(
+        .and_then(|made| {
+            match create_segment(
                 &self.directory,
                 placeholder.next(),
                 self.options.sync,
                 &self.counters,
-            )?;
+            ) {
+                Ok(segment) => self.segment = segment,
+                Err(error) => {
+                    // Not left behind the segment still being written.
+                    let _ = std::fs::remove_file(&made.path);
+                    return Err(error);
+                }
+            }
             Ok(placeholder)
         });
-        if let Err(error) = &created {
-            self.fail(error.clone());
+        match &created {
+            // The seal fails; the writer goes on in its segment.
+            Err(error) if error.is_disk_full() => {}
+            Err(error) => self.fail(error.clone()),
+            Ok(_) => {}
         }
         created
     }
@@ -322,9 +378,19 @@ impl Committer {
                 let cause = Arc::clone(cause);
                 return Err(JournalError::WriterFailed { cause });
             }
-            if let Err(error) = self.rotate() {
-                self.fail(error.clone());
-                return Err(error);
+            // With the disk full, the segment's size limit (a soft one) gives way: the
+            // records wait for space in the current segment.
+            if self.space.is_none() {
+                match self.rotate() {
+                    Ok(()) => {}
+                    Err(error) if error.is_disk_full() => {
+                        tracing::warn!(%error, "no space for a new journal segment; going on in the current one");
+                    }
+                    Err(error) => {
+                        self.fail(error.clone());
+                        return Err(error);
+                    }
+                }
             }
         }
         let base = self.segment.length + self.group.len() as u64;
@@ -342,15 +408,27 @@ impl Committer {
         Ok(positions)
     }
 
-    /// Stages and writes `records` at once (see [`Shared::append_now`]).
-    fn append_now<R: Serialize>(&mut self, records: &[R]) -> Result<Vec<Position>, JournalError> {
-        let positions = self.stage(records)?;
+    /// Stages and writes `records` at once (see [`Shared::append_now`]); `None` if the
+    /// disk has no room for them: they are unstaged, for the caller to queue.
+    fn append_now<R: Serialize>(
+        &mut self,
+        records: &[R],
+    ) -> Option<Result<Vec<Position>, JournalError>> {
+        let positions = match self.stage(records) {
+            Ok(positions) => positions,
+            Err(error) => return Some(Err(error)),
+        };
         self.commit();
-        match &self.failure {
+        if self.space.is_some() {
+            self.group.clear();
+            self.group_records = 0;
+            return None;
+        }
+        Some(match &self.failure {
             // The failure is this write's own: stage refuses once failed.
             Some(failure) => Err(JournalError::clone(failure)),
             None => Ok(positions),
-        }
+        })
     }
 
     fn rotate(&mut self) -> Result<(), JournalError> {
@@ -363,12 +441,17 @@ impl Committer {
     fn commit(&mut self) {
         if !self.group.is_empty() {
             let offset = self.segment.length;
-            if let Err(source) = self.segment.file.write_all(&self.group) {
+            // At the offset, not the file's cursor: a write the disk refused halfway is
+            // written again over the same bytes.
+            if let Err(source) = self.segment.file.write_all_at(&self.group, offset) {
                 let error = JournalError::WriteSegment {
                     path: self.segment.path.clone(),
                     offset,
                     source: source.into(),
                 };
+                if error.is_disk_full() {
+                    return self.hold_for_space(error);
+                }
                 return self.fail(error);
             }
             if self.options.sync == SyncMode::Fsync {
@@ -391,9 +474,39 @@ impl Committer {
             Counters::raise(&counters.largest_group_bytes, bytes);
             self.group.clear();
             self.group_records = 0;
+            if self.space.take().is_some() {
+                self.counters
+                    .waiting_for_space
+                    .store(false, Ordering::Relaxed);
+                tracing::info!(segment = %self.segment.path.display(), "the journal has space again; held records written");
+            }
         }
         for (completion, result) in std::mem::take(&mut self.waiting) {
             self.complete(completion, result);
+        }
+    }
+
+    /// Keeps the group and its callbacks to write again once there is space, and
+    /// frees what a partial write took.
+    fn hold_for_space(&mut self, error: JournalError) {
+        let _ = self.segment.file.set_len(self.segment.length);
+        Counters::add(&self.counters.space_refusals, 1);
+        if self.space.is_none() {
+            tracing::error!(error = %error, "journal: disk full; holding records until there is space");
+            self.counters
+                .waiting_for_space
+                .store(true, Ordering::Relaxed);
+        }
+        self.space = Some(error);
+    }
+
+    /// The writer closes with a group held for want of space: its appends are told.
+    fn give_up_on_space(&mut self) {
+        if let Some(error) = self.space.take() {
+            self.counters
+                .waiting_for_space
+                .store(false, Ordering::Relaxed);
+            self.fail(error);
         }
     }
 

@@ -40,10 +40,18 @@ pub(crate) fn create_segment(
         .create_new(true)
         .open(&path)
         .map_err(create_error)?;
-    file.write_all(&file_header()).map_err(create_error)?;
+    let written = file.write_all(&file_header()).and_then(|()| match sync {
+        SyncMode::Fsync => file.sync_data(),
+        SyncMode::None => Ok(()),
+    });
+    if let Err(source) = written {
+        // A half-made segment (the disk filled under its header) must not stay: the
+        // writer goes on in the segment before it, which would then not be the last.
+        let _ = std::fs::remove_file(&path);
+        return Err(create_error(source));
+    }
     Counters::add(&counters.bytes_written, FILE_HEADER_BYTES);
     if sync == SyncMode::Fsync {
-        file.sync_data().map_err(create_error)?;
         Counters::add(&counters.data_syncs, 1);
         sync_directory(directory)?;
         Counters::add(&counters.directory_syncs, 1);

@@ -3,6 +3,7 @@
 
 mod compaction;
 mod corruption;
+mod disk_full;
 mod failures;
 mod group_commit;
 mod positions;

@@ -25,6 +25,15 @@ fn shutting_down() -> RequestError {
     error(ErrorKind::Unavailable, "the pilot is shutting down")
 }
 
+/// What a request the journal must record first is told while it cannot.
+pub(super) fn disk_full() -> RequestError {
+    error(
+        ErrorKind::DiskFull,
+        "disk full: the pilot's journal cannot be written, so nothing was submitted or changed; \
+         running tasks go on and their results are kept until there is space; try again then",
+    )
+}
+
 impl RootState {
     pub(super) fn on_client(&mut self, request: ClientRequest) {
         match request {
@@ -76,6 +85,9 @@ impl RootState {
                 self.on_shutdown();
                 let _ = reply.send(Ok(()));
             }
+            ClientRequest::Update { reply, .. } if self.ctx.journal.waiting_for_space() => {
+                let _ = reply.send(Err(disk_full()));
+            }
             ClientRequest::Update {
                 jobs,
                 update,
@@ -112,6 +124,10 @@ impl RootState {
     ) {
         if self.ctx.pilot.shutting_down {
             let _ = reply.send(Err(shutting_down()));
+            return;
+        }
+        if self.ctx.journal.waiting_for_space() {
+            let _ = reply.send(Err(disk_full()));
             return;
         }
         let accepted = match self.submissions.submit(&mut self.ctx, requests, wait) {
@@ -159,6 +175,10 @@ impl RootState {
     fn on_submit_lines(&mut self, lines: Box<JobLines>, reply: Reply<SubmittedLines>) {
         if self.ctx.pilot.shutting_down {
             let _ = reply.send(Err(shutting_down()));
+            return;
+        }
+        if self.ctx.journal.waiting_for_space() {
+            let _ = reply.send(Err(disk_full()));
             return;
         }
         match self.submissions.submit_lines(&mut self.ctx, lines) {

@@ -33,6 +33,8 @@ pub(crate) struct Ctx {
     pub timer_at: Option<Time>,
     /// What the journal finished at once during this turn, handled before it ends.
     pub written_now: Option<RootMsg>,
+    /// A [`Wake::Space`](super::port::Wake::Space) is on its way.
+    pub space_check_armed: bool,
 }
 
 /// What the pilot is, as every owner may need to know it.

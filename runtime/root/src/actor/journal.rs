@@ -30,6 +30,11 @@ pub trait Journal: std::fmt::Debug + Send + 'static {
     fn append(&mut self, records: Vec<Record>, after: AfterJournal) -> Option<RootMsg>;
     /// Flushes and closes the journal (the root is stopping).
     fn close(&mut self);
+    /// Whether the journal holds records its disk has no room for: appends wait for
+    /// space ([`JournalWriter::is_waiting_for_space`]).
+    fn waiting_for_space(&self) -> bool {
+        false
+    }
     /// Where durable results are read back from.
     fn results(&self) -> Arc<dyn ResultSource>;
     /// Segments the journal writer has started (compaction is due by this count).
@@ -155,6 +160,12 @@ impl Journal for ActorJournal {
 
     fn results(&self) -> Arc<dyn ResultSource> {
         self.results.clone()
+    }
+
+    fn waiting_for_space(&self) -> bool {
+        self.journal
+            .as_ref()
+            .is_some_and(JournalWriter::is_waiting_for_space)
     }
 
     fn segments(&self) -> u64 {

@@ -87,6 +87,8 @@ pub enum RootMsg {
     Compacted(Result<CompactionDone, String>),
     /// The core asked to be woken at or after some time.
     Timer,
+    /// Time to look whether the journal has space again ([`port::Wake::Space`]).
+    SpaceCheck,
     /// The walltime deadline has come.
     Walltime,
     /// An elastic pilot's provisioning round is due.
@@ -226,6 +228,8 @@ impl RootState {
                 return Turn::Stop(format!("journal failed: {error}"));
             }
             RootMsg::Timer => self.on_timer(),
+            // The turn's drain looks at the journal and dispatches if it has space.
+            RootMsg::SpaceCheck => self.ctx.space_check_armed = false,
             RootMsg::Walltime => self.on_walltime(),
             RootMsg::Provision => self.on_provision(),
             RootMsg::Batch(outcome) => self.on_batch(outcome),

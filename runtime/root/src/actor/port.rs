@@ -90,6 +90,8 @@ pub enum Wake {
     Walltime,
     /// An elastic pilot's next provisioning round.
     Provision,
+    /// A look whether the journal has space again (dispatch waits for it).
+    Space,
 }
 
 impl Wake {
@@ -98,6 +100,7 @@ impl Wake {
             Wake::Timer => RootMsg::Timer,
             Wake::Walltime => RootMsg::Walltime,
             Wake::Provision => RootMsg::Provision,
+            Wake::Space => RootMsg::SpaceCheck,
         }
     }
 }

@@ -14,6 +14,8 @@ use saker_actors::resources::NodeResources;
 
 /// Finished jobs a node is told to forget in one message when no dispatch takes them.
 const FORGET_BATCH: usize = 1024;
+/// How soon a root whose journal waits for space looks again (dispatch waits for it).
+const SPACE_CHECK: Duration = Duration::from_millis(500);
 
 pub(super) use super::ctx::NodeEntry;
 
@@ -83,6 +85,7 @@ impl RootState {
                 },
                 timer_at: None,
                 written_now: None,
+                space_check_armed: false,
             },
             submissions: super::submissions::Submissions {
                 jobs: JobTable::default(),
@@ -123,8 +126,14 @@ impl RootState {
         while let Some(event) = self.ctx.core.poll_event() {
             self.on_core_event(event);
         }
-        while let Some(dispatch) = self.ctx.core.poll_dispatch() {
-            self.send_dispatch(dispatch);
+        // With the journal's disk full, no attempt starts: the results held in memory
+        // are bounded by what runs already.
+        if self.ctx.journal.waiting_for_space() {
+            self.check_space_soon();
+        } else {
+            while let Some(dispatch) = self.ctx.core.poll_dispatch() {
+                self.send_dispatch(dispatch);
+            }
         }
         // Dispatching can ask for events too (a gang's reservation asks its nodes for
         // their queued work back): they go out after the work already on its way.
@@ -133,6 +142,14 @@ impl RootState {
         }
         self.results.journal(&mut self.ctx);
         self.arm_timer();
+    }
+
+    /// Nothing says when space returns: look again shortly.
+    fn check_space_soon(&mut self) {
+        if !self.ctx.space_check_armed {
+            self.ctx.space_check_armed = true;
+            self.ctx.port.wake_after(SPACE_CHECK, Wake::Space);
+        }
     }
 
     fn arm_timer(&mut self) {

@@ -98,6 +98,7 @@ impl RootState {
                 Vec::new()
             },
             hpc: self.hpc_status(),
+            disk_full: self.ctx.journal.waiting_for_space(),
             actors: self.actors.live(),
             max_nodes: self.ctx.pilot.max_nodes,
             periodic: self.schedules.len() as u64,

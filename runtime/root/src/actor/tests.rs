@@ -23,6 +23,7 @@ use crate::spec::{ArraySpec, JobRequest, TaskSpec};
 
 mod compaction;
 mod dependencies;
+mod disk_full;
 mod elastic;
 mod history;
 mod losses;
@@ -53,6 +54,8 @@ struct Recorded {
     /// Appends are durable at once, as a journal that does not sync and waits for
     /// nothing makes them ([`Journal::append`]'s inline case).
     inline_journal: bool,
+    /// The journal waits for space ([`Journal::waiting_for_space`]).
+    disk_full: bool,
 }
 
 /// A journal in memory, for reading results back as the pilot reads its journal.
@@ -181,6 +184,10 @@ impl Journal for TestPort {
 
     fn close(&mut self) {
         self.with(|r| r.journal_closed = true);
+    }
+
+    fn waiting_for_space(&self) -> bool {
+        self.with(|r| r.disk_full)
     }
 
     fn results(&self) -> Arc<dyn super::history::ResultSource> {

@@ -367,6 +367,9 @@ pub struct StatusReport {
     /// (Not `jobs`: that is the number of jobs submitted.)
     #[serde(skip_serializing_if = "Option::is_none")]
     pub job_counts: Option<Vec<JobTaskCounts>>,
+    /// The journal's disk is full: submissions and updates are refused, no new attempt
+    /// starts, and results of the running ones are held until there is space.
+    pub disk_full: bool,
 }
 
 /// One job's tasks by state, as the scheduler sees them now, in a [`StatusReport`].
@@ -593,6 +596,10 @@ pub enum ErrorKind {
     Unavailable,
     /// A bug in the pilot.
     Internal,
+    /// The disk under the pilot directory is full: the journal cannot record the
+    /// request, so it was not taken (nothing of it was queued). Try again once there
+    /// is space; `status` says `disk_full` meanwhile.
+    DiskFull,
     /// An actor id the pilot does not know, or an actor that has ended.
     UnknownActor,
     /// The actor's node was lost while the call was in flight (or while no node
@@ -632,6 +639,7 @@ impl ErrorKind {
             ErrorKind::ShuttingDown => "shutting_down",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Internal => "internal",
+            ErrorKind::DiskFull => "disk_full",
             ErrorKind::UnknownActor => "unknown_actor",
             ErrorKind::ActorLost => "actor_lost",
             ErrorKind::ActorPanicked => "actor_panicked",

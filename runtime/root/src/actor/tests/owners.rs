@@ -53,6 +53,7 @@ impl Owned {
             },
             timer_at: None,
             written_now: None,
+            space_check_armed: false,
         };
         Owned { ctx, port, clock }
     }
