@@ -273,6 +273,7 @@ impl App {
             // A temporary pilot outlives nothing: its journal need not reach the disk.
             sync: false,
             resume: false,
+            take_over: false,
             deadline_unix_us: None,
             liveness: Default::default(),
             core: Default::default(),

@@ -513,6 +513,19 @@ pub struct PilotArgs {
     /// continuation allocation).
     #[arg(long)]
     pub resume: bool,
+    /// Keep N standby roots (other processes on this machine) that take over the
+    /// pilot, adopting its agents, when the root dies: the root holds a lock on
+    /// --dir, and a standby waits for it (docs/faults.md).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        conflicts_with = "elastic"
+    )]
+    pub standby: u32,
+    /// Run as a standby: wait until the root of --dir is gone, then take over.
+    #[arg(long, hide = true)]
+    pub take_over: bool,
     /// Serve the pilot's figures (counts, rates, nodes, per-stage percentiles) for
     /// Prometheus at http://ADDR/metrics; `127.0.0.1:0` picks a free port. The
     /// address bound is written to `metrics.addr` in --dir.

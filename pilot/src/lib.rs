@@ -20,6 +20,7 @@ mod nodes;
 mod progress;
 pub mod report;
 mod run;
+mod standby;
 mod submission;
 mod template;
 mod top;

@@ -47,6 +47,7 @@ impl PilotSettings<'_> {
             },
             sync: self.sync,
             resume: self.resume,
+            take_over: false,
             liveness: self.shape.liveness.parse()?,
             core: self.shape.stragglers.core_config()?,
             nodes: self.shape.nodes.options()?,
@@ -360,6 +361,9 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
     if !args.app_args.is_empty() && args.shape.app.is_none() {
         anyhow::bail!("arguments after `--` are for an --app program, and there is none");
     }
+    if args.standby > 0 && args.shape.app.is_some() {
+        anyhow::bail!("--standby does not go with --app yet: the program is driven by one root");
+    }
     let options = PilotSettings {
         dir: args.dir.clone(),
         shape: &args.shape,
@@ -372,6 +376,12 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
     .options()?;
     let mut options = options;
     options.elastic = args.elastic.options(args.shape.fanout)?;
+    options.take_over = args.take_over;
+    options.resume |= args.take_over;
+    if args.standby > 0 {
+        // Its agents may be adopted by a standby once this root is gone.
+        options.agent_command.args.push("--any-root".into());
+    }
     if options.elastic.is_some() {
         // The root alone runs here; agents come with the allocations.
         let shape = saker_root::local::ShapeRequest {
@@ -392,6 +402,9 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
         .await
         .map_err(crate::cli::with_flags)?;
     eprintln!("saker: pilot running in {}", args.dir.display());
+    // A standby that took over replaces itself: the pilot keeps its N.
+    let replacing = if args.take_over { 1 } else { args.standby };
+    let mut standbys = crate::standby::spawn(replacing.min(args.standby), &args.dir)?;
     if let Some(listener) = metrics {
         let connected = async {
             crate::metrics::publish(&listener, &args.dir)?;
@@ -435,6 +448,8 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
             pilot.request_shutdown();
         }
     }
+    // A root that stops on purpose takes its standbys with it, before its lock goes.
+    crate::standby::stop(&mut standbys).await;
     pilot.wait_stopped().await?;
     Ok(code)
 }

@@ -187,6 +187,8 @@ pub enum ParentLinkError {
     AgentStopped,
     #[error("a newer agent linked as node {node}; this one is a stale copy and stops")]
     Superseded { node: u32 },
+    #[error("another root of the pilot took over (a standby)")]
+    RootReplaced,
 }
 
 /// Why an agent that lost its parent gave up: no ancestor of the same root took it
@@ -232,6 +234,9 @@ pub struct AgentOptions {
     /// The first node of this agent's own subtree under the root (an elastic pilot's
     /// allocation, see [`parent_in`]); `None`: the pilot's one tree.
     pub subtree_base: Option<u32>,
+    /// After losing the root, join any later root of the pilot (a standby that took
+    /// over), as an elastic allocation's agents do; `false`: only its own tree.
+    pub any_root: bool,
     /// Address to accept children on (port 0: any free port).
     pub bind: SocketAddr,
     /// The address children should dial; needed when `bind` is a wildcard.
@@ -312,6 +317,7 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
         node,
         fanout: options.fanout,
         base: options.subtree_base,
+        any_root: options.any_root,
         liveness: options.liveness,
     };
     let first = dialer.attach_first(options.parent_wait).await?;
@@ -412,6 +418,9 @@ struct ParentLink {
     session: u64,
 }
 
+/// How often an agent under the root looks at the root's address file (`--any-root`).
+const ROOT_POLL: Duration = Duration::from_millis(250);
+
 /// Finds and dials ancestors through their published addresses.
 struct Dialer {
     endpoint: quinn::Endpoint,
@@ -419,10 +428,35 @@ struct Dialer {
     node: u32,
     fanout: u32,
     base: Option<u32>,
+    any_root: bool,
     liveness: Liveness,
 }
 
 impl Dialer {
+    /// Resolves once a root other than the one of `session` has published its address
+    /// (a standby took over), for an agent that links to the root and may join another
+    /// (`--any-root`); never otherwise. A dead root's link would take the heartbeat
+    /// timeout to notice; the file tells within a poll.
+    async fn root_replaced(&self, parent: Position, session: u64) {
+        if !self.any_root || parent != Position::Root {
+            return std::future::pending().await;
+        }
+        let file = address_file(&self.pilot_dir, Position::Root);
+        let first = tokio::fs::read_to_string(&file).await.ok();
+        loop {
+            tokio::time::sleep(ROOT_POLL).await;
+            let now = tokio::fs::read_to_string(&file).await.ok();
+            // Removed (a standby taking over starts so) or another address.
+            if now.is_none() || now != first {
+                tracing::info!(
+                    session,
+                    "the root's address changed: another root took over"
+                );
+                return;
+            }
+        }
+    }
+
     /// At start-up: the parent, waiting for it to publish its address (every agent
     /// starts at once); if it never answers, the nearest live ancestor.
     async fn attach_first(&self, wait: Duration) -> Result<ParentLink, NodeError> {
@@ -605,6 +639,7 @@ async fn serve_parent(
                 Err(error) => ParentLinkError::Write(error),
             },
             lost = read_parent(&mut link.reader, dialer.node, &agent, &router, timeout) => lost,
+            () = dialer.root_replaced(link.position, link.session) => ParentLinkError::RootReplaced,
         };
         let reason = crate::error_chain(&lost);
         link.connection.close(0u32.into(), reason.as_bytes());
@@ -621,9 +656,9 @@ async fn serve_parent(
         // An elastic allocation's agents (a subtree of their own) outlive a root: a
         // resumed one, a new session of the same pilot (same certificates), adopts
         // them. Other agents stay within the tree they started in.
-        let session = match dialer.base {
-            Some(_) => None,
-            None => Some(link.session),
+        let session = match (dialer.base, dialer.any_root) {
+            (None, false) => Some(link.session),
+            _ => None,
         };
         match dialer.attach_nearest(session, reattach_wait).await {
             Ok(new_link) => {
@@ -809,6 +844,7 @@ mod tests {
             node: 5,
             fanout: 2,
             base: None,
+            any_root: false,
             liveness: Liveness::default(),
         };
         let Err(error) = dialer.attach_nearest(None, Duration::ZERO).await else {

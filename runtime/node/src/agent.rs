@@ -142,6 +142,7 @@ pub async fn run(args: AgentArgs) -> Result<ExitCode, Error> {
         pilot_dir: args.dir.clone(),
         fanout: args.fanout,
         subtree_base: args.subtree_base,
+        any_root: args.any_root,
         bind: site.bind,
         advertise,
         parent_wait: Duration::from_secs(120),

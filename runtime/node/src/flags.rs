@@ -57,6 +57,9 @@ Options:
                                  twice the interval) [default: 5s]
       --reattach-for DURATION    How long an agent whose parent is gone looks for a
                                  live ancestor before it exits [default: 30s]
+      --any-root                 After losing the root, join whichever root of this
+                                 pilot runs next (a standby's: `saker pilot
+                                 --standby`), not only the one it started under
       --log FILTER               Log filter for diagnostics on stderr (e.g. `info`,
                                  `saker=debug`) [env: SAKER_LOG] [default: warn]
   -h, --help                     Print this help
@@ -101,6 +104,8 @@ pub struct AgentArgs {
     pub gpu_ids: Option<String>,
     pub liveness: Liveness,
     pub reattach_for: Duration,
+    /// Join any later root of the pilot after losing the root (`--any-root`).
+    pub any_root: bool,
     /// The log filter: `--log`, else `SAKER_LOG`, else [`DEFAULT_LOG`].
     pub log: String,
 }
@@ -127,6 +132,7 @@ pub fn parse_agent(
     let mut heartbeat_timeout = "5s".to_owned();
     let mut reattach_for = "30s".to_owned();
     let mut log = None;
+    let mut any_root = false;
     while let Some(arg) = parser.next()? {
         match arg {
             Short('h') | Long("help") => return Ok(Parsed::Help),
@@ -147,6 +153,7 @@ pub fn parse_agent(
             }
             Long("reattach-for") => reattach_for = text(&mut parser, "--reattach-for")?,
             Long("log") => log = Some(text(&mut parser, "--log")?),
+            Long("any-root") => any_root = true,
             Long("gpus-per-node") => {
                 offer.gpus_per_node = Some(value(&mut parser, "--gpus-per-node")?);
             }
@@ -183,6 +190,7 @@ pub fn parse_agent(
         gpu_ids,
         liveness: offer::liveness(&heartbeat_interval, &heartbeat_timeout)?,
         reattach_for: offer::duration("--reattach-for", &reattach_for)?,
+        any_root,
         log: log_filter(log, env),
     })))
 }

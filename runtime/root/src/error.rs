@@ -35,6 +35,8 @@ pub enum PilotError {
         path.display()
     )]
     JournalExists { path: PathBuf },
+    #[error(transparent)]
+    Lock(#[from] crate::lock::LockError),
     #[error("reading the journal in {}", path.display())]
     ReadJournal {
         path: PathBuf,

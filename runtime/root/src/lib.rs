@@ -40,6 +40,7 @@
 //!     },
 //!     sync: true,
 //!     resume: false,
+//!     take_over: false,
 //!     deadline_unix_us: None,
 //!     liveness: Default::default(),
 //!     core: Default::default(),
@@ -74,6 +75,7 @@ pub mod client;
 pub mod compact;
 mod error;
 pub mod local;
+pub mod lock;
 pub mod offer;
 pub mod pilot;
 pub mod records;

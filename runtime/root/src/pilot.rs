@@ -140,6 +140,10 @@ pub struct PilotOptions {
     pub sync: bool,
     /// Continue the pilot whose journal is in `dir` instead of starting a new one.
     pub resume: bool,
+    /// A standby root: wait until the running root of `dir` is gone (its lock,
+    /// [`crate::lock`]), then resume its pilot, adopting the agents that look for a
+    /// new root, starting none. Implies `resume`.
+    pub take_over: bool,
     /// Start no attempt that cannot finish by this time (unix µs), stop at it.
     pub deadline_unix_us: Option<u64>,
     /// Heartbeats on the agent links.
@@ -271,6 +275,8 @@ pub struct Pilot {
     client_server: ClientServer,
     agents: Option<AgentProcesses>,
     shutdown: Arc<tokio::sync::Notify>,
+    /// This root's hold on the directory, released when the process ends.
+    _lock: crate::lock::RootLock,
 }
 
 impl Pilot {
@@ -278,11 +284,23 @@ impl Pilot {
     pub async fn start(options: PilotOptions) -> Result<Pilot> {
         saker_transport::crypto::install_crypto_provider()?;
         let journal_dir = options.dir.join(JOURNAL_DIR);
-        let (dir, history) = if options.resume {
+        let (dir, lock, history) = if options.resume || options.take_over {
             let dir = PilotDir::open(&options.dir).map_err(|source| PilotError::OpenDir {
                 path: options.dir.clone(),
                 source,
             })?;
+            let lock = if options.take_over {
+                tracing::info!("standby: waiting for the root to be gone");
+                let path = dir.path().to_path_buf();
+                let lock = tokio::task::spawn_blocking(move || crate::lock::RootLock::wait(&path))
+                    .await
+                    .map_err(|_| PilotError::RootStopped)??;
+                tracing::warn!("the root is gone; taking over");
+                eprintln!("saker: the root is gone; this standby takes over");
+                lock
+            } else {
+                crate::lock::RootLock::take(dir.path())?
+            };
             let history = saker_journal::read_all::<Record>(&journal_dir).map_err(|source| {
                 PilotError::ReadJournal {
                     path: journal_dir.clone(),
@@ -293,11 +311,16 @@ impl Pilot {
                 tracing::warn!(segment = %torn.segment.display(), offset = torn.offset,
                     "ignoring a torn last journal record (the previous root stopped mid-write)");
             }
-            // Addresses of the previous root, its agents and its client socket are stale.
-            let _ = std::fs::remove_dir_all(dir.path().join("addr"));
+            // Addresses of the previous root, its agents and its client socket are
+            // stale; a standby's agents are alive and keep theirs.
+            if options.take_over {
+                let _ = std::fs::remove_file(address_file(dir.path(), Position::Root));
+            } else {
+                let _ = std::fs::remove_dir_all(dir.path().join("addr"));
+            }
             let _ = ClientEndpoint::remove(&dir);
             renew_credentials(&dir)?;
-            (dir, (history.records, history.positions))
+            (dir, lock, (history.records, history.positions))
         } else {
             if journal_dir.exists() {
                 return Err(PilotError::JournalExists {
@@ -308,8 +331,9 @@ impl Pilot {
                 path: options.dir.clone(),
                 source,
             })?;
+            let lock = crate::lock::RootLock::take(dir.path())?;
             Credentials::generate_into(&dir).map_err(PilotError::GenerateCredentials)?;
-            (dir, (Vec::new(), Vec::new()))
+            (dir, lock, (Vec::new(), Vec::new()))
         };
         let (history, positions) = history;
         let credentials =
@@ -439,6 +463,8 @@ impl Pilot {
         }
         let command = &options.agent_command;
         let agents = match &options.agents {
+            // A standby adopts the agents of the root it replaces.
+            _ if options.take_over => AgentProcesses::from_children(Vec::new()),
             Agents::Local(shape) => {
                 let resources: Vec<Vec<String>> = shares
                     .iter()
@@ -475,6 +501,7 @@ impl Pilot {
             client_server,
             agents: Some(agents),
             shutdown,
+            _lock: lock,
         })
     }
 

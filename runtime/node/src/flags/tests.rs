@@ -36,6 +36,7 @@ fn the_required_flags_alone_leave_every_default() {
             gpu_ids: None,
             liveness: Liveness::default(),
             reattach_for: Duration::from_secs(30),
+            any_root: false,
             log: "warn".into(),
         }
     );
@@ -104,6 +105,7 @@ fn every_flag_is_read_with_its_value_apart_or_after_an_equals_sign() {
             gpu_ids: Some("1,3".into()),
             liveness: Liveness::new(Duration::from_millis(200), Duration::from_secs(1)).unwrap(),
             reattach_for: Duration::from_secs(600),
+            any_root: false,
             log: "debug".into(),
         }
     );
@@ -126,7 +128,7 @@ fn every_flag_the_usage_lists_is_parsed() {
         .filter(|line| line.starts_with("      --"))
         .filter_map(|line| line.split_whitespace().next())
         .collect();
-    assert_eq!(listed.len(), 20, "{listed:?}");
+    assert_eq!(listed.len(), 21, "{listed:?}");
     for flag in listed {
         let parsed = parse(&[flag, "1s"]);
         assert!(

@@ -1,0 +1,149 @@
+//! Standby roots (`saker pilot --standby N`): the root holds a lock on its pilot
+//! directory; a standby waits for it, and when the root dies takes over, adopting
+//! its agents. Every task still has exactly one accepted result.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{Service, assert_one_result_per_task, results, run, saker, wait_for};
+
+/// Pids of processes whose command line holds all of `words`.
+fn processes(words: &[&str]) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if words.iter().all(|word| cmdline.contains(word)) && common::alive(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Standby roots waiting: `--take-over` processes but the root holding the lock (a
+/// standby that took over keeps its command line).
+fn standbys(dir: &Path) -> Vec<u32> {
+    let root: Option<u32> = std::fs::read_to_string(dir.join("root.lock"))
+        .ok()
+        .and_then(|pid| pid.trim().parse().ok());
+    processes(&["pilot ", &dir.display().to_string(), "--take-over"])
+        .into_iter()
+        .filter(|pid| Some(*pid) != root)
+        .collect()
+}
+
+fn executed(log: &Path) -> Vec<u32> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.parse().ok())
+        .collect()
+}
+
+/// Microseconds into its day of an RFC 3339 time in a result line
+/// (`2026-11-28T11:42:36.533438Z`); a test does not span midnight twice.
+fn micros(time: &serde_json::Value) -> i64 {
+    let text = time.as_str().expect("a time");
+    let clock = text.split('T').nth(1).expect("a time of day");
+    let clock = clock.trim_end_matches('Z');
+    let mut parts = clock.split(':');
+    let hours: i64 = parts.next().unwrap().parse().unwrap();
+    let minutes: i64 = parts.next().unwrap().parse().unwrap();
+    let seconds: f64 = parts.next().unwrap().parse().unwrap();
+    (hours * 3600 + minutes * 60) * 1_000_000 + (seconds * 1e6) as i64
+}
+
+#[test]
+fn a_standby_takes_over_from_a_killed_root_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("executed.log");
+    let mut service = Service::start_args(
+        dir.path(),
+        // Default heartbeats: agents under the root find the new one through its
+        // address file, not by timing the old one out.
+        &["--agents", "2", "--slots", "2", "--standby", "1"],
+    );
+    let pilot = service.pilot.clone();
+    wait_for("the standby", Duration::from_secs(30), || {
+        standbys(&pilot).len() == 1
+    });
+    let script = format!("sleep 0.02; echo {{index}} >> {}", log.display());
+    let submitted = run(saker()
+        .args(["submit", "--array", "1-600", "--dir"])
+        .arg(&pilot)
+        .args(["--", "sh", "-c", &script]));
+    assert!(submitted.status.success());
+    wait_for("work to flow", Duration::from_secs(60), || {
+        executed(&log).len() >= 150
+    });
+
+    // The root dies outright: no goodbye, tasks mid-flight.
+    service.child.kill().unwrap();
+    service.child.wait().unwrap();
+    let killed = Instant::now();
+    wait_for("the standby to answer", Duration::from_secs(30), || {
+        run(saker().args(["status", "--dir"]).arg(&pilot))
+            .status
+            .success()
+    });
+    eprintln!("the standby answers {:?} after the kill", killed.elapsed());
+    let waited = run(saker().args(["wait", "--dir"]).arg(&pilot));
+    assert!(waited.status.success(), "every task ends, and succeeds");
+
+    let records = results(&pilot);
+    assert_one_result_per_task(&records, 600);
+    assert!(records.iter().all(|r| r["state"] == "succeeded"));
+    let ran: BTreeSet<u32> = executed(&log).into_iter().collect();
+    assert_eq!(ran, (1..=600).collect(), "every task ran");
+    // The widest gap between results ending: the takeover, as users see it.
+    let mut ends: Vec<i64> = records.iter().map(|r| micros(&r["end_time"])).collect();
+    ends.sort_unstable();
+    let gap = ends.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+    eprintln!("widest gap between results: {} ms", gap / 1000);
+
+    // The new root keeps the pilot's one standby, and takes it along when it stops.
+    wait_for("a new standby", Duration::from_secs(30), || {
+        standbys(&pilot).len() == 1
+    });
+    drop(service);
+    wait_for(
+        "every process of the pilot to end",
+        Duration::from_secs(30),
+        || processes(&[&pilot.display().to_string()]).is_empty(),
+    );
+}
+
+#[test]
+fn a_second_root_is_refused_and_standbys_go_with_a_root_that_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start_args(dir.path(), &["--agents", "1", "--standby", "2"]);
+    let pilot = service.pilot.clone();
+    wait_for("the standbys", Duration::from_secs(30), || {
+        standbys(&pilot).len() == 2
+    });
+    let second = run(saker().args(["pilot", "--resume", "--dir"]).arg(&pilot));
+    assert!(!second.status.success());
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        stderr.contains(&format!("another root (pid {})", service.child.id())),
+        "{stderr}"
+    );
+    let done = run(saker()
+        .args(["submit", "--wait", "--dir"])
+        .arg(&pilot)
+        .args(["--", "true"]));
+    assert!(done.status.success(), "the first root is unharmed");
+
+    drop(service);
+    wait_for("the standbys to go", Duration::from_secs(30), || {
+        processes(&[&pilot.display().to_string()]).is_empty()
+    });
+    let journal = std::fs::read_dir(pilot.join("journal")).unwrap().count();
+    assert_eq!(journal, 1, "no standby took over: one root, one segment");
+}

@@ -1,0 +1,160 @@
+//! One root per pilot directory: the root holds an exclusive lock on
+//! `<dir>/root.lock` for as long as it runs. A second root (a `--resume` while the
+//! first still runs) is refused, and a standby root waits on the lock: the kernel
+//! releases it the instant the holder dies, however it dies, so the standby takes
+//! over then, and never while the holder lives.
+//!
+//! An open-file-description lock (`F_OFD_SETLK`): POSIX record-lock semantics, which
+//! NFS and Lustre forward to their lock managers, without POSIX locks' habit of
+//! dropping the lock when the process closes any other descriptor of the file.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, fcntl};
+
+/// The lock file, in the pilot directory.
+pub const LOCK_FILE: &str = "root.lock";
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("another root (pid {holder}) runs on the pilot directory {}; stop it first, or resume once it has stopped", dir.display())]
+    Held { dir: PathBuf, holder: String },
+    #[error("cannot lock {}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The lock, held until dropped (or the process ends).
+#[derive(Debug)]
+pub struct RootLock {
+    _file: File,
+}
+
+impl RootLock {
+    /// Takes the lock, or says who holds it.
+    pub fn take(dir: &Path) -> Result<RootLock, LockError> {
+        let (path, mut file) = open(dir)?;
+        match lock(&file, false) {
+            Ok(()) => Ok(RootLock::holding(file, &path)?),
+            Err(Errno::EAGAIN | Errno::EACCES) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = match holder.trim() {
+                    "" => "unknown".to_owned(),
+                    pid => pid.to_owned(),
+                };
+                Err(LockError::Held {
+                    dir: dir.to_path_buf(),
+                    holder,
+                })
+            }
+            Err(errno) => Err(io_error(&path, errno)),
+        }
+    }
+
+    /// Waits for the lock (blocking the thread) and takes it.
+    pub fn wait(dir: &Path) -> Result<RootLock, LockError> {
+        let (path, file) = open(dir)?;
+        loop {
+            match lock(&file, true) {
+                Ok(()) => return RootLock::holding(file, &path),
+                Err(Errno::EINTR) => continue,
+                Err(errno) => return Err(io_error(&path, errno)),
+            }
+        }
+    }
+
+    /// Writes this process's pid into the file, for the message of a refused root.
+    fn holding(mut file: File, path: &Path) -> Result<RootLock, LockError> {
+        let io = |source| LockError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        file.set_len(0).map_err(io)?;
+        file.rewind().map_err(io)?;
+        file.write_all(format!("{}\n", std::process::id()).as_bytes())
+            .map_err(io)?;
+        Ok(RootLock { _file: file })
+    }
+}
+
+fn open(dir: &Path) -> Result<(PathBuf, File), LockError> {
+    let path = dir.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|source| LockError::Io {
+            path: path.clone(),
+            source,
+        })?;
+    Ok((path, file))
+}
+
+fn lock(file: &File, wait: bool) -> Result<(), Errno> {
+    // The whole file (length 0: to its end, however long); l_pid must be 0 for OFD locks.
+    let request = libc::flock {
+        l_type: libc::F_WRLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    };
+    let arg = if wait {
+        FcntlArg::F_OFD_SETLKW(&request)
+    } else {
+        FcntlArg::F_OFD_SETLK(&request)
+    };
+    fcntl(file, arg).map(drop)
+}
+
+fn io_error(path: &Path, errno: Errno) -> LockError {
+    LockError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::from(errno),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_root_is_refused_naming_the_first_and_a_waiter_gets_it_once_freed() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = RootLock::take(dir.path()).unwrap();
+        let refused = RootLock::take(dir.path()).unwrap_err();
+        let message = refused.to_string();
+        assert!(
+            message.contains(&format!("pid {}", std::process::id())),
+            "{message}"
+        );
+        let path = dir.path().to_path_buf();
+        let (taken, waiter) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let lock = RootLock::wait(&path).unwrap();
+            taken.send(()).unwrap();
+            lock
+        });
+        assert!(
+            waiter
+                .recv_timeout(std::time::Duration::from_millis(200))
+                .is_err(),
+            "not while the first holds it"
+        );
+        drop(first);
+        waiter
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("taken once freed");
+        drop(thread.join().unwrap());
+        RootLock::take(dir.path()).expect("free again");
+    }
+}
