@@ -582,6 +582,10 @@ pub struct WaitArgs {
     /// Only these jobs (default: everything submitted so far).
     #[arg(long = "job")]
     pub jobs: Vec<u32>,
+    /// If the pilot goes away meanwhile (its root died and a standby takes over, or
+    /// it is resumed), reconnect and wait on for this long before giving up.
+    #[arg(long, default_value = "1m", value_name = "DURATION")]
+    pub reconnect_for: String,
 }
 
 #[derive(Debug, Clone, Args)]

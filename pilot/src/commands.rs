@@ -141,9 +141,39 @@ fn print_wait(report: &WaitReport) {
 }
 
 pub async fn wait(args: WaitArgs) -> Result<ExitCode> {
-    let client = connect(&args.dir).await?;
-    let jobs = (!args.jobs.is_empty()).then(|| args.jobs.iter().map(|j| JobId(*j)).collect());
-    let report = client.wait(jobs).await?;
+    let patience = saker_root::spec::parse_duration(&args.reconnect_for)
+        .with_context(|| format!("--reconnect-for {:?}", args.reconnect_for))?;
+    let jobs: Option<Vec<JobId>> =
+        (!args.jobs.is_empty()).then(|| args.jobs.iter().map(|j| JobId(*j)).collect());
+    // Waiting is idempotent: a wait cut off by a root that died is asked again of
+    // the standby that takes over.
+    let mut lost_since: Option<std::time::Instant> = None;
+    let report = loop {
+        let asked = async {
+            let client = Client::connect(&args.dir.dir, CLIENT_NAME).await?;
+            client.wait(jobs.clone()).await
+        };
+        match asked.await {
+            Ok(report) => break report,
+            Err(error) if error.is_connection_lost() => {
+                let since = *lost_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= patience {
+                    return Err(anyhow::Error::new(error).context(format!(
+                        "waiting on the pilot in {}: unreachable for {patience:?}",
+                        args.dir.dir.display()
+                    )));
+                }
+                tracing::info!(error = %saker_actors::error_chain(&error), "pilot unreachable; reconnecting");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(error) => {
+                return Err(anyhow::Error::new(error).context(format!(
+                    "waiting on the pilot in {}",
+                    args.dir.dir.display()
+                )));
+            }
+        }
+    };
     print_wait(&report);
     Ok(exit_for(&report))
 }
@@ -161,6 +191,30 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
     // not a panic.
     let mut out = String::new();
     writeln!(out, "pilot     {}", status.pilot_id)?;
+    if let Some(root) = &status.root {
+        let since = root
+            .started
+            .map(|at| format!(", since {at}"))
+            .unwrap_or_default();
+        let how = if root.took_over {
+            " (a standby that took over from a root that died)"
+        } else {
+            ""
+        };
+        writeln!(out, "root      {} pid {}{since}{how}", root.host, root.pid)?;
+    }
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default();
+    let standbys = saker_root::standbys::waiting(&args.dir.dir, &host);
+    if !standbys.is_empty() {
+        let listed: Vec<String> = standbys
+            .iter()
+            .map(|s| format!("{} pid {}", s.host, s.pid))
+            .collect();
+        writeln!(out, "standbys  {}: {}", standbys.len(), listed.join(", "))?;
+    }
     writeln!(
         out,
         "agents    {} ({} slots, {} busy)",

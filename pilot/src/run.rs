@@ -398,9 +398,15 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
         Some(addr) => Some(crate::metrics::bind(addr).await?),
         None => None,
     };
-    let mut pilot = Pilot::start(options)
-        .await
-        .map_err(crate::cli::with_flags)?;
+    let mut pilot = match Pilot::start(options).await {
+        Ok(pilot) => pilot,
+        // A standby whose root stopped on purpose: done.
+        Err(saker_root::PilotError::Ended) if args.take_over => {
+            eprintln!("saker: the pilot stopped on purpose; this standby has nothing to take over");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(error) => return Err(crate::cli::with_flags(error)),
+    };
     eprintln!("saker: pilot running in {}", args.dir.display());
     // A standby that took over replaces itself: the pilot keeps its N.
     let replacing = if args.take_over { 1 } else { args.standby };
@@ -449,7 +455,7 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
         }
     }
     // A root that stops on purpose takes its standbys with it, before its lock goes.
-    crate::standby::stop(&mut standbys).await;
+    crate::standby::stop(&mut standbys, &args.dir).await;
     pilot.wait_stopped().await?;
     Ok(code)
 }

@@ -54,9 +54,19 @@ fn new_log(logs: &Path) -> Result<(std::path::PathBuf, std::fs::File)> {
     unreachable!("some number is free")
 }
 
-/// Stops the standbys of a root that stops on purpose: none must take over.
-pub async fn stop(standbys: &mut Vec<Child>) {
+/// Stops the standbys this root started, as it stops on purpose. (Others, started by
+/// a root before a takeover, find the pilot stopped when they get its lock.)
+pub async fn stop(standbys: &mut Vec<Child>, dir: &Path) {
+    if standbys.is_empty() {
+        return;
+    }
     for mut standby in standbys.drain(..) {
         let _ = standby.kill().await;
     }
+    // Killed, they could not take themselves off the list.
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default();
+    saker_root::standbys::waiting(dir, &host);
 }

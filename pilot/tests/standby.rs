@@ -67,11 +67,13 @@ fn a_standby_takes_over_from_a_killed_root_and_loses_nothing() {
         dir.path(),
         // Default heartbeats: agents under the root find the new one through its
         // address file, not by timing the old one out.
-        &["--agents", "2", "--slots", "2", "--standby", "1"],
+        // Two standbys: after the takeover one is the old root's, one the new root's;
+        // both must end with the pilot.
+        &["--agents", "2", "--slots", "2", "--standby", "2"],
     );
     let pilot = service.pilot.clone();
-    wait_for("the standby", Duration::from_secs(30), || {
-        standbys(&pilot).len() == 1
+    wait_for("the standbys", Duration::from_secs(30), || {
+        standbys(&pilot).len() == 2
     });
     let script = format!("sleep 0.02; echo {{index}} >> {}", log.display());
     let submitted = run(saker()
@@ -79,6 +81,13 @@ fn a_standby_takes_over_from_a_killed_root_and_loses_nothing() {
         .arg(&pilot)
         .args(["--", "sh", "-c", &script]));
     assert!(submitted.status.success());
+    // A client waiting through the takeover: it reconnects to the new root.
+    let mut waiting = saker()
+        .args(["wait", "--dir"])
+        .arg(&pilot)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     wait_for("work to flow", Duration::from_secs(60), || {
         executed(&log).len() >= 150
     });
@@ -93,8 +102,19 @@ fn a_standby_takes_over_from_a_killed_root_and_loses_nothing() {
             .success()
     });
     eprintln!("the standby answers {:?} after the kill", killed.elapsed());
-    let waited = run(saker().args(["wait", "--dir"]).arg(&pilot));
-    assert!(waited.status.success(), "every task ends, and succeeds");
+    let mut waited = None;
+    wait_for(
+        "the waiting client to see the end",
+        Duration::from_secs(60),
+        || {
+            waited = waiting.try_wait().unwrap();
+            waited.is_some()
+        },
+    );
+    assert!(
+        waited.unwrap().success(),
+        "every task ends, and succeeds, and the waiting client saw it through"
+    );
 
     let records = results(&pilot);
     assert_one_result_per_task(&records, 600);
@@ -107,10 +127,17 @@ fn a_standby_takes_over_from_a_killed_root_and_loses_nothing() {
     let gap = ends.windows(2).map(|w| w[1] - w[0]).max().unwrap();
     eprintln!("widest gap between results: {} ms", gap / 1000);
 
-    // The new root keeps the pilot's one standby, and takes it along when it stops.
+    // The new root keeps the pilot's two standbys, and none outlives the pilot.
     wait_for("a new standby", Duration::from_secs(30), || {
-        standbys(&pilot).len() == 1
+        standbys(&pilot).len() == 2
     });
+    let status = run(saker().args(["status", "--dir"]).arg(&pilot));
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains("(a standby that took over from a root that died)"),
+        "{status}"
+    );
+    assert!(status.contains("standbys  2: "), "{status}");
     drop(service);
     wait_for(
         "every process of the pilot to end",

@@ -37,6 +37,9 @@ pub enum PilotError {
     JournalExists { path: PathBuf },
     #[error(transparent)]
     Lock(#[from] crate::lock::LockError),
+    /// A standby got the lock of a root that stopped on purpose: nothing to take over.
+    #[error("the pilot's root stopped on purpose; a standby has nothing to take over")]
+    Ended,
     #[error("reading the journal in {}", path.display())]
     ReadJournal {
         path: PathBuf,
@@ -77,6 +80,8 @@ pub enum PilotError {
     ClientSocket(#[source] io::Error),
     #[error("writing the client endpoint file")]
     ClientEndpoint(#[from] EndpointError),
+    #[error("cannot list this standby root in the pilot directory")]
+    ListStandby(#[source] io::Error),
     #[error("starting agent processes")]
     StartAgents(#[source] io::Error),
     #[error("starting the agents' srun step")]

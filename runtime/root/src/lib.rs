@@ -82,6 +82,7 @@ pub mod records;
 pub mod results;
 pub mod slurm;
 pub mod spec;
+pub mod standbys;
 pub mod taskfile;
 
 pub use error::PilotError;

@@ -17,6 +17,24 @@ use nix::fcntl::{FcntlArg, fcntl};
 
 /// The lock file, in the pilot directory.
 pub const LOCK_FILE: &str = "root.lock";
+/// Written by a root that stops on purpose, under its lock: its standbys must not
+/// take over a pilot that ended. A root that starts (or resumes) removes it.
+pub const STOPPED_FILE: &str = "root.stopped";
+
+/// Marks the pilot of `dir` stopped on purpose (see [`STOPPED_FILE`]).
+pub fn mark_stopped(dir: &Path) -> std::io::Result<()> {
+    std::fs::write(dir.join(STOPPED_FILE), b"")
+}
+
+/// Whether the last root of `dir` stopped on purpose.
+pub fn stopped(dir: &Path) -> bool {
+    dir.join(STOPPED_FILE).exists()
+}
+
+/// A root starting on `dir`: it has not stopped.
+pub fn clear_stopped(dir: &Path) {
+    let _ = std::fs::remove_file(dir.join(STOPPED_FILE));
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {

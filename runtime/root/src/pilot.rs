@@ -291,15 +291,28 @@ impl Pilot {
             })?;
             let lock = if options.take_over {
                 tracing::info!("standby: waiting for the root to be gone");
+                let host = nix::unistd::gethostname()
+                    .ok()
+                    .and_then(|h| h.into_string().ok())
+                    .unwrap_or_default();
+                // Listed for `saker status` while it waits.
+                let listed = crate::standbys::list_self(dir.path(), &host)
+                    .map_err(PilotError::ListStandby)?;
                 let path = dir.path().to_path_buf();
                 let lock = tokio::task::spawn_blocking(move || crate::lock::RootLock::wait(&path))
                     .await
                     .map_err(|_| PilotError::RootStopped)??;
+                drop(listed);
+                if crate::lock::stopped(dir.path()) {
+                    return Err(PilotError::Ended);
+                }
                 tracing::warn!("the root is gone; taking over");
                 eprintln!("saker: the root is gone; this standby takes over");
                 lock
             } else {
-                crate::lock::RootLock::take(dir.path())?
+                let lock = crate::lock::RootLock::take(dir.path())?;
+                crate::lock::clear_stopped(dir.path());
+                lock
             };
             let history = saker_journal::read_all::<Record>(&journal_dir).map_err(|source| {
                 PilotError::ReadJournal {
@@ -387,6 +400,15 @@ impl Pilot {
                 restored: Some(restored_tx),
                 deadline_unix_us: options.deadline_unix_us,
                 compaction: options.journal.compaction,
+                process: Some(crate::client::RootStatus {
+                    host: nix::unistd::gethostname()
+                        .ok()
+                        .and_then(|h| h.into_string().ok())
+                        .unwrap_or_default(),
+                    pid: std::process::id(),
+                    started: Some(Timestamp::now()),
+                    took_over: options.take_over,
+                }),
                 elastic: options.elastic.as_ref().map(|elastic| {
                     elastic_config(
                         elastic,
@@ -580,6 +602,10 @@ impl Pilot {
             server.abort();
         }
         self.endpoint.close(0u32.into(), b"pilot stopped");
+        // Before the lock goes: a standby that gets it finds the pilot ended.
+        if let Err(error) = crate::lock::mark_stopped(self.dir.path()) {
+            tracing::warn!(%error, "cannot mark the pilot stopped; a standby may take it over");
+        }
         Ok(())
     }
 

@@ -50,6 +50,8 @@ pub(crate) struct PilotFacts {
     /// finds), when known before nodes join.
     pub expected_node: Option<NodeResources>,
     pub shutting_down: bool,
+    /// This root's process (for `status`); `None` in unit tests.
+    pub process: Option<crate::client::RootStatus>,
 }
 
 /// A live node, as the root knows it.

@@ -122,6 +122,8 @@ pub struct RootArgs {
     pub compaction: CompactionPolicy,
     /// Grow and shrink with the backlog through batch allocations (`elastic.rs`).
     pub elastic: Option<elastic::ElasticConfig>,
+    /// This root's process, for `status`.
+    pub process: Option<crate::client::RootStatus>,
 }
 
 /// Agents' frames the root may hold unhandled, across all links. A link whose frame
@@ -263,6 +265,7 @@ impl Actor for Root {
             max_nodes: args.max_nodes,
             expected_node: args.expected_node,
             allocation: args.allocation,
+            process: args.process.take(),
         };
         let mut state = RootState::new(
             state_args,

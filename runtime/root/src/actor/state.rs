@@ -53,6 +53,8 @@ pub struct StateArgs {
     pub max_nodes: Option<u32>,
     /// The widest node the pilot will have, when known.
     pub expected_node: Option<NodeResources>,
+    /// This root's process, for `status`.
+    pub process: Option<crate::client::RootStatus>,
 }
 
 impl RootState {
@@ -82,6 +84,7 @@ impl RootState {
                     max_nodes: args.max_nodes,
                     expected_node: args.expected_node,
                     shutting_down: false,
+                    process: args.process,
                 },
                 timer_at: None,
                 written_now: None,

@@ -247,6 +247,7 @@ impl Harness {
             allocation: None,
             max_nodes: Some(4),
             expected_node: None,
+            process: None,
         };
         let root = RootState::new(
             args,

@@ -615,4 +615,19 @@ impl ClientError {
             _ => None,
         }
     }
+
+    /// Whether the pilot could not be reached or the connection broke, as when its
+    /// root died and a standby is taking over: what a client may retry once the
+    /// pilot directory names a root again. An answer of the pilot's is not.
+    pub fn is_connection_lost(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Endpoint(_)
+                | ClientError::Connect { .. }
+                | ClientError::TlsHandshake(_)
+                | ClientError::ConnectionClosed
+                | ClientError::Io(_)
+                | ClientError::Read(_)
+        )
+    }
 }

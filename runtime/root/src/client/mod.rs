@@ -33,8 +33,8 @@ pub use endpoint::{
 pub use protocol::{
     AllocationStatus, CancelReport, ElasticAllocation, ErrorKind, HpcStatus, JobTaskCounts,
     MAX_WAITED_RESULTS, NodeLoad, PROTOCOL_VERSION, PROTOCOLS, RequestError, RequestId,
-    ResultRequest, StageSummary, StatusReport, StreamEnd, SubmitReply, SubmitWait, SubmittedJob,
-    SubmittedLines, UnstartedJob, UpdateReport, UpdateRequest, WaitReport, Welcome,
+    ResultRequest, RootStatus, StageSummary, StatusReport, StreamEnd, SubmitReply, SubmitWait,
+    SubmittedJob, SubmittedLines, UnstartedJob, UpdateReport, UpdateRequest, WaitReport, Welcome,
 };
 pub use server::{
     ClientRequest, ConnectionError, Listeners, Reply, ResultSink, ResultsItem, ServerConfig,

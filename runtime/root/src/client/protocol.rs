@@ -370,6 +370,22 @@ pub struct StatusReport {
     /// The journal's disk is full: submissions and updates are refused, no new attempt
     /// starts, and results of the running ones are held until there is space.
     pub disk_full: bool,
+    /// The root answering: where it runs, since when, and whether it took over from
+    /// an earlier root (a standby). Standbys waiting are listed in the pilot
+    /// directory (`standby/`), not here: a root does not know them all.
+    pub root: Option<RootStatus>,
+}
+
+/// The root process of a pilot, in a [`StatusReport`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RootStatus {
+    pub host: String,
+    pub pid: u32,
+    /// When this root started (took over, for a standby).
+    pub started: Option<crate::results::Timestamp>,
+    /// This root is a standby that took over from a root that died.
+    pub took_over: bool,
 }
 
 /// One job's tasks by state, as the scheduler sees them now, in a [`StatusReport`].

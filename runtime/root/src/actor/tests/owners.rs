@@ -50,6 +50,7 @@ impl Owned {
                 max_nodes: Some(2),
                 expected_node: None,
                 shutting_down: false,
+                process: None,
             },
             timer_at: None,
             written_now: None,
