@@ -29,9 +29,10 @@ fn processes(words: &[&str]) -> Vec<u32> {
 /// Standby roots waiting: `--take-over` processes but the root holding the lock (a
 /// standby that took over keeps its command line).
 fn standbys(dir: &Path) -> Vec<u32> {
+    // `PID HOST`, as the root writes it.
     let root: Option<u32> = std::fs::read_to_string(dir.join("root.lock"))
         .ok()
-        .and_then(|pid| pid.trim().parse().ok());
+        .and_then(|holder| holder.split_whitespace().next()?.parse().ok());
     processes(&["pilot ", &dir.display().to_string(), "--take-over"])
         .into_iter()
         .filter(|pid| Some(*pid) != root)
@@ -158,7 +159,7 @@ fn a_second_root_is_refused_and_standbys_go_with_a_root_that_stops() {
     assert!(!second.status.success());
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert!(
-        stderr.contains(&format!("another root (pid {})", service.child.id())),
+        stderr.contains(&format!("another root (pid {} on ", service.child.id())),
         "{stderr}"
     );
     let done = run(saker()
@@ -173,4 +174,69 @@ fn a_second_root_is_refused_and_standbys_go_with_a_root_that_stops() {
     });
     let journal = std::fs::read_dir(pilot.join("journal")).unwrap().count();
     assert_eq!(journal, 1, "no standby took over: one root, one segment");
+}
+
+/// A root stopped with SIGSTOP is alive and keeps its lock: the standby finds it
+/// silent past three heartbeat timeouts, kills it, and takes over.
+#[test]
+fn a_root_that_hangs_is_fenced_and_a_standby_takes_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("executed.log");
+    let mut service = Service::start_args(
+        dir.path(),
+        &[
+            "--agents",
+            "2",
+            "--slots",
+            "2",
+            "--standby",
+            "1",
+            "--heartbeat-interval",
+            "200ms",
+            "--heartbeat-timeout",
+            "1s",
+        ],
+    );
+    let pilot = service.pilot.clone();
+    wait_for("the standby", Duration::from_secs(30), || {
+        standbys(&pilot).len() == 1
+    });
+    let script = format!("sleep 0.02; echo {{index}} >> {}", log.display());
+    let submitted = run(saker()
+        .args(["submit", "--array", "1-300", "--dir"])
+        .arg(&pilot)
+        .args(["--", "sh", "-c", &script]));
+    assert!(submitted.status.success());
+    wait_for("work to flow", Duration::from_secs(60), || {
+        executed(&log).len() >= 50
+    });
+
+    let root = service.child.id();
+    let stopped = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(root as i32),
+        nix::sys::signal::Signal::SIGSTOP,
+    );
+    stopped.unwrap();
+    let hung = Instant::now();
+    // Fenced: killed, not continued (`wait` reaps it; it must end by SIGKILL).
+    let status = service.child.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "the standby killed the hung root"
+    );
+    eprintln!("fenced {:?} after the root hung", hung.elapsed());
+    let waited = run(saker().args(["wait", "--dir"]).arg(&pilot));
+    assert!(waited.status.success());
+    let records = results(&pilot);
+    assert_one_result_per_task(&records, 300);
+    assert!(records.iter().all(|r| r["state"] == "succeeded"));
+    let ran: BTreeSet<u32> = executed(&log).into_iter().collect();
+    assert_eq!(ran, (1..=300).collect());
+    drop(service);
+    wait_for(
+        "every process of the pilot to end",
+        Duration::from_secs(30),
+        || processes(&[&pilot.display().to_string()]).is_empty(),
+    );
 }

@@ -38,7 +38,7 @@ pub fn clear_stopped(dir: &Path) {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
-    #[error("another root (pid {holder}) runs on the pilot directory {}; stop it first, or resume once it has stopped", dir.display())]
+    #[error("another root ({holder}) runs on the pilot directory {}; stop it first, or resume once it has stopped", dir.display())]
     Held { dir: PathBuf, holder: String },
     #[error("cannot lock {}", path.display())]
     Io {
@@ -61,11 +61,11 @@ impl RootLock {
         match lock(&file, false) {
             Ok(()) => Ok(RootLock::holding(file, &path)?),
             Err(Errno::EAGAIN | Errno::EACCES) => {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                let holder = match holder.trim() {
-                    "" => "unknown".to_owned(),
-                    pid => pid.to_owned(),
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                let holder = match parse_holder(&text) {
+                    Some(Holder { pid, host }) => format!("pid {pid} on {host}"),
+                    None => "pid unknown".to_owned(),
                 };
                 Err(LockError::Held {
                     dir: dir.to_path_buf(),
@@ -88,7 +88,8 @@ impl RootLock {
         }
     }
 
-    /// Writes this process's pid into the file, for the message of a refused root.
+    /// Writes this process's pid and host into the file: for the message of a
+    /// refused root, and for a standby that fences a root that hangs.
     fn holding(mut file: File, path: &Path) -> Result<RootLock, LockError> {
         let io = |source| LockError::Io {
             path: path.to_path_buf(),
@@ -96,10 +97,37 @@ impl RootLock {
         };
         file.set_len(0).map_err(io)?;
         file.rewind().map_err(io)?;
-        file.write_all(format!("{}\n", std::process::id()).as_bytes())
+        file.write_all(format!("{} {}\n", std::process::id(), this_host()).as_bytes())
             .map_err(io)?;
         Ok(RootLock { _file: file })
     }
+}
+
+/// The root holding a directory's lock, as it wrote itself into the lock file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub pid: u32,
+    pub host: String,
+}
+
+/// Who holds (or last held) the lock of `dir`.
+pub fn holder(dir: &Path) -> Option<Holder> {
+    parse_holder(&std::fs::read_to_string(dir.join(LOCK_FILE)).ok()?)
+}
+
+fn parse_holder(text: &str) -> Option<Holder> {
+    let mut words = text.split_whitespace();
+    let pid = words.next()?.parse().ok()?;
+    let host = words.next().unwrap_or_default().to_owned();
+    Some(Holder { pid, host })
+}
+
+/// This machine's host name ("" if it has none).
+pub fn this_host() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|host| host.into_string().ok())
+        .unwrap_or_default()
 }
 
 fn open(dir: &Path) -> Result<(PathBuf, File), LockError> {
@@ -152,9 +180,10 @@ mod tests {
         let refused = RootLock::take(dir.path()).unwrap_err();
         let message = refused.to_string();
         assert!(
-            message.contains(&format!("pid {}", std::process::id())),
+            message.contains(&format!("pid {} on {}", std::process::id(), this_host())),
             "{message}"
         );
+        assert_eq!(holder(dir.path()).unwrap().pid, std::process::id());
         let path = dir.path().to_path_buf();
         let (taken, waiter) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {

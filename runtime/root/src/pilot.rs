@@ -299,9 +299,19 @@ impl Pilot {
                 let listed = crate::standbys::list_self(dir.path(), &host)
                     .map_err(PilotError::ListStandby)?;
                 let path = dir.path().to_path_buf();
-                let lock = tokio::task::spawn_blocking(move || crate::lock::RootLock::wait(&path))
-                    .await
-                    .map_err(|_| PilotError::RootStopped)??;
+                let waiting =
+                    tokio::task::spawn_blocking(move || crate::lock::RootLock::wait(&path));
+                // A root that hangs keeps its lock: fence it after three of its agents'
+                // heartbeat timeouts of silence.
+                let fence = crate::standbys::fence_when_silent(
+                    dir.path().to_path_buf(),
+                    options.liveness.interval,
+                    options.liveness.timeout * 3,
+                );
+                let lock = tokio::select! {
+                    taken = waiting => taken.map_err(|_| PilotError::RootStopped)??,
+                    never = fence => match never {},
+                };
                 drop(listed);
                 if crate::lock::stopped(dir.path()) {
                     return Err(PilotError::Ended);

@@ -68,6 +68,60 @@ pub fn waiting(dir: &Path, this_host: &str) -> Vec<Standby> {
     standbys
 }
 
+/// While this standby waits for the lock, asks the root of `dir` for its `status`
+/// every `every`. A root that answers nothing for `silent_for` (stopped, deadlocked,
+/// its machine thrashing) is fenced: SIGKILLed, when it runs on this host and is
+/// still that root, which frees its lock for the standby. A starved root killed by
+/// mistake costs a takeover and the replay of what ran, never a result. Never
+/// returns: the caller races it against taking the lock.
+pub async fn fence_when_silent(
+    dir: PathBuf,
+    every: std::time::Duration,
+    silent_for: std::time::Duration,
+) -> std::convert::Infallible {
+    let mut heard = std::time::Instant::now();
+    loop {
+        tokio::time::sleep(every).await;
+        let probe = async {
+            let client = crate::client::Client::connect(&dir, "saker standby").await?;
+            client.status().await
+        };
+        let patience = every.max(std::time::Duration::from_secs(1));
+        if let Ok(Ok(_)) = tokio::time::timeout(patience, probe).await {
+            heard = std::time::Instant::now();
+            continue;
+        }
+        if heard.elapsed() < silent_for {
+            continue;
+        }
+        heard = std::time::Instant::now();
+        let Some(holder) = crate::lock::holder(&dir) else {
+            continue;
+        };
+        if holder.host != crate::lock::this_host() {
+            tracing::error!(host = %holder.host, pid = holder.pid,
+                "the root answers nothing, and runs on another host: this standby cannot fence it");
+            continue;
+        }
+        // The pid must still be that root (not reused since): it names the directory.
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", holder.pid)).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if holder.pid == std::process::id() || !cmdline.contains(&dir.display().to_string()) {
+            continue;
+        }
+        tracing::warn!(pid = holder.pid, silent_for = ?silent_for,
+            "the root has answered nothing; killing it so that a standby takes over");
+        eprintln!(
+            "saker: the root (pid {}) answered nothing for {silent_for:?}; fencing it",
+            holder.pid
+        );
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(holder.pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
