@@ -112,6 +112,8 @@ pub enum NodeError {
     },
     #[error("transport setup failed")]
     Transport(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("cannot reach the pilot's tree from here")]
+    Unreachable(#[source] DialError),
     #[error("no live ancestor answered within {waited:?}")]
     NoAncestor {
         waited: Duration,
@@ -169,6 +171,14 @@ pub enum DialErrorKind {
         address: SocketAddr,
         theirs: u64,
         expected: u64,
+    },
+    /// Bound to loopback, this agent cannot send to another host's address.
+    #[error(
+        "this agent listens on {local} and cannot reach {address}: start it with --bind 0.0.0.0 (and --advertise its address)"
+    )]
+    LoopbackOnly {
+        local: SocketAddr,
+        address: SocketAddr,
     },
 }
 
@@ -418,200 +428,6 @@ struct ParentLink {
     session: u64,
 }
 
-/// How often an agent under the root looks at the root's address file (`--any-root`).
-const ROOT_POLL: Duration = Duration::from_millis(250);
-
-/// Finds and dials ancestors through their published addresses.
-struct Dialer {
-    endpoint: quinn::Endpoint,
-    pilot_dir: PathBuf,
-    node: u32,
-    fanout: u32,
-    base: Option<u32>,
-    any_root: bool,
-    liveness: Liveness,
-}
-
-impl Dialer {
-    /// Resolves once a root other than the one of `session` has published its address
-    /// (a standby took over), for an agent that links to the root and may join another
-    /// (`--any-root`); never otherwise. A dead root's link would take the heartbeat
-    /// timeout to notice; the file tells within a poll.
-    async fn root_replaced(&self, parent: Position, session: u64) {
-        if !self.any_root || parent != Position::Root {
-            return std::future::pending().await;
-        }
-        let file = address_file(&self.pilot_dir, Position::Root);
-        let first = tokio::fs::read_to_string(&file).await.ok();
-        loop {
-            tokio::time::sleep(ROOT_POLL).await;
-            let now = tokio::fs::read_to_string(&file).await.ok();
-            // Removed (a standby taking over starts so) or another address.
-            if now.is_none() || now != first {
-                tracing::info!(
-                    session,
-                    "the root's address changed: another root took over"
-                );
-                return;
-            }
-        }
-    }
-
-    /// At start-up: the parent, waiting for it to publish its address (every agent
-    /// starts at once); if it never answers, the nearest live ancestor.
-    async fn attach_first(&self, wait: Duration) -> Result<ParentLink, NodeError> {
-        let deadline = tokio::time::Instant::now() + wait;
-        let parent = parent_in(self.node, self.fanout, self.base);
-        let file = address_file(&self.pilot_dir, parent);
-        // Patience for the parent itself; the rest of the wait goes to any ancestor.
-        let patience = wait.min(Duration::from_secs(15));
-        let parent_deadline = tokio::time::Instant::now() + patience;
-        loop {
-            let left = parent_deadline.saturating_duration_since(tokio::time::Instant::now());
-            if wait_for_address(&file, left).await.is_err() {
-                break;
-            }
-            match self.dial(parent, None).await {
-                Ok(link) => return Ok(link),
-                Err(error) if tokio::time::Instant::now() < parent_deadline => {
-                    tracing::debug!(%error, "parent not reachable yet; retrying");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(_) => break,
-            }
-        }
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        self.attach_nearest(None, left).await
-    }
-
-    /// Rounds over the ancestors, nearest first, until one answers as a member of
-    /// `session`'s tree (any tree when `None`), or `wait` has passed.
-    async fn attach_nearest(
-        &self,
-        session: Option<u64>,
-        wait: Duration,
-    ) -> Result<ParentLink, NodeError> {
-        let deadline = tokio::time::Instant::now() + wait;
-        let mut pause = Duration::from_millis(50);
-        loop {
-            let mut last = None;
-            for position in ancestors(self.node, self.fanout, self.base) {
-                match self.dial(position, session).await {
-                    Ok(link) => return Ok(link),
-                    Err(error) => {
-                        tracing::debug!(
-                            error = &error as &dyn std::error::Error,
-                            "ancestor not reachable"
-                        );
-                        last = Some(error);
-                    }
-                }
-            }
-            if tokio::time::Instant::now() >= deadline {
-                // Invariant: `ancestors` always ends with the root, so one was dialed.
-                let last = last.expect("an ancestor was dialed");
-                return Err(NodeError::NoAncestor { waited: wait, last });
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(1));
-        }
-    }
-
-    /// Dials `position` at its published address and checks that the peer is that
-    /// position (the file may be stale and its port reused) of the expected tree.
-    async fn dial(
-        &self,
-        position: Position,
-        session: Option<u64>,
-    ) -> Result<ParentLink, DialError> {
-        self.try_dial(position, session)
-            .await
-            .map_err(|kind| DialError { position, kind })
-    }
-
-    async fn try_dial(
-        &self,
-        position: Position,
-        session: Option<u64>,
-    ) -> Result<ParentLink, DialErrorKind> {
-        let path = address_file(&self.pilot_dir, position);
-        let text = match tokio::fs::read_to_string(&path).await {
-            Ok(text) => text,
-            Err(source) => return Err(DialErrorKind::ReadAddress { path, source }),
-        };
-        let address: SocketAddr = match text.trim().parse() {
-            Ok(address) => address,
-            Err(source) => return Err(DialErrorKind::BadAddress { path, source }),
-        };
-        let timeout = self.liveness.timeout;
-        let handshake = async {
-            // The certificate must carry the role of the position dialed.
-            let connection =
-                saker_transport::quic::connect(&self.endpoint, address, position.role())
-                    .await
-                    .map_err(DialErrorKind::Connect)?;
-            let (send, recv) = connection
-                .open_bi()
-                .await
-                .map_err(DialErrorKind::OpenStream)?;
-            let mut writer = FrameWriter::new(send);
-            writer
-                .write_preamble()
-                .await
-                .map_err(DialErrorKind::Preamble)?;
-            // Which node this link leads to, for the parent's routes.
-            writer
-                .write_frames(&link_frame(&Link::Child { node: self.node }))
-                .await
-                .map_err(DialErrorKind::Preamble)?;
-            let mut reader = FrameReader::new(recv);
-            reader
-                .read_preamble()
-                .await
-                .map_err(DialErrorKind::Preamble)?;
-            let hello = match next_incoming(&mut reader, timeout).await {
-                Ok(Some(Incoming::Link(Link::Hello { position, session }))) => (position, session),
-                Ok(_) => return Err(DialErrorKind::NoHello),
-                Err(error) => return Err(DialErrorKind::Read(error)),
-            };
-            Ok((connection, reader, writer, hello))
-        };
-        let (connection, reader, writer, (their_position, their_session)) =
-            tokio::time::timeout(timeout, handshake)
-                .await
-                .map_err(|_| DialErrorKind::NoAnswer {
-                    address,
-                    waited: timeout,
-                })??;
-        let refuse = |why: DialErrorKind| {
-            connection.close(0u32.into(), b"wrong peer");
-            Err(why)
-        };
-        if their_position != position_code(position) {
-            return refuse(DialErrorKind::WrongPosition {
-                address,
-                theirs: their_position,
-            });
-        }
-        if let Some(expected) = session
-            && expected != their_session
-        {
-            return refuse(DialErrorKind::WrongSession {
-                address,
-                theirs: their_session,
-                expected,
-            });
-        }
-        Ok(ParentLink {
-            connection,
-            reader,
-            writer,
-            position,
-            session: their_session,
-        })
-    }
-}
-
 /// The link upward: writes the queue, reads frames for this node and its subtree, and
 /// when the parent goes (closed, silent, invalid) tells the agent and reattaches to
 /// the nearest live ancestor of the same root.
@@ -649,7 +465,17 @@ async fn serve_parent(
             let _ = agent.send_message(AgentMsg::Superseded { node });
             return false;
         }
-        tracing::warn!(%reason, "lost the parent link; looking for a live ancestor");
+        // An agent told to stop has nothing to look for; a pilot that stops closes its
+        // links: no cause for a warning either way.
+        if agent.get_status() != ractor::ActorStatus::Running {
+            tracing::info!(%reason, "the parent link closed as this agent stops");
+            return false;
+        }
+        if reason.contains("pilot stopped") {
+            tracing::info!(%reason, "the pilot stopped; looking for a live ancestor");
+        } else {
+            tracing::warn!(%reason, "lost the parent link; looking for a live ancestor");
+        }
         if agent.send_message(AgentMsg::ParentLost).is_err() {
             return false;
         }
@@ -803,66 +629,8 @@ pub const fn protocol_version() -> u32 {
     PROTOCOL_VERSION
 }
 
+mod dialer;
 #[cfg(test)]
-mod tests {
-    use super::*;
+mod tests;
 
-    /// One tree: agent n's parent is position n / k. A subtree from `base`: its first
-    /// agent under the root, the rest a k-ary heap among themselves, never reaching
-    /// below `base` (another allocation's nodes).
-    #[test]
-    fn parents_in_the_tree_and_in_a_subtree_of_the_root() {
-        assert_eq!(parent_in(0, 2, None), Position::Root);
-        assert_eq!(parent_in(1, 2, None), Position::Root);
-        assert_eq!(parent_in(2, 2, None), Position::Agent(0));
-        assert_eq!(parent_in(100, 2, Some(100)), Position::Root);
-        assert_eq!(parent_in(101, 2, Some(100)), Position::Agent(100));
-        assert_eq!(parent_in(102, 2, Some(100)), Position::Agent(100));
-        assert_eq!(parent_in(103, 2, Some(100)), Position::Agent(101));
-        assert_eq!(parent_in(106, 2, Some(100)), Position::Agent(102));
-        assert_eq!(
-            ancestors(106, 2, Some(100)),
-            [Position::Agent(102), Position::Agent(100), Position::Root]
-        );
-        for node in 100..400 {
-            for position in ancestors(node, 3, Some(100)) {
-                if let Position::Agent(n) = position {
-                    assert!((100..node).contains(&n), "{node} -> {n}");
-                }
-            }
-        }
-    }
-
-    /// An agent that finds no ancestor gives up with the last one's answer, typed,
-    /// and its text says which ancestor and why.
-    #[tokio::test]
-    async fn an_agent_with_no_live_ancestor_gives_up_with_the_last_answer() {
-        let dir = tempfile::tempdir().unwrap();
-        let dialer = Dialer {
-            endpoint: quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap(),
-            pilot_dir: dir.path().to_path_buf(),
-            node: 5,
-            fanout: 2,
-            base: None,
-            any_root: false,
-            liveness: Liveness::default(),
-        };
-        let Err(error) = dialer.attach_nearest(None, Duration::ZERO).await else {
-            panic!("attached to nobody");
-        };
-        let NodeError::NoAncestor { last, .. } = &error else {
-            panic!("{error:?}");
-        };
-        assert_eq!(last.position, Position::Root, "the root is dialed last");
-        assert!(
-            matches!(&last.kind, DialErrorKind::ReadAddress { path, .. } if path.ends_with("addr/root"))
-        );
-        let text = crate::error_chain(&error);
-        assert!(
-            text.starts_with(
-                "no live ancestor answered within 0ns: dialing the root failed: cannot read its address file"
-            ),
-            "{text}"
-        );
-    }
-}
+use dialer::Dialer;

@@ -84,6 +84,14 @@ impl RootState {
         self.items.items_lost_with(&mut self.ctx, node);
         let end_time = self.ctx.timestamp();
         for (task, attempt) in lost {
+            // An attempt its agent said started: it ran until the node was lost.
+            let start_time = self
+                .results
+                .attempts
+                .started
+                .get(&task)
+                .filter(|(started, _)| *started == attempt.0)
+                .map(|&(_, at)| Timestamp::from_unix_micros(at));
             self.results.note_attempt(
                 task,
                 AttemptNote {
@@ -93,7 +101,7 @@ impl RootState {
                     exit_code: None,
                     signal: None,
                     node: Some(host.clone()),
-                    start_time: None,
+                    start_time,
                     end_time,
                 },
             );
@@ -284,10 +292,12 @@ impl RootState {
         let live = self.ctx.registered_via(node, link);
         if live {
             for started in report.started.iter() {
-                let _ = self
-                    .ctx
-                    .core
-                    .handle_started(started.attempt.to_native(), now);
+                let attempt = started.attempt.to_native();
+                let _ = self.ctx.core.handle_started(attempt, now);
+                self.results.attempts.started.insert(
+                    started.task.to_native(),
+                    (attempt.0, started.at_unix_us.to_native()),
+                );
             }
         }
         for result in report.results.iter() {

@@ -114,6 +114,9 @@ pub(super) struct AttemptTable {
     /// When each task in motion was last dispatched (unix µs): its result's
     /// `dispatch_time`. Removed when the task finishes, so it holds what is in flight.
     pub dispatched: HashMap<TaskId, u64>,
+    /// The attempt of each task in motion its agent last said started, and when (unix
+    /// µs): the start time of a note for an attempt lost with its node.
+    pub started: HashMap<TaskId, (u64, u64)>,
 }
 
 /// What this turn produced for the journal; journaled together at the end of it.
@@ -260,6 +263,7 @@ impl Results {
         self.log.next_seq += 1;
         let history = self.attempts.history.remove(&task).unwrap_or_default();
         let dispatched = self.attempts.dispatched.remove(&task);
+        self.attempts.started.remove(&task);
         // The core counts attempts since this root started; the history survives a
         // resume, so it is the better count after one.
         let attempts = attempts.max(history.len() as u32 + u32::from(detail.is_some()));

@@ -780,6 +780,8 @@ async fn a_lost_link_replays_its_attempts_on_another_node_and_notes_why() {
     let [(task, lost_attempt)] = assignments(&h.sent(), 1)[..] else {
         panic!("one task dispatched");
     };
+    // It started, then its node went: the note says when it started.
+    h.report(1, 0, &[(task, lost_attempt)], Vec::new());
     h.handle(RootMsg::LinkDown {
         link: LinkId(1),
         reason: "connection reset".into(),
@@ -798,6 +800,11 @@ async fn a_lost_link_replays_its_attempts_on_another_node_and_notes_why() {
     });
     let note = note.expect("the lost attempt is journaled");
     assert!(note.reason.contains("connection reset"), "{note:?}");
+    assert_eq!(
+        note.start_time,
+        Some(crate::results::Timestamp::from_unix_micros(UNIX_ORIGIN_US)),
+        "as its agent reported"
+    );
     let result = records.iter().find_map(|r| match r {
         Record::Result(result) => Some(result.clone()),
         _ => None,
