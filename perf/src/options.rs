@@ -58,6 +58,9 @@ pub enum Benchmark {
     /// From starting `saker pilot --resume` on a journal of a million queued tasks
     /// to its client socket answering.
     Resume,
+    /// From SIGKILL of the root of a `--standby 1` pilot running 20,000 short tasks on
+    /// 8 agents to the standby accepting results: the widest gap between results.
+    Takeover,
     /// From `sbatch` to all agents connected and to the first task running, on 3
     /// nodes of a Slurm cluster, beside the time Slurm takes to start the allocation.
     SlurmStartup,
@@ -105,7 +108,7 @@ pub enum Benchmark {
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 28] = [
+    pub const ALL: [Benchmark; 29] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -119,6 +122,7 @@ impl Benchmark {
         Benchmark::Report,
         Benchmark::Failover,
         Benchmark::Resume,
+        Benchmark::Takeover,
         Benchmark::SlurmStartup,
         Benchmark::SlurmThroughput,
         Benchmark::SlurmElastic,
@@ -152,6 +156,7 @@ impl Benchmark {
             Benchmark::Report => "report",
             Benchmark::Failover => "failover",
             Benchmark::Resume => "resume",
+            Benchmark::Takeover => "takeover",
             Benchmark::SlurmStartup => "slurm-startup",
             Benchmark::SlurmThroughput => "slurm-throughput",
             Benchmark::SlurmElastic => "slurm-elastic",
@@ -201,6 +206,9 @@ pub struct Sizes {
     pub failover_repeats: u32,
     /// Tasks in each journal of the resume row (one array; as many single jobs).
     pub resume_tasks: u64,
+    /// `/bin/true` tasks of the takeover row's array (the root is killed once a
+    /// quarter of them have results).
+    pub takeover_tasks: u64,
     /// Allocations started in the Slurm start-up row (the median is reported).
     pub slurm_startup_repeats: u32,
     /// `/bin/true` tasks in the Slurm throughput row.
@@ -240,6 +248,7 @@ impl Sizes {
                 durability_rounds: 2,
                 failover_repeats: 1,
                 resume_tasks: 100_000,
+                takeover_tasks: 4_000,
                 slurm_startup_repeats: 1,
                 slurm_throughput_tasks: 3_000,
                 dag_tasks: 1_600,
@@ -264,6 +273,7 @@ impl Sizes {
                 durability_rounds: 2,
                 failover_repeats: 3,
                 resume_tasks: 1_000_000,
+                takeover_tasks: 20_000,
                 slurm_startup_repeats: 3,
                 slurm_throughput_tasks: 20_000,
                 dag_tasks: 100_000,
@@ -314,6 +324,7 @@ mod tests {
         assert!(quick.efficiency_makespan_ms < full.efficiency_makespan_ms);
         assert!(quick.failover_repeats < full.failover_repeats);
         assert!(quick.resume_tasks < full.resume_tasks);
+        assert!(quick.takeover_tasks < full.takeover_tasks);
         assert!(quick.slurm_startup_repeats < full.slurm_startup_repeats);
         assert!(quick.slurm_throughput_tasks < full.slurm_throughput_tasks);
     }

@@ -21,6 +21,7 @@ mod slurm_elastic;
 mod slurm_policies;
 mod slurm_startup;
 mod slurm_throughput;
+mod takeover;
 mod throughput;
 
 use std::path::PathBuf;
@@ -118,6 +119,7 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::Report => report::run(setup),
         Benchmark::Failover => failover::run(setup),
         Benchmark::Resume => resume::run(setup),
+        Benchmark::Takeover => takeover::run(setup),
         Benchmark::SlurmStartup => slurm_startup::run(setup),
         Benchmark::SlurmThroughput => slurm_throughput::run(setup),
         Benchmark::SlurmElastic => slurm_elastic::run(setup),
