@@ -9,6 +9,32 @@ completes futures by task id. TLS runs over ``ssl.MemoryBIO`` objects, under a l
 in-memory work, so neither thread ever blocks the other on socket I/O (an
 ``SSLSocket`` cannot be read and written from two threads at once). Over the local
 socket there is no TLS (the directory admits only its owner): lines go as they are.
+
+Whoever sends (the writer, or a thread sending a lone submission itself) holds
+``_send_lock`` from registering a request in ``_pending`` until its bytes are sent, so
+``_pending`` holds exactly the requests that were (or were being) sent and not
+answered, and everything else waits in ``_queue``.
+
+**Reconnecting.** When the connection is lost (the reader meets end of file or an
+error; a failed send shuts the socket down so that the reader does) and neither this
+side closed it nor the pilot said it stops (``end`` on the results stream), the
+reader reconnects: a standby root that took over (``saker pilot --standby``) rewrote
+``client.json``, and resumed the pilot from its journal with the same task ids and
+result ``seq`` numbers. Under ``_send_lock`` the reader sets ``_reconnecting`` (from
+then on senders leave everything queued) and takes ``_pending``: requests sent and
+not answered fail with :class:`PilotClosed` at once, submissions among them included
+(the pilot may or may not have recorded one, and sending it again could run it
+twice), except cancels, which are queued again (cancelling twice is harmless). Then it
+tries every 50 ms to 1 s, for up to ``reconnect_for`` seconds: read ``client.json``,
+connect, hello (the pilot id must not change), and, still under ``_send_lock``, ask for
+the results stream from ``_next_seq``, one past the highest ``seq`` seen (or what a
+``results`` probe sent right after the first stream said the journal's next one
+was), so results accepted meanwhile come first from the journal. Then it clears
+``_reconnecting`` and wakes the writer, which sends what was queued. Futures of
+accepted tasks (``_tasks``) wait through all this; ``_closed`` stays ``None`` and
+``closed`` false. If no root answers in time (or another pilot answers), everything
+fails as without reconnecting, with the loss named. ``close()`` (``_closing``,
+``_stop``) ends a reconnection at once.
 """
 
 from __future__ import annotations
@@ -74,6 +100,15 @@ _STATUS_INTERVAL = 0.05
 _WATCH_SECONDS = 1.0
 _WATCH_JOBS = 4096
 _ASK_ALL_PENDING = 64
+
+# Reconnecting after a lost connection: for this long by default (seconds), with
+# attempts this far apart at first, doubling up to the most.
+RECONNECT_FOR = 60.0
+_RECONNECT_FIRST = 0.05
+_RECONNECT_MOST = 1.0
+# A `from` past every result's seq: a `results` request without `follow` from here
+# answers at once with just `end`, whose `next` is the journal's next seq.
+_PAST_EVERY_SEQ = (1 << 63) - 1
 
 _monotonic = time.monotonic
 _a2b = binascii.a2b_base64
@@ -485,12 +520,33 @@ def read_endpoint(directory: Path) -> Dict[str, Any]:
     return endpoint
 
 
+class _GiveUp(SakerError):
+    """Reconnecting cannot succeed: another pilot took the directory."""
+
+
+class _Unanswered(PilotClosed):
+    """A request (not a submission) sent on a connection lost before its answer came;
+    the connection is being re-established."""
+
+
 class Connection:
-    """A live connection to a pilot; see the module docstring for its threads."""
+    """A live connection to a pilot; see the module docstring for its threads.
+
+    ``reconnect_for``: for how many seconds to try to reconnect when the connection
+    is lost (not closed by either side on purpose), as when a standby root takes
+    over from one that died; 0 fails everything pending at once instead.
+    """
 
     def __init__(self, directory: Union[str, "os.PathLike[str]"], *, timeout: float = 10.0, client: str = "",
-                 threads: bool = True) -> None:
+                 threads: bool = True, reconnect_for: float = RECONNECT_FOR) -> None:
+        if isinstance(reconnect_for, bool) or not isinstance(reconnect_for, (int, float)) or not reconnect_for >= 0:
+            raise ValueError(f"reconnect_for must be a non-negative number of seconds, not {reconnect_for!r}")
         self.directory = Path(directory).expanduser()
+        #: How long to try to reconnect after losing the connection (0: never).
+        self.reconnect_for = float(reconnect_for)
+        #: How many times this connection was re-established.
+        self.reconnects = 0
+        self._timeout = timeout
         endpoint = read_endpoint(self.directory)
         self._endpoint = endpoint
         self.addr: str = str(endpoint["addr"])
@@ -505,6 +561,15 @@ class Connection:
         self._closed: Optional[BaseException] = None
         self._closing = False
         self._close_lock = threading.Lock()
+        # Set by close() and _fail(): ends a reconnection's waits.
+        self._stop = threading.Event()
+        # True from losing the connection until it is re-established: senders leave
+        # everything queued (changed under _send_lock).
+        self._reconnecting = False
+        # The `from` that resumes the results stream after a reconnection: one past the
+        # highest seq it brought, or past the journal when it began (-1: not known).
+        self._next_seq = -1
+        self._probe_id = -1
         # id -> (kind, ...) of requests sent and not answered yet.
         self._pending: Dict[int, Any] = {}
         self._submits_in_flight: Set[int] = set()
@@ -577,7 +642,16 @@ class Connection:
         self._writer.start()
         # Requests are handled in order: this stream, sent before any submit, carries
         # the result of every later submission and none of the pilot's history.
-        stream = {"new_only": True, "follow": True} if self.protocol >= 2 else {"from": 0, "follow": True}
+        if self.protocol >= 2:
+            stream: Dict[str, Any] = {"new_only": True, "follow": True}
+            if self.reconnect_for > 0:
+                # Where the journal is (sent first, so at or before where the stream
+                # begins): a stream resumed from there misses none of this one's.
+                self._probe_id = next(self._ids)
+                self._push((_REQUEST, self._probe_id, "results", {"from": _PAST_EVERY_SEQ, "follow": False}, None))
+        else:
+            stream = {"from": 0, "follow": True}
+            self._next_seq = 0
         self._results_id = next(self._ids)  # known before its first message can come
         self._push((_REQUEST, self._results_id, "results", stream, None))
 
@@ -773,11 +847,14 @@ class Connection:
         self._last_submit = now
         if lone and not self._queue and self._send_lock.acquire(False):
             try:
-                if not self._queue:
+                if not self._queue and not self._reconnecting:
                     self._send(self._submit_line([job], [future]))
                     return
             except (OSError, ssl.SSLError) as exc:
-                self._fail(PilotClosed(f"lost the connection to the pilot: {exc}"))
+                if self._may_reconnect():
+                    self._send_failed()  # the reader fails it as unanswered, and reconnects
+                else:
+                    self._fail(PilotClosed(f"lost the connection to the pilot: {exc}"))
                 return
             finally:
                 self._send_lock.release()
@@ -810,7 +887,14 @@ class Connection:
                 if self._closing or self._closed is not None:
                     return
                 with self._send_lock:
-                    self._write_queued()
+                    if self._reconnecting:
+                        continue  # the reader wakes this thread once reconnected
+                    try:
+                        self._write_queued()
+                    except (OSError, ssl.SSLError):
+                        if not self._may_reconnect():
+                            raise
+                        self._send_failed()
                 if self._closed is not None:
                     # Closed while writing: fail what was registered meanwhile.
                     self._fail(self._closed)
@@ -845,7 +929,7 @@ class Connection:
                 while queue and queue[0][0] == _CANCEL and len(job_ids) < 65536:
                     job_ids.append(queue.popleft()[1])
                 request_id = next(self._ids)
-                self._pending[request_id] = (_CANCEL,)
+                self._pending[request_id] = (_CANCEL, job_ids)
                 line = _dumps({"id": request_id, "cancel": {"jobs": job_ids}}).encode() + b"\n"
             else:
                 _, request_id, name, body, future = item
@@ -1072,6 +1156,16 @@ class Connection:
                 if error.kind == "no_result":
                     return  # not finished: its result comes on the stream
                 failure: BaseException = error
+            except _Unanswered as error:
+                if self._closed is None:
+                    # Lost with the connection, which is being re-established: asked
+                    # again after the resumed stream, which brings it if this does not.
+                    try:
+                        self.request("result", {"task": task}).add_done_callback(answered)
+                        return
+                    except PilotClosed:
+                        pass
+                failure = error
             except Exception as error:
                 failure = error
             else:
@@ -1096,15 +1190,22 @@ class Connection:
     def _read_loop(self) -> None:
         reason: BaseException
         try:
-            sock = self._sock
             dispatch = self._dispatch
             parse = self._decrypt_and_parse
             while True:
-                data = sock.recv(1 << 18)
-                if not data:
-                    raise ConnectionResetError("the pilot closed the connection")
-                for message in parse(data):
-                    dispatch(message)
+                sock = self._sock
+                try:
+                    while True:
+                        data = sock.recv(1 << 18)
+                        if not data:
+                            raise ConnectionResetError("the pilot closed the connection")
+                        for message in parse(data):
+                            dispatch(message)
+                except (OSError, ssl.SSLError) as exc:
+                    if not self._may_reconnect():
+                        raise
+                    if not self._reconnect(exc):
+                        return
         except BaseException as exc:
             if self._closing:
                 reason = PilotClosed("the connection was closed")
@@ -1120,6 +1221,9 @@ class Connection:
     def _dispatch(self, message: Dict[str, Any]) -> None:
         body = message.get("result")
         if body is not None:
+            seq = body.get("seq", 0)
+            if seq >= self._next_seq:
+                self._next_seq = seq + 1
             task = body["task"]
             future = self._tasks.pop(task, None)
             if future is not None:
@@ -1136,6 +1240,13 @@ class Connection:
             else:
                 why = "the pilot stopped"
             self._fail(PilotClosed(why))
+            return
+        if request_id == self._probe_id:
+            self._pending.pop(request_id, None)
+            end = message.get("end")
+            following = end.get("next") if isinstance(end, dict) else None
+            if isinstance(following, int) and following > self._next_seq:
+                self._next_seq = following
             return
         entry = self._pending.pop(request_id, None)
         if entry is None:
@@ -1213,6 +1324,140 @@ class Connection:
             with self._answered:
                 self._answered.notify_all()
 
+    # -- reconnecting (see the module docstring)
+
+    def _may_reconnect(self) -> bool:
+        return self.reconnect_for > 0 and not self._closing and self._closed is None
+
+    def _send_failed(self) -> None:
+        """A send failed (called under ``_send_lock``): nothing more is sent, and the
+        socket is shut down, so that the reader notices and reconnects."""
+        self._reconnecting = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _reconnect(self, lost: BaseException) -> bool:
+        """Re-establishes the lost connection (on the reader thread); False when it
+        could not, everything pending having failed then (or ``close()`` failing it)."""
+        loss = f"lost the connection to the pilot: {lost}"
+        old = self._sock
+        try:
+            old.shutdown(socket.SHUT_RDWR)  # wakes a sender blocked on it
+        except OSError:
+            pass
+        with self._send_lock:
+            self._reconnecting = True
+            pending, self._pending = self._pending, {}
+            self._submits_in_flight.clear()
+            self._early.clear()
+            self._partial = []
+        try:
+            old.close()
+        except OSError:
+            pass
+        self._fail_unanswered(pending, loss)
+
+        deadline = _monotonic() + self.reconnect_for
+        delay = _RECONNECT_FIRST
+        last: Optional[BaseException] = None
+        while True:
+            if self._closing or self._closed is not None:
+                return False
+            try:
+                if self._attach(deadline):
+                    return True
+                return False  # closed meanwhile
+            except _GiveUp as exc:
+                self._fail(PilotClosed(f"{loss}; {exc}"))
+                return False
+            except (SakerError, OSError, ssl.SSLError, ValueError) as exc:
+                last = exc
+            remaining = deadline - _monotonic()
+            if remaining <= 0:
+                break
+            self._stop.wait(min(delay, remaining))
+            delay = min(delay * 2, _RECONNECT_MOST)
+        self._fail(PilotClosed(
+            f"{loss}; no root of the pilot in {self.directory} answered within {self.reconnect_for:g} s "
+            f"(last attempt: {last})"
+        ))
+        return False
+
+    def _fail_unanswered(self, pending: Dict[int, Any], loss: str) -> None:
+        """Fails the requests sent on a lost connection and not answered; queues its
+        cancels again."""
+        submitted = PilotClosed(
+            f"{loss}. The root died or was replaced (a standby taking over) while this "
+            "submission was unanswered: the pilot may or may not have accepted it, and it "
+            "is not sent again (that could run it twice)"
+        )
+        asked = _Unanswered(f"{loss}, before this request was answered (it may be sent again)")
+        cancels: List[int] = []
+        for entry in pending.values():
+            kind = entry[0]
+            if kind == _BATCH:
+                futures = entry[2]
+                error = submitted
+            elif kind == _REQUEST and entry[1] is not None:
+                futures = [entry[1]]
+                error = asked
+            elif kind == _CANCEL:
+                cancels.extend(entry[1])
+                continue
+            else:
+                continue
+            for future in futures:
+                try:
+                    future.set_exception(error)
+                except concurrent.futures.InvalidStateError:
+                    pass
+        for job in reversed(cancels):
+            self._queue.appendleft((_CANCEL, job))
+        with self._answered:
+            self._answered.notify_all()
+
+    def _attach(self, deadline: float) -> bool:
+        """One attempt at a connection to the pilot's root as it is now; False when
+        this side closed meanwhile."""
+        # Missing for a moment, too: a standby that takes over removes the dead root's
+        # before it writes its own, so that is no sign of a pilot that stopped.
+        endpoint = read_endpoint(self.directory)
+        timeout = max(1.0, min(self._timeout, deadline - _monotonic()))
+        with self._send_lock:
+            self._endpoint = endpoint
+            self.addr = str(endpoint["addr"])
+            self._open(timeout)
+            try:
+                hello = self._hello(self.protocol)
+                pilot_id = str(hello.get("pilot_id", ""))
+                if self.pilot_id and pilot_id and pilot_id != self.pilot_id:
+                    raise _GiveUp(f"{self.directory} now holds another pilot ({pilot_id}, not {self.pilot_id})")
+                self._sock.settimeout(None)
+                if self._closing or self._closed is not None:
+                    self._sock.close()
+                    return False
+                self.server = str(hello.get("server", self.server))
+                if self._next_seq >= 0:
+                    stream: Dict[str, Any] = {"from": self._next_seq, "follow": True}
+                elif not self._tasks and self.protocol >= 2:
+                    stream = {"new_only": True, "follow": True}
+                else:
+                    stream = {"from": 0, "follow": True}  # all of it: results of ours may be anywhere
+                self._results_id = next(self._ids)
+                self._send(_dumps({"id": self._results_id, "results": stream}).encode() + b"\n")
+            except BaseException:
+                try:
+                    self._sock.close()
+                except OSError:
+                    pass
+                raise
+            self._reconnecting = False
+            self.reconnects += 1
+        self._wake.set()  # the writer sends what was queued meanwhile
+        return True
+
     # -- failure and closing
 
     def _fail_tasks(self, error: BaseException) -> None:
@@ -1252,6 +1497,7 @@ class Connection:
                 self._closed = error
             else:
                 error = self._closed
+        self._stop.set()
         self._wake.set()
         try:
             self._sock.shutdown(socket.SHUT_RDWR)  # wakes the reader
@@ -1282,6 +1528,7 @@ class Connection:
     def close(self, timeout: float = 5.0) -> None:
         """Closes the connection; pending futures fail with PilotClosed."""
         self._closing = True
+        self._stop.set()
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:

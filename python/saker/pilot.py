@@ -38,7 +38,7 @@ from typing import (
     Union,
 )
 
-from .client import Connection, Result, _error_of, _job_ids, _timestamp, normalize_options, split_options
+from .client import RECONNECT_FOR, Connection, Result, _error_of, _job_ids, _timestamp, normalize_options, split_options
 from .errors import PilotClosed, PilotNotFound, SakerError
 from .futures import MODE_AUTO, MODE_CALL, MODE_COMMAND, MODE_RAW, Executor, Progress, SakerFuture, map_results
 from . import serialize
@@ -350,10 +350,16 @@ class Pilot(_Target):
     # -- opening
 
     @classmethod
-    def connect(cls, dir: PathLike, *, timeout: float = 10.0) -> "Pilot":
-        """Connects to the pilot serving clients from directory ``dir``."""
+    def connect(cls, dir: PathLike, *, timeout: float = 10.0, reconnect_for: float = RECONNECT_FOR) -> "Pilot":
+        """Connects to the pilot serving clients from directory ``dir``.
+
+        When the connection is lost (the pilot's root died, and a standby root of
+        ``saker pilot --standby`` took over, say), it is re-established for up to
+        ``reconnect_for`` seconds, and pending futures complete as if nothing happened;
+        0 fails them at once instead.
+        """
         _refuse_in_worker_import()
-        return cls(Connection(dir, timeout=timeout))
+        return cls(Connection(dir, timeout=timeout, reconnect_for=reconnect_for))
 
     @classmethod
     def start(
@@ -368,6 +374,7 @@ class Pilot(_Target):
         extra_args: Sequence[str] = (),
         timeout: float = 60.0,
         sync: Optional[bool] = None,
+        reconnect_for: Optional[float] = None,
     ) -> "Pilot":
         """Starts ``saker pilot`` on this machine and connects to it.
 
@@ -378,6 +385,10 @@ class Pilot(_Target):
         binary file), else to a temporary file quoted when the start fails.
         ``sync`` fsyncs the journal before each result is reported; by default only
         a pilot in a directory of your own does (a temporary one is never resumed).
+        ``reconnect_for`` is as for :meth:`connect` (``extra_args=["--standby", "1"]``
+        runs a standby root that takes over if this one dies); by default 60 s with
+        ``--standby`` among ``extra_args``, else 0: without a standby nothing takes
+        over, so pending futures fail as soon as the pilot is gone.
         """
         _refuse_in_worker_import()
         binary = _find_binary(saker_bin)
@@ -423,7 +434,10 @@ class Pilot(_Target):
             raise SakerError(f"cannot run {binary}: {exc}") from None
         pilot: Optional[Pilot] = None
         try:
-            connection = _wait_for_pilot(directory, process, timeout, lambda: _tail(log_file, log_path))
+            if reconnect_for is None:
+                reconnect_for = RECONNECT_FOR if "--standby" in extra_args else 0.0
+            connection = _wait_for_pilot(directory, process, timeout, lambda: _tail(log_file, log_path),
+                                         reconnect_for)
             pilot = cls(connection, process=process, temporary=temporary,
                         log=log_file if (log is None or log_path is not None) else None,
                         log_path=log_path)
@@ -612,7 +626,7 @@ def _tail(log_file: Optional[IO[bytes]], log_path: Optional[str], limit: int = 4
 
 
 def _wait_for_pilot(directory: Path, process: "subprocess.Popen[bytes]", timeout: float,
-                    tail: Callable[[], str]) -> Connection:
+                    tail: Callable[[], str], reconnect_for: float = RECONNECT_FOR) -> Connection:
     deadline = time.monotonic() + timeout
     path = directory / "client.json"
     delay = 0.005
@@ -628,7 +642,8 @@ def _wait_for_pilot(directory: Path, process: "subprocess.Popen[bytes]", timeout
             ours = False
         if ours:
             try:
-                return Connection(directory, timeout=max(1.0, deadline - time.monotonic()))
+                return Connection(directory, timeout=max(1.0, deadline - time.monotonic()),
+                                  reconnect_for=reconnect_for)
             except PilotNotFound as exc:
                 last_error = exc
         if time.monotonic() > deadline:
