@@ -24,11 +24,11 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{assert_one_result_per_task, results, saker, wait_for};
+use common::{assert_one_result_per_task, executions, results, saker, wait_for};
 
 const TASKS: u32 = 400;
 const HEARTBEAT: [&str; 4] = ["--heartbeat-interval", "200ms", "--heartbeat-timeout", "1s"];
@@ -213,18 +213,6 @@ impl Drop for Agents {
             }
         }
     }
-}
-
-/// (array index, agent node) of every finished execution so far.
-fn executions(log: &Path) -> Vec<(u32, u32)> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| {
-            let (index, node) = line.split_once(' ')?;
-            Some((index.parse().ok()?, node.parse().ok()?))
-        })
-        .collect()
 }
 
 #[test]

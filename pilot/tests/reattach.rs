@@ -8,19 +8,9 @@ use std::collections::BTreeSet;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::{agent_pid, assert_one_result_per_task, results, saker, sigkill, wait_for};
-
-/// (array index, agent node) of every execution so far.
-fn executions(log: &std::path::Path) -> Vec<(u32, u32)> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| {
-            let (index, node) = line.split_once(' ')?;
-            Some((index.parse().ok()?, node.parse().ok()?))
-        })
-        .collect()
-}
+use common::{
+    agent_pid, assert_one_result_per_task, executions, results, saker, sigkill, wait_for,
+};
 
 /// Fan-out 2 over 7 agents: agent 0 (under the root) has children 2 and 3, and 2 has
 /// child 6. Killing 0 leaves 2, 3 and 6 cut off; 2 and 3 reattach to the root and 6

@@ -14,7 +14,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-use common::{agent_pid, alive, assert_one_result_per_task, results, saker, wait_for};
+use common::{agent_pid, alive, assert_one_result_per_task, executions, results, saker, wait_for};
 
 /// The two tests load the machine on purpose: one at a time, so the busy loops of one
 /// do not starve the other's pilot, whose heartbeats are short, past what it asserts.
@@ -108,21 +108,34 @@ fn state(pid: u32) -> Option<char> {
     stat.rsplit_once(')')?.1.trim().chars().next()
 }
 
-/// (array index, agent node) of every execution so far.
-fn executions(log: &Path) -> Vec<(u32, u32)> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| {
-            let (index, node) = line.split_once(' ')?;
-            Some((index.parse().ok()?, node.parse().ok()?))
-        })
-        .collect()
-}
-
 const TASKS: u32 = 600;
 const STARVED: u32 = 1;
 const TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The run exited 0, every task has one accepted result and succeeded, and every
+/// index ran; the results, for more checks.
+fn every_task_succeeded_once(
+    pilot: &Path,
+    log: &Path,
+    tasks: u32,
+    status: ExitStatus,
+    run: &Run,
+) -> Vec<Value> {
+    let records = results(pilot);
+    let not_succeeded: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["state"] != "succeeded")
+        .collect();
+    assert!(
+        status.success() && not_succeeded.is_empty(),
+        "every task succeeds ({status}); these did not: {not_succeeded:#?}\n--- stderr ---\n{}",
+        run.stderr()
+    );
+    assert_one_result_per_task(&records, tasks as usize);
+    let ran: BTreeSet<u32> = executions(log).iter().map(|e| e.0).collect();
+    assert_eq!(ran, (1..=tasks).collect(), "every index ran");
+    records
+}
 
 /// Agent 1 of 3 gets no CPU for three heartbeat timeouts while its tasks run: the root
 /// declares it lost and replays what it held, the agent finds its link closed when it
@@ -171,19 +184,7 @@ fn an_agent_starved_past_its_heartbeat_timeout_costs_replays_only() {
     );
 
     let status = run.wait(Duration::from_secs(120));
-    let records = results(&pilot);
-    let not_succeeded: Vec<&Value> = records
-        .iter()
-        .filter(|r| r["state"] != "succeeded")
-        .collect();
-    assert!(
-        status.success() && not_succeeded.is_empty(),
-        "every task succeeds ({status}); these did not: {not_succeeded:#?}\n--- stderr ---\n{}",
-        run.stderr()
-    );
-    assert_one_result_per_task(&records, TASKS as usize);
-    let ran: BTreeSet<u32> = executions(&log).iter().map(|e| e.0).collect();
-    assert_eq!(ran, (1..=TASKS).collect(), "every index ran");
+    let records = every_task_succeeded_once(&pilot, &log, TASKS, status, &run);
 
     // The fault happened: attempts agent 1 held were lost with it and replayed, within
     // the default bound of 3 replays. (Another agent declared lost by mistake on a
@@ -292,18 +293,6 @@ fn a_pilot_beside_cpu_hogs_loses_nothing() {
     }
     drop(hogs);
 
-    let records = results(&pilot);
-    let not_succeeded: Vec<&Value> = records
-        .iter()
-        .filter(|r| r["state"] != "succeeded")
-        .collect();
-    assert!(
-        status.success() && not_succeeded.is_empty(),
-        "every task succeeds ({status}); these did not: {not_succeeded:#?}\n--- stderr ---\n{}",
-        run.stderr()
-    );
-    assert_one_result_per_task(&records, TASKS as usize);
-    let ran: BTreeSet<u32> = executions(&log).iter().map(|e| e.0).collect();
-    assert_eq!(ran, (1..=TASKS).collect(), "every index ran");
+    every_task_succeeded_once(&pilot, &log, TASKS, status, &run);
     eprintln!("{TASKS} tasks beside {} busy loops: {elapsed:?}", 2 * cores);
 }

@@ -132,3 +132,16 @@ pub fn field<'a>(line: &'a str, key: &str) -> &'a str {
         .find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
         .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
 }
+
+/// (array index, agent node) of every execution a test's tasks logged so far, one
+/// `INDEX NODE` line each (a line being written is skipped).
+pub fn executions(log: &Path) -> Vec<(u32, u32)> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let (index, node) = line.split_once(' ')?;
+            Some((index.parse().ok()?, node.parse().ok()?))
+        })
+        .collect()
+}
