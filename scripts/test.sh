@@ -4,7 +4,7 @@
 # Steps, each logged with a timestamp and its duration:
 #   1. packages  Debian packages the tests need; apt only runs when one is missing
 #                (build-essential, pkg-config, python3-venv, OpenMPI, MPICH, tmux,
-#                chromium, and through scripts/slurm-cluster/up.sh the Slurm
+#                chromium, nftables, and through scripts/slurm-cluster/up.sh the Slurm
 #                cluster's packages)
 #   2. venv      Python venv at <repo>/.venv; installs python/requirements-test.txt if present
 #   3. slurm     local multi-node Slurm cluster (up.sh + smoke.sh); exports SLURM_CONF.

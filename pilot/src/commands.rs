@@ -203,11 +203,7 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
         };
         writeln!(out, "root      {} pid {}{since}{how}", root.host, root.pid)?;
     }
-    let host = nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_default();
-    let standbys = saker_root::standbys::waiting(&args.dir.dir, &host);
+    let standbys = saker_root::standbys::waiting(&args.dir.dir);
     if !standbys.is_empty() {
         let listed: Vec<String> = standbys
             .iter()

@@ -63,10 +63,6 @@ pub async fn stop(standbys: &mut Vec<Child>, dir: &Path) {
     for mut standby in standbys.drain(..) {
         let _ = standby.kill().await;
     }
-    // Killed, they could not take themselves off the list.
-    let host = nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_default();
-    saker_root::standbys::waiting(dir, &host);
+    // Killed, they could not take themselves off the list: listing drops them.
+    saker_root::standbys::waiting(dir);
 }

@@ -60,6 +60,35 @@ fn micros(time: &serde_json::Value) -> i64 {
     (hours * 3600 + minutes * 60) * 1_000_000 + (seconds * 1e6) as i64
 }
 
+/// Submits `tasks` tasks that each append their index to `log`.
+fn submit_logged(pilot: &Path, log: &Path, tasks: u32) {
+    let script = format!("sleep 0.02; echo {{index}} >> {}", log.display());
+    let submitted = run(saker()
+        .args(["submit", "--array", &format!("1-{tasks}"), "--dir"])
+        .arg(pilot)
+        .args(["--", "sh", "-c", &script]));
+    assert!(submitted.status.success());
+}
+
+/// One accepted result per task, all succeeded, every index run; the results.
+fn every_task_succeeded_once(pilot: &Path, log: &Path, tasks: u32) -> Vec<serde_json::Value> {
+    let records = results(pilot);
+    assert_one_result_per_task(&records, tasks as usize);
+    assert!(records.iter().all(|r| r["state"] == "succeeded"));
+    let ran: BTreeSet<u32> = executed(log).into_iter().collect();
+    assert_eq!(ran, (1..=tasks).collect(), "every task ran");
+    records
+}
+
+/// Waits until no process names the pilot directory any more.
+fn all_gone(pilot: &Path) {
+    wait_for(
+        "every process of the pilot to end",
+        Duration::from_secs(30),
+        || processes(&[&pilot.display().to_string()]).is_empty(),
+    );
+}
+
 #[test]
 fn a_standby_takes_over_from_a_killed_root_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -76,12 +105,7 @@ fn a_standby_takes_over_from_a_killed_root_and_loses_nothing() {
     wait_for("the standbys", Duration::from_secs(30), || {
         standbys(&pilot).len() == 2
     });
-    let script = format!("sleep 0.02; echo {{index}} >> {}", log.display());
-    let submitted = run(saker()
-        .args(["submit", "--array", "1-600", "--dir"])
-        .arg(&pilot)
-        .args(["--", "sh", "-c", &script]));
-    assert!(submitted.status.success());
+    submit_logged(&pilot, &log, 600);
     // A client waiting through the takeover: it reconnects to the new root.
     let mut waiting = saker()
         .args(["wait", "--dir"])
@@ -117,11 +141,7 @@ fn a_standby_takes_over_from_a_killed_root_and_loses_nothing() {
         "every task ends, and succeeds, and the waiting client saw it through"
     );
 
-    let records = results(&pilot);
-    assert_one_result_per_task(&records, 600);
-    assert!(records.iter().all(|r| r["state"] == "succeeded"));
-    let ran: BTreeSet<u32> = executed(&log).into_iter().collect();
-    assert_eq!(ran, (1..=600).collect(), "every task ran");
+    let records = every_task_succeeded_once(&pilot, &log, 600);
     // The widest gap between results ending: the takeover, as users see it.
     let mut ends: Vec<i64> = records.iter().map(|r| micros(&r["end_time"])).collect();
     ends.sort_unstable();
@@ -140,11 +160,7 @@ fn a_standby_takes_over_from_a_killed_root_and_loses_nothing() {
     );
     assert!(status.contains("standbys  2: "), "{status}");
     drop(service);
-    wait_for(
-        "every process of the pilot to end",
-        Duration::from_secs(30),
-        || processes(&[&pilot.display().to_string()]).is_empty(),
-    );
+    all_gone(&pilot);
 }
 
 #[test]
@@ -169,9 +185,7 @@ fn a_second_root_is_refused_and_standbys_go_with_a_root_that_stops() {
     assert!(done.status.success(), "the first root is unharmed");
 
     drop(service);
-    wait_for("the standbys to go", Duration::from_secs(30), || {
-        processes(&[&pilot.display().to_string()]).is_empty()
-    });
+    all_gone(&pilot);
     let journal = std::fs::read_dir(pilot.join("journal")).unwrap().count();
     assert_eq!(journal, 1, "no standby took over: one root, one segment");
 }
@@ -201,12 +215,7 @@ fn a_root_that_hangs_is_fenced_and_a_standby_takes_over() {
     wait_for("the standby", Duration::from_secs(30), || {
         standbys(&pilot).len() == 1
     });
-    let script = format!("sleep 0.02; echo {{index}} >> {}", log.display());
-    let submitted = run(saker()
-        .args(["submit", "--array", "1-300", "--dir"])
-        .arg(&pilot)
-        .args(["--", "sh", "-c", &script]));
-    assert!(submitted.status.success());
+    submit_logged(&pilot, &log, 300);
     wait_for("work to flow", Duration::from_secs(60), || {
         executed(&log).len() >= 50
     });
@@ -228,17 +237,9 @@ fn a_root_that_hangs_is_fenced_and_a_standby_takes_over() {
     eprintln!("fenced {:?} after the root hung", hung.elapsed());
     let waited = run(saker().args(["wait", "--dir"]).arg(&pilot));
     assert!(waited.status.success());
-    let records = results(&pilot);
-    assert_one_result_per_task(&records, 300);
-    assert!(records.iter().all(|r| r["state"] == "succeeded"));
-    let ran: BTreeSet<u32> = executed(&log).into_iter().collect();
-    assert_eq!(ran, (1..=300).collect());
+    every_task_succeeded_once(&pilot, &log, 300);
     drop(service);
-    wait_for(
-        "every process of the pilot to end",
-        Duration::from_secs(30),
-        || processes(&[&pilot.display().to_string()]).is_empty(),
-    );
+    all_gone(&pilot);
 }
 
 /// Inside a Slurm allocation the root is the batch job's process: standbys on its node

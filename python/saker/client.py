@@ -55,7 +55,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
 
 from .errors import (
     DependencyFailed,
@@ -472,6 +472,15 @@ def _complete(future: "SakerFuture[Any]", body: Dict[str, Any]) -> None:
         future._job = body.get("job")
     value, error = _outcome(body, mode)
     future._finish(value, error)
+
+
+def _fail_all(futures: Iterable["concurrent.futures.Future[Any]"], error: BaseException) -> None:
+    """Fails each of ``futures`` that is not done yet with ``error``."""
+    for future in futures:
+        try:
+            future.set_exception(error)
+        except concurrent.futures.InvalidStateError:
+            pass
 
 
 def _error_of(body: Any) -> SakerError:
@@ -1312,11 +1321,7 @@ class Connection:
                 self._queue.appendleft((_BATCH, jobs[:half], futures[:half]))
                 self._wake.set()
                 return
-            for future in futures:
-                try:
-                    future.set_exception(error)
-                except concurrent.futures.InvalidStateError:
-                    pass
+            _fail_all(futures, error)
         finally:
             self._submits_in_flight.discard(request_id)
             if not self._submits_in_flight and self._early:
@@ -1408,11 +1413,7 @@ class Connection:
                 continue
             else:
                 continue
-            for future in futures:
-                try:
-                    future.set_exception(error)
-                except concurrent.futures.InvalidStateError:
-                    pass
+            _fail_all(futures, error)
         for job in reversed(cancels):
             self._queue.appendleft((_CANCEL, job))
         with self._answered:
@@ -1463,11 +1464,7 @@ class Connection:
     def _fail_tasks(self, error: BaseException) -> None:
         tasks = self._tasks
         self._tasks = {}
-        for future in tasks.values():
-            try:
-                future.set_exception(error)
-            except concurrent.futures.InvalidStateError:
-                pass
+        _fail_all(tasks.values(), error)
 
     def _fail_queued(self) -> None:
         error = PilotClosed(f"the connection to the pilot is closed: {self._closed}")
@@ -1484,11 +1481,7 @@ class Connection:
                 futures = [item[4]] if item[4] is not None else []
             else:
                 futures = []
-            for future in futures:
-                try:
-                    future.set_exception(error)
-                except concurrent.futures.InvalidStateError:
-                    pass
+            _fail_all(futures, error)
 
     def _fail(self, error: BaseException) -> None:
         """Marks the connection closed and fails everything pending (repeatable)."""
@@ -1512,11 +1505,7 @@ class Connection:
                 futures = [entry[1]]
             else:
                 continue
-            for future in futures:
-                try:
-                    future.set_exception(error)
-                except concurrent.futures.InvalidStateError:
-                    pass
+            _fail_all(futures, error)
         self._fail_tasks(error)
         self._fail_queued()
 

@@ -291,13 +291,9 @@ impl Pilot {
             })?;
             let lock = if options.take_over {
                 tracing::info!("standby: waiting for the root to be gone");
-                let host = nix::unistd::gethostname()
-                    .ok()
-                    .and_then(|h| h.into_string().ok())
-                    .unwrap_or_default();
                 // Listed for `saker status` while it waits.
-                let listed = crate::standbys::list_self(dir.path(), &host)
-                    .map_err(PilotError::ListStandby)?;
+                let listed =
+                    crate::standbys::list_self(dir.path()).map_err(PilotError::ListStandby)?;
                 let path = dir.path().to_path_buf();
                 let waiting =
                     tokio::task::spawn_blocking(move || crate::lock::RootLock::wait(&path));
@@ -411,10 +407,7 @@ impl Pilot {
                 deadline_unix_us: options.deadline_unix_us,
                 compaction: options.journal.compaction,
                 process: Some(crate::client::RootStatus {
-                    host: nix::unistd::gethostname()
-                        .ok()
-                        .and_then(|h| h.into_string().ok())
-                        .unwrap_or_default(),
+                    host: crate::lock::this_host(),
                     pid: std::process::id(),
                     started: Some(Timestamp::now()),
                     took_over: options.take_over,

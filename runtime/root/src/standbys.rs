@@ -31,9 +31,10 @@ impl Drop for Listed {
 }
 
 /// Lists this process as a standby of `dir` until the returned guard is dropped.
-pub fn list_self(dir: &Path, host: &str) -> std::io::Result<Listed> {
+pub fn list_self(dir: &Path) -> std::io::Result<Listed> {
+    let host = crate::lock::this_host();
     let standby = Standby {
-        host: host.to_owned(),
+        host: host.clone(),
         pid: std::process::id(),
         since: Timestamp::now(),
     };
@@ -47,7 +48,8 @@ pub fn list_self(dir: &Path, host: &str) -> std::io::Result<Listed> {
 
 /// The standbys of `dir`, oldest first. One on this host whose process is gone (it
 /// was killed before it could remove its file) is left out, and its file removed.
-pub fn waiting(dir: &Path, this_host: &str) -> Vec<Standby> {
+pub fn waiting(dir: &Path) -> Vec<Standby> {
+    let this_host = crate::lock::this_host();
     let Ok(entries) = std::fs::read_dir(dir.join(STANDBY_DIR)) else {
         return Vec::new();
     };
@@ -129,8 +131,8 @@ mod tests {
     #[test]
     fn a_standby_is_listed_while_it_waits_and_a_dead_one_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let listed = list_self(dir.path(), "here").unwrap();
-        let waiting_now = waiting(dir.path(), "here");
+        let listed = list_self(dir.path()).unwrap();
+        let waiting_now = waiting(dir.path());
         assert_eq!(waiting_now.len(), 1);
         assert_eq!(waiting_now[0].pid, std::process::id());
         // One of another host is listed as its file says; a dead one here is not.
@@ -146,15 +148,15 @@ mod tests {
         )
         .unwrap();
         let dead = Standby {
-            host: "here".into(),
+            host: crate::lock::this_host(),
             pid: u32::MAX - 1,
             since: Timestamp::now(),
         };
         std::fs::write(files.join("here-dead"), serde_json::to_vec(&dead).unwrap()).unwrap();
-        let pids: Vec<u32> = waiting(dir.path(), "here").iter().map(|s| s.pid).collect();
+        let pids: Vec<u32> = waiting(dir.path()).iter().map(|s| s.pid).collect();
         assert_eq!(pids, vec![std::process::id(), 7]);
         assert!(!files.join("here-dead").exists());
         drop(listed);
-        assert_eq!(waiting(dir.path(), "here").len(), 1);
+        assert_eq!(waiting(dir.path()).len(), 1);
     }
 }

@@ -88,10 +88,11 @@ impl RootState {
             let start_time = self
                 .results
                 .attempts
-                .started
+                .dispatched
                 .get(&task)
+                .and_then(|dispatched| dispatched.started)
                 .filter(|(started, _)| *started == attempt.0)
-                .map(|&(_, at)| Timestamp::from_unix_micros(at));
+                .map(|(_, at)| Timestamp::from_unix_micros(at));
             self.results.note_attempt(
                 task,
                 AttemptNote {
@@ -294,10 +295,15 @@ impl RootState {
             for started in report.started.iter() {
                 let attempt = started.attempt.to_native();
                 let _ = self.ctx.core.handle_started(attempt, now);
-                self.results.attempts.started.insert(
-                    started.task.to_native(),
-                    (attempt.0, started.at_unix_us.to_native()),
-                );
+                // Noted in place: no map grows per task for it.
+                if let Some(dispatched) = self
+                    .results
+                    .attempts
+                    .dispatched
+                    .get_mut(&started.task.to_native())
+                {
+                    dispatched.started = Some((attempt.0, started.at_unix_us.to_native()));
+                }
             }
         }
         for result in report.results.iter() {

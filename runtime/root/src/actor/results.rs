@@ -111,12 +111,19 @@ pub(super) struct AttemptTable {
     pub details: HashMap<TaskId, Detail>,
     /// Earlier attempts of tasks not yet finished.
     pub history: HashMap<TaskId, Vec<AttemptNote>>,
-    /// When each task in motion was last dispatched (unix µs): its result's
-    /// `dispatch_time`. Removed when the task finishes, so it holds what is in flight.
-    pub dispatched: HashMap<TaskId, u64>,
-    /// The attempt of each task in motion its agent last said started, and when (unix
-    /// µs): the start time of a note for an attempt lost with its node.
-    pub started: HashMap<TaskId, (u64, u64)>,
+    /// Each task in motion: when it was last dispatched, and whether that attempt
+    /// started. Removed when the task finishes, so it holds what is in flight.
+    pub dispatched: HashMap<TaskId, Dispatched>,
+}
+
+/// A task's latest dispatch, in [`AttemptTable::dispatched`].
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Dispatched {
+    /// When (unix µs): its result's `dispatch_time`.
+    pub at_us: u64,
+    /// The attempt its agent said started, and when (unix µs): the start time of a
+    /// note for an attempt lost with its node.
+    pub started: Option<(u64, u64)>,
 }
 
 /// What this turn produced for the journal; journaled together at the end of it.
@@ -262,8 +269,7 @@ impl Results {
         let seq = self.log.next_seq;
         self.log.next_seq += 1;
         let history = self.attempts.history.remove(&task).unwrap_or_default();
-        let dispatched = self.attempts.dispatched.remove(&task);
-        self.attempts.started.remove(&task);
+        let dispatched = self.attempts.dispatched.remove(&task).map(|d| d.at_us);
         // The core counts attempts since this root started; the history survives a
         // resume, so it is the better count after one.
         let attempts = attempts.max(history.len() as u32 + u32::from(detail.is_some()));

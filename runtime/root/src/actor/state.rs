@@ -171,7 +171,14 @@ impl RootState {
     fn send_dispatch(&mut self, dispatch: saker_core::Dispatch) {
         let at = self.ctx.timestamp().unix_micros();
         for assignment in &dispatch.assignments {
-            self.results.attempts.dispatched.insert(assignment.task, at);
+            let dispatched = super::results::Dispatched {
+                at_us: at,
+                started: None,
+            };
+            self.results
+                .attempts
+                .dispatched
+                .insert(assignment.task, dispatched);
         }
         if !dispatch.members.is_empty() {
             return self

@@ -88,7 +88,11 @@ fn make_durable(owned: &mut Owned, results: &mut Results, submissions: &mut Subm
 fn an_accepted_attempt_makes_one_record_and_a_duplicate_changes_nothing() {
     let (mut owned, submissions, mut results, task, attempt) = one_task(0);
     owned.ctx.nodes.get_mut(&NodeId(1)).unwrap().hostname = "cn042".into();
-    results.attempts.dispatched.insert(task, UNIX_ORIGIN_US + 5);
+    let dispatched = crate::actor::results::Dispatched {
+        at_us: UNIX_ORIGIN_US + 5,
+        started: None,
+    };
+    results.attempts.dispatched.insert(task, dispatched);
     settle(&mut owned, &mut results, task, attempt, 0);
     assert!(
         results.attempts.details.contains_key(&task),
