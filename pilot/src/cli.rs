@@ -513,9 +513,10 @@ pub struct PilotArgs {
     /// continuation allocation).
     #[arg(long)]
     pub resume: bool,
-    /// Keep N standby roots (other processes on this machine) that take over the
-    /// pilot, adopting its agents, when the root dies: the root holds a lock on
-    /// --dir, and a standby waits for it (docs/faults.md).
+    /// Keep N standby roots that take over the pilot, adopting its agents, when the
+    /// root dies: other processes on this machine, or inside a Slurm allocation
+    /// one-task steps on other nodes. The root holds a lock on --dir, and a standby
+    /// waits for it (docs/faults.md).
     #[arg(
         long,
         value_name = "N",
@@ -526,6 +527,10 @@ pub struct PilotArgs {
     /// Run as a standby: wait until the root of --dir is gone, then take over.
     #[arg(long, hide = true)]
     pub take_over: bool,
+    /// Run as the root under a keeper (`saker pilot --standby` inside an allocation
+    /// runs the root as its child, and holds the allocation if it dies).
+    #[arg(long, hide = true)]
+    pub kept: bool,
     /// Serve the pilot's figures (counts, rates, nodes, per-stage percentiles) for
     /// Prometheus at http://ADDR/metrics; `127.0.0.1:0` picks a free port. The
     /// address bound is written to `metrics.addr` in --dir.

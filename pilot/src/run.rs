@@ -364,6 +364,12 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
     if args.standby > 0 && args.shape.app.is_some() {
         anyhow::bail!("--standby does not go with --app yet: the program is driven by one root");
     }
+    let in_allocation =
+        saker_root::slurm::Allocation::detect(|name| std::env::var(name).ok()).is_some();
+    if args.standby > 0 && in_allocation && !args.take_over && !args.kept {
+        // The batch step must outlive a root that dies: the root runs as a child.
+        return crate::standby::keep(&args.dir).await;
+    }
     let options = PilotSettings {
         dir: args.dir.clone(),
         shape: &args.shape,
@@ -378,15 +384,6 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
     options.elastic = args.elastic.options(args.shape.fanout)?;
     options.take_over = args.take_over;
     options.resume |= args.take_over;
-    if args.standby > 0 && matches!(options.agents, saker_root::Agents::Slurm { .. }) {
-        // The root is the batch script's process: its death ends the job, standbys on
-        // this node included.
-        anyhow::bail!(
-            "--standby keeps standby roots on this machine, and inside an allocation they \
-             would not outlive the batch job the root is; standbys on other nodes of an \
-             allocation are not supported yet"
-        );
-    }
     if args.standby > 0 {
         // Its agents may be adopted by a standby once this root is gone.
         options.agent_command.args.push("--any-root".into());

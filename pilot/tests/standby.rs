@@ -241,22 +241,3 @@ fn a_root_that_hangs_is_fenced_and_a_standby_takes_over() {
     drop(service);
     all_gone(&pilot);
 }
-
-/// Inside a Slurm allocation the root is the batch job's process: standbys on its node
-/// would die with it. Refused, saying so, before anything starts.
-#[test]
-fn standbys_inside_an_allocation_are_refused_for_now() {
-    let dir = tempfile::tempdir().unwrap();
-    let pilot = dir.path().join("pilot");
-    let output = run(saker()
-        .args(["pilot", "--standby", "1", "--dir"])
-        .arg(&pilot)
-        .env("SLURM_JOB_ID", "4242")
-        .env("SLURM_JOB_NUM_NODES", "2")
-        .env("SLURM_JOB_NODELIST", "n[1-2]"));
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("--standby"), "{stderr}");
-    assert!(stderr.contains("not supported yet"), "{stderr}");
-    assert!(!pilot.join("journal").exists(), "nothing started");
-}

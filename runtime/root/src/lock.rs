@@ -64,7 +64,7 @@ impl RootLock {
                 let mut text = String::new();
                 let _ = file.read_to_string(&mut text);
                 let holder = match parse_holder(&text) {
-                    Some(Holder { pid, host }) => format!("pid {pid} on {host}"),
+                    Some(Holder { pid, host, .. }) => format!("pid {pid} on {host}"),
                     None => "pid unknown".to_owned(),
                 };
                 Err(LockError::Held {
@@ -88,8 +88,8 @@ impl RootLock {
         }
     }
 
-    /// Writes this process's pid and host into the file: for the message of a
-    /// refused root, and for a standby that fences a root that hangs.
+    /// Writes this process's pid, host and Slurm node into the file: for the message
+    /// of a refused root, and for a standby that fences a root that hangs.
     fn holding(mut file: File, path: &Path) -> Result<RootLock, LockError> {
         let io = |source| LockError::Io {
             path: path.to_path_buf(),
@@ -97,8 +97,8 @@ impl RootLock {
         };
         file.set_len(0).map_err(io)?;
         file.rewind().map_err(io)?;
-        file.write_all(format!("{} {}\n", std::process::id(), this_host()).as_bytes())
-            .map_err(io)?;
+        let line = format!("{} {} {}\n", std::process::id(), this_host(), this_node());
+        file.write_all(line.as_bytes()).map_err(io)?;
         Ok(RootLock { _file: file })
     }
 }
@@ -108,6 +108,8 @@ impl RootLock {
 pub struct Holder {
     pub pid: u32,
     pub host: String,
+    /// Its Slurm node name (its host name outside an allocation).
+    pub node: String,
 }
 
 /// Who holds (or last held) the lock of `dir`.
@@ -119,7 +121,25 @@ fn parse_holder(text: &str) -> Option<Holder> {
     let mut words = text.split_whitespace();
     let pid = words.next()?.parse().ok()?;
     let host = words.next().unwrap_or_default().to_owned();
-    Some(Holder { pid, host })
+    let node = words.next().map_or_else(|| host.clone(), str::to_owned);
+    Some(Holder { pid, host, node })
+}
+
+/// Whether some process holds the lock of `dir` now (asked without taking it).
+pub fn held(dir: &Path) -> Result<bool, LockError> {
+    let (path, file) = open(dir)?;
+    let mut request = whole_file();
+    fcntl(&file, FcntlArg::F_OFD_GETLK(&mut request)).map_err(|errno| io_error(&path, errno))?;
+    Ok(request.l_type != libc::F_UNLCK as libc::c_short)
+}
+
+/// The Slurm node this process runs on (`SLURMD_NODENAME`, set in every step and
+/// batch script), else its host name: what `srun -w` takes.
+pub fn this_node() -> String {
+    std::env::var("SLURMD_NODENAME")
+        .ok()
+        .filter(|node| !node.is_empty())
+        .unwrap_or_else(this_host)
 }
 
 /// This machine's host name ("" if it has none).
@@ -145,15 +165,20 @@ fn open(dir: &Path) -> Result<(PathBuf, File), LockError> {
     Ok((path, file))
 }
 
-fn lock(file: &File, wait: bool) -> Result<(), Errno> {
-    // The whole file (length 0: to its end, however long); l_pid must be 0 for OFD locks.
-    let request = libc::flock {
+/// A write lock on the whole file (length 0: to its end, however long); l_pid must
+/// be 0 for OFD locks.
+fn whole_file() -> libc::flock {
+    libc::flock {
         l_type: libc::F_WRLCK as libc::c_short,
         l_whence: libc::SEEK_SET as libc::c_short,
         l_start: 0,
         l_len: 0,
         l_pid: 0,
-    };
+    }
+}
+
+fn lock(file: &File, wait: bool) -> Result<(), Errno> {
+    let request = whole_file();
     let arg = if wait {
         FcntlArg::F_OFD_SETLKW(&request)
     } else {
@@ -184,6 +209,7 @@ mod tests {
             "{message}"
         );
         assert_eq!(holder(dir.path()).unwrap().pid, std::process::id());
+        assert!(held(dir.path()).unwrap());
         let path = dir.path().to_path_buf();
         let (taken, waiter) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
@@ -202,6 +228,7 @@ mod tests {
             .recv_timeout(std::time::Duration::from_secs(10))
             .expect("taken once freed");
         drop(thread.join().unwrap());
+        assert!(!held(dir.path()).unwrap());
         RootLock::take(dir.path()).expect("free again");
     }
 }

@@ -164,6 +164,22 @@ pub fn elastic_script(
     script
 }
 
+/// An `srun` of one task on one node of this allocation, beside the agents' step
+/// (`--overlap`): the caller names the node (`--nodelist`) and the program.
+pub fn srun_one(job_name: &str) -> tokio::process::Command {
+    let srun = std::env::var_os("SAKER_SRUN").unwrap_or_else(|| "srun".into());
+    let mut command = tokio::process::Command::new(srun);
+    command.args([
+        "--overlap",
+        "--nodes=1",
+        "--ntasks=1",
+        "--mem=0",
+        "--kill-on-bad-exit=0",
+        &format!("--job-name={job_name}"),
+    ]);
+    command
+}
+
 /// Starts the agents' `srun` step.
 pub fn srun_agents(
     command: &AgentCommand,
