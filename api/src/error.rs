@@ -126,6 +126,13 @@ pub enum Error {
     Refused { message: String },
     #[error("the pilot is gone: {reason}")]
     PilotGone { reason: String },
+    /// The connection broke (the pilot's root died, a standby took over) after the
+    /// request was sent and before its answer: it may or may not have been taken,
+    /// and sending it again could run it twice. Later requests go to the new root.
+    #[error(
+        "the pilot's root changed before it answered ({reason}): the request may or may not have been taken"
+    )]
+    Unanswered { reason: String },
     #[error("cannot create a directory for the embedded pilot")]
     TempDir(#[source] std::io::Error),
     #[error("cannot find this program's own path")]

@@ -68,6 +68,7 @@ mod host;
 mod link;
 mod options;
 mod pilot;
+mod remote;
 mod submit;
 mod task;
 mod worker;

@@ -7,27 +7,26 @@ use std::sync::Arc;
 
 use ractor::ActorRef;
 use saker_root::actor::RootMsg;
-use saker_root::client::{
-    Client, ClientRequest, RequestError, ResultsItem, StatusReport, SubmittedJob,
-};
+use saker_root::client::{ClientRequest, RequestError, ResultsItem, StatusReport, SubmittedJob};
 use saker_root::results::ResultRecord;
 use saker_root::spec::JobRequest;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{ActorError, Error};
+use crate::remote::{Lost, Remote, RemoteFeed};
 use saker_root::client::actors::ActorSpawnRequest;
 
 #[derive(Debug, Clone)]
 pub(crate) enum Link {
     Embedded(ActorRef<RootMsg>),
-    Client(Arc<Client>),
+    Client(Arc<Remote>),
 }
 
 /// Results as they are accepted, from the moment the feed was opened.
 #[derive(Debug)]
 pub(crate) enum Feed {
     Embedded(mpsc::Receiver<ResultsItem>),
-    Client(saker_root::client::ResultStream),
+    Client(RemoteFeed),
 }
 
 impl Feed {
@@ -40,11 +39,7 @@ impl Feed {
                 Some(ResultsItem::Error(error)) => Err(error.message),
                 None => Err("the pilot stopped".to_owned()),
             },
-            Feed::Client(stream) => match stream.next().await {
-                Ok(Some(record)) => Ok(Arc::new(record)),
-                Ok(None) => Err("the pilot ended the result stream".to_owned()),
-                Err(error) => Err(error.to_string()),
-            },
+            Feed::Client(feed) => feed.next().await.map(Arc::new),
         }
     }
 }
@@ -61,12 +56,17 @@ fn gone() -> Error {
     }
 }
 
-fn client_error(error: saker_root::client::ClientError) -> Error {
-    match error.server_error() {
-        Some(server) => Error::Refused {
-            message: server.message.clone(),
+fn client_error(lost: Lost) -> Error {
+    match lost {
+        Lost::Client(error) => match error.server_error() {
+            Some(server) => Error::Refused {
+                message: server.message.clone(),
+            },
+            None => Error::PilotGone {
+                reason: error.to_string(),
+            },
         },
-        None => Error::PilotGone {
+        Lost::Unanswered(error) => Error::Unanswered {
             reason: error.to_string(),
         },
     }
@@ -74,13 +74,13 @@ fn client_error(error: saker_root::client::ClientError) -> Error {
 
 impl Link {
     pub(crate) async fn connect(dir: &Path) -> Result<Link, Error> {
-        let client = Client::connect(dir, "saker-rust")
+        let remote = Remote::connect(dir)
             .await
             .map_err(|source| Error::Connect {
                 dir: dir.to_owned(),
                 source: Box::new(source),
             })?;
-        Ok(Link::Client(Arc::new(client)))
+        Ok(Link::Client(Arc::new(remote)))
     }
 
     async fn ask<T>(
@@ -110,7 +110,10 @@ impl Link {
                 .await?;
                 Ok(reply.jobs)
             }
-            Link::Client(client) => client.submit(jobs).await.map_err(client_error),
+            Link::Client(remote) => remote
+                .ask_once(|client| async move { client.submit(jobs).await })
+                .await
+                .map_err(client_error),
         }
     }
 
@@ -119,7 +122,10 @@ impl Link {
             Link::Embedded(root) => {
                 Self::ask(root, |reply| ClientRequest::Status { jobs: None, reply }).await
             }
-            Link::Client(client) => client.status().await.map_err(client_error),
+            Link::Client(remote) => remote
+                .ask_again(|client| async move { client.status().await })
+                .await
+                .map_err(client_error),
         }
     }
 
@@ -137,10 +143,7 @@ impl Link {
                 .map_err(|_| gone())?;
                 Ok(Feed::Embedded(items))
             }
-            Link::Client(client) => {
-                let stream = client.follow_new().await.map_err(client_error)?;
-                Ok(Feed::Client(stream))
-            }
+            Link::Client(remote) => Ok(Feed::Client(remote.follow().await.map_err(client_error)?)),
         }
     }
 
@@ -151,8 +154,8 @@ impl Link {
                     ask_actor(root, |reply| ClientRequest::ActorSpawn { spawn, reply }).await?;
                 Ok(reply.actor)
             }
-            Link::Client(client) => client
-                .actor_spawn(&spawn)
+            Link::Client(remote) => remote
+                .ask_once(|client| async move { client.actor_spawn(&spawn).await })
                 .await
                 .map(|reply| reply.actor)
                 .map_err(actor_client_error),
@@ -175,8 +178,8 @@ impl Link {
                 };
                 Ok(ask_actor(root, request).await?.reply)
             }
-            Link::Client(client) => client
-                .actor_call(actor, data, cast)
+            Link::Client(remote) => remote
+                .ask_once(|client| async move { client.actor_call(actor, data, cast).await })
                 .await
                 .map_err(actor_client_error),
         }
@@ -188,7 +191,10 @@ impl Link {
                 ask_actor(root, |reply| ClientRequest::ActorStop { actor, reply }).await?;
                 Ok(())
             }
-            Link::Client(client) => client.actor_stop(actor).await.map_err(actor_client_error),
+            Link::Client(remote) => remote
+                .ask_again(|client| async move { client.actor_stop(actor).await })
+                .await
+                .map_err(actor_client_error),
         }
     }
 }
@@ -219,11 +225,17 @@ async fn ask_root<T>(
     answer.await.ok()
 }
 
-fn actor_client_error(error: saker_root::client::ClientError) -> ActorError {
-    match error.server_error() {
-        Some(server) => ActorError::from_request(server.clone()),
-        None => ActorError::PilotGone {
-            reason: error.to_string(),
+fn actor_client_error(lost: Lost) -> ActorError {
+    match lost {
+        Lost::Client(error) => match error.server_error() {
+            Some(server) => ActorError::from_request(server.clone()),
+            None => ActorError::PilotGone {
+                reason: error.to_string(),
+            },
+        },
+        // Sent, and the connection broke before the answer: handled at most once.
+        Lost::Unanswered(error) => ActorError::Lost {
+            message: format!("the pilot's root changed before it answered ({error})"),
         },
     }
 }

@@ -339,6 +339,9 @@ async fn submit_loop(
                 }
                 let failure = match error {
                     Error::PilotGone { reason } => TaskError::PilotGone { reason },
+                    unanswered @ Error::Unanswered { .. } => TaskError::PilotGone {
+                        reason: unanswered.to_string(),
+                    },
                     other => TaskError::Failed {
                         reason: other.to_string(),
                     },

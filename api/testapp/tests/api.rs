@@ -283,6 +283,45 @@ fn typed_tasks_of_a_killed_agent_are_replayed_elsewhere() {
     assert!(replayed >= 1, "{summary}");
 }
 
+/// The pilot's root is SIGKILLed while a driver attached with `--pilot-dir` waits on
+/// a map; a standby root takes over, the driver reconnects on its own and gets every
+/// output once, in order.
+#[test]
+fn a_driver_reconnects_to_a_standby_that_takes_over() {
+    let worker = format!("rust={}", env!("CARGO_BIN_EXE_saker-testapp"));
+    let pilot = ServicePilot::start_with(
+        3,
+        &[
+            OsStr::new("--worker"),
+            OsStr::new(&worker),
+            OsStr::new("--standby"),
+            OsStr::new("1"),
+        ],
+    );
+    let mut driver = testapp()
+        .arg("--pilot-dir")
+        .arg(pilot.path())
+        .args(["naps", "30", "300"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a line").unwrap();
+    assert!(first.starts_with("done"), "{first}");
+    // `PID HOST NODE`, as the root writes it.
+    let holder = std::fs::read_to_string(pilot.path().join("root.lock")).unwrap();
+    let root = holder.split_whitespace().next().unwrap();
+    let killed = Command::new("kill").args(["-KILL", root]).status().unwrap();
+    assert!(killed.success());
+    let rest: Vec<String> = lines.map(|line| line.unwrap()).collect();
+    let status = driver.wait().unwrap();
+    assert!(status.success(), "{rest:?}");
+    let last = rest.last().expect("a summary");
+    assert!(last.starts_with("ok 30 naps"), "{last}");
+    let summary = pilot.status();
+    assert!(summary.contains("a standby that took over"), "{summary}");
+}
+
 #[test]
 fn actors_answer_calls_and_casts_carry_refs_restart_and_stop_on_an_embedded_pilot() {
     let done = output(testapp().arg("actors"));
