@@ -49,6 +49,17 @@ impl Core {
         self.deps.is_waiting(job)
     }
 
+    /// The task of live attempt `attempt` and the node it runs on (an HPC job's: its
+    /// leader's), or `None` if it is not live. A driver whose attempt numbers may
+    /// meet another's (a new root adopting agents that still hold results of the
+    /// previous root's attempts, numbered from 1 as its own are) checks a result's
+    /// task and node against it before [`Core::handle_result`].
+    pub fn live_attempt(&self, attempt: AttemptId) -> Option<(TaskId, NodeId)> {
+        self.attempts
+            .get(&attempt)
+            .map(|record| (record.task, record.node))
+    }
+
     /// The live attempts on `node` and their tasks, in issue order; empty if the node
     /// is not live. Ask before [`Core::handle_node_lost`] to know which attempts the
     /// loss ends (e.g. to record why each ended); their tasks are replayed, or carry

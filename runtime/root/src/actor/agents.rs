@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use saker_actors::link::{LinkId, LinkTx};
-use saker_core::{AttemptOutcome, NodeId, Resources};
+use saker_core::{AttemptId, AttemptOutcome, NodeId, Resources, TaskId};
 use saker_wire::messages::{
     ArchivedFromAgent, ArchivedOutcome, ArchivedOutput, ArchivedReport, ArchivedResultBody,
     ArchivedTaskResult, GangLaunch, GangLaunchEnded, Hello, TaskResult, ToAgent, Welcome,
@@ -310,6 +310,12 @@ impl RootState {
             if let Some(entry) = self.ctx.nodes.get_mut(&node) {
                 entry.running = entry.running.saturating_sub(1);
             }
+            let (task, attempt) = (result.task.to_native(), result.attempt.to_native());
+            if !self.made_here(task, attempt, node) {
+                tracing::info!(%node, %task, %attempt,
+                    "ignoring a result of an attempt of a previous root (its task was replayed)");
+                continue;
+            }
             if matches!(result.body, ArchivedResultBody::Part { .. })
                 && self.gangs.contains(&result.attempt.to_native())
             {
@@ -349,8 +355,6 @@ impl RootState {
                 // to another life of this node): send each again with its next task.
                 entry.known_jobs.clear();
             }
-            let task = result.task.to_native();
-            let attempt = result.attempt.to_native();
             let host = Some(self.ctx.hostname_of(node));
             self.results.settle_with(
                 &mut self.ctx,
@@ -364,6 +368,27 @@ impl RootState {
         let credit = report.credit.to_native();
         if live && !credit.is_zero() {
             let _ = self.ctx.core.handle_credit(node, credit, now);
+        }
+    }
+
+    /// Whether a result of `attempt` for `task` from `node` can be this root's: an
+    /// attempt not live is (the core counts it stale or unknown); a live one only for
+    /// its own task, from its node or a member of its HPC job. A root that took over
+    /// numbers its attempts from 1 again, and an adopted agent may still hold a result
+    /// of the previous root's attempt of the same number: counted, it would end
+    /// another task with this one's output.
+    fn made_here(&self, task: TaskId, attempt: AttemptId, node: NodeId) -> bool {
+        match self.ctx.core.live_attempt(attempt) {
+            None => true,
+            Some((live_task, live_node)) => {
+                live_task == task
+                    && (live_node == node
+                        || self
+                            .ctx
+                            .core
+                            .gang_members(attempt)
+                            .is_some_and(|members| members.contains(&node)))
+            }
         }
     }
 

@@ -246,3 +246,58 @@ async fn a_mistaken_loss_seen_first_by_the_agent_costs_one_replay_and_fails_no_t
     );
     assert_eq!(h.status().failed, 0);
 }
+
+/// A root that took over (a standby, or a resume that adopts agents) numbers its
+/// attempts from 1 again, while an adopted agent may still hold a result of the
+/// previous root's attempt with the same number. That result must not end the new
+/// root's attempt of another task on another node: it would finish that task with
+/// this one's output.
+#[tokio::test]
+async fn a_result_of_a_previous_roots_attempt_never_ends_another_task() {
+    let mut old = Harness::new();
+    old.submit(vec![array(&["true"], "1-3")]);
+    let mut records = old.journal_durable();
+    old.join(2, 1);
+    old.report(2, 1, &[], Vec::new());
+    let first = assignments(&old.sent(), 2);
+    assert_eq!(first.len(), 1);
+    old.report(2, 1, &first, vec![exited(first[0].0, first[0].1, 0)]);
+    records.extend(old.journal_durable());
+    // The old root's second attempt, on node 2, ends after the old root died.
+    let pending = assignments(&old.sent(), 2)[0];
+    assert_eq!(pending.1, 2);
+
+    let mut new = Harness::new();
+    new.restore(records).expect("the journal restores");
+    new.join(1, 2);
+    new.report(1, 2, &[], Vec::new());
+    let live = assignments(&new.sent(), 1);
+    assert_eq!(live.len(), 2, "{live:?}");
+    let (other_task, same_number) = *live
+        .iter()
+        .find(|(task, attempt)| *attempt == pending.1 && *task != pending.0)
+        .expect("the new root's attempt 2 runs another task");
+    // Node 2's agent, adopted, links and sends what it held before its hello.
+    relink(&mut new, 2, 2);
+    late_report(&mut new, 2, 2, vec![exited(pending.0, pending.1, 0)]);
+    assert!(
+        results_of(&new.journal_durable()).is_empty(),
+        "task {other_task} (attempt {same_number}) is not ended by task {}'s result",
+        pending.0
+    );
+    new.report(
+        1,
+        2,
+        &live,
+        live.iter().map(|&(t, a)| exited(t, a, 0)).collect(),
+    );
+    let results = results_of(&new.journal_durable());
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(
+        results
+            .iter()
+            .all(|r| r.state == TerminalState::Succeeded && r.node.as_deref() == Some("host1")),
+        "each result is its own attempt's, on node 1: {results:?}"
+    );
+    assert_eq!(new.status().succeeded, 3);
+}
