@@ -125,8 +125,10 @@ pub fn slurm_agent_on(pilot: &Path, node: &str) -> Option<(u32, String)> {
             .split(|b| *b == 0)
             .map(|a| String::from_utf8_lossy(a).to_string())
             .collect();
-        // Not srun, whose command line carries the agent's after its own options.
-        if argv.len() < 4 || argv[1] != "agent" || argv[2] != "--dir" || argv[3] != pilot {
+        // Not srun, whose command line carries the agent's after its own options; the
+        // agent's own options may come before `--dir` (`--any-root` with standbys).
+        let in_pilot = argv.windows(2).any(|pair| pair[0] == "--dir" && pair[1] == pilot);
+        if argv.len() < 4 || argv[1] != "agent" || !in_pilot {
             continue;
         }
         let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
