@@ -120,16 +120,16 @@ python_venv() {
     log "creating $VENV"
     python3 -m venv "$VENV"
   fi
-  local requirements=$REPO/python/requirements-test.txt stamp=$VENV/.requirements-test.sha256
-  if [ -f "$requirements" ]; then
-    if [ -f "$stamp" ] && sha256sum --status -c "$stamp" 2>/dev/null; then
-      log "python/requirements-test.txt unchanged since last install"
-    else
-      "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
-      sha256sum "$requirements" > "$stamp"
-    fi
+  # The Python package's (with Parsl) and the Snakemake plugin's, resolved together.
+  local requirements=("$REPO/python/requirements-test.txt"
+    "$REPO/python/snakemake-executor-plugin-saker/requirements-test.txt")
+  local stamp=$VENV/.requirements-test.sha256
+  if [ -f "$stamp" ] && sha256sum --status -c "$stamp" 2>/dev/null; then
+    log "test requirements unchanged since last install"
   else
-    log "no python/requirements-test.txt; nothing to install"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+      "${requirements[@]/#/--requirement=}"
+    sha256sum "${requirements[@]}" > "$stamp"
   fi
 }
 step 1 venv python_venv
@@ -235,6 +235,13 @@ else
     (cd "$REPO/python" && "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider)
   }
   step 0 pytest pytest_package
+  # The Snakemake executor plugin against Snakemake's own executor test base and our
+  # fan-out/fan-in workflow (docs/snakemake.md); Snakemake finds it on PYTHONPATH.
+  pytest_snakemake() {
+    (cd "$REPO/python/snakemake-executor-plugin-saker" &&
+      "$VENV/bin/python" -m pytest -q -p no:cacheprovider)
+  }
+  step 0 pytest-snakemake pytest_snakemake
   step 0 parsl-suite bash "$REPO/scripts/parsl-suite.sh"
   # Every quick start of README.md, python/README.md, docs/parsl.md and
   # docs/rust-api.md, extracted from the file and run as written (Rust ones as examples
