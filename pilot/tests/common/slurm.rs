@@ -127,7 +127,9 @@ pub fn slurm_agent_on(pilot: &Path, node: &str) -> Option<(u32, String)> {
             .collect();
         // Not srun, whose command line carries the agent's after its own options; the
         // agent's own options may come before `--dir` (`--any-root` with standbys).
-        let in_pilot = argv.windows(2).any(|pair| pair[0] == "--dir" && pair[1] == pilot);
+        let in_pilot = argv
+            .windows(2)
+            .any(|pair| pair[0] == "--dir" && pair[1] == pilot);
         if argv.len() < 4 || argv[1] != "agent" || !in_pilot {
             continue;
         }
