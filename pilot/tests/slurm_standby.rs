@@ -120,7 +120,7 @@ fn finish(pilot: &Path, ran: &Path, job: &str, log: &Path) {
     });
 }
 
-/// The service template keeps one standby on another node; the root is SIGKILLed
+/// The service template with `STANDBY=1` keeps one standby on another node; the root is SIGKILLed
 /// mid-run; the standby takes over at once, the batch script holds the allocation,
 /// and the pilot finishes every task on all three nodes.
 #[test]
@@ -132,7 +132,13 @@ fn the_service_templates_standby_takes_over_from_a_killed_root() {
     let pilot = dir.path().join("pilot");
     let ran = dir.path().join("ran");
     let log = dir.path().join("job.log");
-    let job = sbatch(&template("service.sbatch"), 3, &[("PILOT", &pilot)], &log);
+    let standby = Path::new("1");
+    let job = sbatch(
+        &template("service.sbatch"),
+        3,
+        &[("PILOT", &pilot), ("STANDBY", standby)],
+        &log,
+    );
     let _cancel = CancelOnDrop(job.clone());
     wait_for("3 agents and a standby", Duration::from_secs(120), || {
         let status = status(&pilot);
