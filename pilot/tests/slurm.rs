@@ -219,17 +219,6 @@ fn the_campaign_template_leaves_what_cannot_fit_to_its_continuation() {
     );
 }
 
-/// Cancels the job when dropped, so a failing test leaves nothing running.
-struct CancelOnDrop(String);
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let _ = Command::new("scancel").arg(&self.0).status();
-        }
-    }
-}
-
 /// One line of the executions log: `index node-id node start-ns end-ns`.
 struct Execution {
     index: u64,
@@ -294,7 +283,6 @@ fn a_killed_agent_on_one_node_leaves_its_work_to_the_other_nodes() {
         &[("PILOT", &pilot), ("EXECUTIONS", &executions_log)],
         &log,
     );
-    let _cancel = CancelOnDrop(job.clone());
     let job_log = || std::fs::read_to_string(&log).unwrap_or_default();
 
     // Once every node runs tasks, kill the agent of a node other than the root's.

@@ -41,12 +41,20 @@ fn submit_and_wait(pilot: &Path, args: &[&str]) {
         .args(args)
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{args:?}: {}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    if !output.status.success() {
+        // Every result so far, with the failed one's reason and output tail.
+        let results = saker()
+            .args(["results", "--format", "jsonl", "--dir"])
+            .arg(pilot)
+            .output()
+            .unwrap();
+        panic!(
+            "{args:?}: {}{}\nresults:\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr),
+            String::from_utf8_lossy(&results.stdout)
+        );
+    }
 }
 
 /// Waits for `count` rank marks (`ATTEMPT.RANK.NODE`, holding a pid) of one attempt;

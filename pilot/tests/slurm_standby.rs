@@ -10,24 +10,12 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use common::slurm::{cluster, sbatch, template, wait_for_state};
 use common::{alive, assert_one_result_per_task, results, run, saker, wait_for};
 
 const TASKS: u32 = 600;
-
-/// Cancels the job when dropped by a failing test, so it leaves nothing running.
-struct CancelOnDrop(String);
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let _ = Command::new("scancel").arg(&self.0).status();
-        }
-    }
-}
 
 fn status(pilot: &Path) -> String {
     let output = saker()
@@ -139,7 +127,6 @@ fn the_service_templates_standby_takes_over_from_a_killed_root() {
         &[("PILOT", &pilot), ("STANDBY", standby)],
         &log,
     );
-    let _cancel = CancelOnDrop(job.clone());
     wait_for("3 agents and a standby", Duration::from_secs(120), || {
         let status = status(&pilot);
         status.contains("agents    3") && status.contains("standbys  1:")
@@ -194,7 +181,6 @@ fn a_silent_root_is_fenced_on_its_node_and_replaced() {
     )
     .unwrap();
     let job = sbatch(&script, 3, &[("PILOT", &pilot)], &log);
-    let _cancel = CancelOnDrop(job.clone());
     wait_for("3 agents and a standby", Duration::from_secs(120), || {
         let status = status(&pilot);
         status.contains("agents    3") && status.contains("standbys  1:")

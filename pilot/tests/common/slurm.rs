@@ -31,8 +31,34 @@ pub fn template(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Submits a template; returns the job id.
-pub fn sbatch(template: &Path, nodes: u32, env: &[(&str, &Path)], log: &Path) -> String {
+/// A submitted batch job: its id, and `scancel` when a failing test drops it, so a
+/// failed test leaves no job holding nodes that later cluster tests wait behind.
+pub struct Job(String);
+
+impl std::ops::Deref for Job {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = Command::new("scancel").arg(&self.0).status();
+        }
+    }
+}
+
+/// Submits a template; returns the job, cancelled if the test fails.
+pub fn sbatch(template: &Path, nodes: u32, env: &[(&str, &Path)], log: &Path) -> Job {
     let mut command = Command::new("sbatch");
     command
         .arg("--parsable")
@@ -49,13 +75,13 @@ pub fn sbatch(template: &Path, nodes: u32, env: &[(&str, &Path)], log: &Path) ->
         "sbatch: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    String::from_utf8(output.stdout)
+    Job(String::from_utf8(output.stdout)
         .unwrap()
         .trim()
         .split(';')
         .next()
         .unwrap()
-        .to_string()
+        .to_string())
 }
 
 /// `scontrol show job` fields of a job.
