@@ -662,7 +662,8 @@ pub struct ResultsArgs {
 #[derive(Debug, Clone, Args)]
 pub struct TemplateArgs {
     /// Which pilot: mtc (run a task file), service (serve submissions), campaign
-    /// (chain allocations until done), parsl (run a Parsl workflow script).
+    /// (chain allocations until done), parsl (run a Parsl workflow script), snakemake
+    /// (run a Snakemake workflow).
     #[arg(value_enum)]
     pub kind: crate::template::TemplateKind,
     #[arg(long)]
@@ -683,9 +684,13 @@ pub struct TemplateArgs {
     /// The Parsl workflow script (parsl).
     #[arg(long)]
     pub script: Option<PathBuf>,
-    /// The Python that runs the script and the workers (parsl).
+    /// The Python that runs the script and the workers (parsl), or the workers
+    /// (service, snakemake).
     #[arg(long)]
     pub python: Option<PathBuf>,
+    /// The snakemake command (snakemake).
+    #[arg(long)]
+    pub snakemake: Option<PathBuf>,
 }
 
 /// A node role's command line, passed on unparsed: saker-node defines its flags and

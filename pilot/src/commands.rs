@@ -646,6 +646,7 @@ pub fn template(args: crate::cli::TemplateArgs) -> Result<ExitCode> {
         saker: std::env::current_exe().ok(),
         script: args.script.map(absolute),
         python: args.python,
+        snakemake: args.snakemake,
     };
     print!("{}", crate::template::render(args.kind, &settings));
     Ok(ExitCode::SUCCESS)

@@ -15,6 +15,8 @@ pub enum TemplateKind {
     Campaign,
     /// Run a Parsl workflow script on a pilot across the allocation.
     Parsl,
+    /// Run a Snakemake workflow with its jobs on a pilot across the allocation.
+    Snakemake,
     /// Run a program built on the Rust API (`APP`) on a pilot across the allocation.
     App,
     /// Hold an elastic pilot's root, which asks for allocations of its own.
@@ -28,6 +30,7 @@ impl TemplateKind {
             TemplateKind::Service => include_str!("../../sbatch-templates/service.sbatch"),
             TemplateKind::Campaign => include_str!("../../sbatch-templates/campaign.sbatch"),
             TemplateKind::Parsl => include_str!("../../sbatch-templates/parsl.sbatch"),
+            TemplateKind::Snakemake => include_str!("../../sbatch-templates/snakemake.sbatch"),
             TemplateKind::App => include_str!("../../sbatch-templates/app.sbatch"),
             TemplateKind::Elastic => include_str!("../../sbatch-templates/elastic.sbatch"),
         }
@@ -46,6 +49,7 @@ pub struct Settings {
     pub saker: Option<PathBuf>,
     pub script: Option<PathBuf>,
     pub python: Option<PathBuf>,
+    pub snakemake: Option<PathBuf>,
 }
 
 /// The template with `settings` applied.
@@ -96,6 +100,12 @@ fn render_line(line: &str, settings: &Settings) -> Option<String> {
     if line.starts_with("PYTHON=${PYTHON:-") {
         return settings.python.as_deref().map(|p| default("PYTHON", p));
     }
+    if line.starts_with("SNAKEMAKE=${SNAKEMAKE:-") {
+        return settings
+            .snakemake
+            .as_deref()
+            .map(|p| default("SNAKEMAKE", p));
+    }
     None
 }
 
@@ -115,12 +125,14 @@ mod tests {
             saker: Some("/opt/saker/bin/saker".into()),
             script: Some("/home/me/flow.py".into()),
             python: Some("/opt/venv/bin/python".into()),
+            snakemake: Some("/opt/venv/bin/snakemake".into()),
         };
         for kind in [
             TemplateKind::Mtc,
             TemplateKind::Service,
             TemplateKind::Campaign,
             TemplateKind::Parsl,
+            TemplateKind::Snakemake,
             TemplateKind::App,
             TemplateKind::Elastic,
         ] {
@@ -154,6 +166,13 @@ mod tests {
             parsl.contains("PYTHON=${PYTHON:-/opt/venv/bin/python}"),
             "{parsl}"
         );
+        let snakemake = render(TemplateKind::Snakemake, &settings);
+        for line in [
+            "SNAKEMAKE=${SNAKEMAKE:-/opt/venv/bin/snakemake}",
+            "PYTHON=${PYTHON:-/opt/venv/bin/python}",
+        ] {
+            assert!(snakemake.contains(line), "{snakemake}");
+        }
     }
 
     #[test]
@@ -163,6 +182,7 @@ mod tests {
             TemplateKind::Service,
             TemplateKind::Campaign,
             TemplateKind::Parsl,
+            TemplateKind::Snakemake,
             TemplateKind::App,
             TemplateKind::Elastic,
         ] {

@@ -128,7 +128,18 @@ fn snakemake_runs_a_workflow_on_a_three_node_service_pilot() {
 
     let pilot = dir.path().join("pilot");
     let log = dir.path().join("job.log");
-    let job = sbatch(&template("service.sbatch"), 3, &[("PILOT", &pilot)], &log);
+    // Its Python workers run each job's Snakemake: the venv's Python, with the plugin.
+    let pythonpath = PathBuf::from(pythonpath());
+    let job = sbatch(
+        &template("service.sbatch"),
+        3,
+        &[
+            ("PILOT", &pilot),
+            ("PYTHON", &venv_python()),
+            ("PYTHONPATH", &pythonpath),
+        ],
+        &log,
+    );
     wait_for_agents(&pilot, 3, &log);
     let ours = workflow(dir.path(), "saker");
     let pilot_arg = pilot.display().to_string();
