@@ -8,7 +8,8 @@ run on persistent workers (``python -m saker.worker``), one per slot.
 
 from __future__ import annotations
 
-from .client import PROTOCOL, Result
+from .client import PROTOCOL
+from .results import Result
 from .errors import (
     DependencyFailed,
     PilotClosed,

@@ -10,7 +10,7 @@ import concurrent.futures
 from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:
-    from .client import Result
+    from .results import Result
 
 __all__ = [
     "SakerError",

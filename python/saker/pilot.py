@@ -38,7 +38,9 @@ from typing import (
     Union,
 )
 
-from .client import RECONNECT_FOR, Connection, Result, _error_of, _job_ids, _timestamp, normalize_options, split_options
+from .client import RECONNECT_FOR, Connection
+from .options import _job_ids, _timestamp, normalize_options, split_options
+from .results import Result, _error_of
 from .errors import PilotClosed, PilotNotFound, SakerError
 from .futures import MODE_AUTO, MODE_CALL, MODE_COMMAND, MODE_RAW, Executor, Progress, SakerFuture, map_results
 from . import serialize

@@ -348,7 +348,7 @@ def test_running_guesses_from_the_whole_status_with_an_older_pilot(idle: saker.P
         assert not future.running()
     finally:
         del connection.request
-        connection._job_counts = True
+        connection._running._job_counts = True
 
 
 def test_a_too_large_argument_is_refused_with_a_hint(pilot: saker.Pilot) -> None:
