@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::slurm::{
     allocated_nodes, cluster, job_fields, saker_bin, sbatch, slurm_agent_on, template,
-    wait_for_state,
+    wait_for_agents, wait_for_state,
 };
 use common::{assert_one_result_per_task, results};
 
@@ -87,24 +87,7 @@ fn the_service_template_takes_work_from_outside_until_shut_down() {
     let log = dir.path().join("job.log");
     let job = sbatch(&template("service.sbatch"), 2, &[("PILOT", &pilot)], &log);
 
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        let status = saker()
-            .args(["status", "--dir"])
-            .arg(&pilot)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&status.stdout).to_string();
-        if text.contains("agents    2") {
-            break text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the service pilot never had 2 agents; job log:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let status = wait_for_agents(&pilot, 2, &log);
     assert!(
         status.contains(&format!("slurm     job {job} on 2 nodes")),
         "{status}"

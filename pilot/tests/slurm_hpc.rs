@@ -10,7 +10,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::slurm::{cluster, saker_bin, sbatch, slurm_agent_on, template, wait_for_state};
+use common::slurm::{
+    cluster, saker_bin, sbatch, slurm_agent_on, template, wait_for_agents, wait_for_state,
+};
 use common::{alive, field, wait_for};
 
 fn saker() -> Command {
@@ -95,23 +97,7 @@ fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_and_rendezvous_jobs() {
     let pilot = dir.path().join("pilot");
     let log = dir.path().join("job.log");
     let job = sbatch(&template("service.sbatch"), 3, &[("PILOT", &pilot)], &log);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let status = saker()
-            .args(["status", "--dir"])
-            .arg(&pilot)
-            .output()
-            .unwrap();
-        if String::from_utf8_lossy(&status.stdout).contains("agents    3") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the pilot never had 3 agents; job log:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for_agents(&pilot, 3, &log);
 
     let mut submitted = 0;
     for (kind, launcher) in [

@@ -6,12 +6,11 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::slurm::{
-    allocated_nodes, allocation_records, cluster, elastic_args, job_fields, sbatch, template,
-    wait_for_state,
+    allocated_nodes, allocation_records, cluster, elastic_args, job_fields, repo, sbatch, template,
+    venv_python, wait_for_state,
 };
 use common::{Service, run, wait_for};
 
@@ -37,22 +36,6 @@ assert [square for _, square in answers] == [i * i for i in range(60)], answers
 with open(os.environ["NODES_OUT"], "w") as out:
     out.write("\n".join(node for node, _ in answers))
 "#;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn venv_python() -> PathBuf {
-    let python = std::env::var_os("SAKER_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".venv/bin/python"));
-    assert!(
-        python.exists(),
-        "{} is missing: scripts/test.sh makes the venv with Parsl",
-        python.display()
-    );
-    python
-}
 
 /// Parsl's apps sent to an elastic pilot that has no node (its root runs here, as on
 /// a login node): it asks Slurm for two one-node allocations, the apps run on their

@@ -10,28 +10,15 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::slurm::{allocated_nodes, cluster, saker_bin, sbatch, template, wait_for_state};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use common::slurm::{
+    allocated_nodes, cluster, repo, saker_bin, sbatch, template, venv_python, wait_for_agents,
+    wait_for_state,
+};
 
 fn plugin() -> PathBuf {
     repo().join("python/snakemake-executor-plugin-saker")
-}
-
-fn venv_python() -> PathBuf {
-    let python = std::env::var_os("SAKER_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".venv/bin/python"));
-    assert!(
-        python.exists(),
-        "{} is missing: scripts/test.sh makes the venv with Snakemake",
-        python.display()
-    );
-    python
 }
 
 /// The plugin and the client from this repository (Snakemake finds executor plugins
@@ -94,27 +81,6 @@ fn nodes_that_ran(pilot: &Path) -> BTreeSet<String> {
         .collect()
 }
 
-fn wait_for_agents(pilot: &Path, count: usize, log: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let want = format!("agents    {count}");
-    loop {
-        let status = Command::new(saker_bin())
-            .args(["status", "--dir"])
-            .arg(pilot)
-            .output()
-            .unwrap();
-        if String::from_utf8_lossy(&status.stdout).contains(&want) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the pilot never had {count} agents; job log:\n{}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 #[test]
 fn snakemake_runs_a_workflow_on_a_three_node_service_pilot() {
     if !cluster() {
@@ -163,6 +129,11 @@ fn snakemake_runs_a_workflow_on_a_three_node_service_pilot() {
         .concat(),
     );
     assert_eq!(outputs(&ours), outputs(&local));
+    // The jobs ran on the pilot's Python workers (the plugin's default job path).
+    assert!(
+        !snakemake_log.contains("takes the command path"),
+        "{snakemake_log}"
+    );
     assert!(
         snakemake_log.contains("Error in rule flaky")
             && snakemake_log.contains("Trying to restart job"),
@@ -224,6 +195,7 @@ fn the_snakemake_template_runs_a_workflow_across_its_allocation() {
     let state = wait_for_state(&job, Duration::from_secs(300), &log);
     let job_log = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(state, "COMPLETED", "job log:\n{job_log}");
+    assert!(!job_log.contains("takes the command path"), "{job_log}");
     assert_eq!(outputs(&ours), outputs(&local));
     let allocated: BTreeSet<String> = allocated_nodes(&job).into_iter().collect();
     assert_eq!(

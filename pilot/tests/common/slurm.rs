@@ -25,6 +25,48 @@ pub fn saker_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_saker")))
 }
 
+/// The repository's top directory.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The test venv's Python (with Parsl and Snakemake), or `SAKER_PYTHON`.
+pub fn venv_python() -> PathBuf {
+    let python = std::env::var_os("SAKER_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".venv/bin/python"));
+    assert!(
+        python.exists(),
+        "{} is missing: scripts/test.sh makes the venv with Parsl and Snakemake",
+        python.display()
+    );
+    python
+}
+
+/// Waits until the pilot in `pilot` counts `count` agents; returns its status text.
+/// Panics with the batch job's log after two minutes.
+pub fn wait_for_agents(pilot: &Path, count: usize, log: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let want = format!("agents    {count}");
+    loop {
+        let status = Command::new(saker_bin())
+            .args(["status", "--dir"])
+            .arg(pilot)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&status.stdout).into_owned();
+        if text.contains(&want) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pilot never had {count} agents; job log:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 pub fn template(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../sbatch-templates")
