@@ -237,9 +237,12 @@ else
   step 0 pytest pytest_package
   # The Snakemake executor plugin against Snakemake's own executor test base and our
   # fan-out/fan-in workflow (docs/snakemake.md); Snakemake finds it on PYTHONPATH.
+  # Bounded: a hung Snakemake run fails the step with every thread's stack (after
+  # 5 min in one test) instead of holding CI.
   pytest_snakemake() {
     (cd "$REPO/python/snakemake-executor-plugin-saker" &&
-      "$VENV/bin/python" -m pytest -q -p no:cacheprovider)
+      timeout -k 10 1200 "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
+        -o faulthandler_timeout=300)
   }
   step 0 pytest-snakemake pytest_snakemake
   step 0 parsl-suite bash "$REPO/scripts/parsl-suite.sh"

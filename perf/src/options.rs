@@ -78,6 +78,9 @@ pub enum Benchmark {
     /// No-op `python_app`s through Parsl with SakerExecutor, beside
     /// HighThroughputExecutor and ThreadPoolExecutor.
     Parsl,
+    /// Short rule instances through Snakemake's Saker executor plugin on an embedded
+    /// pilot, beside Snakemake's local executor on the same cores.
+    Snakemake,
     /// HPC jobs: an MPI job's launch through the agents beside the launcher's own,
     /// and the start delay of a job behind a full load of small tasks.
     Hpc,
@@ -108,7 +111,7 @@ pub enum Benchmark {
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 29] = [
+    pub const ALL: [Benchmark; 30] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -129,6 +132,7 @@ impl Benchmark {
         Benchmark::SlurmPolicies,
         Benchmark::Python,
         Benchmark::Parsl,
+        Benchmark::Snakemake,
         Benchmark::Hpc,
         Benchmark::Rust,
         Benchmark::Dags,
@@ -163,6 +167,7 @@ impl Benchmark {
             Benchmark::SlurmPolicies => "slurm-policies",
             Benchmark::Python => "python",
             Benchmark::Parsl => "parsl",
+            Benchmark::Snakemake => "snakemake",
             Benchmark::Hpc => "hpc",
             Benchmark::Rust => "rust",
             Benchmark::Dags => "dags",

@@ -1,6 +1,7 @@
 //! Rows measured by a Python script beside their Python baselines (`perf/python/`):
-//! the `saker` client against `concurrent.futures.ProcessPoolExecutor`, and Parsl
-//! with `SakerExecutor` against HighThroughputExecutor and ThreadPoolExecutor.
+//! the `saker` client against `concurrent.futures.ProcessPoolExecutor`, Parsl with
+//! `SakerExecutor` against HighThroughputExecutor and ThreadPoolExecutor, and
+//! Snakemake with the Saker executor plugin against its local executor.
 //!
 //! A script prints one JSON object per row on stdout:
 //! `{"row": NAME, "unit": "per_second" | "microseconds" | "mebibytes" | "seconds",
@@ -21,8 +22,8 @@ use super::Setup;
 use crate::options::Benchmark;
 use crate::report::{Measure, Row, Target, Unit};
 
-/// The Python that has the package's test requirements (Parsl): the repository's
-/// venv unless `SAKER_PYTHON` names another.
+/// The Python that has the package's test requirements (Parsl, Snakemake): the
+/// repository's venv unless `SAKER_PYTHON` names another.
 fn python() -> PathBuf {
     std::env::var_os("SAKER_PYTHON")
         .map(PathBuf::from)
