@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-FILES = ["README.md", "python/README.md", "docs/parsl.md", "docs/rust-api.md"]
+FILES = ["README.md", "python/README.md", "docs/parsl.md", "docs/rust-api.md", "docs/snakemake.md"]
 LANGUAGES = {"python", "rust", "sh"}
 MARKER = re.compile(r"^<!--\s*quickstart:\s*([A-Za-z0-9_-]+)\s*-->\s*$")
 FRAGMENT = re.compile(r"^<!--\s*fragment\b.*-->\s*$")
@@ -92,12 +92,15 @@ def extract(path: Path, relative: str) -> list[QuickStart]:
     return list(found.values())
 
 
-def environment(scratch: Path) -> dict[str, str]:
+def environment(scratch: Path, venv: Path) -> dict[str, str]:
     env = dict(os.environ)
     release = REPO / "target" / "release"
-    env["PATH"] = f"{release}{os.pathsep}{env.get('PATH', '')}"
+    # As after the quick starts' `pip install`s: saker, the venv's commands (snakemake)
+    # and the packages of this checkout (saker-pilot, the Snakemake plugin).
+    env["PATH"] = os.pathsep.join([str(release), str(venv / "bin"), env.get("PATH", "")])
     env.setdefault("SAKER_BIN", str(release / "saker"))
-    env["PYTHONPATH"] = str(REPO / "python")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO / "python"), str(REPO / "python" / "snakemake-executor-plugin-saker")])
     env["HOME"] = env.get("HOME", str(scratch))
     return env
 
@@ -105,7 +108,7 @@ def environment(scratch: Path) -> dict[str, str]:
 def run(quick: QuickStart, venv: Path) -> tuple[bool, str]:
     with tempfile.TemporaryDirectory(prefix=f"quickstart-{quick.name}-") as directory:
         scratch = Path(directory)
-        env = environment(scratch)
+        env = environment(scratch, venv)
         source = "".join(quick.parts)
         example = None
         if quick.language == "python":
