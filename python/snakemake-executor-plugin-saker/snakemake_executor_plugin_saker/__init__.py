@@ -206,15 +206,33 @@ common_settings = CommonSettings(
 
 
 class Executor(RemoteExecutor):
+    # The status loop's wake-up: class defaults, because RemoteExecutor starts the
+    # status thread before __post_init__ runs, and its first check (at once:
+    # init_seconds_before_status_checks=0) may come first. It once met no such
+    # attribute, died (Snakemake's handler reports to a scheduler that did not exist
+    # yet) and left the run waiting forever.
+    _loop: Optional[asyncio.AbstractEventLoop] = None
+    _event: Optional[asyncio.Event] = None
+    _wake_lock = threading.Lock()
+
+    def _wait_thread(self) -> None:
+        """Snakemake's status thread, started again should its loop ever end while
+        the run still waits for jobs (an error there is printed and, before the
+        scheduler exists, reported to nobody)."""
+        while True:
+            super()._wait_thread()
+            with self.lock:
+                if not self.wait:
+                    return
+            self.logger.warning("the Saker executor's status loop ended early; starting it again")
+            time.sleep(0.1)
+
     def __post_init__(self) -> None:
         settings: ExecutorSettings = self.workflow.executor_settings or ExecutorSettings()
         self._settings = settings
         self._ignored = {name.strip() for name in (settings.ignore_resources or "").split(",") if name.strip()}
         # Global --resources are Snakemake's own limits: not Saker's business.
         self._ignored.update(name for name in getattr(self.workflow, "global_resources", {}) or {})
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._event: Optional[asyncio.Event] = None
-        self._wake_lock = threading.Lock()
         self._log_dir = Path(".snakemake") / "saker_logs"
         self._formatting_cores: Optional[int] = None
         self._widest: Optional[Tuple[float, Optional[int]]] = None
