@@ -54,6 +54,13 @@ fn snakemake(workdir: &Path, args: &[&str]) -> String {
     log
 }
 
+/// The outputs of Snakemake's local executor (2 cores) for `config`, to compare with.
+fn local_outputs(dir: &Path, config: &[&str]) -> BTreeMap<String, Vec<u8>> {
+    let local = workflow(dir, "local");
+    snakemake(&local, &[&["--cores", "2"][..], config].concat());
+    outputs(&local)
+}
+
 /// Every output file of the workflow (data/, work/, result/) and its bytes.
 fn outputs(workdir: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut found = BTreeMap::new();
@@ -88,9 +95,7 @@ fn snakemake_runs_a_workflow_on_a_three_node_service_pilot() {
     }
     let dir = tempfile::tempdir().unwrap();
     let config = ["--retries", "1", "--config", "instances=1000"];
-
-    let local = workflow(dir.path(), "local");
-    snakemake(&local, &[&["--cores", "2"][..], &config].concat());
+    let expected = local_outputs(dir.path(), &config);
 
     let pilot = dir.path().join("pilot");
     let log = dir.path().join("job.log");
@@ -128,7 +133,7 @@ fn snakemake_runs_a_workflow_on_a_three_node_service_pilot() {
         ]
         .concat(),
     );
-    assert_eq!(outputs(&ours), outputs(&local));
+    assert_eq!(outputs(&ours), expected);
     // The jobs ran on the pilot's Python workers (the plugin's default job path).
     assert!(
         !snakemake_log.contains("takes the command path"),
@@ -167,8 +172,7 @@ fn the_snakemake_template_runs_a_workflow_across_its_allocation() {
     let dir = tempfile::tempdir().unwrap();
     // One task per rule instance here.
     let config = ["--retries", "1", "--config", "instances=20"];
-    let local = workflow(dir.path(), "local");
-    snakemake(&local, &[&["--cores", "2"][..], &config].concat());
+    let expected = local_outputs(dir.path(), &config);
 
     let ours = workflow(dir.path(), "saker");
     let pilot = dir.path().join("pilot");
@@ -196,7 +200,7 @@ fn the_snakemake_template_runs_a_workflow_across_its_allocation() {
     let job_log = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(state, "COMPLETED", "job log:\n{job_log}");
     assert!(!job_log.contains("takes the command path"), "{job_log}");
-    assert_eq!(outputs(&ours), outputs(&local));
+    assert_eq!(outputs(&ours), expected);
     let allocated: BTreeSet<String> = allocated_nodes(&job).into_iter().collect();
     assert_eq!(
         nodes_that_ran(&pilot),
