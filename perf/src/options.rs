@@ -81,6 +81,9 @@ pub enum Benchmark {
     /// Short rule instances through Snakemake's Saker executor plugin on an embedded
     /// pilot, beside Snakemake's local executor on the same cores.
     Snakemake,
+    /// A Snakemake workflow as one Slurm job (a pilot across the nodes), beside
+    /// snakemake-executor-plugin-slurm submitting one Slurm job per rule instance.
+    SnakemakeSlurm,
     /// HPC jobs: an MPI job's launch through the agents beside the launcher's own,
     /// and the start delay of a job behind a full load of small tasks.
     Hpc,
@@ -111,7 +114,7 @@ pub enum Benchmark {
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 30] = [
+    pub const ALL: [Benchmark; 31] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -133,6 +136,7 @@ impl Benchmark {
         Benchmark::Python,
         Benchmark::Parsl,
         Benchmark::Snakemake,
+        Benchmark::SnakemakeSlurm,
         Benchmark::Hpc,
         Benchmark::Rust,
         Benchmark::Dags,
@@ -168,6 +172,7 @@ impl Benchmark {
             Benchmark::Python => "python",
             Benchmark::Parsl => "parsl",
             Benchmark::Snakemake => "snakemake",
+            Benchmark::SnakemakeSlurm => "snakemake-slurm",
             Benchmark::Hpc => "hpc",
             Benchmark::Rust => "rust",
             Benchmark::Dags => "dags",

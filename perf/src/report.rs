@@ -46,6 +46,8 @@ impl Unit {
     /// `value` in this unit, for a table cell.
     pub fn format(self, value: f64) -> String {
         match self {
+            // Slow rates (a Slurm job per task) would round to 0 or 1.
+            Unit::PerSecond if value < 10.0 => format!("{value:.2}/s"),
             Unit::PerSecond => format!("{value:.0}/s"),
             Unit::Microseconds if value >= 1000.0 => format!("{:.2} ms", value / 1000.0),
             Unit::Microseconds => format!("{value:.0} µs"),
@@ -342,6 +344,7 @@ mod tests {
         assert_eq!(Unit::Microseconds.format(850.4), "850 µs");
         assert_eq!(Unit::Microseconds.format(1234.0), "1.23 ms");
         assert_eq!(Unit::PerSecond.format(5123.6), "5124/s");
+        assert_eq!(Unit::PerSecond.format(0.544), "0.54/s");
         assert_eq!(Unit::BytesPerTask.format(97.6), "98 B/task");
         assert_eq!(Unit::BytesPerTask.format(0.12), "0.1 B/task");
         assert_eq!(Unit::Seconds.format(0.0004), "0.40 ms");

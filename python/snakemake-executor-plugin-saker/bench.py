@@ -31,17 +31,36 @@ rule all:
     input: expand("out/{i}.txt", i=range(N))
 rule short:
     output: "out/{i}.txt"
-    group: "short"
     shell: "echo {wildcards.i} $(hostname) > {output}"
 '''
 
 
-def run(label: str, args: Sequence[str], instances: int, root: Path,
-        env: Optional[Dict[str, str]] = None, quiet: bool = False) -> float:
-    """Runs the workflow once in a fresh directory under ``root``; its makespan (s)."""
+def workflow(root: Path) -> Path:
+    """A fresh directory under ``root`` holding the workflow's Snakefile."""
     workdir = Path(tempfile.mkdtemp(prefix="run-", dir=root))
     (workdir / "Snakefile").write_text(SNAKEFILE)
-    argv = [sys.executable, "-m", "snakemake", "--nocolor", "--quiet", "all", *args,
+    return workdir
+
+
+def check_outputs(label: str, workdir: Path, instances: int, hosts: Optional[int] = None) -> int:
+    """The number of hosts that made the outputs in ``workdir``, which must be
+    ``instances`` files (made on ``hosts`` hosts when given)."""
+    outputs = list((workdir / "out").glob("*.txt"))
+    if len(outputs) != instances:
+        raise SystemExit(f"{label}: {len(outputs)} outputs, expected {instances} (in {workdir})")
+    made_on = {path.read_text().split()[1] for path in outputs}
+    if hosts is not None and len(made_on) != hosts:
+        raise SystemExit(f"{label}: outputs made on {sorted(made_on)}, expected {hosts} hosts")
+    return len(made_on)
+
+
+def run(label: str, args: Sequence[str], instances: int, root: Path,
+        env: Optional[Dict[str, str]] = None, quiet: bool = False,
+        python: str = sys.executable, hosts: Optional[int] = None) -> float:
+    """Runs the workflow once in a fresh directory under ``root`` with ``python``'s
+    Snakemake; its makespan (s). ``hosts``: the outputs must come from that many hosts."""
+    workdir = workflow(root)
+    argv = [python, "-m", "snakemake", "--nocolor", "--quiet", "all", *args,
             "--config", f"instances={instances}"]
     started = time.monotonic()
     done = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, env=env)
@@ -49,13 +68,10 @@ def run(label: str, args: Sequence[str], instances: int, root: Path,
     if done.returncode != 0:
         raise SystemExit(f"{label} failed (exit status {done.returncode}):\n{done.stdout[-2000:]}\n"
                          f"{done.stderr[-3000:]}\n(workflow directory {workdir})")
-    made = len(list((workdir / "out").glob("*.txt")))
-    if made != instances:
-        raise SystemExit(f"{label}: {made} outputs, expected {instances}")
-    hosts = {path.read_text().split()[1] for path in (workdir / "out").glob("*.txt")}
+    made_on = check_outputs(label, workdir, instances, hosts)
     shutil.rmtree(workdir, ignore_errors=True)
     if not quiet:
-        print(f"| {label} | {instances} | {took:.1f} s | {instances / took:.2f} | {len(hosts)} |", flush=True)
+        print(f"| {label} | {instances} | {took:.1f} s | {instances / took:.2f} | {made_on} |", flush=True)
     return took
 
 
@@ -72,7 +88,7 @@ def configurations(cores: int, instances: int, paths: Sequence[str], group: int,
     if group:
         found.append((f"saker, {paths[0] if paths else 'worker'} path, groups of {group}",
                       saker + ["--saker-job-path", paths[0] if paths else "worker",
-                               "--group-components", f"short={group}"]))
+                               "--groups", "short=short", "--group-components", f"short={group}"]))
     return found
 
 

@@ -89,6 +89,7 @@ fn unavailable(benchmark: Benchmark) -> Option<&'static str> {
         | Benchmark::SlurmThroughput
         | Benchmark::SlurmElastic
         | Benchmark::SlurmPolicies
+        | Benchmark::SnakemakeSlurm
             if !slurm::cluster_configured() =>
         {
             Some(slurm::NO_CLUSTER)
@@ -126,6 +127,7 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::SlurmPolicies => slurm_policies::run(setup),
         Benchmark::Python => python::run(setup, benchmark, "python_rows.py", &[]),
         Benchmark::Snakemake => python::run(setup, benchmark, "snakemake_rows.py", &[]),
+        Benchmark::SnakemakeSlurm => python::run(setup, benchmark, "snakemake_slurm_rows.py", &[]),
         Benchmark::Hpc => hpc::run(setup),
         Benchmark::Rust => rust_api::run(setup),
         Benchmark::Parsl => {

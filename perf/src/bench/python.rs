@@ -1,7 +1,8 @@
 //! Rows measured by a Python script beside their Python baselines (`perf/python/`):
 //! the `saker` client against `concurrent.futures.ProcessPoolExecutor`, Parsl with
 //! `SakerExecutor` against HighThroughputExecutor and ThreadPoolExecutor, and
-//! Snakemake with the Saker executor plugin against its local executor.
+//! Snakemake with the Saker executor plugin against its local executor and, on a Slurm
+//! cluster, against snakemake-executor-plugin-slurm.
 //!
 //! A script prints one JSON object per row on stdout:
 //! `{"row": NAME, "unit": "per_second" | "microseconds" | "mebibytes" | "seconds",
