@@ -54,6 +54,12 @@ class Result:
     #: When the node's agent received that dispatch (its clock); ``None`` when not
     #: known.
     received_time: Optional[str] = None
+    #: How a failed task's counted attempt failed, one word to match on (``reason`` is
+    #: for people): ``"exit"``, ``"signal"``, ``"time_limit"``, ``"out_of_memory"``,
+    #: ``"spawn"``, ``"worker_start"`` (its Python worker could not start),
+    #: ``"raised"``, ``"lost"``; ``None`` when it did not fail, or from pilots that do
+    #: not say.
+    failure: Optional[str] = None
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> "Result":
@@ -85,6 +91,7 @@ class Result:
             node_id=body.get("node_id"),
             dispatch_time=body.get("dispatch_time"),
             received_time=body.get("received_time"),
+            failure=body.get("failure"),
         )
 
     @property

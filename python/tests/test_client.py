@@ -7,6 +7,8 @@ import concurrent.futures
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, List
@@ -651,6 +653,7 @@ def test_lost_beyond_replays(pilot: saker.Pilot, tmp_path: Path) -> None:
     with pytest.raises(saker.TaskLost) as info:
         future.result(60)
     assert info.value.result.output is None
+    assert info.value.result.failure == "lost"
     assert pilot.call(remote_funcs.add, 1, 1).result(30) == 2
 
 
@@ -663,7 +666,25 @@ def test_time_limit_kills_a_hung_worker(pilot: saker.Pilot) -> None:
     assert isinstance(info.value, saker.TaskLost)
     assert "time limit" in (info.value.result.reason or "")
     assert "time limit" in str(info.value)
+    assert info.value.result.failure == "time_limit"
     assert pilot.call(remote_funcs.add, 1, 2).result(30) == 3
+
+
+@pytest.mark.parametrize("command", ["/nonexistent/python3 -m saker.worker", "{python} -I -m saker.worker"],
+                         ids=["no-program", "no-saker"])
+def test_a_worker_that_cannot_start_says_so_in_failure(saker_bin: str, tmp_path: Path, command: str) -> None:
+    # The venv's base interpreter in isolated mode: no saker package on its path.
+    base = Path(sys.base_prefix) / "bin" / "python3"
+    worker = command.format(python=base)
+    probe = subprocess.run([str(base), "-I", "-c", "import saker"], capture_output=True)
+    if sys.prefix == sys.base_prefix or probe.returncode == 0:
+        pytest.skip("needs a base Python without saker (tests run from a venv)")
+    with saker.Pilot.start(tmp_path / "pilot", slots=1, workers={"python": worker}, saker_bin=saker_bin) as broken:
+        with pytest.raises(saker.TaskLost) as info:
+            broken.call(remote_funcs.add, 1, 2).result(60)
+    result = info.value.result
+    assert result.failure == "worker_start", result
+    assert result.state == "failed"
 
 
 # ------------------------------------------------------------------------------ errors

@@ -639,8 +639,13 @@ def _unusable_worker(error: BaseException, jobrunner: Any) -> bool:
 
 
 def _worker_cannot_start(result: Any) -> bool:
-    """Whether a call was lost because its Python worker could not start at all: its
-    Python has no saker-pilot (the worker's log tail is in the reason)."""
+    """Whether a call was lost because its Python worker could not start at all (its
+    Python has no saker-pilot, its command is wrong): the result's ``failure`` says
+    ``worker_start``. A pilot older than that key says it only in its reason's text
+    (the worker's log tail), which is matched instead."""
+    failure = getattr(result, "failure", None)
+    if failure is not None:
+        return failure == "worker_start"
     reason = result.reason or ""
     return "worker ended" in reason and ("No module named 'saker'" in reason
                                          or "No module named saker" in reason)

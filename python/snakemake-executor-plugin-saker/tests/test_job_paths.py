@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -47,8 +48,8 @@ def test_failures_time_limits_and_envvars_on_each_path(tmp_path: Path, path: str
     assert not [p for p in (workdir / ".snakemake/saker_logs").rglob("*") if p.suffix in (".stdout", ".stderr")]
 
 
-@pytest.mark.parametrize("client", [True, False], ids=["without-snakemake", "without-saker"])
-def test_the_command_path_takes_over_from_workers_without_the_plugin(tmp_path: Path, client: bool) -> None:
+@pytest.mark.parametrize("client", [True, False, None], ids=["without-snakemake", "without-saker", "no-python"])
+def test_the_command_path_takes_over_from_workers_without_the_plugin(tmp_path: Path, client: Optional[bool]) -> None:
     import saker
 
     # The venv's base interpreter, with the saker client only: no Snakemake, no plugin.
@@ -64,8 +65,11 @@ def test_the_command_path_takes_over_from_workers_without_the_plugin(tmp_path: P
         'rule f:\n    output: "f{i}.txt"\n    shell: "echo {wildcards.i} > {output}"\n'
     )
     # With the client, the worker starts and cannot import Snakemake; without it, the
-    # worker itself cannot start.
+    # worker itself cannot start (the result's failure says `worker_start`), nor can
+    # one whose Python does not exist.
     worker = f"env PYTHONPATH={PYTHON_DIR if client else '/nonexistent'} {base} -m saker.worker"
+    if client is None:
+        worker = "/nonexistent/python3 -m saker.worker"
     with saker.Pilot.start(tmp_path / "pilot", slots=2, workers={"python": worker}) as pilot:
         done = snakemake(workdir, "--executor", "saker", "--jobs", "3", "--saker-pilot-dir", str(pilot.dir),
                          timeout=120)

@@ -280,11 +280,14 @@ impl SlotLimits {
         let Some(cgroup) = &self.memory else {
             return;
         };
-        // A worker killed in a call reads as lost (its pipe broke): here it is the
-        // call's own doing, not the node's.
+        // A worker killed in a call reads as lost (its pipe broke), one killed while
+        // it started as failed: here it is the call's own doing, not the node's.
         let failed = matches!(
             finished.outcome,
-            Outcome::Signaled { .. } | Outcome::Lost { .. } | Outcome::Exited { code: 1.. }
+            Outcome::Signaled { .. }
+                | Outcome::Lost { .. }
+                | Outcome::WorkerFailed { .. }
+                | Outcome::Exited { code: 1.. }
         );
         if failed && cgroup.limit_mib() > 0 && cgroup.oom_kills() > oom_kills_before {
             finished.outcome = Outcome::OutOfMemory {

@@ -196,7 +196,7 @@ impl Workers {
                 Ok(worker) => worker,
                 Err(reason) => {
                     control.end();
-                    return ended(Outcome::SpawnFailed { reason }, None);
+                    return ended(Outcome::WorkerFailed { reason }, None);
                 }
             },
         };
@@ -267,7 +267,7 @@ impl Workers {
             }
             (None, Answer::NeverReady(why)) => {
                 let reason = worker.lost(&why);
-                (Outcome::SpawnFailed { reason }, None)
+                (Outcome::WorkerFailed { reason }, None)
             }
             (None, Answer::Broken(why)) => (
                 Outcome::Lost {

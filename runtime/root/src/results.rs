@@ -41,6 +41,11 @@ pub struct ResultRecord {
     /// Why, when the exit status alone does not say (spawn failure, time limit,
     /// cancellation, lost node): human text, not for matching.
     pub reason: Option<String>,
+    /// How the counted attempt of a failed task failed, for programs to match on
+    /// (`reason` is for people); `null` for tasks that succeeded or were cancelled, and
+    /// in journals written before it was kept.
+    #[serde(default)]
+    pub failure: Option<Failure>,
     /// Attempts made, including the accepted one (0 when cancelled while queued).
     pub attempts: u32,
     /// Hostname of the node that ran the accepted attempt.
@@ -87,6 +92,46 @@ pub struct ResultRecord {
     /// other tasks.
     #[serde(default)]
     pub gang: Option<GangRecord>,
+}
+
+/// How a failed task's counted attempt failed: `failure` in results, one word each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Failure {
+    /// Exited with a non-zero status (`exit_code`).
+    Exit,
+    /// Killed by a signal (`signal`).
+    Signal,
+    /// Ran past its time limit.
+    TimeLimit,
+    /// Killed at its memory limit.
+    OutOfMemory,
+    /// Never started: program not found, bad working directory, a resource its node
+    /// cannot give, or (after it ran) a data item it did not write.
+    Spawn,
+    /// A function task's persistent worker could not be started, or ended before it
+    /// was ready: the worker's environment is at fault, not the call.
+    WorkerStart,
+    /// A function task's call raised.
+    Raised,
+    /// Lost with its agent or node, or stopped from outside Saker, with no replay left.
+    Lost,
+}
+
+impl Failure {
+    /// The word results carry.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Failure::Exit => "exit",
+            Failure::Signal => "signal",
+            Failure::TimeLimit => "time_limit",
+            Failure::OutOfMemory => "out_of_memory",
+            Failure::Spawn => "spawn",
+            Failure::WorkerStart => "worker_start",
+            Failure::Raised => "raised",
+            Failure::Lost => "lost",
+        }
+    }
 }
 
 /// Where an HPC job ran and how each of its processes ended.
@@ -498,6 +543,7 @@ pub(crate) fn sample_record(task: u64) -> ResultRecord {
         exit_code: Some(0),
         signal: None,
         reason: None,
+        failure: None,
         attempts: 1,
         node: Some("node001".to_owned()),
         node_id: Some(1),
@@ -576,8 +622,24 @@ mod tests {
         assert!(object["signal"].is_null() && object["stdout_path"].is_null());
         assert!(object["output"].is_null(), "a command has no output");
         assert!(object["gang"].is_null(), "not an HPC job");
-        assert_eq!(object.as_object().unwrap().len(), 25);
+        assert!(object["failure"].is_null(), "it succeeded");
+        assert_eq!(object.as_object().unwrap().len(), 26);
         assert_eq!(serde_json::from_str::<ResultRecord>(&text).unwrap(), record);
+    }
+
+    /// A journal written before results said how a task failed still reads.
+    #[test]
+    fn a_record_without_failure_reads_as_none() {
+        let mut failed = sample(7);
+        failed.state = TerminalState::Failed;
+        failed.exit_code = Some(2);
+        failed.failure = Some(Failure::Exit);
+        let mut object = serde_json::to_value(&failed).unwrap();
+        assert_eq!(object["failure"], "exit");
+        object.as_object_mut().unwrap().remove("failure");
+        let read: ResultRecord = serde_json::from_value(object).unwrap();
+        assert_eq!(read.failure, None);
+        assert_eq!(read.exit_code, Some(2));
     }
 
     #[test]

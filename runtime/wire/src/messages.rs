@@ -35,7 +35,8 @@ pub use saker_core::{
 /// `Outcome::OutOfMemory`; data items: `JobDef::reads`/`writes`, `ItemsWritten`,
 /// `ItemRead` and `ItemData` both ways.
 /// 10: `TaskResult::received_unix_us`.
-pub const PROTOCOL_VERSION: u32 = 10;
+/// 11: `Outcome::WorkerFailed`.
+pub const PROTOCOL_VERSION: u32 = 11;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
@@ -555,6 +556,13 @@ pub enum Outcome {
     /// `message` is the worker's one line about it; the exception is in the body.
     Raised {
         message: String,
+    },
+    /// A function task's persistent worker could not be started, or ended before it
+    /// was ready (its Python lacks the `saker` package, its command is wrong): the
+    /// task's own failure, like `SpawnFailed`, but one that says the worker's
+    /// environment, not the call, is at fault.
+    WorkerFailed {
+        reason: String,
     },
 }
 

@@ -52,6 +52,7 @@ fn result(task: u64, job: u32, node: u32, start: f64, end: f64, state: TerminalS
         }),
         signal: None,
         reason: None,
+        failure: (state == TerminalState::Failed).then_some(saker_root::results::Failure::Exit),
         attempts: 1,
         node: Some("same-host".to_owned()),
         node_id: Some(node),

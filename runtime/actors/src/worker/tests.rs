@@ -240,12 +240,12 @@ fn a_worker_that_cannot_start_fails_the_attempt_with_its_last_words() {
         &[("missing", "/nonexistent/worker --flag")],
     );
     let finished = f.call("return 1", None);
-    let Outcome::SpawnFailed { reason } = &finished.outcome else {
+    let Outcome::WorkerFailed { reason } = &finished.outcome else {
         panic!("{:?}", finished.outcome);
     };
     assert!(reason.contains("no module named numpy"), "{reason}");
     let missing = f.call_kind("missing", "return 1", None);
-    let Outcome::SpawnFailed { reason } = &missing.outcome else {
+    let Outcome::WorkerFailed { reason } = &missing.outcome else {
         panic!("{:?}", missing.outcome);
     };
     assert!(
@@ -253,7 +253,7 @@ fn a_worker_that_cannot_start_fails_the_attempt_with_its_last_words() {
         "{reason}"
     );
     let unknown = f.call_kind("unset-kind", "return 1", None);
-    let Outcome::SpawnFailed { reason } = &unknown.outcome else {
+    let Outcome::WorkerFailed { reason } = &unknown.outcome else {
         panic!("{:?}", unknown.outcome);
     };
     assert!(reason.contains("SAKER_WORKER_UNSET_KIND"), "{reason}");

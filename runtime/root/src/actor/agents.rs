@@ -13,7 +13,7 @@ use super::results::Detail;
 use super::state::{NodeEntry, RootState};
 use crate::attempts::{AttemptEnd, AttemptNote};
 use crate::records::Record;
-use crate::results::{Timestamp, lossy_text};
+use crate::results::{Failure, Timestamp, lossy_text};
 
 impl RootState {
     /// A child linked as `node`: an older link of the same node leads to a stale
@@ -344,6 +344,7 @@ impl RootState {
                 | ArchivedOutcome::TimedOut
                 | ArchivedOutcome::OutOfMemory { .. }
                 | ArchivedOutcome::SpawnFailed { .. }
+                | ArchivedOutcome::WorkerFailed { .. }
                 | ArchivedOutcome::Raised { .. } => AttemptOutcome::Failed,
                 ArchivedOutcome::Lost { .. } => AttemptOutcome::Lost,
                 ArchivedOutcome::Cancelled => AttemptOutcome::Cancelled,
@@ -443,11 +444,32 @@ fn describe(outcome: &ArchivedOutcome) -> (Option<i32>, Option<i32>, Option<Stri
         ArchivedOutcome::OutOfMemory { limit_mib } => {
             (None, Some(9), Some(out_of_memory(limit_mib.to_native())))
         }
-        ArchivedOutcome::SpawnFailed { reason } => (None, None, Some(reason.as_str().to_owned())),
+        ArchivedOutcome::SpawnFailed { reason } | ArchivedOutcome::WorkerFailed { reason } => {
+            (None, None, Some(reason.as_str().to_owned()))
+        }
         ArchivedOutcome::Lost { reason } => (None, None, Some(format!("lost: {reason}"))),
         ArchivedOutcome::Cancelled => (None, None, Some("stopped by its agent".into())),
         ArchivedOutcome::Raised { message } => (None, None, Some(format!("raised: {message}"))),
     }
+}
+
+/// How an attempt that ended so failed, for the result's `failure` (`None`: it did not).
+fn failure_of(outcome: &ArchivedOutcome) -> Option<Failure> {
+    Some(match outcome {
+        ArchivedOutcome::Exited { code } if code.to_native() == 0 => return None,
+        ArchivedOutcome::Exited { .. } => Failure::Exit,
+        ArchivedOutcome::Signaled { signal } if stopped_from_outside(signal.to_native()) => {
+            Failure::Lost
+        }
+        ArchivedOutcome::Signaled { .. } => Failure::Signal,
+        ArchivedOutcome::TimedOut => Failure::TimeLimit,
+        ArchivedOutcome::OutOfMemory { .. } => Failure::OutOfMemory,
+        ArchivedOutcome::SpawnFailed { .. } => Failure::Spawn,
+        ArchivedOutcome::WorkerFailed { .. } => Failure::WorkerStart,
+        ArchivedOutcome::Raised { .. } => Failure::Raised,
+        ArchivedOutcome::Lost { .. } => Failure::Lost,
+        ArchivedOutcome::Cancelled => return None,
+    })
 }
 
 /// The reason of an attempt killed at its memory limit.
@@ -498,6 +520,7 @@ impl Detail {
             exit_code,
             signal,
             reason,
+            failure: failure_of(&result.outcome),
             stdout,
             stderr,
             stdout_path,

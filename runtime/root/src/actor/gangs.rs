@@ -20,7 +20,7 @@ use saker_wire::messages::{
 
 use super::ctx::Ctx;
 use super::results::{Detail, Results};
-use crate::results::{GangRecord, ProcessRecord, lossy_text};
+use crate::results::{Failure, GangRecord, ProcessRecord, lossy_text};
 
 /// Ports for rendezvous start here; a gang's is this plus its attempt id modulo
 /// [`PORT_SPAN`], so gangs running at the same time get different ones.
@@ -255,6 +255,7 @@ impl GangRuns {
             exit_code,
             signal,
             reason,
+            failure: failure_of_owned(&outcome),
             stdout: stdout.map(|o| lossy_text(&o.inline)).unwrap_or_default(),
             stderr: stderr.map(|o| lossy_text(&o.inline)).unwrap_or_default(),
             stdout_path: stdout.and_then(|o| o.spill_path.clone()),
@@ -356,9 +357,26 @@ fn describe_owned(outcome: &Outcome) -> (Option<i32>, Option<i32>, Option<String
             Some(9),
             Some(super::agents::out_of_memory(*limit_mib)),
         ),
-        Outcome::SpawnFailed { reason } => (None, None, Some(reason.clone())),
+        Outcome::SpawnFailed { reason } | Outcome::WorkerFailed { reason } => {
+            (None, None, Some(reason.clone()))
+        }
         Outcome::Lost { reason } => (None, None, Some(format!("lost: {reason}"))),
         Outcome::Cancelled => (None, None, Some("stopped".into())),
         Outcome::Raised { message } => (None, None, Some(format!("raised: {message}"))),
     }
+}
+
+/// How an HPC job that ended with `outcome` failed (`None`: it did not).
+fn failure_of_owned(outcome: &Outcome) -> Option<Failure> {
+    Some(match outcome {
+        Outcome::Exited { code: 0 } | Outcome::Cancelled => return None,
+        Outcome::Exited { .. } => Failure::Exit,
+        Outcome::Signaled { .. } => Failure::Signal,
+        Outcome::TimedOut => Failure::TimeLimit,
+        Outcome::OutOfMemory { .. } => Failure::OutOfMemory,
+        Outcome::SpawnFailed { .. } => Failure::Spawn,
+        Outcome::WorkerFailed { .. } => Failure::WorkerStart,
+        Outcome::Raised { .. } => Failure::Raised,
+        Outcome::Lost { .. } => Failure::Lost,
+    })
 }

@@ -17,7 +17,7 @@ use super::submissions::Submissions;
 use crate::attempts::{AttemptEnd, AttemptNote};
 use crate::client::{Reply, WaitReport};
 use crate::records::Record;
-use crate::results::{JobId, ResultRecord, TerminalState, Timestamp};
+use crate::results::{Failure, JobId, ResultRecord, TerminalState, Timestamp};
 
 /// Results that must have ended since the last time before a pilot that has gone idle
 /// gives its freed memory back: enough that a burst's queue was worth returning, few
@@ -95,6 +95,8 @@ pub(super) struct Detail {
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub reason: Option<String>,
+    /// How it failed, when it did (see [`Failure`]).
+    pub failure: Option<Failure>,
     pub stdout: String,
     pub stderr: String,
     pub stdout_path: Option<String>,
@@ -281,6 +283,7 @@ impl Results {
             exit_code: None,
             signal: None,
             reason: None,
+            failure: None,
             attempts,
             node: None,
             node_id: None,
@@ -312,6 +315,7 @@ impl Results {
                 record.exit_code = detail.exit_code;
                 record.signal = detail.signal;
                 record.reason = detail.reason;
+                record.failure = detail.failure.filter(|_| state == TerminalState::Failed);
                 record.stdout = detail.stdout;
                 record.stderr = detail.stderr;
                 record.stdout_path = detail.stdout_path;
@@ -330,6 +334,7 @@ impl Results {
             None => match record.history.pop() {
                 Some(last) if last.end == AttemptEnd::Lost => {
                     record.reason = Some(format!("{}; no replays left", last.reason));
+                    record.failure = Some(Failure::Lost);
                     record.node = last.node;
                     record.start_time = last.start_time;
                     record.end_time = last.end_time;

@@ -25,6 +25,7 @@ mod compaction;
 mod dependencies;
 mod disk_full;
 mod elastic;
+mod failures;
 mod history;
 mod losses;
 mod owners;

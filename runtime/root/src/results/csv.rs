@@ -12,7 +12,7 @@ use std::io::{self, Write};
 use super::ResultRecord;
 
 /// The columns, in order.
-pub const CSV_COLUMNS: [&str; 22] = [
+pub const CSV_COLUMNS: [&str; 23] = [
     "task",
     "job",
     "index",
@@ -20,6 +20,7 @@ pub const CSV_COLUMNS: [&str; 22] = [
     "exit_code",
     "signal",
     "reason",
+    "failure",
     "attempts",
     "node",
     "node_id",
@@ -85,7 +86,7 @@ fn io_error(error: ::csv::Error) -> io::Error {
 
 /// A row's cells, borrowing the record's text (a stream may carry millions of
 /// rows with their output).
-fn cells(record: &ResultRecord) -> [Cow<'_, str>; 22] {
+fn cells(record: &ResultRecord) -> [Cow<'_, str>; 23] {
     let owned = |value: Option<String>| Cow::Owned(value.unwrap_or_default());
     let seconds = |micros: u64| format!("{:.6}", micros as f64 / 1e6);
     let wait = record.start_time.map(|start| {
@@ -106,6 +107,12 @@ fn cells(record: &ResultRecord) -> [Cow<'_, str>; 22] {
         owned(record.exit_code.map(|code| code.to_string())),
         owned(record.signal.map(|signal| signal.to_string())),
         text(&record.reason),
+        Cow::Borrowed(
+            record
+                .failure
+                .map(|failure| failure.as_str())
+                .unwrap_or_default(),
+        ),
         Cow::Owned(record.attempts.to_string()),
         text(&record.node),
         owned(record.node_id.map(|node| node.to_string())),

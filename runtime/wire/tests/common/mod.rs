@@ -338,6 +338,15 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
                     body: ResultBody::Function { output: None },
                     ..task_result(10, Outcome::TimedOut)
                 },
+                TaskResult {
+                    body: ResultBody::Function { output: None },
+                    ..task_result(
+                        11,
+                        Outcome::WorkerFailed {
+                            reason: "worker ended: No module named 'saker'".to_owned(),
+                        },
+                    )
+                },
             ],
         }),
         FromAgent::Report(Report {

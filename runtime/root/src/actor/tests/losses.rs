@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::attempts::AttemptEnd;
-use crate::results::{ResultRecord, TerminalState};
+use crate::results::{Failure, ResultRecord, TerminalState};
 
 fn signaled(task: u64, attempt: u64, signal: i32) -> TaskResult {
     TaskResult {
@@ -105,6 +105,7 @@ async fn a_task_killed_by_a_stop_signal_from_outside_is_replayed_not_failed() {
         (killed, TerminalState::Failed, Some(9)),
         "SIGKILL is the task's own failure"
     );
+    assert_eq!(results[0].failure, Some(Failure::Signal));
     let note = records
         .iter()
         .find_map(|r| match r {
@@ -132,6 +133,7 @@ async fn a_task_killed_by_a_stop_signal_from_outside_is_replayed_not_failed() {
         reason.contains("SIGTERM") && reason.ends_with("no replays left"),
         "{reason}"
     );
+    assert_eq!(result.failure, Some(Failure::Lost));
     assert_eq!(h.status().failed, 2);
 }
 

@@ -21,6 +21,7 @@ fn detail(node: u32, code: i32) -> Detail {
         exit_code: Some(code),
         signal: None,
         reason: None,
+        failure: (code != 0).then_some(crate::results::Failure::Exit),
         stdout: format!("exit {code}\n"),
         stderr: String::new(),
         stdout_path: None,
