@@ -72,11 +72,7 @@ def main() -> int:
     saker = statistics.median(took["saker"])
     local = statistics.median(took["local"])
     if args.table:
-        print(f"{'executor':10} {'makespan':>10} {'jobs/s':>8}  runs")
-        for name in configs:
-            median = statistics.median(took[name])
-            print(f"{name:10} {median:>8.1f} s {instances / median:>8.2f}  "
-                  + ", ".join(f"{value:.1f}" for value in took[name]))
+        bench.print_makespans(took, instances)
         return 0
     baseline = f"local executor, --cores {args.cores}"
     row(f"snakemake: {instances} short rules, jobs/s", "per_second", instances / saker,

@@ -180,11 +180,7 @@ def main() -> int:
     saker = statistics.median(took["saker"])
     plugin = statistics.median(took["plugin"])
     if args.table:
-        print(f"{'executor':10} {'makespan':>10} {'jobs/s':>8}  runs")
-        for name, values in took.items():
-            median = statistics.median(values)
-            print(f"{name:10} {median:>8.1f} s {instances / median:>8.2f}  "
-                  + ", ".join(f"{value:.1f}" for value in values))
+        bench.print_makespans(took, instances)
         return 0
     baseline = (f"snakemake-executor-plugin-slurm, one job per rule, status every "
                 f"{args.plugin_status_seconds} s")

@@ -75,6 +75,15 @@ def run(label: str, args: Sequence[str], instances: int, root: Path,
     return took
 
 
+def print_makespans(took: Dict[str, List[float]], instances: int) -> None:
+    """A table of each executor's median makespan, its jobs/s and every run."""
+    print(f"{'executor':10} {'makespan':>10} {'jobs/s':>8}  runs")
+    for name, values in took.items():
+        median = statistics.median(values)
+        print(f"{name:10} {median:>8.1f} s {instances / median:>8.2f}  "
+              + ", ".join(f"{value:.1f}" for value in values))
+
+
 def configurations(cores: int, instances: int, paths: Sequence[str], group: int,
                    pilot_dir: Optional[str], skip_local: bool) -> List[Tuple[str, List[str]]]:
     """(label, snakemake arguments) of each configuration, in the order they run."""

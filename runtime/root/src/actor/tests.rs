@@ -405,6 +405,17 @@ impl Harness {
     }
 }
 
+/// The result records among `records`.
+fn results_of(records: &[Record]) -> Vec<Arc<crate::results::ResultRecord>> {
+    records
+        .iter()
+        .filter_map(|record| match record {
+            Record::Result(result) => Some(result.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 fn array(argv: &[&str], indices: &str) -> JobRequest {
     JobRequest {
         spec: TaskSpec::new(argv.iter().map(|a| (*a).to_owned()).collect()),

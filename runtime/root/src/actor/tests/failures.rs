@@ -2,7 +2,7 @@
 //! that programs can tell them apart without matching the human `reason`.
 
 use super::*;
-use crate::results::{Failure, ResultRecord};
+use crate::results::Failure;
 
 #[tokio::test]
 async fn each_way_an_attempt_fails_gives_its_result_a_failure_word() {
@@ -66,14 +66,7 @@ async fn each_way_an_attempt_fails_gives_its_result_a_failure_word() {
         })
         .collect();
     h.report(1, 0, &dispatched, results);
-    let records: Vec<Arc<ResultRecord>> = h
-        .journal_durable()
-        .into_iter()
-        .filter_map(|record| match record {
-            Record::Result(result) => Some(result),
-            _ => None,
-        })
-        .collect();
+    let records = results_of(&h.journal_durable());
     assert_eq!(records.len(), cases.len(), "{records:?}");
     for ((outcome, failure, word), &(task, _)) in cases.iter().zip(&dispatched) {
         let record = records
@@ -104,14 +97,7 @@ async fn a_task_lost_with_its_node_and_no_replay_left_fails_as_lost() {
         link: LinkId(1),
         reason: "the link failed: heard nothing for 2s (no heartbeat)".into(),
     });
-    let results: Vec<Arc<ResultRecord>> = h
-        .journal_durable()
-        .into_iter()
-        .filter_map(|record| match record {
-            Record::Result(result) => Some(result),
-            _ => None,
-        })
-        .collect();
+    let results = results_of(&h.journal_durable());
     assert_eq!(results.len(), 1, "{results:?}");
     assert_eq!(results[0].state, crate::results::TerminalState::Failed);
     assert_eq!(results[0].failure, Some(Failure::Lost), "{:?}", results[0]);

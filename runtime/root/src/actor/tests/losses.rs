@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::attempts::AttemptEnd;
-use crate::results::{Failure, ResultRecord, TerminalState};
+use crate::results::{Failure, TerminalState};
 
 fn signaled(task: u64, attempt: u64, signal: i32) -> TaskResult {
     TaskResult {
@@ -17,16 +17,6 @@ fn cancelled(task: u64, attempt: u64) -> TaskResult {
         outcome: Outcome::Cancelled,
         ..exited(task, attempt, 0)
     }
-}
-
-fn results_of(records: &[Record]) -> Vec<Arc<ResultRecord>> {
-    records
-        .iter()
-        .filter_map(|record| match record {
-            Record::Result(result) => Some(result.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// A new link for node `node`, as an agent that reattached opens it.
