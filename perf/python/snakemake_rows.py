@@ -23,12 +23,11 @@ import argparse
 import os
 import pathlib
 import shutil
-import statistics
 import sys
 import tempfile
 from typing import Dict, List
 
-from rows import row
+from rows import makespan_rows
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PLUGIN = REPO / "python" / "snakemake-executor-plugin-saker"
@@ -69,15 +68,11 @@ def main() -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
-    saker = statistics.median(took["saker"])
-    local = statistics.median(took["local"])
     if args.table:
         bench.print_makespans(took, instances)
         return 0
-    baseline = f"local executor, --cores {args.cores}"
-    row(f"snakemake: {instances} short rules, jobs/s", "per_second", instances / saker,
-        instances / local, baseline)
-    row(f"snakemake: {instances} short rules, makespan", "seconds", saker, local, baseline)
+    makespan_rows(f"snakemake: {instances} short rules", instances, took["saker"], took["local"],
+                  f"local executor, --cores {args.cores}")
     return 0
 
 

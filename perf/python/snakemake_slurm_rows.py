@@ -36,14 +36,13 @@ import argparse
 import os
 import pathlib
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from typing import Dict, List
 
-from rows import row
+from rows import makespan_rows
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PLUGIN = REPO / "python" / "snakemake-executor-plugin-saker"
@@ -177,16 +176,13 @@ def main() -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
-    saker = statistics.median(took["saker"])
-    plugin = statistics.median(took["plugin"])
     if args.table:
         bench.print_makespans(took, instances)
         return 0
-    baseline = (f"snakemake-executor-plugin-slurm, one job per rule, status every "
-                f"{args.plugin_status_seconds} s")
-    name = f"snakemake on slurm: {instances} short rules on {nodes} nodes"
-    row(f"{name}, jobs/s", "per_second", instances / saker, instances / plugin, baseline)
-    row(f"{name}, makespan", "seconds", saker, plugin, baseline)
+    makespan_rows(f"snakemake on slurm: {instances} short rules on {nodes} nodes", instances,
+                  took["saker"], took["plugin"],
+                  f"snakemake-executor-plugin-slurm, one job per rule, status every "
+                  f"{args.plugin_status_seconds} s")
     return 0
 
 
