@@ -20,6 +20,10 @@ use crate::records::Record;
 use crate::results::{JobId, TaskId, TerminalState};
 use crate::spec::{ArraySpec, JobRequest};
 
+mod run;
+
+pub use run::{CompactionDone, CompactionError, run_compaction};
+
 /// Which results of done jobs a compaction keeps (`--keep-results`). Results of jobs
 /// with a task not yet finished are always kept.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -5,34 +5,15 @@
 //! channel the root pushes to), so a slow reader slows only itself.
 
 use super::journal::AfterJournal;
+use super::placed::Caller;
+use super::replies::{disk_full, error, shutting_down};
 use super::state::RootState;
 use crate::client::{
-    CancelReport, ClientRequest, ErrorKind, Reply, RequestError, SubmitReply, SubmitWait,
-    SubmittedLines,
+    CancelReport, ClientRequest, ErrorKind, Reply, SubmitReply, SubmitWait, SubmittedLines,
 };
 use crate::records::Record;
 use crate::results::JobId;
 use crate::spec::{JobLines, JobRequest};
-
-/// Inline output kept per stream when a request does not say.
-pub const DEFAULT_INLINE_OUTPUT: u32 = 4096;
-
-pub(super) fn error(kind: ErrorKind, message: impl Into<String>) -> RequestError {
-    RequestError::new(kind, message)
-}
-
-fn shutting_down() -> RequestError {
-    error(ErrorKind::Unavailable, "the pilot is shutting down")
-}
-
-/// What a request the journal must record first is told while it cannot.
-pub(super) fn disk_full() -> RequestError {
-    error(
-        ErrorKind::DiskFull,
-        "disk full: the pilot's journal cannot be written, so nothing was submitted or changed; \
-         running tasks go on and their results are kept until there is space; try again then",
-    )
-}
 
 impl RootState {
     pub(super) fn on_client(&mut self, request: ClientRequest) {
@@ -42,28 +23,14 @@ impl RootState {
             ClientRequest::Status { jobs, reply } => {
                 let _ = reply.send(self.answer_status(jobs));
             }
-            ClientRequest::Wait { jobs, reply } => {
-                if let Some(unknown) = jobs
-                    .iter()
-                    .flatten()
-                    .find(|j| !self.submissions.jobs.contains_key(j))
-                {
-                    let message = format!("unknown job {unknown}");
-                    let _ = reply.send(Err(error(ErrorKind::UnknownJob, message)));
-                    return;
-                }
-
-                let waiter = super::results::Waiter { jobs, reply };
-                self.results.log.waiters.push(waiter);
-                self.results.check_waiters(&self.submissions);
-            }
+            ClientRequest::Wait { jobs, reply } => self.submissions.wait(jobs, reply),
             ClientRequest::Cancel { jobs, reply } => self.on_cancel(jobs, reply),
             ClientRequest::Results { from, follow, sink } => {
                 self.results.on_results(&self.ctx, from, follow, sink)
             }
             ClientRequest::Result { task, reply } => {
-                self.results
-                    .on_result(&self.ctx, &self.upkeep.compaction.keep, task, reply)
+                let keep = self.upkeep.compaction.keep();
+                self.results.on_result(&self.ctx, &keep, task, reply)
             }
             ClientRequest::Provisioning { pause, reply } => {
                 let answer = match self.upkeep.elastic.as_mut() {
@@ -92,11 +59,17 @@ impl RootState {
                 jobs,
                 update,
                 reply,
-            } => self
-                .submissions
-                .on_update(&mut self.ctx, jobs, update, reply),
+            } => {
+                let redefined = self
+                    .submissions
+                    .on_update(&mut self.ctx, jobs, update, reply);
+                for def in redefined {
+                    self.nodes.redefine(&mut self.ctx, &def);
+                }
+            }
             ClientRequest::ActorSpawn { spawn, reply } => {
-                self.actors.on_actor_spawn(&mut self.ctx, spawn, reply)
+                self.actors
+                    .on_actor_spawn(&mut self.ctx, &self.nodes, spawn, reply)
             }
             ClientRequest::ActorCall {
                 actor,
@@ -105,13 +78,15 @@ impl RootState {
                 reply,
             } => self.actors.on_actor_call(
                 &mut self.ctx,
+                &self.nodes,
                 actor,
                 data,
                 cast,
-                super::placed::Caller::Client(reply),
+                Caller::Client(reply),
             ),
             ClientRequest::ActorStop { actor, reply } => {
-                self.actors.on_actor_stop(&mut self.ctx, actor, reply)
+                self.actors
+                    .on_actor_stop(&mut self.ctx, &self.nodes, actor, reply)
             }
         }
     }
@@ -130,7 +105,11 @@ impl RootState {
             let _ = reply.send(Err(disk_full()));
             return;
         }
-        let accepted = match self.submissions.submit(&mut self.ctx, requests, wait) {
+        let offered = self.nodes.offered();
+        let accepted = match self
+            .submissions
+            .submit(&mut self.ctx, offered, requests, wait)
+        {
             Ok(accepted) => accepted,
             Err(refused) => {
                 let _ = reply.send(Err(refused));
@@ -151,24 +130,8 @@ impl RootState {
             // dropped answer tells the client.
             Some(wait) => {
                 self.ctx.append(accepted.records, AfterJournal::Nothing);
-                self.results.log.submit_waiters.add(jobs, wait, reply);
+                self.results.wait_for_submitted(jobs, wait, reply);
             }
-        }
-    }
-
-    /// What a new job means beside its entry: the data items it reads, a schedule.
-    pub(super) fn note_submitted(&mut self, record: &Record) {
-        if let Record::Submit {
-            job,
-            request,
-            submitted_unix_us,
-            ..
-        } = record
-        {
-            self.items
-                .note_reads(&mut self.ctx, *job, &request.spec.reads);
-            self.schedules
-                .start_schedule(*job, request, *submitted_unix_us);
         }
     }
 
@@ -181,7 +144,8 @@ impl RootState {
             let _ = reply.send(Err(disk_full()));
             return;
         }
-        match self.submissions.submit_lines(&mut self.ctx, lines) {
+        let offered = self.nodes.offered();
+        match self.submissions.submit_lines(&mut self.ctx, offered, lines) {
             Ok((submitted, record)) => self.ctx.append(
                 vec![record],
                 AfterJournal::AcknowledgeLines { reply, submitted },
@@ -193,7 +157,7 @@ impl RootState {
     }
 
     fn on_cancel(&mut self, jobs: Vec<JobId>, reply: Reply<CancelReport>) {
-        if let Some(unknown) = jobs.iter().find(|j| !self.submissions.jobs.contains_key(j)) {
+        if let Some(unknown) = jobs.iter().find(|j| !self.submissions.contains(**j)) {
             let _ = reply.send(Err(error(
                 ErrorKind::UnknownJob,
                 format!("unknown job {unknown}"),
@@ -215,14 +179,5 @@ impl RootState {
         }
         self.ctx.append(records, AfterJournal::Nothing);
         let _ = reply.send(Ok(CancelReport { cancelled }));
-    }
-
-    pub(super) fn on_shutdown(&mut self) {
-        self.ctx.pilot.shutting_down = true;
-        self.cancel_pending_allocations();
-        self.ctx.port.shutdown_requested();
-        self.broadcast_shutdown();
-        // Dropping the live senders ends follow streams with `end`.
-        self.results.log.followers.clear();
     }
 }

@@ -14,13 +14,15 @@ use std::collections::HashMap;
 
 use saker_core::{AttemptId, AttemptOutcome, NodeId, TaskId};
 use saker_wire::messages::{
-    Assignment, Dispatch, GangLaunch, GangLaunchEnded, GangPart, LauncherKind, MpiKind, Outcome,
-    ProcessEnd, ResultBody, TaskResult, ToAgent,
+    GangLaunch, GangLaunchEnded, GangPart, Hpc, LauncherKind, MpiKind, Outcome, ProcessEnd,
+    ResultBody, TaskResult, ToAgent,
 };
 
 use super::ctx::Ctx;
-use super::results::{Detail, Results};
-use crate::results::{Failure, GangRecord, ProcessRecord, lossy_text};
+use super::nodes::Nodes;
+use super::outcomes::{describe_owned, failure_of_owned};
+use super::results::Detail;
+use crate::results::{GangRecord, ProcessRecord, lossy_text};
 
 /// Ports for rendezvous start here; a gang's is this plus its attempt id modulo
 /// [`PORT_SPAN`], so gangs running at the same time get different ones.
@@ -45,6 +47,16 @@ pub(super) struct GangRun {
     stopped: bool,
 }
 
+/// A gang attempt whose every part is in: what the core and the task's record hear.
+#[derive(Debug)]
+pub(super) struct Settled {
+    pub task: TaskId,
+    pub attempt: AttemptId,
+    pub outcome: AttemptOutcome,
+    pub detail: Detail,
+    pub note: crate::attempts::AttemptNote,
+}
+
 /// Gang attempts in flight, by attempt.
 #[derive(Debug, Default)]
 pub(super) struct GangRuns {
@@ -59,73 +71,42 @@ impl GangRuns {
 }
 
 impl GangRuns {
-    /// Sends each member of a gang dispatch its part.
-    pub(super) fn send_gang(
+    /// A gang attempt of `task` starts on `members` (hosts `hosts`, the leader
+    /// first), running a job laid out as `hpc`: each member's part, in order.
+    pub(super) fn start(
         &mut self,
-        ctx: &mut Ctx,
-        table: &mut super::jobs::JobTable,
-        dispatch: saker_core::Dispatch,
-    ) {
-        let Some(&assignment) = dispatch.assignments.first() else {
-            return;
-        };
-        let (Some(job), Some(def)) = (table.get(&assignment.job), table.def(assignment.job)) else {
-            return;
-        };
-        let index = job.array_index(assignment.index).unwrap_or(0);
-        let hosts: Vec<String> = dispatch
-            .members
-            .iter()
-            .map(|node| ctx.hostname_of(*node))
+        task: TaskId,
+        attempt: AttemptId,
+        members: Vec<NodeId>,
+        hosts: Vec<String>,
+        hpc: Option<Hpc>,
+    ) -> Vec<GangPart> {
+        let port = PORT_BASE + (attempt.0 % PORT_SPAN) as u16;
+        let parts = (0..members.len())
+            .map(|member| GangPart {
+                member: member as u32,
+                nodes: members.clone(),
+                hosts: hosts.clone(),
+                port,
+            })
             .collect();
-        let port = PORT_BASE + (assignment.attempt.0 % PORT_SPAN) as u16;
-        for (member, node_id) in dispatch.members.iter().enumerate() {
-            let Some(node) = ctx.nodes.get_mut(node_id) else {
-                continue;
-            };
-            let mut jobs = Vec::new();
-            if node.known_jobs.insert(assignment.job) {
-                jobs.push(std::sync::Arc::clone(&def));
-                if let Some(entry) = table.get_mut(&assignment.job) {
-                    entry.known_by.push(*node_id);
-                }
-            }
-            node.running += 1;
-            let message = ToAgent::Dispatch(Dispatch {
-                jobs,
-                tasks: vec![Assignment {
-                    task: assignment.task,
-                    attempt: assignment.attempt,
-                    job: assignment.job,
-                    index,
-                }],
-                forget: std::mem::take(&mut node.forget),
-                gang: Some(GangPart {
-                    member: member as u32,
-                    nodes: dispatch.members.clone(),
-                    hosts: hosts.clone(),
-                    port,
-                }),
-            });
-            let link = node.link;
-            ctx.send_to(link, *node_id, &message);
-        }
-        let count = dispatch.members.len();
+        let count = members.len();
         self.runs.insert(
-            assignment.attempt,
+            attempt,
             GangRun {
-                task: assignment.task,
-                members: dispatch.members,
+                task,
+                members,
                 hosts,
                 parts: vec![None; count],
                 first_failure: None,
-                launched: def.hpc.is_some_and(|hpc| {
+                launched: hpc.is_some_and(|hpc| {
                     hpc.mpi != MpiKind::None || hpc.launcher == LauncherKind::Srun
                 }),
-                ranks: def.hpc.map_or(0, |hpc| hpc.ranks),
+                ranks: hpc.map_or(0, |hpc| hpc.ranks),
                 stopped: false,
             },
         );
+        parts
     }
 
     /// Forgets the runs of gang attempts the core no longer counts live (a member
@@ -136,24 +117,21 @@ impl GangRuns {
             .retain(|attempt, _| core.gang_members(*attempt).is_some());
     }
 
-    /// A part result from `node`; false if `result` is not of a gang in flight (it
-    /// then takes the ordinary path, where a stale one is a duplicate).
+    /// A part result from `node` of a gang in flight: once every member's part is
+    /// in, the job's one outcome, for the core.
     pub(super) fn on_part_result(
         &mut self,
         ctx: &mut Ctx,
-        results: &mut Results,
+        nodes: &Nodes,
         node: NodeId,
         result: TaskResult,
-    ) -> bool {
+    ) -> Option<Settled> {
         let attempt = result.attempt;
-        let Some(run) = self.runs.get_mut(&attempt) else {
-            return false;
-        };
-        let Some(member) = run.members.iter().position(|m| *m == node) else {
-            return true; // not a member: dropped
-        };
+        let run = self.runs.get_mut(&attempt)?;
+        // From a node that is not a member, or a second time: dropped.
+        let member = run.members.iter().position(|m| *m == node)?;
         if run.parts[member].is_some() {
-            return true;
+            return None;
         }
         let failed = !matches!(
             result.outcome,
@@ -173,30 +151,22 @@ impl GangRuns {
                 .filter(|(_, part)| part.is_none())
                 .map(|(node, _)| *node)
                 .collect();
+            let stop = ToAgent::Cancel {
+                attempts: vec![attempt],
+            };
             for node in running {
-                if let Some(entry) = ctx.nodes.get(&node) {
-                    let stop = ToAgent::Cancel {
-                        attempts: vec![attempt],
-                    };
-                    ctx.send_to(entry.link, node, &stop);
-                }
+                nodes.send(ctx, node, &stop);
             }
         }
-        let Some(run) = self.runs.get(&attempt) else {
-            return true;
-        };
         if run.parts.iter().any(Option::is_none) {
-            return true;
+            return None;
         }
-        let Some(run) = self.runs.remove(&attempt) else {
-            return true;
-        };
-        Self::settle_gang(ctx, results, attempt, run);
-        true
+        let run = self.runs.remove(&attempt)?;
+        Some(Self::settle(attempt, run))
     }
 
     /// Every part is in: one outcome for the core, one detail for the record.
-    fn settle_gang(ctx: &mut Ctx, results: &mut Results, attempt: AttemptId, mut run: GangRun) {
+    fn settle(attempt: AttemptId, mut run: GangRun) -> Settled {
         let parts: Vec<TaskResult> = std::mem::take(&mut run.parts)
             .into_iter()
             .flatten()
@@ -247,6 +217,7 @@ impl GangRuns {
         };
         let detail = Detail {
             node: run.members[0],
+            host: run.hosts[0].clone(),
             executor: None,
             // The last member to receive its part held the group back.
             received_unix_us: parts.iter().map(|p| p.received_unix_us).max().unwrap_or(0),
@@ -282,27 +253,43 @@ impl GangRuns {
             )),
             end_time: crate::results::Timestamp::from_unix_micros(detail.end_unix_us),
         };
-        results.settle(ctx, run.task, attempt, core_outcome, detail, note);
+        Settled {
+            task: run.task,
+            attempt,
+            outcome: core_outcome,
+            detail,
+            note,
+        }
     }
 
     /// A leader's launcher asks for a command on a member: relayed to it.
-    pub(super) fn relay_launch(&mut self, ctx: &mut Ctx, from: NodeId, launch: GangLaunch) {
+    pub(super) fn relay_launch(
+        &mut self,
+        ctx: &mut Ctx,
+        nodes: &Nodes,
+        from: NodeId,
+        launch: GangLaunch,
+    ) {
         tracing::debug!(%from, attempt = %launch.attempt, member = launch.member, "relaying a gang launch");
         let Some(run) = self.runs.get(&launch.attempt) else {
-            return self.answer_launch(ctx, from, launch.attempt, launch.launch);
+            return Self::answer_launch(ctx, nodes, from, launch.attempt, launch.launch);
         };
         let target = (run.members.first() == Some(&from))
             .then(|| run.members.get(launch.member as usize).copied())
             .flatten();
-        let Some(target) = target.filter(|node| ctx.nodes.contains_key(node)) else {
-            return self.answer_launch(ctx, from, launch.attempt, launch.launch);
+        let Some(target) = target.filter(|node| nodes.contains(*node)) else {
+            return Self::answer_launch(ctx, nodes, from, launch.attempt, launch.launch);
         };
-        let link = ctx.nodes[&target].link;
-        ctx.send_to(link, target, &ToAgent::GangLaunch(launch));
+        nodes.send(ctx, target, &ToAgent::GangLaunch(launch));
     }
 
     /// A member's launched command ended: relayed to the leader.
-    pub(super) fn relay_launch_end(&mut self, ctx: &mut Ctx, ended: GangLaunchEnded) {
+    pub(super) fn relay_launch_end(
+        &mut self,
+        ctx: &mut Ctx,
+        nodes: &Nodes,
+        ended: GangLaunchEnded,
+    ) {
         let Some(leader) = self
             .runs
             .get(&ended.attempt)
@@ -310,27 +297,26 @@ impl GangRuns {
         else {
             return;
         };
-        if let Some(entry) = ctx.nodes.get(&leader) {
-            let link = entry.link;
-            ctx.send_to(link, leader, &ToAgent::GangLaunchEnded(ended));
-        }
+        nodes.send(ctx, leader, &ToAgent::GangLaunchEnded(ended));
     }
 
     /// Answers a launch that cannot be relayed (its gang or member is gone) as failed.
-    fn answer_launch(&mut self, ctx: &mut Ctx, leader: NodeId, attempt: AttemptId, launch: u32) {
-        if let Some(entry) = ctx.nodes.get(&leader) {
-            let link = entry.link;
-            let ended = GangLaunchEnded {
-                attempt,
-                launch,
-                code: 255,
-            };
-            ctx.send_to(link, leader, &ToAgent::GangLaunchEnded(ended));
-        }
+    fn answer_launch(
+        ctx: &mut Ctx,
+        nodes: &Nodes,
+        leader: NodeId,
+        attempt: AttemptId,
+        launch: u32,
+    ) {
+        let ended = GangLaunchEnded {
+            attempt,
+            launch,
+            code: 255,
+        };
+        nodes.send(ctx, leader, &ToAgent::GangLaunchEnded(ended));
     }
 }
 
-/// Exit code, signal and reason of an outcome (owned), as a record shows them.
 /// The rank of `member`'s first process: ranks fill nodes in order. For an MPI
 /// job the processes are the launcher and daemons, numbered per node: shown
 /// under the member's first rank.
@@ -343,40 +329,5 @@ fn rank_offset(run: &GangRun, member: usize) -> u32 {
     }
 }
 
-fn describe_owned(outcome: &Outcome) -> (Option<i32>, Option<i32>, Option<String>) {
-    match outcome {
-        Outcome::Exited { code } => (Some(*code), None, None),
-        Outcome::Signaled { signal } => (
-            None,
-            Some(*signal),
-            Some(format!("killed by signal {signal}")),
-        ),
-        Outcome::TimedOut => (None, None, Some("time limit exceeded".into())),
-        Outcome::OutOfMemory { limit_mib } => (
-            None,
-            Some(9),
-            Some(super::agents::out_of_memory(*limit_mib)),
-        ),
-        Outcome::SpawnFailed { reason } | Outcome::WorkerFailed { reason } => {
-            (None, None, Some(reason.clone()))
-        }
-        Outcome::Lost { reason } => (None, None, Some(format!("lost: {reason}"))),
-        Outcome::Cancelled => (None, None, Some("stopped".into())),
-        Outcome::Raised { message } => (None, None, Some(format!("raised: {message}"))),
-    }
-}
-
-/// How an HPC job that ended with `outcome` failed (`None`: it did not).
-fn failure_of_owned(outcome: &Outcome) -> Option<Failure> {
-    Some(match outcome {
-        Outcome::Exited { code: 0 } | Outcome::Cancelled => return None,
-        Outcome::Exited { .. } => Failure::Exit,
-        Outcome::Signaled { .. } => Failure::Signal,
-        Outcome::TimedOut => Failure::TimeLimit,
-        Outcome::OutOfMemory { .. } => Failure::OutOfMemory,
-        Outcome::SpawnFailed { .. } => Failure::Spawn,
-        Outcome::WorkerFailed { .. } => Failure::WorkerStart,
-        Outcome::Raised { .. } => Failure::Raised,
-        Outcome::Lost { .. } => Failure::Lost,
-    })
-}
+#[cfg(test)]
+mod tests;

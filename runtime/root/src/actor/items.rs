@@ -21,7 +21,34 @@ use saker_wire::messages::{ArchivedFromAgent, ToAgent};
 use saker_wire::{ItemData, ItemRead, ItemsWritten};
 
 use super::ctx::Ctx;
+use super::nodes::Nodes;
 use crate::records::Record;
+
+/// What the journal holds of the data items: what each job reads, and where each
+/// item was written, in journal order.
+#[derive(Debug, Default)]
+pub(super) struct Journaled {
+    reads: Vec<(JobId, Vec<String>)>,
+    holders: Vec<(String, NodeId, u64)>,
+}
+
+impl Journaled {
+    /// A submission: what its job reads.
+    pub(super) fn look(&mut self, record: &Record) {
+        if let Record::Submit { job, request, .. } = record
+            && !request.spec.reads.is_empty()
+        {
+            self.reads.push((*job, request.spec.reads.clone()));
+        }
+    }
+
+    /// Keeps where an item was written (nothing else is the items' own).
+    pub(super) fn gather(&mut self, record: Record) {
+        if let Record::Item { item, node, bytes } = record {
+            self.holders.push((item, node, bytes));
+        }
+    }
+}
 
 /// What the root knows of the pilot's data items.
 #[derive(Debug, Default)]
@@ -34,7 +61,7 @@ pub(super) struct ItemTable {
     /// Requests passed to a holder and not answered yet: (reader, request) → holder.
     pending: HashMap<(NodeId, u64), NodeId>,
     /// Bytes passed from holders to readers.
-    pub(super) moved_bytes: u64,
+    moved_bytes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -46,6 +73,11 @@ struct Item {
 impl ItemTable {
     pub(super) fn len(&self) -> usize {
         self.items.len()
+    }
+
+    /// Bytes passed from holders to readers so far.
+    pub(super) fn moved_bytes(&self) -> u64 {
+        self.moved_bytes
     }
 
     /// `node` holds `item` of `bytes` bytes. Returns whether that is news.
@@ -145,16 +177,28 @@ impl ItemTable {
         }
     }
 
-    /// A journaled holder, on resume.
-    pub(super) fn restore_item(&mut self, ctx: &mut Ctx, item: &str, node: NodeId, bytes: u64) {
-        if self.hold(item, node, bytes) {
-            self.prefer_readers_of(ctx, item);
+    /// A resumed root's items: the jobs not finished read what they read, and
+    /// prefer the holders the journal names (noted after the reads, so that they do).
+    pub(super) fn resume(&mut self, ctx: &mut Ctx, journaled: Journaled) {
+        for (job, reads) in journaled.reads {
+            self.note_reads(ctx, job, &reads);
+        }
+        for (item, node, bytes) in journaled.holders {
+            if self.hold(&item, node, bytes) {
+                self.prefer_readers_of(ctx, &item);
+            }
         }
     }
 
     /// Items an attempt wrote on `node`: journaled, and its readers told.
-    pub(super) fn on_items_written(&mut self, ctx: &mut Ctx, link: LinkId, written: ItemsWritten) {
-        if !ctx.registered_via(written.node, link) {
+    pub(super) fn on_items_written(
+        &mut self,
+        ctx: &mut Ctx,
+        nodes: &Nodes,
+        link: LinkId,
+        written: ItemsWritten,
+    ) {
+        if !nodes.is_live(written.node, link) {
             return;
         }
         let mut records = Vec::new();
@@ -178,21 +222,27 @@ impl ItemTable {
     }
 
     /// A reader asks for bytes of an item: passed to a holder, or answered with why not.
-    pub(super) fn on_item_read(&mut self, ctx: &mut Ctx, link: LinkId, read: ItemRead) {
+    pub(super) fn on_item_read(
+        &mut self,
+        ctx: &mut Ctx,
+        nodes: &Nodes,
+        link: LinkId,
+        read: ItemRead,
+    ) {
         let reader = read.reader;
-        if !ctx.registered_via(reader, link) {
+        if !nodes.is_live(reader, link) {
             return;
         }
         let holder = self.items.get(&read.item).and_then(|item| {
             item.holders
                 .iter()
                 .copied()
-                .find(|holder| *holder != reader && ctx.nodes.contains_key(holder))
+                .find(|holder| *holder != reader && nodes.contains(*holder))
         });
-        match holder.and_then(|holder| Some((holder, ctx.nodes.get(&holder)?.link))) {
-            Some((holder, holder_link)) => {
+        match holder {
+            Some(holder) => {
                 self.pending.insert((reader, read.request), holder);
-                ctx.send_to(holder_link, holder, &ToAgent::ItemRead(read));
+                nodes.send(ctx, holder, &ToAgent::ItemRead(read));
             }
             None => {
                 let answer = ItemData {
@@ -204,14 +254,20 @@ impl ItemTable {
                     total: 0,
                     data: Vec::new(),
                 };
-                ctx.send_to(link, reader, &ToAgent::ItemData(answer));
+                nodes.answer(ctx, link, reader, &ToAgent::ItemData(answer));
             }
         }
     }
 
     /// A holder's answer: passed to its reader. A holder that could not read the item
     /// no longer holds it: the reader's request goes to the next holder, if any.
-    pub(super) fn on_item_data(&mut self, ctx: &mut Ctx, from: NodeId, data: ItemData) {
+    pub(super) fn on_item_data(
+        &mut self,
+        ctx: &mut Ctx,
+        nodes: &Nodes,
+        from: NodeId,
+        data: ItemData,
+    ) {
         let Some(holder) = self.pending.remove(&(data.reader, data.request)) else {
             return;
         };
@@ -225,7 +281,7 @@ impl ItemTable {
             if let Some(item) = self.items.get_mut(&data.item) {
                 item.holders.retain(|node| *node != from);
             }
-            if let Some(reader_link) = ctx.nodes.get(&data.reader).map(|entry| entry.link) {
+            if let Some(reader_link) = nodes.get(data.reader).map(|entry| entry.link()) {
                 let read = ItemRead {
                     item: data.item.clone(),
                     reader: data.reader,
@@ -234,21 +290,20 @@ impl ItemTable {
                     len: saker_wire::ITEM_CHUNK,
                 };
                 self.prefer_readers_of(ctx, &data.item);
-                self.on_item_read(ctx, reader_link, read);
+                self.on_item_read(ctx, nodes, reader_link, read);
             }
             return;
         }
         self.moved_bytes += data.data.len() as u64;
-        if let Some(entry) = ctx.nodes.get(&data.reader) {
-            let link = entry.link;
-            ctx.send_to(link, data.reader, &ToAgent::ItemData(data));
-        }
+        let reader = data.reader;
+        nodes.send(ctx, reader, &ToAgent::ItemData(data));
     }
 
     /// The item frames of an agent (copied out: they are few, or data to pass on).
     pub(super) fn on_item_frame(
         &mut self,
         ctx: &mut Ctx,
+        nodes: &Nodes,
         link: LinkId,
         route: u32,
         message: &ArchivedFromAgent,
@@ -258,20 +313,20 @@ impl ItemTable {
             ArchivedFromAgent::ItemsWritten(written) => {
                 match rkyv::deserialize::<ItemsWritten, Error>(written) {
                     Ok(written) if written.node.0 == route => {
-                        self.on_items_written(ctx, link, written)
+                        self.on_items_written(ctx, nodes, link, written)
                     }
                     Ok(_) => tracing::error!(route, "items written routed from another node"),
                     Err(error) => tracing::error!(%error, route, "unreadable items written"),
                 }
             }
             ArchivedFromAgent::ItemRead(read) => match rkyv::deserialize::<ItemRead, Error>(read) {
-                Ok(read) if read.reader.0 == route => self.on_item_read(ctx, link, read),
+                Ok(read) if read.reader.0 == route => self.on_item_read(ctx, nodes, link, read),
                 Ok(_) => tracing::error!(route, "item read routed from another node"),
                 Err(error) => tracing::error!(%error, route, "unreadable item read"),
             },
             ArchivedFromAgent::ItemData(data) => match rkyv::deserialize::<ItemData, Error>(data) {
-                Ok(data) if ctx.registered_via(NodeId(route), link) => {
-                    self.on_item_data(ctx, NodeId(route), data)
+                Ok(data) if nodes.is_live(NodeId(route), link) => {
+                    self.on_item_data(ctx, nodes, NodeId(route), data)
                 }
                 Ok(_) => {}
                 Err(error) => tracing::error!(%error, route, "unreadable item data"),
@@ -305,5 +360,48 @@ mod tests {
         table.reads.insert(JobId(9), vec!["unknown".into()]);
         assert!(table.preferred(JobId(9)).is_empty());
         assert!(!table.hold("a", NodeId(1), 100), "not news");
+    }
+
+    #[test]
+    fn a_resumed_table_knows_its_readers_and_their_holders_again() {
+        use crate::actor::testing::{Owned, UNIX_ORIGIN_US, single};
+        let mut owned = Owned::new();
+        let mut reader = single(&["read"]);
+        reader.spec.reads = vec!["a".into()];
+        let now = owned.ctx.now();
+        let spec = saker_core::JobSpec {
+            count: 1,
+            resources: saker_core::Resources::cores(1),
+            placement: saker_core::Placement::Single,
+            priority: 0,
+            max_retries: 0,
+            max_replays: None,
+            time_limit: None,
+            class: 0,
+            speculative: false,
+        };
+        owned
+            .ctx
+            .core
+            .handle_submit_at(spec, &[], None, now)
+            .unwrap();
+        let mut journaled = Journaled::default();
+        journaled.look(&Record::Submit {
+            job: JobId(1),
+            first_task: saker_core::TaskId(1),
+            count: 1,
+            submitted_unix_us: UNIX_ORIGIN_US,
+            request: Box::new(reader),
+        });
+        journaled.gather(Record::Item {
+            item: "a".into(),
+            node: NodeId(2),
+            bytes: 10,
+        });
+        let mut table = ItemTable::default();
+        table.resume(&mut owned.ctx, journaled);
+        assert_eq!(table.len(), 1);
+        assert_eq!(table.readers["a"], [JobId(1)]);
+        assert_eq!(table.preferred(JobId(1)), [NodeId(2)]);
     }
 }

@@ -6,17 +6,17 @@
 //! it need not sync, see [`JournalWriter::append_now`]) and compacts on threads of
 //! its own.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use ractor::ActorRef;
-use saker_journal::{JournalError, JournalWriter, Position};
+use saker_journal::{JournalError, JournalReader, JournalWriter, Position};
 
-use super::RootMsg;
-use super::history::{JournalResults, ResultSource};
+use super::message::RootMsg;
 use crate::client::{
     ErrorKind, Reply, RequestError, SubmitReply, SubmittedJob, SubmittedLines, UpdateReport,
 };
-use crate::compact::KeepResults;
+use crate::compact::{CompactionError, KeepResults};
 use crate::records::Record;
 use crate::results::ResultRecord;
 
@@ -46,6 +46,66 @@ pub trait Journal: std::fmt::Debug + Send + 'static {
     fn compact(&mut self, _keep: KeepResults, _now_unix_us: u64) {}
     /// Deletes the journal segments the last compaction superseded.
     fn retire_superseded(&mut self) {}
+}
+
+/// Why results could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("the journal holds no result at {position}")]
+    NotAResult { position: Position },
+    #[error("reading the journal failed")]
+    Journal(#[source] JournalError),
+}
+
+/// Where durable results are read back from.
+pub trait ResultSource: std::fmt::Debug + Send + Sync + 'static {
+    /// The result at `position`.
+    fn read(&self, position: Position) -> Result<Arc<ResultRecord>, ReadError>;
+
+    /// The results from `position` on, in journal order, each given to `visit` until
+    /// it returns false.
+    fn read_from(
+        &self,
+        position: Position,
+        visit: &mut dyn FnMut(Arc<ResultRecord>) -> bool,
+    ) -> Result<(), ReadError>;
+}
+
+/// A pilot's results: its journal.
+#[derive(Debug)]
+pub struct JournalResults {
+    pub directory: PathBuf,
+}
+
+impl ResultSource for JournalResults {
+    fn read(&self, position: Position) -> Result<Arc<ResultRecord>, ReadError> {
+        match saker_journal::read_at::<Record>(&self.directory, position) {
+            Ok(Record::Result(record)) => Ok(record),
+            Ok(_) => Err(ReadError::NotAResult { position }),
+            Err(error) => Err(ReadError::Journal(error)),
+        }
+    }
+
+    fn read_from(
+        &self,
+        position: Position,
+        visit: &mut dyn FnMut(Arc<ResultRecord>) -> bool,
+    ) -> Result<(), ReadError> {
+        let reader = JournalReader::<Record>::open_at(&self.directory, position)
+            .map_err(ReadError::Journal)?;
+        for record in reader {
+            match record {
+                Ok(Record::Result(result)) => {
+                    if !visit(result) {
+                        return Ok(());
+                    }
+                }
+                Ok(_) => {}
+                Err(error) => return Err(ReadError::Journal(error)),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What waits for records to become durable.
@@ -177,7 +237,7 @@ impl Journal for ActorJournal {
     fn compact(&mut self, keep: KeepResults, now_unix_us: u64) {
         let myself = self.myself.clone();
         let Some(journal) = &self.journal else {
-            let _ = myself.send_message(RootMsg::Compacted(Err("the journal is closed".into())));
+            let _ = myself.send_message(RootMsg::Compacted(Err(CompactionError::Closed)));
             return;
         };
         let directory = journal.directory().to_path_buf();
@@ -187,16 +247,14 @@ impl Journal for ActorJournal {
             let spawned = std::thread::Builder::new()
                 .name("saker-journal-compact".into())
                 .spawn(move || {
-                    let outcome = sealed
-                        .map_err(|error| saker_actors::error_chain(&error))
-                        .and_then(|base| {
-                            super::compaction::run_compaction(&directory, base, keep, now_unix_us)
-                        });
+                    let outcome = sealed.map_err(CompactionError::Seal).and_then(|base| {
+                        crate::compact::run_compaction(&directory, base, keep, now_unix_us)
+                    });
                     let _ = reply.send_message(RootMsg::Compacted(outcome));
                 });
             if let Err(error) = spawned {
-                let error = format!("cannot start the compaction thread: {error}");
-                let _ = myself.send_message(RootMsg::Compacted(Err(error)));
+                let _ =
+                    myself.send_message(RootMsg::Compacted(Err(CompactionError::Thread(error))));
             }
         });
     }

@@ -9,93 +9,48 @@
 
 mod agents;
 mod clients;
-mod compaction;
 mod ctx;
-mod elastic;
 mod gangs;
-mod history;
 mod items;
-mod jobs;
 mod journal;
+mod message;
+mod nodes;
+mod outcomes;
 mod placed;
 mod port;
-mod rates;
+mod replies;
 mod resources;
 mod restore;
 mod results;
 mod schedules;
-mod stages;
+mod shell;
 mod state;
 mod status;
 mod submissions;
 #[cfg(test)]
+mod testing;
+#[cfg(test)]
 mod tests;
-mod updates;
 mod upkeep;
-mod waiters;
-mod walltime;
 
 use std::sync::Arc;
 
-pub use compaction::{CompactionDone, CompactionPolicy, run_compaction};
-pub use elastic::ElasticConfig;
 pub use journal::{ActorJournal, AfterJournal, Journal};
-pub use port::{ActorPort, BatchOutcome, BatchSubmit, BatchWork, Clock, Port, SystemClock, Wake};
-use ractor::{Actor, ActorProcessingErr, ActorRef};
-pub use resources::TooManyKinds;
+pub use message::{FRAME_BUDGET, FrameBudget, FramePermit, RootMsg, Turn};
+pub use port::{BatchOutcome, BatchSubmit, BatchWork, Clock, Port, SystemClock, Wake};
 pub use restore::{RestoreError, RestoreSummary};
-use saker_journal::JournalWriter;
+pub use shell::ActorPort;
 pub use state::{RootState, StateArgs};
+pub use submissions::TooManyKinds;
+pub use upkeep::compaction::CompactionPolicy;
+pub use upkeep::elastic::ElasticConfig;
 
-use crate::client::ClientRequest;
+pub use crate::compact::{CompactionDone, run_compaction};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use saker_journal::JournalWriter;
+
 use crate::records::Record;
-use crate::results::ResultRecord;
-use saker_actors::link::LinkId;
-use saker_actors::link::LinkTx;
-
-#[derive(Debug)]
-pub enum RootMsg {
-    LinkUp {
-        link: LinkId,
-        tx: LinkTx,
-        /// The node that dialed the link, as it said (`Link::Child`).
-        node: Option<u32>,
-    },
-    /// One frame from a direct child link (its route field names the origin node).
-    /// The permit is released once the root has handled it (see [`FrameBudget`]).
-    AgentFrame {
-        link: LinkId,
-        frame: saker_transport::stream::Frame,
-        permit: FramePermit,
-    },
-    LinkDown {
-        link: LinkId,
-        reason: String,
-    },
-    /// A request from a client (over the socket, or in-process from `saker run`).
-    Client(ClientRequest),
-    /// The journal made these results durable, at these positions.
-    Durable {
-        results: Vec<Arc<ResultRecord>>,
-        positions: Vec<saker_journal::Position>,
-    },
-    /// An append failed: nothing more can be acknowledged durably.
-    JournalFailed {
-        error: saker_journal::JournalError,
-    },
-    /// A journal compaction ended (`compaction.rs`).
-    Compacted(Result<CompactionDone, String>),
-    /// The core asked to be woken at or after some time.
-    Timer,
-    /// Time to look whether the journal has space again ([`port::Wake::Space`]).
-    SpaceCheck,
-    /// The walltime deadline has come.
-    Walltime,
-    /// An elastic pilot's provisioning round is due.
-    Provision,
-    /// The batch system's answers to a round's work.
-    Batch(port::BatchOutcome),
-}
 
 #[derive(Debug)]
 pub struct RootArgs {
@@ -121,54 +76,9 @@ pub struct RootArgs {
     pub deadline_unix_us: Option<u64>,
     pub compaction: CompactionPolicy,
     /// Grow and shrink with the backlog through batch allocations (`elastic.rs`).
-    pub elastic: Option<elastic::ElasticConfig>,
+    pub elastic: Option<ElasticConfig>,
     /// This root's process, for `status`.
     pub process: Option<crate::client::RootStatus>,
-}
-
-/// Agents' frames the root may hold unhandled, across all links. A link whose frame
-/// finds no room waits before it reads on, so a flood of reports from agents queues in
-/// their sockets (and QUIC's flow control stops the senders), not in the root's
-/// memory. A tuning constant, not a guarantee: enough for every link of a wide root
-/// to have a few frames in flight.
-pub const FRAME_BUDGET: usize = 1024;
-
-/// The root's frame budget: a semaphore whose permits travel with frames.
-#[derive(Debug, Clone)]
-pub struct FrameBudget(Arc<tokio::sync::Semaphore>);
-
-impl FrameBudget {
-    pub fn new(frames: usize) -> FrameBudget {
-        FrameBudget(Arc::new(tokio::sync::Semaphore::new(frames)))
-    }
-
-    /// Waits for room for one more frame. `None` once the budget is closed.
-    pub async fn reserve(&self) -> Option<FramePermit> {
-        let permit = Arc::clone(&self.0).acquire_owned().await.ok()?;
-        Some(FramePermit {
-            _held: Some(permit),
-        })
-    }
-
-    /// Frames that may still be sent without waiting.
-    pub fn available(&self) -> usize {
-        self.0.available_permits()
-    }
-}
-
-/// Room for one frame in the root; given back when dropped. The default holds no
-/// room (for frames that did not come over a link).
-#[derive(Debug, Default)]
-pub struct FramePermit {
-    _held: Option<tokio::sync::OwnedSemaphorePermit>,
-}
-
-/// What the actor does after a message.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Turn {
-    Continue,
-    /// The root cannot go on (its journal failed): stop the actor with this reason.
-    Stop(String),
 }
 
 impl RootState {
@@ -185,7 +95,7 @@ impl RootState {
             self.upkeep.compaction.poll_retirement(&mut self.ctx);
             self.drain();
             self.check_exhausted();
-            match self.ctx.written_now.take() {
+            match self.ctx.take_written() {
                 Some(next) => message = next,
                 None => return Turn::Continue,
             }
@@ -196,7 +106,7 @@ impl RootState {
     /// the end of a turn begun outside [`RootState::handle`] (starting, resuming).
     pub fn flush(&mut self) -> Turn {
         self.drain();
-        match self.ctx.written_now.take() {
+        match self.ctx.take_written() {
             Some(message) => self.handle(message),
             None => Turn::Continue,
         }
@@ -213,14 +123,19 @@ impl RootState {
             RootMsg::LinkDown { link, reason } => self.on_link_down(link, &reason),
             RootMsg::Client(request) => self.on_client(request),
             RootMsg::Durable { results, positions } => {
-                self.results
-                    .on_durable(&mut self.ctx, &mut self.submissions, results, positions);
+                self.results.on_durable(&mut self.ctx, &results, positions);
+                if self.submissions.on_durable(&results) {
+                    self.ctx.port.release_memory();
+                }
                 self.upkeep.compaction.maybe_compact(&mut self.ctx);
             }
             RootMsg::Compacted(outcome) => {
-                self.upkeep
-                    .compaction
-                    .on_compacted(&mut self.ctx, &mut self.results, outcome)
+                if let Some(done) = self.upkeep.compaction.ended(&mut self.ctx, outcome) {
+                    let superseded = self.results.compacted(&done);
+                    self.upkeep
+                        .compaction
+                        .applied(&mut self.ctx, &done, superseded);
+                }
             }
             RootMsg::JournalFailed { error } => {
                 // Without a journal nothing more can be acknowledged durably: stop the
@@ -231,12 +146,78 @@ impl RootState {
             }
             RootMsg::Timer => self.on_timer(),
             // The turn's drain looks at the journal and dispatches if it has space.
-            RootMsg::SpaceCheck => self.ctx.space_check_armed = false,
+            RootMsg::SpaceCheck => self.on_space_check(),
             RootMsg::Walltime => self.on_walltime(),
             RootMsg::Provision => self.on_provision(),
             RootMsg::Batch(outcome) => self.on_batch(outcome),
         }
         Turn::Continue
+    }
+}
+
+impl RootState {
+    /// Rebuilds the root from a previous root's journal `records` (`positions` says
+    /// where each is: results are indexed, not kept). A router like
+    /// [`RootState::handle`]: one pass in which each owner gathers what is its own,
+    /// then each resumes from it, in this order: the submissions first (every job
+    /// again, with the id it had; everything else refers to jobs), the results (served
+    /// again with their `seq`), the data items (after the jobs, so that their readers
+    /// prefer the holders), the placed actors, the schedules (then their next
+    /// occurrences), and the upkeep last.
+    pub(super) fn restore(
+        &mut self,
+        records: Vec<Record>,
+        positions: Vec<saker_journal::Position>,
+    ) -> Result<RestoreSummary, RestoreError> {
+        let mut summary = RestoreSummary::default();
+        let mut jobs = submissions::Journaled::default();
+        let mut results = results::Journaled::default();
+        let mut actors = placed::Journaled::default();
+        let mut schedules = schedules::Journaled::default();
+        let mut items = items::Journaled::default();
+        let now = self.ctx.now();
+        for (position, record) in records.into_iter().enumerate() {
+            match record {
+                // A submission is the submissions'; what its job reads is the data
+                // items', and a period the schedules'.
+                Record::Submit { .. } | Record::SubmitLines { .. } => {
+                    items.look(&record);
+                    schedules.look(&record);
+                    jobs.gather(position, record);
+                }
+                Record::Update { .. } | Record::Cancel { .. } | Record::Finished { .. } => {
+                    jobs.gather(position, record)
+                }
+                Record::Result(_) | Record::Attempt { .. } | Record::Compaction { .. } => {
+                    let at = positions.get(position).copied();
+                    results.gather(position, record, at)?;
+                }
+                Record::ActorSpawned { .. } | Record::ActorEnded { .. } => actors.gather(record),
+                Record::Occurrence { .. } => schedules.gather(record),
+                Record::Item { .. } => items.gather(record),
+                Record::Allocation { .. } => self.upkeep.gather(&record, now),
+                Record::PilotStarted { .. } => summary.previous_starts += 1,
+                // Nodes register again when their agents reattach; these records are
+                // history for `saker report`.
+                Record::NodeJoined { .. } | Record::NodeLeft { .. } => {}
+            }
+        }
+        let earlier = results.earlier();
+        let resumed = self
+            .submissions
+            .resume(&mut self.ctx, jobs, results.ended(), &earlier)?;
+        self.results.resume(results, &resumed.compacted);
+        self.items.resume(&mut self.ctx, items);
+        summary.actors = self.actors.resume(&mut self.ctx, actors);
+        self.schedules.resume(schedules);
+        // A pending occurrence that ended before the old root stopped has its next
+        // one now; one that had not is queued again and runs, late if its time passed.
+        self.poll_schedules();
+        self.upkeep.resumed();
+        summary.jobs = resumed.jobs;
+        summary.tasks = resumed.tasks;
+        summary.finished = resumed.finished;
+        Ok(summary)
     }
 }
 

@@ -2,20 +2,15 @@
 //! logic ([`RootState`](super::RootState)) runs in unit tests without sockets, disks,
 //! timers or a real clock (`tests.rs` drives it through a recording port).
 //!
-//! In a pilot, [`ActorPort`] sends frames over the agents' links and arms actor
-//! timers; [`SystemClock`] reads the machine's clocks. The journal has a trait of its
-//! own ([`super::journal::Journal`]).
+//! In a pilot, [`ActorPort`](super::shell::ActorPort) sends frames over the agents'
+//! links and arms actor timers; [`SystemClock`] reads the machine's clocks. The
+//! journal has a trait of its own ([`super::journal::Journal`]).
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ractor::ActorRef;
 use saker_actors::link::{LinkId, LinkTx};
 use saker_core::{NodeId, Time};
 use saker_wire::messages::ToAgent;
-
-use super::RootMsg;
 
 /// Everything the root does to the world outside its own state.
 pub trait Port: std::fmt::Debug + Send + 'static {
@@ -92,98 +87,6 @@ pub enum Wake {
     Provision,
     /// A look whether the journal has space again (dispatch waits for it).
     Space,
-}
-
-impl Wake {
-    pub fn message(self) -> RootMsg {
-        match self {
-            Wake::Timer => RootMsg::Timer,
-            Wake::Walltime => RootMsg::Walltime,
-            Wake::Provision => RootMsg::Provision,
-            Wake::Space => RootMsg::SpaceCheck,
-        }
-    }
-}
-
-/// The pilot's port: the agents' links, actor timers, work off the actor.
-#[derive(Debug)]
-pub struct ActorPort {
-    myself: ActorRef<RootMsg>,
-    links: HashMap<LinkId, LinkTx>,
-    shutdown: Arc<tokio::sync::Notify>,
-}
-
-impl ActorPort {
-    pub fn new(myself: ActorRef<RootMsg>, shutdown: Arc<tokio::sync::Notify>) -> ActorPort {
-        ActorPort {
-            myself,
-            links: HashMap::new(),
-            shutdown,
-        }
-    }
-}
-
-impl Port for ActorPort {
-    fn link_up(&mut self, link: LinkId, tx: LinkTx) {
-        self.links.insert(link, tx);
-    }
-
-    fn link_down(&mut self, link: LinkId) {
-        self.links.remove(&link);
-    }
-
-    fn supersede(&mut self, link: LinkId, node: NodeId) {
-        if let Some(tx) = self.links.get(&link) {
-            let message = saker_wire::messages::Link::Superseded { node: node.0 };
-            let _ = tx.send(saker_actors::liveness::link_frame(&message));
-        }
-    }
-
-    fn send(&mut self, link: LinkId, node: NodeId, message: &ToAgent) {
-        let Some(tx) = self.links.get(&link) else {
-            return;
-        };
-        match saker_wire::frame::encode(node.0, message) {
-            Ok(frame) => {
-                let _ = tx.send(frame);
-            }
-            Err(error) => {
-                tracing::error!(%error, %node, "could not encode a message for an agent")
-            }
-        }
-    }
-
-    fn wake_after(&mut self, delay: Duration, wake: Wake) {
-        self.myself.send_after(delay, move || wake.message());
-    }
-
-    fn shutdown_requested(&mut self) {
-        self.shutdown.notify_one();
-    }
-
-    fn release_memory(&mut self) {
-        // Off the actor: trimming walks the whole heap. glibc keeps freed memory inside
-        // its heap (only the top is returned by itself); `malloc_trim` returns every
-        // free page. Other allocators return memory on their own.
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        tokio::task::spawn_blocking(trim_heap);
-    }
-
-    fn batch(&mut self, work: BatchWork) {
-        let myself = self.myself.clone();
-        tokio::task::spawn_blocking(move || {
-            let _ = myself.send_message(RootMsg::Batch(work.run()));
-        });
-    }
-}
-
-/// Returns glibc's free heap pages to the system.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[allow(unsafe_code)] // The project's one FFI call without a safe wrapper in a crate.
-fn trim_heap() {
-    // SAFETY: malloc_trim takes no pointers and works under the allocator's own locks;
-    // glibc documents it as callable from any thread at any time.
-    unsafe { libc::malloc_trim(0) };
 }
 
 /// The machine's clocks; the monotonic one counts from the root's start.

@@ -11,24 +11,60 @@
 //! schedule goes on with the first of its times (first + k × every) still ahead.
 //! Cancelling the pending occurrence before its time ends the schedule; cancelling it
 //! once its time has passed (it waits for a slot) skips it. The root checks its
-//! schedules after every message it handles ([`RootState::drain`]), so a start is
+//! schedules after every message it handles (`RootState::drain`), so a start is
 //! seen in the turn that reports it; that costs nothing without periodic jobs.
 //!
 //! A schedule is journaled as its first occurrence's submission (which carries
 //! `every`) and one `occurrence` record per later occurrence, so a resumed root knows
 //! the occurrence that was pending.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use saker_core::JobId;
 
 use super::ctx::Ctx;
-use super::items::ItemTable;
-use super::journal::AfterJournal;
-use super::submissions::Submissions;
 use crate::records::Record;
 use crate::results::Timestamp;
 use crate::spec::JobRequest;
+
+/// What the journal holds of the schedules: each one's first occurrence as
+/// submitted, and its latest occurrence.
+#[derive(Debug, Default)]
+pub(super) struct Journaled {
+    /// (first job, its request, when submitted), in journal order.
+    first: Vec<(JobId, JobRequest, u64)>,
+    /// The latest occurrence of each periodic job (number, job), by its first job.
+    occurrences: HashMap<JobId, (u32, JobId)>,
+}
+
+impl Journaled {
+    /// A submission: the first occurrence of a schedule if it repeats.
+    pub(super) fn look(&mut self, record: &Record) {
+        if let Record::Submit {
+            job,
+            request,
+            submitted_unix_us,
+            ..
+        } = record
+            && request.spec.every.is_some()
+        {
+            self.first
+                .push((*job, (**request).clone(), *submitted_unix_us));
+        }
+    }
+
+    /// Keeps an occurrence (nothing else is the schedules' own).
+    pub(super) fn gather(&mut self, record: Record) {
+        if let Record::Occurrence {
+            schedule,
+            job,
+            occurrence,
+        } = record
+        {
+            self.occurrences.insert(schedule, (occurrence, job));
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 pub(crate) struct Schedules {
@@ -95,31 +131,25 @@ impl Schedules {
         self.table.insert(job, schedule);
     }
 
-    /// A restored root's schedule: `job` was its first occurrence, `pending` the last
-    /// one journaled.
-    pub(super) fn restore_schedule(
-        &mut self,
-        job: JobId,
-        request: &JobRequest,
-        submitted_us: u64,
-        pending: Option<(u32, JobId)>,
-    ) {
-        self.start_schedule(job, request, submitted_us);
-        if let (Some(schedule), Some(pending)) = (self.table.get_mut(&job), pending) {
-            schedule.pending = pending;
+    /// A resumed root's schedules: each goes on from its first occurrence as
+    /// submitted (an update changed that occurrence only) and its last one
+    /// journaled, which is pending.
+    pub(super) fn resume(&mut self, journaled: Journaled) {
+        for (job, request, submitted_us) in journaled.first {
+            self.start_schedule(job, &request, submitted_us);
+            let pending = journaled.occurrences.get(&job);
+            if let (Some(schedule), Some(&pending)) = (self.table.get_mut(&job), pending) {
+                schedule.pending = pending;
+            }
         }
     }
 
-    /// Submits the next occurrence of every schedule whose pending one has started or
-    /// ended; ends those whose pending one was cancelled before its time.
-    pub(super) fn poll_schedules(
-        &mut self,
-        ctx: &mut Ctx,
-        submissions: &mut Submissions,
-        items: &mut ItemTable,
-    ) {
+    /// The next occurrence of every schedule whose pending one has started or ended,
+    /// for the router to submit; ends the schedules whose pending one was cancelled
+    /// before its time, and those that made their last occurrence.
+    pub(super) fn poll(&mut self, ctx: &Ctx) -> Vec<Due> {
         if self.table.is_empty() {
-            return;
+            return Vec::new();
         }
         let now = ctx.timestamp().unix_micros();
         let mut due = Vec::new();
@@ -139,6 +169,7 @@ impl Schedules {
             tracing::info!(schedule = %id, "a periodic job's pending occurrence was cancelled");
             self.table.remove(&id);
         }
+        let mut next_ones = Vec::with_capacity(due.len());
         for id in due {
             let Some(schedule) = self.table.get(&id) else {
                 continue;
@@ -154,46 +185,58 @@ impl Schedules {
                 self.table.remove(&id);
                 continue;
             }
-            let at = schedule.time_of(next);
             let mut request = schedule.template.clone();
-            request.spec.not_before = Some(Timestamp::from_unix_micros(at));
-            let spec = match submissions.core_spec(ctx, &request) {
-                Ok(spec) => spec,
-                Err(problem) => {
-                    tracing::error!(%problem, schedule = %id, "a periodic job cannot go on");
-                    self.table.remove(&id);
-                    continue;
-                }
-            };
-            let submitted_us = ctx.timestamp().unix_micros();
-            let registered = submissions.register(ctx, &request, spec, &[], submitted_us);
-            let job = match registered {
-                Ok(job) => job,
-                Err(problem) => {
-                    tracing::error!(%problem, schedule = %id, "a periodic job cannot go on");
-                    self.table.remove(&id);
-                    continue;
-                }
-            };
-            items.note_reads(ctx, job.job, &request.spec.reads);
-            if let Some(schedule) = self.table.get_mut(&id) {
-                schedule.pending = (next, job.job);
-            }
-            let records = vec![
-                Record::Submit {
-                    job: job.job,
-                    first_task: job.first_task,
-                    count: job.count,
-                    submitted_unix_us: submitted_us,
-                    request: Box::new(request),
-                },
-                Record::Occurrence {
-                    schedule: id,
-                    job: job.job,
-                    occurrence: next,
-                },
-            ];
-            ctx.append(records, AfterJournal::Nothing);
+            request.spec.not_before = Some(Timestamp::from_unix_micros(schedule.time_of(next)));
+            next_ones.push(Due {
+                schedule: id,
+                occurrence: next,
+                request,
+            });
         }
+        next_ones
+    }
+
+    /// `due` was submitted as `job` at `submitted_us`: it is the pending occurrence
+    /// now. Its records, for the journal.
+    pub(super) fn occurred(
+        &mut self,
+        due: Due,
+        job: saker_core::SubmittedJob,
+        submitted_us: u64,
+    ) -> Vec<Record> {
+        if let Some(schedule) = self.table.get_mut(&due.schedule) {
+            schedule.pending = (due.occurrence, job.job);
+        }
+        vec![
+            Record::Submit {
+                job: job.job,
+                first_task: job.first_task,
+                count: job.count,
+                submitted_unix_us: submitted_us,
+                request: Box::new(due.request),
+            },
+            Record::Occurrence {
+                schedule: due.schedule,
+                job: job.job,
+                occurrence: due.occurrence,
+            },
+        ]
+    }
+
+    /// A schedule cannot go on (its next occurrence was refused).
+    pub(super) fn end(&mut self, schedule: JobId, problem: &dyn std::error::Error) {
+        tracing::error!(problem = %saker_actors::error_chain(problem), %schedule, "a periodic job cannot go on");
+        self.table.remove(&schedule);
     }
 }
+
+/// A schedule's next occurrence, to submit.
+#[derive(Debug)]
+pub(super) struct Due {
+    pub schedule: JobId,
+    pub occurrence: u32,
+    pub request: JobRequest,
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,45 +1,82 @@
-//! The root's state and the translation of core outputs into actions.
+//! The root's state: a shared [`Ctx`], the node registry and the owners of the rest,
+//! and the translation of the core's outputs into actions. Its side effects go
+//! through [`Port`] and [`Journal`]; its only clock is [`Clock`].
+//!
+//! `RootState` only routes: each message is handed to the owners it concerns (`mod.rs`
+//! for the loop, `agents.rs` and `clients.rs` for the two kinds of peers), and what
+//! one owner's work means to another (a durable result to its job's counts, a
+//! finished job to the nodes holding its definition) passes through here as values,
+//! never as one owner reaching into another.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use saker_core::{Core, Event, JobId};
-use saker_wire::messages::{Assignment, Dispatch, FRAME_DATA_BUDGET, ToAgent};
+use saker_core::{Core, Event, Time};
+use saker_wire::messages::{Assignment, ToAgent};
 
-use super::jobs::JobTable;
+use super::ctx::{Ctx, PilotFacts};
+use super::gangs::GangRuns;
+use super::items::ItemTable;
 use super::journal::Journal;
+use super::nodes::Nodes;
+use super::placed::PlacedActors;
 use super::port::{Clock, Port, Wake};
-use super::resources::ResourceNames;
+use super::results::{FinishedTask, Results};
+use super::schedules::Schedules;
+use super::submissions::Submissions;
+use super::upkeep::Upkeep;
+use super::upkeep::compaction::CompactionPolicy;
+use super::upkeep::elastic::{Elastic, ElasticConfig};
+use crate::client::{AllocationStatus, RootStatus};
+use crate::records::Record;
 use saker_actors::resources::NodeResources;
 
-/// Finished jobs a node is told to forget in one message when no dispatch takes them.
-const FORGET_BATCH: usize = 1024;
 /// How soon a root whose journal waits for space looks again (dispatch waits for it).
 const SPACE_CHECK: Duration = Duration::from_millis(500);
 
-pub(super) use super::ctx::NodeEntry;
-
-/// The root's state: the core and the tables around it. Its side effects go through
-/// [`Port`]; its only clock is [`Clock`]. The actor ([`super::Root`]) is one driver;
+/// The root's state (see the module doc). The actor ([`super::Root`]) is one driver;
 /// the unit tests in `tests.rs` are another.
 #[derive(Debug)]
 pub struct RootState {
-    /// The core, the port, the clock, the node registry, the pilot's facts.
-    pub(super) ctx: super::ctx::Ctx,
-    /// Jobs as submitted, and what submissions are checked against.
-    pub(super) submissions: super::submissions::Submissions,
-    /// Attempts in flight and results: settled, journaled, durable, waited for.
-    pub(super) results: super::results::Results,
+    /// The core, the port, the journal, the clock, the pilot's facts.
+    pub(super) ctx: Ctx,
+    /// The live nodes, their links and the job definitions each holds.
+    pub(super) nodes: Nodes,
+    /// Jobs as submitted and how far each has come.
+    pub(super) submissions: Submissions,
+    /// Attempts in flight and results: settled, journaled, durable, followed.
+    pub(super) results: Results,
     /// Placed actors and the calls in flight to them.
-    pub(super) actors: super::placed::PlacedActors,
+    pub(super) actors: PlacedActors,
     /// Data items: where they are, who reads them, what was moved.
-    pub(super) items: super::items::ItemTable,
+    pub(super) items: ItemTable,
     /// Gang attempts in flight (HPC jobs), waiting for their members' parts.
-    pub(super) gangs: super::gangs::GangRuns,
+    pub(super) gangs: GangRuns,
     /// Periodic jobs going on.
-    pub(super) schedules: super::schedules::Schedules,
+    pub(super) schedules: Schedules,
     /// What keeps the pilot itself going: compaction, elastic allocations, walltime.
-    pub(super) upkeep: super::upkeep::Upkeep,
+    pub(super) upkeep: Upkeep,
+    /// What `status` says of the pilot's allocation and process.
+    pub(super) facts: StatusFacts,
+    /// The wakes the router has asked for.
+    wakes: Wakes,
+}
+
+/// What `status` says of the pilot beside its work.
+#[derive(Debug)]
+pub(super) struct StatusFacts {
+    /// The batch allocation the pilot runs in, if any.
+    pub allocation: Option<AllocationStatus>,
+    /// This root's process; `None` in unit tests.
+    pub process: Option<RootStatus>,
+}
+
+/// The wakes a turn arms (see [`RootState::drain`]).
+#[derive(Debug, Default)]
+struct Wakes {
+    /// When the core's next timeout is armed for, if it is.
+    timer_at: Option<Time>,
+    /// A [`Wake::Space`] is on its way.
+    space_check: bool,
 }
 
 /// What a root starts from, besides its port and clock.
@@ -48,13 +85,13 @@ pub struct StateArgs {
     pub pilot_id: String,
     pub core: saker_core::CoreConfig,
     /// The batch allocation the pilot runs in, if any (for `status`).
-    pub allocation: Option<crate::client::AllocationStatus>,
-    /// The most nodes the pilot can have, when known (see `RootState::max_nodes`).
+    pub allocation: Option<AllocationStatus>,
+    /// The most nodes the pilot can have, when known: work asking for more is refused.
     pub max_nodes: Option<u32>,
     /// The widest node the pilot will have, when known.
     pub expected_node: Option<NodeResources>,
     /// This root's process, for `status`.
-    pub process: Option<crate::client::RootStatus>,
+    pub process: Option<RootStatus>,
 }
 
 impl RootState {
@@ -64,67 +101,63 @@ impl RootState {
         journal: Box<dyn Journal>,
         clock: Box<dyn Clock>,
     ) -> Self {
-        // The names the pilot's nodes offer take the first custom kinds, in the order
-        // given: the same numbers every time the pilot starts or resumes.
-        let mut resource_names = ResourceNames::default();
-        for (name, _) in args.expected_node.iter().flat_map(|node| &node.custom) {
-            resource_names.kind(name);
-        }
+        let pilot = PilotFacts {
+            id: args.pilot_id,
+            max_nodes: args.max_nodes,
+            shutting_down: false,
+        };
+        let in_allocation = args.allocation.is_some();
         RootState {
-            ctx: super::ctx::Ctx {
-                core: Core::new(args.core),
-                port,
-                journal,
-                clock,
-                nodes: HashMap::new(),
-                links: HashMap::new(),
-                pilot: super::ctx::PilotFacts {
-                    id: args.pilot_id,
-                    allocation: args.allocation,
-                    max_nodes: args.max_nodes,
-                    expected_node: args.expected_node,
-                    shutting_down: false,
-                    process: args.process,
-                },
-                timer_at: None,
-                written_now: None,
-                space_check_armed: false,
-            },
-            submissions: super::submissions::Submissions {
-                jobs: JobTable::default(),
-                classes: HashMap::new(),
-                resource_names,
-                dependency_failed: HashMap::new(),
-                tasks: 0,
-            },
-            results: super::results::Results::default(),
+            ctx: Ctx::new(Core::new(args.core), port, journal, clock, pilot),
+            nodes: Nodes::default(),
+            submissions: Submissions::new(args.expected_node, in_allocation),
+            results: Results::default(),
             actors: Default::default(),
             items: Default::default(),
-            gangs: super::gangs::GangRuns::default(),
+            gangs: GangRuns::default(),
             schedules: Default::default(),
-            upkeep: super::upkeep::Upkeep::default(),
+            upkeep: Upkeep::default(),
+            facts: StatusFacts {
+                allocation: args.allocation,
+                process: args.process,
+            },
+            wakes: Wakes::default(),
         }
     }
 
     /// Makes this an elastic pilot: before [`RootState::restore`], which adopts the
     /// allocations its journal names; the first round comes one round after start.
-    pub fn set_elastic(&mut self, config: super::elastic::ElasticConfig) {
+    pub fn set_elastic(&mut self, config: ElasticConfig) {
         let round = config.round;
-        self.upkeep.elastic = Some(super::elastic::Elastic::new(config));
+        self.upkeep.elastic = Some(Elastic::new(config));
         self.ctx.port.wake_after(round, Wake::Provision);
     }
 
+    /// Sets when the root compacts its journal (none by default).
+    pub fn set_compaction(&mut self, policy: CompactionPolicy) {
+        self.upkeep.compaction.set(&self.ctx, policy);
+    }
+
+    /// Sets the walltime deadline (unix µs) and arms the timer that enforces it.
+    pub(super) fn set_deadline(&mut self, deadline_unix_us: u64) {
+        self.upkeep.walltime.set(&mut self.ctx, deadline_unix_us);
+    }
+
     pub(super) fn on_timer(&mut self) {
-        self.ctx.timer_at = None;
+        self.wakes.timer_at = None;
         let now = self.ctx.now();
         self.ctx.core.handle_timeout(now);
+    }
+
+    /// The journal's space is to be looked at again (in this turn's drain).
+    pub(super) fn on_space_check(&mut self) {
+        self.wakes.space_check = false;
     }
 
     /// Turns everything the core wants done into actions. Called after every message.
     pub(super) fn drain(&mut self) {
         // What this turn started or ended may bring a periodic job's next occurrence.
-        self.schedules
-            .poll_schedules(&mut self.ctx, &mut self.submissions, &mut self.items);
+        self.poll_schedules();
         // Events first (the core's documented order): cancels go out before new work.
         while let Some(event) = self.ctx.core.poll_event() {
             self.on_core_event(event);
@@ -149,8 +182,8 @@ impl RootState {
 
     /// Nothing says when space returns: look again shortly.
     fn check_space_soon(&mut self) {
-        if !self.ctx.space_check_armed {
-            self.ctx.space_check_armed = true;
+        if !self.wakes.space_check {
+            self.wakes.space_check = true;
             self.ctx.port.wake_after(SPACE_CHECK, Wake::Space);
         }
     }
@@ -159,158 +192,223 @@ impl RootState {
         let Some(at) = self.ctx.core.poll_timeout() else {
             return;
         };
-        if self.ctx.timer_at.is_some_and(|armed| armed <= at) {
+        if self.wakes.timer_at.is_some_and(|armed| armed <= at) {
             return;
         }
-        self.ctx.timer_at = Some(at);
+        self.wakes.timer_at = Some(at);
         let delay =
             Duration::from_micros(at.as_micros().saturating_sub(self.ctx.now().as_micros()));
         self.ctx.port.wake_after(delay, Wake::Timer);
     }
 
-    fn send_dispatch(&mut self, dispatch: saker_core::Dispatch) {
-        let at = self.ctx.timestamp().unix_micros();
-        for assignment in &dispatch.assignments {
-            let dispatched = super::results::Dispatched {
-                at_us: at,
-                started: None,
-            };
-            self.results
-                .attempts
-                .dispatched
-                .insert(assignment.task, dispatched);
-        }
-        if !dispatch.members.is_empty() {
-            return self
-                .gangs
-                .send_gang(&mut self.ctx, &mut self.submissions.jobs, dispatch);
-        }
-        let node_id = dispatch.node;
-        let Some(node) = self.ctx.nodes.get_mut(&node_id) else {
-            return;
-        };
-        let mut jobs = Vec::new();
-        let mut tasks = Vec::with_capacity(dispatch.assignments.len());
-        // Function payloads travel in the definitions: past the budget, the frame so
-        // far goes out and the rest follows in another (one big payload goes alone).
-        let mut data = 0;
-        let mut frames = Vec::new();
-        let mut count = 0;
-        for assignment in &dispatch.assignments {
-            let job_id = assignment.job;
-            // A batch's job gets its own definition (and entry) the first time.
-            let def = if node.known_jobs.contains(&job_id) {
-                None
-            } else {
-                self.submissions.jobs.def(job_id)
-            };
-            let Some(job) = self.submissions.jobs.get_mut(&job_id) else {
-                continue;
-            };
-            if let Some(def) = def {
-                node.known_jobs.insert(job_id);
-                let len = def.payload.data_len();
-                if data > 0 && data + len > FRAME_DATA_BUDGET {
-                    frames.push((std::mem::take(&mut jobs), std::mem::take(&mut tasks)));
-                    data = 0;
+    /// Submits the next occurrence of every schedule whose pending one has started or
+    /// ended, through the submissions like any job; its reads are noted.
+    pub(super) fn poll_schedules(&mut self) {
+        let due = self.schedules.poll(&self.ctx);
+        for occurrence in due {
+            let offered = self.nodes.offered();
+            let request = &occurrence.request;
+            let spec = match self.submissions.core_spec(&self.ctx, offered, request) {
+                Ok(spec) => spec,
+                Err(problem) => {
+                    self.schedules.end(occurrence.schedule, &problem);
+                    continue;
                 }
-                data += len;
-                jobs.push(def);
-                job.known_by.push(node_id);
-            }
-            count += 1;
-            tasks.push(Assignment {
-                task: assignment.task,
-                attempt: assignment.attempt,
-                job: job_id,
-                index: job.array_index(assignment.index).unwrap_or(0),
-            });
-        }
-        node.running += count;
-        frames.push((jobs, tasks));
-        let mut forget = Some(std::mem::take(&mut node.forget));
-        let link = node.link;
-        let last = frames.len() - 1;
-        for (i, (jobs, tasks)) in frames.into_iter().enumerate() {
-            let message = ToAgent::Dispatch(Dispatch {
-                jobs,
-                tasks,
-                forget: if i == last {
-                    forget.take().unwrap_or_default()
-                } else {
-                    Vec::new()
-                },
-                gang: None,
-            });
-            self.ctx.send_to(link, node_id, &message);
+            };
+            let submitted_us = self.ctx.timestamp().unix_micros();
+            let registered =
+                self.submissions
+                    .register(&mut self.ctx, request, spec, &[], submitted_us, None);
+            let job = match registered {
+                Ok(job) => job,
+                Err(problem) => {
+                    self.schedules.end(occurrence.schedule, &problem);
+                    continue;
+                }
+            };
+            self.items
+                .note_reads(&mut self.ctx, job.job, &request.spec.reads);
+            let records = self.schedules.occurred(occurrence, job, submitted_us);
+            self.ctx
+                .append(records, super::journal::AfterJournal::Nothing);
         }
     }
 
-    /// A finished job's definition is no longer needed by the nodes that have it: they
-    /// are told with their next dispatch, or at once when many have piled up (a node
-    /// that gets no more work still frees its memory).
-    fn forget_job(&mut self, job: JobId) {
-        let Some(entry) = self.submissions.jobs.get_mut(&job) else {
+    fn send_dispatch(&mut self, dispatch: saker_core::Dispatch) {
+        let at = self.ctx.timestamp().unix_micros();
+        for assignment in &dispatch.assignments {
+            self.results.dispatched(assignment.task, at);
+        }
+        if !dispatch.members.is_empty() {
+            return self.send_gang(dispatch);
+        }
+        let submissions = &self.submissions;
+        let tasks: Vec<Assignment> = dispatch
+            .assignments
+            .iter()
+            .filter_map(|assignment| {
+                let index = submissions.array_index(assignment.job, assignment.index)?;
+                Some(Assignment {
+                    task: assignment.task,
+                    attempt: assignment.attempt,
+                    job: assignment.job,
+                    index,
+                })
+            })
+            .collect();
+        self.nodes
+            .dispatch(&mut self.ctx, dispatch.node, tasks, None, |job| {
+                submissions.definition(job)
+            });
+    }
+
+    /// Sends each member of a gang dispatch its part.
+    fn send_gang(&mut self, dispatch: saker_core::Dispatch) {
+        let Some(&assignment) = dispatch.assignments.first() else {
             return;
         };
-        for node_id in std::mem::take(&mut entry.known_by) {
-            let Some(node) = self.ctx.nodes.get_mut(&node_id) else {
-                continue;
-            };
-            if !node.known_jobs.remove(&job) {
-                continue;
-            }
-            node.forget.push(job);
-            if node.forget.len() >= FORGET_BATCH {
-                let message = ToAgent::Dispatch(Dispatch {
-                    jobs: Vec::new(),
-                    tasks: Vec::new(),
-                    forget: std::mem::take(&mut node.forget),
-                    gang: None,
+        let job = assignment.job;
+        let (Some(index), Some(def)) = (
+            self.submissions.array_index(job, assignment.index),
+            self.submissions.definition(job),
+        ) else {
+            return;
+        };
+        let hosts = dispatch
+            .members
+            .iter()
+            .map(|node| self.nodes.hostname(*node))
+            .collect();
+        let members = dispatch.members;
+        let parts = self.gangs.start(
+            assignment.task,
+            assignment.attempt,
+            members.clone(),
+            hosts,
+            def.hpc,
+        );
+        let task = Assignment {
+            task: assignment.task,
+            attempt: assignment.attempt,
+            job,
+            index,
+        };
+        for (node, part) in members.into_iter().zip(parts) {
+            self.nodes
+                .dispatch(&mut self.ctx, node, vec![task], Some(part), |_| {
+                    Some(std::sync::Arc::clone(&def))
                 });
-                let link = node.link;
-                self.ctx.send_to(link, node_id, &message);
-            }
         }
     }
 
     fn on_core_event(&mut self, event: Event) {
         match event {
             event @ Event::TaskFinished { .. } => {
-                if let Ok(finished) = super::results::FinishedTask::from_event(event) {
-                    self.results
-                        .finish_task(&mut self.ctx, &self.submissions, finished);
+                if let Ok(finished) = FinishedTask::from_event(event)
+                    && let Some(job) = self.submissions.facts(finished.job, finished.offset)
+                {
+                    self.results.finish_task(&mut self.ctx, finished, job);
                 }
             }
             Event::CancelAttempt { node, attempt } => {
-                if let Some(entry) = self.ctx.nodes.get(&node) {
-                    let message = ToAgent::Cancel {
-                        attempts: vec![attempt],
-                    };
-                    self.ctx.send_to(entry.link, node, &message);
-                }
+                let message = ToAgent::Cancel {
+                    attempts: vec![attempt],
+                };
+                self.nodes.send(&mut self.ctx, node, &message);
             }
             Event::ReturnUnstarted { node, attempt } => {
-                if let Some(entry) = self.ctx.nodes.get(&node) {
-                    let message = ToAgent::Return {
-                        attempts: vec![attempt],
-                    };
-                    self.ctx.send_to(entry.link, node, &message);
-                }
+                let message = ToAgent::Return {
+                    attempts: vec![attempt],
+                };
+                self.nodes.send(&mut self.ctx, node, &message);
             }
             Event::JobFinished { job } => {
-                self.forget_job(job);
+                self.nodes.forget(&mut self.ctx, job);
                 self.items.forget_reads(job);
-                self.submissions.dependency_failed.remove(&job);
+                self.submissions.job_finished(job);
             }
             Event::DependencyFailed { job, dependency } => {
                 tracing::info!(%job, %dependency, "a job's dependency failed; it is cancelled");
-                self.submissions.dependency_failed.insert(job, dependency);
+                self.submissions.dependency_failed(job, dependency);
             }
+        }
+    }
+
+    /// A new submission's record: what it means beside its job, the data items it
+    /// reads and a schedule it starts.
+    pub(super) fn note_submitted(&mut self, record: &Record) {
+        if let Record::Submit {
+            job,
+            request,
+            submitted_unix_us,
+            ..
+        } = record
+        {
+            self.items
+                .note_reads(&mut self.ctx, *job, &request.spec.reads);
+            self.schedules
+                .start_schedule(*job, request, *submitted_unix_us);
+        }
+    }
+
+    /// The pilot stops: nothing new starts, pending allocations are cancelled, every
+    /// agent is told, and streams that follow results end.
+    pub(super) fn on_shutdown(&mut self) {
+        self.ctx.pilot.shutting_down = true;
+        if let Some(elastic) = self.upkeep.elastic.as_mut() {
+            elastic.cancel_pending(&mut self.ctx);
+        }
+        self.ctx.port.shutdown_requested();
+        self.nodes.broadcast(&mut self.ctx, &shutdown_message());
+        // Dropping the live senders ends follow streams with `end`.
+        self.results.end_streams();
+    }
+
+    /// The walltime deadline has come: stop starting, kill what runs, stop the pilot.
+    pub(super) fn on_walltime(&mut self) {
+        if self.upkeep.walltime.reach(&mut self.ctx) {
+            self.stop_for_walltime();
+        }
+    }
+
+    /// Called after every turn: with a deadline, stops the pilot once waiting longer
+    /// achieves nothing.
+    pub(super) fn check_exhausted(&mut self) {
+        if self.upkeep.walltime.exhausted(&self.ctx) {
+            self.stop_for_walltime();
+        }
+    }
+
+    fn stop_for_walltime(&mut self) {
+        self.upkeep.walltime.stop();
+        let status = self.status();
+        self.upkeep.walltime.keep_status(status);
+        self.on_shutdown();
+    }
+
+    /// One provisioning round of an elastic pilot.
+    pub(super) fn on_provision(&mut self) {
+        let longest = self.results.longest_run_micros().unwrap_or(0);
+        if let Some(elastic) = self.upkeep.elastic.as_mut() {
+            elastic.on_provision(&mut self.ctx, &self.nodes, longest);
+        }
+    }
+
+    pub(super) fn on_batch(&mut self, outcome: super::port::BatchOutcome) {
+        if let Some(elastic) = self.upkeep.elastic.as_mut() {
+            elastic.on_batch(&mut self.ctx, outcome);
         }
     }
 
     pub(super) fn close_journal(&mut self) {
         self.ctx.journal.close();
+    }
+}
+
+/// What every agent is told when the pilot stops.
+pub(super) fn shutdown_message() -> ToAgent {
+    ToAgent::Shutdown {
+        reason: "pilot shutting down".into(),
+        kill_running: true,
     }
 }

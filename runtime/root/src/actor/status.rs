@@ -1,7 +1,7 @@
 //! The read-only status view: what `status` answers, read from every owner's state
 //! at once. Nothing here changes the root.
 
-use super::clients::error;
+use super::replies::error;
 use super::state::RootState;
 use crate::client::{
     ErrorKind, HpcStatus, JobTaskCounts, NodeLoad, RequestError, StatusReport, UnstartedJob,
@@ -26,7 +26,7 @@ impl RootState {
                     .collect::<Result<Vec<_>, _>>()?,
             ),
         };
-        let mut report = match &self.upkeep.walltime.status {
+        let mut report = match self.upkeep.walltime.status_at_deadline() {
             Some(at_deadline) => at_deadline.clone(),
             None => self.status(),
         };
@@ -36,11 +36,9 @@ impl RootState {
 
     pub(super) fn status(&self) -> StatusReport {
         let counts = self.ctx.core.counts();
-        let (failed, cancelled) = (
-            self.results.log.totals.failed,
-            self.results.log.totals.cancelled,
-        );
-        let durable = self.results.log.totals.durable;
+        let totals = self.submissions.totals();
+        let (failed, cancelled, durable) = (totals.failed, totals.cancelled, totals.durable);
+        let (rate, rate_minute) = self.results.rates(&self.ctx);
         StatusReport {
             pilot_id: self.ctx.pilot.id.clone(),
             queued: counts.queued + counts.delayed,
@@ -53,21 +51,12 @@ impl RootState {
             retries: counts.retries,
             replays: counts.replays,
             speculated: counts.speculated,
-            agents: self.ctx.nodes.len() as u32,
-            slots: self.ctx.nodes.values().map(|n| n.cores).sum(),
-            busy_slots: self
-                .ctx
-                .nodes
-                .values()
-                .map(|n| n.running.min(n.cores))
-                .sum(),
-            rate: self
-                .results
-                .log
-                .rate
-                .rate(self.ctx.now(), self.results.log.index.len()),
-            rate_minute: self.results.log.minute.rate(self.ctx.now(), durable),
-            stages: self.results.log.stages.summaries(),
+            agents: self.nodes.len() as u32,
+            slots: self.nodes.iter().map(|(_, n)| n.cores()).sum(),
+            busy_slots: self.nodes.iter().map(|(_, n)| n.busy()).sum(),
+            rate,
+            rate_minute,
+            stages: self.results.stages(),
             allocations: self
                 .upkeep
                 .elastic
@@ -76,8 +65,8 @@ impl RootState {
                 .unwrap_or_default(),
             provisioning_paused: self.upkeep.elastic.as_ref().is_some_and(|e| e.paused()),
             provisioning_rounds: self.upkeep.elastic.as_ref().map_or(0, |e| e.rounds()),
-            jobs: self.submissions.jobs.len() as u64,
-            allocation: self.ctx.pilot.allocation.clone().map(|mut allocation| {
+            jobs: self.submissions.job_count() as u64,
+            allocation: self.facts.allocation.clone().map(|mut allocation| {
                 let now = self.ctx.timestamp().unix_micros();
                 allocation.seconds_left = allocation
                     .end_time
@@ -86,8 +75,8 @@ impl RootState {
             }),
             nodes: self.node_loads(),
             beyond_deadline: counts.beyond_deadline,
-            walltime_reached: self.upkeep.walltime.reached,
-            unstarted: if self.upkeep.walltime.reached {
+            walltime_reached: self.upkeep.walltime.reached(),
+            unstarted: if self.upkeep.walltime.reached() {
                 let summary = self.ctx.core.unstarted();
                 summary
                     .jobs
@@ -99,12 +88,12 @@ impl RootState {
             },
             hpc: self.hpc_status(),
             disk_full: self.ctx.journal.waiting_for_space(),
-            root: self.ctx.pilot.process.clone(),
+            root: self.facts.process.clone(),
             actors: self.actors.live(),
             max_nodes: self.ctx.pilot.max_nodes,
             periodic: self.schedules.len() as u64,
             items: self.items.len() as u64,
-            data_moved_bytes: self.items.moved_bytes,
+            data_moved_bytes: self.items.moved_bytes(),
             job_counts: None,
         }
     }
@@ -118,12 +107,7 @@ impl RootState {
             reserved_for: reservation.as_ref().map(|held| held.job),
             reserved_nodes: reservation
                 .as_ref()
-                .map(|held| {
-                    held.nodes
-                        .iter()
-                        .map(|n| self.ctx.hostname_of(*n))
-                        .collect()
-                })
+                .map(|held| held.nodes.iter().map(|n| self.nodes.hostname(*n)).collect())
                 .unwrap_or_default(),
             reserved_seconds: reservation.and_then(|held| held.start).map(|start| {
                 start.as_micros().saturating_sub(self.ctx.now().as_micros()) as f64 / 1e6
@@ -133,20 +117,19 @@ impl RootState {
 
     fn node_loads(&self) -> Vec<NodeLoad> {
         let mut loads: Vec<NodeLoad> = self
-            .ctx
             .nodes
             .iter()
             .map(|(id, node)| NodeLoad {
-                node: *id,
-                hostname: node.hostname.clone(),
-                cores: node.cores,
-                busy: node.running.min(node.cores),
-                gpus: node.capacity.gpu_count(),
-                memory_mib: node.capacity.memory_mib(),
+                node: id,
+                hostname: node.hostname().to_owned(),
+                cores: node.cores(),
+                busy: node.busy(),
+                gpus: node.capacity().gpu_count(),
+                memory_mib: node.capacity().memory_mib(),
                 resources: saker_core::ResourceKind::all()
                     .filter_map(|kind| {
-                        let name = self.submissions.resource_names.name(kind.custom_index()?)?;
-                        let amount = node.capacity.get(kind);
+                        let name = self.submissions.resource_name(kind.custom_index()?)?;
+                        let amount = node.capacity().get(kind);
                         (amount > 0).then(|| (name.to_owned(), amount))
                     })
                     .collect(),

@@ -1,25 +1,24 @@
-//! The root's logic through a recording port and a manual clock, in the style of
-//! HyperQueue's `TestComm`: no sockets, no disk, no timers. Every message the root
-//! sends is round-tripped through the wire format and every record through the
-//! journal's JSON before a test sees it, so each test also checks the encodings.
+//! The root's logic through its router, with the recording port and manual clock of
+//! `testing.rs`: no sockets, no disk, no timers. Each owner's own tests are beside it
+//! (`submissions/tests.rs`, `results/tests.rs`, `nodes/tests.rs`, …).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use saker_actors::link::{LinkId, LinkTx};
-use saker_core::{AttemptId, CoreConfig, NodeId, Resources, TaskId, Time};
+use saker_actors::link::LinkId;
+use saker_core::{AttemptId, CoreConfig, NodeId, Resources, TaskId};
 use saker_wire::messages::{
-    FromAgent, Hello, Outcome, Output, Payload, Report, ResultBody, Started, TaskResult, ToAgent,
+    FromAgent, Hello, Outcome, Payload, Report, Started, TaskResult, ToAgent,
 };
 use tokio::sync::oneshot;
 
-use super::journal::{AfterJournal, Journal};
-use super::port::{Clock, Port, Wake};
+use super::port::{Clock, Wake};
 use super::state::{RootState, StateArgs};
+use super::testing::*;
 use super::{RootMsg, Turn};
 use crate::client::{ClientRequest, StatusReport, SubmitReply, WaitReport};
 use crate::records::Record;
-use crate::spec::{ArraySpec, JobRequest, TaskSpec};
+use crate::spec::{JobRequest, TaskSpec};
 
 mod compaction;
 mod dependencies;
@@ -28,196 +27,9 @@ mod elastic;
 mod failures;
 mod history;
 mod losses;
-mod owners;
 mod placed;
 mod updates;
 mod waiting;
-
-const PILOT: &str = "pilot-under-test";
-
-/// What the root did, as the recording port saw it.
-#[derive(Debug, Default)]
-struct Recorded {
-    /// (route, message), decoded from the frames the root encoded.
-    sent: Vec<(u32, ToAgent)>,
-    superseded: Vec<(LinkId, NodeId)>,
-    /// Appends not yet made durable, records decoded from their journal form.
-    appends: Vec<(Vec<Record>, AfterJournal)>,
-    wakes: Vec<(Duration, Wake)>,
-    shutdown_requested: bool,
-    journal_closed: bool,
-    /// Times the root gave freed memory back.
-    memory_releases: u32,
-    /// Batch-system work the root handed over (elastic pilots).
-    batches: Vec<super::port::BatchWork>,
-    /// Every record made durable, by its (made-up) position: what the journal holds.
-    durable: Arc<MemoryJournal>,
-    /// Appends are durable at once, as a journal that does not sync and waits for
-    /// nothing makes them ([`Journal::append`]'s inline case).
-    inline_journal: bool,
-    /// The journal waits for space ([`Journal::waiting_for_space`]).
-    disk_full: bool,
-}
-
-/// A journal in memory, for reading results back as the pilot reads its journal.
-#[derive(Debug, Default)]
-struct MemoryJournal(Mutex<std::collections::BTreeMap<saker_journal::Position, Record>>);
-
-impl MemoryJournal {
-    /// Keeps `records` after those held; says where each is.
-    fn hold(&self, records: Vec<Record>) -> Vec<saker_journal::Position> {
-        let mut held = self.0.lock().unwrap();
-        records
-            .into_iter()
-            .map(|record| {
-                let position = saker_journal::Position {
-                    segment: saker_journal::SegmentNumber(1),
-                    offset: 16 + held.len() as u64,
-                };
-                held.insert(position, record);
-                position
-            })
-            .collect()
-    }
-}
-
-impl super::history::ResultSource for MemoryJournal {
-    fn read(
-        &self,
-        position: saker_journal::Position,
-    ) -> Result<Arc<crate::results::ResultRecord>, String> {
-        match self.0.lock().unwrap().get(&position) {
-            Some(Record::Result(record)) => Ok(record.clone()),
-            _ => Err(format!("no result at {position}")),
-        }
-    }
-
-    fn read_from(
-        &self,
-        position: saker_journal::Position,
-        visit: &mut dyn FnMut(Arc<crate::results::ResultRecord>) -> bool,
-    ) -> Result<(), String> {
-        let results: Vec<_> = self
-            .0
-            .lock()
-            .unwrap()
-            .range(position..)
-            .filter_map(|(_, record)| match record {
-                Record::Result(result) => Some(result.clone()),
-                _ => None,
-            })
-            .collect();
-        for result in results {
-            if !visit(result) {
-                break;
-            }
-        }
-        Ok(())
-    }
-}
-
-#[derive(Debug, Clone, Default)]
-struct TestPort(Arc<Mutex<Recorded>>);
-
-impl TestPort {
-    fn with<T>(&self, f: impl FnOnce(&mut Recorded) -> T) -> T {
-        f(&mut self.0.lock().expect("a test thread panicked"))
-    }
-}
-
-impl Port for TestPort {
-    fn link_up(&mut self, _link: LinkId, _tx: LinkTx) {}
-
-    fn link_down(&mut self, _link: LinkId) {}
-
-    fn supersede(&mut self, link: LinkId, node: NodeId) {
-        self.with(|r| r.superseded.push((link, node)));
-    }
-
-    fn send(&mut self, _link: LinkId, node: NodeId, message: &ToAgent) {
-        let bytes = saker_wire::encode(node.0, message).expect("the root's messages encode");
-        let mut decoder = saker_wire::FrameDecoder::new();
-        decoder.push(&bytes);
-        let frame = decoder
-            .next_frame()
-            .expect("a frame the root encoded decodes")
-            .expect("one whole frame");
-        let decoded = frame.decode::<ToAgent>().expect("and validates");
-        assert_eq!(&decoded, message, "the wire round trip changed a message");
-        self.with(|r| r.sent.push((frame.route, decoded)));
-    }
-
-    fn wake_after(&mut self, delay: Duration, wake: Wake) {
-        self.with(|r| r.wakes.push((delay, wake)));
-    }
-
-    fn shutdown_requested(&mut self) {
-        self.with(|r| r.shutdown_requested = true);
-    }
-
-    fn release_memory(&mut self) {
-        self.with(|r| r.memory_releases += 1);
-    }
-
-    fn batch(&mut self, work: super::port::BatchWork) {
-        self.with(|r| r.batches.push(work));
-    }
-}
-
-/// The test port is the journal too: what it appends is recorded beside the frames.
-impl Journal for TestPort {
-    fn append(&mut self, records: Vec<Record>, after: AfterJournal) -> Option<RootMsg> {
-        let decoded: Vec<Record> = records
-            .iter()
-            .map(|record| {
-                let json = serde_json::to_vec(record).expect("records serialize");
-                serde_json::from_slice::<Record>(&json).expect("and parse back")
-            })
-            .collect();
-        if self.with(|r| r.inline_journal) {
-            let journal = self.with(|r| r.durable.clone());
-            let positions = journal.hold(decoded);
-            return after.finish(Ok(positions));
-        }
-        self.with(|r| r.appends.push((decoded, after)));
-        None
-    }
-
-    fn close(&mut self) {
-        self.with(|r| r.journal_closed = true);
-    }
-
-    fn waiting_for_space(&self) -> bool {
-        self.with(|r| r.disk_full)
-    }
-
-    fn results(&self) -> Arc<dyn super::history::ResultSource> {
-        self.with(|r| r.durable.clone())
-    }
-}
-
-/// Monotonic and wall-clock time that move only when a test says so.
-#[derive(Debug, Clone)]
-struct ManualClock(Arc<Mutex<u64>>);
-
-/// The wall clock reads this plus the monotonic clock.
-const UNIX_ORIGIN_US: u64 = 1_700_000_000_000_000;
-
-impl ManualClock {
-    fn advance(&self, by: Duration) {
-        *self.0.lock().expect("a test thread panicked") += by.as_micros() as u64;
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> Time {
-        Time::from_micros(*self.0.lock().expect("a test thread panicked"))
-    }
-
-    fn unix_micros(&self) -> u64 {
-        UNIX_ORIGIN_US + self.now().as_micros()
-    }
-}
 
 struct Harness {
     root: RootState,
@@ -403,63 +215,6 @@ impl Harness {
         let report = answer.try_recv().expect("status answers at once")?;
         Ok(report.job_counts.expect("the counts asked for"))
     }
-}
-
-/// The result records among `records`.
-fn results_of(records: &[Record]) -> Vec<Arc<crate::results::ResultRecord>> {
-    records
-        .iter()
-        .filter_map(|record| match record {
-            Record::Result(result) => Some(result.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn array(argv: &[&str], indices: &str) -> JobRequest {
-    JobRequest {
-        spec: TaskSpec::new(argv.iter().map(|a| (*a).to_owned()).collect()),
-        array: Some(indices.parse::<ArraySpec>().expect("a valid array")),
-        inline_output: None,
-    }
-}
-
-fn single(argv: &[&str]) -> JobRequest {
-    JobRequest {
-        spec: TaskSpec::new(argv.iter().map(|a| (*a).to_owned()).collect()),
-        array: None,
-        inline_output: None,
-    }
-}
-
-fn exited(task: u64, attempt: u64, code: i32) -> TaskResult {
-    TaskResult {
-        task: TaskId(task),
-        attempt: AttemptId(attempt),
-        executor: 0,
-        outcome: Outcome::Exited { code },
-        received_unix_us: UNIX_ORIGIN_US,
-        start_unix_us: UNIX_ORIGIN_US,
-        end_unix_us: UNIX_ORIGIN_US + 1_000,
-        body: ResultBody::Command {
-            stdout: Output::default(),
-            stderr: Output::default(),
-        },
-    }
-}
-
-/// The (task, attempt) pairs of the dispatches in `sent` for `node`.
-fn assignments(sent: &[(u32, ToAgent)], node: u32) -> Vec<(u64, u64)> {
-    sent.iter()
-        .filter(|(route, _)| *route == node)
-        .filter_map(|(_, message)| match message {
-            ToAgent::Dispatch(dispatch) => {
-                Some(dispatch.tasks.iter().map(|a| (a.task.0, a.attempt.0)))
-            }
-            _ => None,
-        })
-        .flatten()
-        .collect()
 }
 
 #[tokio::test]

@@ -3,35 +3,14 @@
 
 use std::time::Duration;
 
-use saker_core::provision::{Policy, ProvisionConfig};
-
 use super::*;
-use crate::actor::elastic::ElasticConfig;
+use crate::actor::ElasticConfig;
 use crate::actor::port::{BatchOutcome, BatchWork};
 
 const SECOND: u64 = 1_000_000;
 
 fn config() -> ElasticConfig {
-    ElasticConfig {
-        provision: ProvisionConfig {
-            policy: Policy::All,
-            nodes_per_allocation: 1,
-            cores_per_node: 2,
-            max_nodes: 2,
-            max_pending: 2,
-            grow_after_us: 10 * SECOND,
-            idle_release_us: 30 * SECOND,
-            replace_ahead_us: 60 * SECOND,
-        },
-        round: Duration::from_secs(1),
-        script: "#!/bin/bash\nexec saker agent --subtree-base {first_node}\n".into(),
-        job_name: "saker-test".into(),
-        partition: Some("debug".into()),
-        account: None,
-        time_limit_minutes: Some(60),
-        working_directory: None,
-        output: None,
-    }
+    elastic_config()
 }
 
 fn elastic_harness() -> Harness {

@@ -99,7 +99,7 @@ async fn a_follower_gets_history_then_live_results_each_once() {
 #[tokio::test]
 async fn freed_memory_is_given_back_when_the_pilot_goes_idle_after_enough_results() {
     let mut h = Harness::new();
-    h.root.results.log.release_after = 3;
+    h.root.submissions.release_memory_after(3);
     let releases = |h: &Harness| h.port.with(|r| r.memory_releases);
 
     // Three results, but a fourth task still queued: not idle, nothing released.

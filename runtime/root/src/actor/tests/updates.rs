@@ -213,7 +213,7 @@ fn updates_are_in_force_after_a_resume() {
         Some(Time::from_micros(3_600_000_000))
     );
     assert_eq!(core.not_before(JobId(2)), None, "its time was cleared");
-    let def = &resumed.root.submissions.jobs.get(&JobId(1)).unwrap().def;
+    let def = &resumed.root.submissions.definition(JobId(1)).unwrap();
     assert_eq!(def.time_limit_ms, 5_000);
     resumed.join(1, 2);
     resumed.sent();

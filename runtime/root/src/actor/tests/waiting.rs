@@ -47,7 +47,7 @@ async fn a_waiting_submission_is_answered_once_its_results_are_durable() {
     tasks.sort_unstable();
     assert_eq!(tasks, [1, 2, 3]);
     assert!(results.iter().all(|r| r.job == reply.jobs[0].job));
-    assert_eq!(h.root.results.log.submit_waiters.len(), 0);
+    assert_eq!(h.root.results.submissions_waiting(), 0);
 }
 
 #[tokio::test]

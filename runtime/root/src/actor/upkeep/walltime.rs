@@ -11,14 +11,23 @@ use std::time::Duration;
 
 use saker_core::Time;
 
-use super::ctx::Ctx;
-use super::port::Wake;
-use super::state::RootState;
-use super::upkeep::Walltime;
+use crate::actor::ctx::Ctx;
+use crate::actor::port::Wake;
+use crate::client::StatusReport;
+
+/// The walltime deadline and what reaching it left.
+#[derive(Debug, Default)]
+pub(crate) struct Walltime {
+    /// The deadline on the core's clock, if any.
+    pub(super) deadline: Option<Time>,
+    pub(super) reached: bool,
+    /// `status` as the deadline left the pilot, reported from then on.
+    status: Option<StatusReport>,
+}
 
 impl Walltime {
     /// Sets the deadline (unix µs) and arms the timer that enforces it.
-    pub(super) fn set(&mut self, ctx: &mut Ctx, deadline_unix_us: u64) {
+    pub(crate) fn set(&mut self, ctx: &mut Ctx, deadline_unix_us: u64) {
         let now_unix = ctx.timestamp().unix_micros();
         let left = deadline_unix_us.saturating_sub(now_unix);
         let now = ctx.now();
@@ -31,7 +40,7 @@ impl Walltime {
 
     /// The deadline has come: the core starts nothing more. True when the pilot is to
     /// stop now (it was not stopped for it already).
-    pub(super) fn reach(&mut self, ctx: &mut Ctx) -> bool {
+    pub(crate) fn reach(&mut self, ctx: &mut Ctx) -> bool {
         if self.reached {
             return false;
         }
@@ -42,7 +51,7 @@ impl Walltime {
 
     /// With a deadline set: whether every unfinished task is held back by it and
     /// nothing runs, so that waiting longer achieves nothing.
-    pub(super) fn exhausted(&self, ctx: &Ctx) -> bool {
+    pub(crate) fn exhausted(&self, ctx: &Ctx) -> bool {
         if self.deadline.is_none() || self.reached || ctx.pilot.shutting_down {
             return false;
         }
@@ -59,31 +68,26 @@ impl Walltime {
     }
 }
 
-impl RootState {
-    pub(super) fn set_deadline(&mut self, deadline_unix_us: u64) {
-        self.upkeep.walltime.set(&mut self.ctx, deadline_unix_us);
+impl Walltime {
+    /// The pilot stops for its walltime.
+    pub(crate) fn stop(&mut self) {
+        self.reached = true;
     }
 
-    /// The deadline has come: stop starting, kill what runs, stop the pilot.
-    pub(super) fn on_walltime(&mut self) {
-        if self.upkeep.walltime.reach(&mut self.ctx) {
-            self.stop_for_walltime();
-        }
+    /// `status` is the pilot's picture at the deadline (the agents' goodbyes that
+    /// follow put their stopped attempts back in the queue, where they would read as
+    /// never started), reported from then on.
+    pub(crate) fn keep_status(&mut self, status: StatusReport) {
+        self.status = Some(status);
     }
 
-    /// Called after every turn (see [`Walltime::exhausted`]).
-    pub(super) fn check_exhausted(&mut self) {
-        if self.upkeep.walltime.exhausted(&self.ctx) {
-            self.stop_for_walltime();
-        }
+    /// Whether the deadline was reached.
+    pub(crate) fn reached(&self) -> bool {
+        self.reached
     }
 
-    fn stop_for_walltime(&mut self) {
-        self.upkeep.walltime.reached = true;
-        // The agents' goodbyes that follow put their stopped attempts back in the
-        // queue, where they would read as never started; the picture at the deadline
-        // is what the run reports.
-        self.upkeep.walltime.status = Some(self.status());
-        self.on_shutdown();
+    /// `status` as the deadline left the pilot, once reached.
+    pub(crate) fn status_at_deadline(&self) -> Option<&StatusReport> {
+        self.status.as_ref()
     }
 }

@@ -1,6 +1,9 @@
 //! The root's book of attempts and results: what an accepted attempt left for its
 //! task's record, why earlier attempts did not count, what this turn produced for the
-//! journal, and, once durable, where each result is and who waits for it.
+//! journal, and, once durable, where each result is and who follows them.
+//!
+//! How far each job has come (its durable results by state) is its submission's
+//! ([`super::submissions`]); the router hands each durable result to both.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,19 +13,26 @@ use saker_journal::Position;
 use tokio::sync::mpsc;
 
 use super::ctx::Ctx;
-use super::jobs::JobEntry;
 use super::journal::AfterJournal;
-use super::rates::{MinuteRate, RateWindow};
-use super::submissions::Submissions;
 use crate::attempts::{AttemptEnd, AttemptNote};
-use crate::client::{Reply, WaitReport};
+use crate::client::{
+    ErrorKind, Reply, RequestError, ResultSink, StageSummary, SubmitReply, SubmitWait, SubmittedJob,
+};
+use crate::compact::CompactionDone;
 use crate::records::Record;
 use crate::results::{Failure, JobId, ResultRecord, TerminalState, Timestamp};
+use index::ResultIndex;
+use rates::{MinuteRate, RateWindow};
 
-/// Results that must have ended since the last time before a pilot that has gone idle
-/// gives its freed memory back: enough that a burst's queue was worth returning, few
-/// enough that a pilot fed one task at a time never pays for it.
-const RELEASE_AFTER_RESULTS: u64 = 10_000;
+mod index;
+mod journaled;
+mod rates;
+mod resume;
+mod stages;
+mod streams;
+mod waiters;
+
+pub(crate) use journaled::Journaled;
 
 /// A task the core finished ([`saker_core::Event::TaskFinished`]).
 #[derive(Debug, Clone, Copy)]
@@ -57,29 +67,22 @@ impl FinishedTask {
     }
 }
 
-/// A `wait` request: answered once every task of `jobs` (of all jobs when `None`) has
-/// a durable result.
-#[derive(Debug)]
-pub(crate) struct Waiter {
-    pub jobs: Option<Vec<JobId>>,
-    pub reply: Reply<WaitReport>,
+/// What a finished task's record takes from its job.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct JobFacts {
+    /// Its array index, for a task of an array.
+    pub index: Option<u32>,
+    pub submitted_us: u64,
+    /// The job it needed to succeed and that did not, if it was cancelled for that.
+    pub dependency_failed: Option<JobId>,
 }
 
-/// Attempts in flight and results: settled, journaled, durable, waited for.
+/// Attempts in flight and results: settled, journaled, durable, followed.
 #[derive(Debug, Default)]
 pub(super) struct Results {
-    pub attempts: AttemptTable,
-    pub unjournaled: Unjournaled,
-    pub log: ResultLog,
-}
-
-/// Pilot-wide counts of durable results, kept as results arrive so that waits and
-/// status cost nothing per job.
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Totals {
-    pub durable: u64,
-    pub failed: u64,
-    pub cancelled: u64,
+    attempts: AttemptTable,
+    unjournaled: Unjournaled,
+    log: ResultLog,
 }
 
 /// What a result record keeps of an accepted attempt, read out of the agent's report
@@ -87,6 +90,8 @@ pub(super) struct Totals {
 #[derive(Debug)]
 pub(super) struct Detail {
     pub node: NodeId,
+    /// Its host name, as the record shows it.
+    pub host: String,
     pub executor: Option<u32>,
     /// When the agent received the dispatch (0: not known).
     pub received_unix_us: u64,
@@ -108,62 +113,55 @@ pub(super) struct Detail {
 
 /// What attempts left behind that a task's result record will need.
 #[derive(Debug, Default)]
-pub(super) struct AttemptTable {
+struct AttemptTable {
     /// The accepted attempt of each task the core has not finished yet.
-    pub details: HashMap<TaskId, Detail>,
+    details: HashMap<TaskId, Detail>,
     /// Earlier attempts of tasks not yet finished.
-    pub history: HashMap<TaskId, Vec<AttemptNote>>,
+    history: HashMap<TaskId, Vec<AttemptNote>>,
     /// Each task in motion: when it was last dispatched, and whether that attempt
     /// started. Removed when the task finishes, so it holds what is in flight.
-    pub dispatched: HashMap<TaskId, Dispatched>,
+    dispatched: HashMap<TaskId, Dispatched>,
 }
 
 /// A task's latest dispatch, in [`AttemptTable::dispatched`].
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Dispatched {
+struct Dispatched {
     /// When (unix µs): its result's `dispatch_time`.
-    pub at_us: u64,
+    at_us: u64,
     /// The attempt its agent said started, and when (unix µs): the start time of a
     /// note for an attempt lost with its node.
-    pub started: Option<(u64, u64)>,
+    started: Option<(u64, u64)>,
 }
 
 /// What this turn produced for the journal; journaled together at the end of it.
 #[derive(Debug, Default)]
-pub(super) struct Unjournaled {
-    pub results: Vec<Arc<ResultRecord>>,
+struct Unjournaled {
+    results: Vec<Arc<ResultRecord>>,
     /// Records no one waits on: attempts that ended without counting, nodes that
     /// joined or left.
-    pub records: Vec<Record>,
+    records: Vec<Record>,
 }
 
-/// Durable results and everything that waits on them.
+/// Durable results and everything that follows them.
 #[derive(Debug)]
-pub(super) struct ResultLog {
-    pub next_seq: u64,
+struct ResultLog {
+    next_seq: u64,
     /// Where each durable result is in the journal (the results themselves are not
-    /// kept: see `history.rs`).
-    pub index: super::history::ResultIndex,
+    /// kept: see `index.rs`).
+    index: ResultIndex,
     /// Results dropped by compactions under the retention, and the highest `seq`
     /// among them (a stream from at or below it is told how many).
-    pub compacted: u64,
-    pub compacted_through: u64,
+    compacted: u64,
+    compacted_through: u64,
     /// Held by every read of results under way: segments a compaction superseded are
     /// deleted only once no read that may hold a position in them is left.
-    pub readers: Arc<()>,
-    pub totals: Totals,
-    pub followers: Vec<mpsc::UnboundedSender<Arc<ResultRecord>>>,
-    pub rate: RateWindow,
-    pub minute: MinuteRate,
-    pub stages: super::stages::Stages,
-    pub waiters: Vec<Waiter>,
+    readers: Arc<()>,
+    followers: Vec<mpsc::UnboundedSender<Arc<ResultRecord>>>,
+    rate: RateWindow,
+    minute: MinuteRate,
+    stages: stages::Stages,
     /// Submissions answered once their own tasks have ended.
-    pub submit_waiters: super::waiters::SubmitWaiters,
-    /// `totals.durable` when the root last gave freed memory back, and how many more
-    /// results must end in an idle pilot before it does so again (see
-    /// [`Port::release_memory`]).
-    pub released_at: u64,
-    pub release_after: u64,
+    submit_waiters: waiters::SubmitWaiters,
 }
 
 impl Default for ResultLog {
@@ -174,20 +172,71 @@ impl Default for ResultLog {
             compacted: 0,
             compacted_through: 0,
             readers: Arc::new(()),
-            totals: Totals::default(),
             followers: Vec::new(),
             rate: RateWindow::default(),
             minute: MinuteRate::default(),
             stages: Default::default(),
-            waiters: Vec::new(),
             submit_waiters: Default::default(),
-            released_at: 0,
-            release_after: RELEASE_AFTER_RESULTS,
         }
     }
 }
 
 impl Results {
+    /// `task` was dispatched at `at_us` (unix µs): its result's `dispatch_time`.
+    pub(super) fn dispatched(&mut self, task: TaskId, at_us: u64) {
+        let dispatched = Dispatched {
+            at_us,
+            started: None,
+        };
+        self.attempts.dispatched.insert(task, dispatched);
+    }
+
+    /// Its agent says `attempt` of `task` started at `at_us` (unix µs). Noted in
+    /// place: no map grows per task for it.
+    pub(super) fn started(&mut self, task: TaskId, attempt: saker_core::AttemptId, at_us: u64) {
+        if let Some(dispatched) = self.attempts.dispatched.get_mut(&task) {
+            dispatched.started = Some((attempt.0, at_us));
+        }
+    }
+
+    /// `record` goes to the journal with this turn's results; nothing waits on it.
+    pub(super) fn journal_later(&mut self, record: Record) {
+        self.unjournaled.records.push(record);
+    }
+
+    /// `lost` (task, attempt) ran on `node` (`host`), lost at `end_time` for `why`:
+    /// each is noted in its task's history, started when its agent said it did.
+    pub(super) fn lost_with_node(
+        &mut self,
+        lost: Vec<(TaskId, saker_core::AttemptId)>,
+        host: &str,
+        why: &str,
+        end_time: Timestamp,
+    ) {
+        for (task, attempt) in lost {
+            let start_time = self
+                .attempts
+                .dispatched
+                .get(&task)
+                .and_then(|dispatched| dispatched.started)
+                .filter(|(started, _)| *started == attempt.0)
+                .map(|(_, at)| Timestamp::from_unix_micros(at));
+            self.note_attempt(
+                task,
+                AttemptNote {
+                    attempt: attempt.0,
+                    end: AttemptEnd::Lost,
+                    reason: why.to_owned(),
+                    exit_code: None,
+                    signal: None,
+                    node: Some(host.to_owned()),
+                    start_time,
+                    end_time,
+                },
+            );
+        }
+    }
+
     /// Hands an attempt's outcome to the core: an accepted one keeps `detail` for the
     /// task's record, one that does not count is noted in the task's history.
     pub(super) fn settle(
@@ -247,26 +296,18 @@ impl Results {
 
     /// Builds the result record of a task the core has just finished, with what its
     /// accepted attempt left (if one was).
-    pub(super) fn finish_task(
-        &mut self,
-        ctx: &mut Ctx,
-        submissions: &Submissions,
-        finished: FinishedTask,
-    ) {
+    pub(super) fn finish_task(&mut self, ctx: &mut Ctx, finished: FinishedTask, job: JobFacts) {
         let FinishedTask {
             task,
-            job,
-            offset,
+            job: job_id,
+            offset: _,
             state,
             attempts,
         } = finished;
         let detail = self.attempts.details.remove(&task);
-        let Some(entry) = submissions.jobs.get(&job) else {
-            return;
-        };
-        // Counted when durable (`Results::count_durable`), not here.
-        let index = entry.array_index(offset);
-        let submit_time = Timestamp::from_unix_micros(entry.submitted_us);
+        // Counted when durable (by its submission), not here.
+        let index = job.index;
+        let submit_time = Timestamp::from_unix_micros(job.submitted_us);
         let accepted = ctx.timestamp();
         let seq = self.log.next_seq;
         self.log.next_seq += 1;
@@ -277,7 +318,7 @@ impl Results {
         let attempts = attempts.max(history.len() as u32 + u32::from(detail.is_some()));
         let mut record = ResultRecord {
             task,
-            job,
+            job: job_id,
             index,
             state,
             exit_code: None,
@@ -305,7 +346,7 @@ impl Results {
         };
         match detail {
             Some(detail) => {
-                record.node = Some(ctx.hostname_of(detail.node));
+                record.node = Some(detail.host);
                 record.node_id = Some(detail.node.0);
                 record.executor = detail.executor;
                 record.received_time = (detail.received_unix_us > 0)
@@ -324,7 +365,7 @@ impl Results {
                 record.gang = detail.gang;
             }
             None if state == TerminalState::Cancelled => {
-                record.reason = Some(match submissions.dependency_failed.get(&job) {
+                record.reason = Some(match job.dependency_failed {
                     Some(dependency) => format!("dependency {dependency} failed"),
                     None => "cancelled before it started".into(),
                 });
@@ -369,117 +410,163 @@ impl Results {
         ctx.append(records, AfterJournal::Results(results));
     }
 
-    /// Results the journal made durable, at `positions`: indexed, counted, and passed
-    /// to the streams that follow them. Not kept.
+    /// Results the journal made durable, at `positions`: indexed, their stages
+    /// timed, and passed to the streams that follow them. Not kept.
     pub(super) fn on_durable(
         &mut self,
         ctx: &mut Ctx,
-        submissions: &mut Submissions,
-        results: Vec<Arc<ResultRecord>>,
+        results: &[Arc<ResultRecord>],
         positions: Vec<Position>,
     ) {
         let now = ctx.now();
-        for (record, position) in results.into_iter().zip(positions) {
-            self.count_durable(submissions, &record);
+        for (record, position) in results.iter().zip(positions) {
+            self.log.stages.record(record);
             self.log.index.insert(record.task, record.seq, position);
-            self.log.submit_waiters.note(&record);
+            self.log.submit_waiters.note(record);
             self.log
                 .followers
                 .retain(|sink| sink.send(record.clone()).is_ok());
         }
-        self.log.rate.record(now, self.log.index.len());
-        self.log.minute.record(now, self.log.totals.durable);
-        self.check_waiters(submissions);
-        self.release_memory_if_idle(ctx, submissions);
-    }
-
-    /// Once everything submitted has ended after a large batch, gives the memory its
-    /// queue held back to the system: the allocator keeps freed memory otherwise, and
-    /// a pilot that queued a million tasks would hold their 150 MB for the rest of
-    /// its life, though what it keeps of finished work is a few bytes a task.
-    fn release_memory_if_idle(&mut self, ctx: &mut Ctx, submissions: &Submissions) {
-        let totals = self.log.totals;
-        if totals.durable >= submissions.tasks
-            && totals.durable - self.log.released_at >= self.log.release_after
-        {
-            self.log.released_at = totals.durable;
-            ctx.port.release_memory();
-        }
-    }
-
-    pub(super) fn check_waiters(&mut self, submissions: &Submissions) {
-        let mut index = 0;
-        while index < self.log.waiters.len() {
-            if self.log.waiters[index].reply.is_closed() {
-                self.log.waiters.swap_remove(index);
-                continue;
-            }
-            // A wait for everything is answered from running totals, so it costs
-            // nothing per job however many jobs (task-file lines) the pilot holds.
-            let report = match &self.log.waiters[index].jobs {
-                None => (self.log.totals.durable >= submissions.tasks).then(|| WaitReport {
-                    succeeded: self.log.totals.durable
-                        - self.log.totals.failed
-                        - self.log.totals.cancelled,
-                    failed: self.log.totals.failed,
-                    cancelled: self.log.totals.cancelled,
-                }),
-                // Jobs were checked to exist when the wait arrived.
-                Some(jobs) => jobs
-                    .iter()
-                    .all(|j| submissions.jobs.get(j).is_none_or(JobEntry::is_done))
-                    .then(|| {
-                        let mut report = WaitReport::default();
-                        for job in jobs {
-                            let (count, failed, cancelled) = match submissions.jobs.get(job) {
-                                Some(entry) => (entry.count, entry.failed, entry.cancelled),
-                                None => submissions.jobs.final_counts(job).unwrap_or_default(),
-                            };
-                            report.failed += u64::from(failed);
-                            report.cancelled += u64::from(cancelled);
-                            report.succeeded += u64::from(count - failed - cancelled);
-                        }
-                        report
-                    }),
-            };
-            match report {
-                Some(report) => {
-                    let waiter = self.log.waiters.swap_remove(index);
-                    let _ = waiter.reply.send(Ok(report));
-                }
-                None => index += 1,
-            }
-        }
-    }
-
-    /// Counts a durable result in its job and in the pilot's totals.
-    pub(super) fn count_durable(&mut self, submissions: &mut Submissions, record: &ResultRecord) {
-        self.count_durable_state(submissions, record.job, record.state);
-        self.log.stages.record(record);
-    }
-
-    /// Counts a task of `job` that ended in `state` durably.
-    pub(super) fn count_durable_state(
-        &mut self,
-        submissions: &mut Submissions,
-        job: crate::results::JobId,
-        state: crate::results::TerminalState,
-    ) {
-        let (failed, cancelled) = match state {
-            crate::results::TerminalState::Succeeded => (0, 0),
-            crate::results::TerminalState::Failed => (1, 0),
-            crate::results::TerminalState::Cancelled => (0, 1),
-        };
-        if let Some(entry) = submissions.jobs.get_mut(&job) {
-            entry.durable += 1;
-            entry.failed += failed;
-            entry.cancelled += cancelled;
-            if entry.is_done() {
-                submissions.jobs.finish(job);
-            }
-        }
-        self.log.totals.durable += 1;
-        self.log.totals.failed += u64::from(failed);
-        self.log.totals.cancelled += u64::from(cancelled);
+        let indexed = self.log.index.len();
+        self.log.rate.record(now, indexed);
+        self.log.minute.record(now, indexed);
     }
 }
+
+impl Results {
+    /// A results stream: the durable results from `from` on (read from the journal on
+    /// a thread of its own), then, with `follow`, each new one as it becomes durable.
+    pub(super) fn on_results(&mut self, ctx: &Ctx, from: u64, follow: bool, sink: ResultSink) {
+        let from = from.max(1);
+        let last = self.log.index.last_seq();
+        let start = (from <= last)
+            .then(|| self.log.index.start_for(from))
+            .flatten();
+        // Registered now: a result made durable from here on is live, not history.
+        let live = follow.then(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            self.log.followers.push(tx);
+            rx
+        });
+        let history = start.map(|start| streams::History {
+            source: ctx.journal.results(),
+            start,
+            from,
+            last,
+            reading: Arc::clone(&self.log.readers),
+        });
+        let compacted = if from <= self.log.compacted_through {
+            self.log.compacted
+        } else {
+            0
+        };
+        tokio::spawn(streams::feed_results(
+            history,
+            live,
+            last + 1,
+            compacted,
+            sink,
+        ));
+    }
+
+    /// One task's result, read from the journal on a thread of its own.
+    pub(super) fn on_result(
+        &mut self,
+        ctx: &Ctx,
+        keep: &crate::compact::KeepResults,
+        task: TaskId,
+        reply: Reply<Arc<ResultRecord>>,
+    ) {
+        let Some(position) = self.log.index.find(task) else {
+            if self.log.index.is_compacted(task) {
+                let message = format!(
+                    "task {task}'s result was compacted away (--keep-results {})",
+                    keep
+                );
+                let _ = reply.send(Err(RequestError::new(ErrorKind::Compacted, message)));
+                return;
+            }
+            let message = format!("task {task} has no result (unknown, or not finished)");
+            let _ = reply.send(Err(RequestError::new(ErrorKind::NoResult, message)));
+            return;
+        };
+        let source = ctx.journal.results();
+        let reading = Arc::clone(&self.log.readers);
+        tokio::task::spawn_blocking(move || {
+            let _reading = reading;
+            let answer = source.read(position).map_err(|error| {
+                let error = saker_actors::error_chain(&error);
+                RequestError::new(
+                    ErrorKind::Internal,
+                    format!("reading task {task}'s result: {error}"),
+                )
+            });
+            let _ = reply.send(answer);
+        });
+    }
+}
+
+impl Results {
+    /// `jobs`, just submitted, are answered on `reply` once every task of them has a
+    /// durable result (`wait`: with the results, or their counts).
+    pub(super) fn wait_for_submitted(
+        &mut self,
+        jobs: Vec<SubmittedJob>,
+        wait: SubmitWait,
+        reply: Reply<SubmitReply>,
+    ) {
+        self.log.submit_waiters.add(jobs, wait, reply);
+    }
+
+    /// The results this turn produced, not journaled yet.
+    #[cfg(test)]
+    pub(crate) fn unjournaled_results(&self) -> &[Arc<ResultRecord>] {
+        &self.unjournaled.results
+    }
+
+    /// Submissions waiting for their tasks' results.
+    #[cfg(test)]
+    pub(crate) fn submissions_waiting(&self) -> usize {
+        self.log.submit_waiters.len()
+    }
+
+    /// Ends every stream that follows new results (with `end`: the pilot stops).
+    pub(super) fn end_streams(&mut self) {
+        self.log.followers.clear();
+    }
+
+    /// Results per second over the last few seconds and over the last minute.
+    pub(super) fn rates(&self, ctx: &Ctx) -> (f64, f64) {
+        let now = ctx.now();
+        let indexed = self.log.index.len();
+        (
+            self.log.rate.rate(now, indexed),
+            self.log.minute.rate(now, indexed),
+        )
+    }
+
+    /// The longest run of an attempt so far (µs), if any ran.
+    pub(super) fn longest_run_micros(&self) -> Option<u64> {
+        self.log.stages.longest_run_micros()
+    }
+
+    /// Per-stage percentiles of the results so far.
+    pub(super) fn stages(&self) -> Vec<StageSummary> {
+        self.log.stages.summaries()
+    }
+
+    /// A compaction ended: the index follows the kept results to the base segment,
+    /// and learns which were dropped. The readers of the superseded segments, which
+    /// are deleted once every one of them is gone.
+    pub(super) fn compacted(&mut self, done: &CompactionDone) -> Arc<()> {
+        let log = &mut self.log;
+        log.index
+            .apply_compaction(done.base, &done.kept, &done.dropped);
+        log.compacted = done.compacted_total;
+        log.compacted_through = done.compacted_through;
+        std::mem::replace(&mut log.readers, Arc::new(()))
+    }
+}
+
+#[cfg(test)]
+mod tests;

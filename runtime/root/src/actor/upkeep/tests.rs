@@ -2,13 +2,13 @@
 //! the journal is compacted (by its segment count, one at a time, its superseded
 //! segments retired once no read holds them).
 
-use saker_core::Time;
 use saker_journal::{Position, SegmentNumber};
 
-use super::*;
-use crate::actor::compaction::{Compaction, CompactionDone, CompactionPolicy};
-use crate::actor::upkeep::Walltime;
-use crate::compact::KeepResults;
+use super::Walltime;
+use super::compaction::{Compaction, CompactionPolicy};
+use crate::actor::submissions::Submissions;
+use crate::actor::testing::*;
+use crate::compact::{CompactionDone, CompactionError, KeepResults};
 
 /// A journal whose writer's segment count a test sets, recording compactions asked
 /// for and retirements.
@@ -44,7 +44,7 @@ impl Journal for SegmentJournal {
 
     fn close(&mut self) {}
 
-    fn results(&self) -> Arc<dyn crate::actor::history::ResultSource> {
+    fn results(&self) -> Arc<dyn ResultSource> {
         Arc::new(MemoryJournal::default())
     }
 
@@ -84,7 +84,6 @@ fn position(segment: u64, offset: u64) -> Position {
 #[test]
 fn compaction_is_due_by_the_journals_segment_count_and_runs_one_at_a_time() {
     let (mut owned, journal, mut compaction) = compacting(3, 2);
-    let mut results = Results::default();
     for segments in [3, 4] {
         journal.set_segments(segments);
         compaction.maybe_compact(&mut owned.ctx);
@@ -99,8 +98,9 @@ fn compaction_is_due_by_the_journals_segment_count_and_runs_one_at_a_time() {
     compaction.maybe_compact(&mut owned.ctx);
     assert_eq!(journal.compactions().len(), 1, "one at a time");
     // A failed one is tried again two segments on.
-    compaction.on_compacted(&mut owned.ctx, &mut results, Err("disk full".into()));
-    assert_eq!(compaction.finished, 0);
+    let failed = Err(CompactionError::Closed);
+    assert!(compaction.ended(&mut owned.ctx, failed).is_none());
+    assert_eq!(compaction.finished(), 0);
     compaction.maybe_compact(&mut owned.ctx);
     journal.set_segments(10);
     compaction.maybe_compact(&mut owned.ctx);
@@ -119,16 +119,10 @@ fn a_pilot_that_compacts_every_zero_segments_never_does() {
 }
 
 #[test]
-fn a_compaction_moves_the_index_and_retires_segments_once_no_read_holds_them() {
+fn a_compaction_retires_the_segments_it_superseded_once_no_read_holds_them() {
     let (mut owned, journal, mut compaction) = compacting(2, 1);
-    let mut results = Results::default();
-    for task in 1..=3 {
-        results
-            .log
-            .index
-            .insert(TaskId(task), task, position(1, 16 * task));
-    }
-    let reading = Arc::clone(&results.log.readers);
+    let reading = Arc::new(());
+    let superseded = Arc::clone(&reading);
     journal.set_segments(3);
     compaction.maybe_compact(&mut owned.ctx);
     assert_eq!(journal.compactions().len(), 1);
@@ -141,19 +135,11 @@ fn a_compaction_moves_the_index_and_retires_segments_once_no_read_holds_them() {
         records_before: 9,
         records_after: 4,
     };
-    compaction.on_compacted(&mut owned.ctx, &mut results, Ok(done));
-    assert_eq!(compaction.finished, 1);
-    let index = &results.log.index;
-    assert_eq!(index.find(TaskId(3)), Some(position(3, 16)));
-    assert!(index.is_compacted(TaskId(1)) && index.is_compacted(TaskId(2)));
-    assert_eq!(
-        (results.log.compacted, results.log.compacted_through),
-        (2, 2)
-    );
-    assert!(
-        !Arc::ptr_eq(&reading, &results.log.readers),
-        "reads from now on are of the new generation"
-    );
+    let done = compaction
+        .ended(&mut owned.ctx, Ok(done))
+        .expect("it compacted");
+    compaction.applied(&mut owned.ctx, &done, superseded);
+    assert_eq!(compaction.finished(), 1);
     assert_eq!(journal.with(|s| s.retirements), 0, "a read holds them");
     compaction.poll_retirement(&mut owned.ctx);
     assert_eq!(journal.with(|s| s.retirements), 0);
@@ -192,7 +178,7 @@ fn a_deadline_bounds_the_core_and_arms_its_wake() {
 fn reaching_the_deadline_stops_all_dispatch_once() {
     let mut owned = Owned::new();
     owned.add_node(1, 1);
-    let mut submissions = new_submissions();
+    let mut submissions = Submissions::new(None, false);
     accept(&mut owned, &mut submissions, vec![array(&["sleep"], "1-3")]);
     assert_eq!(owned.dispatched().len(), 1, "before the deadline");
     let mut walltime = Walltime::default();
@@ -210,7 +196,7 @@ fn reaching_the_deadline_stops_all_dispatch_once() {
 fn the_pilot_is_exhausted_once_nothing_left_can_finish_by_the_deadline() {
     let mut owned = Owned::new();
     owned.add_node(1, 1);
-    let mut submissions = new_submissions();
+    let mut submissions = Submissions::new(None, false);
     let mut long = single(&["simulate"]);
     long.spec.time_limit = Some(Duration::from_secs(60));
     accept(&mut owned, &mut submissions, vec![long]);
@@ -231,4 +217,43 @@ fn the_pilot_is_exhausted_once_nothing_left_can_finish_by_the_deadline() {
     // A task without a time limit may still start (the deadline kills it).
     accept(&mut owned, &mut submissions, vec![single(&["true"])]);
     assert!(!walltime.exhausted(&owned.ctx));
+}
+
+#[test]
+fn a_resumed_elastic_pilot_adopts_the_allocations_its_journal_left_running() {
+    let owned = Owned::new();
+    let mut upkeep = super::Upkeep {
+        elastic: Some(super::elastic::Elastic::new(elastic_config())),
+        ..Default::default()
+    };
+    let allocation = |allocation, ended| Record::Allocation {
+        allocation,
+        job_id: 40 + allocation as u32,
+        nodes: 1,
+        first_node: allocation as u32,
+        ended,
+        reason: "submitted".into(),
+        unix_us: UNIX_ORIGIN_US,
+    };
+    let now = owned.ctx.now();
+    for record in [
+        allocation(0, false),
+        allocation(1, false),
+        allocation(1, true),
+    ] {
+        upkeep.gather(&record, now);
+    }
+    upkeep.resumed();
+    let elastic = upkeep.elastic.as_ref().expect("elastic");
+    let adopted: Vec<(u64, Option<u32>)> = elastic
+        .statuses(UNIX_ORIGIN_US)
+        .iter()
+        .map(|a| (a.allocation, a.job_id))
+        .collect();
+    assert_eq!(adopted, [(0, Some(40))], "allocation 1 had ended");
+    // A pilot that is not elastic has nothing to adopt.
+    let mut plain = super::Upkeep::default();
+    plain.gather(&allocation(2, false), now);
+    plain.resumed();
+    assert!(plain.elastic.is_none());
 }

@@ -4,36 +4,38 @@
 //! durable, so an answered update survives a crash (a resume folds the journaled
 //! updates into the jobs' requests before it queues them again).
 //!
-//! A new time limit also reaches the agents: each node that holds the job's definition
-//! gets the new one at once, which replaces its copy, so an attempt waiting in its
-//! local queue starts under the new limit. One that started before keeps the limit it
-//! started with.
+//! A new time limit also reaches the agents: the job gets a new definition, which the
+//! router sends at once to each node that holds the old one
+//! ([`Nodes::redefine`](crate::actor::nodes::Nodes::redefine)), where it replaces its
+//! copy, so an attempt waiting in its local queue starts under the new limit. One that
+//! started before keeps the limit it started with.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use saker_core::{JobId, UpdateError};
-use saker_wire::messages::{Dispatch, JobDef, ToAgent};
+use saker_wire::messages::JobDef;
 
-use super::clients::error;
-use super::ctx::Ctx;
-use super::journal::AfterJournal;
-use super::submissions::Submissions;
-use super::submissions::{limit_micros, limit_ms};
+use super::{Submissions, limit_micros, limit_ms};
+use crate::actor::ctx::Ctx;
+use crate::actor::journal::AfterJournal;
+use crate::actor::replies::error;
 use crate::client::{ErrorKind, JobUpdate, Reply, UpdateReport};
 use crate::records::Record;
 
 impl Submissions {
-    pub(super) fn on_update(
+    /// Updates `jobs` whole or not at all, journals the update and answers once it is
+    /// durable. The new definitions of jobs whose time limit changed, for the nodes
+    /// that hold the old ones.
+    pub(crate) fn on_update(
         &mut self,
         ctx: &mut Ctx,
         jobs: Vec<JobId>,
         update: JobUpdate,
         reply: Reply<UpdateReport>,
-    ) {
+    ) -> Vec<Arc<JobDef>> {
         if let Err(problem) = update.validate() {
             let _ = reply.send(Err(error(ErrorKind::InvalidSpec, problem.to_string())));
-            return;
+            return Vec::new();
         }
         for &job in &jobs {
             if let Err(problem) = ctx.core.check_update(job) {
@@ -42,16 +44,21 @@ impl Submissions {
                     UpdateError::Ended { .. } => ErrorKind::JobEnded,
                 };
                 let _ = reply.send(Err(error(kind, problem.to_string())));
-                return;
+                return Vec::new();
             }
         }
         let unix_us = ctx.timestamp().unix_micros();
         let mut records = Vec::with_capacity(jobs.len());
+        let mut redefined = Vec::new();
         for job in jobs {
-            if let Err(problem) = self.apply_update(ctx, job, update) {
-                // Not reached: every job was checked above, and nothing ends meanwhile.
-                tracing::error!(%problem, "update refused by the core after its check");
-                continue;
+            match self.apply_update(ctx, job, update) {
+                Ok(def) => redefined.extend(def),
+                Err(problem) => {
+                    // Not reached: every job was checked above, and nothing ends
+                    // meanwhile.
+                    tracing::error!(%problem, "update refused by the core after its check");
+                    continue;
+                }
             }
             records.push(Record::Update {
                 job,
@@ -63,15 +70,17 @@ impl Submissions {
             updated: records.len() as u64,
         };
         ctx.append(records, AfterJournal::Updated { reply, report });
+        redefined
     }
 
-    /// Applies `update` to job `job` in the core and in its definition.
+    /// Applies `update` to job `job` in the core and in its definition; its new
+    /// definition, if that changed.
     fn apply_update(
         &mut self,
         ctx: &mut Ctx,
         job: JobId,
         update: JobUpdate,
-    ) -> Result<(), UpdateError> {
+    ) -> Result<Option<Arc<JobDef>>, UpdateError> {
         let now = ctx.now();
         if let Some(priority) = update.priority {
             ctx.core.handle_update_priority(job, priority, now)?;
@@ -83,45 +92,23 @@ impl Submissions {
         if let Some(limit) = update.time_limit {
             ctx.core
                 .handle_update_time_limit(job, limit_micros(limit), now)?;
-            self.redefine(ctx, job, limit_ms(limit));
+            return Ok(self.redefine(job, limit_ms(limit)));
         }
-        Ok(())
+        Ok(None)
     }
 
-    /// Gives job `job` a definition with `time_limit_ms` and sends it to every node
-    /// that holds the old one, where it replaces it before any queued attempt starts.
-    fn redefine(&mut self, ctx: &mut Ctx, job: JobId, time_limit_ms: u64) {
-        let Some(old) = self.jobs.def(job) else {
-            return;
-        };
+    /// Gives job `job` a definition with `time_limit_ms`, if that is new.
+    fn redefine(&mut self, job: JobId, time_limit_ms: u64) -> Option<Arc<JobDef>> {
+        let old = self.jobs.def(job)?;
         if old.time_limit_ms == time_limit_ms {
-            return;
+            return None;
         }
         let def = Arc::new(JobDef {
             time_limit_ms,
             ..JobDef::clone(&old)
         });
-        let Some(entry) = self.jobs.get_mut(&job) else {
-            return;
-        };
+        let entry = self.jobs.get_mut(&job)?;
         entry.def = Arc::clone(&def);
-        // A node may appear twice across lives; it gets the definition once.
-        let holders: BTreeSet<_> = entry.known_by.iter().copied().collect();
-        for node_id in holders {
-            let Some(node) = ctx.nodes.get_mut(&node_id) else {
-                continue;
-            };
-            if !node.known_jobs.contains(&job) {
-                continue;
-            }
-            let message = ToAgent::Dispatch(Dispatch {
-                jobs: vec![Arc::clone(&def)],
-                tasks: Vec::new(),
-                forget: std::mem::take(&mut node.forget),
-                gang: None,
-            });
-            let link = node.link;
-            ctx.send_to(link, node_id, &message);
-        }
+        Some(def)
     }
 }

@@ -1,6 +1,6 @@
 //! An elastic pilot's batch allocations: every round the root shows the
 //! [`Provisioner`] its backlog and allocations, carries its decisions out through the
-//! [`Port`](super::port::Port) (libslurm submit, cancel and state queries, on a
+//! [`Port`](crate::actor::port::Port) (libslurm submit, cancel and state queries, on a
 //! blocking thread), and journals every allocation submitted and ended, so a resumed
 //! root adopts the allocations that are still there instead of asking again.
 //!
@@ -16,9 +16,10 @@ use saker_core::provision::{
     AllocationState, AllocationView, Backlog, Decision, ProvisionConfig, Provisioner,
 };
 
-use super::ctx::Ctx;
-use super::port::{BatchOutcome, BatchSubmit, BatchWork, Wake};
-use super::state::RootState;
+use crate::actor::ctx::Ctx;
+use crate::actor::journal::AfterJournal;
+use crate::actor::nodes::Nodes;
+use crate::actor::port::{BatchOutcome, BatchSubmit, BatchWork, Wake};
 use crate::client::ElasticAllocation;
 use crate::records::Record;
 
@@ -251,7 +252,7 @@ impl Elastic {
 
 impl Elastic {
     /// One provisioning round (see the module doc); the next is scheduled here.
-    pub(super) fn on_provision(&mut self, ctx: &mut Ctx, longest_run: u64) {
+    pub(crate) fn on_provision(&mut self, ctx: &mut Ctx, nodes: &Nodes, longest_run: u64) {
         let round = self.config.round;
         ctx.port.wake_after(round, Wake::Provision);
         if self.busy || ctx.pilot.shutting_down {
@@ -268,23 +269,22 @@ impl Elastic {
             return;
         }
         let now = ctx.now();
-        self.note_agents(ctx, now);
+        self.note_agents(nodes, now);
         let (closing, mut releasing) = self.drain_ending_allocations(ctx, longest_run, now);
         for range in &closing {
-            let nodes: Vec<saker_core::NodeId> = ctx
-                .nodes
-                .keys()
+            let closed: Vec<saker_core::NodeId> = nodes
+                .iter()
+                .map(|(node, _)| node)
                 .filter(|node| range.contains(&node.0))
-                .copied()
                 .collect();
-            for node in nodes {
+            for node in closed {
                 let _ = ctx.core.handle_node_closed(node, now);
             }
         }
         let backlog = Self::backlog(ctx);
         // Agents numbered beyond what the journal knows (a stray allocation's, found
         // late) keep their numbers: new allocations start above them.
-        let above_nodes = ctx.nodes.keys().map(|node| node.0 + 1).max().unwrap_or(0);
+        let above_nodes = nodes.iter().map(|(node, _)| node.0 + 1).max().unwrap_or(0);
         let unix_now = ctx.timestamp().unix_micros();
         let views: Vec<AllocationView> = self
             .allocations
@@ -387,30 +387,29 @@ impl Elastic {
         records.extend(self.finished_records(unix_now));
         self.busy = true;
         if !records.is_empty() {
-            ctx.append(records, super::journal::AfterJournal::Nothing);
+            ctx.append(records, AfterJournal::Nothing);
         }
         ctx.port.batch(work);
         for range in releasing {
-            let targets: Vec<_> = ctx
-                .nodes
+            let targets: Vec<_> = nodes
                 .iter()
-                .filter(|(node, _)| range.contains(&node.0))
-                .map(|(node, entry)| (entry.link, *node))
+                .map(|(node, _)| node)
+                .filter(|node| range.contains(&node.0))
                 .collect();
-            for (link, node) in targets {
+            let stop = saker_wire::messages::ToAgent::Shutdown {
+                reason: "its allocation is released".into(),
+                kill_running: false,
+            };
+            for node in targets {
                 // Nothing more is sent to an agent told to go.
                 let _ = ctx.core.handle_node_closed(node, now);
-                let stop = saker_wire::messages::ToAgent::Shutdown {
-                    reason: "its allocation is released".into(),
-                    kill_running: false,
-                };
-                ctx.send_to(link, node, &stop);
+                nodes.send(ctx, node, &stop);
             }
         }
     }
 
     /// What the batch system said: job ids of submissions, states of the jobs.
-    pub(super) fn on_batch(&mut self, ctx: &mut Ctx, outcome: BatchOutcome) {
+    pub(crate) fn on_batch(&mut self, ctx: &mut Ctx, outcome: BatchOutcome) {
         let unix_now = ctx.timestamp().unix_micros();
         self.busy = false;
         let strays = self.strays(&outcome.found);
@@ -462,7 +461,7 @@ impl Elastic {
         }
         records.extend(self.finished_records(unix_now));
         if !records.is_empty() {
-            ctx.append(records, super::journal::AfterJournal::Nothing);
+            ctx.append(records, AfterJournal::Nothing);
         }
         if ctx.pilot.shutting_down {
             // Submitted while the pilot began shutting down: not wanted any more.
@@ -471,15 +470,15 @@ impl Elastic {
     }
 
     /// Allocations that have agents are running; idle ones note since when.
-    fn note_agents(&mut self, ctx: &Ctx, now: Time) {
+    fn note_agents(&mut self, nodes: &Nodes, now: Time) {
         for a in &mut self.allocations {
             let range = a.first_node..a.first_node + a.nodes;
             let mut joined = 0;
             let mut busy = false;
-            for (node, entry) in &ctx.nodes {
+            for (node, entry) in nodes.iter() {
                 if range.contains(&node.0) {
                     joined += 1;
-                    busy |= entry.running > 0;
+                    busy |= entry.is_running();
                 }
             }
             if joined > 0 && matches!(a.phase, Phase::Submitting | Phase::Pending) {
@@ -551,7 +550,7 @@ impl Elastic {
 
     /// Whether `node` belongs to an allocation the pilot is ending (its agents leave
     /// as asked, not lost).
-    pub(super) fn releasing(&self, node: saker_core::NodeId) -> bool {
+    pub(crate) fn releasing(&self, node: saker_core::NodeId) -> bool {
         self.allocations.iter().any(|a| {
             a.phase == Phase::Ending && (a.first_node..a.first_node + a.nodes).contains(&node.0)
         })
@@ -559,7 +558,7 @@ impl Elastic {
 
     /// At shutdown: allocations still pending are cancelled (running ones end when
     /// their agents leave).
-    pub(super) fn cancel_pending(&mut self, ctx: &mut Ctx) {
+    pub(crate) fn cancel_pending(&mut self, ctx: &mut Ctx) {
         let mut jobs = Vec::new();
         for a in &mut self.allocations {
             if matches!(a.phase, Phase::Submitting | Phase::Pending)
@@ -575,36 +574,6 @@ impl Elastic {
                 cancels: jobs,
                 ..BatchWork::default()
             });
-        }
-    }
-}
-
-impl RootState {
-    /// One provisioning round of an elastic pilot (see [`Elastic::on_provision`]).
-    pub(super) fn on_provision(&mut self) {
-        let longest = self.results.log.stages.longest_run_micros().unwrap_or(0);
-        if let Some(elastic) = self.upkeep.elastic.as_mut() {
-            elastic.on_provision(&mut self.ctx, longest);
-        }
-    }
-
-    pub(super) fn on_batch(&mut self, outcome: BatchOutcome) {
-        if let Some(elastic) = self.upkeep.elastic.as_mut() {
-            elastic.on_batch(&mut self.ctx, outcome);
-        }
-    }
-
-    /// Whether `node` belongs to an allocation the pilot is ending.
-    pub(super) fn releasing(&self, node: saker_core::NodeId) -> bool {
-        self.upkeep
-            .elastic
-            .as_ref()
-            .is_some_and(|elastic| elastic.releasing(node))
-    }
-
-    pub(super) fn cancel_pending_allocations(&mut self) {
-        if let Some(elastic) = self.upkeep.elastic.as_mut() {
-            elastic.cancel_pending(&mut self.ctx);
         }
     }
 }
@@ -660,45 +629,4 @@ fn is_terminal(state: &str) -> bool {
             | "DEADLINE"
             | "OUT_OF_MEMORY"
     )
-}
-
-/// The batch system's side of a round, run off the root's thread ([`super::port::Port::batch`]).
-impl BatchWork {
-    /// Runs the calls (blocking: libslurm talks to the controller).
-    pub fn run(self) -> BatchOutcome {
-        let mut outcome = BatchOutcome::default();
-        for submit in self.submits {
-            let result = saker_slurm::submit_batch(&submit.request).map_err(|e| e.to_string());
-            outcome.submitted.push((submit.allocation, result));
-        }
-        for job in self.cancels {
-            if let Err(error) = saker_slurm::cancel(job, None) {
-                tracing::warn!(%job, %error, "cancelling an allocation failed");
-            }
-        }
-        for (allocation, job) in self.queries {
-            let state = saker_slurm::job_info(job)
-                .map(|info| {
-                    let end = info.end_time.and_then(|end| {
-                        end.duration_since(std::time::UNIX_EPOCH)
-                            .ok()
-                            .map(|d| d.as_micros() as u64)
-                    });
-                    (info.state, end)
-                })
-                .map_err(|e| e.to_string());
-            outcome.states.push((allocation, state));
-        }
-        if let Some(prefix) = self.find_named {
-            match saker_slurm::user_jobs() {
-                Ok(jobs) => outcome.found.extend(
-                    jobs.into_iter()
-                        .filter(|info| info.name.starts_with(&prefix))
-                        .map(|info| (info.job_id, info.name, info.state)),
-                ),
-                Err(error) => tracing::warn!(%error, "listing the pilot's own jobs failed"),
-            }
-        }
-        outcome
-    }
 }

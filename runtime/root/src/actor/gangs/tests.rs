@@ -3,10 +3,12 @@
 //! the leader's launches are relayed to members.
 
 use saker_core::TerminalState;
-use saker_wire::messages::{GangLaunch, GangLaunchEnded, ProcessEnd, ResultBody};
+use saker_wire::messages::{Assignment, GangLaunch, GangLaunchEnded, ProcessEnd, ResultBody};
 
-use super::*;
-use crate::actor::gangs::GangRuns;
+use super::GangRuns;
+use crate::actor::results::Results;
+use crate::actor::submissions::Submissions;
+use crate::actor::testing::*;
 
 /// A gang of `ranks` ranks per node on nodes 1 and 2 (two cores each), dispatched and
 /// sent: the owners, and the attempt's (task, attempt).
@@ -23,7 +25,7 @@ fn gang(edit: impl FnOnce(&mut TaskSpec)) -> Gang {
     let mut owned = Owned::new();
     owned.add_node(1, 2);
     owned.add_node(2, 2);
-    let mut submissions = new_submissions();
+    let mut submissions = Submissions::new(None, false);
     let mut request = single(&["./solver"]);
     request.spec.nodes = 2;
     edit(&mut request.spec);
@@ -34,7 +36,7 @@ fn gang(edit: impl FnOnce(&mut TaskSpec)) -> Gang {
     assert_eq!(dispatch.members, [NodeId(1), NodeId(2)]);
     let assignment = dispatch.assignments[0];
     let mut gangs = GangRuns::default();
-    gangs.send_gang(&mut owned.ctx, &mut submissions.jobs, dispatch);
+    send_gang(&mut owned, &submissions, &mut gangs, dispatch);
     Gang {
         owned,
         submissions,
@@ -45,8 +47,46 @@ fn gang(edit: impl FnOnce(&mut TaskSpec)) -> Gang {
     }
 }
 
+/// Sends each member its part, as the router does.
+fn send_gang(
+    owned: &mut Owned,
+    submissions: &Submissions,
+    gangs: &mut GangRuns,
+    dispatch: saker_core::Dispatch,
+) {
+    let first = dispatch.assignments[0];
+    let def = submissions.definition(first.job).expect("a job in flight");
+    let hosts = dispatch
+        .members
+        .iter()
+        .map(|node| owned.nodes.hostname(*node))
+        .collect();
+    let parts = gangs.start(
+        first.task,
+        first.attempt,
+        dispatch.members.clone(),
+        hosts,
+        def.hpc,
+    );
+    let task = Assignment {
+        task: first.task,
+        attempt: first.attempt,
+        job: first.job,
+        index: 0,
+    };
+    for (node, part) in dispatch.members.into_iter().zip(parts) {
+        owned
+            .nodes
+            .dispatch(&mut owned.ctx, node, vec![task], Some(part), |_| {
+                Some(Arc::clone(&def))
+            });
+    }
+}
+
 impl Gang {
-    /// `node`'s part ended with `outcome`, its process(es) likewise.
+    /// `node`'s part ended with `outcome`, its process(es) likewise; whether the
+    /// attempt was a gang in flight. Once every part is in, the gang's outcome is
+    /// settled, as the router does.
     fn part(&mut self, node: u32, outcome: Outcome) -> bool {
         let result = TaskResult {
             task: self.task,
@@ -65,15 +105,31 @@ impl Gang {
                 ends: vec![ProcessEnd { rank: 0, outcome }],
             },
         };
-        self.gangs
-            .on_part_result(&mut self.owned.ctx, &mut self.results, NodeId(node), result)
+        let in_flight = self.gangs.contains(&self.attempt);
+        let owned = &mut self.owned;
+        let settled = self
+            .gangs
+            .on_part_result(&mut owned.ctx, &owned.nodes, NodeId(node), result);
+        if let Some(settled) = settled {
+            self.results.settle(
+                &mut owned.ctx,
+                settled.task,
+                settled.attempt,
+                settled.outcome,
+                settled.detail,
+                settled.note,
+            );
+        }
+        in_flight
     }
 
     /// How the core ended the task, if it has.
     fn ended(&mut self) -> Option<TerminalState> {
-        self.owned
-            .finish_tasks(&mut self.results, &self.submissions);
-        self.results.unjournaled.results.first().map(|r| r.state)
+        let submissions = &self.submissions;
+        self.owned.finish_tasks(&mut self.results, |job, offset| {
+            submissions.facts(job, offset)
+        });
+        self.results.unjournaled_results().first().map(|r| r.state)
     }
 }
 
@@ -98,12 +154,11 @@ fn each_member_is_sent_its_part_of_the_attempt() {
     }
     assert_eq!(ports[0], ports[1], "one rendezvous port");
     for node in [1, 2] {
-        let entry = &g.owned.ctx.nodes[&NodeId(node)];
-        assert_eq!(entry.running, 1);
-        assert!(entry.known_jobs.contains(&JobId(1)));
+        let entry = g.owned.nodes.get(NodeId(node)).expect("live");
+        assert_eq!(entry.busy(), 1);
+        assert!(g.owned.nodes.knows(NodeId(node), JobId(1)));
     }
-    let known_by = &g.submissions.jobs.get(&JobId(1)).unwrap().known_by;
-    assert_eq!(known_by, &[NodeId(1), NodeId(2)]);
+    assert_eq!(g.owned.nodes.holders(JobId(1)), [NodeId(1), NodeId(2)]);
     assert!(g.gangs.contains(&g.attempt));
 }
 
@@ -127,7 +182,7 @@ fn the_attempt_ends_whole_once_every_members_part_is_in() {
     assert!(!g.gangs.contains(&g.attempt), "settled");
     assert_eq!(g.ended(), Some(TerminalState::Succeeded));
     assert_eq!(g.owned.ctx.core.counts().succeeded, 1);
-    let record = &g.results.unjournaled.results[0];
+    let record = &g.results.unjournaled_results()[0];
     assert_eq!(record.node.as_deref(), Some("host1"), "the leader's");
     assert_eq!(record.stdout, "out of 1");
     assert_eq!(
@@ -172,7 +227,7 @@ fn the_first_failed_part_stops_the_others_and_decides_the_outcome() {
     assert!(g.part(1, Outcome::Cancelled));
     assert!(g.owned.sent().is_empty(), "stopped once");
     assert_eq!(g.ended(), Some(TerminalState::Failed));
-    let record = &g.results.unjournaled.results[0];
+    let record = &g.results.unjournaled_results()[0];
     assert_eq!(record.exit_code, Some(3));
     assert_eq!(record.reason.as_deref(), Some("exit 3 (on host2)"));
 }
@@ -206,14 +261,15 @@ fn launches_are_relayed_from_the_leader_to_members_and_back() {
         command: "orted".into(),
     };
     g.gangs
-        .relay_launch(&mut g.owned.ctx, NodeId(1), launch(1, 7));
+        .relay_launch(&mut g.owned.ctx, &g.owned.nodes, NodeId(1), launch(1, 7));
     assert_eq!(g.owned.sent(), [(2, ToAgent::GangLaunch(launch(1, 7)))]);
     let ended = GangLaunchEnded {
         attempt: g.attempt,
         launch: 7,
         code: 0,
     };
-    g.gangs.relay_launch_end(&mut g.owned.ctx, ended);
+    g.gangs
+        .relay_launch_end(&mut g.owned.ctx, &g.owned.nodes, ended);
     assert_eq!(g.owned.sent(), [(1, ToAgent::GangLaunchEnded(ended))]);
     // Not from the leader, or to no member: answered as failed, to the asker.
     let failed = |launch| GangLaunchEnded {
@@ -222,10 +278,10 @@ fn launches_are_relayed_from_the_leader_to_members_and_back() {
         code: 255,
     };
     g.gangs
-        .relay_launch(&mut g.owned.ctx, NodeId(2), launch(0, 8));
+        .relay_launch(&mut g.owned.ctx, &g.owned.nodes, NodeId(2), launch(0, 8));
     assert_eq!(g.owned.sent(), [(2, ToAgent::GangLaunchEnded(failed(8)))]);
     g.gangs
-        .relay_launch(&mut g.owned.ctx, NodeId(1), launch(5, 9));
+        .relay_launch(&mut g.owned.ctx, &g.owned.nodes, NodeId(1), launch(5, 9));
     assert_eq!(g.owned.sent(), [(1, ToAgent::GangLaunchEnded(failed(9)))]);
 }
 

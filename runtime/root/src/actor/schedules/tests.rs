@@ -2,11 +2,10 @@
 //! (which the core then wakes for) once the pending one has started, missed ones are
 //! skipped, and `count`, `until` and a cancel end the schedule.
 
-use saker_core::Time;
-
-use super::*;
+use super::Schedules;
 use crate::actor::items::ItemTable;
-use crate::actor::schedules::Schedules;
+use crate::actor::submissions::Submissions;
+use crate::actor::testing::*;
 use crate::results::Timestamp;
 
 const PERIOD: Duration = Duration::from_secs(10);
@@ -23,12 +22,12 @@ struct Periodic {
 fn periodic(edit: impl FnOnce(&mut TaskSpec)) -> Periodic {
     let mut owned = Owned::new();
     owned.add_node(1, 1);
-    let mut submissions = new_submissions();
+    let mut submissions = Submissions::new(None, false);
     let mut request = single(&["tick"]);
     request.spec.every = Some(PERIOD);
     edit(&mut request.spec);
     let accepted = submissions
-        .submit(&mut owned.ctx, vec![request], None)
+        .submit(&mut owned.ctx, owned.nodes.offered(), vec![request], None)
         .expect("accepted");
     let mut schedules = Schedules::default();
     let Record::Submit {
@@ -50,9 +49,27 @@ fn periodic(edit: impl FnOnce(&mut TaskSpec)) -> Periodic {
 }
 
 impl Periodic {
+    /// Submits what the schedules say is due, as the router does.
     fn poll(&mut self) {
-        self.schedules
-            .poll_schedules(&mut self.owned.ctx, &mut self.submissions, &mut self.items);
+        let ctx = &mut self.owned.ctx;
+        for due in self.schedules.poll(ctx) {
+            let offered = self.owned.nodes.offered();
+            let spec = match self.submissions.core_spec(ctx, offered, &due.request) {
+                Ok(spec) => spec,
+                Err(problem) => {
+                    self.schedules.end(due.schedule, &problem);
+                    continue;
+                }
+            };
+            let at = ctx.timestamp().unix_micros();
+            let job = self
+                .submissions
+                .register(ctx, &due.request, spec, &[], at, None)
+                .expect("the core queues an occurrence");
+            self.items.note_reads(ctx, job.job, &due.request.spec.reads);
+            let records = self.schedules.occurred(due, job, at);
+            ctx.append(records, AfterJournal::Nothing);
+        }
     }
 
     /// Lets the core dispatch what is due (with a free slot) and the node start it.
@@ -117,8 +134,8 @@ fn the_next_occurrence_is_submitted_for_its_time_once_the_pending_one_started() 
     p.owned.ctx.core.handle_started(first, now).unwrap();
     p.poll();
     assert_eq!(p.occurrences(), [(1, JobId(2), at(10))]);
-    assert_eq!(p.submissions.tasks, 2, "kept as a job of its own");
-    assert!(p.submissions.jobs.contains_key(&JobId(2)));
+    assert_eq!(p.submissions.job_count(), 2, "kept as a job of its own");
+    assert!(p.submissions.contains(JobId(2)));
     assert_eq!(
         p.owned.ctx.core.not_before(JobId(2)),
         Some(Time::from_secs(10))
@@ -200,4 +217,54 @@ fn cancelling_the_pending_occurrence_ends_the_schedule_before_its_time_and_skips
     p.poll();
     assert!(p.occurrences().is_empty());
     assert_eq!(p.schedules.len(), 0);
+}
+
+#[test]
+fn a_resumed_schedule_goes_on_from_its_last_journaled_occurrence() {
+    // A journal: the schedule's first occurrence (job 1), its third pending (job 2).
+    let mut first = single(&["tick"]);
+    first.spec.every = Some(PERIOD);
+    first.spec.count = Some(5);
+    let mut journaled = super::Journaled::default();
+    journaled.look(&Record::Submit {
+        job: JobId(1),
+        first_task: TaskId(1),
+        count: 1,
+        submitted_unix_us: UNIX_ORIGIN_US,
+        request: Box::new(first.clone()),
+    });
+    journaled.look(&Record::Submit {
+        job: JobId(2),
+        first_task: TaskId(2),
+        count: 1,
+        submitted_unix_us: UNIX_ORIGIN_US,
+        request: Box::new(single(&["an ordinary job"])),
+    });
+    journaled.gather(Record::Occurrence {
+        schedule: JobId(1),
+        job: JobId(2),
+        occurrence: 3,
+    });
+    let mut owned = Owned::new();
+    owned.add_node(1, 2);
+    let mut submissions = Submissions::new(None, false);
+    // The journal's jobs, queued again as the submissions' resume does.
+    accept(&mut owned, &mut submissions, vec![first, single(&["tick"])]);
+    let mut schedules = Schedules::default();
+    schedules.resume(journaled);
+    assert_eq!(schedules.len(), 1, "the ordinary job is no schedule");
+    let mut p = Periodic {
+        owned,
+        submissions,
+        items: ItemTable::default(),
+        schedules,
+    };
+    // Occurrence 3 (job 2) starts: the next is the fourth, at 40 s.
+    p.owned.clock.advance(Duration::from_secs(30));
+    p.start_due();
+    p.poll();
+    let [(4, job, time)] = p.occurrences()[..] else {
+        panic!("the fourth occurrence");
+    };
+    assert_eq!((job, time), (JobId(3), at(40)));
 }

@@ -1,12 +1,12 @@
 //! `Results` on its own: an attempt settled once, its task's record built from what
 //! the accepted attempt left (and why earlier ones did not count), journaled as one
-//! group, and shown to waiters and streams only once durable.
+//! group, and streamed and indexed only once durable.
 
 use saker_core::{AttemptOutcome, TerminalState};
 
-use super::*;
-use crate::actor::history::ResultSource;
-use crate::actor::results::{Detail, Waiter};
+use super::{Detail, FinishedTask, JobFacts, Results};
+use crate::actor::submissions::Submissions;
+use crate::actor::testing::*;
 use crate::attempts::{AttemptEnd, AttemptNote};
 use crate::results::Timestamp;
 
@@ -14,6 +14,7 @@ use crate::results::Timestamp;
 fn detail(node: u32, code: i32) -> Detail {
     Detail {
         node: NodeId(node),
+        host: format!("host{node}"),
         executor: Some(0),
         received_unix_us: UNIX_ORIGIN_US + 10,
         start_unix_us: UNIX_ORIGIN_US + 20,
@@ -59,7 +60,7 @@ fn settle(owned: &mut Owned, results: &mut Results, task: TaskId, attempt: Attem
 fn one_task(max_retries: u32) -> (Owned, Submissions, Results, TaskId, AttemptId) {
     let mut owned = Owned::new();
     owned.add_node(1, 1);
-    let mut submissions = new_submissions();
+    let mut submissions = Submissions::new(None, false);
     let mut request = single(&["true"]);
     request.spec.max_retries = max_retries;
     accept(&mut owned, &mut submissions, vec![request]);
@@ -70,7 +71,7 @@ fn one_task(max_retries: u32) -> (Owned, Submissions, Results, TaskId, AttemptId
 }
 
 /// Makes every pending append durable; hands `results` the results that waited.
-fn make_durable(owned: &mut Owned, results: &mut Results, submissions: &mut Submissions) {
+fn make_durable(owned: &mut Owned, results: &mut Results) {
     let journal = owned.port.with(|r| r.durable.clone());
     for (records, after) in owned.appends() {
         let positions = journal.hold(records);
@@ -78,30 +79,36 @@ fn make_durable(owned: &mut Owned, results: &mut Results, submissions: &mut Subm
             Some(RootMsg::Durable {
                 results: done,
                 positions,
-            }) => results.on_durable(&mut owned.ctx, submissions, done, positions),
+            }) => results.on_durable(&mut owned.ctx, &done, positions),
             None => {}
             Some(other) => panic!("unexpected {other:?}"),
         }
     }
 }
 
+/// What the router hands `results` of a finished task's job.
+fn facts_of(submissions: &Submissions) -> impl Fn(JobId, u32) -> Option<JobFacts> + '_ {
+    |job, offset| submissions.facts(job, offset)
+}
+
 #[test]
 fn an_accepted_attempt_makes_one_record_and_a_duplicate_changes_nothing() {
     let (mut owned, submissions, mut results, task, attempt) = one_task(0);
-    owned.ctx.nodes.get_mut(&NodeId(1)).unwrap().hostname = "cn042".into();
-    let dispatched = crate::actor::results::Dispatched {
-        at_us: UNIX_ORIGIN_US + 5,
-        started: None,
+    results.dispatched(task, UNIX_ORIGIN_US + 5);
+    let detail = Detail {
+        host: "cn042".into(),
+        ..detail(1, 0)
     };
-    results.attempts.dispatched.insert(task, dispatched);
-    settle(&mut owned, &mut results, task, attempt, 0);
+    let note = note(attempt, 0);
+    let succeeded = AttemptOutcome::Succeeded;
+    results.settle(&mut owned.ctx, task, attempt, succeeded, detail, note);
     assert!(
         results.attempts.details.contains_key(&task),
         "kept for the record"
     );
-    owned.finish_tasks(&mut results, &submissions);
+    owned.finish_tasks(&mut results, facts_of(&submissions));
     settle(&mut owned, &mut results, task, attempt, 0);
-    owned.finish_tasks(&mut results, &submissions);
+    owned.finish_tasks(&mut results, facts_of(&submissions));
     assert!(
         results.attempts.details.is_empty(),
         "the duplicate is not kept"
@@ -141,42 +148,28 @@ fn an_accepted_attempt_makes_one_record_and_a_duplicate_changes_nothing() {
 }
 
 #[test]
-fn a_waiter_is_answered_once_the_result_is_durable_not_before() {
-    let (mut owned, mut submissions, mut results, task, attempt) = one_task(0);
-    let (reply, mut everything) = oneshot::channel();
-    results.log.waiters.push(Waiter { jobs: None, reply });
-    let (reply, mut job_one) = oneshot::channel();
-    let jobs = Some(vec![JobId(1)]);
-    results.log.waiters.push(Waiter { jobs, reply });
+fn a_result_is_streamed_and_indexed_once_durable_not_before() {
+    let (mut owned, submissions, mut results, task, attempt) = one_task(0);
     let (follower, mut followed) = tokio::sync::mpsc::unbounded_channel();
     results.log.followers.push(follower);
-    results.check_waiters(&submissions);
     settle(&mut owned, &mut results, task, attempt, 0);
-    owned.finish_tasks(&mut results, &submissions);
+    owned.finish_tasks(&mut results, facts_of(&submissions));
     results.journal(&mut owned.ctx);
-    results.check_waiters(&submissions);
-    assert!(everything.try_recv().is_err(), "answered before durable");
-    assert!(job_one.try_recv().is_err(), "answered before durable");
     assert!(followed.try_recv().is_err(), "streamed before durable");
     assert_eq!(results.log.index.find(task), None);
-    make_durable(&mut owned, &mut results, &mut submissions);
-    let done = WaitReport {
-        succeeded: 1,
-        failed: 0,
-        cancelled: 0,
-    };
-    assert_eq!(everything.try_recv().unwrap().unwrap(), done);
-    assert_eq!(job_one.try_recv().unwrap().unwrap(), done);
-    assert!(results.log.waiters.is_empty());
+    make_durable(&mut owned, &mut results);
     assert_eq!(followed.try_recv().expect("streamed").task, task);
     let at = results.log.index.find(task).expect("indexed");
     let journal = owned.port.with(|r| r.durable.clone());
     assert_eq!(journal.read(at).expect("readable").task, task);
-    assert_eq!(results.log.totals.durable, 1);
-    assert_eq!(
-        submissions.jobs.final_counts(&JobId(1)),
-        Some((1, 0, 0)),
-        "the job is done"
+    assert_eq!(results.log.index.len(), 1);
+    results.end_streams();
+    assert!(
+        matches!(
+            followed.try_recv(),
+            Err(tokio::sync::mpsc::error::TryRecvError::Disconnected)
+        ),
+        "a stream ends with the pilot"
     );
 }
 
@@ -201,7 +194,7 @@ fn a_failed_attempt_with_a_retry_left_is_noted_and_becomes_the_records_history()
     };
     assert_eq!(retried, task);
     settle(&mut owned, &mut results, task, second, 0);
-    owned.finish_tasks(&mut results, &submissions);
+    owned.finish_tasks(&mut results, facts_of(&submissions));
     let [record] = &results.unjournaled.results[..] else {
         panic!("one record");
     };
@@ -216,19 +209,26 @@ fn a_failed_attempt_with_a_retry_left_is_noted_and_becomes_the_records_history()
 
 #[test]
 fn a_task_cancelled_for_its_dependency_says_which() {
-    let (mut owned, mut submissions, mut results, _, _) = one_task(0);
-    let jobs = accept(&mut owned, &mut submissions, vec![single(&["later"])]);
-    submissions.dependency_failed.insert(jobs[0], JobId(1));
+    let mut owned = Owned::new();
+    let mut results = Results::default();
     let finished = FinishedTask {
         task: TaskId(2),
-        job: jobs[0],
+        job: JobId(2),
         offset: 0,
         state: TerminalState::Cancelled,
         attempts: 0,
     };
-    results.finish_task(&mut owned.ctx, &submissions, finished);
-    submissions.dependency_failed.clear();
-    results.finish_task(&mut owned.ctx, &submissions, finished);
+    let job = JobFacts {
+        index: None,
+        submitted_us: UNIX_ORIGIN_US,
+        dependency_failed: Some(JobId(1)),
+    };
+    results.finish_task(&mut owned.ctx, finished, job);
+    let job = JobFacts {
+        dependency_failed: None,
+        ..job
+    };
+    results.finish_task(&mut owned.ctx, finished, job);
     let reasons: Vec<Option<&str>> = results
         .unjournaled
         .results
@@ -244,24 +244,115 @@ fn a_task_cancelled_for_its_dependency_says_which() {
     );
 }
 
+fn position(segment: u64, offset: u64) -> saker_journal::Position {
+    saker_journal::Position {
+        segment: saker_journal::SegmentNumber(segment),
+        offset,
+    }
+}
+
 #[test]
-fn memory_goes_back_once_an_idle_pilot_has_ended_enough_results() {
-    let (mut owned, mut submissions, mut results, task, attempt) = one_task(0);
-    results.log.release_after = 1;
-    // Work left: however many results ended, nothing is given back.
-    accept(&mut owned, &mut submissions, vec![single(&["more"])]);
-    settle(&mut owned, &mut results, task, attempt, 0);
-    owned.finish_tasks(&mut results, &submissions);
-    results.journal(&mut owned.ctx);
-    make_durable(&mut owned, &mut results, &mut submissions);
-    assert_eq!(owned.port.with(|r| r.memory_releases), 0);
-    owned.credit(1, 1);
-    let [(task, attempt)] = owned.dispatched()[..] else {
-        panic!("the second task is dispatched");
+fn a_compaction_moves_the_index_and_starts_a_new_generation_of_readers() {
+    let mut results = Results::default();
+    for task in 1..=3 {
+        results
+            .log
+            .index
+            .insert(TaskId(task), task, position(1, 16 * task));
+    }
+    let reading = Arc::clone(&results.log.readers);
+    let done = crate::compact::CompactionDone {
+        base: saker_journal::SegmentNumber(3),
+        kept: vec![(TaskId(3), 3, position(3, 16))],
+        dropped: vec![(TaskId(1), 1), (TaskId(2), 2)],
+        compacted_total: 2,
+        compacted_through: 2,
+        records_before: 9,
+        records_after: 4,
     };
-    settle(&mut owned, &mut results, task, attempt, 0);
-    owned.finish_tasks(&mut results, &submissions);
-    results.journal(&mut owned.ctx);
-    make_durable(&mut owned, &mut results, &mut submissions);
-    assert_eq!(owned.port.with(|r| r.memory_releases), 1, "idle now");
+    let superseded = results.compacted(&done);
+    assert!(Arc::ptr_eq(&superseded, &reading), "the readers before it");
+    let index = &results.log.index;
+    assert_eq!(index.find(TaskId(3)), Some(position(3, 16)));
+    assert!(index.is_compacted(TaskId(1)) && index.is_compacted(TaskId(2)));
+    assert_eq!(
+        (results.log.compacted, results.log.compacted_through),
+        (2, 2)
+    );
+    assert!(
+        !Arc::ptr_eq(&reading, &results.log.readers),
+        "reads from now on are of the new generation"
+    );
+}
+
+#[test]
+fn resumed_results_are_indexed_again_in_seq_order_with_the_unfinished_tasks_notes() {
+    let record = |task: u64, job: u32, seq: u64| {
+        let mut record = crate::results::sample_record(task);
+        record.job = JobId(job);
+        record.seq = seq;
+        Record::Result(Arc::new(record))
+    };
+    let mut journaled = super::Journaled::default();
+    // Journaled out of `seq` order; a compaction's summary first, as a base has it.
+    let records = vec![
+        Record::Compaction {
+            next_seq: 4,
+            compacted: 3,
+            compacted_through: 3,
+            keep: "none".into(),
+            unix_us: UNIX_ORIGIN_US,
+        },
+        record(5, 1, 5),
+        record(4, 1, 4),
+        Record::Attempt {
+            task: TaskId(5),
+            note: note(AttemptId(1), 2),
+        },
+        Record::Attempt {
+            task: TaskId(6),
+            note: note(AttemptId(2), 3),
+        },
+        record(7, 2, 6),
+    ];
+    for (at, record) in records.into_iter().enumerate() {
+        let place = position(1, 16 * (at as u64 + 1));
+        journaled.gather(at, record, Some(place)).expect("placed");
+    }
+    let ended: Vec<(JobId, TaskId)> = journaled.ended().map(|(_, j, t, _)| (j, t)).collect();
+    assert_eq!(ended.len(), 3);
+    let earlier = journaled.earlier();
+    assert_eq!(earlier[&TaskId(6)].failures, 1);
+    let mut results = Results::default();
+    // Job 2 was finished by a compaction: tasks 7 and 8, whose 8 it dropped.
+    results.resume(journaled, &[(JobId(2), TaskId(7), 2)]);
+    assert_eq!(results.log.next_seq, 7, "after the highest seq");
+    assert_eq!(
+        (results.log.compacted, results.log.compacted_through),
+        (3, 3)
+    );
+    assert_eq!(results.log.index.find(TaskId(4)), Some(position(1, 48)));
+    assert_eq!(results.log.index.find(TaskId(7)), Some(position(1, 96)));
+    assert!(results.log.index.is_compacted(TaskId(8)));
+    assert!(
+        !results.log.index.is_compacted(TaskId(7)),
+        "its result was kept"
+    );
+    assert_eq!(results.log.index.last_seq(), 6);
+    let notes: Vec<TaskId> = results.attempts.history.keys().copied().collect();
+    assert_eq!(
+        notes,
+        [TaskId(6)],
+        "a finished task's notes are in its result"
+    );
+    // Results of jobs a compaction finished count in no stage.
+    assert_eq!(
+        results.log.stages.summaries().first().map(|s| s.count),
+        Some(2)
+    );
+    let missing = super::Journaled::default().gather(0, record(1, 1, 1), None);
+    assert!(matches!(
+        missing,
+        Err(crate::actor::restore::RestoreError::NoPosition { position: 0 })
+    ));
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use saker_core::{JobId, NodeId};
+use saker_core::JobId;
 use saker_wire::messages::JobDef;
 
 use crate::spec::ArraySpec;
@@ -20,9 +20,6 @@ pub(super) struct JobEntry {
     pub array: Option<Box<ArraySpec>>,
     pub submitted_us: u64,
     pub count: u32,
-    /// Nodes this job's definition was sent to (a node may appear twice across lives),
-    /// told to forget it once the job is finished.
-    pub known_by: Vec<NodeId>,
     /// Terminal results made durable so far.
     pub durable: u32,
     pub failed: u32,
@@ -192,7 +189,6 @@ impl JobTable {
             array: None,
             submitted_us: batch.submitted_us,
             count: 1,
-            known_by: Vec::new(),
             durable: 0,
             failed: 0,
             cancelled: 0,
@@ -375,7 +371,6 @@ mod tests {
             array: None,
             submitted_us: 0,
             count: 1,
-            known_by: Vec::new(),
             durable: 0,
             failed: 0,
             cancelled: 0,

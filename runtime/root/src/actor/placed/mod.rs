@@ -13,7 +13,7 @@
 //! restart left has ended for good: later calls fail with `unknown_actor`, whose
 //! message says how it ended (a stopped actor's with `actor_stopped`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use saker_core::NodeId;
 use saker_wire::messages::{
@@ -23,11 +23,16 @@ use saker_wire::messages::{
 
 use super::ctx::Ctx;
 use super::journal::AfterJournal;
+use super::nodes::Nodes;
 use crate::client::actors::{
     ActorCallReply, ActorPlacement, ActorSpawnReply, ActorSpawnRequest, ActorStopReply,
 };
 use crate::client::{ErrorKind, Reply, RequestError};
 use crate::records::Record;
+
+mod journaled;
+
+pub(super) use journaled::Journaled;
 
 /// Every actor the pilot started, and the calls in flight to them.
 #[derive(Debug, Default)]
@@ -168,6 +173,7 @@ impl PlacedActors {
     pub(super) fn on_actor_spawn(
         &mut self,
         ctx: &mut Ctx,
+        nodes: &Nodes,
         spawn: ActorSpawnRequest,
         reply: Reply<ActorSpawnReply>,
     ) {
@@ -226,22 +232,17 @@ impl PlacedActors {
             };
             ctx.append(vec![record], AfterJournal::Nothing);
         }
-        self.place_waiting(ctx);
+        self.place_waiting(ctx, nodes);
     }
 
-    /// Rebuilds the registry from a previous root's journal: `actors` holds every id
-    /// spawned, with its request unless it ended. Their nodes were lost with that
-    /// root (agents that rejoin end their actors), so each starts a new life as its
-    /// restart policy allows after a node loss, once a node can host it; the others
-    /// end (their calls fail with `unknown_actor`, saying so). Returns how many will
-    /// start again.
-    pub(super) fn restore_actors(
-        &mut self,
-        ctx: &mut Ctx,
-        actors: BTreeMap<u64, Option<ActorSpawnRequest>>,
-    ) -> u64 {
+    /// Rebuilds the registry from a previous root's journal: every actor id spawned,
+    /// with its request unless it ended. Their nodes were lost with that root (agents
+    /// that rejoin end their actors), so each starts a new life as its restart policy
+    /// allows after a node loss, once a node can host it; the others end (their calls
+    /// fail with `unknown_actor`, saying so). Returns how many will start again.
+    pub(super) fn resume(&mut self, ctx: &mut Ctx, journaled: Journaled) -> u64 {
         let mut again = 0;
-        for (id, spawn) in actors {
+        for (id, spawn) in journaled.actors() {
             self.next_actor = self.next_actor.max(id);
             let Some(spawn) = spawn else {
                 let ended = error(ErrorKind::UnknownActor, format!("actor {id} has ended"));
@@ -278,6 +279,7 @@ impl PlacedActors {
     pub(super) fn on_actor_call(
         &mut self,
         ctx: &mut Ctx,
+        nodes: &Nodes,
         actor: u64,
         data: Vec<u8>,
         cast: bool,
@@ -290,27 +292,38 @@ impl PlacedActors {
             );
             return self.answer(
                 ctx,
+                nodes,
                 caller,
                 Err(error(ErrorKind::ActorInvalidData, message)),
             );
         }
         let Some(placed) = self.actors.get(&actor) else {
             let ended = error(ErrorKind::UnknownActor, format!("no actor {actor}"));
-            return self.answer(ctx, caller, Err(ended));
+            return self.answer(ctx, nodes, caller, Err(ended));
         };
         let node = match (&placed.phase, placed.node) {
             (Phase::Ended(ended), _) => {
                 let ended = ended.clone();
-                return self.answer(ctx, caller, Err(ended));
+                return self.answer(ctx, nodes, caller, Err(ended));
             }
             (Phase::Stopping, _) => {
                 let message = format!("actor {actor} is stopping");
-                return self.answer(ctx, caller, Err(error(ErrorKind::ActorStopped, message)));
+                return self.answer(
+                    ctx,
+                    nodes,
+                    caller,
+                    Err(error(ErrorKind::ActorStopped, message)),
+                );
             }
             (Phase::Starting | Phase::Running, Some(node)) => node,
             (Phase::Waiting | Phase::Starting | Phase::Running, _) => {
                 let message = format!("actor {actor} runs on no node now (it waits to restart)");
-                return self.answer(ctx, caller, Err(error(ErrorKind::ActorLost, message)));
+                return self.answer(
+                    ctx,
+                    nodes,
+                    caller,
+                    Err(error(ErrorKind::ActorLost, message)),
+                );
             }
         };
         let life = placed.life;
@@ -320,20 +333,20 @@ impl PlacedActors {
             self.next_call += 1;
             self.next_call
         };
-        let Some(link) = ctx.nodes.get(&node).map(|entry| entry.link) else {
-            return self.answer(
-                ctx,
-                caller,
-                Err(error(ErrorKind::ActorLost, "its node is gone")),
-            );
-        };
         let message = ToAgent::ActorCall(ActorCall {
             actor,
             life,
             call,
             data,
         });
-        ctx.send_to(link, node, &message);
+        if !nodes.send(ctx, node, &message) {
+            return self.answer(
+                ctx,
+                nodes,
+                caller,
+                Err(error(ErrorKind::ActorLost, "its node is gone")),
+            );
+        }
         if cast {
             // A node's cast needs no answer: its uplink is in order already.
             if let Caller::Client(reply) = caller {
@@ -352,7 +365,13 @@ impl PlacedActors {
     }
 
     /// Hands a call's outcome to its caller: a client's channel, or a node's link.
-    fn answer(&mut self, ctx: &mut Ctx, caller: Caller, outcome: Result<Vec<u8>, RequestError>) {
+    fn answer(
+        &mut self,
+        ctx: &mut Ctx,
+        nodes: &Nodes,
+        caller: Caller,
+        outcome: Result<Vec<u8>, RequestError>,
+    ) {
         match caller {
             Caller::Client(reply) => {
                 let _ = reply.send(outcome.map(|reply| ActorCallReply { reply }));
@@ -360,9 +379,6 @@ impl PlacedActors {
             // A node's cast (call 0) waits for nothing.
             Caller::Node { call: 0, .. } => {}
             Caller::Node { node, call } => {
-                let Some(link) = ctx.nodes.get(&node).map(|entry| entry.link) else {
-                    return;
-                };
                 let answer = match outcome {
                     Ok(bytes) => ActorAnswer::Reply(bytes),
                     Err(failed) => ActorAnswer::Failed {
@@ -370,8 +386,8 @@ impl PlacedActors {
                         message: failed.message,
                     },
                 };
-                ctx.send_to(
-                    link,
+                nodes.send(
+                    ctx,
                     node,
                     &ToAgent::ActorAnswer(ActorReply { call, answer }),
                 );
@@ -382,6 +398,7 @@ impl PlacedActors {
     pub(super) fn on_actor_stop(
         &mut self,
         ctx: &mut Ctx,
+        nodes: &Nodes,
         actor: u64,
         reply: Reply<ActorStopReply>,
     ) {
@@ -401,9 +418,7 @@ impl PlacedActors {
                 placed.phase = Phase::Stopping;
                 placed.stop_waiters.push(reply);
                 let life = placed.life;
-                if let Some(link) = ctx.nodes.get(&node).map(|entry| entry.link) {
-                    ctx.send_to(link, node, &ToAgent::ActorStop { actor, life });
-                }
+                nodes.send(ctx, node, &ToAgent::ActorStop { actor, life });
             }
             (Phase::Waiting | Phase::Starting | Phase::Running, _) => {
                 let _ = reply.send(Ok(ActorStopReply {}));
@@ -423,18 +438,19 @@ impl PlacedActors {
     pub(super) fn on_actor_frame(
         &mut self,
         ctx: &mut Ctx,
+        nodes: &Nodes,
         from: NodeId,
         message: &ArchivedFromAgent,
     ) {
         match message {
             ArchivedFromAgent::ActorReply(reply) => {
                 if let Some(reply) = owned::<ActorReply>(reply, "reply", from) {
-                    self.on_actor_reply(ctx, from, reply);
+                    self.on_actor_reply(ctx, nodes, from, reply);
                 }
             }
             ArchivedFromAgent::ActorEvent(event) => {
                 if let Some(event) = owned::<ActorEvent>(event, "event", from) {
-                    self.on_actor_event(ctx, from, event);
+                    self.on_actor_event(ctx, nodes, from, event);
                 }
             }
             ArchivedFromAgent::ActorCall(call) => {
@@ -443,7 +459,7 @@ impl PlacedActors {
                         node: from,
                         call: call.call,
                     };
-                    self.on_actor_call(ctx, call.actor, call.data, call.call == 0, caller);
+                    self.on_actor_call(ctx, nodes, call.actor, call.data, call.call == 0, caller);
                 }
             }
             _ => {}
@@ -451,7 +467,13 @@ impl PlacedActors {
     }
 
     /// A node answered a call: hand the answer to its caller.
-    pub(super) fn on_actor_reply(&mut self, ctx: &mut Ctx, from: NodeId, reply: ActorReply) {
+    pub(super) fn on_actor_reply(
+        &mut self,
+        ctx: &mut Ctx,
+        nodes: &Nodes,
+        from: NodeId,
+        reply: ActorReply,
+    ) {
         let Some(pending) = self.calls.remove(&reply.call) else {
             // Already failed (its node was declared lost meanwhile): at most once.
             return;
@@ -465,11 +487,17 @@ impl PlacedActors {
             ActorAnswer::Reply(bytes) => Ok(bytes),
             ActorAnswer::Failed { fault, message } => Err(error(fault_kind(fault), message)),
         };
-        self.answer(ctx, pending.caller, outcome);
+        self.answer(ctx, nodes, pending.caller, outcome);
     }
 
     /// A node tells what became of a life of an actor.
-    pub(super) fn on_actor_event(&mut self, ctx: &mut Ctx, from: NodeId, event: ActorEvent) {
+    pub(super) fn on_actor_event(
+        &mut self,
+        ctx: &mut Ctx,
+        nodes: &Nodes,
+        from: NodeId,
+        event: ActorEvent,
+    ) {
         let id = event.actor;
         let Some(placed) = self.actors.get_mut(&id) else {
             return;
@@ -509,11 +537,17 @@ impl PlacedActors {
                 // The call that panicked was answered by the node; the others in
                 // flight were lost with the life.
                 let lost = format!("actor {id}'s life ended before it answered: {message}");
-                self.fail_calls(ctx, &HashSet::from([id]), ErrorKind::ActorLost, &lost);
+                self.fail_calls(
+                    ctx,
+                    nodes,
+                    &HashSet::from([id]),
+                    ErrorKind::ActorLost,
+                    &lost,
+                );
                 self.unplace(id);
                 if restart {
                     // The node is healthy (it reported the end): the new life stays.
-                    self.restart(ctx, id, Some(from));
+                    self.restart(ctx, nodes, id, Some(from));
                 } else {
                     self.end_actor(ctx, id, error(fault_kind(fault), message));
                 }
@@ -523,7 +557,13 @@ impl PlacedActors {
 
     /// `node` is lost: calls in flight to its actors fail, and the actors restart
     /// elsewhere where their policy allows it.
-    pub(super) fn actors_lost_with(&mut self, ctx: &mut Ctx, node: NodeId, reason: &str) {
+    pub(super) fn actors_lost_with(
+        &mut self,
+        ctx: &mut Ctx,
+        nodes: &Nodes,
+        node: NodeId,
+        reason: &str,
+    ) {
         // Calls the lost node made: nobody is left to answer (it failed them itself).
         self.calls.retain(
             |_, call| !matches!(call.caller, Caller::Node { node: from, .. } if from == node),
@@ -540,6 +580,7 @@ impl PlacedActors {
         let message = format!("its node {node} was lost: {reason}");
         self.fail_calls(
             ctx,
+            nodes,
             &on_node.iter().copied().collect(),
             ErrorKind::ActorLost,
             &message,
@@ -556,7 +597,7 @@ impl PlacedActors {
                     error(ErrorKind::ActorStopped, format!("actor {id} was stopped")),
                 );
             } else if placed.restarts < placed.spawn.restart.allows(false) {
-                self.restart(ctx, id, None);
+                self.restart(ctx, nodes, id, None);
             } else {
                 let message = format!("{message}; its restart policy allows no more restarts");
                 self.end_actor(ctx, id, error(ErrorKind::ActorLost, message));
@@ -565,7 +606,7 @@ impl PlacedActors {
     }
 
     /// Places every waiting actor that a live node can take now.
-    pub(super) fn place_waiting(&mut self, ctx: &mut Ctx) {
+    pub(super) fn place_waiting(&mut self, ctx: &mut Ctx, nodes: &Nodes) {
         let waiting: Vec<u64> = self.waiting.iter().copied().collect();
         for id in waiting {
             let Some(placed) = self.actors.get(&id) else {
@@ -575,11 +616,11 @@ impl PlacedActors {
             let (placement, first_life) = (placed.spawn.placement, placed.life == 0);
             let home = placed
                 .home
-                .filter(|home| ctx.nodes.get(home).is_some_and(|entry| entry.hosts_actors));
+                .filter(|home| nodes.get(*home).is_some_and(|entry| entry.hosts_actors()));
             let chosen = match (placement, first_life) {
                 (_, false) if home.is_some() => home,
                 (ActorPlacement::Node(node), true) => {
-                    match ctx.nodes.get(&NodeId(node)).map(|entry| entry.hosts_actors) {
+                    match nodes.get(NodeId(node)).map(|entry| entry.hosts_actors()) {
                         Some(true) => Some(NodeId(node)),
                         Some(false) => {
                             let message =
@@ -603,14 +644,14 @@ impl PlacedActors {
                         Some(_) => None,
                     }
                 }
-                _ => self.least_loaded_host(ctx),
+                _ => self.least_loaded_host(nodes),
             };
             match chosen {
                 Some(node) => {
                     self.waiting.remove(&id);
-                    self.start_life(ctx, id, node);
+                    self.start_life(ctx, nodes, id, node);
                 }
-                None if !ctx.nodes.is_empty() && !ctx.nodes.values().any(|n| n.hosts_actors) => {
+                None if nodes.len() > 0 && !nodes.iter().any(|(_, n)| n.hosts_actors()) => {
                     self.waiting.remove(&id);
                     let message = format!("no agent of this pilot hosts actors: {NO_HOST_HINT}");
                     self.end_actor(ctx, id, error(ErrorKind::NoActorHost, message));
@@ -620,19 +661,19 @@ impl PlacedActors {
         }
     }
 
-    fn least_loaded_host(&self, ctx: &Ctx) -> Option<NodeId> {
-        ctx.nodes
+    fn least_loaded_host(&self, nodes: &Nodes) -> Option<NodeId> {
+        nodes
             .iter()
-            .filter(|(_, entry)| entry.hosts_actors)
-            .map(|(node, _)| (self.per_node.get(node).copied().unwrap_or(0), *node))
+            .filter(|(_, entry)| entry.hosts_actors())
+            .map(|(node, _)| (self.per_node.get(&node).copied().unwrap_or(0), node))
             .min()
             .map(|(_, node)| node)
     }
 
-    fn start_life(&mut self, ctx: &mut Ctx, id: u64, node: NodeId) {
-        let Some(link) = ctx.nodes.get(&node).map(|entry| entry.link) else {
+    fn start_life(&mut self, ctx: &mut Ctx, nodes: &Nodes, id: u64, node: NodeId) {
+        if !nodes.contains(node) {
             return;
-        };
+        }
         let Some(placed) = self.actors.get_mut(&id) else {
             return;
         };
@@ -646,12 +687,12 @@ impl PlacedActors {
             fingerprint: placed.spawn.fingerprint,
             args: placed.spawn.args.clone(),
         });
-        ctx.send_to(link, node, &message);
+        nodes.send(ctx, node, &message);
     }
 
     /// A new life of `id`: on `home` if it can still take it, else on whichever
     /// node can.
-    fn restart(&mut self, ctx: &mut Ctx, id: u64, home: Option<NodeId>) {
+    fn restart(&mut self, ctx: &mut Ctx, nodes: &Nodes, id: u64, home: Option<NodeId>) {
         let Some(placed) = self.actors.get_mut(&id) else {
             return;
         };
@@ -661,7 +702,7 @@ impl PlacedActors {
         placed.phase = Phase::Waiting;
         tracing::info!(actor = id, life = placed.life, "restarting an actor");
         self.waiting.insert(id);
-        self.place_waiting(ctx);
+        self.place_waiting(ctx, nodes);
     }
 
     /// Takes `id` off its node (its life there is over).
@@ -721,7 +762,14 @@ impl PlacedActors {
     }
 
     /// Fails every call in flight to `actors`.
-    fn fail_calls(&mut self, ctx: &mut Ctx, actors: &HashSet<u64>, kind: ErrorKind, message: &str) {
+    fn fail_calls(
+        &mut self,
+        ctx: &mut Ctx,
+        nodes: &Nodes,
+        actors: &HashSet<u64>,
+        kind: ErrorKind,
+        message: &str,
+    ) {
         let failed: Vec<u64> = self
             .calls
             .iter()
@@ -730,8 +778,11 @@ impl PlacedActors {
             .collect();
         for call in failed {
             if let Some(pending) = self.calls.remove(&call) {
-                self.answer(ctx, pending.caller, Err(error(kind, message)));
+                self.answer(ctx, nodes, pending.caller, Err(error(kind, message)));
             }
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,7 @@
 //! Results once durable: kept in the journal, not in the root's memory. The root keeps
 //! an index of where each result is ([`ResultIndex`]: 8 bytes a task) and reads them
-//! back through a [`ResultSource`] (the journal in a pilot, memory in unit tests),
+//! back through a [`ResultSource`](crate::actor::journal::ResultSource) (the journal
+//! in a pilot, memory in unit tests),
 //! on threads of their own, never on the root's.
 //!
 //! Results are journaled in the order they are numbered (`seq`), one group after the
@@ -8,17 +9,9 @@
 //! position of that one on. The index keeps one position every [`MARK_EVERY`] results
 //! to start such a read near its first result.
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use saker_journal::Position;
 
-use saker_journal::{JournalReader, Position};
-use tokio::sync::mpsc;
-
-use super::ctx::Ctx;
-use super::results::Results;
-use crate::client::{ErrorKind, Reply, RequestError, ResultSink, ResultsItem, StreamEnd};
-use crate::records::Record;
-use crate::results::{ResultRecord, TaskId};
+use crate::results::TaskId;
 
 /// Results between two of the index's marks.
 const MARK_EVERY: u64 = 1024;
@@ -28,60 +21,9 @@ const GROWTH: usize = 65_536;
 /// segment numbers start at 1, so a packed position is at least 2^40.
 const COMPACTED: u64 = 1;
 
-/// Where durable results are read back from.
-pub trait ResultSource: std::fmt::Debug + Send + Sync + 'static {
-    /// The result at `position`.
-    fn read(&self, position: Position) -> Result<Arc<ResultRecord>, String>;
-
-    /// The results from `position` on, in journal order, each given to `visit` until
-    /// it returns false.
-    fn read_from(
-        &self,
-        position: Position,
-        visit: &mut dyn FnMut(Arc<ResultRecord>) -> bool,
-    ) -> Result<(), String>;
-}
-
-/// A pilot's results: its journal.
-#[derive(Debug)]
-pub struct JournalResults {
-    pub directory: PathBuf,
-}
-
-impl ResultSource for JournalResults {
-    fn read(&self, position: Position) -> Result<Arc<ResultRecord>, String> {
-        match saker_journal::read_at::<Record>(&self.directory, position) {
-            Ok(Record::Result(record)) => Ok(record),
-            Ok(_) => Err(format!("the journal holds no result at {position}")),
-            Err(error) => Err(saker_actors::error_chain(&error)),
-        }
-    }
-
-    fn read_from(
-        &self,
-        position: Position,
-        visit: &mut dyn FnMut(Arc<ResultRecord>) -> bool,
-    ) -> Result<(), String> {
-        let reader = JournalReader::<Record>::open_at(&self.directory, position)
-            .map_err(|error| saker_actors::error_chain(&error))?;
-        for record in reader {
-            match record {
-                Ok(Record::Result(result)) => {
-                    if !visit(result) {
-                        return Ok(());
-                    }
-                }
-                Ok(_) => {}
-                Err(error) => return Err(saker_actors::error_chain(&error)),
-            }
-        }
-        Ok(())
-    }
-}
-
 /// Where each durable result is. See the module doc.
 #[derive(Debug, Default)]
-pub(super) struct ResultIndex {
+pub(crate) struct ResultIndex {
     /// Packed position of each task's result by task id (index `id - 1`); 0: none.
     by_task: Vec<u64>,
     /// (seq, position) of every [`MARK_EVERY`]th result, and of the first.
@@ -195,146 +137,6 @@ impl ResultIndex {
     pub(super) fn heap_bytes(&self) -> usize {
         self.by_task.capacity() * 8 + self.marks.capacity() * size_of::<(u64, Position)>()
     }
-}
-
-impl Results {
-    /// A results stream: the durable results from `from` on (read from the journal on
-    /// a thread of its own), then, with `follow`, each new one as it becomes durable.
-    pub(super) fn on_results(&mut self, ctx: &Ctx, from: u64, follow: bool, sink: ResultSink) {
-        let from = from.max(1);
-        let last = self.log.index.last_seq();
-        let start = (from <= last)
-            .then(|| self.log.index.start_for(from))
-            .flatten();
-        // Registered now: a result made durable from here on is live, not history.
-        let live = follow.then(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
-            self.log.followers.push(tx);
-            rx
-        });
-        let history = start.map(|start| History {
-            source: ctx.journal.results(),
-            start,
-            from,
-            last,
-            _reading: Arc::clone(&self.log.readers),
-        });
-        let compacted = if from <= self.log.compacted_through {
-            self.log.compacted
-        } else {
-            0
-        };
-        tokio::spawn(feed_results(history, live, last + 1, compacted, sink));
-    }
-
-    /// One task's result, read from the journal on a thread of its own.
-    pub(super) fn on_result(
-        &mut self,
-        ctx: &Ctx,
-        keep: &crate::compact::KeepResults,
-        task: TaskId,
-        reply: Reply<Arc<ResultRecord>>,
-    ) {
-        let Some(position) = self.log.index.find(task) else {
-            if self.log.index.is_compacted(task) {
-                let message = format!(
-                    "task {task}'s result was compacted away (--keep-results {})",
-                    keep
-                );
-                let _ = reply.send(Err(RequestError::new(ErrorKind::Compacted, message)));
-                return;
-            }
-            let message = format!("task {task} has no result (unknown, or not finished)");
-            let _ = reply.send(Err(RequestError::new(ErrorKind::NoResult, message)));
-            return;
-        };
-        let source = ctx.journal.results();
-        let reading = Arc::clone(&self.log.readers);
-        tokio::task::spawn_blocking(move || {
-            let _reading = reading;
-            let answer = source.read(position).map_err(|error| {
-                RequestError::new(
-                    ErrorKind::Internal,
-                    format!("reading task {task}'s result: {error}"),
-                )
-            });
-            let _ = reply.send(answer);
-        });
-    }
-}
-
-/// What a stream reads from the journal: results `from..=last`, starting the read at
-/// `start`.
-struct History {
-    source: Arc<dyn ResultSource>,
-    start: Position,
-    from: u64,
-    last: u64,
-    /// Keeps the segments `start` may be in (see `ResultLog::readers`).
-    _reading: Arc<()>,
-}
-
-/// Feeds one results stream: the history, then live results until the client or the
-/// pilot goes away, then `end`.
-async fn feed_results(
-    history: Option<History>,
-    live: Option<mpsc::UnboundedReceiver<Arc<ResultRecord>>>,
-    mut next: u64,
-    compacted: u64,
-    sink: ResultSink,
-) {
-    if let Some(history) = history {
-        let history_sink = sink.clone();
-        let read = tokio::task::spawn_blocking(move || {
-            let mut gone = false;
-            // A compaction renaming its base into place while this reads can show
-            // results again; each is sent once, in order.
-            let mut sent = history.from - 1;
-            let outcome = history.source.read_from(history.start, &mut |record| {
-                if record.seq <= sent {
-                    return true;
-                }
-                sent = record.seq;
-                if record.seq > history.last {
-                    return false;
-                }
-                let last = record.seq == history.last;
-                gone = history_sink
-                    .blocking_send(ResultsItem::Record(record))
-                    .is_err();
-                !gone && !last
-            });
-            (outcome, gone)
-        })
-        .await;
-        match read {
-            Ok((_, true)) => return,
-            Ok((Ok(()), false)) => {}
-            Ok((Err(error), false)) => {
-                let error =
-                    RequestError::new(ErrorKind::Internal, format!("reading results: {error}"));
-                let _ = sink.send(ResultsItem::Error(error)).await;
-                return;
-            }
-            Err(error) => {
-                let error =
-                    RequestError::new(ErrorKind::Internal, format!("reading results: {error}"));
-                let _ = sink.send(ResultsItem::Error(error)).await;
-                return;
-            }
-        }
-    }
-    if let Some(mut live) = live {
-        while let Some(record) = live.recv().await {
-            next = record.seq + 1;
-            if sink.send(ResultsItem::Record(record)).await.is_err() {
-                return;
-            }
-        }
-    }
-    let _ = sink
-        .send(ResultsItem::End(StreamEnd { next, compacted }))
-        .await;
 }
 
 #[cfg(test)]
