@@ -9,9 +9,8 @@ run on persistent workers (``python -m saker.worker``), one per slot.
 from __future__ import annotations
 
 from .client import PROTOCOL
-from .results import Result
+from .results import DependencyFailed, Result, TaskFailed, TaskLost
 from .errors import (
-    DependencyFailed,
     PilotClosed,
     PilotNotFound,
     ProtocolError,
@@ -19,8 +18,6 @@ from .errors import (
     RemoteTraceback,
     SakerError,
     SpecError,
-    TaskFailed,
-    TaskLost,
 )
 from .futures import (
     ALL_COMPLETED,

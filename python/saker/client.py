@@ -51,11 +51,11 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, List, Optional, Set, Union
+from typing import Any, Callable, Collection, Deque, Dict, Iterable, List, Optional, Set, Union
 
-from .errors import PilotClosed, PilotNotFound, ProtocolError, SakerError, SpecError
+from .errors import PilotClosed, PilotNotFound, ProtocolError, SakerError, SpecError, error_of
 from .futures import SakerFuture
-from .results import Result, _complete, _error_of, _fail_all
+from .results import Result, complete
 from .running import RunningProbe
 
 __all__ = ["Result", "Connection", "PROTOCOL"]
@@ -137,6 +137,15 @@ class _Unanswered(PilotClosed):
     the connection is being re-established."""
 
 
+def _fail_all(futures: Iterable["concurrent.futures.Future[Any]"], error: BaseException) -> None:
+    """Fails each of ``futures`` that is not done yet with ``error``."""
+    for future in futures:
+        try:
+            future.set_exception(error)
+        except concurrent.futures.InvalidStateError:
+            pass
+
+
 class Connection:
     """A live connection to a pilot; see the module docstring for its threads.
 
@@ -184,11 +193,11 @@ class Connection:
         # task id -> future, for accepted tasks whose result has not come yet.
         self._tasks: Dict[int, SakerFuture[Any]] = {}
         #: Notified whenever a submission is answered (its futures learn their job ids).
-        self._answered = threading.Condition()
+        self.answered = threading.Condition()
         # Results that came before the answer to their submit request.
         self._early: Dict[int, Dict[str, Any]] = {}
-        # Futures named in after=/after_any= options, by job id (DependencyFailed).
-        self._dependencies: "weakref.WeakValueDictionary[int, SakerFuture[Any]]" = weakref.WeakValueDictionary()
+        #: Futures named in after=/after_any= options, by job id (DependencyFailed).
+        self.dependencies: "weakref.WeakValueDictionary[int, SakerFuture[Any]]" = weakref.WeakValueDictionary()
         # How ended jobs of dependencies ended (their counts), asked once each.
         self._job_states: Dict[int, Any] = {}
         # The highest task id the pilot has answered a submission of.
@@ -345,7 +354,7 @@ class Connection:
         if len(messages) > 1:
             raise ProtocolError(f"unexpected messages after the hello answer: {messages[1:]!r}")
         if "error" in answer:
-            raise _error_of(answer["error"])
+            raise error_of(answer["error"])
         ok = answer.get("ok")
         if not isinstance(ok, dict):
             raise ProtocolError(f"unexpected hello answer: {answer!r}")
@@ -560,11 +569,24 @@ class Connection:
 
     # -- what the results stream does not say
 
-    def _started(self, future: "SakerFuture[Any]") -> bool:
+    def started(self, future: "SakerFuture[Any]") -> bool:
         """Whether ``future``'s task was reported started (``SakerFuture.running``)."""
         return self._running.started(future)
 
-    def _job_state(self, job: int, then: Callable[[str], None]) -> None:
+    def on_reader_thread(self) -> bool:
+        """Whether the caller is the reader thread, which must never wait for an answer."""
+        return threading.current_thread() is getattr(self, "_reader", None)
+
+    def pending(self) -> Collection["SakerFuture[Any]"]:
+        """The futures of accepted tasks whose result has not come (the reader changes it)."""
+        return self._tasks.values()
+
+    @property
+    def max_task(self) -> int:
+        """The highest task id the pilot has answered a submission of (-1: none yet)."""
+        return self._max_task
+
+    def job_state(self, job: int, then: Callable[[str], object]) -> None:
         """Calls ``then`` with how ended job ``job`` ended, asked of the pilot once.
 
         ``wait`` for an ended job answers at once with its counts. ``then`` runs on
@@ -577,7 +599,7 @@ class Connection:
         if known is not None:
             known.append(then)
             return
-        waiting: List[Callable[[str], None]] = [then]
+        waiting: List[Callable[[str], object]] = [then]
         self._job_states[job] = waiting
         if len(self._job_states) > 4096:
             for old in [key for key, value in self._job_states.items() if isinstance(value, str)]:
@@ -643,7 +665,7 @@ class Connection:
                     future._job = body.get("job")
                 if self._tasks.get(task) is future:
                     del self._tasks[task]
-                _complete(future, body)
+                complete(future, body)
                 return
             if self._tasks.get(task) is future:
                 del self._tasks[task]
@@ -697,7 +719,7 @@ class Connection:
             task = body["task"]
             future = self._tasks.pop(task, None)
             if future is not None:
-                _complete(future, body)
+                complete(future, body)
             elif self._submits_in_flight:
                 self._early[task] = body
             return
@@ -706,7 +728,7 @@ class Connection:
             # The stream ended: the pilot is stopping (or could not read its journal).
             # Without it no future can complete, so the connection is done.
             if "error" in message:
-                why = f"the results stream failed: {_error_of(message['error'])}"
+                why = f"the results stream failed: {error_of(message['error'])}"
             else:
                 why = "the pilot stopped"
             self._fail(PilotClosed(why))
@@ -734,7 +756,7 @@ class Connection:
                 if "ok" in message:
                     future.set_result(message["ok"])
                 else:
-                    future.set_exception(_error_of(message.get("error")))
+                    future.set_exception(error_of(message.get("error")))
             except concurrent.futures.InvalidStateError:
                 pass
 
@@ -768,11 +790,11 @@ class Connection:
                         continue
                     body = early.pop(task, None)
                     if body is not None:
-                        _complete(future, body)
+                        complete(future, body)
                     else:
                         tasks[task] = future
                 return
-            error = _error_of(message.get("error"))
+            error = error_of(message.get("error"))
             refused = isinstance(error, SpecError) or getattr(error, "kind", None) == "malformed"
             if refused and len(jobs) > 1:
                 # All or nothing: find the bad job(s) by halving, resubmitting the rest
@@ -787,8 +809,8 @@ class Connection:
             self._submits_in_flight.discard(request_id)
             if not self._submits_in_flight and self._early:
                 self._early.clear()  # results of other clients' tasks
-            with self._answered:
-                self._answered.notify_all()
+            with self.answered:
+                self.answered.notify_all()
 
     # -- reconnecting (see the module docstring)
 
@@ -877,8 +899,8 @@ class Connection:
             _fail_all(futures, error)
         for job in reversed(cancels):
             self._queue.appendleft((_CANCEL, job))
-        with self._answered:
-            self._answered.notify_all()
+        with self.answered:
+            self.answered.notify_all()
 
     def _attach(self, deadline: float) -> bool:
         """One attempt at a connection to the pilot's root as it is now; False when

@@ -1,16 +1,16 @@
-"""Exceptions of the saker package.
+"""Exceptions of the saker package, and the one for an error answer of the pilot.
 
 Everything the package raises on its own derives from :class:`SakerError`, so that a
-caller can tell "the pilot or a task said no" from bugs in its own code.
+caller can tell "the pilot or a task said no" from bugs in its own code. The errors
+that carry a task's :class:`~saker.Result` (``TaskFailed``, ``TaskLost``,
+``DependencyFailed``) live beside it in :mod:`saker.results`: a result's ``value()``
+raises them, so they and the Result are one module. This one imports no other
+module of the package: every other module may import it.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-from typing import TYPE_CHECKING, Any, Optional
-
-if TYPE_CHECKING:
-    from .results import Result
+from typing import Any, Optional
 
 __all__ = [
     "SakerError",
@@ -18,11 +18,9 @@ __all__ = [
     "PilotClosed",
     "ProtocolError",
     "SpecError",
-    "TaskFailed",
-    "TaskLost",
-    "DependencyFailed",
     "RemoteError",
     "RemoteTraceback",
+    "error_of",
 ]
 
 
@@ -57,72 +55,6 @@ class SpecError(ProtocolError, ValueError):
         super().__init__(message, kind)
 
 
-def _describe(result: "Result") -> str:
-    if result.reason:
-        why = result.reason
-    elif result.signal is not None:
-        why = f"killed by signal {result.signal}"
-    elif result.exit_code is not None:
-        why = f"exit {result.exit_code}"
-    else:
-        why = result.state
-    text = f"task {result.task} {result.state}: {why}"
-    stderr = (result.stderr or "").strip()
-    if stderr:
-        tail = stderr[-500:]
-        text += "\n--- stderr (tail) ---\n" + tail
-    return text
-
-
-class TaskFailed(SakerError):
-    """A task ended ``failed``; ``result`` is the pilot's whole account of it."""
-
-    def __init__(self, result: "Result", message: Optional[str] = None) -> None:
-        super().__init__(message if message is not None else _describe(result))
-        self.result = result
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (type(self), (self.result, str(self)))
-
-
-class TaskLost(TaskFailed):
-    """A function task ended without an answer from its worker.
-
-    Its worker was lost beyond the task's replays, killed at its time limit, or could
-    not be started: ``result.output`` is ``None`` and ``result.reason`` says which.
-    """
-
-
-class DependencyFailed(SakerError, concurrent.futures.CancelledError):
-    """A task the pilot cancelled because a job it depends on (``after=``) failed.
-
-    A ``concurrent.futures.CancelledError``, as ``result()`` of a cancelled future
-    raises, carrying why: ``job`` is the dependency's job id, ``state`` what is known
-    of how it ended (``"failed: ValueError: boom"``, ``"was cancelled"``, or its
-    counts, ``"ended with 1 failed, 0 cancelled, 3 succeeded"``), ``dependency`` its
-    future when this process submitted it, ``result`` the cancelled task's result and
-    ``reason`` the pilot's words (``"dependency 17 failed"``). The dependency's own
-    exception, when known, is the ``__cause__``.
-    """
-
-    def __init__(self, message: str, result: Optional["Result"] = None, job: Optional[int] = None,
-                 state: Optional[str] = None, dependency: Any = None) -> None:
-        super().__init__(message)
-        self.result = result
-        self.job = job
-        self.state = state
-        self.dependency = dependency
-        self.reason = result.reason if result is not None else None
-
-    @property
-    def task(self) -> Optional[int]:
-        """The cancelled task's id."""
-        return self.result.task if self.result is not None else None
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (type(self), (str(self), self.result, self.job, self.state))
-
-
 class RemoteError(SakerError):
     """Stands in for a remote exception that could not be pickled or unpickled."""
 
@@ -148,3 +80,16 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return self.tb
+
+
+def error_of(body: Any) -> SakerError:
+    """The exception for the ``error`` body of a pilot's answer (docs/protocol.md)."""
+    if not isinstance(body, dict):
+        return ProtocolError(f"malformed error answer: {body!r}")
+    kind = body.get("kind")
+    message = str(body.get("message", "")) or str(kind)
+    if kind == "invalid_spec":
+        return SpecError(message)
+    if kind == "shutting_down":
+        return PilotClosed(f"the pilot is shutting down: {message}")
+    return ProtocolError(message, kind)

@@ -3,6 +3,10 @@
 A :class:`SakerFuture` is a genuine ``concurrent.futures.Future``, so the standard
 ``as_completed`` and ``wait`` work on it (``wait`` is re-exported here, ``as_completed``
 wrapped to show progress on request). Cancelling one cancels its job on the pilot.
+
+This module imports no other module of the package: what a future needs of its
+connection is :class:`TaskConnection`, and what an :class:`Executor` submits through
+is :class:`Submitter` (``client.Connection`` and ``pilot.Pilot`` are those).
 """
 
 from __future__ import annotations
@@ -13,24 +17,21 @@ import queue
 import sys
 import threading
 import time
+import weakref
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION, wait
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, RUNNING
 from typing import (
-    TYPE_CHECKING,
     Any,
     Callable,
     Iterable,
     Iterator,
     List,
     Optional,
+    Protocol,
     Set,
     TypeVar,
     cast,
 )
-
-if TYPE_CHECKING:
-    from .client import Connection
-    from .pilot import _Target
 
 T = TypeVar("T")
 
@@ -59,6 +60,25 @@ _REFUSED, _CHANGED, _UNCHANGED = 0, 1, 2
 _LOGGER = logging.getLogger("concurrent.futures")
 
 
+class TaskConnection(Protocol):
+    """What a future asks of the connection its task went through (``client.Connection``)."""
+
+    #: Notified whenever a submission is answered (its futures learn their job ids).
+    answered: threading.Condition
+    #: Futures named in ``after=``/``after_any=`` options, by job id: a task cancelled
+    #: because one failed says how (``DependencyFailed``).
+    dependencies: "weakref.WeakValueDictionary[int, SakerFuture[Any]]"
+
+    def started(self, future: "SakerFuture[Any]") -> bool:
+        """Whether the future's task was reported started (``SakerFuture.running``)."""
+
+    def cancel_job(self, job: int) -> None:
+        """Asks the pilot to cancel job ``job``."""
+
+    def job_state(self, job: int, then: Callable[[str], object]) -> None:
+        """Calls ``then`` with how ended job ``job`` ended."""
+
+
 class SakerFuture(concurrent.futures.Future[T]):
     """The future of one task; ``job`` and ``task`` are known once the pilot accepted it.
 
@@ -84,7 +104,7 @@ class SakerFuture(concurrent.futures.Future[T]):
     # The task waits for other jobs or a time (after=, not_before=): see running().
     _waits = False
 
-    def __init__(self, connection: Optional["Connection"], mode: int) -> None:
+    def __init__(self, connection: Optional[TaskConnection], mode: int) -> None:
         # Deliberately not Future.__init__ (see the class docstring).
         self._state = PENDING
         self._result: Any = None
@@ -137,7 +157,7 @@ class SakerFuture(concurrent.futures.Future[T]):
         """The job id, waiting up to ``timeout`` seconds for the submission's answer."""
         connection = self._connection
         if self._job is None and connection is not None:
-            answered = connection._answered
+            answered = connection.answered
             with answered:
                 answered.wait_for(lambda: self._job is not None or self.done(), timeout)
         if self._job is None:
@@ -181,7 +201,7 @@ class SakerFuture(concurrent.futures.Future[T]):
             return True
         if state != PENDING or self._task is None or self._connection is None:
             return False
-        return self._connection._started(self)
+        return self._connection.started(self)
 
     def _mark_running(self) -> None:
         with _transition:
@@ -533,6 +553,25 @@ def map_results(
             progress.close()
 
 
+class Submitter(Protocol):
+    """What an :class:`Executor` submits through: a pilot, or a view of it (``pilot.py``)."""
+
+    def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> "SakerFuture[T]":
+        """Runs ``fn(*args, **kwargs)`` as a task."""
+
+    def map(
+        self,
+        fn: Callable[..., T],
+        *iterables: Iterable[Any],
+        timeout: Optional[float] = None,
+        chunksize: int = 1,
+        ordered: bool = True,
+        progress: bool = False,
+        _track: Optional[Callable[["SakerFuture[Any]"], None]] = None,
+    ) -> Iterator[T]:
+        """Like ``Executor.map``; ``_track`` sees each future as it is made."""
+
+
 class Executor(concurrent.futures.Executor):
     """A ``concurrent.futures.Executor`` whose calls run as function tasks of a pilot.
 
@@ -540,7 +579,7 @@ class Executor(concurrent.futures.Executor):
     keeps running, and closing it stays the business of whoever opened it.
     """
 
-    def __init__(self, target: "_Target") -> None:
+    def __init__(self, target: Submitter) -> None:
         self._target = target
         self._lock = threading.Lock()
         self._shutdown = False

@@ -16,7 +16,7 @@ _DEPENDENCY_OPTIONS = ("after", "after_any")
 _DEPENDENCY_TIMEOUT = 60.0
 
 
-def _timestamp(value: Any) -> str:
+def timestamp(value: Any) -> str:
     """RFC 3339 UTC text for a datetime (naive ones are taken as UTC) or such text."""
     if isinstance(value, str):
         return value
@@ -27,7 +27,7 @@ def _timestamp(value: Any) -> str:
     raise TypeError(f"option not_before must be a datetime or RFC 3339 text, not {value!r}")
 
 
-def _job_ids(name: str, value: Any) -> List[Any]:
+def job_ids(name: str, value: Any) -> List[Any]:
     """Job ids (or names) from ints, strings, futures, or a list of them."""
     items = value if isinstance(value, (list, tuple, set)) else [value]
     ids: List[Any] = []
@@ -44,7 +44,7 @@ def _job_ids(name: str, value: Any) -> List[Any]:
         connection = getattr(item, "_connection", None)
         if connection is not None:
             # So that a dependent it fails can say how (DependencyFailed).
-            connection._dependencies[job] = item
+            connection.dependencies[job] = item
         ids.append(job)
     return ids
 #: What starts an HPC job's ranks (docs/hpc-jobs.md).
@@ -99,12 +99,12 @@ def normalize_options(options: Mapping[str, Any]) -> Dict[str, Any]:
         elif name == "cwd":
             value = None if value is None else os.fspath(value)
         elif name in _DEPENDENCY_OPTIONS:
-            value = _job_ids(name, value)
+            value = job_ids(name, value)
         elif name == "name":
             if not isinstance(value, str):
                 raise TypeError(f"option name must be a string, not {value!r}")
         elif name == "not_before":
-            value = _timestamp(value)
+            value = timestamp(value)
         elif name == "inline_output":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise TypeError(f"option inline_output must be a non-negative int, not {value!r}")

@@ -39,12 +39,12 @@ from typing import (
 )
 
 from .client import RECONNECT_FOR, Connection
-from .options import _job_ids, _timestamp, normalize_options, split_options
-from .results import Result, _error_of
-from .errors import PilotClosed, PilotNotFound, SakerError
+from .options import job_ids, timestamp, normalize_options, split_options
+from .results import Result
+from .errors import PilotClosed, PilotNotFound, SakerError, error_of
 from .futures import MODE_AUTO, MODE_CALL, MODE_COMMAND, MODE_RAW, Executor, Progress, SakerFuture, map_results
 from . import serialize
-from .serialize import _run_chunk, check_payload_size, dumps_call, prepare_function
+from .serialize import check_payload_size, dumps_call, prepare_chunk_function, prepare_function
 
 __all__ = ["Pilot"]
 
@@ -172,7 +172,7 @@ class _Target:
                     yield (prepared, chunk)
 
             argument_tuples = chunks()
-            function = prepare_function(_run_chunk)
+            function = prepare_chunk_function()
         empty: Dict[str, Any] = {}
         waits = _waits(spec_options)
         # Collections triggered by creating a future per call would more than double
@@ -486,13 +486,13 @@ class Pilot(_Target):
         jobs are updated or none (an unknown or ended job raises). Returns how many
         were updated, once the update is durable.
         """
-        body: Dict[str, Any] = {"jobs": _job_ids("update", list(jobs))}
+        body: Dict[str, Any] = {"jobs": job_ids("update", list(jobs))}
         if priority is not None:
             if isinstance(priority, bool) or not isinstance(priority, int):
                 raise TypeError(f"priority must be an int, not {priority!r}")
             body["priority"] = priority
         if not_before is not ...:
-            body["not_before"] = None if not_before is None else _timestamp(not_before)
+            body["not_before"] = None if not_before is None else timestamp(not_before)
         if time_limit is not ...:
             if isinstance(time_limit, datetime.timedelta):
                 time_limit = time_limit.total_seconds()
@@ -597,7 +597,7 @@ def _stream_results(directory: Path, start: int, follow: bool, timeout: float) -
                 elif "end" in message:
                     return
                 elif "error" in message:
-                    raise _error_of(message["error"])
+                    raise error_of(message["error"])
     except (OSError, ssl.SSLError) as exc:
         raise PilotClosed(f"the results stream from the pilot ended: {exc}") from None
     finally:

@@ -1,6 +1,12 @@
 """What a task's result is, and how a result completes its future: the ``Result`` a
 command task gives, and the value or exception of a function call, a failed
-dependency, a lost task (docs/python.md, "Results and errors")."""
+dependency, a lost task (docs/python.md, "Results and errors").
+
+The exceptions that carry a Result (:class:`TaskFailed`, :class:`TaskLost`,
+:class:`DependencyFailed`) are defined here, beside it: ``Result.value()`` raises
+them and they hold a Result, so apart they would import each other. Start with
+:func:`complete`, which the connection's reader thread calls for every result.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +14,16 @@ import binascii
 import concurrent.futures
 import dataclasses
 import re
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from .errors import DependencyFailed, PilotClosed, ProtocolError, SakerError, SpecError, TaskFailed, TaskLost
+from .errors import ProtocolError, SakerError
 from .futures import MODE_AUTO, MODE_CALL, MODE_COMMAND, MODE_RAW, SakerFuture
 from .serialize import loads_exception, loads_output
 
+__all__ = ["Result", "TaskFailed", "TaskLost", "DependencyFailed", "complete"]
+
 _a2b = binascii.a2b_base64
+
 
 @dataclasses.dataclass
 class Result:
@@ -113,6 +122,77 @@ class Result:
             raise error
         return value
 
+
+# ------------------------------------------------------- errors that carry a result
+
+def _describe(result: "Result") -> str:
+    if result.reason:
+        why = result.reason
+    elif result.signal is not None:
+        why = f"killed by signal {result.signal}"
+    elif result.exit_code is not None:
+        why = f"exit {result.exit_code}"
+    else:
+        why = result.state
+    text = f"task {result.task} {result.state}: {why}"
+    stderr = (result.stderr or "").strip()
+    if stderr:
+        tail = stderr[-500:]
+        text += "\n--- stderr (tail) ---\n" + tail
+    return text
+
+
+class TaskFailed(SakerError):
+    """A task ended ``failed``; ``result`` is the pilot's whole account of it."""
+
+    def __init__(self, result: "Result", message: Optional[str] = None) -> None:
+        super().__init__(message if message is not None else _describe(result))
+        self.result = result
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.result, str(self)))
+
+
+class TaskLost(TaskFailed):
+    """A function task ended without an answer from its worker.
+
+    Its worker was lost beyond the task's replays, killed at its time limit, or could
+    not be started: ``result.output`` is ``None`` and ``result.reason`` says which.
+    """
+
+
+class DependencyFailed(SakerError, concurrent.futures.CancelledError):
+    """A task the pilot cancelled because a job it depends on (``after=``) failed.
+
+    A ``concurrent.futures.CancelledError``, as ``result()`` of a cancelled future
+    raises, carrying why: ``job`` is the dependency's job id, ``state`` what is known
+    of how it ended (``"failed: ValueError: boom"``, ``"was cancelled"``, or its
+    counts, ``"ended with 1 failed, 0 cancelled, 3 succeeded"``), ``dependency`` its
+    future when this process submitted it, ``result`` the cancelled task's result and
+    ``reason`` the pilot's words (``"dependency 17 failed"``). The dependency's own
+    exception, when known, is the ``__cause__``.
+    """
+
+    def __init__(self, message: str, result: Optional["Result"] = None, job: Optional[int] = None,
+                 state: Optional[str] = None, dependency: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+        self.job = job
+        self.state = state
+        self.dependency = dependency
+        self.reason = result.reason if result is not None else None
+
+    @property
+    def task(self) -> Optional[int]:
+        """The cancelled task's id."""
+        return self.result.task if self.result is not None else None
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (str(self), self.result, self.job, self.state))
+
+
+
+# ------------------------------------------------------------ from a result body
 
 def _body_of(result: Result) -> Dict[str, Any]:
     """A result body again, with ``output`` already decoded (see :func:`_outcome`)."""
@@ -219,7 +299,7 @@ def _dependency_failed(body: Dict[str, Any], dependency: Any, state: Optional[st
     return error
 
 
-def _complete(future: "SakerFuture[Any]", body: Dict[str, Any]) -> None:
+def complete(future: "SakerFuture[Any]", body: Dict[str, Any]) -> None:
     """Resolves ``future`` from its task's result body (called on the reader thread)."""
     state = body["state"]
     mode = future._mode
@@ -244,35 +324,14 @@ def _complete(future: "SakerFuture[Any]", body: Dict[str, Any]) -> None:
             return
         if future._job is None:  # a future of Pilot.future(task)
             future._job = body.get("job")
-        dependency = connection._dependencies.get(job)
+        dependency = connection.dependencies.get(job)
         if dependency is not None and dependency.done():
             future._cancel_here(_dependency_failed(body, dependency))
             return
         # Ask the pilot how the dependency's job ended, then cancel (on the reader).
-        connection._job_state(job, lambda state: future._cancel_here(_dependency_failed(body, None, state)))
+        connection.job_state(job, lambda state: future._cancel_here(_dependency_failed(body, None, state)))
         return
     if future._job is None:  # a future of Pilot.future(task)
         future._job = body.get("job")
     value, error = _outcome(body, mode)
     future._finish(value, error)
-
-
-def _fail_all(futures: Iterable["concurrent.futures.Future[Any]"], error: BaseException) -> None:
-    """Fails each of ``futures`` that is not done yet with ``error``."""
-    for future in futures:
-        try:
-            future.set_exception(error)
-        except concurrent.futures.InvalidStateError:
-            pass
-
-
-def _error_of(body: Any) -> SakerError:
-    if not isinstance(body, dict):
-        return ProtocolError(f"malformed error answer: {body!r}")
-    kind = body.get("kind")
-    message = str(body.get("message", "")) or str(kind)
-    if kind == "invalid_spec":
-        return SpecError(message)
-    if kind == "shutting_down":
-        return PilotClosed(f"the pilot is shutting down: {message}")
-    return ProtocolError(message, kind)

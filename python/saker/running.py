@@ -8,17 +8,16 @@ with ``jobs`` gets a guess from the queue's counts instead.
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, List
+from concurrent.futures._base import PENDING, RUNNING
+from typing import Any, Collection, Dict, List, Protocol
 
 from .errors import ProtocolError
-from .futures import PENDING, RUNNING, SakerFuture
+from .futures import SakerFuture
 
-if TYPE_CHECKING:
-    from .client import Connection
-
-__all__ = ["RunningProbe"]
+__all__ = ["RunningProbe", "StatusConnection"]
 
 # running(): at most one `status` request per this many seconds per connection. Each
 # asks for the jobs of the futures asked about in the last _WATCH_SECONDS (at most
@@ -32,10 +31,31 @@ _ASK_ALL_PENDING = 64
 _monotonic = time.monotonic
 
 
+class StatusConnection(Protocol):
+    """What a :class:`RunningProbe` asks of its connection (``client.Connection``)."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether the connection has ended."""
+
+    @property
+    def max_task(self) -> int:
+        """The highest task id the pilot has answered a submission of (-1: none)."""
+
+    def request(self, name: str, body: Dict[str, Any]) -> "concurrent.futures.Future[Dict[str, Any]]":
+        """Sends a request; the future resolves to its ``ok`` body."""
+
+    def on_reader_thread(self) -> bool:
+        """Whether the caller is the thread that reads answers (and must not wait for one)."""
+
+    def pending(self) -> Collection["SakerFuture[Any]"]:
+        """The futures of accepted tasks without a result yet (changed by the reader)."""
+
+
 class RunningProbe:
     """The started-or-not state of one connection's futures (see the module)."""
 
-    def __init__(self, connection: "Connection") -> None:
+    def __init__(self, connection: StatusConnection) -> None:
         self._connection = connection
         # Held by the thread that asks for `status` (one at a time).
         self._status_lock = threading.Lock()
@@ -68,7 +88,7 @@ class RunningProbe:
             return False
         if not self._job_counts:
             return self._dispatched(future)
-        if self._connection._closed is not None or threading.current_thread() is getattr(self._connection, "_reader", None):
+        if self._connection.closed or self._connection.on_reader_thread():
             return False
         asked = _monotonic()
         with self._watch_lock:
@@ -105,7 +125,7 @@ class RunningProbe:
 
     def _watched_jobs(self, job: int) -> List[int]:
         """The jobs a ``status`` for running() asks for, ``job`` among them (see
-        :meth:`_started`)."""
+        :meth:`started`)."""
         now = _monotonic()
         with self._watch_lock:
             watch = self._watch
@@ -115,9 +135,10 @@ class RunningProbe:
             jobs = list(watch)[-_WATCH_JOBS:]
             if job not in jobs:
                 jobs.append(job)
-            if len(self._connection._tasks) <= _ASK_ALL_PENDING:
+            tasks = self._connection.pending()
+            if len(tasks) <= _ASK_ALL_PENDING:
                 try:
-                    pending = list(self._connection._tasks.values())  # the reader thread changes it
+                    pending = list(tasks)  # the reader thread changes it
                 except RuntimeError:
                     pending = []
                 for future in pending:
@@ -144,7 +165,7 @@ class RunningProbe:
 
     def _dispatched(self, future: "SakerFuture[Any]") -> bool:
         """Whether the pilot has handed ``future``'s task to a node: a guess for pilots
-        that predate ``status`` with ``jobs`` (see :meth:`_started`).
+        that predate ``status`` with ``jobs`` (see :meth:`started`).
 
         A ``status`` requested after the task was accepted that shows no task ready
         and waiting for a slot (``queued`` minus ``waiting``) proves it; for a task
@@ -158,13 +179,13 @@ class RunningProbe:
             return False
         waits = future._waits
         if task > (self._dispatched_through if waits else self._ready_through):
-            if self._connection._closed is not None or threading.current_thread() is getattr(self._connection, "_reader", None):
+            if self._connection.closed or self._connection.on_reader_thread():
                 return False
             with self._status_lock:
                 if task > (self._dispatched_through if waits else self._ready_through):
                     if _monotonic() - self._status_time < _STATUS_INTERVAL and self._status_max >= task:
                         return False  # a fresh answer said no
-                    known = self._connection._max_task
+                    known = self._connection.max_task
                     try:
                         status = self._connection.request("status", {}).result(10.0)
                     except Exception:

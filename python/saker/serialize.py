@@ -366,6 +366,13 @@ def _run_chunk(fn: Callable[..., Any], chunk: Any) -> list:  # type: ignore[type
     return [fn(*args) for args in chunk]
 
 
+def prepare_chunk_function() -> Any:
+    """What ``map`` with a ``chunksize`` sends as the function of each task, called
+    there with ``(fn, chunk)``; prepared as :func:`prepare_function` does. It travels by
+    its name, ``saker.serialize._run_chunk``, kept as it was so that payloads are too."""
+    return prepare_function(_run_chunk)
+
+
 # ----------------------------------------------------------------------------- worker
 
 _preloaded: Dict[bytes, Any] = {}
