@@ -8,7 +8,7 @@ run on persistent workers (``python -m saker.worker``), one per slot.
 
 from __future__ import annotations
 
-from .client import PROTOCOL
+from .transport import PROTOCOL
 from .results import DependencyFailed, Result, TaskFailed, TaskLost
 from .errors import (
     PilotClosed,

@@ -1,19 +1,23 @@
-"""The connection to a pilot: the client protocol (docs/protocol.md), over the pilot
-directory's local socket on the root's host, else over TCP with mutual TLS.
+"""The connection to a pilot as its requests and futures see it (docs/protocol.md):
+request ids and the answers they wait for, the batching of submissions, the futures of
+accepted tasks, the one ``results`` stream, and failing what is left unanswered when
+the connection is lost or closed. The socket, TLS, the hello and re-attaching to a
+new root are :mod:`saker.transport`'s: this module sends and receives through a
+:class:`~saker.transport.Transport` only, and never touches a socket. Start with
+:class:`Connection` (``submit_job``, ``request``), then ``_dispatch``.
 
 One connection carries everything. Two threads drive it: a writer that batches queued
 submissions into ``submit`` requests (many jobs per request, without waiting for an
-answer before sending the next), and a reader that parses answers and the one
-``results`` stream (``new_only`` and ``follow``, requested right after the hello) and
-completes futures by task id. TLS runs over ``ssl.MemoryBIO`` objects, under a lock held only for
-in-memory work, so neither thread ever blocks the other on socket I/O (an
-``SSLSocket`` cannot be read and written from two threads at once). Over the local
-socket there is no TLS (the directory admits only its owner): lines go as they are.
+answer before sending the next), and a reader that takes the answers and the one
+``results`` stream (``new_only`` and ``follow``, requested right after the hello) from
+the transport and completes futures by task id. The transport lets them send and
+receive at once, neither ever blocking the other on socket I/O; what this module uses
+of it is listed in :mod:`saker.transport` ("The seam").
 
-Whoever sends (the writer, or a thread sending a lone submission itself) holds
-``_send_lock`` from registering a request in ``_pending`` until its bytes are sent, so
-``_pending`` holds exactly the requests that were (or were being) sent and not
-answered, and everything else waits in ``_queue``.
+Whoever sends (the writer, or a thread sending a lone submission itself) holds the
+transport's ``send_lock`` (``_send_lock`` here) from registering a request in
+``_pending`` until its bytes are sent, so ``_pending`` holds exactly the requests that
+were (or were being) sent and not answered, and everything else waits in ``_queue``.
 
 **Reconnecting.** When the connection is lost (the reader meets end of file or an
 error; a failed send shuts the socket down so that the reader does) and neither this
@@ -24,17 +28,17 @@ result ``seq`` numbers. Under ``_send_lock`` the reader sets ``_reconnecting`` (
 then on senders leave everything queued) and takes ``_pending``: requests sent and
 not answered fail with :class:`PilotClosed` at once, submissions among them included
 (the pilot may or may not have recorded one, and sending it again could run it
-twice), except cancels, which are queued again (cancelling twice is harmless). Then it
-tries every 50 ms to 1 s, for up to ``reconnect_for`` seconds: read ``client.json``,
-connect, hello (the pilot id must not change), and, still under ``_send_lock``, ask for
-the results stream from ``_next_seq``, one past the highest ``seq`` seen (or what a
-``results`` probe sent right after the first stream said the journal's next one
-was), so results accepted meanwhile come first from the journal. Then it clears
-``_reconnecting`` and wakes the writer, which sends what was queued. Futures of
-accepted tasks (``_tasks``) wait through all this; ``_closed`` stays ``None`` and
-``closed`` false. If no root answers in time (or another pilot answers), everything
-fails as without reconnecting, with the loss named. ``close()`` (``_closing``,
-``_stop``) ends a reconnection at once.
+twice), except cancels, which are queued again (cancelling twice is harmless). Then
+the transport tries every 50 ms to 1 s, for up to ``reconnect_for`` seconds, to
+re-attach (read ``client.json``, connect, hello: the pilot id must not change), and,
+still under ``_send_lock``, this side asks for the results stream from ``_next_seq``,
+one past the highest ``seq`` seen (or what a ``results`` probe sent right after the
+first stream said the journal's next one was), so results accepted meanwhile come
+first from the journal. Then it clears ``_reconnecting`` and wakes the writer, which
+sends what was queued. Futures of accepted tasks (``_tasks``) wait through all this;
+``_closed`` stays ``None`` and ``closed`` false. If no root answers in time (or another
+pilot answers), everything fails as without reconnecting, with the loss named.
+``close()`` (``_closing``, ``_stop``) ends a reconnection at once.
 """
 
 from __future__ import annotations
@@ -44,8 +48,6 @@ import concurrent.futures
 import itertools
 import json
 import os
-import socket
-import ssl
 import sys
 import threading
 import time
@@ -53,22 +55,13 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Collection, Deque, Dict, Iterable, List, Optional, Set, Union
 
-from .errors import PilotClosed, PilotNotFound, ProtocolError, SakerError, SpecError, error_of
+from .errors import PilotClosed, ProtocolError, SpecError, error_of
 from .futures import SakerFuture
 from .results import Result, complete
 from .running import RunningProbe
+from .transport import PROTOCOL, GaveUp, Transport
 
-__all__ = ["Result", "Connection", "PROTOCOL"]
-
-PROTOCOL = 2
-# Oldest protocol this client still speaks (command tasks only, no `output`).
-_OLDEST_PROTOCOL = 1
-# Each pilot certificate names its role; only the root serves the client socket, so
-# the ordinary hostname check verifies that the server is the pilot's root.
-SERVER_NAME = "root.saker.pilot"
-# OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH.
-_HOSTNAME_MISMATCH = 62
-ALPN = "saker/1"
+__all__ = ["Result", "Connection", "PROTOCOL", "RECONNECT_FOR"]
 
 # A submit request holds at most this many jobs / payload characters: the pilot's
 # line limit is 64 MiB, and smaller batches keep the pipeline moving.
@@ -80,56 +73,17 @@ _SEND_CHUNK = 4 << 20
 # A submission this long after the previous one is sent by the submitting thread.
 _LONE_GAP = 0.0002
 
-# Reconnecting after a lost connection: for this long by default (seconds), with
-# attempts this far apart at first, doubling up to the most.
+# Reconnecting after a lost connection: for this long by default (seconds).
 RECONNECT_FOR = 60.0
-_RECONNECT_FIRST = 0.05
-_RECONNECT_MOST = 1.0
 # A `from` past every result's seq: a `results` request without `follow` from here
 # answers at once with just `end`, whose `next` is the journal's next seq.
 _PAST_EVERY_SEQ = (1 << 63) - 1
 
 _monotonic = time.monotonic
-_loads = json.loads
 _dumps = json.dumps
 
-
-# ----------------------------------------------------------------------- connection
-
+# What waits in the queue and in _pending: (kind, ...).
 _JOB, _BATCH, _REQUEST, _CANCEL = 0, 1, 2, 3
-
-
-def read_endpoint(directory: Path) -> Dict[str, Any]:
-    """The pilot's ``client.json``, or PilotNotFound saying what is missing."""
-    if not directory.is_dir():
-        raise PilotNotFound(f"{directory} is not a pilot directory: no such directory")
-    path = directory / "client.json"
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        if (directory / "saker-pilot.json").exists() or (directory / "journal").exists():
-            raise PilotNotFound(
-                f"no pilot is serving clients from {directory}: it has no client.json "
-                "(the pilot has stopped, or has not started listening yet)"
-            ) from None
-        raise PilotNotFound(
-            f"{directory} is not a pilot directory: it has no client.json "
-            "(start one with `saker pilot --dir DIR` or saker.Pilot.start)"
-        ) from None
-    except OSError as exc:
-        raise PilotNotFound(f"cannot read {path}: {exc}") from None
-    try:
-        endpoint = json.loads(text)
-        str(endpoint["addr"]).rsplit(":", 1)[1]
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise PilotNotFound(f"{path} is not a valid client.json") from None
-    if not isinstance(endpoint, dict):
-        raise PilotNotFound(f"{path} is not a valid client.json")
-    return endpoint
-
-
-class _GiveUp(SakerError):
-    """Reconnecting cannot succeed: another pilot took the directory."""
 
 
 class _Unanswered(PilotClosed):
@@ -155,24 +109,14 @@ class Connection:
     """
 
     def __init__(self, directory: Union[str, "os.PathLike[str]"], *, timeout: float = 10.0, client: str = "",
-                 threads: bool = True, reconnect_for: float = RECONNECT_FOR) -> None:
+                 reconnect_for: float = RECONNECT_FOR) -> None:
         if isinstance(reconnect_for, bool) or not isinstance(reconnect_for, (int, float)) or not reconnect_for >= 0:
             raise ValueError(f"reconnect_for must be a non-negative number of seconds, not {reconnect_for!r}")
-        self.directory = Path(directory).expanduser()
         #: How long to try to reconnect after losing the connection (0: never).
         self.reconnect_for = float(reconnect_for)
         #: How many times this connection was re-established.
         self.reconnects = 0
-        self._timeout = timeout
-        endpoint = read_endpoint(self.directory)
-        self._endpoint = endpoint
-        self.addr: str = str(endpoint["addr"])
-        self.pilot_id: str = str(endpoint.get("pilot_id", ""))
-        self.server = ""
-        self.protocol = 0
-        self._client = client or f"saker-python (python {sys.version.split()[0]}, pid {os.getpid()})"
         self._ids = itertools.count(1)
-        self._ssl_lock = threading.Lock()
         self._queue: Deque[Any] = collections.deque()
         self._wake = threading.Event()
         self._closed: Optional[BaseException] = None
@@ -203,43 +147,18 @@ class Connection:
         # The highest task id the pilot has answered a submission of.
         self._max_task = -1
         self._running = RunningProbe(self)
-        self._partial: List[bytes] = []
         self._results_id = -1
-        self._flush_needed = False
-        # Held by whoever turns queued items into bytes and sends them, so that requests
-        # leave in the order they were queued.
-        self._send_lock = threading.Lock()
         self._last_submit = 0.0
 
-        spoken = endpoint.get("protocols") or [endpoint.get("protocol", PROTOCOL)]
-        candidates = sorted(
-            {int(v) for v in spoken if isinstance(v, int) and _OLDEST_PROTOCOL <= v <= PROTOCOL} or {PROTOCOL},
-            reverse=True,
-        )
-        last: Optional[BaseException] = None
-        for protocol in candidates:
-            try:
-                self._open(timeout)
-                hello = self._hello(protocol)
-            except PilotNotFound:
-                raise
-            except SakerError as exc:
-                self._sock.close()
-                last = exc
-                if getattr(exc, "kind", None) == "protocol_mismatch":
-                    continue
-                raise
-            break
-        else:
-            raise PilotNotFound(f"the pilot in {self.directory} speaks no protocol this client knows: {last}")
-        self.protocol = int(hello.get("protocol", protocol))
-        self.pilot_id = str(hello.get("pilot_id", self.pilot_id))
-        self.server = str(hello.get("server", ""))
+        # Connected and past the hello; reading TLS that leaves bytes to send wakes
+        # the writer, which sends them.
+        self._transport = transport = Transport(Path(directory).expanduser(), timeout=timeout, client=client,
+                                                on_flush_needed=self._wake.set)
+        # Held by whoever turns queued items into bytes and sends them, so that requests
+        # leave in the order they were queued (the transport's: re-attaching holds it too).
+        self._send_lock = transport.send_lock
+        self._send = transport.send
 
-        self._sock.settimeout(None)
-        if not threads:
-            # One blocking conversation on the caller's thread (results()).
-            return
         self._reader = threading.Thread(target=self._read_loop, name="saker-reader", daemon=True)
         self._writer = threading.Thread(target=self._write_loop, name="saker-writer", daemon=True)
         self._reader.start()
@@ -259,168 +178,37 @@ class Connection:
         self._results_id = next(self._ids)  # known before its first message can come
         self._push((_REQUEST, self._results_id, "results", stream, None))
 
-    # -- opening
+    # -- what the transport says of the pilot
 
-    def _open(self, timeout: float) -> None:
-        self._tls: Optional[ssl.SSLObject] = None
-        self._partial = []
-        if self._open_local(timeout):
-            return
-        directory = self.directory
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        try:
-            context.load_verify_locations(str(directory / "ca.pem"))
-            context.load_cert_chain(str(directory / "client.pem"), str(directory / "client.key"))
-        except (OSError, ssl.SSLError) as exc:
-            raise PilotNotFound(f"cannot load the client credentials of {directory}: {exc}") from None
-        context.set_alpn_protocols([ALPN])
-        host, _, port = self.addr.rpartition(":")
-        host = host.strip("[]")
-        try:
-            sock = socket.create_connection((host, int(port)), timeout=timeout)
-        except ConnectionRefusedError:
-            raise PilotNotFound(
-                f"the pilot of {directory} refused the connection at {self.addr}: it has "
-                "probably stopped (its client.json is stale)"
-            ) from None
-        except (OSError, ValueError) as exc:
-            raise PilotNotFound(f"cannot reach the pilot of {directory} at {self.addr}: {exc}") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock = sock
-        self._incoming = ssl.MemoryBIO()
-        self._outgoing = ssl.MemoryBIO()
-        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_hostname=SERVER_NAME)
-        self._partial = []
-        try:
-            while True:
-                try:
-                    self._tls.do_handshake()
-                    break
-                except ssl.SSLWantReadError:
-                    self._flush_blocking()
-                    data = sock.recv(65536)
-                    if not data:
-                        raise PilotNotFound(f"the pilot at {self.addr} closed the connection during the TLS handshake")
-                    self._incoming.write(data)
-            self._flush_blocking()
-        except ssl.SSLError as exc:
-            sock.close()
-            hint = ""
-            if getattr(exc, "verify_code", None) == _HOSTNAME_MISMATCH:
-                hint = (
-                    " (the pilot's certificate carries no root role: it was started by an older "
-                    "saker; resume it with this one, which renews its credentials)"
-                )
-            raise PilotNotFound(f"TLS with the pilot of {directory} at {self.addr} failed: {exc}{hint}") from None
-        except OSError as exc:
-            sock.close()
-            raise PilotNotFound(f"cannot talk to the pilot of {directory} at {self.addr}: {exc}") from None
+    @property
+    def transport(self) -> Transport:
+        """The socket under this connection (re-attached after a takeover)."""
+        return self._transport
 
-    def _open_local(self, timeout: float) -> bool:
-        """Connects to the local socket when this is the root's host; False if not."""
-        name = self._endpoint.get("socket")
-        if not isinstance(name, str) or self._endpoint.get("host") != socket.gethostname():
-            return False
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
-        try:
-            sock.connect(str(self.directory / name))
-        except (OSError, ValueError):
-            # Stale, or a path too long for a socket address: TCP and TLS instead.
-            sock.close()
-            return False
-        self._sock = sock
-        return True
+    @property
+    def directory(self) -> Path:
+        """The pilot directory."""
+        return self._transport.directory
 
-    def _flush_blocking(self) -> None:
-        if self._tls is None:
-            return
-        data = self._outgoing.read()
-        if data:
-            self._sock.sendall(data)
+    @property
+    def addr(self) -> str:
+        """Where the pilot's root listens (as of the last re-attachment)."""
+        return self._transport.addr
 
-    def _hello(self, protocol: int) -> Dict[str, Any]:
-        line = _dumps({"hello": {"protocol": protocol, "client": self._client}}) + "\n"
-        try:
-            self._send(line.encode())
-            while True:
-                messages = self._receive_blocking()
-                if messages:
-                    break
-        except (OSError, ssl.SSLError) as exc:
-            self._sock.close()
-            raise PilotNotFound(f"the pilot at {self.addr} did not answer the hello: {exc}") from None
-        answer = messages[0]
-        if len(messages) > 1:
-            raise ProtocolError(f"unexpected messages after the hello answer: {messages[1:]!r}")
-        if "error" in answer:
-            raise error_of(answer["error"])
-        ok = answer.get("ok")
-        if not isinstance(ok, dict):
-            raise ProtocolError(f"unexpected hello answer: {answer!r}")
-        return ok
+    @property
+    def pilot_id(self) -> str:
+        """The pilot's id, as its hello said (it never changes for a connection)."""
+        return self._transport.pilot_id
 
-    def _receive_blocking(self) -> List[Any]:
-        data = self._sock.recv(65536)
-        if not data:
-            raise ConnectionResetError("the pilot closed the connection")
-        return self._decrypt_and_parse(data)
+    @property
+    def server(self) -> str:
+        """The pilot's name and version, from its hello."""
+        return self._transport.server
 
-    def _decrypt_and_parse(self, data: bytes) -> List[Any]:
-        chunks: List[bytes] = []
-        tls = self._tls
-        if tls is None:
-            chunks.append(data)
-        else:
-            self._decrypt(tls, data, chunks)
-        if not chunks:
-            return []
-        return self._parse(chunks)
-
-    def _decrypt(self, tls: ssl.SSLObject, data: bytes, chunks: List[bytes]) -> None:
-        with self._ssl_lock:
-            self._incoming.write(data)
-            try:
-                while True:
-                    chunk = tls.read(1 << 20)
-                    if not chunk:
-                        raise ConnectionResetError("the pilot closed the connection")
-                    chunks.append(chunk)
-            except ssl.SSLWantReadError:
-                pass
-            except ssl.SSLZeroReturnError:
-                raise ConnectionResetError("the pilot closed the connection") from None
-            if self._outgoing.pending:
-                self._flush_needed = True
-        if self._flush_needed:
-            self._wake.set()
-
-    def _parse(self, chunks: List[bytes]) -> List[Any]:
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        if data.rfind(b"\n") < 0:
-            self._partial.append(data)
-            return []
-        head, _, rest = data.rpartition(b"\n")
-        if self._partial:
-            self._partial.append(head)
-            head = b"".join(self._partial)
-            self._partial = []
-        if rest:
-            self._partial.append(rest)
-        lines = [line for line in head.split(b"\n") if line.strip()]
-        if not lines:
-            return []
-        try:
-            messages: List[Any] = _loads(b"[" + b",".join(lines) + b"]")
-            return messages
-        except ValueError:
-            messages = []
-            for line in lines:
-                try:
-                    messages.append(_loads(line))
-                except ValueError:
-                    sys.stderr.write(f"saker: ignoring a malformed line from the pilot: {line[:200]!r}\n")
-            return messages
+    @property
+    def protocol(self) -> int:
+        """The protocol version agreed in the hello."""
+        return self._transport.protocol
 
     # -- queueing (any thread)
 
@@ -454,7 +242,7 @@ class Connection:
                 if not self._queue and not self._reconnecting:
                     self._send(self._submit_line([job], [future]))
                     return
-            except (OSError, ssl.SSLError) as exc:
+            except OSError as exc:  # ssl.SSLError among them
                 if self._may_reconnect():
                     self._send_failed()  # the reader fails it as unanswered, and reconnects
                 else:
@@ -495,7 +283,7 @@ class Connection:
                         continue  # the reader wakes this thread once reconnected
                     try:
                         self._write_queued()
-                    except (OSError, ssl.SSLError):
+                    except OSError:
                         if not self._may_reconnect():
                             raise
                         self._send_failed()
@@ -545,7 +333,7 @@ class Connection:
                 self._send(b"".join(out))
                 out = []
                 out_size = 0
-        if out or self._flush_needed:
+        if out or self._transport.flush_needed:
             self._send(b"".join(out))
 
     def _submit_line(self, jobs: List[Dict[str, Any]], futures: List["SakerFuture[Any]"]) -> bytes:
@@ -553,19 +341,6 @@ class Connection:
         self._pending[request_id] = (_BATCH, jobs, futures)
         self._submits_in_flight.add(request_id)
         return _dumps({"id": request_id, "submit": {"jobs": jobs}}).encode() + b"\n"
-
-    def _send(self, data: bytes) -> None:
-        if self._tls is None:
-            if data:
-                self._sock.sendall(data)
-            return
-        with self._ssl_lock:
-            if data:
-                self._tls.write(data)
-            self._flush_needed = False
-            encrypted = self._outgoing.read()
-        if encrypted:
-            self._sock.sendall(encrypted)
 
     # -- what the results stream does not say
 
@@ -575,7 +350,7 @@ class Connection:
 
     def on_reader_thread(self) -> bool:
         """Whether the caller is the reader thread, which must never wait for an answer."""
-        return threading.current_thread() is getattr(self, "_reader", None)
+        return threading.current_thread() is self._reader
 
     def pending(self) -> Collection["SakerFuture[Any]"]:
         """The futures of accepted tasks whose result has not come (the reader changes it)."""
@@ -683,17 +458,13 @@ class Connection:
         reason: BaseException
         try:
             dispatch = self._dispatch
-            parse = self._decrypt_and_parse
+            receive = self._transport.receive
             while True:
-                sock = self._sock
                 try:
                     while True:
-                        data = sock.recv(1 << 18)
-                        if not data:
-                            raise ConnectionResetError("the pilot closed the connection")
-                        for message in parse(data):
+                        for message in receive(1 << 18):
                             dispatch(message)
-                except (OSError, ssl.SSLError) as exc:
+                except OSError as exc:  # ssl.SSLError among them
                     if not self._may_reconnect():
                         raise
                     if not self._reconnect(exc):
@@ -701,7 +472,7 @@ class Connection:
         except BaseException as exc:
             if self._closing:
                 reason = PilotClosed("the connection was closed")
-            elif isinstance(exc, (OSError, ssl.SSLError)):
+            elif isinstance(exc, OSError):
                 reason = PilotClosed(f"lost the connection to the pilot: {exc}")
             else:
                 reason = PilotClosed(f"connection failed: {type(exc).__name__}: {exc}")
@@ -821,57 +592,29 @@ class Connection:
         """A send failed (called under ``_send_lock``): nothing more is sent, and the
         socket is shut down, so that the reader notices and reconnects."""
         self._reconnecting = True
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        self._transport.shutdown()
 
     def _reconnect(self, lost: BaseException) -> bool:
         """Re-establishes the lost connection (on the reader thread); False when it
         could not, everything pending having failed then (or ``close()`` failing it)."""
         loss = f"lost the connection to the pilot: {lost}"
-        old = self._sock
-        try:
-            old.shutdown(socket.SHUT_RDWR)  # wakes a sender blocked on it
-        except OSError:
-            pass
+        transport = self._transport
+        transport.shutdown()  # wakes a sender blocked on it
         with self._send_lock:
             self._reconnecting = True
             pending, self._pending = self._pending, {}
             self._submits_in_flight.clear()
             self._early.clear()
-            self._partial = []
-        try:
-            old.close()
-        except OSError:
-            pass
+        transport.close()
         self._fail_unanswered(pending, loss)
-
-        deadline = _monotonic() + self.reconnect_for
-        delay = _RECONNECT_FIRST
-        last: Optional[BaseException] = None
-        while True:
-            if self._closing or self._closed is not None:
-                return False
-            try:
-                if self._attach(deadline):
-                    return True
+        try:
+            if not transport.reconnect(self.reconnect_for, self._stop, self._resume):
                 return False  # closed meanwhile
-            except _GiveUp as exc:
-                self._fail(PilotClosed(f"{loss}; {exc}"))
-                return False
-            except (SakerError, OSError, ssl.SSLError, ValueError) as exc:
-                last = exc
-            remaining = deadline - _monotonic()
-            if remaining <= 0:
-                break
-            self._stop.wait(min(delay, remaining))
-            delay = min(delay * 2, _RECONNECT_MOST)
-        self._fail(PilotClosed(
-            f"{loss}; no root of the pilot in {self.directory} answered within {self.reconnect_for:g} s "
-            f"(last attempt: {last})"
-        ))
-        return False
+        except GaveUp as exc:
+            self._fail(PilotClosed(f"{loss}; {exc}"))
+            return False
+        self._wake.set()  # the writer sends what was queued meanwhile
+        return True
 
     def _fail_unanswered(self, pending: Dict[int, Any], loss: str) -> None:
         """Fails the requests sent on a lost connection and not answered; queues its
@@ -902,44 +645,21 @@ class Connection:
         with self.answered:
             self.answered.notify_all()
 
-    def _attach(self, deadline: float) -> bool:
-        """One attempt at a connection to the pilot's root as it is now; False when
-        this side closed meanwhile."""
-        # Missing for a moment, too: a standby that takes over removes the dead root's
-        # before it writes its own, so that is no sign of a pilot that stopped.
-        endpoint = read_endpoint(self.directory)
-        timeout = max(1.0, min(self._timeout, deadline - _monotonic()))
-        with self._send_lock:
-            self._endpoint = endpoint
-            self.addr = str(endpoint["addr"])
-            self._open(timeout)
-            try:
-                hello = self._hello(self.protocol)
-                pilot_id = str(hello.get("pilot_id", ""))
-                if self.pilot_id and pilot_id and pilot_id != self.pilot_id:
-                    raise _GiveUp(f"{self.directory} now holds another pilot ({pilot_id}, not {self.pilot_id})")
-                self._sock.settimeout(None)
-                if self._closing or self._closed is not None:
-                    self._sock.close()
-                    return False
-                self.server = str(hello.get("server", self.server))
-                if self._next_seq >= 0:
-                    stream: Dict[str, Any] = {"from": self._next_seq, "follow": True}
-                elif not self._tasks and self.protocol >= 2:
-                    stream = {"new_only": True, "follow": True}
-                else:
-                    stream = {"from": 0, "follow": True}  # all of it: results of ours may be anywhere
-                self._results_id = next(self._ids)
-                self._send(_dumps({"id": self._results_id, "results": stream}).encode() + b"\n")
-            except BaseException:
-                try:
-                    self._sock.close()
-                except OSError:
-                    pass
-                raise
-            self._reconnecting = False
-            self.reconnects += 1
-        self._wake.set()  # the writer sends what was queued meanwhile
+    def _resume(self) -> bool:
+        """Asks for the results stream again, first on a re-attached transport (under
+        ``_send_lock``); False when this side closed meanwhile."""
+        if self._closing or self._closed is not None:
+            return False
+        if self._next_seq >= 0:
+            stream: Dict[str, Any] = {"from": self._next_seq, "follow": True}
+        elif not self._tasks and self.protocol >= 2:
+            stream = {"new_only": True, "follow": True}
+        else:
+            stream = {"from": 0, "follow": True}  # all of it: results of ours may be anywhere
+        self._results_id = next(self._ids)
+        self._send(_dumps({"id": self._results_id, "results": stream}).encode() + b"\n")
+        self._reconnecting = False
+        self.reconnects += 1
         return True
 
     # -- failure and closing
@@ -975,10 +695,7 @@ class Connection:
                 error = self._closed
         self._stop.set()
         self._wake.set()
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the reader
-        except OSError:
-            pass
+        self._transport.shutdown()  # wakes the reader
         pending = self._pending
         self._pending = {}
         for entry in pending.values():
@@ -1001,16 +718,10 @@ class Connection:
         """Closes the connection; pending futures fail with PilotClosed."""
         self._closing = True
         self._stop.set()
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        self._transport.shutdown()
         self._wake.set()
         for thread in (self._reader, self._writer):
             if thread is not threading.current_thread():
                 thread.join(timeout)
         self._fail(PilotClosed("the connection was closed"))
-        try:
-            self._sock.close()
-        except OSError:
-            pass
+        self._transport.close()

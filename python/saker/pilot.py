@@ -45,6 +45,7 @@ from .errors import PilotClosed, PilotNotFound, SakerError, error_of
 from .futures import MODE_AUTO, MODE_CALL, MODE_COMMAND, MODE_RAW, Executor, Progress, SakerFuture, map_results
 from . import serialize
 from .serialize import check_payload_size, dumps_call, prepare_chunk_function, prepare_function
+from .transport import Transport
 
 __all__ = ["Pilot"]
 
@@ -584,13 +585,13 @@ class Pilot(_Target):
 
 def _stream_results(directory: Path, start: int, follow: bool, timeout: float) -> Iterator[Result]:
     """A ``results`` stream on a connection of its own, read on the caller's thread."""
-    connection = Connection(directory, timeout=timeout, threads=False)
+    transport = Transport(directory, timeout=timeout)
     try:
         line = json.dumps({"id": 1, "results": {"from": start, "follow": follow}}) + "\n"
-        connection._send(line.encode())
+        transport.send(line.encode())
         while True:
-            for message in connection._receive_blocking():
-                connection._flush_blocking()
+            for message in transport.receive():
+                transport.flush()
                 body = message.get("result")
                 if body is not None:
                     yield Result.from_json(body)
@@ -601,10 +602,7 @@ def _stream_results(directory: Path, start: int, follow: bool, timeout: float) -
     except (OSError, ssl.SSLError) as exc:
         raise PilotClosed(f"the results stream from the pilot ended: {exc}") from None
     finally:
-        try:
-            connection._sock.close()
-        except OSError:
-            pass
+        transport.close()
 
 
 def _tail(log_file: Optional[IO[bytes]], log_path: Optional[str], limit: int = 4000) -> str:

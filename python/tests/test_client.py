@@ -107,7 +107,7 @@ def test_a_client_on_the_roots_host_uses_the_local_socket(pilot: saker.Pilot) ->
     endpoint = json.loads((pilot.dir / "client.json").read_text())
     assert endpoint["socket"] == "client.sock" and endpoint["host"] == socket.gethostname()
     with saker.Pilot.connect(pilot.dir) as local:
-        assert local._require_connection()._tls is None, "no TLS on the local socket"
+        assert not local._require_connection().transport.encrypted, "no TLS on the local socket"
         assert local.call(remote_funcs.add, 2, 3).result(30) == 5
         assert local.submit(["echo", "local"]).result(30).stdout == "local\n"
 
@@ -115,7 +115,7 @@ def test_a_client_on_the_roots_host_uses_the_local_socket(pilot: saker.Pilot) ->
 def test_a_client_on_another_host_uses_tls(pilot: saker.Pilot, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket, "gethostname", lambda: "another-host")
     with saker.Pilot.connect(pilot.dir) as remote:
-        assert remote._require_connection()._tls is not None
+        assert remote._require_connection().transport.encrypted
         assert remote.call(remote_funcs.add, 4, 5).result(30) == 9
 
 

@@ -132,7 +132,7 @@ def test_results_and_result_over_tls(pilot: saker.Pilot, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(socket, "gethostname", lambda: "another-host")  # not the root's host: TLS
     with saker.Pilot.connect(pilot.dir) as remote:
-        assert remote._require_connection()._tls is not None
+        assert remote._require_connection().transport.encrypted
         future = remote.call(remote_funcs.add, 40, 2)
         assert future.result(30) == 42
         assert remote.result(future.task, timeout=30) == 42

@@ -125,7 +125,7 @@ def test_a_standby_takes_over_and_every_future_completes(saker_bin: str, directo
         assert len(set(tasks)) == 300
         assert not connection.closed and connection.reconnects == 1
         # The new root's local socket (client.sock), or TLS to its new address.
-        assert (connection._tls is None) == (transport == "local")
+        assert connection.transport.encrypted == (transport == "tls")
         assert pilot.pilot_id == pilot_id
         print(f"\n{done_before} of 300 done at the kill; reconnected after {reconnected * 1000:.0f} ms; "
               f"the rest done {finished:.2f} s after the kill")
