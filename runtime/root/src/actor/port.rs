@@ -6,6 +6,7 @@
 //! links and arms actor timers; [`SystemClock`] reads the machine's clocks. The
 //! journal has a trait of its own ([`super::journal::Journal`]).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use saker_actors::link::{LinkId, LinkTx};
@@ -56,13 +57,16 @@ pub struct BatchWork {
 }
 
 /// A job's state word and end (unix µs), or why it could not be read.
-pub type JobState = Result<(String, Option<u64>), String>;
+pub type JobState = Result<(String, Option<u64>), Arc<saker_slurm::SlurmError>>;
 
 /// What the batch system answered, by allocation: each submission's job id (or why
 /// not), each queried job's state.
 #[derive(Debug, Clone, Default)]
 pub struct BatchOutcome {
-    pub submitted: Vec<(u64, Result<saker_slurm::SlurmJobId, String>)>,
+    pub submitted: Vec<(
+        u64,
+        Result<saker_slurm::SlurmJobId, Arc<saker_slurm::SlurmError>>,
+    )>,
     pub states: Vec<(u64, JobState)>,
     /// For [`BatchWork::find_named`]: (job, name, state word) of each job found.
     pub found: Vec<(saker_slurm::SlurmJobId, String, String)>,

@@ -103,7 +103,7 @@ impl BatchWork {
     pub fn run(self) -> BatchOutcome {
         let mut outcome = BatchOutcome::default();
         for submit in self.submits {
-            let result = saker_slurm::submit_batch(&submit.request).map_err(|e| e.to_string());
+            let result = saker_slurm::submit_batch(&submit.request).map_err(Arc::new);
             outcome.submitted.push((submit.allocation, result));
         }
         for job in self.cancels {
@@ -121,7 +121,7 @@ impl BatchWork {
                     });
                     (info.state, end)
                 })
-                .map_err(|e| e.to_string());
+                .map_err(Arc::new);
             outcome.states.push((allocation, state));
         }
         if let Some(prefix) = self.find_named {

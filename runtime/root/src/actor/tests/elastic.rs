@@ -152,7 +152,13 @@ async fn a_refused_submission_ends_the_allocation_with_the_reason() {
     assert_eq!(work.submits.len(), 2);
     h.handle(RootMsg::Batch(BatchOutcome {
         submitted: vec![
-            (0, Err("invalid partition".into())),
+            (
+                0,
+                Err(Arc::new(saker_slurm::SlurmError::InvalidRequest {
+                    field: "partition",
+                    reason: "no such partition",
+                })),
+            ),
             (1, Ok(saker_slurm::SlurmJobId(7))),
         ],
         states: Vec::new(),

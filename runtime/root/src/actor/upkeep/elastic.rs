@@ -433,6 +433,7 @@ impl Elastic {
                 Err(error) => {
                     tracing::error!(allocation = id, %error, "the batch system refused an allocation");
                     a.phase = Phase::Ended;
+                    let error = saker_actors::error_chain(&*error);
                     a.reason = format!("submission failed: {error}");
                 }
             }
@@ -455,6 +456,7 @@ impl Elastic {
                 Err(error) => {
                     // A job Slurm no longer knows has ended long ago.
                     a.phase = Phase::Ended;
+                    let error = saker_actors::error_chain(&*error);
                     a.reason = format!("Slurm no longer knows it: {error}");
                 }
             }
