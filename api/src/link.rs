@@ -13,7 +13,7 @@ use saker_root::spec::JobRequest;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{ActorError, Error};
-use crate::remote::{Lost, Remote, RemoteFeed};
+use crate::remote::{FeedEnded, Lost, Remote, RemoteFeed};
 use saker_root::client::actors::ActorSpawnRequest;
 
 #[derive(Debug, Clone)]
@@ -31,13 +31,13 @@ pub(crate) enum Feed {
 
 impl Feed {
     /// The next result; `Err` when the pilot went away.
-    pub(crate) async fn next(&mut self) -> Result<Arc<ResultRecord>, String> {
+    pub(crate) async fn next(&mut self) -> Result<Arc<ResultRecord>, FeedEnded> {
         match self {
             Feed::Embedded(items) => match items.recv().await {
                 Some(ResultsItem::Record(record)) => Ok(record),
-                Some(ResultsItem::End(end)) => Err(format!("the pilot stopped ({end:?})")),
-                Some(ResultsItem::Error(error)) => Err(error.message),
-                None => Err("the pilot stopped".to_owned()),
+                Some(ResultsItem::End(end)) => Err(FeedEnded::Ended(end)),
+                Some(ResultsItem::Error(error)) => Err(FeedEnded::Refused(error)),
+                None => Err(FeedEnded::Stopped),
             },
             Feed::Client(feed) => feed.next().await.map(Arc::new),
         }

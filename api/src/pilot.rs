@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use crate::error::{Error, TaskError};
 use crate::link::{Feed, Link};
 use crate::options::TaskOptions;
+use crate::remote::FeedEnded;
 use crate::task::{Answer, Data, decode_answers};
 use crate::worker::RaisedKind;
 
@@ -48,18 +49,18 @@ pub(crate) struct Submission {
 /// A job's id, once its submission is answered (or why it has none).
 #[derive(Debug, Default)]
 pub(crate) struct JobCell {
-    id: std::sync::OnceLock<Result<JobId, String>>,
+    id: std::sync::OnceLock<Result<JobId, Arc<Error>>>,
     set: tokio::sync::Notify,
 }
 
 impl JobCell {
-    fn set(&self, id: Result<JobId, String>) {
+    fn set(&self, id: Result<JobId, Arc<Error>>) {
         let _ = self.id.set(id);
         self.set.notify_waiters();
     }
 
     /// Waits for the id.
-    pub(crate) async fn get(&self) -> Result<JobId, String> {
+    pub(crate) async fn get(&self) -> Result<JobId, Arc<Error>> {
         loop {
             let notified = self.set.notified();
             if let Some(id) = self.id.get() {
@@ -76,7 +77,7 @@ enum Event {
     /// Its answer: the tasks it made and their waiters (empty when it failed).
     Registered(Vec<(TaskId, Waiter)>),
     Result(Arc<ResultRecord>),
-    Gone(String),
+    Gone(FeedEnded),
 }
 
 /// A handle on the pilot. Cheap to clone; every clone submits to the same pilot.
@@ -239,7 +240,9 @@ impl Pilot {
         if let Err(refused) = self.shared.submissions.send(submission) {
             let reason = "the driver's submitter stopped".to_owned();
             if let Some(id) = &refused.0.id {
-                id.set(Err(reason.clone()));
+                id.set(Err(Arc::new(Error::PilotGone {
+                    reason: reason.clone(),
+                })));
             }
             (refused.0.waiter)(Err(TaskError::PilotGone { reason }));
         }
@@ -334,18 +337,21 @@ async fn submit_loop(
                 let _ = events.send(Event::Registered(registered));
             }
             Err(error) => {
-                for id in ids.iter().flatten() {
-                    id.set(Err(error.to_string()));
-                }
-                let failure = match error {
-                    Error::PilotGone { reason } => TaskError::PilotGone { reason },
-                    unanswered @ Error::Unanswered { .. } => TaskError::PilotGone {
-                        reason: unanswered.to_string(),
+                let failure = match &error {
+                    Error::PilotGone { reason } => TaskError::PilotGone {
+                        reason: reason.clone(),
+                    },
+                    Error::Unanswered { .. } => TaskError::PilotGone {
+                        reason: error.to_string(),
                     },
                     other => TaskError::Failed {
                         reason: other.to_string(),
                     },
                 };
+                let error = Arc::new(error);
+                for id in ids.iter().flatten() {
+                    id.set(Err(Arc::clone(&error)));
+                }
                 for waiter in waiters {
                     waiter(Err(failure.clone()));
                 }
@@ -388,7 +394,8 @@ async fn dispatch(mut events: mpsc::UnboundedReceiver<Event>) {
                     early.insert(record.task, record);
                 }
             }
-            Event::Gone(reason) => {
+            Event::Gone(ended) => {
+                let reason = ended.to_string();
                 for (_, waiter) in waiters.drain() {
                     waiter(Err(TaskError::PilotGone {
                         reason: reason.clone(),

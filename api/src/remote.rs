@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use saker_root::client::{Client, ClientError, ResultStream};
+use saker_root::client::{Client, ClientError, RequestError, ResultStream, StreamEnd};
 use saker_root::results::ResultRecord;
 
 /// How long a driver looks for a root of its pilot after losing it.
@@ -168,14 +168,14 @@ pub(crate) struct RemoteFeed {
 
 impl RemoteFeed {
     /// The next result; `Err` when the pilot ended the stream or is gone for good.
-    pub(crate) async fn next(&mut self) -> Result<ResultRecord, String> {
+    pub(crate) async fn next(&mut self) -> Result<ResultRecord, FeedEnded> {
         loop {
             match self.stream.next().await {
                 Ok(Some(record)) => {
                     self.next = self.next.max(record.seq + 1);
                     return Ok(record);
                 }
-                Ok(None) => return Err("the pilot ended the result stream".to_owned()),
+                Ok(None) => return Err(FeedEnded::StreamEnded),
                 Err(error) if error.is_connection_lost() => {
                     let from = self.next;
                     let reopened = self
@@ -185,12 +185,29 @@ impl RemoteFeed {
                     match reopened {
                         Ok(stream) => self.stream = stream,
                         Err(Lost::Client(error) | Lost::Unanswered(error)) => {
-                            return Err(format!("{error} (and no root of the pilot came back)"));
+                            return Err(FeedEnded::NoRoot(Arc::new(error)));
                         }
                     }
                 }
-                Err(error) => return Err(error.to_string()),
+                Err(error) => return Err(FeedEnded::Client(Arc::new(error))),
             }
         }
     }
+}
+
+/// Why a results feed ended: the pilot went away, or cannot go on serving it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum FeedEnded {
+    #[error("the pilot stopped ({0:?})")]
+    Ended(StreamEnd),
+    #[error("{}", .0.message)]
+    Refused(RequestError),
+    #[error("the pilot stopped")]
+    Stopped,
+    #[error("the pilot ended the result stream")]
+    StreamEnded,
+    #[error("{0} (and no root of the pilot came back)")]
+    NoRoot(#[source] Arc<ClientError>),
+    #[error(transparent)]
+    Client(Arc<ClientError>),
 }

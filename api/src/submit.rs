@@ -301,9 +301,9 @@ impl<O> TaskHandle<O> {
                 reason: "the task was never submitted".to_owned(),
             });
         };
-        cell.get()
-            .await
-            .map_err(|reason| TaskError::Failed { reason })
+        cell.get().await.map_err(|error| TaskError::Failed {
+            reason: error.to_string(),
+        })
     }
 }
 
