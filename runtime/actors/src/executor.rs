@@ -5,8 +5,8 @@
 //! mailbox on the way), runs each blocking (see [`crate::process`]), reports it to
 //! the agent's [`SlotSink`], and starts whatever the sink hands back as the slot's
 //! next attempt, so a busy slot goes from one task to the next without waiting for
-//! any actor. Cancels go through the agent's board, which holds every attempt's stop
-//! handle.
+//! any actor. Cancels go through the agent, which keeps every running attempt's stop
+//! handle (the other side of [`NextAttempt::control`]).
 //!
 //! The thread also keeps the agent's report clock when the board gives it to this
 //! slot ([`SlotSink::report_clock`]): idle, it waits for work until the clock's time;
@@ -27,12 +27,33 @@ use std::io;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Instant;
 
-use crate::board::{NextAttempt, Work};
-use crate::process::{self, Finished, ResourceError, Scratch, Start};
+use std::sync::Arc;
+
+use crate::process::{self, Control, Finished, Launch, ResourceError, Scratch, Start};
 use crate::resources::Binding;
-use crate::resources::cgroup::{self, SlotCgroup};
-use crate::worker::{WorkerCommands, Workers};
-use saker_wire::messages::{AttemptId, Outcome};
+use crate::resources::cgroup::SlotCgroup;
+use crate::resources::limits::SlotLimits;
+use crate::worker::{Call, WorkerCommands, Workers};
+use saker_wire::messages::AttemptId;
+
+/// An attempt a slot is to start now: what to run and its side of the stop control.
+#[derive(Debug)]
+pub struct NextAttempt {
+    pub attempt: AttemptId,
+    pub work: Work,
+    pub control: Arc<Control>,
+    /// The CPUs, GPUs and memory limit it runs with.
+    pub binding: Binding,
+}
+
+/// What an attempt runs on its slot.
+#[derive(Debug)]
+pub enum Work {
+    /// A process of its own.
+    Command(Box<Launch>),
+    /// A call on the slot's persistent worker of its kind.
+    Call(Box<Call>),
+}
 
 /// Reported by a slot's thread to its agent when an attempt ends.
 #[derive(Debug)]
@@ -205,129 +226,6 @@ fn run_attempt(
         *report_at = ring().filter(|next| *next > now);
     }
     Ok(running.finish())
-}
-
-/// What a slot's thread holds its attempts to: the CPUs it is pinned to (its own
-/// affinity, which the processes it starts inherit) and its cgroup's memory limit.
-#[derive(Debug)]
-pub struct SlotLimits {
-    /// The CPUs this thread was last pinned to; empty: never pinned.
-    cpus: Vec<u32>,
-    memory: Option<SlotCgroup>,
-}
-
-impl SlotLimits {
-    pub(crate) fn new(memory: Option<SlotCgroup>) -> SlotLimits {
-        SlotLimits {
-            cpus: Vec::new(),
-            memory,
-        }
-    }
-
-    /// Pins this thread and sets the memory limit for an attempt bound by `binding`.
-    /// Returns the cgroup's count of out-of-memory kills before it, for [`judge`].
-    /// A limit the kernel refuses leaves the attempt unlimited, logged: the node's
-    /// books still hold its memory for it.
-    ///
-    /// [`judge`]: SlotLimits::judge
-    fn apply(&mut self, binding: &Binding) -> u64 {
-        if !binding.cpus.is_empty() && binding.cpus != self.cpus {
-            match pin_thread(&binding.cpus) {
-                Ok(()) => self.cpus.clone_from(&binding.cpus),
-                Err(error) => tracing::warn!(%error, cpus = ?binding.cpus, "could not pin"),
-            }
-        }
-        let Some(cgroup) = &mut self.memory else {
-            return 0;
-        };
-        if let Err(error) = cgroup.set_limit(binding.memory_mib) {
-            tracing::warn!(%error, mib = binding.memory_mib, "could not set a memory limit");
-        }
-        // Only a limited attempt is judged; reading the count costs a file open and
-        // read per task, on the way from dispatch to spawn.
-        if cgroup.limit_mib() > 0 {
-            cgroup.oom_kills()
-        } else {
-            0
-        }
-    }
-
-    /// `launch` started through `cgroup-exec` into the slot's cgroup, when the attempt
-    /// has a memory limit to keep (see [`crate::resources::cgroup`]). `None`: start it
-    /// as it is (no limit, or a program not found, which then fails to start as
-    /// usual).
-    fn wrap(&self, launch: &process::Launch, binding: &Binding) -> Option<process::Launch> {
-        use std::os::unix::ffi::OsStrExt;
-        let cgroup = self.memory.as_ref().filter(|_| binding.memory_mib > 0)?;
-        let program = std::ffi::OsStr::from_bytes(launch.program()?.to_bytes());
-        let path = launch
-            .var(b"PATH")
-            .map(|path| std::ffi::OsStr::from_bytes(path).to_owned())
-            .or_else(|| std::env::var_os("PATH"));
-        let resolved = cgroup::resolve(program, path.as_deref())?;
-        Some(launch.wrapped(cgroup_exec(cgroup, &resolved)))
-    }
-
-    /// The slot's cgroup, if its attempts' memory is limited.
-    pub(crate) fn memory(&self) -> Option<&SlotCgroup> {
-        self.memory.as_ref()
-    }
-
-    /// An attempt that failed while its cgroup counted a kill for want of memory ran
-    /// out of its memory: killed itself, or a process of it was (a shell whose
-    /// pipeline lost a member exits 137).
-    fn judge(&self, finished: &mut Finished, oom_kills_before: u64) {
-        let Some(cgroup) = &self.memory else {
-            return;
-        };
-        // A worker killed in a call reads as lost (its pipe broke), one killed while
-        // it started as failed: here it is the call's own doing, not the node's.
-        let failed = matches!(
-            finished.outcome,
-            Outcome::Signaled { .. }
-                | Outcome::Lost { .. }
-                | Outcome::WorkerFailed { .. }
-                | Outcome::Exited { code: 1.. }
-        );
-        if failed && cgroup.limit_mib() > 0 && cgroup.oom_kills() > oom_kills_before {
-            finished.outcome = Outcome::OutOfMemory {
-                limit_mib: cgroup.limit_mib(),
-            };
-        }
-    }
-}
-
-/// The command line before a program's own that starts it in `cgroup`'s slot:
-/// this very binary's `cgroup-exec PROCS PROGRAM` (the program's `argv[0]` follows).
-pub(crate) fn cgroup_exec(cgroup: &SlotCgroup, program: &std::path::Path) -> Vec<Vec<u8>> {
-    use std::os::unix::ffi::OsStrExt;
-    // This very binary, even if its file was replaced since the agent started.
-    let mut front = vec![b"/proc/self/exe".to_vec()];
-    front.extend(
-        crate::self_exe::prefix()
-            .iter()
-            .map(|p| p.as_bytes().to_vec()),
-    );
-    front.push(cgroup::EXEC_SUBCOMMAND.as_bytes().to_vec());
-    front.push(cgroup.procs().as_os_str().as_bytes().to_vec());
-    front.push(program.as_os_str().as_bytes().to_vec());
-    front
-}
-
-/// Pins the calling thread to `cpus`.
-fn pin_thread(cpus: &[u32]) -> io::Result<()> {
-    rustix::thread::sched_setaffinity(None, &cpu_set(cpus)).map_err(io::Error::from)
-}
-
-/// `cpus` as the kernel's CPU set.
-pub(crate) fn cpu_set(cpus: &[u32]) -> rustix::thread::CpuSet {
-    let mut set = rustix::thread::CpuSet::new();
-    for &cpu in cpus {
-        if (cpu as usize) < rustix::thread::CpuSet::MAX_CPU {
-            set.set(cpu as usize);
-        }
-    }
-    set
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

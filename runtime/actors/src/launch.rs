@@ -1,12 +1,91 @@
-//! Turning a job definition plus one assignment into a concrete [`Launch`].
+//! Turning a job definition plus one assignment into a concrete [`Launch`], and a
+//! start the agent's core decided into the [`Work`] a slot's thread runs: the shell's
+//! side of a start (see [`crate::board`] for where the line is drawn).
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use saker_wire::messages::{Assignment, INDEX_PLACEHOLDER, JobDef, Payload};
 
+use crate::executor::Work;
 use crate::process::{Launch, decimal};
+use crate::resources::Binding;
+use crate::worker::Call;
+
+/// Where this node's attempts run and write: what a start needs beyond the decision.
+#[derive(Debug, Clone)]
+pub struct Places {
+    pub node: u32,
+    /// Where output past the inline limit is spilled (and gangs' files go).
+    pub spill_dir: PathBuf,
+    /// Where workers' logs go: `workers/` beside the spilled output.
+    pub log_dir: PathBuf,
+    /// The node's scratch directory for data items (`SAKER_SCRATCH`).
+    pub scratch: PathBuf,
+}
+
+impl Places {
+    pub fn new(node: u32, spill_dir: PathBuf, scratch: PathBuf) -> Places {
+        let log_dir = spill_dir.parent().unwrap_or(&spill_dir).join("workers");
+        Places {
+            node,
+            spill_dir,
+            log_dir,
+            scratch,
+        }
+    }
+}
+
+/// What task `assignment` of `job` runs, bound by `binding` and holding `cores`: a
+/// command of its own, or a call on the slot's worker.
+pub fn task_work(
+    places: &Places,
+    assignment: &Assignment,
+    job: Arc<JobDef>,
+    binding: &Binding,
+    cores: u32,
+) -> Work {
+    match &job.payload {
+        Payload::Command(_) => {
+            let mut launch = build_launch(&job, assignment, &places.spill_dir);
+            // Which agent ran it: for the task's own logs, and for tests of where work
+            // went.
+            launch.set_var_number(b"SAKER_NODE", places.node.into());
+            bind_launch(&mut launch, binding, cores);
+            if !job.reads.is_empty() || !job.writes.is_empty() {
+                let scratch = places.scratch.as_os_str().as_encoded_bytes();
+                launch.set_var(b"SAKER_SCRATCH", scratch);
+            }
+            Work::Command(Box::new(launch))
+        }
+        Payload::Function(_) => Work::Call(Box::new(Call {
+            time_limit: (job.time_limit_ms > 0).then(|| Duration::from_millis(job.time_limit_ms)),
+            task: assignment.task,
+            attempt: assignment.attempt,
+            node: places.node,
+            log_dir: places.log_dir.clone(),
+            scratch: places.scratch.clone(),
+            job,
+        })),
+    }
+}
+
+/// Binds a command's launch to what its attempt holds: its GPUs and CPUs by
+/// variables (the slot's thread pins it), and `OMP_NUM_THREADS` to its cores unless
+/// the job or the agent's environment sets it (a 1-core task should not start a
+/// thread per CPU of the node).
+pub(crate) fn bind_launch(launch: &mut Launch, binding: &Binding, cores: u32) {
+    for (name, value) in binding.variables() {
+        launch.set_var(name.as_bytes(), value.as_bytes());
+    }
+    static INHERITED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let inherited = *INHERITED.get_or_init(|| crate::spawn::inherits(b"OMP_NUM_THREADS"));
+    if !inherited && !launch.sets_var(b"OMP_NUM_THREADS") {
+        launch.set_var_number(b"OMP_NUM_THREADS", cores.into());
+    }
+}
 
 /// `arg` with every `{index}` replaced by `index`, as
 /// [`saker_wire::messages::expand_index`] has it, as bytes

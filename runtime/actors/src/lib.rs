@@ -2,8 +2,12 @@
 //! the node's slots), the slots' executors (a thread each), links to parent and
 //! children, and the process runner.
 //!
-//! Start reading at [`agent`]: its loop receives a message, updates its small state
-//! and acts; the scheduling decisions live in the root's pure core, not here.
+//! Start reading at [`board`], the agent's pure core: what this node runs where, the
+//! credit it grants, what it reports and when, its gang parts and item fetches, as a
+//! state machine over messages and a clock it is given. Then [`agent`], its thin
+//! shell: an actor whose loop receives a message, hands it to the board and carries
+//! out what the board decided. Which task goes to which node is the root's pure core,
+//! not here.
 //!
 //! This crate must never block a tokio worker (network I/O is async; task processes
 //! run on each slot's own thread) and never trusts a peer's frame: every received
@@ -39,6 +43,7 @@
 
 pub mod actor_host;
 pub mod agent;
+pub mod attempt;
 pub mod board;
 pub mod executor;
 pub mod gang;
@@ -48,7 +53,6 @@ pub mod link;
 pub mod liveness;
 pub mod node;
 pub mod process;
-pub mod queued;
 pub mod reaper;
 pub mod resources;
 pub mod self_exe;
@@ -56,6 +60,7 @@ pub mod spawn;
 pub mod supervision;
 #[cfg(test)]
 mod test_support;
+pub mod tree;
 pub mod worker;
 
 /// `error` and its sources, joined by ": ": for reasons that travel as text (a lost

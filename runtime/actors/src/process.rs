@@ -29,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use saker_wire::messages::{Outcome, Output, ResultBody};
+use saker_wire::messages::{Outcome, Output};
 
 use crate::spawn::{self, Ended};
 
@@ -38,6 +38,7 @@ mod control;
 #[cfg(test)]
 mod tests;
 
+pub use crate::attempt::Finished;
 use capture::Capture;
 pub(crate) use control::Group;
 pub use control::{Control, Stop, StopHandle};
@@ -216,19 +217,6 @@ pub(crate) fn decimal(mut value: u64, buf: &mut [u8; 20]) -> &[u8] {
             return &buf[start..];
         }
     }
-}
-
-/// How an attempt ended, with its captured output.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Finished {
-    pub outcome: Outcome,
-    pub start_unix_us: u64,
-    pub end_unix_us: u64,
-    pub stdout: Output,
-    pub stderr: Output,
-    /// The result body when it is not a command's output (a function call's answer);
-    /// `None` reports `stdout` and `stderr`.
-    pub body: Option<ResultBody>,
 }
 
 pub fn unix_micros() -> u64 {

@@ -37,9 +37,9 @@ use saker_wire::messages::{
     AttemptId, JobDef, MAX_FUNCTION_BYTES, Outcome, Output, Payload, ResultBody, TaskId,
 };
 
-use crate::executor::{SlotLimits, cgroup_exec, cpu_set};
 use crate::process::{Control, Finished, Group, Stop, poll_timeout, unix_micros};
 use crate::resources::Binding;
+use crate::resources::limits::{SlotLimits, cgroup_exec, cpu_set};
 
 /// Frame types of the worker protocol.
 const READY: u8 = 1;

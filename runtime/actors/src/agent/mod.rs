@@ -1,10 +1,18 @@
 //! The agent: one per node, an actor that supervises the node's slots.
 //!
-//! It keeps a small local queue (the prefetch window) on its [board](crate::board),
-//! starts attempts on idle slots, and reports starts and results upward together
-//! with new credit: each finished attempt hands its cores back as credit, so the root
-//! only ever sends work that this node asked for (pull-based dispatch). A slot whose
-//! attempt ends takes the next queued one itself, through the board.
+//! It keeps a small local queue (the prefetch window), starts attempts on idle slots,
+//! and reports starts and results upward together with new credit: each finished
+//! attempt hands its cores back as credit, so the root only ever sends work that this
+//! node asked for (pull-based dispatch). A slot whose attempt ends takes the next
+//! queued one itself.
+//!
+//! Every decision about this node's work is made by its pure core, the
+//! [board](crate::board): this actor and the slots' threads are its thin shell. The
+//! board sits on the agent's desk (`desk.rs`) with the handles of what it decided (the
+//! running attempts' stop handles, gang endpoints, item files), behind one lock the
+//! agent and every slot thread take; `sink.rs` is the slots' side of it. This actor
+//! receives a message, hands it to the board with the time, and carries out what the
+//! board decided.
 //!
 //! Reports are coalesced and paced: at most one per [`REPORT_GAP`], unless the local
 //! queue has run dry (then the credit is urgent), so under load many results share a
@@ -22,8 +30,7 @@
 //! [`AgentFailure`].
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use saker_wire::messages::{
@@ -31,28 +38,27 @@ use saker_wire::messages::{
 };
 
 use crate::actor_host::{self, HostUplink, Refused};
-use crate::board::{Board, FlushPlan, SharedBoard, lock};
-use crate::executor::{AfterAttempt, AttemptDone, SlotFault, SlotRuns, SlotSink};
-use crate::gang::endpoint::{Endpoint, Uplink};
-use crate::link::{FrameBuf, LinkClosed, LinkTx};
-use crate::node::ParentLost;
-use crate::queued::Queued;
-use crate::resources::cgroup::{MemoryCgroups, SlotCgroup};
-use crate::resources::{NodeResources, SystemProbe};
+use crate::board::{Board, BoardConfig, Flush};
+pub use crate::board::{PREFETCH_COVER, REPORT_GAP};
+use crate::executor::{SlotFault, SlotRuns};
+use crate::items::ItemFiles;
+use crate::launch::Places;
+use crate::link::{LinkClosed, LinkTx};
+use crate::resources::NodeResources;
 use crate::supervision::{RestartPolicy, Restarts};
+use crate::tree::ParentLost;
+use desk::{Clock, Desk, SharedDesk, Uplink, lock};
+use sink::AgentSink;
 
+mod desk;
+#[cfg(test)]
+mod desk_tests;
+mod sink;
 mod slots;
 #[cfg(test)]
 mod supervision_tests;
 #[cfg(test)]
 mod tests;
-
-/// The least time between two reports of a busy node.
-pub const REPORT_GAP: Duration = Duration::from_millis(20);
-
-/// How long the prefetched work should last: a report gap plus a generous round trip
-/// to the root, so that paced reports never leave a slot waiting.
-pub const PREFETCH_COVER: Duration = Duration::from_millis(40);
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -168,154 +174,12 @@ pub enum AgentFailure {
     NoExitReason,
 }
 
-/// Sends this node's reports upward. Every report is taken and sent under the board's
-/// lock, by the agent or by a slot's thread, so reports and the agent's own frames
-/// (hello, goodbye) leave in the order their contents were booked.
-#[derive(Debug, Clone)]
-struct Reporter {
-    parent: LinkTx,
-    node: u32,
-    cores: u32,
-    /// The prefetch's floor (see [`Board::prefetch`]).
-    prefetch: u32,
-}
-
-impl Reporter {
-    /// Sends what is pending, with the credit window sized to the recent pace.
-    fn send(&self, board: &mut Board) -> Result<(), AgentFailure> {
-        if board.is_idle() {
-            // The next work may be another job's, far longer: the pace of what ran
-            // before would size the window for the wrong work. (A 4 ms task once had a
-            // one-core agent then take 10 one-second tasks while other agents idled.)
-            board.forget_pace();
-        }
-        let prefetch = board.prefetch(self.cores, self.prefetch, PREFETCH_COVER);
-        board.resize_window(self.cores + prefetch);
-        if board.closed || !board.has_news() {
-            return Ok(());
-        }
-        board.last_report = Instant::now();
-        // Ends of gang daemons first: a leader's launcher waits on them.
-        for ended in std::mem::take(&mut board.parts.launch_ends) {
-            send_up(&self.parent, self.node, &FromAgent::GangLaunchEnded(ended))?;
-        }
-        // Items written before the results that wrote them; then requests for items.
-        for written in std::mem::take(&mut board.items.written) {
-            send_up(&self.parent, self.node, &FromAgent::ItemsWritten(written))?;
-        }
-        for read in std::mem::take(&mut board.items.outbox) {
-            send_up(&self.parent, self.node, &FromAgent::ItemRead(read))?;
-        }
-        // Large function outputs go up in several frames (see `Board::take_report`).
-        loop {
-            let report = board.take_report();
-            send_up(&self.parent, self.node, &FromAgent::Report(report))?;
-            if board.pending.results.is_empty() {
-                return Ok(());
-            }
-        }
-    }
-}
-
-/// What the slots' threads report to.
-#[derive(Debug, Clone)]
-struct AgentSink {
-    agent: ActorRef<AgentMsg>,
-    board: SharedBoard,
-    reporter: Reporter,
-    /// The slots' memory cgroups, when this agent limits memory.
-    memory: Option<Arc<MemoryCgroups>>,
-}
-
-/// The agent's memory cgroups, if it is to limit memory and may.
-fn memory_cgroups(config: &AgentConfig) -> Option<MemoryCgroups> {
-    if !config.limit_memory {
-        return None;
-    }
-    let name = format!("saker-{}-{}", config.node, std::process::id());
-    match MemoryCgroups::create(&name, &SystemProbe) {
-        Ok(groups) => {
-            tracing::info!("memory limits: a cgroup per slot");
-            Some(groups)
-        }
-        Err(error) => {
-            tracing::warn!(
-                error = %crate::error_chain(&error),
-                "memory is accounted but not limited on this node"
-            );
-            None
-        }
-    }
-}
-
-impl AgentSink {
-    /// Sends the report if it is due, and says when this slot should look again.
-    fn report(&self, board: &mut Board, executor: u32, generation: u64) -> Option<Instant> {
-        if board.report_from_slot(REPORT_GAP, Instant::now())
-            && let Err(error) = self.reporter.send(board)
-        {
-            // The link is gone: the agent hears of that on its own.
-            tracing::debug!(%error, "could not send a report");
-        }
-        board.keep_report_clock(executor as usize, generation, REPORT_GAP)
-    }
-}
-
-impl SlotSink for AgentSink {
-    fn attempt_done(&self, done: AttemptDone, generation: u64) -> AfterAttempt {
-        let (after, wake) = {
-            let mut board = lock(&self.board);
-            let next = board.finish(
-                done.executor as usize,
-                generation,
-                done.attempt,
-                done.finished,
-            );
-            let report_at = self.report(&mut board, done.executor, generation);
-            (AfterAttempt { next, report_at }, board.wants_agent())
-        };
-        if wake {
-            // If the agent is gone the process is exiting; nothing is left to report to.
-            let _ = self.agent.send_message(AgentMsg::SlotChanged);
-        }
-        after
-    }
-
-    fn report_clock(&self, executor: u32, generation: u64) -> Option<Instant> {
-        self.report(&mut lock(&self.board), executor, generation)
-    }
-
-    fn slot_failed(&self, executor: u32, generation: u64, fault: SlotFault) {
-        let failed = AgentMsg::SlotFailed {
-            slot: executor,
-            generation,
-            fault,
-        };
-        // An agent that is gone has no slot to restart.
-        let _ = self.agent.send_message(failed);
-    }
-
-    fn memory_cgroup(&self, executor: u32) -> Option<SlotCgroup> {
-        let groups = self.memory.as_ref()?;
-        groups
-            .slot(executor)
-            .inspect_err(|error| {
-                tracing::warn!(
-                    error = %crate::error_chain(error),
-                    executor,
-                    "memory of this slot's tasks is not limited"
-                );
-            })
-            .ok()
-    }
-}
-
 #[derive(Debug)]
 pub struct AgentState {
     config: AgentConfig,
-    parent: LinkTx,
-    board: SharedBoard,
-    reporter: Reporter,
+    uplink: Uplink,
+    /// The board and the handles of what it decided, shared with the slots' threads.
+    desk: SharedDesk,
     /// What every slot thread reports to.
     sink: AgentSink,
     /// Each slot thread's queue, by slot.
@@ -352,31 +216,33 @@ impl Actor for Agent {
         let config = args.config;
         let cores = config.cores();
         let slots = cores.max(1);
-        let mut board = Board::new(
-            config.node,
-            &config.resources,
+        let clock = Clock::start();
+        let board_config = BoardConfig {
+            node: config.node,
             slots,
-            config.spill_dir.clone(),
-            cores + config.prefetch,
-        );
+            prefetch: config.prefetch,
+            credit: cores + config.prefetch,
+        };
+        let board = Board::new(&board_config, &config.resources, clock.now());
         if let Err(error) = crate::items::create_private_dir(&config.scratch) {
             // Tasks that read or write data items will fail to; the rest run.
             tracing::warn!(%error, dir = %config.scratch.display(), "no scratch directory");
         }
-        board.items =
-            crate::items::Items::new(config.node, config.scratch.clone(), config.shared_scratch);
-        let board = Arc::new(Mutex::new(board));
-        let reporter = Reporter {
+        let files = ItemFiles::new(config.node, config.scratch.clone(), config.shared_scratch);
+        let places = Places::new(
+            config.node,
+            config.spill_dir.clone(),
+            config.scratch.clone(),
+        );
+        let uplink = Uplink {
             parent: args.parent.clone(),
             node: config.node,
-            cores,
-            prefetch: config.prefetch,
         };
+        let desk = Desk::shared(board, clock, places, files, uplink.clone(), slots as usize);
         let sink = AgentSink {
             agent: myself.clone(),
-            board: board.clone(),
-            reporter: reporter.clone(),
-            memory: memory_cgroups(&config).map(Arc::new),
+            desk: desk.clone(),
+            memory: sink::memory_cgroups(&config).map(Arc::new),
         };
         let slot_runs = (0..slots)
             .map(|slot| crate::executor::start(slot, 0, sink.clone()))
@@ -386,12 +252,11 @@ impl Actor for Agent {
         if let Some(host) = actor_host::installed() {
             host.attach(actor_uplink.clone());
         }
-        send_up(&args.parent, config.node, &hello(&config))?;
+        uplink.send(&hello(&config))?;
         let state = AgentState {
             config,
-            parent: args.parent,
-            board,
-            reporter,
+            uplink,
+            desk,
             sink,
             slot_runs,
             restarts: (0..slots).map(|_| Restarts::default()).collect(),
@@ -399,8 +264,8 @@ impl Actor for Agent {
             exit_tx: args.exit,
             actor_uplink,
         };
-        lock(&state.board).flush = FlushPlan::Now;
-        myself.send_message(AgentMsg::Flush)?;
+        // The first credit goes up at once.
+        schedule_flush(&myself, &state);
         Ok(state)
     }
 
@@ -441,8 +306,10 @@ fn on_message(
         AgentMsg::Down(message) => on_down(myself, state, message)?,
         AgentMsg::SlotChanged => {}
         AgentMsg::Flush => {
-            lock(&state.board).flush = FlushPlan::Idle;
-            return flush(state);
+            let mut desk = lock(&state.desk);
+            desk.board.handle_flush();
+            let now = desk.now();
+            return desk.send_report(now);
         }
         AgentMsg::SlotFailed {
             slot,
@@ -452,12 +319,14 @@ fn on_message(
         AgentMsg::RestartSlot { slot } => slots::on_restart_slot(myself, state, slot)?,
         AgentMsg::ChildLost { nodes, reason } => {
             let nodes = nodes.into_iter().map(NodeId).collect();
-            let lost = FromAgent::NodesLost { nodes, reason };
-            send_up(&state.parent, state.config.node, &lost)?;
+            state.uplink.send(&FromAgent::NodesLost { nodes, reason })?;
         }
         AgentMsg::ParentLost => {
             tracing::warn!("parent lost; dropping this node's work");
-            lock(&state.board).stop_all();
+            let mut desk = lock(&state.desk);
+            let now = desk.now();
+            desk.apply(now, |board| board.handle_stop_all(now));
+            drop(desk);
             stop_actors();
         }
         AgentMsg::Reattached => register_again(state, false)?,
@@ -509,16 +378,17 @@ fn fail(myself: &ActorRef<AgentMsg>, state: &mut AgentState, failure: AgentFailu
 /// The last report, then the goodbye, and nothing after it.
 fn say_goodbye(state: &mut AgentState, reason: String) -> Result<(), AgentFailure> {
     let node = state.config.node;
-    let mut board = lock(&state.board);
-    board.accepting = false;
-    let sent = state.reporter.send(&mut board).and_then(|()| {
+    let mut desk = lock(&state.desk);
+    desk.board.handle_stopping();
+    let now = desk.now();
+    let sent = desk.send_report(now).and_then(|()| {
         let goodbye = FromAgent::Goodbye {
             node: NodeId(node),
             reason,
         };
-        send_up(&state.parent, node, &goodbye)
+        desk.uplink.send(&goodbye)
     });
-    board.closed = true;
+    desk.board.handle_goodbye_sent();
     sent
 }
 
@@ -556,16 +426,15 @@ fn register_again(state: &mut AgentState, stop_old_work: bool) -> Result<(), Age
     // The root counts this node's old life lost and starts its actors elsewhere.
     stop_actors();
     // One hold of the lock: no slot thread may report between these steps.
-    let mut board = lock(&state.board);
+    let mut desk = lock(&state.desk);
+    let now = desk.now();
     if stop_old_work {
-        board.stop_all();
+        desk.apply(now, |board| board.handle_stop_all(now));
     }
-    state.reporter.send(&mut board)?;
-    send_up(&state.parent, state.config.node, &hello(&state.config))?;
-    let cores = state.config.cores();
-    let prefetch = board.prefetch(cores, state.config.prefetch, PREFETCH_COVER);
-    board.reset_credit(cores, prefetch);
-    tracing::info!(credit = %board.credit, "registering again");
+    desk.send_report(now)?;
+    desk.uplink.send(&hello(&state.config))?;
+    desk.board.handle_new_life();
+    tracing::info!(credit = %desk.board.credit(), "registering again");
     Ok(())
 }
 
@@ -577,7 +446,7 @@ fn on_down(
     match message {
         ToAgent::Welcome(welcome) => {
             tracing::debug!(node = welcome.node.0, capacity = %welcome.capacity, "registered with the root");
-            lock(&state.board).welcomed(welcome.capacity);
+            lock(&state.desk).board.handle_welcome(welcome.capacity);
         }
         ToAgent::Refused { reason } => return Err(AgentFailure::Refused { reason }),
         ToAgent::Rejoin => {
@@ -585,63 +454,45 @@ fn on_down(
             register_again(state, true)?;
         }
         ToAgent::Dispatch(dispatch) => {
-            let mut board = lock(&state.board);
-            // The past first: a forgotten job is finished and is never among the new.
             if !dispatch.forget.is_empty() {
                 tracing::debug!(jobs = dispatch.forget.len(), "forgetting finished jobs");
             }
-            for job in dispatch.forget {
-                board.jobs.remove(&job);
-            }
-            for job in dispatch.jobs {
-                board.jobs.insert(job.job, job);
-            }
-            match dispatch.gang {
-                None => {
-                    let now = crate::process::unix_micros();
-                    let tasks = dispatch.tasks.into_iter();
-                    board.queue.extend(tasks.map(|task| Queued::new(task, now)));
-                }
-                Some(gang) => {
-                    for assignment in dispatch.tasks {
-                        if board.accept_part(assignment, &gang) {
-                            open_endpoint(state, &mut board, assignment.attempt, &gang);
-                        }
-                    }
-                }
-            }
+            let mut desk = lock(&state.desk);
+            let now = desk.now();
+            desk.apply(now, |board| board.handle_dispatch(dispatch, now));
         }
-        ToAgent::GangLaunch(launch) => lock(&state.board).part_launch(launch),
-        ToAgent::ItemData(data) => lock(&state.board).item_received(data),
+        ToAgent::GangLaunch(launch) => {
+            let (attempt, number) = (launch.attempt, launch.launch);
+            tracing::debug!(%attempt, launch = number, "running a daemon for the gang's leader");
+            lock(&state.desk).board.handle_gang_launch(launch);
+        }
+        ToAgent::ItemData(data) => {
+            let mut desk = lock(&state.desk);
+            let now = desk.now();
+            desk.item_data(&data, now);
+        }
         ToAgent::ItemRead(read) => {
-            let answer = lock(&state.board).items.serve(&read);
-            send_up(
-                &state.parent,
-                state.config.node,
-                &FromAgent::ItemData(answer),
-            )?;
+            let answer = lock(&state.desk).serve(&read);
+            state.uplink.send(&FromAgent::ItemData(answer))?;
         }
         ToAgent::Return { attempts } => {
-            let mut board = lock(&state.board);
-            for attempt in attempts {
-                board.give_back_queued(attempt);
-            }
+            let mut desk = lock(&state.desk);
+            let now = desk.now();
+            desk.apply(now, |board| {
+                for attempt in attempts {
+                    board.handle_return(attempt, now);
+                }
+            });
         }
-        ToAgent::GangLaunchEnded(ended) => {
-            let waiter = lock(&state.board)
-                .parts
-                .waiters
-                .remove(&(ended.attempt, ended.launch));
-            // A waiter gone (its part ended) needs no answer.
-            if let Some(waiter) = waiter {
-                let _ = waiter.send(ended.code);
-            }
-        }
+        ToAgent::GangLaunchEnded(ended) => lock(&state.desk).launch_ended(&ended),
         ToAgent::Cancel { attempts } => {
-            let mut board = lock(&state.board);
-            for attempt in attempts {
-                board.cancel(attempt);
-            }
+            let mut desk = lock(&state.desk);
+            let now = desk.now();
+            desk.apply(now, |board| {
+                for attempt in attempts {
+                    board.handle_cancel(attempt, now);
+                }
+            });
         }
         // An agent with an actor host never sees these: the link's reader hands them
         // to the host (`actor_host::deliver`). Without one, spawns and calls are refused.
@@ -672,56 +523,23 @@ fn on_down(
     Ok(())
 }
 
-/// Opens the remote-shell endpoint of an MPI gang this node leads; if it cannot, the
-/// part fails (its launcher could start no daemon).
-fn open_endpoint(
-    state: &AgentState,
-    board: &mut Board,
-    attempt: saker_wire::messages::AttemptId,
-    gang: &saker_wire::messages::GangPart,
-) {
-    let uplink = Uplink {
-        parent: state.parent.clone(),
-        node: state.config.node,
-    };
-    let opened = std::env::current_exe().and_then(|program| {
-        Endpoint::open(
-            Arc::clone(&state.board),
-            uplink,
-            attempt,
-            gang.nodes.len() as u32,
-            &state.config.spill_dir,
-            &program,
-        )
-    });
-    match opened {
-        Ok(endpoint) => board.set_endpoint(attempt, endpoint),
-        Err(error) => {
-            tracing::error!(%attempt, %error, "cannot open the gang's remote-shell endpoint");
-            board.fail_part(
-                attempt,
-                format!("cannot open the remote-shell endpoint: {error}"),
-            );
-        }
-    }
-}
-
 /// Starts queued work on every idle slot it fits.
 fn start_queued(state: &mut AgentState) {
     if state.exit.is_some() {
         return;
     }
-    let mut board = lock(&state.board);
-    let idle: Vec<usize> = board.idle_slots().collect();
+    let mut desk = lock(&state.desk);
+    let now = desk.now();
+    let idle: Vec<usize> = desk.board.idle_slots().collect();
     for index in idle {
-        let Some(next) = board.start_on(index) else {
+        let Some(next) = desk.start_next(index, now) else {
             // The queue is empty or its head does not fit the free cores.
             break;
         };
         if state.slot_runs[index].send(next).is_err() {
             // The slot's thread has failed, and its fault is on its way here: the
             // attempt goes back to the queue, for another slot.
-            board.unstart(index);
+            desk.unstart(index, now);
         }
     }
 }
@@ -737,44 +555,26 @@ fn stop_actors() {
 
 fn stop_all(state: &mut AgentState) {
     stop_actors();
-    let mut board = lock(&state.board);
-    board.stop_all();
-    board.accepting = false;
+    let mut desk = lock(&state.desk);
+    let now = desk.now();
+    desk.apply(now, |board| board.handle_stop_all(now));
+    desk.board.handle_stopping();
 }
 
-fn schedule_flush(myself: &ActorRef<AgentMsg>, state: &mut AgentState) {
-    let mut board = lock(&state.board);
-    if !board.has_news() {
-        return;
-    }
-    let now = Instant::now();
-    let due = board.last_report + REPORT_GAP;
-    let plan = if board.report_due(REPORT_GAP, now) {
-        FlushPlan::Now
-    } else {
-        FlushPlan::Later
-    };
-    match (board.flush, plan) {
-        (FlushPlan::Idle | FlushPlan::Later, FlushPlan::Now) => {
-            board.flush = plan;
-            // Fails only if this actor is stopping: then nothing is reported anyway.
+/// Schedules the agent's own report, if the board wants one: now, or at the end of
+/// the report gap.
+fn schedule_flush(myself: &ActorRef<AgentMsg>, state: &AgentState) {
+    let mut desk = lock(&state.desk);
+    let now = desk.now();
+    match desk.board.poll_flush(now) {
+        // Fails only if this actor is stopping: then nothing is reported anyway.
+        Some(Flush::Now) => {
             let _ = myself.send_message(AgentMsg::Flush);
         }
-        (FlushPlan::Idle, FlushPlan::Later) => {
-            board.flush = plan;
-            // A timer outliving a sooner flush finds nothing to send, or sends a
-            // little early: harmless either way.
-            myself.send_after(due - now, || AgentMsg::Flush);
+        Some(Flush::At(at)) => {
+            let wait = at.saturating_sub(now.since_start);
+            myself.send_after(wait, || AgentMsg::Flush);
         }
-        _ => {}
+        None => {}
     }
-}
-
-fn flush(state: &mut AgentState) -> Result<(), AgentFailure> {
-    state.reporter.send(&mut lock(&state.board))
-}
-
-fn send_up(parent: &LinkTx, node: u32, message: &FromAgent) -> Result<(), AgentFailure> {
-    let frame: FrameBuf = saker_wire::frame::encode(node, message).map_err(AgentFailure::Encode)?;
-    parent.send(frame).map_err(AgentFailure::ParentQueue)
 }

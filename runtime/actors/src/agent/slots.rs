@@ -12,8 +12,9 @@
 use ractor::ActorRef;
 use tokio::time::Instant;
 
+use super::desk::lock;
 use super::{AgentFailure, AgentMsg, AgentState};
-use crate::board::{SlotState, lock};
+use crate::board::SlotState;
 use crate::executor::SlotFault;
 use crate::supervision::Verdict;
 
@@ -27,16 +28,17 @@ pub(super) fn on_slot_failed(
 ) -> Result<(), AgentFailure> {
     let index = slot as usize;
     {
-        let mut board = lock(&state.board);
-        if board
-            .slots
-            .get(index)
-            .is_none_or(|s| s.generation != generation)
+        let mut desk = lock(&state.desk);
+        if desk
+            .board
+            .slot(index)
+            .is_none_or(|(current, _)| current != generation)
         {
             return Ok(()); // Not the slot's current thread: handled already.
         }
         let reason = format!("slot {slot} failed: {}", crate::error_chain(&fault));
-        board.lose_slot(index, reason);
+        let now = desk.now();
+        desk.apply(now, |board| board.handle_slot_lost(index, reason, now));
     }
     let Some(restarts) = state.restarts.get_mut(index) else {
         return Ok(());
@@ -59,7 +61,7 @@ pub(super) fn on_slot_failed(
                 error = &fault as &dyn std::error::Error,
                 "a slot keeps failing; giving it up"
             );
-            if lock(&state.board).give_up_slot(index) == 0 {
+            if lock(&state.desk).board.handle_slot_given_up(index) == 0 {
                 return Err(AgentFailure::NoSlotLeft {
                     slots: state.slot_runs.len() as u32,
                     last: fault,
@@ -78,14 +80,14 @@ pub(super) fn on_restart_slot(
     slot: u32,
 ) -> Result<(), AgentFailure> {
     let index = slot as usize;
-    let generation = match lock(&state.board).slots.get(index) {
-        Some(down) if down.state == SlotState::Down => down.generation,
+    let generation = match lock(&state.desk).board.slot(index) {
+        Some((generation, SlotState::Down)) => generation,
         _ => return Ok(()),
     };
     match crate::executor::start(slot, generation, state.sink.clone()) {
         Ok(runs) => {
             state.slot_runs[index] = runs;
-            lock(&state.board).slot_up(index);
+            lock(&state.desk).board.handle_slot_up(index);
             tracing::info!(slot, "restarted a failed slot");
             Ok(())
         }

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use super::tests::{Started, decode, job, start_agent_with};
 use super::*;
 use crate::board::tests::task;
+use crate::link::FrameBuf;
 use crate::test_support::{exhaust_open_files, in_child_process, restore_open_files};
 
 const BACKOFF: Duration = Duration::from_millis(100);

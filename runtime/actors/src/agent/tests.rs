@@ -6,6 +6,7 @@ use saker_wire::messages::{
     ResultBody, TaskId,
 };
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 pub(super) fn decode(frame: &FrameBuf) -> FromAgent {

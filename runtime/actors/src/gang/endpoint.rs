@@ -10,6 +10,12 @@
 //! part and answers with its exit code ([`FromAgent::GangLaunchEnded`]), relayed back
 //! here and written to the waiting remote shell, which exits with it. No ssh, no srun:
 //! the daemons start in the slots the gang holds, as children of Saker's agents.
+//!
+//! The endpoint reaches the agent through [`Relay`], which the agent implements: it
+//! sends the request up and keeps the waiting remote shell's answer channel.
+//!
+//! [`FromAgent::GangLaunch`]: saker_wire::messages::FromAgent::GangLaunch
+//! [`FromAgent::GangLaunchEnded`]: saker_wire::messages::FromAgent::GangLaunchEnded
 
 use std::io::{self, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -17,11 +23,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use saker_wire::messages::{AttemptId, FromAgent, GangLaunch};
+use std::sync::mpsc;
 
-use super::member_of_host;
-use crate::board::{SharedBoard, lock};
-use crate::link::LinkTx;
+use saker_wire::messages::{AttemptId, GangLaunch};
 
 /// The variable that tells the remote shell where the endpoint is.
 pub const SOCKET_VAR: &str = "SAKER_GANG_SOCKET";
@@ -66,11 +70,38 @@ fn ensure_private_dir() -> io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// Where the endpoint's requests go up: this node's link to its parent.
-#[derive(Debug, Clone)]
-pub struct Uplink {
-    pub parent: LinkTx,
-    pub node: u32,
+/// The name a gang member goes by on an MPI launcher's command line. Not the node's
+/// host name: several agents may share a machine (local mode, tests), and a launcher
+/// must see each member as a host of its own, never as itself (which it would start
+/// without its remote shell).
+pub fn member_host(member: usize) -> String {
+    format!("saker-m{member}")
+}
+
+/// The member a [`member_host`] name stands for.
+pub fn member_of_host(host: &str) -> Option<u32> {
+    host.strip_prefix("saker-m")?.parse().ok()
+}
+
+/// Where the endpoint's requests go: the agent, which sends each up the tree and keeps
+/// its waiter until the launch's end comes back, or drops it when the part ends (the
+/// remote shell then sees a failed daemon).
+pub trait Relay: Send + Sync + 'static {
+    /// Sends `launch` up, with `waiter` to answer when it ends, at once with the check
+    /// that its part still runs (else a part that ended meanwhile would leave the
+    /// waiter hanging).
+    fn relay(&self, launch: GangLaunch, waiter: mpsc::Sender<i32>) -> Result<(), RelayError>;
+}
+
+/// Why a remote shell's request was not sent on.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error("the gang's part has ended")]
+    PartEnded,
+    #[error("could not encode the request")]
+    Encode(#[source] saker_wire::WireError),
+    #[error("the queue to the parent is closed")]
+    Parent(#[source] crate::link::LinkClosed),
 }
 
 /// A listening endpoint; dropping it stops it and removes its files.
@@ -85,8 +116,7 @@ impl Endpoint {
     /// Opens the endpoint of gang `attempt` (with `members` members) and writes its
     /// remote-shell script, which runs `program rsh-agent`.
     pub fn open(
-        board: SharedBoard,
-        uplink: Uplink,
+        relay: Arc<dyn Relay>,
         attempt: AttemptId,
         members: u32,
         spill_dir: &Path,
@@ -101,8 +131,7 @@ impl Endpoint {
         write_shim(&shim, program)?;
         let closed = Arc::new(AtomicBool::new(false));
         let serve = Serve {
-            board,
-            uplink,
+            relay,
             attempt,
             members,
             launches: Arc::new(AtomicU32::new(0)),
@@ -155,10 +184,9 @@ fn write_shim(path: &Path, program: &Path) -> io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 struct Serve {
-    board: SharedBoard,
-    uplink: Uplink,
+    relay: Arc<dyn Relay>,
     attempt: AttemptId,
     members: u32,
     launches: Arc<AtomicU32>,
@@ -190,27 +218,17 @@ impl Serve {
             .ok_or_else(|| format!("{host:?} is not a member of this gang"))?;
         // 0 stands for the launcher itself among the part's processes.
         let launch = self.launches.fetch_add(1, Ordering::Relaxed) + 1;
-        let (tx, rx) = std::sync::mpsc::channel();
-        {
-            let mut board = lock(&self.board);
-            if !board.parts.parts.contains_key(&self.attempt) {
-                return Err("the gang's part has ended".into());
-            }
-            board.parts.waiters.insert((self.attempt, launch), tx);
-            let message = FromAgent::GangLaunch(GangLaunch {
-                attempt: self.attempt,
-                member,
-                launch,
-                command: command.to_owned(),
-            });
-            tracing::debug!(attempt = %self.attempt, member, launch, "relaying a remote-shell request");
-            let frame = saker_wire::frame::encode(self.uplink.node, &message)
-                .map_err(|error| error.to_string())?;
-            self.uplink
-                .parent
-                .send(frame)
-                .map_err(|error| error.to_string())?;
-        }
+        let (tx, rx) = mpsc::channel();
+        tracing::debug!(attempt = %self.attempt, member, launch, "relaying a remote-shell request");
+        let request = GangLaunch {
+            attempt: self.attempt,
+            member,
+            launch,
+            command: command.to_owned(),
+        };
+        self.relay
+            .relay(request, tx)
+            .map_err(|error| crate::error_chain(&error))?;
         // The part's end drops the sender: the launcher then sees a failed daemon.
         rx.recv().map_err(|_| "the gang's part ended first".into())
     }
@@ -307,7 +325,7 @@ mod tests {
 
     #[test]
     fn member_names_round_trip() {
-        assert_eq!(member_of_host(&super::super::member_host(7)), Some(7));
+        assert_eq!(member_of_host(&member_host(7)), Some(7));
         assert_eq!(member_of_host("node7"), None);
         assert_eq!(member_of_host("saker-mx"), None);
     }

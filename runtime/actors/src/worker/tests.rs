@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::executor::SlotLimits;
 use crate::resources::Binding;
+use crate::resources::limits::SlotLimits;
 use std::time::{Duration, Instant};
 
 use saker_wire::messages::{Function, JobId, Placement, Resources};

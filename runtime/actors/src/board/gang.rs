@@ -1,0 +1,428 @@
+//! This node's parts of gang attempts, as bookkeeping: what a part holds, which of its
+//! processes wait for a slot, how they ended, and the one result the part reports.
+//! How its processes are started (ranks, an MPI launcher, daemons) is the shell's:
+//! see [`crate::gang`].
+//!
+//! A part holds the job's resources on this node from its arrival until it ends,
+//! whatever of it runs; its processes run on idle slots, ahead of queued tasks, and
+//! hold nothing more themselves.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use saker_wire::messages::{
+    Assignment, AttemptId, GangLaunch, GangLaunchEnded, GangPart, Hpc, JobDef, LauncherKind,
+    MpiKind, Outcome, Output, ProcessEnd, Resources, ResultBody, Started, TaskResult,
+};
+
+use super::{Board, Effect, Moment, Run, Running, Start};
+use crate::attempt::Finished;
+use crate::resources::Binding;
+
+/// What the shell needs to start any process of one part: the job, the attempt, the
+/// gang's layout and this node's place in it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartPlan {
+    pub assignment: Assignment,
+    pub job: Arc<JobDef>,
+    pub gang: GangPart,
+    /// The job's layout (one rank per node for a gang without one).
+    pub hpc: Hpc,
+    /// Several members share a machine (local mode): their MPI daemons need session
+    /// directories of their own, and their ranks must not share memory segments.
+    pub shared_machine: bool,
+}
+
+/// A process of a part, waiting for a slot or running on one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartProcess {
+    pub attempt: AttemptId,
+    /// Its number in the part: the local rank, 0 for a launcher, the launch's number
+    /// for a daemon.
+    pub number: u32,
+    pub kind: ProcessKind,
+}
+
+/// What a part's process runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessKind {
+    /// Rank `rank` of a job without MPI, with the rendezvous environment.
+    Rank { rank: u32, local: u32 },
+    /// The leader's MPI launcher, with this agent's remote shell.
+    Launcher,
+    /// The leader's `srun` step for the whole job.
+    Srun,
+    /// A command the leader's launcher asked this member to run (an MPI daemon).
+    Daemon { command: String },
+}
+
+/// One part in progress.
+#[derive(Debug)]
+struct Part {
+    plan: Arc<PartPlan>,
+    needs: Resources,
+    /// The CPUs and GPUs it holds; every process of the part runs with them.
+    binding: Binding,
+    started_us: u64,
+    /// Processes queued or running.
+    live: u32,
+    ends: Vec<ProcessEnd>,
+    /// The output of process 0 (the leader's rank 0 or launcher, a member's first rank).
+    first: Option<(Output, Output)>,
+    /// How the first of its processes that failed ended.
+    failure: Option<Outcome>,
+    /// Stopped by the root (or the agent stopping): what is left is killed.
+    cancelled: bool,
+    /// Whether the part ends when its processes have (ranks, the leader's launcher),
+    /// or only when stopped (a member of an MPI job).
+    ends_with_processes: bool,
+    /// An MPI job's part: processes other than the launcher are daemons, whose ends
+    /// go to the launcher and decide nothing here.
+    mpi: bool,
+}
+
+/// The gang state of a [`Board`].
+#[derive(Debug, Default)]
+pub(super) struct Parts {
+    /// By attempt, in order: stopping them all reports in a set order.
+    parts: BTreeMap<AttemptId, Part>,
+    /// Started before the queued tasks, in arrival order.
+    pub(super) queue: VecDeque<PartProcess>,
+    /// Ends of launched daemons, for the leader (sent before the next report).
+    pub(super) launch_ends: Vec<GangLaunchEnded>,
+}
+
+impl Parts {
+    pub(super) fn contains(&self, attempt: AttemptId) -> bool {
+        self.parts.contains_key(&attempt)
+    }
+}
+
+/// The job's HPC layout, or a one-rank-per-node layout for a gang without one.
+fn layout(job: &JobDef, members: usize) -> Hpc {
+    job.hpc.unwrap_or(Hpc {
+        ranks: members as u32,
+        ranks_per_node: 1,
+        cores_per_rank: job.resources.core_count().max(1),
+        mpi: MpiKind::None,
+        launcher: LauncherKind::Agents,
+    })
+}
+
+impl Board {
+    /// Takes this node's part of a gang attempt (its job definition already on the
+    /// board): its resources are held from now, its first processes queued for slots.
+    pub(super) fn take_part(&mut self, assignment: Assignment, gang: &GangPart, now: Moment) {
+        let Some(job) = self.jobs.get(&assignment.job).cloned() else {
+            let reason = format!("unknown job {} on this agent", assignment.job);
+            self.fail_part_unstarted(&assignment, Outcome::Lost { reason }, now);
+            return;
+        };
+        let needs = Board::needs_of(&job);
+        // The root places a part only where its resources are free (its credit
+        // covered them too): anything else is a protocol error, lost for a replay.
+        let Some(free) = self.free.checked_sub(needs) else {
+            let reason = format!("gang part needs {needs}; only {} free here", self.free);
+            self.fail_part_unstarted(&assignment, Outcome::Lost { reason }, now);
+            return;
+        };
+        self.free = free;
+        // No slot of its own: the CPUs of any slot are as good.
+        let binding = self.devices.take(
+            usize::MAX,
+            needs.core_count(),
+            needs.gpu_count(),
+            needs.memory_mib(),
+        );
+        self.pending.started.push(Started {
+            task: assignment.task,
+            attempt: assignment.attempt,
+            executor: u32::MAX,
+            at_unix_us: now.unix_us,
+        });
+        let hpc = layout(&job, gang.nodes.len());
+        let leader = gang.member == 0;
+        // With srun, Slurm starts every rank: the leader runs srun, the others hold
+        // their cores for the ranks Slurm puts there.
+        let srun = hpc.launcher == LauncherKind::Srun;
+        let ranks = hpc.mpi == MpiKind::None && !srun;
+        let processes: Vec<(u32, ProcessKind)> = match hpc.mpi {
+            _ if srun && leader => vec![(0, ProcessKind::Srun)],
+            _ if srun => Vec::new(),
+            MpiKind::None => {
+                let first = gang.member.saturating_mul(hpc.ranks_per_node);
+                let end = (first + hpc.ranks_per_node).min(hpc.ranks);
+                (first..end)
+                    .map(|rank| {
+                        let local = rank - first;
+                        (local, ProcessKind::Rank { rank, local })
+                    })
+                    .collect()
+            }
+            MpiKind::Openmpi | MpiKind::Mpich if leader => vec![(0, ProcessKind::Launcher)],
+            MpiKind::Openmpi | MpiKind::Mpich => Vec::new(),
+        };
+        let plan = Arc::new(PartPlan {
+            assignment,
+            job,
+            gang: gang.clone(),
+            hpc,
+            shared_machine: has_repeats(&gang.hosts),
+        });
+        if ranks {
+            // Before any rank can start: the shell carries it out under the same hold.
+            self.effects.push_back(Effect::WriteHostfile {
+                plan: Arc::clone(&plan),
+            });
+        }
+        let attempt = assignment.attempt;
+        let live = processes.len() as u32;
+        self.parts
+            .queue
+            .extend(processes.into_iter().map(|(number, kind)| PartProcess {
+                attempt,
+                number,
+                kind,
+            }));
+        self.parts.parts.insert(
+            attempt,
+            Part {
+                plan,
+                needs,
+                binding,
+                started_us: now.unix_us,
+                live,
+                ends: Vec::new(),
+                first: None,
+                failure: None,
+                cancelled: false,
+                ends_with_processes: ranks || leader,
+                mpi: !ranks,
+            },
+        );
+        if live == 0 && ranks {
+            // No rank on this node (fewer ranks than nodes × ranks per node).
+            self.complete_part(attempt, now);
+        }
+        if leader && hpc.mpi != MpiKind::None && !srun {
+            let members = gang.nodes.len() as u32;
+            self.effects
+                .push_back(Effect::OpenEndpoint { attempt, members });
+        }
+    }
+
+    /// A member is to run a command its leader's launcher asked for, in its part.
+    /// Answered at once (code 255) if the part is gone.
+    pub fn handle_gang_launch(&mut self, launch: GangLaunch) {
+        let attempt = launch.attempt;
+        let Some(part) = self.parts.parts.get_mut(&attempt).filter(|p| !p.cancelled) else {
+            self.parts.launch_ends.push(GangLaunchEnded {
+                attempt,
+                launch: launch.launch,
+                code: 255,
+            });
+            return;
+        };
+        part.live += 1;
+        self.parts.queue.push_back(PartProcess {
+            attempt,
+            number: launch.launch,
+            kind: ProcessKind::Daemon {
+                command: launch.command,
+            },
+        });
+    }
+
+    /// Starts the next waiting part process on idle slot `index`, if there is one.
+    pub(super) fn start_part_process(&mut self, index: usize, now: Moment) -> Option<Start> {
+        loop {
+            let process = self.parts.queue.pop_front()?;
+            let Some(part) = self.parts.parts.get(&process.attempt) else {
+                continue;
+            };
+            self.slots[index].running = Some(Running {
+                assignment: part.plan.assignment,
+                received_us: part.started_us,
+                needs: Resources::ZERO,
+                started_us: now.unix_us,
+                part: Some(process.number),
+            });
+            return Some(Start {
+                slot: index,
+                attempt: process.attempt,
+                binding: part.binding.clone(),
+                run: Run::Part {
+                    plan: Arc::clone(&part.plan),
+                    process,
+                },
+            });
+        }
+    }
+
+    /// A part's process ended: noted, and the part completed if that was its last.
+    pub(super) fn part_process_ended(
+        &mut self,
+        number: u32,
+        attempt: AttemptId,
+        finished: Finished,
+        now: Moment,
+    ) {
+        let Some(part) = self.parts.parts.get_mut(&attempt) else {
+            return;
+        };
+        part.live = part.live.saturating_sub(1);
+        let ok = matches!(finished.outcome, Outcome::Exited { code: 0 });
+        let daemon = part.mpi && number > 0;
+        if daemon {
+            self.parts.launch_ends.push(GangLaunchEnded {
+                attempt,
+                launch: number,
+                code: exit_code(&finished.outcome),
+            });
+        }
+        if number == 0 && part.first.is_none() {
+            part.first = Some((finished.stdout, finished.stderr));
+        }
+        if !ok && !daemon && !part.cancelled && part.failure.is_none() {
+            part.failure = Some(finished.outcome.clone());
+        }
+        part.ends.push(ProcessEnd {
+            rank: number,
+            outcome: finished.outcome,
+        });
+        let stop_rest = part.failure.is_some() && part.live > 0;
+        let done = part.live == 0 && (part.ends_with_processes || part.cancelled);
+        if stop_rest {
+            self.stop_part_processes(attempt);
+        }
+        if done {
+            self.complete_part(attempt, now);
+        }
+    }
+
+    /// The root (or the agent stopping) stops a part: what runs of it is killed, and
+    /// the part ends as soon as nothing does. False if `attempt` is not a part.
+    pub(super) fn cancel_part(&mut self, attempt: AttemptId, now: Moment) -> bool {
+        let Some(part) = self.parts.parts.get_mut(&attempt) else {
+            return false;
+        };
+        part.cancelled = true;
+        self.stop_part_processes(attempt);
+        self.complete_part_if_stopped(attempt, now);
+        true
+    }
+
+    /// Drops a part's waiting processes and stops its running ones.
+    fn stop_part_processes(&mut self, attempt: AttemptId) {
+        let before = self.parts.queue.len();
+        self.parts
+            .queue
+            .retain(|process| process.attempt != attempt);
+        let dropped = (before - self.parts.queue.len()) as u32;
+        if let Some(part) = self.parts.parts.get_mut(&attempt) {
+            part.live -= dropped.min(part.live);
+        }
+        for (slot, running) in self.slots.iter().enumerate() {
+            if running
+                .running
+                .is_some_and(|r| r.part.is_some() && r.assignment.attempt == attempt)
+            {
+                self.effects.push_back(Effect::Cancel { slot, attempt });
+            }
+        }
+    }
+
+    fn complete_part_if_stopped(&mut self, attempt: AttemptId, now: Moment) {
+        if self
+            .parts
+            .parts
+            .get(&attempt)
+            .is_some_and(|part| part.live == 0)
+        {
+            self.complete_part(attempt, now);
+        }
+    }
+
+    /// Reports a part that has nothing left running and gives back what it held.
+    fn complete_part(&mut self, attempt: AttemptId, now: Moment) {
+        let Some(part) = self.parts.parts.remove(&attempt) else {
+            return;
+        };
+        self.effects.push_back(Effect::PartEnded { attempt });
+        self.devices.release(&part.binding);
+        self.free = self.free.saturating_add(part.needs);
+        self.give_back(part.needs);
+        let outcome = match (part.failure, part.cancelled) {
+            (Some(failure), _) => failure,
+            (None, true) => Outcome::Cancelled,
+            (None, false) => Outcome::Exited { code: 0 },
+        };
+        let (stdout, stderr) = part.first.unwrap_or_default();
+        self.pending.results.push(TaskResult {
+            task: part.plan.assignment.task,
+            attempt,
+            executor: u32::MAX,
+            outcome,
+            // A part is taken as its dispatch arrives.
+            received_unix_us: part.started_us,
+            start_unix_us: part.started_us,
+            end_unix_us: now.unix_us,
+            body: ResultBody::Part {
+                stdout,
+                stderr,
+                ends: part.ends,
+            },
+        });
+    }
+
+    /// The part cannot go on, by its own fault (its launcher's remote-shell endpoint
+    /// could not be opened): it fails with `reason` once what runs of it is stopped.
+    pub fn handle_part_failed(&mut self, attempt: AttemptId, reason: String, now: Moment) {
+        if let Some(part) = self.parts.parts.get_mut(&attempt) {
+            part.failure.get_or_insert(Outcome::SpawnFailed { reason });
+        }
+        self.stop_part_processes(attempt);
+        self.complete_part_if_stopped(attempt, now);
+    }
+
+    /// A part that could not even be taken.
+    fn fail_part_unstarted(&mut self, assignment: &Assignment, outcome: Outcome, now: Moment) {
+        self.pending.results.push(TaskResult {
+            task: assignment.task,
+            attempt: assignment.attempt,
+            executor: u32::MAX,
+            outcome,
+            received_unix_us: now.unix_us,
+            start_unix_us: now.unix_us,
+            end_unix_us: now.unix_us,
+            body: ResultBody::Part {
+                stdout: Output::default(),
+                stderr: Output::default(),
+                ends: Vec::new(),
+            },
+        });
+    }
+
+    /// Stops every part (the agent is stopping, or its work is replayed elsewhere).
+    pub(super) fn cancel_all_parts(&mut self, now: Moment) {
+        let attempts: Vec<AttemptId> = self.parts.parts.keys().copied().collect();
+        for attempt in attempts {
+            self.cancel_part(attempt, now);
+        }
+    }
+}
+
+/// A process's end as one exit code: its own, 128 + a killing signal, or 255.
+pub fn exit_code(outcome: &Outcome) -> i32 {
+    match outcome {
+        Outcome::Exited { code } => *code,
+        Outcome::Signaled { signal } => 128 + signal,
+        _ => 255,
+    }
+}
+
+fn has_repeats(hosts: &[String]) -> bool {
+    let mut seen: Vec<&String> = hosts.iter().collect();
+    seen.sort_unstable();
+    seen.windows(2).any(|pair| pair[0] == pair[1])
+}
