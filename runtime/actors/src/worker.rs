@@ -97,24 +97,67 @@ impl WorkerCommands {
     }
 
     /// The command line a worker of `kind` runs.
-    pub fn command(&self, kind: &str) -> Result<Vec<String>, String> {
-        let var = worker_variable(kind);
-        match self.lines.get(&var) {
+    pub fn command(&self, kind: &str) -> Result<Vec<String>, WorkerStartError> {
+        let variable = worker_variable(kind);
+        match self.lines.get(&variable) {
             Some(line) => {
-                let words = shell_words::split(line).map_err(|e| format!("{var}: {e}"))?;
+                let words =
+                    shell_words::split(line).map_err(|source| WorkerStartError::Unparsable {
+                        variable: variable.clone(),
+                        source,
+                    })?;
                 if words.is_empty() {
-                    return Err(format!("{var} is empty"));
+                    return Err(WorkerStartError::Empty { variable });
                 }
                 Ok(words)
             }
             None if kind == "python" => {
                 Ok(vec!["python3".into(), "-m".into(), "saker.worker".into()])
             }
-            None => Err(format!(
-                "no worker command for kind {kind:?}: set {var} (or `--worker {kind}=COMMAND`)"
-            )),
+            None => Err(WorkerStartError::NoCommand {
+                kind: kind.to_owned(),
+                variable,
+            }),
         }
     }
+}
+
+/// Why a slot's persistent worker could not start; its call fails with this as the
+/// reason (`WorkerFailed`).
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerStartError {
+    #[error("{variable}")]
+    Unparsable {
+        variable: String,
+        #[source]
+        source: shell_words::ParseError,
+    },
+    #[error("{variable} is empty")]
+    Empty { variable: String },
+    #[error("no worker command for kind {kind:?}: set {variable} (or `--worker {kind}=COMMAND`)")]
+    NoCommand { kind: String, variable: String },
+    #[error("cannot create {}", .path.display())]
+    LogDirectory {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot open {}", .path.display())]
+    Log {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("worker program not found: {program}")]
+    NotFound { program: String },
+    #[error("could not start worker {program}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("worker pipes")]
+    Pipes(#[source] io::Error),
 }
 
 /// The environment variable naming the command of worker `kind`.
@@ -194,8 +237,9 @@ impl Workers {
                 limits,
             ) {
                 Ok(worker) => worker,
-                Err(reason) => {
+                Err(error) => {
                     control.end();
+                    let reason = crate::error_chain(&error);
                     return ended(Outcome::WorkerFailed { reason }, None);
                 }
             },
@@ -378,10 +422,14 @@ impl Worker {
         call: &Call,
         binding: &Binding,
         limits: &SlotLimits,
-    ) -> Result<Worker, String> {
+    ) -> Result<Worker, WorkerStartError> {
         let argv = commands.command(kind)?;
-        std::fs::create_dir_all(&call.log_dir)
-            .map_err(|e| format!("cannot create {}: {e}", call.log_dir.display()))?;
+        std::fs::create_dir_all(&call.log_dir).map_err(|source| {
+            WorkerStartError::LogDirectory {
+                path: call.log_dir.clone(),
+                source,
+            }
+        })?;
         let log = call
             .log_dir
             .join(format!("node{}-slot{slot}-{kind}.log", call.node));
@@ -389,7 +437,10 @@ impl Worker {
             .create(true)
             .append(true)
             .open(&log)
-            .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
+            .map_err(|source| WorkerStartError::Log {
+                path: log.clone(),
+                source,
+            })?;
         // In the slot's memory cgroup, if it has one, from its first instruction: its
         // calls' limits are set on the cgroup as they come.
         let mut command = match limits.memory() {
@@ -398,7 +449,9 @@ impl Worker {
                     std::ffi::OsStr::new(&argv[0]),
                     std::env::var_os("PATH").as_deref(),
                 )
-                .ok_or_else(|| format!("worker program not found: {}", argv[0]))?;
+                .ok_or_else(|| WorkerStartError::NotFound {
+                    program: argv[0].clone(),
+                })?;
                 let front = cgroup_exec(cgroup, &resolved);
                 let mut command = Command::new(std::ffi::OsStr::from_bytes(&front[0]));
                 command.args(front[1..].iter().map(|a| std::ffi::OsStr::from_bytes(a)));
@@ -429,9 +482,14 @@ impl Worker {
             .stderr(Stdio::from(log_file))
             .process_group(0)
             .spawn()
-            .map_err(|e| match e.kind() {
-                io::ErrorKind::NotFound => format!("worker program not found: {}", argv[0]),
-                _ => format!("could not start worker {}: {e}", argv[0]),
+            .map_err(|source| match source.kind() {
+                io::ErrorKind::NotFound => WorkerStartError::NotFound {
+                    program: argv[0].clone(),
+                },
+                _ => WorkerStartError::Spawn {
+                    program: argv[0].clone(),
+                    source,
+                },
             })?;
         let pid = child.id();
         let group = Some(Group::register(pid));
@@ -440,7 +498,7 @@ impl Worker {
         };
         set_nonblocking(&stdin)
             .and_then(|()| set_nonblocking(&stdout))
-            .map_err(|e| format!("worker pipes: {e}"))?;
+            .map_err(WorkerStartError::Pipes)?;
         Ok(Worker {
             kind: kind.to_owned(),
             pid,

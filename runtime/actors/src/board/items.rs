@@ -245,8 +245,8 @@ impl Fetches {
         &mut self,
         attempt: AttemptId,
         written: Result<Vec<ItemWritten>, ItemError>,
-    ) -> Result<(), String> {
-        let items = written.map_err(|error| crate::error_chain(&error))?;
+    ) -> Result<(), ItemError> {
+        let items = written?;
         self.written.push(ItemsWritten {
             node: self.node,
             attempt,

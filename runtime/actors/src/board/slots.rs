@@ -189,8 +189,9 @@ impl Board {
         self.note_run_time(&finished);
         if matches!(finished.outcome, Outcome::Exited { code: 0 })
             && let Some(written) = written
-            && let Err(reason) = self.fetches.note_written(attempt, written)
+            && let Err(error) = self.fetches.note_written(attempt, written)
         {
+            let reason = crate::error_chain(&error);
             finished.outcome = Outcome::SpawnFailed { reason };
         }
         self.pending.results.push(TaskResult {

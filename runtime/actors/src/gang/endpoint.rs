@@ -204,18 +204,21 @@ impl Serve {
             return;
         }
         let code = self.relay(&request).unwrap_or_else(|problem| {
+            let problem = crate::error_chain(&problem);
             tracing::warn!(attempt = %self.attempt, %problem, "remote-shell request refused");
             255
         });
         let _ = stream.write_all(format!("{code}\n").as_bytes());
     }
 
-    fn relay(&self, request: &[u8]) -> Result<i32, String> {
-        let text = std::str::from_utf8(request).map_err(|_| "request is not UTF-8")?;
-        let (host, command) = text.split_once('\n').ok_or("request without a host line")?;
+    fn relay(&self, request: &[u8]) -> Result<i32, Refused> {
+        let text = std::str::from_utf8(request).map_err(|_| Refused::NotUtf8)?;
+        let (host, command) = text.split_once('\n').ok_or(Refused::NoHostLine)?;
         let member = member_of_host(host)
             .filter(|member| *member < self.members)
-            .ok_or_else(|| format!("{host:?} is not a member of this gang"))?;
+            .ok_or_else(|| Refused::NotAMember {
+                host: host.to_owned(),
+            })?;
         // 0 stands for the launcher itself among the part's processes.
         let launch = self.launches.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = mpsc::channel();
@@ -226,12 +229,25 @@ impl Serve {
             launch,
             command: command.to_owned(),
         };
-        self.relay
-            .relay(request, tx)
-            .map_err(|error| crate::error_chain(&error))?;
+        self.relay.relay(request, tx)?;
         // The part's end drops the sender: the launcher then sees a failed daemon.
-        rx.recv().map_err(|_| "the gang's part ended first".into())
+        rx.recv().map_err(|_| Refused::EndedFirst)
     }
+}
+
+/// Why a remote shell's request got no code of its own (it is answered 255).
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    #[error("request is not UTF-8")]
+    NotUtf8,
+    #[error("request without a host line")]
+    NoHostLine,
+    #[error("{host:?} is not a member of this gang")]
+    NotAMember { host: String },
+    #[error(transparent)]
+    Relay(#[from] RelayError),
+    #[error("the gang's part ended first")]
+    EndedFirst,
 }
 
 /// The remote shell an MPI launcher runs (`saker rsh-agent [ssh options] HOST
