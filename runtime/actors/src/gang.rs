@@ -40,7 +40,8 @@ use saker_wire::messages::{Assignment, MpiKind};
 pub use crate::board::exit_code;
 use crate::board::{PartPlan, PartProcess, ProcessKind};
 use crate::launch::{Places, bind_launch, build_launch};
-use crate::process::{Launch, sets};
+use crate::process::Launch;
+use crate::process::launch::sets;
 use crate::resources::Binding;
 pub use endpoint::{member_host, member_of_host};
 

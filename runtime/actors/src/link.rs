@@ -17,10 +17,8 @@ use tokio::task::JoinHandle;
 use saker_transport::stream::{Frame, FrameReader};
 use saker_wire::messages::Link;
 
+pub use crate::liveness::FrameBuf;
 use crate::liveness::{Incoming, Liveness, ReadError, link_frame, next_incoming, write_queue};
-
-/// One encoded frame (header + 8-aligned payload), ready to write.
-pub type FrameBuf = rkyv::util::AlignedVec;
 
 /// Identifies a link within one process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

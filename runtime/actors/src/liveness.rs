@@ -16,7 +16,8 @@ use saker_wire::messages::{Link, ROUTE_LINK};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::link::FrameBuf;
+/// One encoded frame (header + 8-aligned payload), ready to write.
+pub type FrameBuf = rkyv::util::AlignedVec;
 
 /// Heartbeat settings of every link in one pilot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -31,7 +31,7 @@ use nix::sys::signal::SigSet;
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{Pid, pipe2};
 
-use crate::process::{Launch, sets};
+use crate::process::launch::{Launch, sets};
 
 /// A started task: the leader of its own process group, and its output.
 #[derive(Debug)]

@@ -105,6 +105,7 @@ mod queue;
 mod resources;
 mod scheduler;
 mod speculation;
+mod stored;
 mod task;
 mod work;
 

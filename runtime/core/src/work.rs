@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::task::StoredSpec;
+use crate::stored::StoredSpec;
 
 /// Queued tasks of one kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

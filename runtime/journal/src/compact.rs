@@ -22,7 +22,7 @@ use crate::format::{
     BASE_SEGMENT_FLAG, FILE_HEADER_BYTES, Position, SegmentNumber, encode_record, file_header_with,
 };
 use crate::segment::{last_base, list_segment_files};
-use crate::writer::sync_directory;
+use crate::writer::files::sync_directory;
 
 /// Suffix of the temporary file a base segment is written to before it is renamed
 /// into place (never a segment name, so readers ignore it).

@@ -1,7 +1,7 @@
 //! The public writer handle: opening a journal, appending, closing.
 
 mod committer;
-mod files;
+pub(crate) mod files;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,8 +11,7 @@ use std::thread::JoinHandle;
 use serde::Serialize;
 
 use self::committer::{Command, Committer, Completion, Queued, SealCompletion, Shared};
-pub(crate) use self::files::sync_directory;
-use self::files::{ActiveSegment, create_segment, repair_last_segment};
+use self::files::{ActiveSegment, create_segment, repair_last_segment, sync_directory};
 use crate::JournalError;
 use crate::format::{DEFAULT_MAX_SEGMENT_BYTES, Position, SegmentNumber};
 use crate::segment::list_segments;

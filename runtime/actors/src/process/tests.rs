@@ -1,5 +1,6 @@
 use super::*;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::test_support::alive;
 

@@ -11,7 +11,8 @@ use crate::output::{
 };
 use crate::queue::{FreshRange, ReturnedTask};
 use crate::resources::Resources;
-use crate::task::{Bucket, CopyState, JobRecord, Phase, StoredSpec};
+use crate::stored::StoredSpec;
+use crate::task::{Bucket, CopyState, JobRecord, Phase};
 
 impl Core {
     /// Accepts a job of `spec.count` tasks, queued at once (held back at once if a

@@ -27,7 +27,8 @@ use crate::output::{Counts, Disposition, Event, JobCounts, TaskStatus, TerminalS
 use crate::queue::{ReadyQueue, ReturnedTask, Taken};
 use crate::resources::Resources;
 use crate::speculation::Stragglers;
-use crate::task::{AttemptRecord, Bucket, JobRecord, Phase, Shapes, TaskRecord};
+use crate::stored::Shapes;
+use crate::task::{AttemptRecord, Bucket, JobRecord, Phase, TaskRecord};
 
 /// The pure scheduling core of a pilot: job and task state, the ready queue, node
 /// credit, retry/replay policy and exactly-once result acceptance.

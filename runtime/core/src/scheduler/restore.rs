@@ -9,7 +9,8 @@ use crate::horizon::Held;
 use crate::ids::{JobId, TaskId, Time};
 use crate::output::{EarlierAttempts, SubmittedJob, TerminalState};
 use crate::queue::{FreshRange, ReturnedTask};
-use crate::task::{Bucket, JobRecord, Phase, StoredSpec, TaskRecord};
+use crate::stored::StoredSpec;
+use crate::task::{Bucket, JobRecord, Phase, TaskRecord};
 
 impl Core {
     /// Re-creates a job that a previous root accepted, with the tasks at `finished`
