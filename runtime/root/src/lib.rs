@@ -1,11 +1,13 @@
 //! The root of a Saker pilot, as a library: the root actor that drives the pure
-//! scheduling core, the agent registry, client sessions and their protocol, the
-//! journal's records, walltime, and starting a whole pilot (pilot directory,
-//! credentials, QUIC endpoint, client socket, agent processes).
+//! scheduling core, the agent registry, client sessions, the journal's records,
+//! walltime, and starting a whole pilot (pilot directory, credentials, QUIC endpoint,
+//! client socket, agent processes).
 //!
 //! **Owns:** everything the pilot process does above the transport: turning client
-//! requests into core inputs, core outputs into frames, journal records and replies;
-//! the job specification format (`spec`, task files); result records.
+//! requests into core inputs, core outputs into frames, journal records and replies.
+//! The vocabulary it speaks with clients (the protocol, specs, task files, result
+//! records) is `saker-client`'s, re-exported under [`client`], [`spec`],
+//! [`taskfile`], [`results`] and [`attempts`].
 //!
 //! **Must never:** parse command lines or print for people (the `saker` binary in
 //! `pilot/` does that), exit the process, or block a tokio worker. Errors are typed
@@ -14,7 +16,7 @@
 //! **Start reading** at [`actor`]: the root actor's loop feeds `saker-core` and
 //! drains its outputs. [`pilot::Pilot::start`] assembles a pilot around it; the
 //! `saker` CLI and applications that embed a pilot both go through it. [`client`] is
-//! the client protocol (server and Rust client).
+//! the client protocol's server.
 //!
 //! Embedding a pilot: an application starts one, hands the root requests as a client
 //! would, and stops it. Agents are processes of a program the application names (here
@@ -70,7 +72,6 @@
 //! where every task crosses several hops, the compact validated binary frames pay.
 
 pub mod actor;
-pub mod attempts;
 pub mod client;
 pub mod compact;
 mod error;
@@ -79,11 +80,12 @@ pub mod lock;
 pub mod offer;
 pub mod pilot;
 pub mod records;
-pub mod results;
 pub mod slurm;
-pub mod spec;
 pub mod standbys;
-pub mod taskfile;
+
+/// The vocabulary every side speaks, `saker-client`'s, under the paths the root has
+/// always named it by (`crate::spec::TaskSpec`, `crate::results::ResultRecord`).
+pub use saker_client::{attempts, results, spec, taskfile};
 
 pub use error::PilotError;
 pub use local::AgentCommand;

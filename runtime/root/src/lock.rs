@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, fcntl};
+pub use saker_client::host::{this_host, this_node};
 
 /// The lock file, in the pilot directory.
 pub const LOCK_FILE: &str = "root.lock";
@@ -131,23 +132,6 @@ pub fn held(dir: &Path) -> Result<bool, LockError> {
     let mut request = whole_file();
     fcntl(&file, FcntlArg::F_OFD_GETLK(&mut request)).map_err(|errno| io_error(&path, errno))?;
     Ok(request.l_type != libc::F_UNLCK as libc::c_short)
-}
-
-/// The Slurm node this process runs on (`SLURMD_NODENAME`, set in every step and
-/// batch script), else its host name: what `srun -w` takes.
-pub fn this_node() -> String {
-    std::env::var("SLURMD_NODENAME")
-        .ok()
-        .filter(|node| !node.is_empty())
-        .unwrap_or_else(this_host)
-}
-
-/// This machine's host name ("" if it has none).
-pub fn this_host() -> String {
-    nix::unistd::gethostname()
-        .ok()
-        .and_then(|host| host.into_string().ok())
-        .unwrap_or_default()
 }
 
 fn open(dir: &Path) -> Result<(PathBuf, File), LockError> {

@@ -535,37 +535,6 @@ async fn a_client_on_the_roots_host_uses_the_local_socket_else_tls() {
     assert_eq!(status.unwrap().queued, 2);
 }
 
-#[test]
-fn only_a_client_on_the_roots_host_takes_the_local_socket() {
-    let temporary = tempfile::tempdir().unwrap();
-    let pilot_dir = saker_transport::PilotDir::create(temporary.path().join("pilot")).unwrap();
-    let here = nix::unistd::gethostname()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
-    let mut endpoint = ClientEndpoint {
-        addr: "127.0.0.1:1".into(),
-        protocol: PROTOCOL_VERSION,
-        protocols: vec![PROTOCOL_VERSION],
-        pid: 1,
-        pilot_id: String::new(),
-        socket: Some("client.sock".into()),
-        host: Some(here),
-    };
-    assert_eq!(
-        endpoint.local_socket(&pilot_dir),
-        Some(pilot_dir.file_path("client.sock"))
-    );
-    endpoint.host = Some("another-host".into());
-    assert_eq!(endpoint.local_socket(&pilot_dir), None);
-    endpoint.host = None;
-    assert_eq!(
-        endpoint.local_socket(&pilot_dir),
-        None,
-        "an older root says no host"
-    );
-}
-
 /// The production path: `serve` with the pilot CA's TLS config, `Client::connect` from
 /// the pilot directory.
 #[tokio::test]

@@ -182,7 +182,7 @@ fn parse_item(line: &str) -> Result<Option<TaskItem>, TaskFileErrorKind> {
     }
     if text.starts_with('{') {
         let spec = serde_json::from_str::<TaskSpec>(text).map_err(|error| {
-            TaskFileErrorKind::InvalidJson(crate::client::describe_body_error(text, &error))
+            TaskFileErrorKind::InvalidJson(crate::codec::describe_body_error(text, &error))
         })?;
         spec.validate().map_err(TaskFileErrorKind::InvalidSpec)?;
         return Ok(Some(TaskItem::Spec(Box::new(spec))));

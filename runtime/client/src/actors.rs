@@ -89,7 +89,7 @@ pub enum ActorRestart {
 
 impl ActorRestart {
     /// The restarts allowed after an end of this kind.
-    pub(crate) fn allows(self, panicked: bool) -> u32 {
+    pub fn allows(self, panicked: bool) -> u32 {
         match self {
             ActorRestart::Never => 0,
             ActorRestart::OnNodeLoss { max_restarts } if !panicked => max_restarts,

@@ -162,4 +162,35 @@ mod tests {
             Err(EndpointError::Parse { .. })
         ));
     }
+
+    #[test]
+    fn only_a_client_on_the_roots_host_takes_the_local_socket() {
+        let temporary = tempfile::tempdir().unwrap();
+        let pilot_dir = PilotDir::create(temporary.path().join("pilot")).unwrap();
+        let here = nix::unistd::gethostname()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let mut endpoint = ClientEndpoint {
+            addr: "127.0.0.1:1".into(),
+            protocol: crate::PROTOCOL_VERSION,
+            protocols: vec![crate::PROTOCOL_VERSION],
+            pid: 1,
+            pilot_id: String::new(),
+            socket: Some("client.sock".into()),
+            host: Some(here),
+        };
+        assert_eq!(
+            endpoint.local_socket(&pilot_dir),
+            Some(pilot_dir.file_path("client.sock"))
+        );
+        endpoint.host = Some("another-host".into());
+        assert_eq!(endpoint.local_socket(&pilot_dir), None);
+        endpoint.host = None;
+        assert_eq!(
+            endpoint.local_socket(&pilot_dir),
+            None,
+            "an older root says no host"
+        );
+    }
 }

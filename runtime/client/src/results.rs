@@ -432,7 +432,7 @@ fn cells(record: &ResultRecord) -> [String; WIDTH] {
     ]
 }
 
-pub(crate) fn signal_name(signal: i32) -> String {
+pub fn signal_name(signal: i32) -> String {
     let name = match signal {
         1 => "SIGHUP",
         2 => "SIGINT",
@@ -532,9 +532,11 @@ impl<W: Write> TableWriter<W> {
     }
 }
 
-/// A plausible succeeded record, for tests across the crate.
-#[cfg(test)]
-pub(crate) fn sample_record(task: u64) -> ResultRecord {
+/// A plausible succeeded record, for tests here and in the crates that keep results
+/// (feature `test-support`).
+#[cfg(any(test, feature = "test-support"))]
+#[doc(hidden)]
+pub fn sample_record(task: u64) -> ResultRecord {
     ResultRecord {
         task: TaskId(task),
         job: JobId(1),

@@ -20,7 +20,7 @@ pub const DEFAULT_MAX_LINE_BYTES: usize = 64 << 20;
 
 /// Reads lines of at most `max_line_bytes` bytes (newline excluded).
 #[derive(Debug)]
-pub(crate) struct LineReader<R> {
+pub struct LineReader<R> {
     reader: BufReader<R>,
     line: Vec<u8>,
     max_line_bytes: usize,
@@ -38,7 +38,7 @@ pub enum ReadLineError {
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
-    pub(crate) fn new(reader: R, max_line_bytes: usize) -> Self {
+    pub fn new(reader: R, max_line_bytes: usize) -> Self {
         LineReader {
             reader: BufReader::with_capacity(64 << 10, reader),
             line: Vec::new(),
@@ -52,7 +52,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     ///
     /// Cancel safe: bytes consumed from the stream are kept in `self` until a whole
     /// line has been returned.
-    pub(crate) async fn next_line(&mut self) -> Result<Option<&[u8]>, ReadLineError> {
+    pub async fn next_line(&mut self) -> Result<Option<&[u8]>, ReadLineError> {
         loop {
             if std::mem::take(&mut self.returned) {
                 self.line.clear();
@@ -90,7 +90,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
 
 /// A message split into its parts; the body is still unparsed JSON text.
 #[derive(Debug)]
-pub(crate) struct Envelope<'a> {
+pub struct Envelope<'a> {
     pub id: Option<RequestId>,
     /// The message key (`"submit"`, `"ok"`…), if there was one.
     pub name: Option<String>,
@@ -100,7 +100,7 @@ pub(crate) struct Envelope<'a> {
 }
 
 /// Splits a JSON object line into id, message key and raw body.
-pub(crate) fn parse_envelope(line: &[u8]) -> Result<Envelope<'_>, serde_json::Error> {
+pub fn parse_envelope(line: &[u8]) -> Result<Envelope<'_>, serde_json::Error> {
     let mut deserializer = serde_json::Deserializer::from_slice(line);
     let envelope = (&mut deserializer).deserialize_map(EnvelopeVisitor)?;
     deserializer.end()?;
@@ -147,7 +147,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
 /// at fault and serde's message without its position (`jobs[0].spec.time_limit:
 /// invalid duration "5 parsecs": expected e.g. "90s", …`), rather than `… at line 1
 /// column 45`, which means nothing to whoever wrote the option.
-pub(crate) fn describe_body_error(body: &str, error: &serde_json::Error) -> String {
+pub fn describe_body_error(body: &str, error: &serde_json::Error) -> String {
     let text = error.to_string();
     let position = format!(" at line {} column {}", error.line(), error.column());
     let message = text.strip_suffix(&position).unwrap_or(&text);
@@ -240,7 +240,7 @@ fn json_path_at(text: &[u8], offset: usize) -> String {
 }
 
 /// One message line: `{"id":ID,"NAME":BODY}\n`, or `{"NAME":BODY}\n` without an id.
-pub(crate) fn encode(
+pub fn encode(
     id: Option<RequestId>,
     name: &str,
     body: &impl Serialize,
@@ -258,7 +258,7 @@ pub(crate) fn encode(
 }
 
 /// `encode` with a `null` id: for errors about a line whose id could not be read.
-pub(crate) fn encode_with_null_id(
+pub fn encode_with_null_id(
     name: &str,
     body: &impl Serialize,
 ) -> Result<Vec<u8>, serde_json::Error> {
@@ -315,7 +315,7 @@ mod tests {
     /// parser's position.
     #[test]
     fn body_errors_name_the_field_without_the_parser_position() {
-        use crate::client::protocol::{SubmitRequest, UpdateRequest};
+        use crate::protocol::{SubmitRequest, UpdateRequest};
         fn submit_error(body: &str) -> String {
             let error = serde_json::from_str::<SubmitRequest>(body).unwrap_err();
             describe_body_error(body, &error)
