@@ -17,10 +17,10 @@ use std::pin::Pin;
 
 use rkyv::rancor;
 use rkyv::util::AlignedVec;
-pub use saker_root::client::actors::{
+pub use saker_client::actors::{
     ActorId, ActorPlacement as Placement, ActorRestart as Restart, MAX_ACTOR_NAME_LEN,
 };
-use saker_root::client::actors::{ActorSpawnRequest, valid_actor_name};
+use saker_client::actors::{ActorSpawnRequest, valid_actor_name};
 use saker_wire::messages::MAX_FUNCTION_BYTES;
 
 use crate::context;
@@ -415,7 +415,7 @@ mod tests {
     fn restart_is_the_protocols_own_type_and_keeps_its_variants() {
         // One type: a `Restart` is what the spawn request carries, unconverted.
         let spawn = Spawn::<Counter>::new(1).restart(Restart::OnNodeLoss { max_restarts: 3 });
-        let protocol: saker_root::client::actors::ActorRestart = spawn.restart;
+        let protocol: saker_client::actors::ActorRestart = spawn.restart;
         assert_eq!(protocol, Restart::OnNodeLoss { max_restarts: 3 });
         assert_eq!(Restart::default(), Restart::Never);
         // The variants a program names (source-compatible with the former enum).

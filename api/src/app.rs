@@ -33,7 +33,7 @@ pub const CLI_ARGUMENT: &str = saker_actors::self_exe::APP_PREFIX;
 /// The worker kind of an application's tasks unless [`App::kind`] says otherwise.
 pub const DEFAULT_KIND: &str = "rust";
 /// Where `saker run --app` and `saker pilot --app` tell the driver its pilot is.
-pub use saker_root::client::PILOT_DIR_VAR;
+pub use saker_client::PILOT_DIR_VAR;
 
 /// An application: its task types and how to run its driver.
 #[derive(Debug)]

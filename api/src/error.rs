@@ -90,8 +90,8 @@ impl ActorError {
     }
 
     /// The typed error for a pilot's refusal of an actor request.
-    pub(crate) fn from_request(error: saker_root::client::RequestError) -> ActorError {
-        use saker_root::client::ErrorKind;
+    pub(crate) fn from_request(error: saker_client::RequestError) -> ActorError {
+        use saker_client::ErrorKind;
         let message = error.message;
         match error.kind {
             ErrorKind::ActorLost => ActorError::Lost { message },
@@ -120,7 +120,7 @@ pub enum Error {
     Connect {
         dir: PathBuf,
         #[source]
-        source: Box<saker_root::client::ClientError>,
+        source: Box<saker_client::ClientError>,
     },
     #[error("the pilot refused the request: {message}")]
     Refused { message: String },

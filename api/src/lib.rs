@@ -81,7 +81,7 @@ pub use options::TaskOptions;
 pub use pilot::Pilot;
 /// The pilot's id of a job: what [`TaskHandle::job`] gives and
 /// [`TaskOptions::after`] takes.
-pub use saker_root::results::JobId;
+pub use saker_client::results::JobId;
 pub use submit::{MapStream, Submitter, TaskHandle};
 pub use task::{CodecError, Data, Task};
 

@@ -6,15 +6,16 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ractor::ActorRef;
+use saker_client::results::ResultRecord;
+use saker_client::spec::JobRequest;
+use saker_client::{RequestError, StatusReport, SubmittedJob};
 use saker_root::actor::RootMsg;
-use saker_root::client::{ClientRequest, RequestError, ResultsItem, StatusReport, SubmittedJob};
-use saker_root::results::ResultRecord;
-use saker_root::spec::JobRequest;
+use saker_root::client::{ClientRequest, ResultsItem};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{ActorError, Error};
 use crate::remote::{FeedEnded, Lost, Remote, RemoteFeed};
-use saker_root::client::actors::ActorSpawnRequest;
+use saker_client::actors::ActorSpawnRequest;
 
 #[derive(Debug, Clone)]
 pub(crate) enum Link {

@@ -2,8 +2,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use saker_root::results::{JobId, Timestamp};
-use saker_root::spec::{FunctionSpec, JobRef, TaskSpec};
+use saker_client::results::{JobId, Timestamp};
+use saker_client::spec::{FunctionSpec, JobRef, TaskSpec};
 
 /// What a task needs and how it is treated; the defaults are one core, priority 0,
 /// no retries, no time limit. Built with chained setters:

@@ -12,9 +12,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use saker_root::client::StatusReport;
-use saker_root::results::{JobId, ResultRecord, TaskId, TerminalState};
-use saker_root::spec::{FunctionSpec, JobRequest};
+use saker_client::StatusReport;
+use saker_client::results::{JobId, ResultRecord, TaskId, TerminalState};
+use saker_client::spec::{FunctionSpec, JobRequest};
 use tokio::sync::mpsc;
 
 use crate::error::{Error, TaskError};
@@ -440,7 +440,7 @@ pub(crate) fn answers<O: Data>(record: &ResultRecord) -> Result<Vec<Answer<O>>, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use saker_root::client::NodeLoad;
+    use saker_client::NodeLoad;
 
     fn status(max_nodes: Option<u32>, joined: &[u32]) -> StatusReport {
         StatusReport {

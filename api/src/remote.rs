@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use saker_root::client::{Client, ClientError, RequestError, ResultStream, StreamEnd};
-use saker_root::results::ResultRecord;
+use saker_client::results::ResultRecord;
+use saker_client::{Client, ClientError, RequestError, ResultStream, StreamEnd};
 
 /// How long a driver looks for a root of its pilot after losing it.
 pub(crate) const RECONNECT_FOR: Duration = Duration::from_secs(60);

@@ -6,14 +6,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use saker_root::spec::MAX_FUNCTION_BYTES;
+use saker_client::spec::MAX_FUNCTION_BYTES;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::TaskError;
 use crate::options::TaskOptions;
 use crate::pilot::{JobCell, Pilot, Waiter, answers};
 use crate::task::{Answer, Task, encode_call};
-use saker_root::results::JobId;
+use saker_client::results::JobId;
 use std::sync::Arc;
 
 /// Most inputs `map` puts in one pilot task unless told otherwise.

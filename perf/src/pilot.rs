@@ -6,8 +6,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use saker_root::client::{CLIENT_ENDPOINT_FILE_NAME, Client, SubmitWait};
-use saker_root::spec::{JobRequest, TaskSpec};
+use saker_client::spec::{JobRequest, TaskSpec};
+use saker_client::{CLIENT_ENDPOINT_FILE_NAME, Client, SubmitWait};
 
 use crate::process::{ProcessGroup, TempDir, command_line, process_group_of, process_ids, tail};
 

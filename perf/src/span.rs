@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use saker_root::results::{ResultRecord, TerminalState, Timestamp};
+use saker_client::results::{ResultRecord, TerminalState, Timestamp};
 
 /// Every result of the pilot in `pilot_dir` (`saker results --format jsonl`; the
 /// pilot need not be running).

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use saker_root::client::StatusReport;
+use saker_client::StatusReport;
 
 use crate::cli::{AllocAction, AllocArgs};
 

@@ -42,7 +42,7 @@ pub fn spawn(path: &Path, args: &[String], pilot_dir: &Path) -> Result<tokio::pr
     let program = absolute(path)?;
     tokio::process::Command::new(&program)
         .args(args)
-        .env(saker_root::client::PILOT_DIR_VAR, pilot_dir)
+        .env(saker_client::PILOT_DIR_VAR, pilot_dir)
         .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("starting --app {}", program.display()))

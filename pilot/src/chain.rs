@@ -31,7 +31,7 @@ pub fn submit_continuation(script: &Path, args: &RunArgs) -> Result<Option<Slurm
         .with_context(|| format!("reading the batch script {}", script.display()))?;
     let time_limit_minutes = match &args.chain_time {
         Some(text) => {
-            let limit = saker_root::spec::parse_duration(text)
+            let limit = saker_client::spec::parse_duration(text)
                 .with_context(|| format!("--chain-time {text:?}"))?;
             Some(limit.as_secs().div_ceil(60) as u32)
         }

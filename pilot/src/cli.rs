@@ -170,7 +170,7 @@ impl ShapeArgs {
                 let Some((kind, command)) = given.split_once('=') else {
                     anyhow::bail!("--worker {given:?}: expected KIND=COMMAND");
                 };
-                if !saker_root::spec::valid_kind(kind) {
+                if !saker_client::spec::valid_kind(kind) {
                     anyhow::bail!(
                         "--worker {given:?}: a kind is letters, digits, '_' and '-' (at most 32)"
                     );
@@ -237,7 +237,7 @@ impl StragglerArgs {
         });
         let wait = match self.locality_wait.trim() {
             "0" => std::time::Duration::ZERO,
-            text => saker_root::spec::parse_duration(text)
+            text => saker_client::spec::parse_duration(text)
                 .map_err(|error| anyhow::anyhow!("--locality-wait {text:?}: {error}"))?,
         };
         Ok(saker_core::CoreConfig {
@@ -422,11 +422,11 @@ impl WalltimeArgs {
     /// The pilot's deadline (unix µs), if it has one.
     pub fn deadline(&self, agents: &saker_root::Agents) -> anyhow::Result<Option<u64>> {
         use anyhow::Context;
-        let margin = saker_root::spec::parse_duration(&self.walltime_margin)
+        let margin = saker_client::spec::parse_duration(&self.walltime_margin)
             .with_context(|| format!("--walltime-margin {:?}", self.walltime_margin))?;
         let budget = match &self.time_budget {
             Some(text) => Some(
-                saker_root::spec::parse_duration(text)
+                saker_client::spec::parse_duration(text)
                     .with_context(|| format!("--time-budget {text:?}"))?,
             ),
             None => None,

@@ -12,11 +12,11 @@ use crate::cli::{
     CancelArgs, DirArgs, ResultsArgs, ResultsFormat, StatusArgs, SubmitArgs, UpdateArgs, WaitArgs,
 };
 use crate::submission::{Part, requests_from};
-use saker_root::client::{Client, JobUpdate, WaitReport};
+use saker_client::results::{CsvWriter, JobId, ResultRecord, TableWriter, Timestamp, write_jsonl};
+use saker_client::spec::JobRef;
+use saker_client::{Client, JobUpdate, WaitReport};
 use saker_root::pilot::JOURNAL_DIR;
 use saker_root::records::Record;
-use saker_root::results::{CsvWriter, JobId, ResultRecord, TableWriter, Timestamp, write_jsonl};
-use saker_root::spec::JobRef;
 
 pub(crate) const CLIENT_NAME: &str = concat!("saker-cli/", env!("CARGO_PKG_VERSION"));
 
@@ -41,7 +41,7 @@ pub async fn submit(args: SubmitArgs) -> Result<ExitCode> {
                 .with_context(|| format!("--at {at:?}"))?,
         ),
         (None, Some(delay)) => {
-            let delay = saker_root::spec::parse_duration(delay)
+            let delay = saker_client::spec::parse_duration(delay)
                 .with_context(|| format!("--in {delay:?}"))?;
             Some(Timestamp::from_unix_micros(
                 Timestamp::now().unix_micros() + delay.as_micros() as u64,
@@ -51,7 +51,7 @@ pub async fn submit(args: SubmitArgs) -> Result<ExitCode> {
     };
     let every = match &args.every {
         Some(every) => Some(
-            saker_root::spec::parse_duration(every)
+            saker_client::spec::parse_duration(every)
                 .with_context(|| format!("--every {every:?}"))?,
         ),
         None => None,
@@ -64,7 +64,7 @@ pub async fn submit(args: SubmitArgs) -> Result<ExitCode> {
         ),
         None => None,
     };
-    let edit = |spec: &mut saker_root::spec::TaskSpec| {
+    let edit = |spec: &mut saker_client::spec::TaskSpec| {
         if not_before.is_some() {
             spec.not_before = not_before;
         }
@@ -141,7 +141,7 @@ fn print_wait(report: &WaitReport) {
 }
 
 pub async fn wait(args: WaitArgs) -> Result<ExitCode> {
-    let patience = saker_root::spec::parse_duration(&args.reconnect_for)
+    let patience = saker_client::spec::parse_duration(&args.reconnect_for)
         .with_context(|| format!("--reconnect-for {:?}", args.reconnect_for))?;
     let jobs: Option<Vec<JobId>> =
         (!args.jobs.is_empty()).then(|| args.jobs.iter().map(|j| JobId(*j)).collect());
@@ -203,7 +203,7 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
         };
         writeln!(out, "root      {} pid {}{since}{how}", root.host, root.pid)?;
     }
-    let standbys = saker_root::standbys::waiting(&args.dir.dir);
+    let standbys = saker_client::standbys::waiting(&args.dir.dir);
     if !standbys.is_empty() {
         let listed: Vec<String> = standbys
             .iter()
@@ -343,7 +343,7 @@ pub(crate) fn clock(seconds: u64) -> String {
     )
 }
 
-pub(crate) use saker_root::spec::format_micros as micros;
+pub(crate) use saker_client::spec::format_micros as micros;
 
 pub async fn cancel(args: CancelArgs) -> Result<ExitCode> {
     let client = connect(&args.dir).await?;
@@ -373,7 +373,7 @@ fn job_update(args: &UpdateArgs) -> Result<JobUpdate> {
                 .with_context(|| format!("--at {at:?}"))?,
         )),
         (None, Some(delay)) => {
-            let delay = saker_root::spec::parse_duration(delay)
+            let delay = saker_client::spec::parse_duration(delay)
                 .with_context(|| format!("--in {delay:?}"))?;
             Some(Some(Timestamp::from_unix_micros(
                 Timestamp::now().unix_micros() + delay.as_micros() as u64,
@@ -385,7 +385,7 @@ fn job_update(args: &UpdateArgs) -> Result<JobUpdate> {
         None => None,
         Some("none") => Some(None),
         Some(limit) => Some(Some(
-            saker_root::spec::parse_duration(limit)
+            saker_client::spec::parse_duration(limit)
                 .with_context(|| format!("--time-limit {limit:?}"))?,
         )),
     };
@@ -420,7 +420,7 @@ pub async fn results(args: ResultsArgs) -> Result<ExitCode> {
                     Ok(record) => sink.write(&record)?,
                     // The pilot's own words name the task and say why (no result yet,
                     // or compacted away under --keep-results).
-                    Err(saker_root::client::ClientError::Server(error)) => {
+                    Err(saker_client::ClientError::Server(error)) => {
                         eprintln!("saker: {}", error.message);
                         missing += 1;
                     }
@@ -544,7 +544,7 @@ impl OfflineCompaction {
 /// when the pilot goes away, until a pilot ends the stream (shutdown) or none is
 /// reachable for `--reconnect-for`.
 async fn follow(args: &ResultsArgs, sink: &mut ResultsSink) -> Result<()> {
-    let patience = saker_root::spec::parse_duration(&args.reconnect_for)
+    let patience = saker_client::spec::parse_duration(&args.reconnect_for)
         .with_context(|| format!("--reconnect-for {:?}", args.reconnect_for))?;
     let mut next = 1;
     let mut unreachable_since: Option<std::time::Instant> = None;

@@ -61,7 +61,7 @@ impl ElasticArgs {
             return Ok(None);
         }
         let duration = |flag: &str, text: &str| {
-            saker_root::spec::parse_duration(text).with_context(|| format!("--{flag} {text:?}"))
+            saker_client::spec::parse_duration(text).with_context(|| format!("--{flag} {text:?}"))
         };
         let micros = |d: std::time::Duration| d.as_micros().min(u128::from(u64::MAX)) as u64;
         if self.nodes_per_allocation == 0 || self.max_nodes < self.nodes_per_allocation {

@@ -25,7 +25,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
-use saker_root::client::{Client, NodeLoad, StatusReport};
+use saker_client::{Client, NodeLoad, StatusReport};
 use tokio::net::TcpListener;
 
 /// The file in the pilot directory naming the address the metrics are served on.
@@ -271,7 +271,7 @@ fn gauge_type() -> prometheus_client::metrics::MetricType {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use saker_root::client::StageSummary;
+    use saker_client::StageSummary;
 
     #[test]
     fn status_becomes_openmetrics_text_with_labels_and_an_end() {

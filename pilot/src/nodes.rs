@@ -4,7 +4,7 @@
 use clap::Args;
 use saker_node::FlagError;
 use saker_node::offer::NodeOffer;
-use saker_root::offer::NodeOptions;
+use saker_node::offer::NodeOptions;
 
 /// What each node offers beyond its cores. Whatever is not given is found on each
 /// node (docs/resources.md).

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::ProgressMode;
-use saker_root::client::StatusReport;
+use saker_client::StatusReport;
 
 #[derive(Debug)]
 pub struct Progress {

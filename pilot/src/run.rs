@@ -7,9 +7,10 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use tokio::sync::{mpsc, oneshot};
 
-use saker_root::client::{ClientRequest, ResultsItem, StatusReport, WaitReport};
+use saker_client::results::TerminalState;
+use saker_client::{StatusReport, WaitReport};
+use saker_root::client::{ClientRequest, ResultsItem};
 use saker_root::pilot::{Pilot, PilotOptions};
-use saker_root::results::TerminalState;
 
 use crate::cli::{JournalArgs, RunArgs, ShapeArgs, WalltimeArgs};
 use crate::progress::Progress;
@@ -175,7 +176,7 @@ fn report_unstarted(status: &StatusReport, dir: &std::path::Path, temporary: boo
 
 async fn drive(
     pilot: &mut Pilot,
-    requests: Vec<saker_root::spec::JobRequest>,
+    requests: Vec<saker_client::spec::JobRequest>,
     args: &RunArgs,
     started: Instant,
 ) -> Result<RunEnd> {
@@ -421,7 +422,7 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
         let connected = async {
             crate::metrics::publish(&listener, &args.dir)?;
             // A client session of its own, like any monitor's.
-            saker_root::client::Client::connect(&args.dir, "saker metrics")
+            saker_client::Client::connect(&args.dir, "saker metrics")
                 .await
                 .context("connecting the metrics endpoint to the pilot")
         };

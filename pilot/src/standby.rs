@@ -84,7 +84,7 @@ fn nodes_for(count: usize, dir: &Path) -> Vec<String> {
             return Vec::new();
         }
     };
-    let taken: Vec<String> = saker_root::standbys::waiting(dir)
+    let taken: Vec<String> = saker_client::standbys::waiting(dir)
         .into_iter()
         .map(|standby| standby.node)
         .collect();
@@ -128,7 +128,7 @@ pub async fn stop(standbys: &mut Vec<Child>, dir: &Path) {
         }
     }
     // Killed, they could not take themselves off the list: listing drops them.
-    saker_root::standbys::waiting(dir);
+    saker_client::standbys::waiting(dir);
 }
 
 /// Runs the root of a pilot with standbys inside an allocation as a child of this
@@ -160,7 +160,7 @@ pub async fn keep(dir: &Path) -> Result<ExitCode> {
     };
     // A standby may have taken the lock already, or be about to.
     let taken_over = saker_root::lock::held(dir).unwrap_or(false)
-        || !saker_root::standbys::waiting(dir).is_empty();
+        || !saker_client::standbys::waiting(dir).is_empty();
     if another_root || status.success() || saker_root::lock::stopped(dir) || !taken_over {
         return Ok(crate::app::exit_code(status));
     }

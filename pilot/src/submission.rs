@@ -3,12 +3,12 @@
 use anyhow::{Context, Result, bail};
 
 use crate::cli::TaskArgs;
-use saker_root::spec::{
+use saker_client::spec::{
     ArraySpec, HpcOptions, JobRequest, LauncherKind, MpiKind, SpecDefaults, parse_duration,
     parse_memory_mib,
 };
-use saker_root::spec::{Commands, JobLines, JobRef, TaskSpec};
-use saker_root::taskfile::{TaskFile, TaskItem};
+use saker_client::spec::{Commands, JobLines, JobRef, TaskSpec};
+use saker_client::taskfile::{TaskFile, TaskItem};
 
 /// The defaults the CLI options give every task of the submission.
 pub fn defaults_from(args: &TaskArgs) -> Result<SpecDefaults> {

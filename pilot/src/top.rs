@@ -19,8 +19,8 @@ use ratatui::layout::{Constraint, Layout};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Gauge, Paragraph, Row, Table};
-use saker_root::client::StatusReport;
-use saker_root::results::{ResultRecord, TerminalState};
+use saker_client::StatusReport;
+use saker_client::results::{ResultRecord, TerminalState};
 use tokio::sync::mpsc;
 
 use crate::cli::TopArgs;
@@ -32,7 +32,7 @@ pub async fn top(args: TopArgs) -> Result<ExitCode> {
     if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
         anyhow::bail!("saker top draws in a terminal; for a snapshot, use saker status");
     }
-    let every = saker_root::spec::parse_duration(&args.interval)
+    let every = saker_client::spec::parse_duration(&args.interval)
         .with_context(|| format!("--interval {:?}", args.interval))?
         .max(Duration::from_millis(100));
     // Connected before the screen is taken: a wrong directory prints as usual.
@@ -88,8 +88,8 @@ pub async fn top(args: TopArgs) -> Result<ExitCode> {
 
 /// The next result of the stream, or never once it has ended.
 async fn next_result(
-    stream: &mut Option<saker_root::client::ResultStream>,
-) -> Result<Option<ResultRecord>, saker_root::client::ClientError> {
+    stream: &mut Option<saker_client::ResultStream>,
+) -> Result<Option<ResultRecord>, saker_client::ClientError> {
     match stream {
         Some(stream) => stream.next().await,
         None => std::future::pending().await,

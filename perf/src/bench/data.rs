@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use saker_root::spec::{JobRef, JobRequest, TaskSpec};
+use saker_client::spec::{JobRef, JobRequest, TaskSpec};
 
 use super::{Setup, client_runtime};
 use crate::options::Benchmark;

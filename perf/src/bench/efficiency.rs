@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use saker_root::spec::{ArraySpec, JobRequest, TaskSpec};
+use saker_client::spec::{ArraySpec, JobRequest, TaskSpec};
 
 use super::{Setup, client_runtime};
 use crate::options::Benchmark;

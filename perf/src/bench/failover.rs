@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use saker_root::spec::{JobRequest, TaskSpec};
+use saker_client::spec::{JobRequest, TaskSpec};
 
 use super::{Setup, Summary, client_runtime, summary};
 use crate::options::Benchmark;

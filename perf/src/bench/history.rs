@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use hdrhistogram::Histogram;
-use saker_root::client::Client;
-use saker_root::spec::{ArraySpec, Commands, JobLines, JobRequest, TaskSpec};
+use saker_client::Client;
+use saker_client::spec::{ArraySpec, Commands, JobLines, JobRequest, TaskSpec};
 
 use super::memory::true_spec;
 use super::{Setup, client_runtime};

@@ -18,8 +18,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
-use saker_root::results::ResultRecord;
-use saker_root::spec::{JobRequest, MpiKind, TaskSpec};
+use saker_client::results::ResultRecord;
+use saker_client::spec::{JobRequest, MpiKind, TaskSpec};
 
 use super::{Setup, Summary, client_runtime, summary};
 use crate::options::Benchmark;

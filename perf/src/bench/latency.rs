@@ -18,7 +18,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
-use saker_root::spec::{JobRequest, TaskSpec};
+use saker_client::spec::{JobRequest, TaskSpec};
 
 use super::{Setup, client_runtime, journal_label};
 use crate::options::Benchmark;
@@ -161,7 +161,7 @@ async fn measure(
                 let record = stream.next().await?.context("the results stream ended")?;
                 if record.job == job {
                     anyhow::ensure!(
-                        record.state == saker_root::results::TerminalState::Succeeded,
+                        record.state == saker_client::results::TerminalState::Succeeded,
                         "job {}: {:?}",
                         job.0,
                         record.state
@@ -188,7 +188,7 @@ fn unix_micros() -> u64 {
 fn record_stages(
     stages: &mut [Histogram<u64>],
     sent: u64,
-    record: &saker_root::results::ResultRecord,
+    record: &saker_client::results::ResultRecord,
     arrived: u64,
 ) {
     let (Some(dispatched), Some(received), Some(started), Some(accepted)) = (

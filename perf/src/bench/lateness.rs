@@ -10,8 +10,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use hdrhistogram::Histogram;
-use saker_root::results::Timestamp;
-use saker_root::spec::{JobRequest, TaskSpec};
+use saker_client::results::Timestamp;
+use saker_client::spec::{JobRequest, TaskSpec};
 
 use super::{Setup, client_runtime};
 use crate::options::Benchmark;

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use saker_root::spec::{ArraySpec, JobRequest, TaskSpec};
+use saker_client::spec::{ArraySpec, JobRequest, TaskSpec};
 
 use super::{Setup, client_runtime};
 use crate::options::Benchmark;

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use saker_root::spec::{Commands, JobLines, TaskSpec};
+use saker_client::spec::{Commands, JobLines, TaskSpec};
 
 use super::{Setup, client_runtime, summary};
 use crate::options::Benchmark;

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use saker_root::spec::{ArraySpec, JobRequest};
+use saker_client::spec::{ArraySpec, JobRequest};
 
 use super::memory::{QUEUE_ONLY, check_queued, submit_singles, true_spec};
 use super::{Setup, Summary, client_runtime, summary};

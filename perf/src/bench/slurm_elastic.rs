@@ -6,8 +6,8 @@ use std::ffi::OsStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use saker_root::results::Timestamp;
-use saker_root::spec::{ArraySpec, JobRequest, TaskSpec};
+use saker_client::results::Timestamp;
+use saker_client::spec::{ArraySpec, JobRequest, TaskSpec};
 
 use super::slurm_startup::IDLE_TIMEOUT;
 use super::{Setup, client_runtime, summary};

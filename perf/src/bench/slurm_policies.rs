@@ -8,8 +8,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use saker_client::spec::{ArraySpec, JobRequest, TaskSpec};
 use saker_core::provision::Policy;
-use saker_root::spec::{ArraySpec, JobRequest, TaskSpec};
 
 use super::slurm_startup::IDLE_TIMEOUT;
 use super::{Setup, client_runtime, summary};
@@ -208,7 +208,7 @@ async fn bursts(pilot: &RunningPilot) -> Result<(BTreeSet<u32>, Duration, u64)> 
 async fn watch(
     pilot: &RunningPilot,
     jobs: &mut BTreeSet<u32>,
-    done: impl Fn(&saker_root::client::StatusReport) -> bool,
+    done: impl Fn(&saker_client::StatusReport) -> bool,
 ) -> Result<()> {
     let started = Instant::now();
     loop {
@@ -225,7 +225,7 @@ async fn watch(
 async fn watch_once(
     pilot: &RunningPilot,
     jobs: &mut BTreeSet<u32>,
-) -> Result<saker_root::client::StatusReport> {
+) -> Result<saker_client::StatusReport> {
     let status = pilot.client.status().await?;
     jobs.extend(status.allocations.iter().filter_map(|a| a.job_id));
     Ok(status)

@@ -7,9 +7,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use saker_root::client::{CLIENT_ENDPOINT_FILE_NAME, Client};
-use saker_root::results::{JobId, Timestamp};
-use saker_root::spec::{JobRequest, TaskSpec};
+use saker_client::results::{JobId, Timestamp};
+use saker_client::spec::{JobRequest, TaskSpec};
+use saker_client::{CLIENT_ENDPOINT_FILE_NAME, Client};
 
 use super::{Setup, Summary, client_runtime, summary};
 use crate::options::Benchmark;

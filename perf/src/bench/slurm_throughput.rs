@@ -147,8 +147,8 @@ fn checked_span(saker: &Path, pilot_dir: &Path, tasks: u64, nodes: usize) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use saker_root::spec::{SpecDefaults, TaskSpec};
-    use saker_root::taskfile::TaskFile;
+    use saker_client::spec::{SpecDefaults, TaskSpec};
+    use saker_client::taskfile::TaskFile;
 
     #[test]
     fn task_file_holds_one_true_spec_per_line() {

@@ -25,10 +25,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use saker_root::client::{Client, StatusReport};
-use saker_root::results::TerminalState;
-use saker_root::spec::{ArraySpec, JobRequest};
-use saker_root::standbys::{STANDBY_DIR, Standby};
+use saker_client::results::TerminalState;
+use saker_client::spec::{ArraySpec, JobRequest};
+use saker_client::standbys::{STANDBY_DIR, Standby};
+use saker_client::{Client, StatusReport};
 
 use super::memory::true_spec;
 use super::{Setup, client_runtime};

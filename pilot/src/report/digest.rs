@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use hdrhistogram::Histogram;
-use saker_root::attempts::{AttemptEnd, AttemptNote};
+use saker_client::attempts::{AttemptEnd, AttemptNote};
+use saker_client::results::{ResultRecord, TerminalState};
 use saker_root::records::Record;
-use saker_root::results::{ResultRecord, TerminalState};
 
 /// Groups of failures shown; the rest are summed in one row.
 const FAILURE_GROUPS: usize = 40;

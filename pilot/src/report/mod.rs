@@ -13,10 +13,10 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context as _, Result};
-use saker_root::client::Client;
+use saker_client::Client;
+use saker_client::results::Timestamp;
 use saker_root::pilot::JOURNAL_DIR;
 use saker_root::records::Record;
-use saker_root::results::Timestamp;
 
 use self::digest::Digest;
 use self::page::{Context, LiveFigures};

@@ -10,7 +10,7 @@ use serde_json::json;
 use super::digest::{Digest, FailureGroup, STAGES};
 use super::plots::Plot;
 use super::timeline::Timeline;
-use saker_root::results::Timestamp;
+use saker_client::results::Timestamp;
 
 /// What the page says besides the digest.
 #[derive(Debug, Clone)]
@@ -107,7 +107,7 @@ fn esc(text: &str) -> String {
 }
 
 /// A duration in microseconds, short (the one human format: `format_micros`).
-pub use saker_root::spec::format_micros as duration;
+pub use saker_client::spec::format_micros as duration;
 
 const STYLE: &str = "body{font-family:sans-serif;margin:24px auto;max-width:1040px;color:#222}\
 h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}\

@@ -433,5 +433,5 @@ pub fn stage_histograms(digest: &Digest) -> Result<Vec<Plot>> {
 
 /// A duration in seconds as a short axis label.
 fn seconds_label(seconds: f64) -> String {
-    saker_root::spec::format_micros((seconds * 1e6).round().max(0.0) as u64)
+    saker_client::spec::format_micros((seconds * 1e6).round().max(0.0) as u64)
 }

@@ -111,7 +111,7 @@ pub async fn run(args: AgentArgs) -> Result<ExitCode, Error> {
     let advertise = match args.advertise {
         Some(ip) => Some(ip),
         None if site.bind.ip().is_unspecified() => {
-            Some(saker_root::pilot::host_address(&site.hostname).await?)
+            Some(crate::address::host_address(&site.hostname).await?)
         }
         None => None,
     };

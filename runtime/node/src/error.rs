@@ -72,7 +72,7 @@ pub enum Error {
     },
     /// The address other nodes would reach this one at.
     #[error(transparent)]
-    Address(#[from] saker_root::PilotError),
+    Address(#[from] crate::address::AddressError),
     #[error(transparent)]
     Agent(#[from] saker_actors::node::NodeError),
     #[error("cannot start the async runtime")]

@@ -6,14 +6,20 @@
 //! It exists so that two binaries can serve these roles without either carrying the
 //! other: the `saker` command line (`saker agent …`, crate `saker-pilot`) and every
 //! application built on the `saker` API crate, whose own binary is its pilot's agents
-//! (`myapp __saker agent …`). The agent's flags are defined here once, for both.
+//! (`myapp __saker agent …`). The agent's flags are defined here once, for both, and
+//! written here for the root that starts agents ([`offer::agent_arguments`]), so a
+//! writer and its reader cannot drift apart.
 //!
-//! It must never depend on the command-line crate, nor pull in clap, ratatui,
-//! plotters, hyper, prometheus-client or indicatif: an application links this crate,
-//! and the API crate's tests fail if its dependency tree holds any of them. Its flags
-//! are parsed with `lexopt`, which has no dependencies. It prints for people only what
-//! a role must (usage, a fatal error) and returns typed errors ([`Error`]).
+//! It must never depend on the root (the root depends on it, for those flags and for
+//! [`address::host_address`]; an agent links the vocabulary, `saker-client`, not the
+//! root's journal, libslurm and actor) nor on the command-line crate, nor pull in
+//! clap, ratatui, plotters, hyper, prometheus-client or indicatif: an application
+//! links this crate, and the API crate's tests fail if its dependency tree holds any
+//! of them. Its flags are parsed with `lexopt`, which has no dependencies. It prints
+//! for people only what a role must (usage, a fatal error) and returns typed errors
+//! ([`Error`]).
 
+pub mod address;
 pub mod agent;
 mod error;
 pub mod flags;

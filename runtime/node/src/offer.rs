@@ -1,17 +1,83 @@
 //! What a node offers beyond its cores, and the heartbeats of its links, as flags give
 //! them: an agent's (`--gpus-per-node`, `--pin-cpus`, `--heartbeat-timeout`, …), and the
 //! same settings of `saker run` and `saker pilot`, which pass them on to their agents.
-//! Checked here once for both.
+//! Checked here once for both, and written here for the root that starts the agents
+//! ([`agent_arguments`], [`liveness_arguments`]): the writer beside its reader, so
+//! that one test reads back what the root writes (`flags/tests.rs`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use saker_actors::liveness::Liveness;
 use saker_actors::resources::{Declared, PinCpus};
-use saker_root::offer::NodeOptions;
-use saker_root::spec::{parse_duration, parse_memory_mib};
+use saker_client::spec::{parse_duration, parse_memory_mib, valid_resource_name};
 
 use crate::error::FlagError;
+
+/// What the user said of the nodes, for every agent of a pilot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeOptions {
+    pub declared: Declared,
+    /// Account memory but never limit it (no cgroups).
+    pub no_memory_limits: bool,
+    /// Where each node keeps its data items (node-local; default: `$TMPDIR`).
+    pub scratch: Option<PathBuf>,
+    /// `scratch` is on a filesystem every node sees.
+    pub shared_scratch: bool,
+}
+
+/// The `saker agent` flags that pass `declared` (an agent's share, or what every node
+/// was declared to offer) and the rest of `options` on.
+pub fn agent_arguments(declared: &Declared, options: &NodeOptions) -> Vec<String> {
+    let mut args = Vec::new();
+    let list = |items: &mut dyn Iterator<Item = String>| items.collect::<Vec<_>>().join(",");
+    match &declared.pin {
+        PinCpus::Auto => {}
+        PinCpus::Off => args.extend(["--pin-cpus".into(), "off".into()]),
+        PinCpus::List(cpus) => {
+            args.push("--pin-cpus".into());
+            args.push(list(&mut cpus.iter().map(u32::to_string)));
+        }
+    }
+    if let Some(ids) = &declared.gpu_ids {
+        // An empty list (this agent gets none) is `none`: clap takes no empty value.
+        args.push("--gpu-ids".into());
+        args.push(if ids.is_empty() {
+            "none".into()
+        } else {
+            list(&mut ids.iter().cloned())
+        });
+    } else if let Some(count) = declared.gpus {
+        args.extend(["--gpus-per-node".into(), count.to_string()]);
+    }
+    if let Some(mib) = declared.memory_mib {
+        args.extend(["--mem-per-node".into(), format!("{mib}M")]);
+    }
+    for (name, amount) in &declared.custom {
+        args.extend(["--node-resource".into(), format!("{name}={amount}")]);
+    }
+    if options.no_memory_limits {
+        args.push("--no-memory-limits".into());
+    }
+    if let Some(scratch) = &options.scratch {
+        args.push("--scratch".into());
+        args.push(scratch.display().to_string());
+    }
+    if options.shared_scratch {
+        args.push("--shared-scratch".into());
+    }
+    args
+}
+
+/// The `saker agent` flags that give an agent the pilot's heartbeat settings.
+pub fn liveness_arguments(liveness: &Liveness) -> [String; 4] {
+    [
+        "--heartbeat-interval".to_string(),
+        format!("{}ms", liveness.interval.as_millis()),
+        "--heartbeat-timeout".to_string(),
+        format!("{}ms", liveness.timeout.as_millis()),
+    ]
+}
 
 /// What each node offers beyond its cores. Whatever is not given is found on each
 /// node (docs/resources.md).
@@ -138,7 +204,7 @@ pub fn named_amounts(
         let Some((name, amount)) = given.split_once('=') else {
             return Err(invalid(given, "expected NAME=N"));
         };
-        if !saker_root::spec::valid_resource_name(name) {
+        if !valid_resource_name(name) {
             return Err(invalid(
                 given,
                 "a name is letters, digits, '_', '-' and '.' (at most 64)",

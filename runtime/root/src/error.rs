@@ -56,14 +56,9 @@ pub enum PilotError {
     RenewCredentials(#[source] CredentialError),
     #[error("starting the root actor (restoring the journal)")]
     StartRoot(#[source] ractor::SpawnErr),
-    #[error("resolving this node's host name {host:?}")]
-    ResolveHost {
-        host: String,
-        #[source]
-        source: io::Error,
-    },
-    #[error("{host:?} has no IPv4 address")]
-    NoIpv4 { host: String },
+    /// The address agents on other nodes dial.
+    #[error(transparent)]
+    Address(#[from] saker_node::address::AddressError),
     #[error("configuring TLS for the pilot's sockets")]
     TlsConfig(#[from] ConfigError),
     #[error("binding the agents' QUIC endpoint")]

@@ -7,6 +7,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use saker_actors::liveness::Liveness;
+/// The heartbeat flags are `saker-node`'s, beside the parser that reads them.
+pub use saker_node::offer::liveness_arguments;
 
 /// How many agents, with how many slots each, in a tree of what fan-out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,16 +180,6 @@ impl AgentProcesses {
     pub fn pids(&self) -> Vec<u32> {
         self.children.iter().filter_map(|c| c.id()).collect()
     }
-}
-
-/// The `saker agent` flags that give an agent the pilot's heartbeat settings.
-pub fn liveness_arguments(liveness: &Liveness) -> [String; 4] {
-    [
-        "--heartbeat-interval".to_string(),
-        format!("{}ms", liveness.interval.as_millis()),
-        "--heartbeat-timeout".to_string(),
-        format!("{}ms", liveness.timeout.as_millis()),
-    ]
 }
 
 #[cfg(test)]

@@ -3,68 +3,15 @@
 //! could ever run).
 //!
 //! Every agent finds its own node's GPUs, memory and CPUs
-//! ([`saker_actors::resources::discover`]). Local agents share one machine, so the
+//! ([`discover`]). Local agents share one machine, so the
 //! pilot finds them once and hands each agent its share: its own CPUs to pin to (when
 //! the machine has one per slot), its own GPUs, its part of the memory. Declared
 //! amounts (`--gpus-per-node`, `--mem-per-node`, `--node-resource`) are per node,
 //! which for local agents means per agent.
 
 use saker_actors::resources::{Declared, NodeResources, PinCpus, Probe, discover};
-
-/// What the user said of the nodes, for every agent of a pilot.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NodeOptions {
-    pub declared: Declared,
-    /// Account memory but never limit it (no cgroups).
-    pub no_memory_limits: bool,
-    /// Where each node keeps its data items (node-local; default: `$TMPDIR`).
-    pub scratch: Option<std::path::PathBuf>,
-    /// `scratch` is on a filesystem every node sees.
-    pub shared_scratch: bool,
-}
-
-/// The `saker agent` flags that pass `declared` (an agent's share, or what every node
-/// was declared to offer) and the rest of `options` on.
-pub fn agent_arguments(declared: &Declared, options: &NodeOptions) -> Vec<String> {
-    let mut args = Vec::new();
-    let list = |items: &mut dyn Iterator<Item = String>| items.collect::<Vec<_>>().join(",");
-    match &declared.pin {
-        PinCpus::Auto => {}
-        PinCpus::Off => args.extend(["--pin-cpus".into(), "off".into()]),
-        PinCpus::List(cpus) => {
-            args.push("--pin-cpus".into());
-            args.push(list(&mut cpus.iter().map(u32::to_string)));
-        }
-    }
-    if let Some(ids) = &declared.gpu_ids {
-        // An empty list (this agent gets none) is `none`: clap takes no empty value.
-        args.push("--gpu-ids".into());
-        args.push(if ids.is_empty() {
-            "none".into()
-        } else {
-            list(&mut ids.iter().cloned())
-        });
-    } else if let Some(count) = declared.gpus {
-        args.extend(["--gpus-per-node".into(), count.to_string()]);
-    }
-    if let Some(mib) = declared.memory_mib {
-        args.extend(["--mem-per-node".into(), format!("{mib}M")]);
-    }
-    for (name, amount) in &declared.custom {
-        args.extend(["--node-resource".into(), format!("{name}={amount}")]);
-    }
-    if options.no_memory_limits {
-        args.push("--no-memory-limits".into());
-    }
-    if let Some(scratch) = &options.scratch {
-        args.push("--scratch".into());
-        args.push(scratch.display().to_string());
-    }
-    if options.shared_scratch {
-        args.push("--shared-scratch".into());
-    }
-    args
-}
+/// The agents' flags are `saker-node`'s, beside the parser that reads them.
+pub use saker_node::offer::{NodeOptions, agent_arguments};
 
 /// Each local agent's share of this machine, for agents of `slots_per_agent` slots.
 pub fn local_shares(

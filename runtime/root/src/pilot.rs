@@ -448,7 +448,7 @@ impl Pilot {
                 .ok()
                 .and_then(|h| h.into_string().ok())
                 .unwrap_or_else(|| "localhost".to_string());
-            let ip = host_address(&host).await?;
+            let ip = saker_node::address::host_address(&host).await?;
             (IpAddr::V4(Ipv4Addr::UNSPECIFIED), Some(ip))
         } else {
             (IpAddr::V4(Ipv4Addr::LOCALHOST), None)
@@ -638,23 +638,6 @@ fn renew_credentials(dir: &PilotDir) -> Result<()> {
         dir.path().display()
     );
     Ok(())
-}
-
-/// The address of `hostname` as other nodes would dial it.
-pub async fn host_address(hostname: &str) -> Result<IpAddr> {
-    let resolve = |source| PilotError::ResolveHost {
-        host: hostname.to_owned(),
-        source,
-    };
-    let mut addresses = tokio::net::lookup_host((hostname, 0))
-        .await
-        .map_err(resolve)?;
-    addresses
-        .find(|a| a.is_ipv4())
-        .map(|a| a.ip())
-        .ok_or_else(|| PilotError::NoIpv4 {
-            host: hostname.to_owned(),
-        })
 }
 
 /// A random id for this root process's tree.

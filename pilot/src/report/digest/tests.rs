@@ -1,10 +1,10 @@
 use std::sync::Arc;
 
+use saker_client::attempts::{AttemptEnd, AttemptNote};
+use saker_client::results::{JobId, ResultRecord, TaskId, TerminalState, Timestamp};
+use saker_client::spec::{JobRequest, TaskSpec};
 use saker_core::NodeId;
-use saker_root::attempts::{AttemptEnd, AttemptNote};
 use saker_root::records::Record;
-use saker_root::results::{JobId, ResultRecord, TaskId, TerminalState, Timestamp};
-use saker_root::spec::{JobRequest, TaskSpec};
 
 use super::*;
 use crate::report::timeline::{BINS, Gantt, Timeline};
@@ -52,7 +52,7 @@ fn result(task: u64, job: u32, node: u32, start: f64, end: f64, state: TerminalS
         }),
         signal: None,
         reason: None,
-        failure: (state == TerminalState::Failed).then_some(saker_root::results::Failure::Exit),
+        failure: (state == TerminalState::Failed).then_some(saker_client::results::Failure::Exit),
         attempts: 1,
         node: Some("same-host".to_owned()),
         node_id: Some(node),

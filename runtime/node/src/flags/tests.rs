@@ -225,12 +225,13 @@ fn the_log_filter_is_the_flag_else_the_variable_else_warn() {
     assert_eq!(error.to_string(), "unknown flag '--dir'");
 }
 
-/// The command lines the root starts agents with (saker_root::local and ::slurm)
-/// are ones this parser takes, meaning what the root meant.
+/// The command lines the root starts agents with (`saker_root::local` and `::slurm`,
+/// through `agent_arguments` and `liveness_arguments`) are ones this parser takes,
+/// meaning what the root meant.
 #[test]
 fn the_flags_the_root_writes_are_the_flags_the_agent_reads() {
+    use crate::offer::{NodeOptions, agent_arguments, liveness_arguments};
     use saker_actors::resources::{Declared, PinCpus};
-    use saker_root::offer::{NodeOptions, agent_arguments};
     let liveness = Liveness::new(Duration::from_millis(250), Duration::from_secs(2)).unwrap();
     let declared = Declared {
         gpu_ids: Some(vec!["0".into(), "2".into()]),
@@ -250,7 +251,7 @@ fn the_flags_the_root_writes_are_the_flags_the_agent_reads() {
     ]
     .map(str::to_owned)
     .into();
-    args.extend(saker_root::local::liveness_arguments(&liveness));
+    args.extend(liveness_arguments(&liveness));
     args.extend(agent_arguments(&declared, &options));
     let args = agent(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(args.liveness, liveness);
