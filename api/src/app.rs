@@ -281,6 +281,9 @@ impl App {
             nodes: Default::default(),
             journal: Default::default(),
             elastic: None,
+            // A temporary pilot ends with its driver: nothing for a standby to take over.
+            standbys: None,
+            notices: Default::default(),
         })
         .await
         .map_err(|source| Error::Start {

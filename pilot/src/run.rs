@@ -54,6 +54,8 @@ impl PilotSettings<'_> {
             nodes: self.shape.nodes.options()?,
             journal: self.journal.options(),
             elastic: None,
+            standbys: None,
+            notices: notices(),
         })
     }
 }
@@ -125,6 +127,11 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
             Ok(ExitCode::from(EXIT_WALLTIME))
         }
     }
+}
+
+/// What the pilot tells people, on stderr as every line of ours.
+fn notices() -> saker_root::Notices {
+    saker_root::Notices::to(|notice| eprintln!("saker: {notice}"))
 }
 
 /// Exit code of a run stopped by its walltime with tasks left (resume to finish).
@@ -365,11 +372,15 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
     if args.standby > 0 && args.shape.app.is_some() {
         anyhow::bail!("--standby does not go with --app yet: the program is driven by one root");
     }
-    let in_allocation =
-        saker_root::slurm::Allocation::detect(|name| std::env::var(name).ok()).is_some();
-    if args.standby > 0 && in_allocation && !args.take_over && !args.kept {
+    if saker_root::standbys::keeper_needed(args.standby) && !args.take_over && !args.kept {
         // The batch step must outlive a root that dies: the root runs as a child.
-        return crate::standby::keep(&args.dir).await;
+        let root = crate::standby::kept_root()?;
+        return Ok(
+            match saker_root::standbys::keep(&root, &args.dir, &notices()).await? {
+                saker_root::standbys::Kept::Root(status) => crate::app::exit_code(status),
+                saker_root::standbys::Kept::Stopped => ExitCode::SUCCESS,
+            },
+        );
     }
     let options = PilotSettings {
         dir: args.dir.clone(),
@@ -385,10 +396,7 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
     options.elastic = args.elastic.options(args.shape.fanout)?;
     options.take_over = args.take_over;
     options.resume |= args.take_over;
-    if args.standby > 0 {
-        // Its agents may be adopted by a standby once this root is gone.
-        options.agent_command.args.push("--any-root".into());
-    }
+    options.standbys = crate::standby::options(args.standby)?;
     if options.elastic.is_some() {
         // The root alone runs here; agents come with the allocations.
         let shape = saker_root::local::ShapeRequest {
@@ -415,9 +423,6 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
         Err(error) => return Err(crate::cli::with_flags(error)),
     };
     eprintln!("saker: pilot running in {}", args.dir.display());
-    // A standby that took over replaces itself: the pilot keeps its N.
-    let replacing = if args.take_over { 1 } else { args.standby };
-    let mut standbys = crate::standby::spawn(replacing.min(args.standby), &args.dir)?;
     if let Some(listener) = metrics {
         let connected = async {
             crate::metrics::publish(&listener, &args.dir)?;
@@ -462,7 +467,6 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
         }
     }
     // A root that stops on purpose takes its standbys with it, before its lock goes.
-    crate::standby::stop(&mut standbys, &args.dir).await;
     pilot.wait_stopped().await?;
     Ok(code)
 }

@@ -77,6 +77,8 @@ pub enum PilotError {
     ClientEndpoint(#[from] EndpointError),
     #[error("cannot list this standby root in the pilot directory")]
     ListStandby(#[source] io::Error),
+    #[error(transparent)]
+    Standbys(#[from] crate::standbys::StandbyError),
     #[error("starting agent processes")]
     StartAgents(#[source] io::Error),
     #[error("starting the agents' srun step")]

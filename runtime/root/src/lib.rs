@@ -50,6 +50,8 @@
 //!     nodes: Default::default(),
 //!     journal: Default::default(),
 //!     elastic: None,
+//!     standbys: None,
+//!     notices: Default::default(),
 //! })
 //! .await?;
 //! let job = JobRequest::single(TaskSpec::new(vec!["hostname".into()]));
@@ -77,6 +79,7 @@ pub mod compact;
 mod error;
 pub mod local;
 pub mod lock;
+pub mod notice;
 pub mod offer;
 pub mod pilot;
 pub mod records;
@@ -89,4 +92,6 @@ pub use saker_client::{attempts, results, spec, taskfile};
 
 pub use error::PilotError;
 pub use local::AgentCommand;
+pub use notice::{Notice, Notices};
 pub use pilot::{Agents, ElasticOptions, Pilot, PilotOptions};
+pub use standbys::StandbyOptions;

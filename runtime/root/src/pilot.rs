@@ -22,10 +22,12 @@ use crate::actor::{Root, RootArgs, RootMsg};
 use crate::client::{self, ClientEndpoint, ClientRequest};
 use crate::error::PilotError;
 use crate::local::{AgentCommand, AgentProcesses, Shape, spawn_agents};
+use crate::notice::Notices;
 use crate::offer::{self, NodeOptions};
 use crate::records::Record;
 use crate::results::Timestamp;
 use crate::slurm::{Allocation, srun_agents};
+use crate::standbys::{StandbyOptions, StartedStandbys};
 use saker_actors::resources::{Declared, NodeResources, SystemProbe, discover};
 
 mod serve;
@@ -160,6 +162,10 @@ pub struct PilotOptions {
     /// Grow and shrink through batch allocations of their own (an elastic pilot; its
     /// `agents` are then none).
     pub elastic: Option<ElasticOptions>,
+    /// Standby roots, ready to take over if this root dies ([`crate::standbys`]).
+    pub standbys: Option<StandbyOptions>,
+    /// Where what a person should see goes (the root prints nothing).
+    pub notices: Notices,
 }
 
 /// An elastic pilot's settings (`saker pilot --elastic`).
@@ -277,6 +283,8 @@ pub struct Pilot {
     endpoint: quinn::Endpoint,
     client_server: ClientServer,
     agents: Option<AgentProcesses>,
+    /// The standby roots this root started, stopped before its lock goes.
+    standbys: StartedStandbys,
     shutdown: Arc<tokio::sync::Notify>,
     /// This root's hold on the directory, released when the process ends.
     _lock: crate::lock::RootLock,
@@ -284,8 +292,13 @@ pub struct Pilot {
 
 impl Pilot {
     /// Creates the pilot directory, starts the root and the local agents.
-    pub async fn start(options: PilotOptions) -> Result<Pilot> {
+    pub async fn start(mut options: PilotOptions) -> Result<Pilot> {
         saker_transport::crypto::install_crypto_provider()?;
+        if options.standbys.as_ref().is_some_and(|s| s.count > 0) {
+            // Its agents may be adopted by a standby once this root is gone.
+            let flag = crate::standbys::ANY_ROOT_FLAG;
+            options.agent_command.args.push(flag.into());
+        }
         let journal_dir = options.dir.join(JOURNAL_DIR);
         let (dir, lock, history) = if options.resume || options.take_over {
             let dir = PilotDir::open(&options.dir).map_err(|source| PilotError::OpenDir {
@@ -519,6 +532,10 @@ impl Pilot {
                 AgentProcesses::from_children(vec![step])
             }
         };
+        let standbys = match &options.standbys {
+            Some(standbys) => crate::standbys::spawn(standbys, options.take_over, dir.path())?,
+            None => StartedStandbys::default(),
+        };
         Ok(Pilot {
             root,
             root_done: tokio::spawn(async move {
@@ -528,6 +545,7 @@ impl Pilot {
             endpoint,
             client_server,
             agents: Some(agents),
+            standbys,
             shutdown,
             _lock: lock,
         })
@@ -587,8 +605,11 @@ impl Pilot {
         self.wait_stopped().await
     }
 
-    /// After a shutdown was requested: waits for agents, then stops the root.
+    /// After a shutdown was requested: stops the standbys, waits for agents, then
+    /// stops the root.
     pub async fn wait_stopped(&mut self) -> Result<()> {
+        // A root that stops on purpose takes its standbys with it, before its lock goes.
+        self.standbys.stop(self.dir.path()).await;
         if let Some(agents) = self.agents.take() {
             agents.wait(Duration::from_secs(10)).await;
         }

@@ -1,11 +1,203 @@
-//! Standby roots, the root's side: where new standbys go in an allocation
-//! ([`place`]), and a waiting standby's fencing of a root that answers nothing
-//! ([`fence_when_silent`]). The listing of waiting standbys (`DIR/standby/`) is
-//! `saker_client::standbys`, re-exported here, since clients read it too.
+//! Standby roots: processes that wait on a pilot directory, each ready to take the
+//! pilot over if its root dies (`saker pilot --standby N`, or any application that
+//! sets [`PilotOptions::standbys`](crate::PilotOptions::standbys)).
+//!
+//! **Owns:** the policy. A root with standbys starts them when it starts ([`spawn`]:
+//! `count` of them, or one after a takeover, to replace the standby that became this
+//! root), logs each to `DIR/logs/standby-N.log`, places them on other nodes of an
+//! allocation through one-task `srun` steps ([`place`]: a standby on the root's node
+//! dies with it), and stops them when it stops on purpose ([`StartedStandbys::stop`]).
+//! A waiting standby fences a root that answers nothing ([`fence_when_silent`]). In
+//! an allocation the root runs as a child of the batch script's process, which holds
+//! the allocation through a takeover ([`keep`]).
+//!
+//! **Must never:** decide how a standby is started: the caller's
+//! [`StandbyOptions::command`] says (for the CLI, this `saker pilot` again with
+//! `--take-over`), as [`AgentCommand`] says how agents start. Nor print: what a person
+//! should see is a [`Notice`](crate::notice::Notice).
+//!
+//! The listing of waiting standbys (`DIR/standby/`) is `saker_client::standbys`,
+//! re-exported here, since clients read it too.
 
+use std::io;
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
 
+use nix::sys::signal::Signal;
+use tokio::process::Child;
+
+use crate::local::AgentCommand;
+
+mod fence;
+mod keeper;
+
+pub use fence::fence_when_silent;
+pub use keeper::{KeepError, Kept, TAKEOVER_GRACE, keep, keeper_needed};
 pub use saker_client::standbys::{Listed, STANDBY_DIR, Standby, list_self, waiting};
+
+/// The `saker agent` flag that lets agents adopt a new root: a pilot with standbys
+/// gives it to every agent.
+pub const ANY_ROOT_FLAG: &str = "--any-root";
+
+/// How long a stopping root waits for each standby to end after SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// The standby roots a pilot keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StandbyOptions {
+    /// How many wait at any time.
+    pub count: u32,
+    /// Starts one: a program that starts this pilot with
+    /// [`take_over`](crate::PilotOptions::take_over) on the same directory, and the
+    /// same standby options (it starts one standby when it takes over). Its
+    /// arguments are complete; the root adds none.
+    pub command: AgentCommand,
+}
+
+impl StandbyOptions {
+    /// How many a root starts: all of them, or, for a standby that took over, one
+    /// to replace itself (the others still wait).
+    fn to_start(&self, took_over: bool) -> u32 {
+        if took_over {
+            self.count.min(1)
+        } else {
+            self.count
+        }
+    }
+}
+
+/// Why standbys could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum StandbyError {
+    #[error("creating {}", path.display())]
+    Log {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("starting a standby root")]
+    Start(#[source] io::Error),
+}
+
+/// The standbys this root started, killed if dropped (a root that stops on purpose
+/// stops them first: [`StartedStandbys::stop`]).
+#[derive(Debug, Default)]
+pub struct StartedStandbys {
+    children: Vec<Child>,
+}
+
+/// Starts the standbys `options` asks of the root of `dir`: this process, which
+/// `took_over` from another root or not.
+pub fn spawn(
+    options: &StandbyOptions,
+    took_over: bool,
+    dir: &Path,
+) -> Result<StartedStandbys, StandbyError> {
+    let count = options.to_start(took_over) as usize;
+    if count == 0 {
+        return Ok(StartedStandbys::default());
+    }
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).map_err(|source| StandbyError::Log {
+        path: logs.clone(),
+        source,
+    })?;
+    let nodes = nodes_for(count, dir);
+    let command = &options.command;
+    let children = (0..count)
+        .map(|index| {
+            let (log, file) = new_log(&logs)?;
+            let mut process = match nodes.get(index) {
+                Some(node) => {
+                    tracing::info!(log = %log.display(), %node, "starting a standby root");
+                    let mut srun = crate::slurm::srun_one("saker-standby");
+                    srun.arg(format!("--nodelist={node}")).arg(&command.program);
+                    srun
+                }
+                None => {
+                    tracing::info!(log = %log.display(), "starting a standby root");
+                    tokio::process::Command::new(&command.program)
+                }
+            };
+            process
+                .args(&command.args)
+                .envs(command.env.iter().map(|(k, v)| (k, v)))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(file)
+                // Killed with this root when it stops on purpose; a root that dies
+                // leaves them running, which is their point.
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(StandbyError::Start)
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(StartedStandbys { children })
+}
+
+impl StartedStandbys {
+    /// Stops these standbys, as the root of `dir` stops on purpose. SIGTERM first: an
+    /// `srun` passes it on to its standby on the other node, where a SIGKILL of
+    /// `srun` would leave it. (Others, started by a root before a takeover, find the
+    /// pilot stopped when they get its lock.)
+    pub async fn stop(&mut self, dir: &Path) {
+        if self.children.is_empty() {
+            return;
+        }
+        for standby in &self.children {
+            if let Some(pid) = standby.id() {
+                let _ =
+                    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGTERM);
+            }
+        }
+        for mut standby in self.children.drain(..) {
+            if tokio::time::timeout(STOP_GRACE, standby.wait())
+                .await
+                .is_err()
+            {
+                let _ = standby.kill().await;
+            }
+        }
+        // Killed, they could not take themselves off the list: listing drops them.
+        waiting(dir);
+    }
+}
+
+/// The nodes of this allocation for `count` standbys; none (so: this machine) outside
+/// one or in an allocation of one node.
+fn nodes_for(count: usize, dir: &Path) -> Vec<String> {
+    let Some(allocation) = crate::slurm::Allocation::detect(|name| std::env::var(name).ok()) else {
+        return Vec::new();
+    };
+    let nodes = match saker_slurm::hostlist::expand(&allocation.node_list) {
+        Ok(nodes) => nodes,
+        Err(error) => {
+            tracing::warn!(%error, list = %allocation.node_list,
+                "cannot read the allocation's nodes; standbys start on this node");
+            return Vec::new();
+        }
+    };
+    let taken: Vec<String> = waiting(dir)
+        .into_iter()
+        .map(|standby| standby.node)
+        .collect();
+    place(&nodes, &crate::lock::this_node(), &taken, count)
+}
+
+/// `standby-N.log` of the first N not taken: a standby that took over still writes
+/// its own.
+fn new_log(logs: &Path) -> Result<(PathBuf, std::fs::File), StandbyError> {
+    for number in 0.. {
+        let log = logs.join(format!("standby-{number}.log"));
+        match std::fs::File::create_new(&log) {
+            Ok(file) => return Ok((log, file)),
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(source) => return Err(StandbyError::Log { path: log, source }),
+        }
+    }
+    unreachable!("some number is free")
+}
 
 /// The nodes of an allocation (`nodes`, in order) for `count` new standbys of a root on
 /// `this`: never its own node (a standby there dies with it), and first the nodes
@@ -32,93 +224,6 @@ pub fn place(nodes: &[String], this: &str, taken: &[String], count: usize) -> Ve
         .collect()
 }
 
-/// While this standby waits for the lock, asks the root of `dir` for its `status`
-/// every `every`. A root that answers nothing for `silent_for` (stopped, deadlocked,
-/// its machine thrashing) is fenced: SIGKILLed, when it runs on this host and is
-/// still that root, which frees its lock for the standby. A starved root killed by
-/// mistake costs a takeover and the replay of what ran, never a result. Never
-/// returns: the caller races it against taking the lock.
-pub async fn fence_when_silent(
-    dir: PathBuf,
-    every: std::time::Duration,
-    silent_for: std::time::Duration,
-) -> std::convert::Infallible {
-    let mut heard = std::time::Instant::now();
-    loop {
-        tokio::time::sleep(every).await;
-        let probe = async {
-            let client = crate::client::Client::connect(&dir, "saker standby").await?;
-            client.status().await
-        };
-        let patience = every.max(std::time::Duration::from_secs(1));
-        if let Ok(Ok(_)) = tokio::time::timeout(patience, probe).await {
-            heard = std::time::Instant::now();
-            continue;
-        }
-        if heard.elapsed() < silent_for {
-            continue;
-        }
-        heard = std::time::Instant::now();
-        let Some(holder) = crate::lock::holder(&dir) else {
-            continue;
-        };
-        if holder.host == crate::lock::this_host() {
-            fence_here(&dir, &holder, silent_for);
-        } else if std::env::var_os("SLURM_JOB_ID").is_some() {
-            fence_on_node(&dir, &holder, silent_for).await;
-        } else {
-            tracing::error!(host = %holder.host, pid = holder.pid,
-                "the root answers nothing, and runs on another host outside an allocation: \
-                 this standby cannot fence it");
-        }
-    }
-}
-
-/// SIGKILLs the silent root `holder` on this host, if its pid is still that root
-/// (not reused since): its command line names the directory.
-fn fence_here(dir: &Path, holder: &crate::lock::Holder, silent_for: std::time::Duration) {
-    let cmdline = std::fs::read(format!("/proc/{}/cmdline", holder.pid)).unwrap_or_default();
-    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-    if holder.pid == std::process::id() || !cmdline.contains(&dir.display().to_string()) {
-        return;
-    }
-    tracing::warn!(pid = holder.pid, silent_for = ?silent_for,
-        "the root has answered nothing; killing it so that a standby takes over");
-    eprintln!(
-        "saker: the root (pid {}) answered nothing for {silent_for:?}; fencing it",
-        holder.pid
-    );
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(holder.pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    );
-}
-
-/// The same on the root's node of this allocation, through a one-task step there.
-async fn fence_on_node(dir: &Path, holder: &crate::lock::Holder, silent_for: std::time::Duration) {
-    tracing::warn!(pid = holder.pid, node = %holder.node, silent_for = ?silent_for,
-        "the root has answered nothing; killing it on its node so that a standby takes over");
-    eprintln!(
-        "saker: the root (pid {} on {}) answered nothing for {silent_for:?}; fencing it",
-        holder.pid, holder.node
-    );
-    let script = r#"tr '\0' ' ' < "/proc/$2/cmdline" | grep -qF -- "$1" && kill -KILL "$2""#;
-    let fenced = crate::slurm::srun_one("saker-fence")
-        .arg(format!("--nodelist={}", holder.node))
-        .args(["sh", "-c", script, "saker-fence"])
-        .arg(dir)
-        .arg(holder.pid.to_string())
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .status();
-    match tokio::time::timeout(std::time::Duration::from_secs(60), fenced).await {
-        Ok(Ok(status)) if status.success() => {}
-        Ok(Ok(status)) => tracing::error!(%status, "fencing the root on its node failed"),
-        Ok(Err(error)) => tracing::error!(%error, "cannot start srun to fence the root"),
-        Err(_) => tracing::error!("fencing the root on its node took over a minute"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,5 +236,56 @@ mod tests {
         // After a takeover on n2: n3 already has one.
         assert_eq!(place(&nodes, "n2", &["n3".into()], 1), ["n1"]);
         assert!(place(&["n1".into()], "n1", &[], 2).is_empty());
+    }
+
+    #[test]
+    fn a_root_that_took_over_starts_one_standby_to_replace_itself() {
+        let options = |count| StandbyOptions {
+            count,
+            command: AgentCommand {
+                program: "saker".into(),
+                args: Vec::new(),
+                env: Vec::new(),
+            },
+        };
+        assert_eq!(options(3).to_start(false), 3);
+        assert_eq!(options(3).to_start(true), 1);
+        assert_eq!(options(0).to_start(true), 0);
+    }
+
+    /// Each standby runs the caller's command as it is, logs to a file of its own,
+    /// and goes when the root stops on purpose.
+    #[tokio::test]
+    async fn standbys_run_the_given_command_with_a_log_each_and_stop_with_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = StandbyOptions {
+            count: 2,
+            command: AgentCommand {
+                program: "sh".into(),
+                args: vec!["-c".into(), "echo standby $WHO >&2; exec sleep 60".into()],
+                env: vec![("WHO".into(), "here".into())],
+            },
+        };
+        let mut started = spawn(&options, false, dir.path()).unwrap();
+        assert_eq!(started.children.len(), 2);
+        let logs = dir.path().join("logs");
+        let wrote = |n: u32| {
+            std::fs::read_to_string(logs.join(format!("standby-{n}.log"))).unwrap_or_default()
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !(wrote(0).contains("standby here") && wrote(1).contains("standby here")) {
+            assert!(std::time::Instant::now() < deadline, "both logs written");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        started.stop(dir.path()).await;
+        assert!(started.children.is_empty());
+
+        let replacing = spawn(&options, true, dir.path()).unwrap();
+        assert_eq!(
+            replacing.children.len(),
+            1,
+            "one, to replace the one that took over"
+        );
+        assert!(logs.join("standby-2.log").exists(), "a log of its own");
     }
 }
