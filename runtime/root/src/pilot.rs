@@ -22,7 +22,7 @@ use crate::actor::{Root, RootArgs, RootMsg};
 use crate::client::{self, ClientEndpoint, ClientRequest};
 use crate::error::PilotError;
 use crate::local::{AgentCommand, AgentProcesses, Shape, spawn_agents};
-use crate::notice::Notices;
+use crate::notice::{Notice, Notices};
 use crate::offer::{self, NodeOptions};
 use crate::records::Record;
 use crate::results::Timestamp;
@@ -30,8 +30,10 @@ use crate::slurm::{Allocation, srun_agents};
 use crate::standbys::{StandbyOptions, StartedStandbys};
 use saker_actors::resources::{Declared, NodeResources, SystemProbe, discover};
 
+mod open;
 mod serve;
 
+use open::Opened;
 use serve::{ClientServer, accept_agents, start_client_server};
 
 type Result<T, E = PilotError> = std::result::Result<T, E>;
@@ -168,6 +170,17 @@ pub struct PilotOptions {
     pub notices: Notices,
 }
 
+impl PilotOptions {
+    /// With standbys, every agent is told it may be adopted by one once this root is
+    /// gone.
+    fn let_standbys_adopt_agents(&mut self) {
+        if self.standbys.as_ref().is_some_and(|s| s.count > 0) {
+            let flag = crate::standbys::ANY_ROOT_FLAG;
+            self.agent_command.args.push(flag.into());
+        }
+    }
+}
+
 /// An elastic pilot's settings (`saker pilot --elastic`).
 #[derive(Debug, Clone)]
 pub struct ElasticOptions {
@@ -291,262 +304,50 @@ pub struct Pilot {
 }
 
 impl Pilot {
-    /// Creates the pilot directory, starts the root and the local agents.
+    /// Starts a pilot, step by step: its directory (created, or resumed and its
+    /// journal read back, or taken over by a standby), the journal writer, the root
+    /// actor, the agents' QUIC endpoint, the client socket, the agents, the standbys.
     pub async fn start(mut options: PilotOptions) -> Result<Pilot> {
         saker_transport::crypto::install_crypto_provider()?;
-        if options.standbys.as_ref().is_some_and(|s| s.count > 0) {
-            // Its agents may be adopted by a standby once this root is gone.
-            let flag = crate::standbys::ANY_ROOT_FLAG;
-            options.agent_command.args.push(flag.into());
-        }
-        let journal_dir = options.dir.join(JOURNAL_DIR);
-        let (dir, lock, history) = if options.resume || options.take_over {
-            let dir = PilotDir::open(&options.dir).map_err(|source| PilotError::OpenDir {
-                path: options.dir.clone(),
-                source,
-            })?;
-            let lock = if options.take_over {
-                tracing::info!("standby: waiting for the root to be gone");
-                // Listed for `saker status` while it waits.
-                let listed =
-                    crate::standbys::list_self(dir.path()).map_err(PilotError::ListStandby)?;
-                let path = dir.path().to_path_buf();
-                let waiting =
-                    tokio::task::spawn_blocking(move || crate::lock::RootLock::wait(&path));
-                // A root that hangs keeps its lock: fence it after three of its agents'
-                // heartbeat timeouts of silence.
-                let fence = crate::standbys::fence_when_silent(
-                    dir.path().to_path_buf(),
-                    options.liveness.interval,
-                    options.liveness.timeout * 3,
-                );
-                let lock = tokio::select! {
-                    taken = waiting => taken.map_err(|_| PilotError::RootStopped)??,
-                    never = fence => match never {},
-                };
-                drop(listed);
-                if crate::lock::stopped(dir.path()) {
-                    return Err(PilotError::Ended);
-                }
-                tracing::warn!("the root is gone; taking over");
-                eprintln!("saker: the root is gone; this standby takes over");
-                lock
-            } else {
-                let lock = crate::lock::RootLock::take(dir.path())?;
-                crate::lock::clear_stopped(dir.path());
-                lock
-            };
-            let history = saker_journal::read_all::<Record>(&journal_dir).map_err(|source| {
-                PilotError::ReadJournal {
-                    path: journal_dir.clone(),
-                    source,
-                }
-            })?;
-            if let Some(torn) = &history.torn_tail {
-                tracing::warn!(segment = %torn.segment.display(), offset = torn.offset,
-                    "ignoring a torn last journal record (the previous root stopped mid-write)");
-            }
-            // Addresses of the previous root, its agents and its client socket are
-            // stale; a standby's agents are alive and keep theirs.
-            if options.take_over {
-                let _ = std::fs::remove_file(address_file(dir.path(), Position::Root));
-            } else {
-                let _ = std::fs::remove_dir_all(dir.path().join("addr"));
-            }
-            let _ = ClientEndpoint::remove(&dir);
-            renew_credentials(&dir)?;
-            (dir, lock, (history.records, history.positions))
-        } else {
-            if journal_dir.exists() {
-                return Err(PilotError::JournalExists {
-                    path: options.dir.clone(),
-                });
-            }
-            let dir = PilotDir::create(&options.dir).map_err(|source| PilotError::CreateDir {
-                path: options.dir.clone(),
-                source,
-            })?;
-            let lock = crate::lock::RootLock::take(dir.path())?;
-            Credentials::generate_into(&dir).map_err(PilotError::GenerateCredentials)?;
-            (dir, lock, (Vec::new(), Vec::new()))
-        };
-        let (history, positions) = history;
+        options.let_standbys_adopt_agents();
+        let Opened {
+            dir,
+            lock,
+            history,
+            positions,
+        } = open::directory(&options).await?;
         let credentials =
             Credentials::load(&dir, Role::Root).map_err(PilotError::LoadCredentials)?;
         let pilot_id = dir.pilot_id().to_string();
-
-        let journal = JournalWriter::<Record>::open(
-            &journal_dir,
-            WriterOptions {
-                sync: if options.sync {
-                    SyncMode::Fsync
-                } else {
-                    SyncMode::None
-                },
-                max_segment_bytes: options.journal.segment_bytes,
-                ..WriterOptions::default()
-            },
-        )
-        .map_err(PilotError::OpenJournal)?;
-        journal
-            .append_blocking(vec![Record::PilotStarted {
-                pilot_id: pilot_id.clone(),
-                saker_version: env!("CARGO_PKG_VERSION").to_string(),
-                started_unix_us: Timestamp::now().unix_micros(),
-            }])
-            .map_err(PilotError::OpenJournal)?;
-
+        let journal = open_journal(&options, &pilot_id)?;
         let shares = options.agents.local_shares(&options.nodes);
-        let expected_node = options.agents.expected_node(&options.nodes, &shares);
-        if let Some(node) = &expected_node {
-            tracing::info!(?node, "the widest node expected");
-        }
-        let shutdown = Arc::new(tokio::sync::Notify::new());
-        let (restored_tx, restored_rx) = oneshot::channel();
-        let (root, root_done) = Actor::spawn(
-            None,
-            Root,
-            RootArgs {
-                pilot_id: pilot_id.clone(),
-                journal,
-                core: options.core,
-                shutdown: shutdown.clone(),
-                allocation: options.agents.allocation_status(),
-                max_nodes: Some(match &options.elastic {
-                    Some(elastic) => elastic.provision.max_nodes,
-                    None => options.agents.max_nodes(),
-                }),
-                expected_node,
-                restore: history,
-                restore_positions: positions,
-                restored: Some(restored_tx),
-                deadline_unix_us: options.deadline_unix_us,
-                compaction: options.journal.compaction,
-                process: Some(crate::client::RootStatus {
-                    host: crate::lock::this_host(),
-                    pid: std::process::id(),
-                    started: Some(Timestamp::now()),
-                    took_over: options.take_over,
-                }),
-                elastic: options.elastic.as_ref().map(|elastic| {
-                    elastic_config(
-                        elastic,
-                        &options.agent_command,
-                        dir.path(),
-                        &pilot_id,
-                        &options,
-                    )
-                }),
-            },
+        let history = (history, positions);
+        let root = spawn_root(&options, &dir, &pilot_id, journal, history, &shares).await?;
+        let (bind, advertise) = addresses(&options).await?;
+        let endpoint = listen_for_agents(&options, &dir, &credentials, &root, bind, advertise)?;
+        let client_server = start_client_server(
+            &dir,
+            &credentials,
+            &pilot_id,
+            bind,
+            advertise,
+            root.actor.clone(),
         )
-        .await
-        .map_err(PilotError::StartRoot)?;
-        if let Ok(summary) = restored_rx.await
-            && options.resume
-        {
-            tracing::info!(?summary, "resumed from the journal");
-            eprintln!(
-                "saker: resumed {} jobs ({} tasks, {} already finished) from {}",
-                summary.jobs,
-                summary.tasks,
-                summary.finished,
-                journal_dir.display()
-            );
-        }
-
-        // On one machine everything stays on loopback; across nodes, listen on every
-        // interface and publish the address this host's name resolves to.
-        let (bind, advertise) = if options.agents.in_slurm() || options.elastic.is_some() {
-            let host = nix::unistd::gethostname()
-                .ok()
-                .and_then(|h| h.into_string().ok())
-                .unwrap_or_else(|| "localhost".to_string());
-            let ip = saker_node::address::host_address(&host).await?;
-            (IpAddr::V4(Ipv4Addr::UNSPECIFIED), Some(ip))
-        } else {
-            (IpAddr::V4(Ipv4Addr::LOCALHOST), None)
-        };
-        let timeouts = options.liveness.quic_timeouts();
-        let endpoint = quic::bind_endpoint(
-            SocketAddr::new(bind, 0),
-            Some(quic::server_config(&credentials, &timeouts)?),
-            quic::client_config(&credentials, &timeouts)?,
-        )?;
-        // A fresh session per root process: agents of a crashed root never attach to
-        // the tree of the resumed one (each resumed root starts its own agents).
-        let hello = Link::Hello {
-            position: POSITION_ROOT,
-            session: session_id(),
-        };
-        tokio::spawn(accept_agents(
-            endpoint.clone(),
-            root.clone(),
-            hello,
-            options.liveness,
-        ));
-        let root_file = address_file(dir.path(), Position::Root);
-        let local = endpoint.local_addr().map_err(PilotError::LocalAddress)?;
-        publish_address(&root_file, reachable(local, advertise)).map_err(|source| {
-            PilotError::PublishAddress {
-                path: root_file.clone(),
-                source,
-            }
-        })?;
-
-        let client_server =
-            start_client_server(&dir, &credentials, &pilot_id, bind, advertise, root.clone())
-                .await?;
-
-        if options.elastic.is_some() {
-            // Where the allocations' batch output and agent logs go.
-            let logs = dir.path().join("logs");
-            std::fs::create_dir_all(&logs).map_err(PilotError::StartAgents)?;
-        }
-        let command = &options.agent_command;
-        let agents = match &options.agents {
-            // A standby adopts the agents of the root it replaces.
-            _ if options.take_over => AgentProcesses::from_children(Vec::new()),
-            Agents::Local(shape) => {
-                let resources: Vec<Vec<String>> = shares
-                    .iter()
-                    .map(|share| offer::agent_arguments(share, &options.nodes))
-                    .collect();
-                spawn_agents(command, dir.path(), shape, &resources, &options.liveness)
-                    .map_err(PilotError::StartAgents)?
-            }
-            Agents::Slurm {
-                allocation,
-                fanout,
-                slots_per_node,
-            } => {
-                let command = offering(command, &options.nodes);
-                let step = srun_agents(
-                    &command,
-                    dir.path(),
-                    allocation,
-                    *fanout,
-                    *slots_per_node,
-                    &options.liveness,
-                )
-                .map_err(PilotError::StartSrun)?;
-                AgentProcesses::from_children(vec![step])
-            }
-        };
+        .await?;
+        let agents = start_agents(&options, &dir, &shares)?;
         let standbys = match &options.standbys {
             Some(standbys) => crate::standbys::spawn(standbys, options.take_over, dir.path())?,
             None => StartedStandbys::default(),
         };
         Ok(Pilot {
-            root,
-            root_done: tokio::spawn(async move {
-                let _ = root_done.await;
-            }),
+            root: root.actor,
+            root_done: root.done,
             dir,
             endpoint,
             client_server,
             agents: Some(agents),
             standbys,
-            shutdown,
+            shutdown: root.shutdown,
             _lock: lock,
         })
     }
@@ -641,24 +442,208 @@ impl Pilot {
     }
 }
 
-/// Replaces credentials an older saker wrote (no roles) or an interrupted generation
-/// left, so an existing pilot directory can be resumed (see `docs/security.md`).
-fn renew_credentials(dir: &PilotDir) -> Result<()> {
-    use saker_transport::{Outdated, Renewal};
-    let why = match Credentials::renew_if_outdated(dir).map_err(PilotError::RenewCredentials)? {
-        Renewal::Current => return Ok(()),
-        Renewal::Renewed(Outdated::NoRoles) => "its certificates predate certificate roles",
-        Renewal::Renewed(Outdated::Incomplete) => "their generation had been interrupted",
+/// The root actor, running, and how to hear that it stopped or was asked to.
+#[derive(Debug)]
+struct StartedRoot {
+    actor: ActorRef<RootMsg>,
+    done: JoinHandle<()>,
+    shutdown: Arc<tokio::sync::Notify>,
+}
+
+/// The journal writer of a starting root, its first record (`PilotStarted`) written.
+fn open_journal(options: &PilotOptions, pilot_id: &str) -> Result<JournalWriter<Record>> {
+    let journal = JournalWriter::<Record>::open(
+        &options.dir.join(JOURNAL_DIR),
+        WriterOptions {
+            sync: if options.sync {
+                SyncMode::Fsync
+            } else {
+                SyncMode::None
+            },
+            max_segment_bytes: options.journal.segment_bytes,
+            ..WriterOptions::default()
+        },
+    )
+    .map_err(PilotError::OpenJournal)?;
+    journal
+        .append_blocking(vec![Record::PilotStarted {
+            pilot_id: pilot_id.to_owned(),
+            saker_version: env!("CARGO_PKG_VERSION").to_string(),
+            started_unix_us: Timestamp::now().unix_micros(),
+        }])
+        .map_err(PilotError::OpenJournal)?;
+    Ok(journal)
+}
+
+/// Spawns the root actor, which restores `history` (the journal's records and where
+/// each is) before it takes a message; a resumed pilot's notice says what it found.
+async fn spawn_root(
+    options: &PilotOptions,
+    dir: &PilotDir,
+    pilot_id: &str,
+    journal: JournalWriter<Record>,
+    (history, positions): (Vec<Record>, Vec<saker_journal::Position>),
+    shares: &[Declared],
+) -> Result<StartedRoot> {
+    let expected_node = options.agents.expected_node(&options.nodes, shares);
+    if let Some(node) = &expected_node {
+        tracing::info!(?node, "the widest node expected");
+    }
+    let shutdown = Arc::new(tokio::sync::Notify::new());
+    let (restored_tx, restored_rx) = oneshot::channel();
+    let (actor, done) = Actor::spawn(
+        None,
+        Root,
+        RootArgs {
+            pilot_id: pilot_id.to_owned(),
+            journal,
+            core: options.core,
+            shutdown: shutdown.clone(),
+            allocation: options.agents.allocation_status(),
+            max_nodes: Some(match &options.elastic {
+                Some(elastic) => elastic.provision.max_nodes,
+                None => options.agents.max_nodes(),
+            }),
+            expected_node,
+            restore: history,
+            restore_positions: positions,
+            restored: Some(restored_tx),
+            deadline_unix_us: options.deadline_unix_us,
+            compaction: options.journal.compaction,
+            process: Some(crate::client::RootStatus {
+                host: crate::lock::this_host(),
+                pid: std::process::id(),
+                started: Some(Timestamp::now()),
+                took_over: options.take_over,
+            }),
+            elastic: options.elastic.as_ref().map(|elastic| {
+                elastic_config(
+                    elastic,
+                    &options.agent_command,
+                    dir.path(),
+                    pilot_id,
+                    options,
+                )
+            }),
+        },
+    )
+    .await
+    .map_err(PilotError::StartRoot)?;
+    if let Ok(summary) = restored_rx.await
+        && options.resume
+    {
+        tracing::info!(?summary, "resumed from the journal");
+        options.notices.tell(Notice::Resumed {
+            jobs: summary.jobs,
+            tasks: summary.tasks,
+            finished: summary.finished,
+            journal: options.dir.join(JOURNAL_DIR),
+        });
+    }
+    Ok(StartedRoot {
+        actor,
+        done: tokio::spawn(async move {
+            let _ = done.await;
+        }),
+        shutdown,
+    })
+}
+
+/// Where the root listens, and the address it advertises: on one machine everything
+/// stays on loopback; across nodes, every interface, and the address this host's
+/// name resolves to.
+async fn addresses(options: &PilotOptions) -> Result<(IpAddr, Option<IpAddr>)> {
+    if !options.agents.in_slurm() && options.elastic.is_none() {
+        return Ok((IpAddr::V4(Ipv4Addr::LOCALHOST), None));
+    }
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".to_string());
+    let ip = saker_node::address::host_address(&host).await?;
+    Ok((IpAddr::V4(Ipv4Addr::UNSPECIFIED), Some(ip)))
+}
+
+/// The QUIC endpoint agents link to, accepting them into `root`, its address
+/// published in the pilot directory for them.
+fn listen_for_agents(
+    options: &PilotOptions,
+    dir: &PilotDir,
+    credentials: &Credentials,
+    root: &StartedRoot,
+    bind: IpAddr,
+    advertise: Option<IpAddr>,
+) -> Result<quinn::Endpoint> {
+    let timeouts = options.liveness.quic_timeouts();
+    let endpoint = quic::bind_endpoint(
+        SocketAddr::new(bind, 0),
+        Some(quic::server_config(credentials, &timeouts)?),
+        quic::client_config(credentials, &timeouts)?,
+    )?;
+    // A fresh session per root process: agents of a crashed root never attach to
+    // the tree of the resumed one (each resumed root starts its own agents).
+    let hello = Link::Hello {
+        position: POSITION_ROOT,
+        session: session_id(),
     };
-    tracing::warn!(
-        why,
-        "generated a new ca and new certificates for the resumed pilot"
-    );
-    eprintln!(
-        "saker: renewed the credentials of {} ({why}); clients load the new ones when they connect",
-        dir.path().display()
-    );
-    Ok(())
+    tokio::spawn(accept_agents(
+        endpoint.clone(),
+        root.actor.clone(),
+        hello,
+        options.liveness,
+    ));
+    let root_file = address_file(dir.path(), Position::Root);
+    let local = endpoint.local_addr().map_err(PilotError::LocalAddress)?;
+    publish_address(&root_file, reachable(local, advertise)).map_err(|source| {
+        PilotError::PublishAddress {
+            path: root_file.clone(),
+            source,
+        }
+    })?;
+    Ok(endpoint)
+}
+
+/// The agents: local processes, one `srun` step in an allocation, none for a standby
+/// (it adopts the agents of the root it replaces) or an elastic pilot (they come with
+/// its allocations, whose logs go to `DIR/logs`).
+fn start_agents(
+    options: &PilotOptions,
+    dir: &PilotDir,
+    shares: &[Declared],
+) -> Result<AgentProcesses> {
+    if options.elastic.is_some() {
+        let logs = dir.path().join("logs");
+        std::fs::create_dir_all(&logs).map_err(PilotError::StartAgents)?;
+    }
+    let command = &options.agent_command;
+    match &options.agents {
+        _ if options.take_over => Ok(AgentProcesses::from_children(Vec::new())),
+        Agents::Local(shape) => {
+            let resources: Vec<Vec<String>> = shares
+                .iter()
+                .map(|share| offer::agent_arguments(share, &options.nodes))
+                .collect();
+            spawn_agents(command, dir.path(), shape, &resources, &options.liveness)
+                .map_err(PilotError::StartAgents)
+        }
+        Agents::Slurm {
+            allocation,
+            fanout,
+            slots_per_node,
+        } => {
+            let command = offering(command, &options.nodes);
+            let step = srun_agents(
+                &command,
+                dir.path(),
+                allocation,
+                *fanout,
+                *slots_per_node,
+                &options.liveness,
+            )
+            .map_err(PilotError::StartSrun)?;
+            Ok(AgentProcesses::from_children(vec![step]))
+        }
+    }
 }
 
 /// A random id for this root process's tree.
