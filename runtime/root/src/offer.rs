@@ -1,13 +1,13 @@
-//! What a pilot's nodes offer beyond cores: the flags that tell each agent, and the
-//! node the root expects before any has joined (to refuse at submission what no node
-//! could ever run).
+//! What a pilot's nodes offer beyond cores: each local agent's share of this machine,
+//! and the node the root expects before any has joined (to refuse at submission what
+//! no node could ever run). The flags that tell each agent are `saker-node`'s
+//! ([`NodeOptions`], [`agent_arguments`]), re-exported here.
 //!
-//! Every agent finds its own node's GPUs, memory and CPUs
-//! ([`discover`]). Local agents share one machine, so the
-//! pilot finds them once and hands each agent its share: its own CPUs to pin to (when
-//! the machine has one per slot), its own GPUs, its part of the memory. Declared
-//! amounts (`--gpus-per-node`, `--mem-per-node`, `--node-resource`) are per node,
-//! which for local agents means per agent.
+//! Every agent finds its own node's GPUs, memory and CPUs ([`discover()`]). Local
+//! agents share one machine, so the pilot finds them once and hands each agent its
+//! share: its own CPUs to pin to (when the machine has one per slot), its own GPUs,
+//! its part of the memory. Declared amounts (`--gpus-per-node`, `--mem-per-node`,
+//! `--node-resource`) are per node, which for local agents means per agent.
 
 use saker_actors::resources::{Declared, NodeResources, PinCpus, Probe, discover};
 /// The agents' flags are `saker-node`'s, beside the parser that reads them.
