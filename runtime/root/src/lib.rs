@@ -1,7 +1,7 @@
 //! The root of a Saker pilot, as a library: the root actor that drives the pure
 //! scheduling core, the agent registry, client sessions, the journal's records,
 //! walltime, and starting a whole pilot (pilot directory, credentials, QUIC endpoint,
-//! client socket, agent processes).
+//! client socket, agent processes, standby roots).
 //!
 //! **Owns:** everything the pilot process does above the transport: turning client
 //! requests into core inputs, core outputs into frames, journal records and replies.
@@ -10,7 +10,8 @@
 //! [`taskfile`], [`results`] and [`attempts`].
 //!
 //! **Must never:** parse command lines or print for people (the `saker` binary in
-//! `pilot/` does that), exit the process, or block a tokio worker. Errors are typed
+//! `pilot/` does that: what a person should see is a [`Notice`] handed to its
+//! caller), exit the process, or block a tokio worker. Errors are typed
 //! ([`PilotError`], [`client::ClientError`], [`spec::SpecError`], …), never `anyhow`.
 //!
 //! **Start reading** at [`actor`]: the root actor's loop feeds `saker-core` and
@@ -21,7 +22,8 @@
 //! Embedding a pilot: an application starts one, hands the root requests as a client
 //! would, and stops it. Agents are processes of a program the application names (here
 //! the `saker` binary's `agent` subcommand; an application can serve the same role
-//! from its own binary with `saker_actors::node::run_agent`).
+//! from its own binary with `saker_actors::node::run_agent`), and so are standby
+//! roots, if it asks for them ([`PilotOptions::standbys`], [`standbys`]).
 //!
 //! ```no_run
 //! use saker_root::client::{ClientRequest, WaitReport};
