@@ -290,7 +290,7 @@ fn submit_in_and_at_hold_a_job_until_its_time() {
     let records = results(&pilot);
     assert_eq!(records.len(), 2);
     let micros = |record: &Value, key: &str| -> i64 {
-        saker_root::results::Timestamp::from_str(record[key].as_str().unwrap())
+        saker_client::results::Timestamp::from_str(record[key].as_str().unwrap())
             .unwrap()
             .unix_micros() as i64
     };
@@ -387,7 +387,7 @@ fn a_periodic_job_runs_once_per_period_up_to_its_count() {
     let starts: Vec<i64> = records
         .iter()
         .map(|r| {
-            saker_root::results::Timestamp::from_str(r["start_time"].as_str().unwrap())
+            saker_client::results::Timestamp::from_str(r["start_time"].as_str().unwrap())
                 .unwrap()
                 .unix_micros() as i64
         })

@@ -321,7 +321,7 @@ fn micros(record: &Value, field: &str) -> u64 {
     record[field]
         .as_str()
         .unwrap()
-        .parse::<saker_root::results::Timestamp>()
+        .parse::<saker_client::results::Timestamp>()
         .unwrap()
         .unix_micros()
 }

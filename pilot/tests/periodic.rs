@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::{Service, run, saker, wait_for};
+use saker_client::results::Timestamp;
 use saker_root::records::Record;
-use saker_root::results::Timestamp;
 
 const SECOND: u64 = 1_000_000;
 
@@ -53,7 +53,7 @@ fn occurrences(pilot: &std::path::Path, first_job: u64) -> Occurrences {
             Record::Result(result) => {
                 assert_eq!(
                     result.state,
-                    saker_root::results::TerminalState::Succeeded,
+                    saker_client::results::TerminalState::Succeeded,
                     "{result:?}"
                 );
                 let start = result.start_time.expect("it ran").unix_micros();

@@ -9,7 +9,7 @@ use std::str::FromStr;
 
 use common::browser;
 use common::{Service, run, saker};
-use saker_root::results::Timestamp;
+use saker_client::results::Timestamp;
 use serde_json::Value;
 
 /// The JSON block of figures in a report page.

@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use common::{Service, results, run, saker, wait_for};
-use saker_root::results::Timestamp;
+use saker_client::results::Timestamp;
 use serde_json::Value;
 
 /// Microseconds since the epoch of a result's time field.

@@ -17,8 +17,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::records::Record;
-use crate::results::{JobId, TaskId, TerminalState};
-use crate::spec::{ArraySpec, JobRequest};
+use saker_client::results::{JobId, TaskId, TerminalState};
+use saker_client::spec::{ArraySpec, JobRequest};
 
 mod run;
 
@@ -233,7 +233,7 @@ pub fn compact(records: Vec<Record>, keep: &KeepResults, now_unix_us: u64) -> Co
         at.checked_sub(1).map(|at| job_of_task[at].1)
     };
     let max_seq = next_seq.saturating_sub(1);
-    let keeps = |result: &crate::results::ResultRecord| match keep {
+    let keeps = |result: &saker_client::results::ResultRecord| match keep {
         KeepResults::All => true,
         KeepResults::Last(count) => result.seq.saturating_add(*count) > max_seq,
         KeepResults::Within(duration) => {

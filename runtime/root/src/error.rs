@@ -11,7 +11,7 @@ use saker_transport::crypto::CryptoError;
 use saker_transport::pilot_dir::DirError;
 use saker_transport::quic::EndpointError as QuicEndpointError;
 
-use crate::client::EndpointError;
+use saker_client::EndpointError;
 
 /// An error starting or driving a pilot (see [`crate::pilot::Pilot`]).
 #[derive(Debug, thiserror::Error)]

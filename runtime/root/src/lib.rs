@@ -12,7 +12,8 @@
 //! **Must never:** parse command lines or print for people (the `saker` binary in
 //! `pilot/` does that: what a person should see is a [`Notice`] handed to its
 //! caller), exit the process, or block a tokio worker. Errors are typed
-//! ([`PilotError`], [`client::ClientError`], [`spec::SpecError`], …), never `anyhow`.
+//! ([`PilotError`], [`saker_client::ClientError`], [`saker_client::spec::SpecError`],
+//! …), never `anyhow`.
 //!
 //! **Start reading** at [`actor`]: the root actor's loop feeds `saker-core` and
 //! drains its outputs. [`pilot::Pilot::start`] assembles a pilot around it; the
@@ -26,9 +27,10 @@
 //! roots, if it asks for them ([`PilotOptions::standbys`], [`standbys`]).
 //!
 //! ```no_run
-//! use saker_root::client::{ClientRequest, WaitReport};
+//! use saker_client::WaitReport;
+//! use saker_client::spec::{JobRequest, TaskSpec};
+//! use saker_root::client::ClientRequest;
 //! use saker_root::local::{Shape, ShapeRequest};
-//! use saker_root::spec::{JobRequest, TaskSpec};
 //! use saker_root::{AgentCommand, Agents, Pilot, PilotOptions};
 //! use tokio::sync::oneshot;
 //!
@@ -87,10 +89,6 @@ pub mod pilot;
 pub mod records;
 pub mod slurm;
 pub mod standbys;
-
-/// The vocabulary every side speaks, `saker-client`'s, under the paths the root has
-/// always named it by (`crate::spec::TaskSpec`, `crate::results::ResultRecord`).
-pub use saker_client::{attempts, results, spec, taskfile};
 
 pub use error::PilotError;
 pub use local::AgentCommand;

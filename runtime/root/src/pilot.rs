@@ -19,16 +19,17 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::actor::{Root, RootArgs, RootMsg};
-use crate::client::{self, ClientEndpoint, ClientRequest};
+use crate::client::ClientRequest;
 use crate::error::PilotError;
 use crate::local::{AgentCommand, AgentProcesses, Shape, spawn_agents};
 use crate::notice::{Notice, Notices};
 use crate::offer::{self, NodeOptions};
 use crate::records::Record;
-use crate::results::Timestamp;
 use crate::slurm::{Allocation, srun_agents};
 use crate::standbys::{StandbyOptions, StartedStandbys};
 use saker_actors::resources::{Declared, NodeResources, SystemProbe, discover};
+use saker_client::ClientEndpoint;
+use saker_client::results::Timestamp;
 
 mod open;
 mod serve;
@@ -76,11 +77,11 @@ impl Agents {
     }
 
     /// What `status` reports about the allocation.
-    fn allocation_status(&self) -> Option<crate::client::AllocationStatus> {
+    fn allocation_status(&self) -> Option<saker_client::AllocationStatus> {
         let Agents::Slurm { allocation, .. } = self else {
             return None;
         };
-        Some(crate::client::AllocationStatus {
+        Some(saker_client::AllocationStatus {
             job_id: allocation.job_id.clone(),
             node_list: allocation.node_list.clone(),
             nodes: allocation.nodes,
@@ -415,7 +416,7 @@ impl Pilot {
             agents.wait(Duration::from_secs(10)).await;
         }
         let _ = ClientEndpoint::remove(&self.dir);
-        let _ = std::fs::remove_file(self.dir.file_path(client::CLIENT_SOCKET_FILE_NAME));
+        let _ = std::fs::remove_file(self.dir.file_path(saker_client::CLIENT_SOCKET_FILE_NAME));
         self.root.stop(None);
         (&mut self.root_done).await.ok();
         // With the root stopped, closing its request channel makes the server deliver
@@ -510,7 +511,7 @@ async fn spawn_root(
             restored: Some(restored_tx),
             deadline_unix_us: options.deadline_unix_us,
             compaction: options.journal.compaction,
-            process: Some(crate::client::RootStatus {
+            process: Some(saker_client::RootStatus {
                 host: crate::lock::this_host(),
                 pid: std::process::id(),
                 started: Some(Timestamp::now()),

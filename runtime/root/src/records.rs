@@ -13,11 +13,11 @@ use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::attempts::AttemptNote;
-use crate::client::JobUpdate;
-use crate::client::actors::ActorSpawnRequest;
-use crate::results::{JobId, ResultRecord, TaskId};
-use crate::spec::{JobLines, JobRequest};
+use saker_client::JobUpdate;
+use saker_client::actors::ActorSpawnRequest;
+use saker_client::attempts::AttemptNote;
+use saker_client::results::{JobId, ResultRecord, TaskId};
+use saker_client::spec::{JobLines, JobRequest};
 
 /// Serialized with its kind in a leading `record` field. Deserialization is by hand
 /// (below): serde's derived internally tagged form buffers every record into a
@@ -464,9 +464,9 @@ impl<'de> Visitor<'de> for RecordVisitor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attempts::AttemptEnd;
-    use crate::results::{Timestamp, sample_record};
-    use crate::spec::TaskSpec;
+    use saker_client::attempts::AttemptEnd;
+    use saker_client::results::{Timestamp, sample_record};
+    use saker_client::spec::TaskSpec;
 
     fn every_kind() -> Vec<Record> {
         let mut spec = TaskSpec::new(vec!["/bin/echo".to_owned(), "{index}".to_owned()]);
@@ -508,10 +508,10 @@ mod tests {
                     name: "model".to_owned(),
                     fingerprint: u64::MAX,
                     args: vec![0, 1, 255],
-                    placement: crate::client::actors::ActorPlacement::With(
-                        crate::client::actors::ActorId(3),
+                    placement: saker_client::actors::ActorPlacement::With(
+                        saker_client::actors::ActorId(3),
                     ),
-                    restart: crate::client::actors::ActorRestart::OnNodeLoss { max_restarts: 2 },
+                    restart: saker_client::actors::ActorRestart::OnNodeLoss { max_restarts: 2 },
                 }),
                 unix_us: 6,
             },

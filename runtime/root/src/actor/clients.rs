@@ -8,12 +8,11 @@ use super::journal::AfterJournal;
 use super::placed::Caller;
 use super::replies::{disk_full, error, shutting_down};
 use super::state::RootState;
-use crate::client::{
-    CancelReport, ClientRequest, ErrorKind, Reply, SubmitReply, SubmitWait, SubmittedLines,
-};
+use crate::client::{ClientRequest, Reply};
 use crate::records::Record;
-use crate::results::JobId;
-use crate::spec::{JobLines, JobRequest};
+use saker_client::results::JobId;
+use saker_client::spec::{JobLines, JobRequest};
+use saker_client::{CancelReport, ErrorKind, SubmitReply, SubmitWait, SubmittedLines};
 
 impl RootState {
     pub(super) fn on_client(&mut self, request: ClientRequest) {

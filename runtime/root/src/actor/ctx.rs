@@ -16,7 +16,7 @@ use super::journal::{AfterJournal, Journal};
 use super::message::RootMsg;
 use super::port::{Clock, Port};
 use crate::records::Record;
-use crate::results::Timestamp;
+use saker_client::results::Timestamp;
 
 /// The root's shared context (see the module doc).
 #[derive(Debug)]

@@ -22,7 +22,7 @@ use super::ctx::Ctx;
 use super::nodes::Nodes;
 use super::outcomes::{describe_owned, failure_of_owned};
 use super::results::Detail;
-use crate::results::{GangRecord, ProcessRecord, lossy_text};
+use saker_client::results::{GangRecord, ProcessRecord, lossy_text};
 
 /// Ports for rendezvous start here; a gang's is this plus its attempt id modulo
 /// [`PORT_SPAN`], so gangs running at the same time get different ones.
@@ -54,7 +54,7 @@ pub(super) struct Settled {
     pub attempt: AttemptId,
     pub outcome: AttemptOutcome,
     pub detail: Detail,
-    pub note: crate::attempts::AttemptNote,
+    pub note: saker_client::attempts::AttemptNote,
 }
 
 /// Gang attempts in flight, by attempt.
@@ -238,9 +238,9 @@ impl GangRuns {
                 processes,
             }),
         };
-        let note = crate::attempts::AttemptNote {
+        let note = saker_client::attempts::AttemptNote {
             attempt: attempt.0,
-            end: crate::attempts::AttemptEnd::Failed,
+            end: saker_client::attempts::AttemptEnd::Failed,
             reason: detail
                 .reason
                 .clone()
@@ -248,10 +248,10 @@ impl GangRuns {
             exit_code,
             signal,
             node: Some(run.hosts[deciding].clone()),
-            start_time: Some(crate::results::Timestamp::from_unix_micros(
+            start_time: Some(saker_client::results::Timestamp::from_unix_micros(
                 detail.start_unix_us,
             )),
-            end_time: crate::results::Timestamp::from_unix_micros(detail.end_unix_us),
+            end_time: saker_client::results::Timestamp::from_unix_micros(detail.end_unix_us),
         };
         Settled {
             task: run.task,

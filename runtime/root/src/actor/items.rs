@@ -203,7 +203,7 @@ impl ItemTable {
         }
         let mut records = Vec::new();
         for item in written.items {
-            if !crate::spec::valid_item_name(&item.name) {
+            if !saker_client::spec::valid_item_name(&item.name) {
                 tracing::warn!(node = %written.node, name = ?item.name, "ignoring an item with an invalid name");
                 continue;
             }

@@ -13,12 +13,13 @@ use ractor::ActorRef;
 use saker_journal::{JournalError, JournalReader, JournalWriter, Position};
 
 use super::message::RootMsg;
-use crate::client::{
-    ErrorKind, Reply, RequestError, SubmitReply, SubmittedJob, SubmittedLines, UpdateReport,
-};
+use crate::client::Reply;
 use crate::compact::{CompactionError, KeepResults};
 use crate::records::Record;
-use crate::results::ResultRecord;
+use saker_client::results::ResultRecord;
+use saker_client::{
+    ErrorKind, RequestError, SubmitReply, SubmittedJob, SubmittedLines, UpdateReport,
+};
 
 /// Where the root's records go and its results come back from.
 pub trait Journal: std::fmt::Debug + Send + 'static {

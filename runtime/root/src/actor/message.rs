@@ -8,7 +8,7 @@ use saker_actors::link::{LinkId, LinkTx};
 use super::port::{BatchOutcome, Wake};
 use crate::client::ClientRequest;
 use crate::compact::{CompactionDone, CompactionError};
-use crate::results::ResultRecord;
+use saker_client::results::ResultRecord;
 
 #[derive(Debug)]
 pub enum RootMsg {

@@ -3,7 +3,7 @@
 //!
 //! Its loop is thin: a message comes in (a frame from an agent, a client request, a
 //! journal acknowledgement, a timer), the matching `on_*` function feeds the core,
-//! then [`RootState::drain`] turns the core's outputs into frames, journal records
+//! then `RootState::drain` turns the core's outputs into frames, journal records
 //! and replies. Results become visible to clients only after the journal reports them
 //! durable, so nothing a client has seen can be lost by a crash.
 
@@ -60,7 +60,7 @@ pub struct RootArgs {
     /// Signalled once a shutdown is requested, so the pilot process can wind down.
     pub shutdown: Arc<tokio::sync::Notify>,
     /// The batch allocation the pilot runs in, if any (for `status`).
-    pub allocation: Option<crate::client::AllocationStatus>,
+    pub allocation: Option<saker_client::AllocationStatus>,
     /// The most nodes the pilot can have, when known.
     pub max_nodes: Option<u32>,
     /// The widest node it will have (cores, GPUs, memory, named resources), when
@@ -78,7 +78,7 @@ pub struct RootArgs {
     /// Grow and shrink with the backlog through batch allocations (`elastic.rs`).
     pub elastic: Option<ElasticConfig>,
     /// This root's process, for `status`.
-    pub process: Option<crate::client::RootStatus>,
+    pub process: Option<saker_client::RootStatus>,
 }
 
 impl RootState {

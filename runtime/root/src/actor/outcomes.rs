@@ -8,8 +8,8 @@ use saker_wire::messages::{
 };
 
 use super::results::Detail;
-use crate::attempts::{AttemptEnd, AttemptNote};
-use crate::results::{Failure, Timestamp, lossy_text};
+use saker_client::attempts::{AttemptEnd, AttemptNote};
+use saker_client::results::{Failure, Timestamp, lossy_text};
 
 /// Whether a task killed by `signal` was stopped from outside rather than failed:
 /// SIGHUP, SIGINT and SIGTERM are how a batch system ends an allocation (Slurm's
@@ -57,7 +57,7 @@ fn describe(outcome: &ArchivedOutcome) -> (Option<i32>, Option<i32>, Option<Stri
             let reason = format!(
                 "killed by signal {signal} ({}) from outside Saker (its allocation \
                  ending, or an operator)",
-                crate::results::signal_name(signal)
+                saker_client::results::signal_name(signal)
             );
             (None, Some(signal), Some(reason))
         }

@@ -34,7 +34,7 @@ pub trait Port: std::fmt::Debug + Send + 'static {
     /// a large batch).
     fn release_memory(&mut self) {}
     /// Carries an elastic pilot's batch work out (libslurm, off the actor); the
-    /// outcome comes back as [`RootMsg::Batch`].
+    /// outcome comes back as [`RootMsg::Batch`](super::message::RootMsg::Batch).
     fn batch(&mut self, _work: BatchWork) {}
 }
 

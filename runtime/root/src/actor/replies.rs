@@ -1,6 +1,6 @@
 //! The errors the root answers requests with, in words every owner shares.
 
-use crate::client::{ErrorKind, RequestError};
+use saker_client::{ErrorKind, RequestError};
 
 pub(super) fn error(kind: ErrorKind, message: impl Into<String>) -> RequestError {
     RequestError::new(kind, message)

@@ -6,7 +6,7 @@
 
 use saker_core::{MAX_CUSTOM, ResourceKind, Resources};
 
-use crate::spec::TaskSpec;
+use saker_client::spec::TaskSpec;
 
 /// A spec asks for one custom resource more than a pilot can number.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -24,8 +24,8 @@ use saker_core::JobId;
 
 use super::ctx::Ctx;
 use crate::records::Record;
-use crate::results::Timestamp;
-use crate::spec::JobRequest;
+use saker_client::results::Timestamp;
+use saker_client::spec::JobRequest;
 
 /// What the journal holds of the schedules: each one's first occurrence as
 /// submitted, and its latest occurrence.

@@ -26,9 +26,9 @@ use super::submissions::Submissions;
 use super::upkeep::Upkeep;
 use super::upkeep::compaction::CompactionPolicy;
 use super::upkeep::elastic::{Elastic, ElasticConfig};
-use crate::client::{AllocationStatus, RootStatus};
 use crate::records::Record;
 use saker_actors::resources::NodeResources;
+use saker_client::{AllocationStatus, RootStatus};
 
 /// How soon a root whose journal waits for space looks again (dispatch waits for it).
 const SPACE_CHECK: Duration = Duration::from_millis(500);
@@ -125,7 +125,7 @@ impl RootState {
         }
     }
 
-    /// Makes this an elastic pilot: before [`RootState::restore`], which adopts the
+    /// Makes this an elastic pilot: before `RootState::restore`, which adopts the
     /// allocations its journal names; the first round comes one round after start.
     pub fn set_elastic(&mut self, config: ElasticConfig) {
         let round = config.round;

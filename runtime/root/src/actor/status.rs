@@ -3,10 +3,10 @@
 
 use super::replies::error;
 use super::state::RootState;
-use crate::client::{
+use saker_client::results::JobId;
+use saker_client::{
     ErrorKind, HpcStatus, JobTaskCounts, NodeLoad, RequestError, StatusReport, UnstartedJob,
 };
-use crate::results::JobId;
 
 impl RootState {
     /// The answer to `status`: the pilot's picture (the one its walltime deadline

@@ -23,7 +23,7 @@ pub(super) use super::nodes::{Joining, Nodes};
 pub(crate) use super::port::{Clock, Port, Wake};
 use super::results::{FinishedTask, JobFacts, Results};
 pub(crate) use crate::records::Record;
-pub(crate) use crate::spec::{ArraySpec, JobRequest, TaskSpec};
+pub(crate) use saker_client::spec::{ArraySpec, JobRequest, TaskSpec};
 
 pub(crate) const PILOT: &str = "pilot-under-test";
 
@@ -79,7 +79,7 @@ impl ResultSource for MemoryJournal {
     fn read(
         &self,
         position: saker_journal::Position,
-    ) -> Result<Arc<crate::results::ResultRecord>, ReadError> {
+    ) -> Result<Arc<saker_client::results::ResultRecord>, ReadError> {
         match self.0.lock().unwrap().get(&position) {
             Some(Record::Result(record)) => Ok(record.clone()),
             _ => Err(ReadError::NotAResult { position }),
@@ -89,7 +89,7 @@ impl ResultSource for MemoryJournal {
     fn read_from(
         &self,
         position: saker_journal::Position,
-        visit: &mut dyn FnMut(Arc<crate::results::ResultRecord>) -> bool,
+        visit: &mut dyn FnMut(Arc<saker_client::results::ResultRecord>) -> bool,
     ) -> Result<(), ReadError> {
         let results: Vec<_> = self
             .0
@@ -361,7 +361,7 @@ pub(crate) fn accept(
 }
 
 /// The result records among `records`.
-pub(crate) fn results_of(records: &[Record]) -> Vec<Arc<crate::results::ResultRecord>> {
+pub(crate) fn results_of(records: &[Record]) -> Vec<Arc<saker_client::results::ResultRecord>> {
     records
         .iter()
         .filter_map(|record| match record {

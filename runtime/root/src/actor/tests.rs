@@ -16,9 +16,10 @@ use super::port::{Clock, Wake};
 use super::state::{RootState, StateArgs};
 use super::testing::*;
 use super::{RootMsg, Turn};
-use crate::client::{ClientRequest, StatusReport, SubmitReply, WaitReport};
+use crate::client::ClientRequest;
 use crate::records::Record;
-use crate::spec::{JobRequest, TaskSpec};
+use saker_client::spec::{JobRequest, TaskSpec};
+use saker_client::{StatusReport, SubmitReply, WaitReport};
 
 mod compaction;
 mod dependencies;
@@ -149,7 +150,7 @@ impl Harness {
     fn submit(
         &mut self,
         jobs: Vec<JobRequest>,
-    ) -> oneshot::Receiver<Result<SubmitReply, crate::client::RequestError>> {
+    ) -> oneshot::Receiver<Result<SubmitReply, saker_client::RequestError>> {
         let (reply, answer) = oneshot::channel();
         self.handle(RootMsg::Client(ClientRequest::Submit {
             jobs,
@@ -163,8 +164,8 @@ impl Harness {
     fn submit_waiting(
         &mut self,
         jobs: Vec<JobRequest>,
-        wait: crate::client::SubmitWait,
-    ) -> oneshot::Receiver<Result<SubmitReply, crate::client::RequestError>> {
+        wait: saker_client::SubmitWait,
+    ) -> oneshot::Receiver<Result<SubmitReply, saker_client::RequestError>> {
         let (reply, answer) = oneshot::channel();
         self.handle(RootMsg::Client(ClientRequest::Submit {
             jobs,
@@ -208,7 +209,7 @@ impl Harness {
     fn status_of(
         &mut self,
         jobs: &[u32],
-    ) -> Result<Vec<crate::client::JobTaskCounts>, crate::client::RequestError> {
+    ) -> Result<Vec<saker_client::JobTaskCounts>, saker_client::RequestError> {
         let (reply, mut answer) = oneshot::channel();
         let jobs = Some(jobs.iter().map(|&job| saker_core::JobId(job)).collect());
         self.handle(RootMsg::Client(ClientRequest::Status { jobs, reply }));
@@ -475,7 +476,7 @@ async fn results_reach_waiters_only_once_durable_and_a_duplicate_counts_once() {
 /// slot; an unknown job refuses the request.
 #[tokio::test]
 async fn status_with_jobs_follows_each_task_from_queued_to_succeeded() {
-    use crate::client::{ErrorKind, JobTaskCounts};
+    use saker_client::{ErrorKind, JobTaskCounts};
     let counts = |job: u32, state: &str| {
         let mut counts = JobTaskCounts {
             job: saker_core::JobId(job),
@@ -569,7 +570,9 @@ async fn a_lost_link_replays_its_attempts_on_another_node_and_notes_why() {
     assert!(note.reason.contains("connection reset"), "{note:?}");
     assert_eq!(
         note.start_time,
-        Some(crate::results::Timestamp::from_unix_micros(UNIX_ORIGIN_US)),
+        Some(saker_client::results::Timestamp::from_unix_micros(
+            UNIX_ORIGIN_US
+        )),
         "as its agent reported"
     );
     let result = records.iter().find_map(|r| match r {

@@ -1,7 +1,6 @@
 //! The client protocol's server: it accepts connections and turns requests into
 //! [`ClientRequest`]s in the root's mailbox. The protocol itself (messages, codec, the
-//! Rust [`Client`], the `client.json` endpoint) is `saker-client`'s, re-exported here
-//! so that the root's code names it as it always has (`crate::client::StatusReport`).
+//! Rust `Client`, the `client.json` endpoint) is `saker-client`'s.
 //!
 //! `docs/protocol.md` is the specification a client in another language follows.
 //!
@@ -16,17 +15,6 @@ pub mod server;
 #[cfg(test)]
 mod tests;
 
-pub use saker_client::{actors, codec, connection, endpoint, protocol, update};
-
-pub use saker_client::{
-    AllocationStatus, CLIENT_ENDPOINT_FILE_NAME, CLIENT_SOCKET_FILE_NAME, CancelReport, Client,
-    ClientEndpoint, ClientError, DEFAULT_MAX_LINE_BYTES, ElasticAllocation, EndpointError,
-    ErrorKind, HpcStatus, InvalidUpdate, JobTaskCounts, JobUpdate, MAX_WAITED_RESULTS, NodeLoad,
-    PILOT_DIR_VAR, PROTOCOL_VERSION, PROTOCOLS, ReadLineError, RequestError, RequestId,
-    ResultRequest, ResultStream, RootStatus, StageSummary, StatusReport, StreamEnd, SubmitReply,
-    SubmitWait, SubmittedJob, SubmittedLines, UnstartedJob, UpdateReport, UpdateRequest,
-    WaitReport, Welcome,
-};
 pub use server::{
     ClientRequest, ConnectionError, Listeners, Reply, ResultSink, ResultsItem, ServerConfig,
     ToRoot, serve, serve_connection,

@@ -22,20 +22,20 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
-use super::actors::{
+use saker_client::actors::{
     ActorCallReply, ActorCallRequest, ActorSpawnReply, ActorSpawnRequest, ActorStopReply,
     ActorStopRequest,
 };
-use super::codec::{
+use saker_client::codec::{
     self, DEFAULT_MAX_LINE_BYTES, LineReader, ReadLineError, encode, encode_with_null_id,
 };
-use super::protocol::{
+use saker_client::protocol::{
     CancelReport, CancelRequest, ErrorKind, Hello, PROTOCOL_VERSION, PROTOCOLS, Request,
     RequestError, RequestId, ResultsRequest, ShutdownRequest, StatusReport, StatusRequest,
     StreamEnd, SubmitReply, SubmitRequest, UpdateReport, WaitReport, WaitRequest, Welcome,
 };
-use crate::results::{JobId, ResultRecord};
-use crate::spec::JobRequest;
+use saker_client::results::{JobId, ResultRecord};
+use saker_client::spec::JobRequest;
 
 /// Where the root sends the answer to one request. Dropping it unanswered makes the
 /// client see an `unavailable` error.
@@ -54,13 +54,13 @@ pub enum ClientRequest {
     /// Answered once durable, or with `wait` once every task has ended.
     Submit {
         jobs: Vec<JobRequest>,
-        wait: Option<super::protocol::SubmitWait>,
+        wait: Option<saker_client::protocol::SubmitWait>,
         reply: Reply<SubmitReply>,
     },
-    /// Validated by [`JobLines::validate`](crate::spec::JobLines::validate).
+    /// Validated by [`JobLines::validate`](saker_client::spec::JobLines::validate).
     SubmitLines {
-        lines: Box<crate::spec::JobLines>,
-        reply: Reply<super::protocol::SubmittedLines>,
+        lines: Box<saker_client::spec::JobLines>,
+        reply: Reply<saker_client::protocol::SubmittedLines>,
     },
     /// With `jobs`, the report carries their counts (`job_counts`), or the answer is
     /// `unknown_job` when one is not known.
@@ -88,8 +88,8 @@ pub enum ClientRequest {
     },
     /// One task's result.
     Result {
-        task: crate::results::TaskId,
-        reply: Reply<Arc<crate::results::ResultRecord>>,
+        task: saker_client::results::TaskId,
+        reply: Reply<Arc<saker_client::results::ResultRecord>>,
     },
     /// Stop or resume asking for allocations; answers whether now paused.
     Provisioning { pause: bool, reply: Reply<bool> },
@@ -101,7 +101,7 @@ pub enum ClientRequest {
     /// Change these jobs' tasks that have not started. Not validated.
     Update {
         jobs: Vec<JobId>,
-        update: super::JobUpdate,
+        update: saker_client::JobUpdate,
         reply: Reply<UpdateReport>,
     },
     /// Start an actor; answer once it has started. Validated.
@@ -577,7 +577,7 @@ impl<Q: ToRoot> Session<Q> {
             }
             Request::Result(request) => {
                 let (reply, answer) = oneshot::channel();
-                let task = crate::results::TaskId(request.task);
+                let task = saker_client::results::TaskId(request.task);
                 let request = ClientRequest::Result { task, reply };
                 self.forward(id, request, answer, permit, |r| r).await;
             }

@@ -11,8 +11,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::*;
-use crate::results::{JobId, TaskId, sample_record};
-use crate::spec::{JobRequest, TaskSpec};
+use saker_client::results::{JobId, TaskId, sample_record};
+use saker_client::spec::{JobRequest, TaskSpec};
+use saker_client::*;
 
 const PILOT: &str = "test-pilot";
 

@@ -7,7 +7,7 @@ use saker_journal::{JournalError, JournalReader, Position, SegmentNumber};
 
 use super::KeepResults;
 use crate::records::Record;
-use crate::results::TaskId;
+use saker_client::results::TaskId;
 
 /// What a compaction did, sent back to the root.
 #[derive(Debug)]

@@ -2,8 +2,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::*;
-use crate::results::sample_record;
-use crate::spec::{JobRequest, TaskSpec};
+use saker_client::results::sample_record;
+use saker_client::spec::{JobRequest, TaskSpec};
 
 #[test]
 fn retention_is_written_as_users_write_it() {
@@ -41,7 +41,7 @@ fn result(job: u32, task: u64, seq: u64, end_unix_us: u64) -> Record {
     let mut record = sample_record(task);
     record.job = JobId(job);
     record.seq = seq;
-    record.end_time = crate::results::Timestamp::from_unix_micros(end_unix_us);
+    record.end_time = saker_client::results::Timestamp::from_unix_micros(end_unix_us);
     if task == 2 {
         record.state = TerminalState::Failed;
     }
@@ -61,15 +61,15 @@ fn history() -> Vec<Record> {
         submit(3, 4, 2),
         Record::Attempt {
             task: TaskId(2),
-            note: crate::attempts::AttemptNote {
+            note: saker_client::attempts::AttemptNote {
                 attempt: 1,
-                end: crate::attempts::AttemptEnd::Lost,
+                end: saker_client::attempts::AttemptEnd::Lost,
                 reason: "lost".into(),
                 exit_code: None,
                 signal: None,
                 node: None,
                 start_time: None,
-                end_time: crate::results::Timestamp::from_unix_micros(5),
+                end_time: saker_client::results::Timestamp::from_unix_micros(5),
             },
         },
         result(1, 1, 1, 100),

@@ -8,11 +8,11 @@ use saker_transport::credentials::Credentials;
 use saker_transport::pilot_dir::PilotDir;
 
 use super::{JOURNAL_DIR, PilotOptions, Result};
-use crate::client::ClientEndpoint;
 use crate::error::PilotError;
 use crate::lock::RootLock;
 use crate::notice::{Notice, Notices};
 use crate::records::Record;
+use saker_client::ClientEndpoint;
 
 /// The pilot directory, held, with what its journal says (nothing for a new pilot).
 #[derive(Debug)]

@@ -16,8 +16,9 @@ use tokio::task::JoinHandle;
 
 use super::Result;
 use crate::actor::{FRAME_BUDGET, FrameBudget, RootMsg};
-use crate::client::{self, ClientEndpoint, ClientRequest};
+use crate::client::{self, ClientRequest};
 use crate::error::PilotError;
+use saker_client::ClientEndpoint;
 
 /// The client socket's server.
 #[derive(Debug)]
@@ -81,8 +82,8 @@ pub(super) async fn start_client_server(
         .map(|host| host.to_string_lossy().into_owned());
     ClientEndpoint {
         addr: address.to_string(),
-        protocol: client::PROTOCOL_VERSION,
-        protocols: client::PROTOCOLS.to_vec(),
+        protocol: saker_client::PROTOCOL_VERSION,
+        protocols: saker_client::PROTOCOLS.to_vec(),
         pid: std::process::id(),
         pilot_id: pilot_id.to_string(),
         socket,
@@ -100,7 +101,7 @@ pub(super) async fn start_client_server(
 /// sockets, leaves clients the TCP socket alone.
 fn bind_local_socket(dir: &PilotDir) -> Option<(tokio::net::UnixListener, String)> {
     use std::os::unix::fs::PermissionsExt;
-    let name = client::CLIENT_SOCKET_FILE_NAME;
+    let name = saker_client::CLIENT_SOCKET_FILE_NAME;
     let path = dir.file_path(name);
     // A root that crashed left its socket behind; nothing listens on it any more.
     let _ = std::fs::remove_file(&path);

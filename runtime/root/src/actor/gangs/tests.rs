@@ -234,7 +234,7 @@ fn the_first_failed_part_stops_the_others_and_decides_the_outcome() {
 
 #[test]
 fn a_launchers_end_stops_the_members_still_running() {
-    let mut g = gang(|spec| spec.mpi = Some(crate::spec::MpiKind::Openmpi));
+    let mut g = gang(|spec| spec.mpi = Some(saker_client::spec::MpiKind::Openmpi));
     g.owned.sent();
     assert!(g.part(1, Outcome::Exited { code: 0 }));
     let sent = g.owned.sent();
@@ -252,7 +252,7 @@ fn a_launchers_end_stops_the_members_still_running() {
 
 #[test]
 fn launches_are_relayed_from_the_leader_to_members_and_back() {
-    let mut g = gang(|spec| spec.mpi = Some(crate::spec::MpiKind::Openmpi));
+    let mut g = gang(|spec| spec.mpi = Some(saker_client::spec::MpiKind::Openmpi));
     g.owned.sent();
     let launch = |member, launch| GangLaunch {
         attempt: g.attempt,

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::client::actors::ActorSpawnRequest;
 use crate::records::Record;
+use saker_client::actors::ActorSpawnRequest;
 
 /// What the journal holds of the placed actors: every id spawned, with its request
 /// while it had not ended.

@@ -24,11 +24,12 @@ use saker_wire::messages::{
 use super::ctx::Ctx;
 use super::journal::AfterJournal;
 use super::nodes::Nodes;
-use crate::client::actors::{
+use crate::client::Reply;
+use crate::records::Record;
+use saker_client::actors::{
     ActorCallReply, ActorPlacement, ActorSpawnReply, ActorSpawnRequest, ActorStopReply,
 };
-use crate::client::{ErrorKind, Reply, RequestError};
-use crate::records::Record;
+use saker_client::{ErrorKind, RequestError};
 
 mod journaled;
 

@@ -3,7 +3,7 @@
 
 use super::{Journaled, PlacedActors};
 use crate::actor::testing::*;
-use crate::client::actors::{ActorPlacement, ActorRestart, ActorSpawnRequest};
+use saker_client::actors::{ActorPlacement, ActorRestart, ActorSpawnRequest};
 
 fn spawn(restart: ActorRestart) -> Box<ActorSpawnRequest> {
     Box::new(ActorSpawnRequest {

@@ -11,7 +11,7 @@
 
 use saker_journal::Position;
 
-use crate::results::TaskId;
+use saker_client::results::TaskId;
 
 /// Results between two of the index's marks.
 const MARK_EVERY: u64 = 1024;

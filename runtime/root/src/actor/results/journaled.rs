@@ -8,9 +8,9 @@ use saker_core::EarlierAttempts;
 use saker_journal::Position;
 
 use crate::actor::restore::RestoreError;
-use crate::attempts::{AttemptEnd, AttemptNote};
 use crate::records::Record;
-use crate::results::{JobId, ResultRecord, TaskId, TerminalState};
+use saker_client::attempts::{AttemptEnd, AttemptNote};
+use saker_client::results::{JobId, ResultRecord, TaskId, TerminalState};
 
 /// The journaled results, attempt notes and compactions (see `Results::resume`).
 #[derive(Debug)]

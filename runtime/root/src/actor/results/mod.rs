@@ -14,15 +14,14 @@ use tokio::sync::mpsc;
 
 use super::ctx::Ctx;
 use super::journal::AfterJournal;
-use crate::attempts::{AttemptEnd, AttemptNote};
-use crate::client::{
-    ErrorKind, Reply, RequestError, ResultSink, StageSummary, SubmitReply, SubmitWait, SubmittedJob,
-};
+use crate::client::{Reply, ResultSink};
 use crate::compact::CompactionDone;
 use crate::records::Record;
-use crate::results::{Failure, JobId, ResultRecord, TerminalState, Timestamp};
 use index::ResultIndex;
 use rates::{MinuteRate, RateWindow};
+use saker_client::attempts::{AttemptEnd, AttemptNote};
+use saker_client::results::{Failure, JobId, ResultRecord, TerminalState, Timestamp};
+use saker_client::{ErrorKind, RequestError, StageSummary, SubmitReply, SubmitWait, SubmittedJob};
 
 mod index;
 mod journaled;
@@ -108,7 +107,7 @@ pub(super) struct Detail {
     pub stderr_path: Option<String>,
     pub output: Option<Vec<u8>>,
     /// For an HPC job: its nodes and how each of its processes ended.
-    pub gang: Option<crate::results::GangRecord>,
+    pub gang: Option<saker_client::results::GangRecord>,
 }
 
 /// What attempts left behind that a task's result record will need.

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use super::Results;
 use super::journaled::Journaled;
-use crate::results::{JobId, TaskId};
+use saker_client::results::{JobId, TaskId};
 
 impl Results {
     /// Indexes the journaled results again. `compacted` are the jobs a compaction

@@ -14,8 +14,8 @@
 
 use hdrhistogram::Histogram;
 
-use crate::client::StageSummary;
-use crate::results::ResultRecord;
+use saker_client::StageSummary;
+use saker_client::results::ResultRecord;
 
 /// The longest time recorded exactly, in microseconds (a week); longer ones count as
 /// this.
@@ -105,7 +105,7 @@ fn add(histogram: &mut Histogram<u64>, micros: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::{Timestamp, sample_record};
+    use saker_client::results::{Timestamp, sample_record};
 
     #[test]
     fn each_stage_is_the_span_between_the_records_times() {

@@ -8,8 +8,9 @@ use saker_journal::Position;
 use tokio::sync::mpsc;
 
 use crate::actor::journal::ResultSource;
-use crate::client::{ErrorKind, RequestError, ResultSink, ResultsItem, StreamEnd};
-use crate::results::ResultRecord;
+use crate::client::{ResultSink, ResultsItem};
+use saker_client::results::ResultRecord;
+use saker_client::{ErrorKind, RequestError, StreamEnd};
 
 /// What a stream reads from the journal: results `from..=last`, starting the read at
 /// `start`.

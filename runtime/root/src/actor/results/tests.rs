@@ -7,8 +7,8 @@ use saker_core::{AttemptOutcome, TerminalState};
 use super::{Detail, FinishedTask, JobFacts, Results};
 use crate::actor::submissions::Submissions;
 use crate::actor::testing::*;
-use crate::attempts::{AttemptEnd, AttemptNote};
-use crate::results::Timestamp;
+use saker_client::attempts::{AttemptEnd, AttemptNote};
+use saker_client::results::Timestamp;
 
 /// What an agent's report of an attempt that exited `code` on `node` leaves.
 fn detail(node: u32, code: i32) -> Detail {
@@ -22,7 +22,7 @@ fn detail(node: u32, code: i32) -> Detail {
         exit_code: Some(code),
         signal: None,
         reason: None,
-        failure: (code != 0).then_some(crate::results::Failure::Exit),
+        failure: (code != 0).then_some(saker_client::results::Failure::Exit),
         stdout: format!("exit {code}\n"),
         stderr: String::new(),
         stdout_path: None,
@@ -288,7 +288,7 @@ fn a_compaction_moves_the_index_and_starts_a_new_generation_of_readers() {
 #[test]
 fn resumed_results_are_indexed_again_in_seq_order_with_the_unfinished_tasks_notes() {
     let record = |task: u64, job: u32, seq: u64| {
-        let mut record = crate::results::sample_record(task);
+        let mut record = saker_client::results::sample_record(task);
         record.job = JobId(job);
         record.seq = seq;
         Record::Result(Arc::new(record))

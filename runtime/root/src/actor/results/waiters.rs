@@ -6,8 +6,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::client::{Reply, SubmitReply, SubmitWait, SubmittedJob, WaitReport};
-use crate::results::{JobId, ResultRecord, TerminalState};
+use crate::client::Reply;
+use saker_client::results::{JobId, ResultRecord, TerminalState};
+use saker_client::{SubmitReply, SubmitWait, SubmittedJob, WaitReport};
 
 /// Every submission waiting for its tasks, by job.
 #[derive(Debug, Default)]

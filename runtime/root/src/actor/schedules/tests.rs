@@ -6,7 +6,7 @@ use super::Schedules;
 use crate::actor::items::ItemTable;
 use crate::actor::submissions::Submissions;
 use crate::actor::testing::*;
-use crate::results::Timestamp;
+use saker_client::results::Timestamp;
 
 const PERIOD: Duration = Duration::from_secs(10);
 

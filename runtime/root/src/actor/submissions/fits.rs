@@ -7,7 +7,7 @@ use saker_core::Resources;
 
 use crate::actor::nodes::Offered;
 use crate::actor::resources::ResourceNames;
-use crate::spec::{JobRequest, LauncherKind, TaskSpec};
+use saker_client::spec::{JobRequest, LauncherKind, TaskSpec};
 
 /// What a submission is checked against: the pilot's nodes, as far as they are known.
 #[derive(Debug, Clone, Copy)]

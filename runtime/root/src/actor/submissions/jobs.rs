@@ -7,7 +7,7 @@ use std::sync::Arc;
 use saker_core::JobId;
 use saker_wire::messages::JobDef;
 
-use crate::spec::ArraySpec;
+use saker_client::spec::ArraySpec;
 
 /// A submitted job as the root keeps it.
 #[derive(Debug, Clone)]
@@ -51,7 +51,7 @@ pub(super) struct JobTable {
 /// The jobs of one `submit_lines` batch.
 #[derive(Debug)]
 pub(super) struct LineBatch {
-    pub lines: Arc<crate::spec::JobLines>,
+    pub lines: Arc<saker_client::spec::JobLines>,
     /// Every job's definition but its id and command.
     pub proto: Arc<JobDef>,
     pub submitted_us: u64,

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use saker_core::{JobId, TaskId};
 
-use crate::client::JobUpdate;
 use crate::records::Record;
+use saker_client::JobUpdate;
 
 /// What the journal holds of the submissions (see `Submissions::resume`).
 #[derive(Debug, Default)]

@@ -19,16 +19,17 @@ use super::ctx::Ctx;
 use super::nodes::Offered;
 use super::replies::error;
 use super::resources::ResourceNames;
-use crate::client::{
-    ErrorKind, MAX_WAITED_RESULTS, Reply, RequestError, SubmitWait, SubmittedJob, SubmittedLines,
-    WaitReport,
-};
+use crate::client::Reply;
 use crate::records::Record;
-use crate::results::{ResultRecord, TerminalState};
-use crate::spec::{JobLines, JobRequest, plan};
 use fits::Shape;
 use jobs::{JobEntry, JobTable, LineBatch};
 use progress::Progress;
+use saker_client::results::{ResultRecord, TerminalState};
+use saker_client::spec::{JobLines, JobRequest, plan};
+use saker_client::{
+    ErrorKind, MAX_WAITED_RESULTS, RequestError, SubmitWait, SubmittedJob, SubmittedLines,
+    WaitReport,
+};
 
 mod fits;
 mod jobs;
@@ -435,7 +436,7 @@ impl Submissions {
             .with(ResourceKind::GPUS, offered.gpu_count())
             .with(ResourceKind::MEMORY_MIB, offered.memory_mib());
         for named in &hello.custom {
-            if !crate::spec::valid_resource_name(&named.name) {
+            if !saker_client::spec::valid_resource_name(&named.name) {
                 tracing::warn!(node = %hello.node, name = ?named.name, "ignoring a resource with an invalid name");
                 continue;
             }
@@ -587,7 +588,7 @@ pub(super) fn limit_ms(limit: Option<std::time::Duration>) -> u64 {
 /// What a node needs to run job `job`, whose spec is `spec` (`core` as the core has it).
 pub(super) fn job_def(
     job: JobId,
-    spec: &crate::spec::TaskSpec,
+    spec: &saker_client::spec::TaskSpec,
     core: &JobSpec,
     inline_output: Option<u32>,
     is_array: bool,

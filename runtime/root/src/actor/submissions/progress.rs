@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use super::jobs::{JobEntry, JobTable};
-use crate::client::{Reply, WaitReport};
-use crate::results::{JobId, ResultRecord, TerminalState};
+use crate::client::Reply;
+use saker_client::WaitReport;
+use saker_client::results::{JobId, ResultRecord, TerminalState};
 
 /// Results that must have ended since the last time before a pilot that has gone idle
 /// gives its freed memory back: enough that a burst's queue was worth returning, few

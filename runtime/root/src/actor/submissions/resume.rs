@@ -13,10 +13,10 @@ use super::{Past, RegisterError, Submissions};
 use crate::actor::ctx::Ctx;
 use crate::actor::nodes::Offered;
 use crate::actor::restore::RestoreError;
-use crate::client::JobUpdate;
 use crate::records::Record;
-use crate::results::TerminalState;
-use crate::spec::{JobLines, JobRequest};
+use saker_client::JobUpdate;
+use saker_client::results::TerminalState;
+use saker_client::spec::{JobLines, JobRequest};
 
 impl Submissions {
     /// Queues every journaled job again, as [`Journaled`] holds them. `ended` are the
@@ -339,7 +339,7 @@ fn apply(update: &JobUpdate, request: &mut JobRequest) {
 
 /// A journaled job's dependencies: ids, as the submission resolved them.
 fn dependencies(request: &JobRequest) -> Vec<saker_core::Dependency> {
-    use crate::spec::JobRef;
+    use saker_client::spec::JobRef;
     use saker_core::{Dependency, DependencyKind};
     let ids = |list: &[JobRef], kind| {
         list.iter()

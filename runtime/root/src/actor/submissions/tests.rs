@@ -8,9 +8,9 @@ use saker_wire::messages::{Assignment, Payload};
 
 use super::Submissions;
 use crate::actor::testing::*;
-use crate::client::{ErrorKind, JobUpdate, SubmitWait, UpdateReport, WaitReport};
-use crate::results::{ResultRecord, TerminalState};
-use crate::spec::{Commands, JobLines};
+use saker_client::results::{ResultRecord, TerminalState};
+use saker_client::spec::{Commands, JobLines};
+use saker_client::{ErrorKind, JobUpdate, SubmitWait, UpdateReport, WaitReport};
 
 /// Two nodes of four cores, both joined: the pilot knows its widest node.
 fn two_nodes() -> Owned {
@@ -321,7 +321,7 @@ fn an_update_naming_an_unknown_job_changes_nothing() {
 
 /// A durable result of task `task` of job `job`, as the router hands it on.
 fn durable(job: JobId, task: u64, state: TerminalState) -> Arc<ResultRecord> {
-    let mut record = crate::results::sample_record(task);
+    let mut record = saker_client::results::sample_record(task);
     record.job = job;
     record.state = state;
     Arc::new(record)

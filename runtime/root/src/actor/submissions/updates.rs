@@ -19,8 +19,9 @@ use super::{Submissions, limit_micros, limit_ms};
 use crate::actor::ctx::Ctx;
 use crate::actor::journal::AfterJournal;
 use crate::actor::replies::error;
-use crate::client::{ErrorKind, JobUpdate, Reply, UpdateReport};
+use crate::client::Reply;
 use crate::records::Record;
+use saker_client::{ErrorKind, JobUpdate, UpdateReport};
 
 impl Submissions {
     /// Updates `jobs` whole or not at all, journals the update and answers once it is

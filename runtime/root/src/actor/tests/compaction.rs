@@ -3,9 +3,10 @@
 //! "compacted away" for those dropped.
 
 use super::*;
-use crate::client::{ErrorKind, ResultsItem};
+use crate::client::ResultsItem;
 use crate::compact::{KeepResults, compact};
-use crate::results::ResultRecord;
+use saker_client::ErrorKind;
+use saker_client::results::ResultRecord;
 
 /// Job 1: three tasks, all finished; job 2: one task, finished; job 3: two tasks, one
 /// finished. Returns the journal as written.
@@ -133,7 +134,7 @@ async fn a_compacted_history_resumes_like_the_full_one() {
     // A task that never existed is still just "no result".
     let (reply, answer) = oneshot::channel();
     small.handle(RootMsg::Client(ClientRequest::Result {
-        task: crate::results::TaskId(99),
+        task: saker_client::results::TaskId(99),
         reply,
     }));
     let error = answer.await.unwrap().expect_err("unknown");

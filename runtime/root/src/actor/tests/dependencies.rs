@@ -5,9 +5,9 @@ use saker_wire::messages::ToAgent;
 
 use super::{Harness, RootMsg, UNIX_ORIGIN_US, assignments, exited, single};
 use crate::records::Record;
-use crate::spec::JobRef;
+use saker_client::spec::JobRef;
 
-fn named(argv: &[&str], name: &str, after: &[&str]) -> crate::spec::JobRequest {
+fn named(argv: &[&str], name: &str, after: &[&str]) -> saker_client::spec::JobRequest {
     let mut request = single(argv);
     request.spec.name = Some(name.to_owned());
     request.spec.after = after
@@ -29,7 +29,7 @@ fn a_job_named_later_in_the_submission_is_queued_first_and_the_answer_keeps_its_
     assert_eq!(reply.jobs.len(), 2);
     let (b, a) = (reply.jobs[0].job, reply.jobs[1].job);
     assert!(a < b, "a is queued first: {reply:?}");
-    let submits: Vec<(crate::results::JobId, Vec<JobRef>)> = records
+    let submits: Vec<(saker_client::results::JobId, Vec<JobRef>)> = records
         .iter()
         .filter_map(|record| match record {
             Record::Submit { job, request, .. } => Some((*job, request.spec.after.clone())),

@@ -2,7 +2,7 @@
 //! starts, the results of running ones wait for space, and all goes on once it is back.
 
 use super::*;
-use crate::client::{ErrorKind, JobUpdate};
+use saker_client::{ErrorKind, JobUpdate};
 
 fn disk_full(h: &Harness, full: bool) {
     h.port.with(|r| r.disk_full = full);

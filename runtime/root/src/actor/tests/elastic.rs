@@ -177,8 +177,8 @@ async fn a_refused_submission_ends_the_allocation_with_the_reason() {
 async fn a_resumed_root_adopts_its_allocations_instead_of_asking_again() {
     let mut h = elastic_harness();
     let submit = Record::Submit {
-        job: crate::results::JobId(1),
-        first_task: crate::results::TaskId(1),
+        job: saker_client::results::JobId(1),
+        first_task: saker_client::results::TaskId(1),
         count: 1,
         submitted_unix_us: UNIX_ORIGIN_US,
         request: Box::new(single(&["true"])),

@@ -2,7 +2,7 @@
 //! that programs can tell them apart without matching the human `reason`.
 
 use super::*;
-use crate::results::Failure;
+use saker_client::results::Failure;
 
 #[tokio::test]
 async fn each_way_an_attempt_fails_gives_its_result_a_failure_word() {
@@ -99,6 +99,9 @@ async fn a_task_lost_with_its_node_and_no_replay_left_fails_as_lost() {
     });
     let results = results_of(&h.journal_durable());
     assert_eq!(results.len(), 1, "{results:?}");
-    assert_eq!(results[0].state, crate::results::TerminalState::Failed);
+    assert_eq!(
+        results[0].state,
+        saker_client::results::TerminalState::Failed
+    );
     assert_eq!(results[0].failure, Some(Failure::Lost), "{:?}", results[0]);
 }

@@ -1,7 +1,8 @@
 //! Results served from the journal: the root keeps where each is, not the results.
 
 use super::*;
-use crate::client::{ErrorKind, ResultsItem};
+use crate::client::ResultsItem;
+use saker_client::ErrorKind;
 
 /// Runs the three tasks of an array on one node and makes their results durable.
 fn three_results(h: &mut Harness) {
@@ -47,7 +48,7 @@ async fn results_are_read_back_from_the_journal_by_seq_and_by_task() {
 
     let (reply, answer) = oneshot::channel();
     h.handle(RootMsg::Client(ClientRequest::Result {
-        task: crate::results::TaskId(2),
+        task: saker_client::results::TaskId(2),
         reply,
     }));
     let record = answer.await.unwrap().expect("task 2 finished");
@@ -56,7 +57,7 @@ async fn results_are_read_back_from_the_journal_by_seq_and_by_task() {
     for unknown in [0, 9] {
         let (reply, answer) = oneshot::channel();
         h.handle(RootMsg::Client(ClientRequest::Result {
-            task: crate::results::TaskId(unknown),
+            task: saker_client::results::TaskId(unknown),
             reply,
         }));
         let error = answer.await.unwrap().expect_err("no such result");

@@ -2,8 +2,8 @@
 //! replays, bounded by `max_replays`, never a failed task.
 
 use super::*;
-use crate::attempts::AttemptEnd;
-use crate::results::{Failure, TerminalState};
+use saker_client::attempts::AttemptEnd;
+use saker_client::results::{Failure, TerminalState};
 
 fn signaled(task: u64, attempt: u64, signal: i32) -> TaskResult {
     TaskResult {

@@ -7,10 +7,11 @@ use saker_wire::messages::{
 use tokio::sync::oneshot;
 
 use super::{Harness, RootMsg};
-use crate::client::actors::{
+use crate::client::ClientRequest;
+use saker_client::actors::{
     ActorCallReply, ActorId, ActorPlacement, ActorRestart, ActorSpawnReply, ActorSpawnRequest,
 };
-use crate::client::{ClientRequest, ErrorKind, RequestError};
+use saker_client::{ErrorKind, RequestError};
 
 type Answer<T> = oneshot::Receiver<Result<T, RequestError>>;
 

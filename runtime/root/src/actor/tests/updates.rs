@@ -8,9 +8,10 @@ use saker_wire::messages::ToAgent;
 use tokio::sync::oneshot;
 
 use super::{Harness, RootMsg, array, assignments, single};
-use crate::client::{ClientRequest, ErrorKind, JobUpdate, RequestError, UpdateReport};
+use crate::client::ClientRequest;
 use crate::records::Record;
-use crate::results::Timestamp;
+use saker_client::results::Timestamp;
+use saker_client::{ErrorKind, JobUpdate, RequestError, UpdateReport};
 
 type Answer = oneshot::Receiver<Result<UpdateReport, RequestError>>;
 

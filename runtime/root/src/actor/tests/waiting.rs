@@ -3,8 +3,8 @@
 //! with a journal that writes at once, answered in the turn that accepted the result.
 
 use super::{Harness, array, exited, single};
-use crate::client::{ErrorKind, SubmitWait, WaitReport};
-use crate::results::TerminalState;
+use saker_client::results::TerminalState;
+use saker_client::{ErrorKind, SubmitWait, WaitReport};
 
 #[tokio::test]
 async fn a_waiting_submission_is_answered_once_its_results_are_durable() {
@@ -75,7 +75,7 @@ async fn a_cancelled_waiting_submission_is_answered_with_its_cancellations() {
     let (reply, mut cancelled) = tokio::sync::oneshot::channel();
     h.handle(super::RootMsg::Client(
         crate::client::ClientRequest::Cancel {
-            jobs: vec![crate::results::JobId(1)],
+            jobs: vec![saker_client::results::JobId(1)],
             reply,
         },
     ));

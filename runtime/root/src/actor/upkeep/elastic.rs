@@ -20,8 +20,8 @@ use crate::actor::ctx::Ctx;
 use crate::actor::journal::AfterJournal;
 use crate::actor::nodes::Nodes;
 use crate::actor::port::{BatchOutcome, BatchSubmit, BatchWork, Wake};
-use crate::client::ElasticAllocation;
 use crate::records::Record;
+use saker_client::ElasticAllocation;
 
 /// How the root asks for allocations: what the provisioner decides with, and what a
 /// submission looks like.

@@ -13,7 +13,7 @@ use saker_core::Time;
 
 use crate::actor::ctx::Ctx;
 use crate::actor::port::Wake;
-use crate::client::StatusReport;
+use saker_client::StatusReport;
 
 /// The walltime deadline and what reaching it left.
 #[derive(Debug, Default)]
