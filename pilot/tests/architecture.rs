@@ -124,3 +124,96 @@ fn an_edge_line_reads_as_its_crates() {
     assert_eq!(graph["a"], BTreeSet::from(["b".to_owned(), "c".to_owned()]));
     assert!(graph["d"].is_empty());
 }
+
+/// The workspace's top directories a document may name a path under.
+const TOP: [&str; 11] = [
+    "runtime/",
+    "pilot/",
+    "api/",
+    "perf/",
+    "bindings/",
+    "python/",
+    "scripts/",
+    "sbatch-templates/",
+    "examples/",
+    "docs/",
+    ".ci/",
+];
+
+/// Every `path` in backticks, in `text`, that starts with one of [`TOP`].
+fn named_paths(text: &str) -> Vec<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|quoted| TOP.iter().any(|top| quoted.starts_with(top)))
+        .filter(|quoted| {
+            quoted
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_./-".contains(c))
+        })
+        .map(|quoted| quoted.trim_end_matches('.').to_owned())
+        .collect()
+}
+
+/// The files of the root's owners as the table in docs/architecture.md names them
+/// (relative to `runtime/root/src/actor/`).
+fn owner_files(text: &str) -> Vec<String> {
+    let table = text
+        .split_once("| owner | files |")
+        .expect("docs/architecture.md has the root's table of owners")
+        .1;
+    let rows = table.split("\n\n").next().unwrap_or_default();
+    rows.lines()
+        .filter_map(|row| row.split('|').nth(2))
+        .flat_map(|files| files.split('`').skip(1).step_by(2))
+        .filter(|name| name.ends_with(".rs") || name.ends_with('/'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The docs name files and folders as they are: a file moved or renamed takes its
+/// docs along.
+#[test]
+fn every_path_the_docs_name_exists() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("pilot/ is in the workspace");
+    let mut documents: Vec<_> = std::fs::read_dir(workspace.join("docs"))
+        .expect("docs/")
+        .map(|entry| entry.expect("an entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
+        .collect();
+    documents.push(workspace.join("README.md"));
+    documents.push(workspace.join("python/README.md"));
+    let mut missing = Vec::new();
+    for document in &documents {
+        let text = std::fs::read_to_string(document).expect("a readable document");
+        for path in named_paths(&text) {
+            if !workspace.join(&path).exists() {
+                missing.push(format!("{}: {path}", document.display()));
+            }
+        }
+    }
+    let architecture = std::fs::read_to_string(workspace.join("docs/architecture.md")).unwrap();
+    let actor = workspace.join("runtime/root/src/actor");
+    let owners = owner_files(&architecture);
+    assert!(owners.len() >= 8, "the owners' table is read: {owners:?}");
+    for name in owners {
+        if !actor.join(&name).exists() {
+            missing.push(format!("docs/architecture.md (owners): {name}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "paths the docs name that do not exist: {missing:#?}"
+    );
+}
+
+#[test]
+fn a_path_is_named_only_in_backticks_under_a_top_directory() {
+    let text = "see `runtime/root/src/lib.rs`, `cargo run`, `pilot/tests/`. and `runtime/*`";
+    assert_eq!(
+        named_paths(text),
+        ["runtime/root/src/lib.rs", "pilot/tests/"]
+    );
+}
