@@ -318,9 +318,10 @@ impl Submissions {
         let first_job = ctx.core.next_job();
         self.keep_lines(first_job, &lines, &spec, submitted_us);
         let not_before = ctx.core_time(lines.template.not_before);
+        let now = ctx.now();
         let mut first_task = None;
         for _ in 0..lines.len() {
-            match Self::queue_line(ctx, spec, not_before, None) {
+            match Self::queue_line(ctx, spec, not_before, now, None) {
                 Ok(job) => {
                     first_task.get_or_insert(job.first_task);
                 }
@@ -375,14 +376,14 @@ impl Submissions {
     }
 
     /// Queues the next job of a batch kept by [`Submissions::keep_lines`] in the core,
-    /// new or with its `past`.
+    /// new or with its `past`, at `now` (read once for the batch).
     fn queue_line(
         ctx: &mut Ctx,
         spec: JobSpec,
         not_before: Option<saker_core::Time>,
+        now: saker_core::Time,
         past: Option<Past<'_>>,
     ) -> Result<saker_core::SubmittedJob, RegisterError> {
-        let now = ctx.now();
         Ok(match past {
             None => ctx.core.handle_submit_at(spec, &[], not_before, now)?,
             Some(past) => ctx.core.handle_restore_job_at(

@@ -204,6 +204,7 @@ impl Submissions {
             })?;
         self.keep_lines(at.job, &lines, &spec, at.submitted_us);
         let not_before = ctx.core_time(template.spec.not_before);
+        let now = ctx.now();
         for k in 0..lines.len() {
             let line = Numbered {
                 job: JobId(at.job.0 + k as u32),
@@ -228,7 +229,7 @@ impl Submissions {
                 ended: &ended,
                 earlier: &earlier,
             };
-            let queued = Self::queue_line(ctx, spec, not_before, Some(past))
+            let queued = Self::queue_line(ctx, spec, not_before, now, Some(past))
                 .map_err(|error| line.refused(error))?;
             line.check(queued)?;
             self.count_ended(line.job, &ended, pending.resumed);
