@@ -14,7 +14,7 @@ use crate::cli::{
 use crate::submission::{Part, requests_from};
 use saker_client::results::{CsvWriter, JobId, ResultRecord, TableWriter, Timestamp, write_jsonl};
 use saker_client::spec::JobRef;
-use saker_client::{Client, JobUpdate, WaitReport};
+use saker_client::{Client, JobUpdate, StatusReport, WaitReport};
 use saker_root::pilot::JOURNAL_DIR;
 use saker_root::records::Record;
 
@@ -303,7 +303,7 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
             allocation.job_id, allocation.nodes, allocation.node_list
         )?;
     }
-    out.push_str(&crate::alloc::table(&status));
+    out.push_str(&allocation_table(&status));
     if !status.nodes.is_empty() {
         writeln!(
             out,
@@ -650,4 +650,43 @@ pub fn template(args: crate::cli::TemplateArgs) -> Result<ExitCode> {
     };
     print!("{}", crate::template::render(args.kind, &settings));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The allocations as `status` and `alloc list` print them; empty without any.
+pub(crate) fn allocation_table(status: &StatusReport) -> String {
+    let mut out = String::new();
+    if status.allocations.is_empty() && !status.provisioning_paused {
+        return out;
+    }
+    if status.provisioning_paused {
+        out.push_str("provisioning paused (saker alloc resume)\n");
+    }
+    if status.allocations.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "{:<6} {:>9} {:<10} {:<11} {:>5} {:>7} {:>9}  WHY",
+        "ALLOC", "JOB", "STATE", "SLURM", "NODES", "FIRST", "LEFT"
+    );
+    for a in &status.allocations {
+        let left = a.seconds_left.map_or_else(|| "-".to_owned(), clock);
+        let _ = writeln!(
+            out,
+            "{:<6} {:>9} {:<10} {:<11} {:>5} {:>7} {:>9}  {}",
+            a.allocation,
+            a.job_id.map_or_else(|| "-".to_owned(), |j| j.to_string()),
+            a.state,
+            if a.slurm_state.is_empty() {
+                "-"
+            } else {
+                &a.slurm_state
+            },
+            a.nodes,
+            a.first_node,
+            left,
+            a.reason
+        );
+    }
+    out
 }

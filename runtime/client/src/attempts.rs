@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::results::Timestamp;
+use crate::time::Timestamp;
 
 /// How an earlier attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -46,6 +46,7 @@ pub mod results;
 pub mod spec;
 pub mod standbys;
 pub mod taskfile;
+pub mod time;
 pub mod update;
 
 pub use codec::{DEFAULT_MAX_LINE_BYTES, ReadLineError};

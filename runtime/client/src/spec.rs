@@ -160,7 +160,7 @@ pub struct TaskSpec {
     /// Not started before this time (RFC 3339 UTC, e.g. `"2026-12-01T03:00Z"`); a time
     /// already past waits for nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub not_before: Option<crate::results::Timestamp>,
+    pub not_before: Option<crate::time::Timestamp>,
     /// A periodic job: a new job every this long (as `time_limit`), from `not_before`
     /// (or the submission) on, each with its own result. See `actor/schedules.rs`.
     #[serde(
@@ -171,7 +171,7 @@ pub struct TaskSpec {
     pub every: Option<Duration>,
     /// A periodic job's last possible occurrence time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub until: Option<crate::results::Timestamp>,
+    pub until: Option<crate::time::Timestamp>,
     /// A periodic job's number of occurrences at most.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,

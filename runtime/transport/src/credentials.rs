@@ -40,7 +40,9 @@ use rcgen::{
 use rustls::RootCertStore;
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::{self, PemObject};
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+pub use crate::roles::Role;
 
 use crate::crypto;
 use crate::pilot_dir::{DirError, PilotDir};
@@ -54,78 +56,6 @@ pub const CA_CERTIFICATE_FILE_NAME: &str = "ca.pem";
 /// certificate roles; no longer written, and removed when such a directory's
 /// credentials are renewed.
 pub const LEGACY_CA_KEY_FILE_NAME: &str = "ca.key";
-
-/// Which certificate a process presents.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Role {
-    /// The pilot's root: serves agents and clients, may also connect out.
-    Root,
-    /// A node agent: connects to its parent and serves its children.
-    Agent,
-    /// A user's client (CLI, Python, Parsl): connects only.
-    Client,
-}
-
-impl Role {
-    /// Every role, in the order their certificates are generated.
-    pub const ALL: [Role; 3] = [Role::Root, Role::Agent, Role::Client];
-
-    /// Lowercase name, also the stem of the role's file names.
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Root => "root",
-            Role::Agent => "agent",
-            Role::Client => "client",
-        }
-    }
-
-    /// File holding the role's certificate (PEM).
-    pub fn certificate_file_name(self) -> &'static str {
-        match self {
-            Role::Root => "root.pem",
-            Role::Agent => "agent.pem",
-            Role::Client => "client.pem",
-        }
-    }
-
-    /// File holding the role's private key (PKCS#8 PEM).
-    pub fn key_file_name(self) -> &'static str {
-        match self {
-            Role::Root => "root.key",
-            Role::Agent => "agent.key",
-            Role::Client => "client.key",
-        }
-    }
-
-    /// Whether the role's certificate is valid for server authentication.
-    pub fn can_serve(self) -> bool {
-        match self {
-            Role::Root | Role::Agent => true,
-            Role::Client => false,
-        }
-    }
-
-    /// The DNS name that carries the role in its certificate: `<role>.saker.pilot`.
-    pub fn dns_name(self) -> &'static str {
-        match self {
-            Role::Root => "root.saker.pilot",
-            Role::Agent => "agent.saker.pilot",
-            Role::Client => "client.saker.pilot",
-        }
-    }
-
-    /// [`Self::dns_name`] as the name a dialer verifies the server against.
-    pub fn server_name(self) -> ServerName<'static> {
-        // Each role name is a constant, valid DNS name.
-        ServerName::try_from(self.dns_name()).expect("invariant: role names are valid dns names")
-    }
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str(self.name())
-    }
-}
 
 /// Errors generating or loading credentials. File errors name the file.
 #[derive(Debug, thiserror::Error)]

@@ -47,8 +47,7 @@ pub const PREAMBLE_LEN: usize = 8;
 /// Length of a frame header: payload length and route, both `u32` little-endian.
 pub const FRAME_HEADER_LEN: usize = 8;
 
-/// Alignment of every header and payload on the wire, and the padding unit.
-pub const FRAME_ALIGNMENT: usize = 8;
+pub use crate::align::FRAME_ALIGNMENT;
 
 /// Default limit on one frame's payload: large enough for a dispatch of about two
 /// million assignments, small enough that a hostile header cannot make us reserve

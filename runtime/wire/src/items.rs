@@ -8,7 +8,7 @@
 
 use rkyv::{Archive, Deserialize, Serialize};
 
-use crate::messages::{AttemptId, NodeId};
+use saker_core::{AttemptId, NodeId};
 
 /// Bytes one [`ItemRead`] asks for at most.
 pub const ITEM_CHUNK: u32 = 1 << 20;
@@ -59,7 +59,7 @@ pub struct ItemData {
 // Archived alignment within frames: see the list in `messages.rs`.
 const _: () = {
     use core::mem::align_of;
-    const MAX: usize = crate::frame::FRAME_ALIGNMENT;
+    const MAX: usize = crate::align::FRAME_ALIGNMENT;
     assert!(align_of::<ArchivedItemWritten>() <= MAX);
     assert!(align_of::<ArchivedItemsWritten>() <= MAX);
     assert!(align_of::<ArchivedItemRead>() <= MAX);

@@ -38,6 +38,7 @@
 //! # Ok::<(), saker_wire::WireError>(())
 //! ```
 
+mod align;
 pub mod error;
 pub mod frame;
 pub mod items;

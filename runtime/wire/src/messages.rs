@@ -583,7 +583,7 @@ pub struct Output {
 // Add every new archived type here.
 const _: () = {
     use core::mem::align_of;
-    const MAX: usize = crate::frame::FRAME_ALIGNMENT;
+    const MAX: usize = crate::align::FRAME_ALIGNMENT;
     assert!(align_of::<ArchivedToAgent>() <= MAX);
     assert!(align_of::<ArchivedLink>() <= MAX);
     assert!(align_of::<ArchivedWelcome>() <= MAX);
