@@ -127,22 +127,30 @@ impl std::fmt::Debug for ActorSpawnRequest {
 
 impl ActorSpawnRequest {
     /// Checks what the pilot can check without the node: a plain name, bounded bytes.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidSpawn> {
         if !valid_actor_name(&self.name) {
-            return Err(format!(
-                "actor type name {:?} must be ASCII letters, digits, '_' and '-' (1 to \
-                 {MAX_ACTOR_NAME_LEN} bytes)",
-                self.name
-            ));
+            return Err(InvalidSpawn::Name {
+                name: self.name.clone(),
+            });
         }
         if self.args.len() > MAX_FUNCTION_BYTES {
-            return Err(format!(
-                "spawn arguments of {} bytes exceed the limit of {MAX_FUNCTION_BYTES}",
-                self.args.len()
-            ));
+            return Err(InvalidSpawn::TooLarge {
+                bytes: self.args.len(),
+            });
         }
         Ok(())
     }
+}
+
+/// A spawn request the pilot refuses before any node sees it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidSpawn {
+    #[error(
+        "actor type name {name:?} must be ASCII letters, digits, '_' and '-' (1 to {MAX_ACTOR_NAME_LEN} bytes)"
+    )]
+    Name { name: String },
+    #[error("spawn arguments of {bytes} bytes exceed the limit of {MAX_FUNCTION_BYTES}")]
+    TooLarge { bytes: usize },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -266,7 +274,7 @@ mod tests {
                 placement: ActorPlacement::Any,
                 restart: ActorRestart::Never,
             };
-            let refused = spawn.validate().unwrap_err();
+            let refused = spawn.validate().unwrap_err().to_string();
             assert!(refused.contains("1 to 64 bytes"), "{refused}");
         }
         // Checked while the program is built.

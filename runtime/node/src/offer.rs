@@ -161,16 +161,35 @@ fn pin_cpus(text: &str) -> Result<PinCpus, FlagError> {
             .map_err(|why| FlagError::Invalid {
                 flag: "--pin-cpus",
                 value: text.to_owned(),
-                reason: format!("expected auto, off or CPUs like 0-3,8 ({why})"),
+                reason: format!(
+                    "expected auto, off or CPUs like 0-3,8 ({})",
+                    saker_actors::error_chain(&why)
+                ),
             }),
     }
 }
 
-fn cpu_list(list: &str) -> Result<Vec<u32>, String> {
+/// A list of CPUs that is not one.
+#[derive(Debug, thiserror::Error)]
+enum BadCpus {
+    #[error("{text:?}")]
+    NotACpu {
+        text: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    #[error("{part:?} is no range of CPUs")]
+    NotARange { part: String },
+}
+
+fn cpu_list(list: &str) -> Result<Vec<u32>, BadCpus> {
     let cpu = |text: &str| {
         text.trim()
             .parse::<u32>()
-            .map_err(|error| format!("{text:?}: {error}"))
+            .map_err(|source| BadCpus::NotACpu {
+                text: text.to_owned(),
+                source,
+            })
     };
     let mut cpus = Vec::new();
     for part in list.split(',') {
@@ -179,7 +198,9 @@ fn cpu_list(list: &str) -> Result<Vec<u32>, String> {
             Some((first, last)) => {
                 let (first, last) = (cpu(first)?, cpu(last)?);
                 if last < first || last - first > 65_535 {
-                    return Err(format!("{part:?} is no range of CPUs"));
+                    return Err(BadCpus::NotARange {
+                        part: part.to_owned(),
+                    });
                 }
                 cpus.extend(first..=last);
             }

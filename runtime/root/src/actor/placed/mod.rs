@@ -185,8 +185,8 @@ impl PlacedActors {
             )));
             return;
         }
-        if let Err(message) = spawn.validate() {
-            let _ = reply.send(Err(error(ErrorKind::InvalidSpec, message)));
+        if let Err(invalid) = spawn.validate() {
+            let _ = reply.send(Err(error(ErrorKind::InvalidSpec, invalid.to_string())));
             return;
         }
         match spawn.placement {
