@@ -66,6 +66,15 @@ pub struct CoreConfig {
     ///
     /// [`Core::handle_prefer`]: crate::Core::handle_prefer
     pub locality_wait_micros: u64,
+    /// Which life of the pilot's root this core serves: 1 for the first root, one more
+    /// for each takeover or resume. Each term numbers its attempts apart from every
+    /// other's ([`AttemptId::first_of_term`]), so an attempt an earlier root
+    /// dispatched, still held by an agent, never shares an id with this core's and can
+    /// be adopted ([`Core::handle_adopt`]). 0 is treated as 1.
+    ///
+    /// [`AttemptId::first_of_term`]: crate::AttemptId::first_of_term
+    /// [`Core::handle_adopt`]: crate::Core::handle_adopt
+    pub term: u32,
 }
 
 impl Default for CoreConfig {
@@ -76,6 +85,7 @@ impl Default for CoreConfig {
             default_max_replays: 3,
             speculation: Some(Speculation::default()),
             locality_wait_micros: 1_000_000,
+            term: 1,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! it had not been made, except that its `now` still advances the core's clock (and
 //! with it what fits the deadline).
 
-use crate::ids::{AttemptId, JobId, NodeId};
+use crate::ids::{AttemptId, JobId, NodeId, TaskId};
 
 /// A submission was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -122,5 +122,91 @@ pub enum UpdateError {
     Ended {
         /// The job asked for.
         job: JobId,
+    },
+}
+
+/// An attempt of an earlier root could not be adopted
+/// ([`Core::handle_adopt`](crate::Core::handle_adopt)). The driver then stops it on its
+/// node (its task, if not finished, runs again from the queue).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdoptError {
+    /// The node is not live (never joined, or lost).
+    #[error("unknown node {node}")]
+    UnknownNode {
+        /// The node.
+        node: NodeId,
+    },
+    /// No root issues this id (its number within its term is 0).
+    #[error("attempt {attempt} is no id a root issues")]
+    InvalidAttempt {
+        /// The attempt.
+        attempt: AttemptId,
+    },
+    /// The attempt is of this core's term or a later one: not an earlier root's.
+    #[error("attempt {attempt} is not of a term before {term}")]
+    NotEarlierTerm {
+        /// The attempt.
+        attempt: AttemptId,
+        /// This core's term.
+        term: u32,
+    },
+    /// The attempt is live here already (adopted before).
+    #[error("attempt {attempt} is live already, for task {task}")]
+    AttemptLive {
+        /// The attempt.
+        attempt: AttemptId,
+        /// The task it runs.
+        task: TaskId,
+    },
+    /// No such task was submitted or restored.
+    #[error("unknown task {task}")]
+    UnknownTask {
+        /// The task.
+        task: TaskId,
+    },
+    /// The task is terminal.
+    #[error("task {task} has finished")]
+    Finished {
+        /// The task.
+        task: TaskId,
+    },
+    /// The task's job was asked to cancel.
+    #[error("task {task}: job {job} was cancelled")]
+    Cancelled {
+        /// The task.
+        task: TaskId,
+        /// Its job.
+        job: JobId,
+    },
+    /// The task is a gang's ([`Placement::Gang`](crate::Placement)): not adopted yet.
+    #[error("task {task}: job {job} is a gang job, not adopted")]
+    Gang {
+        /// The task.
+        task: TaskId,
+        /// Its job.
+        job: JobId,
+    },
+    /// The task has a live attempt already.
+    #[error("task {task} is in flight as attempt {attempt}")]
+    InFlight {
+        /// The task.
+        task: TaskId,
+        /// Its live attempt.
+        attempt: AttemptId,
+    },
+    /// The task's job waits for other jobs: none of its tasks can be running.
+    #[error("task {task}: job {job} waits for other jobs")]
+    WaitingForJobs {
+        /// The task.
+        task: TaskId,
+        /// Its job.
+        job: JobId,
+    },
+    /// The task should be queued but is not where the core keeps it: a bug in the
+    /// core, refused rather than acted on.
+    #[error("task {task} is not where the core keeps queued work")]
+    NotQueued {
+        /// The task.
+        task: TaskId,
     },
 }

@@ -16,7 +16,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::ids::{JobId, Time};
-use crate::queue::{FreshRange, ReadyQueue, ReturnedTask};
+use crate::queue::{FreshRange, QueuedTask, ReadyQueue, ReturnedTask};
+use crate::ranges::Ranges;
 
 /// The last instant an attempt with `time_limit` may start to finish by `deadline`,
 /// `None` if it cannot start at all. No limit counts as one microsecond, so such a
@@ -32,17 +33,25 @@ pub(crate) fn last_start(deadline: Time, time_limit: Option<u64>) -> Option<Time
 #[derive(Debug, Default)]
 pub(crate) struct Held {
     /// Its never-dispatched tasks, if any.
-    pub(crate) fresh: Option<FreshRange>,
+    pub(crate) fresh: Ranges,
     /// Its tasks queued again after an attempt.
     pub(crate) returned: Vec<ReturnedTask>,
 }
 
 impl Held {
     pub(crate) fn tasks(&self) -> u64 {
-        self.returned.len() as u64
-            + self
-                .fresh
-                .map_or(0, |range| u64::from(range.end - range.next))
+        self.returned.len() as u64 + self.fresh.tasks()
+    }
+
+    /// Takes one of its tasks out; false if it does not hold it.
+    pub(crate) fn take_task(&mut self, task: QueuedTask) -> bool {
+        match task {
+            QueuedTask::Returned(task) => {
+                let at = self.returned.iter().position(|entry| entry.task == task);
+                at.map(|at| self.returned.remove(at)).is_some()
+            }
+            QueuedTask::Fresh(index) => self.fresh.take_index(index),
+        }
     }
 }
 
@@ -164,9 +173,8 @@ impl Horizon {
     pub(crate) fn push_fresh(&mut self, queue: &mut ReadyQueue, priority: i32, range: FreshRange) {
         match self.held.get_mut(&range.job) {
             Some(held) => {
-                debug_assert!(held.fresh.is_none(), "a job has one fresh range");
                 self.held_tasks += u64::from(range.end - range.next);
-                held.fresh = Some(range);
+                held.fresh.insert(range);
             }
             None => queue.push_fresh(priority, range),
         }
@@ -186,6 +194,16 @@ impl Horizon {
             }
             None => queue.push_returned(priority, task),
         }
+    }
+
+    /// Takes one queued task of held `job` out; false if it does not hold it.
+    pub(crate) fn take_task(&mut self, job: JobId, task: QueuedTask) -> bool {
+        let taken = self
+            .held
+            .get_mut(&job)
+            .is_some_and(|held| held.take_task(task));
+        self.held_tasks -= u64::from(taken);
+        taken
     }
 
     /// Takes the held entries of `job` (it stays held, with none), for cancellation.

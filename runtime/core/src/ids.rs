@@ -54,10 +54,13 @@ id_newtype!(
     ArchivedJobId
 );
 id_newtype!(
-    /// One execution of a task. Every (re)dispatch gets a fresh id; ids increase
-    /// globally from 1, so an id below the next one to be issued that is no longer live
-    /// was superseded (its result is a duplicate), and one at or above it was never
-    /// issued (its result is unknown).
+    /// One execution of a task. Every (re)dispatch gets a fresh id. Each life of the
+    /// root (its *term*, [`CoreConfig::term`](crate::CoreConfig::term)) numbers its own
+    /// apart from every other's: term `t` issues `((t - 1) << 40) + n` for `n` = 1, 2,
+    /// ... in order. So an id of this term below the next one to be issued that is no
+    /// longer live was superseded (its result is a duplicate), one at or above it was
+    /// never issued (unknown), and one of an earlier term was an earlier root's
+    /// (superseded, unless adopted: [`Core::handle_adopt`](crate::Core::handle_adopt)).
     AttemptId(u64),
     ArchivedAttemptId
 );
@@ -67,6 +70,31 @@ id_newtype!(
     NodeId(u32),
     ArchivedNodeId
 );
+
+impl AttemptId {
+    /// Low bits of an id that number the attempts of one term (`n`); the bits above
+    /// name the term. A term has room for 2^40 - 1 attempts, far beyond any pilot.
+    pub const TERM_BITS: u32 = 40;
+    /// The last term whose ids fit 64 bits; later terms are numbered as this one.
+    const LAST_TERM: u32 = 1 << (64 - Self::TERM_BITS);
+
+    /// The first id `term` issues (term 0 counts as 1, as in `CoreConfig`).
+    pub fn first_of_term(term: u32) -> AttemptId {
+        let term = term.clamp(1, Self::LAST_TERM);
+        AttemptId((u64::from(term - 1) << Self::TERM_BITS) + 1)
+    }
+
+    /// The term whose numbering holds this id.
+    pub fn term(self) -> u32 {
+        // At most 2^24: fits.
+        (self.0 >> Self::TERM_BITS) as u32 + 1
+    }
+
+    /// `n`, its number within its term; 0 for no id any root issues.
+    pub(crate) fn number(self) -> u64 {
+        self.0 & ((1 << Self::TERM_BITS) - 1)
+    }
+}
 
 /// A point on the driver's monotonic clock, in microseconds from an origin the driver
 /// chooses (pilot start, say). The core never reads a clock; every input carries one.
@@ -139,6 +167,32 @@ mod tests {
         assert_eq!(
             Time(9).saturating_duration_since(Time(5)),
             Duration::from_micros(4)
+        );
+    }
+
+    #[test]
+    fn attempt_ids_are_numbered_by_term() {
+        assert_eq!(AttemptId::first_of_term(1), AttemptId(1));
+        assert_eq!(AttemptId::first_of_term(0), AttemptId(1), "0 counts as 1");
+        assert_eq!(AttemptId::first_of_term(3), AttemptId((2 << 40) + 1));
+        for term in [1, 2, 3, 1_000, AttemptId::LAST_TERM] {
+            let first = AttemptId::first_of_term(term);
+            assert_eq!(first.term(), term);
+            assert_eq!(first.number(), 1);
+            // Just below it: no id (n = 0), then the last of the term before.
+            assert_eq!(AttemptId(first.0 - 1).number(), 0);
+            if term > 1 {
+                assert_eq!(AttemptId(first.0 - 2).term(), term - 1);
+            }
+        }
+        let last = AttemptId(((1 << 40) - 1) + (4 << 40));
+        assert_eq!((last.term(), last.number()), (5, (1 << 40) - 1));
+        assert_eq!(AttemptId(0).number(), 0);
+        assert_eq!(AttemptId(u64::MAX).term(), AttemptId::LAST_TERM);
+        assert_eq!(
+            AttemptId::first_of_term(u32::MAX),
+            AttemptId::first_of_term(AttemptId::LAST_TERM),
+            "terms past the last are numbered as the last"
         );
     }
 

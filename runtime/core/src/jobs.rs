@@ -16,7 +16,7 @@
 
 use std::ops::{Index, IndexMut};
 
-use crate::ids::TaskId;
+use crate::ids::{JobId, TaskId};
 use crate::output::JobCounts;
 use crate::task::JobRecord;
 
@@ -61,8 +61,8 @@ const CANCEL_REQUESTED: u8 = 0x80;
 /// Where a task's job is.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Located<'a> {
-    /// The job's record and the task's index in it.
-    Live(&'a JobRecord, u32),
+    /// The job, its record and the task's index in it.
+    Live(JobId, &'a JobRecord, u32),
     /// The job has finished and been compacted: so has the task.
     Finished,
 }
@@ -156,13 +156,20 @@ impl JobStore {
 
     /// The job of `task`, `None` if it was never submitted.
     pub(crate) fn locate(&self, task: TaskId) -> Option<Located<'_>> {
-        let after = self.pages.partition_point(|page| page.first_task() <= task);
-        match self.pages.get(after.checked_sub(1)?)? {
+        let page = self
+            .pages
+            .partition_point(|page| page.first_task() <= task)
+            .checked_sub(1)?;
+        match self.pages.get(page)? {
             Page::Live { records, .. } => {
-                let after = records.partition_point(|job| job.first_task <= task);
-                let job = records.get(after.checked_sub(1)?)?;
+                let at = records
+                    .partition_point(|job| job.first_task <= task)
+                    .checked_sub(1)?;
+                let job = records.get(at)?;
                 let index = u32::try_from(task.0 - job.first_task.0).ok()?;
-                (index < job.counts.count).then_some(Located::Live(job, index))
+                // Ids are positions plus one, and fit u32 (submission checks).
+                let id = JobId((page * PAGE + at + 1) as u32);
+                (index < job.counts.count).then_some(Located::Live(id, job, index))
             }
             Page::Done(page) => page.holds(task).then_some(Located::Finished),
         }

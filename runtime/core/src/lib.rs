@@ -91,6 +91,14 @@
 //!   gang reservations and speculative copies judge it by from then on, and a job it
 //!   makes unfit is held (its unstarted attempts asked back), one it makes fit again
 //!   is queued. Started attempts keep the limit they started under.
+//! * **Adoption** ([`Core::handle_adopt`]): a new root (a takeover or a resume: its
+//!   [`CoreConfig::term`] one more) restores the journal, which queues every
+//!   unfinished task again, then adopts each attempt of an earlier root that an agent
+//!   still holds: the task leaves the queue (or its backoff) and is in flight under
+//!   that attempt on that node as if dispatched there, so it runs once. Each term
+//!   numbers its attempts apart ([`AttemptId::first_of_term`]): an adopted id never
+//!   meets one the new root issues, and a result of an earlier root's attempt that was
+//!   not adopted is a duplicate. Gang tasks are not adopted (yet).
 
 mod config;
 mod error;
@@ -102,6 +110,7 @@ mod node;
 mod output;
 pub mod provision;
 mod queue;
+mod ranges;
 mod resources;
 mod scheduler;
 mod speculation;
@@ -112,7 +121,9 @@ mod work;
 pub use config::{
     Backoff, CoreConfig, Dependency, DependencyKind, JobSpec, Placement, Speculation,
 };
-pub use error::{AttemptError, CancelError, NodeError, RestoreError, SubmitError, UpdateError};
+pub use error::{
+    AdoptError, AttemptError, CancelError, NodeError, RestoreError, SubmitError, UpdateError,
+};
 pub use hpc::{LauncherKind, MpiKind, UnknownKind};
 pub use ids::{AttemptId, JobId, NodeId, TaskId, Time};
 pub use output::{

@@ -316,6 +316,11 @@ pub struct Counts {
     /// [`Speculation`](crate::Speculation)). A copy is an attempt of a task that is
     /// in flight already; it does not move the task between the partitions above.
     pub speculated: u64,
+    /// Attempts of earlier roots adopted ([`Core::handle_adopt`]): each moved its task
+    /// from `queued` or `delayed` to `assigned` or `running`, as a dispatch would.
+    ///
+    /// [`Core::handle_adopt`]: crate::Core::handle_adopt
+    pub adopted: u64,
     /// Live nodes.
     pub nodes: u64,
     /// Credit granted by live nodes and not yet used by a dispatch, per kind (capped

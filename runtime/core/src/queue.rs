@@ -9,7 +9,12 @@
 //! does not make a job's tail wait behind later jobs.
 //!
 //! The fresh lane holds one *range* per job (job, next index, end), expanded only as
-//! tasks are taken, so a queued array of a million tasks is one entry.
+//! tasks are taken, so a queued array of a million tasks is one entry. Adopting a task
+//! from the middle of a range (`Core::handle_adopt`) splits it in place: a job may have
+//! a few ranges, next to each other in index order. A returned task it takes is only
+//! marked taken where it stands (a *dead* entry, which every reader skips) and dropped
+//! later in bulk: a new root may adopt every returned task of a long lane, and
+//! removing each from the middle would shift the lane each time.
 //!
 //! Entries do not carry what their tasks need: a 32-byte [`Resources`] would triple a
 //! returned task (16 bytes), and a mass node loss returns hundreds of thousands. The
@@ -18,9 +23,10 @@
 //! their own pass, and work a node reserved for a gang may not backfill.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use crate::ids::{JobId, TaskId};
+use crate::ranges::{Ranges, split};
 use crate::resources::Resources;
 
 /// A task back in the queue after an attempt.
@@ -38,6 +44,15 @@ pub(crate) struct FreshRange {
     pub(crate) end: u32,
 }
 
+/// One queued task of a job, as its entries hold it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QueuedTask {
+    /// Back after an attempt: a returned entry.
+    Returned(TaskId),
+    /// Never dispatched: this index of one of its fresh ranges.
+    Fresh(u32),
+}
+
 /// What one [`ReadyQueue::take`] step removed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Taken {
@@ -49,11 +64,26 @@ pub(crate) enum Taken {
 struct Level {
     returned: VecDeque<ReturnedTask>,
     fresh: VecDeque<FreshRange>,
+    /// Dead entries in `returned` (their tasks are in `ReadyQueue::taken`).
+    dead: usize,
 }
 
 impl Level {
     fn is_empty(&self) -> bool {
-        self.returned.is_empty() && self.fresh.is_empty()
+        self.returned.len() == self.dead && self.fresh.is_empty()
+    }
+
+    /// Whether `entry` of the return lane is dead.
+    fn is_dead(&self, taken: &HashSet<TaskId>, entry: &ReturnedTask) -> bool {
+        self.dead > 0 && taken.contains(&entry.task)
+    }
+
+    /// Drops the dead entries of the return lane.
+    fn purge(&mut self, taken: &mut HashSet<TaskId>) {
+        if self.dead > 0 {
+            self.returned.retain(|entry| !taken.remove(&entry.task));
+            self.dead = 0;
+        }
     }
 }
 
@@ -77,6 +107,9 @@ pub(crate) struct ReadyQueue {
     levels: BTreeMap<Reverse<i32>, Level>,
     tasks: u64,
     entries: usize,
+    /// Tasks of the dead entries (see the module doc): each has exactly one, at its
+    /// job's priority. Only looked up, never iterated into an output.
+    taken: HashSet<TaskId>,
 }
 
 impl ReadyQueue {
@@ -108,10 +141,11 @@ impl ReadyQueue {
         self.tasks += u64::from(range.end - range.next);
         self.entries += 1;
         let fresh = &mut self.levels.entry(Reverse(priority)).or_default().fresh;
-        if fresh.back().is_none_or(|last| last.job < range.job) {
+        let key = |range: &FreshRange| (range.job, range.next);
+        if fresh.back().is_none_or(|last| key(last) < key(&range)) {
             fresh.push_back(range);
         } else {
-            let at = fresh.partition_point(|queued| queued.job < range.job);
+            let at = fresh.partition_point(|queued| key(queued) < key(&range));
             fresh.insert(at, range);
         }
     }
@@ -119,11 +153,24 @@ impl ReadyQueue {
     pub(crate) fn push_returned(&mut self, priority: i32, task: ReturnedTask) {
         self.tasks += 1;
         self.entries += 1;
-        self.levels
-            .entry(Reverse(priority))
-            .or_default()
-            .returned
-            .push_back(task);
+        let level = self.levels.entry(Reverse(priority)).or_default();
+        // A taken task back (its adopted attempt ended): its dead entry must go
+        // first, or it would come alive again next to this one.
+        if level.is_dead(&self.taken, &task) {
+            level.purge(&mut self.taken);
+        }
+        debug_assert!(!self.taken.contains(&task.task), "dead entry elsewhere");
+        level.returned.push_back(task);
+    }
+
+    /// Drops the level at `key` if it has no live entries, with its dead ones.
+    fn drop_if_empty(&mut self, key: Reverse<i32>) {
+        if let Some(level) = self.levels.get_mut(&key)
+            && level.is_empty()
+        {
+            level.purge(&mut self.taken);
+            self.levels.remove(&key);
+        }
     }
 
     /// The first entry, in queue order, whose tasks fit a node of `capacity`.
@@ -137,6 +184,7 @@ impl ReadyQueue {
                 .returned
                 .iter()
                 .enumerate()
+                .filter(|(_, task)| !level.is_dead(&self.taken, task))
                 .map(|(index, task)| (Lane::Returned, index, task.job));
             let fresh = level
                 .fresh
@@ -231,9 +279,7 @@ impl ReadyQueue {
                     }
                 }
             }
-            if level.is_empty() {
-                self.levels.remove(&key);
-            }
+            self.drop_if_empty(key);
         }
         // Invariant: `left` only ever shrank from `credit`.
         credit
@@ -241,17 +287,16 @@ impl ReadyQueue {
             .expect("used credit fits the credit")
     }
 
-    /// Removes every entry of `job` (queued at `priority`): its fresh range, if any, and
-    /// its returned tasks in queue order.
-    pub(crate) fn remove_job(
-        &mut self,
-        job: JobId,
-        priority: i32,
-    ) -> (Option<FreshRange>, Vec<ReturnedTask>) {
+    /// Removes every entry of `job` (queued at `priority`): its fresh ranges and its
+    /// returned tasks in queue order.
+    pub(crate) fn remove_job(&mut self, job: JobId, priority: i32) -> (Ranges, Vec<ReturnedTask>) {
         let key = Reverse(priority);
         let Some(level) = self.levels.get_mut(&key) else {
-            return (None, Vec::new());
+            return (Ranges::default(), Vec::new());
         };
+        // A pass over the level anyway: its dead entries go too, so none outlives its
+        // job's leaving the queue (it could come back elsewhere).
+        level.purge(&mut self.taken);
         let mut returned = Vec::new();
         level.returned.retain(|task| {
             let keep = task.job != job;
@@ -260,20 +305,65 @@ impl ReadyQueue {
             }
             keep
         });
-        let fresh = level
-            .fresh
-            .iter()
-            .position(|range| range.job == job)
-            .and_then(|index| level.fresh.remove(index));
-        if level.is_empty() {
-            self.levels.remove(&key);
+        // The fresh lane is in job order: the job's ranges are next to each other.
+        let at = level.fresh.partition_point(|range| range.job < job);
+        let mut fresh = Ranges::default();
+        while let Some(range) = level.fresh.get(at).filter(|range| range.job == job) {
+            fresh.insert(*range);
+            level.fresh.remove(at);
+            self.entries -= 1;
         }
-        let removed_entries = returned.len() + usize::from(fresh.is_some());
-        let removed_tasks =
-            returned.len() as u64 + fresh.map_or(0, |range| u64::from(range.end - range.next));
-        self.entries -= removed_entries;
-        self.tasks -= removed_tasks;
+        self.drop_if_empty(key);
+        self.entries -= returned.len();
+        self.tasks -= returned.len() as u64 + fresh.tasks();
         (fresh, returned)
+    }
+
+    /// Takes one queued task of `job` (queued at `priority`) out of the queue; false if
+    /// it is not there. A fresh range it splits keeps its place, its parts in order.
+    pub(crate) fn take_task(&mut self, priority: i32, job: JobId, task: QueuedTask) -> bool {
+        let key = Reverse(priority);
+        let Some(level) = self.levels.get_mut(&key) else {
+            return false;
+        };
+        match task {
+            QueuedTask::Returned(task) => {
+                // Marked dead where it stands, not looked for (see the module doc): the
+                // caller knows it is queued here. The audit checks the entries add up.
+                if level.returned.len() == level.dead || !self.taken.insert(task) {
+                    return false;
+                }
+                level.dead += 1;
+                self.entries -= 1;
+                // Half dead: dropped at once, in time linear in what is dropped.
+                if level.dead * 2 > level.returned.len() {
+                    level.purge(&mut self.taken);
+                }
+            }
+            QueuedTask::Fresh(index) => {
+                // Ranges are in (job, index) order and disjoint: the first not ending
+                // by `index` is the only one that may hold it.
+                let at = level
+                    .fresh
+                    .partition_point(|range| (range.job, range.end) <= (job, index));
+                let Some(&range) = level
+                    .fresh
+                    .get(at)
+                    .filter(|range| range.job == job && range.next <= index)
+                else {
+                    return false;
+                };
+                level.fresh.remove(at);
+                self.entries -= 1;
+                for part in split(range, index).into_iter().flatten().rev() {
+                    level.fresh.insert(at, part);
+                    self.entries += 1;
+                }
+            }
+        }
+        self.tasks -= 1;
+        self.drop_if_empty(key);
+        true
     }
 
     /// Removes every entry, queued at `priority`, of the jobs `matches` selects: their
@@ -288,6 +378,7 @@ impl ReadyQueue {
         let Some(level) = self.levels.get_mut(&key) else {
             return (Vec::new(), Vec::new());
         };
+        level.purge(&mut self.taken); // as in `remove_job`
         let mut returned = Vec::new();
         level.returned.retain(|task| {
             let keep = !matches(task.job);
@@ -304,9 +395,7 @@ impl ReadyQueue {
             }
             keep
         });
-        if level.is_empty() {
-            self.levels.remove(&key);
-        }
+        self.drop_if_empty(key);
         self.entries -= returned.len() + fresh.len();
         self.tasks -= returned.len() as u64
             + fresh
@@ -329,6 +418,10 @@ impl ReadyQueue {
         if fresh.is_empty() && returned.is_empty() {
             return;
         }
+        debug_assert!(
+            returned.iter().all(|task| !self.taken.contains(&task.task)),
+            "a task restored next to its dead entry"
+        );
         self.entries += fresh.len() + returned.len();
         self.tasks += returned.len() as u64
             + fresh
@@ -340,18 +433,44 @@ impl ReadyQueue {
         if !fresh.is_empty() {
             level.fresh.extend(fresh);
             // Two sorted runs: the stable sort merges them in linear time.
-            level.fresh.make_contiguous().sort_by_key(|range| range.job);
+            level
+                .fresh
+                .make_contiguous()
+                .sort_by_key(|range| (range.job, range.next));
         }
     }
 
-    /// Calls `visit(priority, job, fresh)` for every entry, in queue order (for the audit).
-    pub(crate) fn for_each_entry(&self, mut visit: impl FnMut(i32, JobId, bool)) {
+    /// Checks that every dead entry is counted in its level and its task marked once
+    /// (for the audit).
+    pub(crate) fn check_dead(&self) -> Result<(), &'static str> {
+        let mut dead = 0;
+        for level in self.levels.values() {
+            let marked = level
+                .returned
+                .iter()
+                .filter(|task| self.taken.contains(&task.task));
+            if marked.count() != level.dead {
+                return Err("a level's dead entries differ from its count");
+            }
+            dead += level.dead;
+        }
+        match dead == self.taken.len() {
+            true => Ok(()),
+            false => Err("taken tasks differ from the dead entries"),
+        }
+    }
+
+    /// Calls `visit(priority, job, range)` for every entry in queue order, with the
+    /// range of a fresh one (for the audit).
+    pub(crate) fn for_each_entry(&self, mut visit: impl FnMut(i32, JobId, Option<&FreshRange>)) {
         for (Reverse(priority), level) in &self.levels {
             for task in &level.returned {
-                visit(*priority, task.job, false);
+                if !level.is_dead(&self.taken, task) {
+                    visit(*priority, task.job, None);
+                }
             }
             for range in &level.fresh {
-                visit(*priority, range.job, true);
+                visit(*priority, range.job, Some(range));
             }
         }
     }
@@ -366,227 +485,10 @@ impl ReadyQueue {
                     + level.returned.capacity() * size_of::<ReturnedTask>()
                     + level.fresh.capacity() * size_of::<FreshRange>()
             })
-            .sum()
+            .sum::<usize>()
+            + self.taken.capacity() * (size_of::<TaskId>() + 1)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::resources::ResourceKind;
-
-    fn fresh(job: u32, count: u32) -> FreshRange {
-        FreshRange {
-            job: JobId(job),
-            next: 0,
-            end: count,
-        }
-    }
-
-    fn one_core(_: JobId) -> Option<Resources> {
-        Some(Resources::cores(1))
-    }
-
-    fn cores(n: u32) -> Resources {
-        Resources::cores(n)
-    }
-
-    #[test]
-    fn take_orders_by_priority_then_lane_then_fifo() {
-        let mut queue = ReadyQueue::default();
-        queue.push_fresh(0, fresh(1, 2));
-        queue.push_fresh(5, fresh(2, 1));
-        queue.push_fresh(0, fresh(3, 1));
-        queue.push_returned(
-            0,
-            ReturnedTask {
-                task: TaskId(99),
-                job: JobId(4),
-            },
-        );
-        let mut out = Vec::new();
-        let used = queue.take(&cores(8), cores(100), 100, one_core, &mut out);
-        assert_eq!(used, cores(5));
-        assert_eq!(
-            out,
-            vec![
-                Taken::Fresh {
-                    job: JobId(2),
-                    start: 0,
-                    end: 1
-                },
-                Taken::Returned(ReturnedTask {
-                    task: TaskId(99),
-                    job: JobId(4),
-                }),
-                Taken::Fresh {
-                    job: JobId(1),
-                    start: 0,
-                    end: 2
-                },
-                Taken::Fresh {
-                    job: JobId(3),
-                    start: 0,
-                    end: 1
-                },
-            ]
-        );
-        assert!(queue.is_empty());
-        assert_eq!(queue.tasks(), 0);
-    }
-
-    #[test]
-    fn take_skips_too_wide_entries_but_blocks_on_credit() {
-        let mut queue = ReadyQueue::default();
-        queue.push_fresh(0, fresh(1, 1));
-        queue.push_fresh(0, fresh(2, 3));
-        queue.push_fresh(0, fresh(3, 5));
-        let needs = |job: JobId| Some(cores([16, 4, 1][job.0 as usize - 1]));
-        let mut out = Vec::new();
-        // Capacity 8: job 1 never fits and is skipped; job 2 needs 4 per task.
-        assert_eq!(
-            queue.take(&cores(8), cores(6), 100, needs, &mut out),
-            cores(4)
-        );
-        assert_eq!(
-            out,
-            vec![Taken::Fresh {
-                job: JobId(2),
-                start: 0,
-                end: 1
-            }]
-        );
-        // Remaining credit 2 < 4: no backfill from job 3.
-        assert_eq!(queue.need(&cores(8), needs), Some(cores(4)));
-        assert_eq!(queue.need(&cores(64), needs), Some(cores(16)));
-        assert_eq!(queue.need(&cores(2), needs), Some(cores(1)));
-        assert_eq!(queue.entries(), 3);
-        assert_eq!(queue.tasks(), 8);
-    }
-
-    #[test]
-    fn take_needs_every_kind_to_fit_capacity_and_credit() {
-        let gpu = |n: u32| Resources::cores(1).with(ResourceKind::GPUS, n);
-        let needs = |job: JobId| {
-            Some(match job.0 {
-                1 => gpu(4),
-                2 => gpu(1),
-                _ => cores(1),
-            })
-        };
-        let mut queue = ReadyQueue::default();
-        queue.push_fresh(0, fresh(1, 1));
-        queue.push_fresh(0, fresh(2, 5));
-        queue.push_fresh(0, fresh(3, 5));
-        let node = cores(8).with(ResourceKind::GPUS, 2);
-        // Job 1 needs more GPUs than the node has: skipped. Job 2 is bounded by the
-        // node's 2 GPUs of credit, not its 8 cores, and then blocks job 3.
-        let mut out = Vec::new();
-        let used = queue.take(&node, node, 100, needs, &mut out);
-        assert_eq!(used, gpu(2).with(ResourceKind::CORES, 2));
-        assert_eq!(
-            out,
-            vec![Taken::Fresh {
-                job: JobId(2),
-                start: 0,
-                end: 2
-            }]
-        );
-        assert_eq!(queue.need(&node, needs), Some(gpu(1)));
-        // A node without GPUs only sees job 3.
-        assert_eq!(queue.need(&cores(8), needs), Some(cores(1)));
-        out.clear();
-        assert_eq!(
-            queue.take(&cores(8), cores(3), 100, needs, &mut out),
-            cores(3)
-        );
-        assert_eq!(
-            out,
-            vec![Taken::Fresh {
-                job: JobId(3),
-                start: 0,
-                end: 3
-            }]
-        );
-    }
-
-    #[test]
-    fn entries_without_a_need_are_skipped() {
-        let mut queue = ReadyQueue::default();
-        queue.push_fresh(0, fresh(1, 1));
-        queue.push_fresh(0, fresh(2, 2));
-        let needs = |job: JobId| (job.0 != 1).then_some(cores(1));
-        let mut out = Vec::new();
-        assert_eq!(
-            queue.take(&cores(8), cores(8), 100, needs, &mut out),
-            cores(2)
-        );
-        assert_eq!(
-            out,
-            vec![Taken::Fresh {
-                job: JobId(2),
-                start: 0,
-                end: 2
-            }]
-        );
-        assert_eq!(queue.need(&cores(8), needs), None);
-        assert_eq!(queue.tasks(), 1);
-    }
-
-    #[test]
-    fn remove_job_takes_range_and_returned_tasks() {
-        let mut queue = ReadyQueue::default();
-        queue.push_fresh(1, fresh(1, 10));
-        queue.push_fresh(1, fresh(2, 10));
-        for task in [7, 8] {
-            queue.push_returned(
-                1,
-                ReturnedTask {
-                    task: TaskId(task),
-                    job: JobId(1),
-                },
-            );
-        }
-        let (range, returned) = queue.remove_job(JobId(1), 1);
-        assert_eq!(range, Some(fresh(1, 10)));
-        assert_eq!(returned.len(), 2);
-        assert_eq!(queue.tasks(), 10);
-        assert_eq!(queue.entries(), 1);
-        assert_eq!(queue.remove_job(JobId(1), 1), (None, Vec::new()));
-    }
-
-    #[test]
-    fn removed_jobs_are_restored_in_submission_order() {
-        let mut queue = ReadyQueue::default();
-        for job in 1..=5 {
-            queue.push_fresh(0, fresh(job, 2));
-        }
-        let returned = ReturnedTask {
-            task: TaskId(50),
-            job: JobId(2),
-        };
-        queue.push_returned(0, returned);
-        let (ranges, tasks) = queue.remove_jobs(0, |job| job.0 % 2 == 0);
-        assert_eq!(ranges, vec![fresh(2, 2), fresh(4, 2)]);
-        assert_eq!(tasks, vec![returned]);
-        assert_eq!((queue.entries(), queue.tasks()), (3, 6));
-        queue.restore(0, ranges, tasks);
-        assert_eq!((queue.entries(), queue.tasks()), (6, 11));
-        let mut order = Vec::new();
-        queue.for_each_entry(|_, job, fresh| order.push((job.0, fresh)));
-        assert_eq!(
-            order,
-            vec![
-                (2, false),
-                (1, true),
-                (2, true),
-                (3, true),
-                (4, true),
-                (5, true)
-            ]
-        );
-        let (ranges, tasks) = queue.remove_jobs(0, |_| true);
-        assert_eq!((ranges.len(), tasks.len()), (5, 1));
-        assert!(queue.is_empty() && queue.levels.is_empty());
-    }
-}
+mod tests;

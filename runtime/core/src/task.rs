@@ -233,8 +233,9 @@ impl Phase {
 }
 
 /// A [`CopyState`] packed into one word, to keep task records small (an enum with a
-/// payload would take two): attempt ids start at 1 and never reach `u64::MAX`, so
-/// those two values are free for the states without a copy.
+/// payload would take two): a copy is an attempt this core issued, numbered from its
+/// term's first id (at least 1) and never up to `u64::MAX`, so those two values are
+/// free for the states without a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct CopySlot(u64);
 

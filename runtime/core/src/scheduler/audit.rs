@@ -21,6 +21,12 @@ pub enum ConsistencyError {
     /// The locality bookkeeping disagrees with itself or with the jobs.
     #[error("locality: {problem}")]
     Locality { problem: String },
+    /// The ready queue's bookkeeping disagrees with itself.
+    #[error("ready queue: {problem}")]
+    Queue {
+        /// What is wrong.
+        problem: &'static str,
+    },
     /// The queued work by kind differs from what the jobs' queued tasks add up to.
     #[error("queued work: the jobs' queued tasks add up to other kinds")]
     QueuedWork,
@@ -111,7 +117,7 @@ impl Core {
         let mut per_job: BTreeMap<JobId, Counts> = BTreeMap::new();
         for (task, record) in &self.tasks {
             let (job, index) = match self.locate(*task) {
-                Some(crate::jobs::Located::Live(job, index)) => (job, index),
+                Some(crate::jobs::Located::Live(_, job, index)) => (job, index),
                 Some(crate::jobs::Located::Finished) => {
                     return Err(ConsistencyError::Task {
                         task: *task,
@@ -296,6 +302,10 @@ impl Core {
             .audit()
             .map_err(|problem| ConsistencyError::Dependencies { problem })?;
         self.check_horizon()?;
+        self.check_entries()?;
+        self.queue
+            .check_dead()
+            .map_err(|problem| ConsistencyError::Queue { problem })?;
         self.locality
             .audit(|job| {
                 self.jobs
@@ -409,7 +419,7 @@ impl Core {
             if held.tasks() + aside != u64::from(self.jobs[slot(job)].counts.queued) {
                 return job_error(job, "held entries differ from its queued tasks");
             }
-            if held.fresh.is_some_and(|range| range.job != job)
+            if held.fresh.iter().any(|range| range.job != job)
                 || held.returned.iter().any(|task| {
                     task.job != job
                         || self
@@ -424,7 +434,8 @@ impl Core {
         }
         expect_equal("held tasks", held_tasks, self.horizon.held_tasks())?;
         let mut problem = None;
-        let mut last_fresh: BTreeMap<i32, JobId> = BTreeMap::new();
+        // Per level, the (job, end) of the last fresh range.
+        let mut last_fresh: BTreeMap<i32, (JobId, u32)> = BTreeMap::new();
         self.queue.for_each_entry(|priority, job, fresh| {
             if problem.is_some() {
                 return;
@@ -435,10 +446,10 @@ impl Core {
                 problem = Some((job, "queued while it waits"));
             } else if self.jobs[slot(job)].spec.priority != priority {
                 problem = Some((job, "queued at another priority"));
-            } else if fresh
+            } else if let Some(range) = fresh
                 && last_fresh
-                    .insert(priority, job)
-                    .is_some_and(|last| last >= job)
+                    .insert(priority, (job, range.end))
+                    .is_some_and(|(last, end)| last > job || (last == job && end > range.next))
             {
                 problem = Some((job, "fresh lane out of submission order"));
             }
@@ -453,6 +464,75 @@ impl Core {
                 if waiting > 0 && !tracked.contains(&job) && !self.horizon.is_held(job) {
                     return job_error(job, "has queued work but is neither tracked nor held");
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Each job's queued tasks are exactly its entries, wherever they are (queue,
+    /// horizon, dependencies): its fresh ranges, disjoint and inside the job, holding
+    /// no task that has a record, and one returned entry per queued record.
+    fn check_entries(&self) -> Result<(), ConsistencyError> {
+        let job_error = |job, problem| Err(ConsistencyError::Job { job, problem });
+        let mut ranges: BTreeMap<JobId, Vec<(u32, u32)>> = BTreeMap::new();
+        let mut returned: BTreeMap<JobId, u64> = BTreeMap::new();
+        self.queue.for_each_entry(|_, job, fresh| match fresh {
+            Some(range) => ranges.entry(job).or_default().push((range.next, range.end)),
+            None => *returned.entry(job).or_default() += 1,
+        });
+        for (job, held) in self.horizon.held().chain(self.deps.entries()) {
+            let fresh = held.fresh.iter().map(|range| (range.next, range.end));
+            ranges.entry(job).or_default().extend(fresh);
+            *returned.entry(job).or_default() += held.returned.len() as u64;
+        }
+        ranges
+            .values_mut()
+            .for_each(|ranges| ranges.sort_unstable());
+        let mut queued: BTreeMap<JobId, u64> = BTreeMap::new();
+        for (task, record) in &self.tasks {
+            if record.phase == Phase::Queued {
+                *queued.entry(record.job).or_default() += 1;
+            }
+            let index = record.index;
+            let holds = ranges.get(&record.job).is_some_and(|ranges| {
+                let at = ranges.partition_point(|&(_, end)| end <= index);
+                ranges.get(at).is_some_and(|&(next, _)| next <= index)
+            });
+            if holds {
+                return Err(ConsistencyError::Task {
+                    task: *task,
+                    problem: "has a record but is in a fresh range",
+                });
+            }
+        }
+        for job in ranges.keys().chain(returned.keys()) {
+            if self
+                .job(*job)
+                .is_none_or(|record| record.counts.is_finished())
+            {
+                return job_error(*job, "queued entries of a finished or unknown job");
+            }
+        }
+        for (position, record) in self.jobs.live() {
+            let job = JobId(position as u32 + 1);
+            let ranges = ranges.get(&job).map_or(&[][..], |ranges| &ranges[..]);
+            if ranges.iter().any(|&(next, end)| next >= end)
+                || ranges.windows(2).any(|pair| pair[0].1 > pair[1].0)
+                || ranges
+                    .last()
+                    .is_some_and(|&(_, end)| end > record.counts.count)
+            {
+                return job_error(job, "fresh ranges empty, overlapping or outside the job");
+            }
+            let fresh: u64 = ranges
+                .iter()
+                .map(|&(next, end)| u64::from(end - next))
+                .sum();
+            let returned = returned.get(&job).copied().unwrap_or(0);
+            if returned != queued.get(&job).copied().unwrap_or(0)
+                || fresh + returned != u64::from(record.counts.queued)
+            {
+                return job_error(job, "queued entries differ from its queued tasks");
             }
         }
         Ok(())

@@ -21,7 +21,7 @@ use crate::config::{Dependency, DependencyKind};
 use crate::horizon::Held;
 use crate::ids::{JobId, Time};
 use crate::output::Event;
-use crate::queue::ReturnedTask;
+use crate::queue::{QueuedTask, ReturnedTask};
 
 #[derive(Debug, Default)]
 pub(crate) struct Dependencies {
@@ -70,6 +70,30 @@ impl Dependencies {
             self.timers.remove(&(at, job));
         }
         Some(waiting.entries)
+    }
+
+    /// Whether `job` waits for other jobs (not only for its time).
+    pub(crate) fn waits_for_jobs(&self, job: JobId) -> bool {
+        self.waiting
+            .get(&job)
+            .is_some_and(|waiting| waiting.remaining > u32::from(self.timed.contains_key(&job)))
+    }
+
+    /// Takes one queued task of waiting `job` out; false if it does not keep it.
+    pub(crate) fn take_task(&mut self, job: JobId, task: QueuedTask) -> bool {
+        let taken = self
+            .waiting
+            .get_mut(&job)
+            .is_some_and(|waiting| waiting.entries.take_task(task));
+        self.waiting_tasks -= u64::from(taken);
+        taken
+    }
+
+    /// The entries every waiting job keeps aside, in job order (for the audit).
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (JobId, &Held)> {
+        self.waiting
+            .iter()
+            .map(|(job, waiting)| (*job, &waiting.entries))
     }
 
     /// Queued tasks a waiting job keeps aside, `None` if it does not wait.
@@ -352,7 +376,7 @@ impl Core {
     pub(super) fn enqueue(&mut self, job: JobId, entries: Held) {
         let spec = self.jobs[slot(job)].spec;
         self.note_gang(job, spec.priority, self.shapes.placement(spec.shape));
-        if let Some(range) = entries.fresh {
+        for range in entries.fresh {
             self.horizon
                 .push_fresh(&mut self.queue, spec.priority, range);
         }

@@ -35,7 +35,7 @@ use super::{Core, PendingEvent, slot};
 use crate::config::Placement;
 use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
 use crate::output::{Assignment, Dispatch, Disposition, Event, GangReservation};
-use crate::queue::{FreshRange, ReturnedTask};
+use crate::queue::ReturnedTask;
 use crate::resources::Resources;
 use crate::task::{AttemptRecord, Bucket, Phase, TaskRecord};
 
@@ -231,15 +231,19 @@ impl Core {
         need: Resources,
         members: Vec<NodeId>,
     ) -> Dispatch {
-        let (fresh, mut returned) = self.queue.remove_job(job, priority);
+        let (mut fresh, mut returned) = self.queue.remove_job(job, priority);
         let attempt = AttemptId(self.next_attempt);
         self.next_attempt += 1;
         let (task, index) = if returned.is_empty() {
             // Invariant: the job has queued tasks and is not held, so they are in the
             // queue: returned ones or a fresh range.
-            let range = fresh.expect("a queued gang has tasks in the queue");
-            let record = &self.jobs[slot(job)];
-            let (task, index) = (record.task(range.next), range.next);
+            let index = fresh
+                .iter()
+                .next()
+                .expect("a queued gang has tasks in the queue")
+                .next;
+            fresh.take_index(index);
+            let task = self.jobs[slot(job)].task(index);
             self.tasks.insert(
                 task,
                 TaskRecord {
@@ -251,12 +255,8 @@ impl Core {
                     phase: Phase::dispatched(attempt),
                 },
             );
-            let rest = (range.next + 1 < range.end).then_some(FreshRange {
-                next: range.next + 1,
-                ..range
-            });
             self.queue
-                .restore(priority, rest.into_iter().collect(), Vec::new());
+                .restore(priority, fresh.into_iter().collect(), Vec::new());
             (task, index)
         } else {
             let first = returned.remove(0);

@@ -97,16 +97,13 @@ impl Core {
         if !self.horizon.track(job, spec.time_limit, self.now) {
             self.horizon.hold(job);
         }
-        let fresh = FreshRange {
+        let gate = self.gate_at(job, after, not_before);
+        let mut entries = Held::default();
+        entries.fresh.insert(FreshRange {
             job,
             next: 0,
             end: spec.count,
-        };
-        let gate = self.gate_at(job, after, not_before);
-        let entries = Held {
-            fresh: Some(fresh),
-            returned: Vec::new(),
-        };
+        });
         self.admit(job, gate, entries);
         Ok(SubmittedJob {
             job,
@@ -187,7 +184,7 @@ impl Core {
                 1,
             );
         }
-        self.index_started(attempt, task);
+        self.index_started(attempt, task, self.now);
         Ok(())
     }
 
@@ -423,24 +420,26 @@ impl Core {
                 }
             }
         }
-        if let Some(range) = fresh {
-            let amount = range.end - range.next;
-            let record = &mut self.jobs[slot(job)];
-            record.mark_range_finished(range.next, range.end);
-            record.shift(
-                &mut self.counts,
-                &mut self.work,
-                Bucket::Queued,
-                Bucket::Cancelled,
-                amount,
-            );
-            self.events.push_back(PendingEvent::CancelledRange {
-                job,
-                first_task,
-                next: range.next,
-                end: range.end,
-            });
-            summary.cancelled += u64::from(amount);
+        if !fresh.is_empty() {
+            for range in fresh {
+                let amount = range.end - range.next;
+                let record = &mut self.jobs[slot(job)];
+                record.mark_range_finished(range.next, range.end);
+                record.shift(
+                    &mut self.counts,
+                    &mut self.work,
+                    Bucket::Queued,
+                    Bucket::Cancelled,
+                    amount,
+                );
+                self.events.push_back(PendingEvent::CancelledRange {
+                    job,
+                    first_task,
+                    next: range.next,
+                    end: range.end,
+                });
+                summary.cancelled += u64::from(amount);
+            }
             self.finish_job_if_done(job);
         }
         Ok(summary)
@@ -475,8 +474,13 @@ impl Core {
         }
     }
 
+    /// Why `attempt` is not live: this core issued it, or an earlier root did (its
+    /// task was queued again when the new root restored it, and not adopted), so it was
+    /// superseded; or no root issued it yet.
     fn attempt_error(&self, attempt: AttemptId) -> AttemptError {
-        if attempt.0 >= 1 && attempt.0 < self.next_attempt {
+        let first = AttemptId::first_of_term(self.config.term);
+        let earlier = attempt < first && attempt.number() != 0;
+        if earlier || (attempt >= first && attempt.0 < self.next_attempt) {
             AttemptError::Stale { attempt }
         } else {
             AttemptError::Unknown { attempt }

@@ -1,6 +1,7 @@
 //! The [`Core`] state machine: its state, constructor and queries. Inputs are in
 //! `inputs.rs`, outputs in `outputs.rs`, the self-check in `audit.rs`.
 
+mod adopt;
 mod audit;
 mod deadline;
 mod deps;
@@ -222,7 +223,7 @@ impl Core {
             jobs: JobStore::default(),
             shapes: Shapes::default(),
             next_task: 1,
-            next_attempt: 1,
+            next_attempt: AttemptId::first_of_term(config.term).0,
             tasks: BTreeMap::new(),
             attempts: HashMap::new(),
             retry_timers: BTreeSet::new(),
@@ -302,7 +303,9 @@ impl Core {
             });
         }
         match self.locate(task)? {
-            Located::Live(job, index) if !job.is_finished_index(index) => Some(TaskStatus::Queued),
+            Located::Live(_, job, index) if !job.is_finished_index(index) => {
+                Some(TaskStatus::Queued)
+            }
             Located::Live(..) | Located::Finished => Some(TaskStatus::Finished),
         }
     }
@@ -399,6 +402,9 @@ impl Core {
             self.horizon.forget(job, spec.time_limit);
             self.forget_gang(job, spec.priority);
             self.locality.forget(job);
+            // A job given a later time while it ran may end before that time: nothing
+            // of it is left to release then (its record may be compacted by then).
+            let _ = self.deps.take(job);
             self.events
                 .push_back(PendingEvent::Ready(Event::JobFinished { job }));
             self.job_ended(job);

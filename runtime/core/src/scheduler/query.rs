@@ -51,9 +51,10 @@ impl Core {
 
     /// The task of live attempt `attempt` and the node it runs on (an HPC job's: its
     /// leader's), or `None` if it is not live. A driver whose attempt numbers may
-    /// meet another's (a new root adopting agents that still hold results of the
-    /// previous root's attempts, numbered from 1 as its own are) checks a result's
-    /// task and node against it before [`Core::handle_result`].
+    /// meet another's (a new root not given a term past the previous root's, see
+    /// [`CoreConfig::term`](crate::CoreConfig::term), adopting agents that still hold
+    /// results of its attempts) checks a result's task and node against it before
+    /// [`Core::handle_result`].
     pub fn live_attempt(&self, attempt: AttemptId) -> Option<(TaskId, NodeId)> {
         self.attempts
             .get(&attempt)

@@ -23,7 +23,8 @@ impl Core {
     /// are few (what was in flight or waiting for a retry when the old root stopped):
     /// they are queued one by one ahead of fresh work, as replays are, and everything
     /// after the highest finished index stays one range, so a mostly-unstarted array
-    /// still costs nothing per task.
+    /// still costs nothing per task. Attempts that agents still run are adopted
+    /// afterwards ([`Core::handle_adopt`]), on a core of a later term.
     ///
     /// `earlier` gives, by offset, the attempts of tasks that ended without counting
     /// before the old root stopped: an unfinished task keeps them against its
@@ -146,7 +147,7 @@ impl Core {
             entries.returned.push(ReturnedTask { task, job });
         }
         if tail < spec.count {
-            entries.fresh = Some(FreshRange {
+            entries.fresh.insert(FreshRange {
                 job,
                 next: tail,
                 end: spec.count,

@@ -128,9 +128,10 @@ impl Core {
         }
     }
 
-    /// `attempt` just started (its first report): index it if it may become a
-    /// straggler, that is, it is the only attempt of a speculative job's task.
-    pub(super) fn index_started(&mut self, attempt: AttemptId, task: TaskId) {
+    /// `attempt` started at `started` (its first report, or when an adopted one
+    /// began): index it if it may become a straggler, that is, it is the only attempt
+    /// of a speculative job's task.
+    pub(super) fn index_started(&mut self, attempt: AttemptId, task: TaskId, started: Time) {
         if !self.stragglers.is_enabled() {
             return;
         }
@@ -144,7 +145,7 @@ impl Core {
         );
         if alone && job.spec.speculative && !job.counts.cancel_requested {
             self.stragglers
-                .insert(job.spec.class, self.now, attempt, self.now);
+                .insert(job.spec.class, started, attempt, self.now);
         }
     }
 

@@ -61,7 +61,7 @@ impl Core {
         // job's priority when released.
         if !self.horizon.is_held(job) && !self.deps.is_waiting(job) {
             let (fresh, returned) = self.queue.remove_job(job, old);
-            if let Some(range) = fresh {
+            for range in fresh {
                 self.queue.push_fresh(priority, range);
             }
             for task in returned {

@@ -2,8 +2,8 @@
 //! consistency every time.
 
 use saker_core::{
-    AttemptId, AttemptOutcome, Backoff, Core, CoreConfig, Dispatch, Disposition, Event, JobSpec,
-    NodeId, NodeLoss, Resources, Speculation, SubmittedJob, Time,
+    AdoptError, AttemptId, AttemptOutcome, Backoff, Core, CoreConfig, Dispatch, Disposition, Event,
+    JobSpec, NodeId, NodeLoss, Resources, Speculation, SubmittedJob, TaskId, Time,
 };
 
 /// Config with a small, visible backoff (100 us, doubling, at most 1 ms).
@@ -18,6 +18,7 @@ pub fn test_config() -> CoreConfig {
         default_max_replays: 3,
         speculation: Some(Speculation::default()),
         locality_wait_micros: 1_000,
+        term: 1,
     }
 }
 
@@ -142,6 +143,21 @@ impl Harness {
         let disposition = self.core.handle_result(attempt, outcome, self.now);
         self.drain();
         disposition
+    }
+
+    /// Node `node` holds `attempt` of `task`, from an earlier root (`handle_adopt`).
+    pub fn adopt(
+        &mut self,
+        node: u32,
+        task: TaskId,
+        attempt: AttemptId,
+        started: Option<Time>,
+    ) -> Result<(), AdoptError> {
+        let adopted = self
+            .core
+            .handle_adopt(NodeId(node), task, attempt, started, self.now);
+        self.drain();
+        adopted
     }
 
     pub fn lose(&mut self, node: u32) -> NodeLoss {

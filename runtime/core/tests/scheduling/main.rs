@@ -4,6 +4,7 @@
 
 mod harness;
 
+mod adopt;
 mod cancel;
 mod deadline;
 mod dependencies;

@@ -342,3 +342,36 @@ fn a_gang_moved_later_waits_and_gives_up_its_reservation() {
     assert_eq!(dispatches[0].members.len(), 2);
     assert_eq!(dispatches[0].assignments[0].job, gang);
 }
+
+/// A job given a later time while it runs may end before that time: nothing of it is
+/// left waiting, so the time passing after its page of jobs was compacted (1,024
+/// finished jobs) touches nothing (it used to reach for the compacted record).
+#[test]
+fn a_job_moved_later_that_ends_first_leaves_nothing_waiting() {
+    let mut harness = Harness::new();
+    harness.join_with_credit(1, 1_024);
+    let job = harness.submit(JobSpec::single()).job;
+    let running = harness.take_one();
+    harness.started(running.attempt);
+    retime(&mut harness, job, at(10_000));
+    assert_eq!(harness.core.poll_timeout(), at(10_000));
+    harness.result(running.attempt, AttemptOutcome::Succeeded);
+    assert!(!harness.core.is_waiting(job));
+    assert_eq!(
+        harness.core.poll_timeout(),
+        None,
+        "no time left to wait for"
+    );
+    for _ in 1..1_024 {
+        harness.submit(JobSpec::single());
+    }
+    for dispatch in harness.take_dispatches() {
+        for assignment in dispatch.assignments {
+            harness.result(assignment.attempt, AttemptOutcome::Succeeded);
+        }
+    }
+    assert!(harness.core.is_quiescent());
+    assert_eq!(harness.core.job_spec(job), None, "compacted");
+    harness.advance_to(Time::from_micros(10_000));
+    harness.timeout();
+}

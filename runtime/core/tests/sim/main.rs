@@ -17,6 +17,7 @@
 mod config;
 mod gangs;
 mod ledger;
+mod restart;
 mod world;
 
 use saker_core::{ResourceKind, Resources, Speculation};
@@ -529,6 +530,34 @@ fn gangs_among_small_tasks_on_small_clusters() {
         });
         assert!(summary.gangs_started >= 30, "seed {seed}: {summary:?}");
     }
+}
+
+/// Roots replaced mid-run, three times a run (see `restart.rs`): each new term adopts
+/// what the agents hold, no task runs twice and every task ends once, with crashes
+/// and retries around the restarts.
+#[test]
+fn restarted_roots_adopt_what_agents_hold() {
+    let (mut adopted, mut steps) = (0, 0);
+    for seed in 1..=24 {
+        let summary = restart::run(restart::RestartWorld {
+            seed,
+            nodes: 12,
+            cores: 4,
+            prefetch: 2,
+            tasks: 1_500,
+            max_array: 60,
+            fail_percent: 5,
+            restarts: 3,
+            crashes: 4,
+            audit_every: 50,
+        });
+        assert_eq!(summary.restarts, 3);
+        assert!(summary.succeeded > 1_300, "seed {seed}: {summary:?}");
+        adopted += summary.adopted;
+        steps += summary.steps;
+    }
+    println!("restarts: {adopted} attempts adopted in {steps} steps");
+    assert!(adopted > 500, "{adopted} attempts adopted");
 }
 
 /// Copies start for stragglers (the heavy tail) and some finish first; the ledger

@@ -174,6 +174,7 @@ impl World {
             default_max_replays: 8,
             speculation: config.speculation,
             locality_wait_micros: 2_000,
+            term: 1,
         });
         let agents = (0..config.nodes)
             .map(|node| Agent {
