@@ -203,6 +203,18 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
         };
         writeln!(out, "root      {} pid {}{since}{how}", root.host, root.pid)?;
     }
+    if let Some(adoption) = &status.adoption {
+        writeln!(
+            out,
+            "adopted   {} running, {} ended while away; {} stopped, {} nodes missing; \
+             dispatch waited {} ms",
+            adoption.adopted,
+            adoption.ended_away,
+            adoption.refused,
+            adoption.missing_nodes,
+            adoption.waited_ms
+        )?;
+    }
     let standbys = saker_client::standbys::waiting(&args.dir.dir);
     if !standbys.is_empty() {
         let listed: Vec<String> = standbys

@@ -168,3 +168,50 @@ fn a_full_disk_refuses_submissions_whole_holds_results_and_loses_nothing() {
     assert!(again.status.success(), "submissions are taken again");
     assert!(pilot.child.try_wait().unwrap().is_none());
 }
+
+/// Tasks write more output than the disk has left, and the agent's own log is on the
+/// same full disk: the agent stays up (a log line that cannot be written is dropped;
+/// output past the inline part that cannot be spilled is cut), and once space
+/// returns every task ends once and `wait` ends. (It used to end the agent: the
+/// logger's own error report panicked on a full stderr, and nothing replaced it.)
+#[test]
+fn an_agent_outlives_a_full_disk_under_its_output_and_its_log() {
+    let tmpfs = Tmpfs::mount("32m");
+    let pilot = Service::start_args(tmpfs.path(), &["--agents", "1", "--slots", "2"]);
+    let dir = pilot.pilot.clone();
+    // 400 tasks of 40 kB of output each.
+    let submitted = run(saker()
+        .args(["submit", "--array", "1-400", "--dir"])
+        .arg(&dir)
+        .args(["--", "sh", "-c", "head -c 40000 /dev/zero | tr '\\0' x"]));
+    assert!(submitted.status.success());
+    wait_for("some tasks to end", Duration::from_secs(60), || {
+        status(&dir)["succeeded"].as_u64() >= Some(20)
+    });
+    let filler = tmpfs.fill();
+    wait_for(
+        "the journal to find the disk full",
+        Duration::from_secs(60),
+        || status(&dir)["disk_full"] == true,
+    );
+    // Space returns.
+    std::fs::remove_file(filler).unwrap();
+    let mut waiting = saker()
+        .args(["wait", "--dir"])
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut waited = None;
+    wait_for("every task to end", Duration::from_secs(120), || {
+        waited = waiting.try_wait().unwrap();
+        waited.is_some()
+    });
+    assert!(waited.unwrap().success());
+    let records = results(&dir);
+    assert_one_result_per_task(&records, 400);
+    assert!(records.iter().all(|r| r["state"] == "succeeded"));
+    let end = status(&dir);
+    assert_eq!(end["agents"], 1, "the agent never left: {end}");
+    assert_eq!(end["replays"], 0, "{end}");
+}

@@ -241,3 +241,68 @@ fn a_root_that_hangs_is_fenced_and_a_standby_takes_over() {
     drop(service);
     all_gone(&pilot);
 }
+
+/// Tasks running when the root dies run on, and the standby that takes over adopts
+/// them: each task starts once (counted by the tasks themselves) and ends once, the
+/// ones that waited in the agents' queues run after them, and the new root says what
+/// it adopted. (Before adoption: 12 starts of 8 tasks.)
+#[test]
+fn a_standby_adopts_running_tasks_and_none_starts_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("started.log");
+    let mut service = Service::start_args(
+        dir.path(),
+        &["--agents", "4", "--slots", "4", "--standby", "1"],
+    );
+    let pilot = service.pilot.clone();
+    wait_for("the standby", Duration::from_secs(30), || {
+        standbys(&pilot).len() == 1
+    });
+    // Eight tasks on four slots: four run, four wait in the agents' queues.
+    let script = format!("echo {{index}} >> {}; sleep 5", log.display());
+    let submitted = run(saker()
+        .args(["submit", "--array", "1-8", "--dir"])
+        .arg(&pilot)
+        .args(["--", "sh", "-c", &script]));
+    assert!(submitted.status.success());
+    let began = Instant::now();
+    wait_for("four tasks to start", Duration::from_secs(30), || {
+        executed(&log).len() == 4
+    });
+
+    service.child.kill().unwrap();
+    service.child.wait().unwrap();
+    wait_for("the standby to answer", Duration::from_secs(30), || {
+        run(saker().args(["status", "--dir"]).arg(&pilot))
+            .status
+            .success()
+    });
+    let waited = run(saker().args(["wait", "--dir"]).arg(&pilot));
+    assert!(waited.status.success(), "{waited:?}");
+    let makespan = began.elapsed();
+
+    let records = results(&pilot);
+    assert_one_result_per_task(&records, 8);
+    assert!(
+        records.iter().all(|r| r["state"] == "succeeded"),
+        "{records:?}"
+    );
+    let mut started = executed(&log);
+    started.sort_unstable();
+    assert_eq!(
+        started,
+        (1..=8).collect::<Vec<u32>>(),
+        "each task started once"
+    );
+    let status = run(saker().args(["status", "--dir"]).arg(&pilot));
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains("adopted   4 running, 0 ended while away; 0 stopped, 0 nodes missing"),
+        "{status}"
+    );
+    // Two rounds of 5 s and a takeover; replays would have been a third round.
+    eprintln!("makespan {makespan:?}");
+    assert!(makespan < Duration::from_secs(13), "{makespan:?}");
+    drop(service);
+    all_gone(&pilot);
+}

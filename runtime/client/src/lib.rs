@@ -56,10 +56,11 @@ pub use endpoint::{
     PILOT_DIR_VAR,
 };
 pub use protocol::{
-    AllocationStatus, CancelReport, ElasticAllocation, ErrorKind, HpcStatus, JobTaskCounts,
-    MAX_WAITED_RESULTS, NodeLoad, PROTOCOL_VERSION, PROTOCOLS, RequestError, RequestId,
-    ResultRequest, RootStatus, StageSummary, StatusReport, StreamEnd, SubmitReply, SubmitWait,
-    SubmittedJob, SubmittedLines, UnstartedJob, UpdateReport, UpdateRequest, WaitReport, Welcome,
+    AdoptionStatus, AllocationStatus, CancelReport, ElasticAllocation, ErrorKind, HpcStatus,
+    JobTaskCounts, MAX_WAITED_RESULTS, NodeLoad, PROTOCOL_VERSION, PROTOCOLS, RequestError,
+    RequestId, ResultRequest, RootStatus, StageSummary, StatusReport, StreamEnd, SubmitReply,
+    SubmitWait, SubmittedJob, SubmittedLines, UnstartedJob, UpdateReport, UpdateRequest,
+    WaitReport, Welcome,
 };
 pub use results::Timestamp;
 pub use update::{InvalidUpdate, JobUpdate};

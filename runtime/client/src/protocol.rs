@@ -374,6 +374,9 @@ pub struct StatusReport {
     /// an earlier root (a standby). Standbys waiting are listed in the pilot
     /// directory (`standby/`), not here: a root does not know them all.
     pub root: Option<RootStatus>,
+    /// What this root adopted from the nodes of the root before it (a standby that
+    /// took over, or a resumed root); absent for a pilot's first root.
+    pub adoption: Option<AdoptionStatus>,
 }
 
 /// The root process of a pilot, in a [`StatusReport`].
@@ -386,6 +389,25 @@ pub struct RootStatus {
     pub started: Option<crate::results::Timestamp>,
     /// This root is a standby that took over from a root that died.
     pub took_over: bool,
+}
+
+/// What a root of a later term took over from the nodes of the root before it, in a
+/// [`StatusReport`] (docs/runtime-semantics.md, "Adoption").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AdoptionStatus {
+    /// Attempts that were running on their nodes and ran on, adopted.
+    pub adopted: u64,
+    /// Attempts that ended while no root heard them; their results were taken.
+    pub ended_away: u64,
+    /// Attempts a node held that could not be adopted, stopped there (their tasks
+    /// were finished, unknown, or running elsewhere).
+    pub refused: u64,
+    /// Nodes of the previous root that had not come back when dispatch resumed:
+    /// their work runs again elsewhere.
+    pub missing_nodes: u64,
+    /// How long dispatch waited for the previous root's nodes, in milliseconds.
+    pub waited_ms: u64,
 }
 
 /// One job's tasks by state, as the scheduler sees them now, in a [`StatusReport`].

@@ -160,8 +160,13 @@ fn exit_code(code: i32) -> ExitCode {
 /// Diagnostics on stderr, filtered by `filter` (`warn` if it does not parse). Agents
 /// log to files under the pilot directory: colour codes only on a terminal. A no-op
 /// if the process already has a subscriber (an application may set its own).
+///
+/// A line that cannot be written is dropped: an agent logs to a file in the pilot
+/// directory, and a full disk there must not end it (the subscriber's default
+/// reports its own write errors with `eprintln!`, which panics when stderr fails).
 pub fn init_logging(filter: &str) {
     let _ = tracing_subscriber::fmt()
+        .log_internal_errors(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_new(filter)
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),

@@ -435,6 +435,22 @@ pub struct Hello {
     pub pilot_id: String,
     /// Whether this agent's program hosts actors (it is the application's binary).
     pub hosts_actors: bool,
+    /// Attempts this agent still holds from an earlier root: running, or ended with
+    /// a result not reported yet (it follows this hello). The root adopts each it can
+    /// and cancels the rest (docs/runtime-semantics.md, "Adoption").
+    pub held: Vec<Held>,
+}
+
+/// An attempt an agent holds when it says hello ([`Hello::held`]).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct Held {
+    pub attempt: AttemptId,
+    pub task: TaskId,
+    /// When it started (unix µs); 0: it had not started.
+    pub started_unix_us: u64,
+    /// It ended: its result waits in the agent's next report.
+    pub ended: bool,
 }
 
 /// An amount of a named resource.

@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use saker_wire::messages::{
-    FromAgent, Hello, NamedAmount, NodeId, ResourceKind, Resources, ToAgent,
+    FromAgent, Held, Hello, NamedAmount, NodeId, ResourceKind, Resources, ToAgent,
 };
 
 use crate::actor_host::{self, HostUplink, Refused};
@@ -252,7 +252,7 @@ impl Actor for Agent {
         if let Some(host) = actor_host::installed() {
             host.attach(actor_uplink.clone());
         }
-        uplink.send(&hello(&config))?;
+        uplink.send(&hello(&config, Vec::new()))?;
         let state = AgentState {
             config,
             uplink,
@@ -322,17 +322,18 @@ fn on_message(
             state.uplink.send(&FromAgent::NodesLost { nodes, reason })?;
         }
         AgentMsg::ParentLost => {
-            tracing::warn!("parent lost; dropping this node's work");
+            tracing::warn!("parent lost; running work goes on while a root is looked for");
             let mut desk = lock(&state.desk);
             let now = desk.now();
-            desk.apply(now, |board| board.handle_stop_all(now));
+            desk.apply(now, |board| board.handle_parent_lost(now));
             drop(desk);
             stop_actors();
         }
         AgentMsg::Reattached => register_again(state, false)?,
+        // An ancestor reattached: the root may be a new one, which adopts what runs here.
         AgentMsg::Rejoin => {
-            tracing::warn!("the root asks this node to register again");
-            register_again(state, true)?;
+            tracing::warn!("an ancestor reattached; registering again");
+            register_again(state, false)?;
         }
         AgentMsg::Superseded { node } => {
             return Err(AgentFailure::Refused {
@@ -392,7 +393,7 @@ fn say_goodbye(state: &mut AgentState, reason: String) -> Result<(), AgentFailur
     sent
 }
 
-fn hello(config: &AgentConfig) -> FromAgent {
+fn hello(config: &AgentConfig, held: Vec<Held>) -> FromAgent {
     FromAgent::Hello(Hello {
         node: NodeId(config.node),
         hostname: config.hostname.clone(),
@@ -412,16 +413,22 @@ fn hello(config: &AgentConfig) -> FromAgent {
         pid: std::process::id(),
         pilot_id: config.pilot_id.clone(),
         hosts_actors: actor_host::installed().is_some(),
+        held,
     })
 }
 
-/// Registers this node again as a new life of its id. What is pending goes first (the
-/// root judges it against the old life: late results of replayed attempts are dropped
-/// and counted there); then the hello, and credit for what is free now. Attempts still
-/// being stopped give their cores back as they end, as always.
-/// Says hello again, after what was pending; with `stop_old_work`, first stops every
-/// attempt (the root lost this node's old life), so that their ends are reported
-/// only after the hello.
+/// Registers this node again as a new life of its id.
+///
+/// With `stop_old_work` (the root lost this node's old life and asks it back), every
+/// attempt is stopped first; what was pending goes before the hello, so that the root
+/// judges it against the old life (late results of replayed attempts are dropped and
+/// counted there), and the ends of the stopped attempts come after it.
+///
+/// Otherwise (this node reattached, perhaps to a root that took over) what runs goes
+/// on: the hello lists it with every result not reported yet ([`Board::held`]), for
+/// the root to adopt, and those results follow the hello.
+///
+/// [`Board::held`]: crate::board::Board::held
 fn register_again(state: &mut AgentState, stop_old_work: bool) -> Result<(), AgentFailure> {
     // The root counts this node's old life lost and starts its actors elsewhere.
     stop_actors();
@@ -430,10 +437,19 @@ fn register_again(state: &mut AgentState, stop_old_work: bool) -> Result<(), Age
     let now = desk.now();
     if stop_old_work {
         desk.apply(now, |board| board.handle_stop_all(now));
+        desk.send_report(now)?;
+        desk.uplink.send(&hello(&state.config, Vec::new()))?;
+        desk.board.handle_new_life();
+    } else {
+        let held = desk.board.held();
+        tracing::info!(
+            held = held.len(),
+            "saying hello with the work this node holds"
+        );
+        desk.uplink.send(&hello(&state.config, held))?;
+        desk.board.handle_new_life();
+        desk.send_report(now)?;
     }
-    desk.send_report(now)?;
-    desk.uplink.send(&hello(&state.config))?;
-    desk.board.handle_new_life();
     tracing::info!(credit = %desk.board.credit(), "registering again");
     Ok(())
 }

@@ -57,7 +57,9 @@ impl Board {
 
     /// A new life at the root (this node registered again): it holds no credit of ours
     /// any more. What is free now is granted, plus the prefetch at the recent pace.
+    /// A node that was away reports again.
     pub fn handle_new_life(&mut self) {
+        self.away = false;
         let prefetch = self.prefetch(self.cores, self.prefetch_floor, PREFETCH_COVER);
         self.reset_credit(self.cores, prefetch);
     }

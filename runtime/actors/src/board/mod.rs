@@ -59,6 +59,7 @@ use saker_wire::messages::{
 use crate::attempt::Queued;
 use crate::resources::{Binding, Devices, NodeResources};
 
+mod away;
 mod credit;
 mod gang;
 mod items;
@@ -196,6 +197,8 @@ pub struct Board {
     last_report: Duration,
     /// The goodbye went up: nothing more is reported.
     closed: bool,
+    /// No root hears this node now: reports wait (see `away.rs`).
+    away: bool,
     /// The slot whose thread looks, at the end of the report gap, whether slots' news
     /// went up yet (see [`Board::keep_report_clock`]).
     report_clock: Option<usize>,
@@ -358,6 +361,7 @@ impl Board {
             flush: FlushPlan::Idle,
             last_report: now.since_start,
             closed: false,
+            away: false,
             report_clock: None,
             window: config.credit,
             owed: 0,

@@ -38,7 +38,7 @@ impl Board {
     /// sends the report now. Slots report by themselves, so a busy node's reports
     /// never wake the agent.
     pub fn report_from_slot(&self, now: super::Moment) -> bool {
-        !self.closed && self.has_news() && self.report_due(now)
+        !self.closed && !self.away && self.has_news() && self.report_due(now)
     }
 
     /// After slot `index` (of executor `generation`) reported what was due: when its
@@ -54,7 +54,7 @@ impl Board {
         {
             return None;
         }
-        if self.closed || !self.has_news() {
+        if self.closed || self.away || !self.has_news() {
             if self.report_clock == Some(index) {
                 self.report_clock = None;
             }
@@ -91,7 +91,7 @@ impl Board {
     /// the end of the gap. A flush already scheduled is not scheduled again, and a
     /// later one is brought forward when the news turned urgent.
     pub fn poll_flush(&mut self, now: super::Moment) -> Option<Flush> {
-        if !self.has_news() {
+        if self.away || !self.has_news() {
             return None;
         }
         let plan = if self.report_due(now) {
@@ -124,7 +124,7 @@ impl Board {
     /// send; then send every [`Board::poll_up`] in order.
     pub fn start_report(&mut self, now: super::Moment) -> bool {
         self.pace();
-        if self.closed || !self.has_news() {
+        if self.closed || self.away || !self.has_news() {
             return false;
         }
         self.last_report = now.since_start;

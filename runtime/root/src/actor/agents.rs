@@ -5,7 +5,7 @@ use saker_actors::link::{LinkId, LinkTx};
 use saker_core::{AttemptId, NodeId, TaskId};
 use saker_wire::messages::{
     ArchivedFromAgent, ArchivedOutcome, ArchivedReport, ArchivedResultBody, GangLaunch,
-    GangLaunchEnded, Hello, TaskResult, ToAgent, Welcome,
+    GangLaunchEnded, Held, Hello, TaskResult, ToAgent, Welcome,
 };
 
 use super::gangs::Settled;
@@ -193,7 +193,7 @@ impl RootState {
         let node = hello.node;
         let joining = Joining {
             link,
-            hostname: hello.hostname,
+            hostname: hello.hostname.clone(),
             capacity,
             hosts_actors: hello.hosts_actors,
         };
@@ -204,10 +204,34 @@ impl RootState {
             capacity,
         });
         self.nodes.send(&mut self.ctx, node, &welcome);
+        self.adopt(node, &hello.held);
         if self.ctx.pilot.shutting_down {
             self.nodes.send(&mut self.ctx, node, &shutdown_message());
         } else {
             self.actors.place_waiting(&mut self.ctx, &self.nodes);
+        }
+    }
+
+    /// `node` holds attempts of an earlier root: those the core adopts run on as this
+    /// root's (the results of those that ended follow the hello); the rest are stopped.
+    fn adopt(&mut self, node: NodeId, held: &[Held]) {
+        let (adopted, refused) = self.adoption.adopt(&mut self.ctx, node, held);
+        if adopted.is_empty() && refused.is_empty() {
+            return;
+        }
+        let at = self.ctx.timestamp().unix_micros();
+        self.nodes.took_over(node, adopted.len() as u32);
+        for adopted in &adopted {
+            let started = adopted.started_unix_us;
+            self.results
+                .dispatched(adopted.task, if started == 0 { at } else { started });
+            if started != 0 {
+                self.results.started(adopted.task, adopted.attempt, started);
+            }
+        }
+        if !refused.is_empty() {
+            let cancel = ToAgent::Cancel { attempts: refused };
+            self.nodes.send(&mut self.ctx, node, &cancel);
         }
     }
 

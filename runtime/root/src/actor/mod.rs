@@ -7,6 +7,7 @@
 //! and replies. Results become visible to clients only after the journal reports them
 //! durable, so nothing a client has seen can be lost by a crash.
 
+mod adoption;
 mod agents;
 mod clients;
 mod ctx;
@@ -163,7 +164,8 @@ impl RootState {
     /// again, with the id it had; everything else refers to jobs), the results (served
     /// again with their `seq`), the data items (after the jobs, so that their readers
     /// prefer the holders), the placed actors, the schedules (then their next
-    /// occurrences), and the upkeep last.
+    /// occurrences), the upkeep, and last the adoption of what the previous root's
+    /// nodes still run (it waits for their hellos).
     pub(super) fn restore(
         &mut self,
         records: Vec<Record>,
@@ -175,6 +177,7 @@ impl RootState {
         let mut actors = placed::Journaled::default();
         let mut schedules = schedules::Journaled::default();
         let mut items = items::Journaled::default();
+        let mut nodes = adoption::Journaled::default();
         let now = self.ctx.now();
         for (position, record) in records.into_iter().enumerate() {
             match record {
@@ -197,9 +200,8 @@ impl RootState {
                 Record::Item { .. } => items.gather(record),
                 Record::Allocation { .. } => self.upkeep.gather(&record, now),
                 Record::PilotStarted { .. } => summary.previous_starts += 1,
-                // Nodes register again when their agents reattach; these records are
-                // history for `saker report`.
-                Record::NodeJoined { .. } | Record::NodeLeft { .. } => {}
+                // Which nodes were live at the end: their agents may hold work to adopt.
+                Record::NodeJoined { .. } | Record::NodeLeft { .. } => nodes.gather(&record),
             }
         }
         let earlier = results.earlier();
@@ -214,6 +216,7 @@ impl RootState {
         // one now; one that had not is queued again and runs, late if its time passed.
         self.poll_schedules();
         self.upkeep.resumed();
+        self.adoption.resume(&mut self.ctx, nodes);
         summary.jobs = resumed.jobs;
         summary.tasks = resumed.tasks;
         summary.finished = resumed.finished;
@@ -236,6 +239,13 @@ impl Actor for Root {
     ) -> Result<Self::State, ActorProcessingErr> {
         let mut args = args;
         let records = std::mem::take(&mut args.restore);
+        // This root's term: one more than the roots before it (each wrote a
+        // `PilotStarted`, which compaction keeps). Attempts are numbered by term.
+        let before = records
+            .iter()
+            .filter(|record| matches!(record, Record::PilotStarted { .. }))
+            .count();
+        args.core.term = u32::try_from(before + 1).unwrap_or(u32::MAX);
         let restored = args.restored.take();
         let deadline = args.deadline_unix_us;
         let journal = ActorJournal::new(myself.clone(), args.journal);

@@ -304,6 +304,13 @@ impl Nodes {
         true
     }
 
+    /// `node` runs `attempts` more that this root adopted (sent by an earlier one).
+    pub(super) fn took_over(&mut self, node: NodeId, attempts: u32) {
+        if let Some(entry) = self.live.get_mut(&node) {
+            entry.running += attempts;
+        }
+    }
+
     /// An attempt on `node` ended (its result came back).
     pub(super) fn attempt_ended(&mut self, node: NodeId) {
         if let Some(entry) = self.live.get_mut(&node) {

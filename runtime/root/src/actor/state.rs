@@ -13,6 +13,7 @@ use std::time::Duration;
 use saker_core::{Core, Event, Time};
 use saker_wire::messages::{Assignment, ToAgent};
 
+use super::adoption::Adoption;
 use super::ctx::{Ctx, PilotFacts};
 use super::gangs::GangRuns;
 use super::items::ItemTable;
@@ -55,6 +56,8 @@ pub struct RootState {
     pub(super) schedules: Schedules,
     /// What keeps the pilot itself going: compaction, elastic allocations, walltime.
     pub(super) upkeep: Upkeep,
+    /// Attempts a previous root left running, taken over from their nodes.
+    pub(super) adoption: Adoption,
     /// What `status` says of the pilot's allocation and process.
     pub(super) facts: StatusFacts,
     /// The wakes the router has asked for.
@@ -117,6 +120,7 @@ impl RootState {
             gangs: GangRuns::default(),
             schedules: Default::default(),
             upkeep: Upkeep::default(),
+            adoption: Adoption::default(),
             facts: StatusFacts {
                 allocation: args.allocation,
                 process: args.process,
@@ -166,7 +170,7 @@ impl RootState {
         // are bounded by what runs already.
         if self.ctx.journal.waiting_for_space() {
             self.check_space_soon();
-        } else {
+        } else if !self.adoption.holds_dispatch(self.ctx.now()) {
             while let Some(dispatch) = self.ctx.core.poll_dispatch() {
                 self.send_dispatch(dispatch);
             }

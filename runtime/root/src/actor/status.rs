@@ -89,6 +89,7 @@ impl RootState {
             hpc: self.hpc_status(),
             disk_full: self.ctx.journal.waiting_for_space(),
             root: self.facts.process.clone(),
+            adoption: self.adoption.status(),
             actors: self.actors.live(),
             max_nodes: self.ctx.pilot.max_nodes,
             periodic: self.schedules.len() as u64,

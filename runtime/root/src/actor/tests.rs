@@ -21,6 +21,7 @@ use crate::records::Record;
 use saker_client::spec::{JobRequest, TaskSpec};
 use saker_client::{StatusReport, SubmitReply, WaitReport};
 
+mod adoption;
 mod compaction;
 mod dependencies;
 mod disk_full;
@@ -113,6 +114,7 @@ impl Harness {
             pid: 1000 + node,
             pilot_id: pilot_id.to_owned(),
             hosts_actors: self.hosts_actors,
+            held: Vec::new(),
         });
         self.agent_sends(u64::from(node), node, &hello);
     }
@@ -336,6 +338,7 @@ async fn a_task_asking_for_gpus_goes_only_to_a_node_that_offers_them() {
             pid: 1,
             pilot_id: PILOT.to_owned(),
             hosts_actors: true,
+            held: Vec::new(),
         });
         h.agent_sends(u64::from(node), node, &hello);
         let credit = FromAgent::Report(Report {
@@ -617,6 +620,7 @@ async fn a_stale_copy_of_a_node_is_superseded_and_cannot_end_the_live_one() {
         pid: 2005,
         pilot_id: PILOT.to_owned(),
         hosts_actors: true,
+        held: Vec::new(),
     });
     h.agent_sends(50, 5, &hello);
     h.agent_sends(50, 5, &report_of(5, 1));

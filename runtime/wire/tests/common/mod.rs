@@ -10,7 +10,7 @@ use saker_core::ResourceKind;
 use saker_wire::{
     ActorAnswer, ActorCall, ActorEvent, ActorFault, ActorReply, ActorSpawn, ActorStatus,
     Assignment, AttemptId, Command, Dispatch, EnvVar, Frame, FrameDecoder, FromAgent, Function,
-    GangLaunch, GangLaunchEnded, GangPart, Hello, Hpc, ItemData, ItemRead, ItemWritten,
+    GangLaunch, GangLaunchEnded, GangPart, Held, Hello, Hpc, ItemData, ItemRead, ItemWritten,
     ItemsWritten, JobDef, JobId, LauncherKind, MpiKind, NamedAmount, NodeId, Outcome, Output,
     Payload, Placement, ProcessEnd, Report, Resources, ResultBody, Started, TaskId, TaskResult,
     ToAgent, Welcome, WireError,
@@ -276,6 +276,12 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
             pid: 4242,
             pilot_id: "pilot-7f3a9c".to_owned(),
             hosts_actors: true,
+            held: vec![Held {
+                attempt: AttemptId((1 << 40) + 7),
+                task: TaskId(99),
+                started_unix_us: 1_700_000_000_000_000,
+                ended: true,
+            }],
         }),
         FromAgent::ItemsWritten(ItemsWritten {
             node: NodeId(3),

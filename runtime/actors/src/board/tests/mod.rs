@@ -6,14 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use saker_wire::messages::{
-    Assignment, AttemptId, Command, EnvVar, JobDef, JobId, Outcome, Output, Payload, Placement,
-    Resources, TaskId,
+    Assignment, AttemptId, Command, EnvVar, Held, JobDef, JobId, Outcome, Output, Payload,
+    Placement, Resources, TaskId,
 };
 
 use super::*;
 use crate::attempt::{Finished, Queued};
 use crate::resources::NodeResources;
 
+mod away;
 mod credit;
 mod gang;
 mod items;

@@ -40,6 +40,7 @@ fn hello_again(h: &mut Harness, link: u64, node: u32, cores: u32) {
         pid: 3000 + node,
         pilot_id: PILOT.to_owned(),
         hosts_actors: true,
+        held: Vec::new(),
     });
     h.agent_sends(link, node, &hello);
 }

@@ -1,0 +1,101 @@
+//! A node between roots: what runs goes on, results wait, the hello lists both.
+
+use super::*;
+
+#[test]
+fn a_lost_parent_keeps_running_work_drops_the_queue_and_holds_results() {
+    let mut board = board(2);
+    board
+        .queue
+        .extend([queued(1, 1), queued(2, 1), queued(3, 1)]);
+    let first = start(&mut board, 0, at(0)).unwrap();
+    let second = start(&mut board, 1, at(1)).unwrap();
+    // What was reported before the loss is gone with the old root: start afresh.
+    report_at(&mut board, at(2));
+
+    board.handle_parent_lost(at(10));
+    assert!(board.is_away());
+    assert!(
+        effects(&mut board).is_empty(),
+        "nothing running is stopped: {first:?} {second:?}"
+    );
+    assert!(
+        board.queue.is_empty(),
+        "queued work goes back to the next root"
+    );
+    assert_eq!(
+        board.held(),
+        [
+            Held {
+                attempt: AttemptId(10),
+                task: TaskId(1),
+                started_unix_us: at(0).unix_us,
+                ended: false,
+            },
+            Held {
+                attempt: AttemptId(20),
+                task: TaskId(2),
+                started_unix_us: at(1).unix_us,
+                ended: false,
+            },
+        ]
+    );
+
+    // One ends while no root hears: nothing goes up, the slot starts nothing.
+    assert!(finish(&mut board, 0, 0, AttemptId(10), exited(), at(30)).is_none());
+    assert!(!board.report_from_slot(at(500)), "no report while away");
+    assert_eq!(board.poll_flush(at(500)), None);
+    assert!(report_at(&mut board, at(500)).is_empty());
+    assert_eq!(
+        board.held(),
+        [
+            Held {
+                attempt: AttemptId(20),
+                task: TaskId(2),
+                started_unix_us: at(1).unix_us,
+                ended: false,
+            },
+            Held {
+                attempt: AttemptId(10),
+                task: TaskId(1),
+                started_unix_us: exited().start_unix_us,
+                ended: true,
+            },
+        ],
+        "the running one, then the result that waits"
+    );
+
+    // A new life: the result goes up, with credit for the free core only (and the
+    // prefetch at the recent pace).
+    let prefetch = board.prefetch(2, 0, PREFETCH_COVER);
+    board.handle_new_life();
+    assert!(!board.is_away());
+    let report = report_at(&mut board, at(600));
+    let [FromAgent::Report(report)] = report.as_slice() else {
+        panic!("one report: {report:?}");
+    };
+    assert_eq!(report.results.len(), 1);
+    assert_eq!(report.results[0].attempt, AttemptId(10));
+    assert_eq!(
+        report.credit.core_count(),
+        1 + prefetch,
+        "the core still held by attempt 20 is not granted"
+    );
+}
+
+#[test]
+fn a_lost_parent_stops_gang_parts_and_fetches_but_not_tasks() {
+    let mut board = board(1);
+    board.queue.extend([queued(1, 1)]);
+    start(&mut board, 0, at(0)).unwrap();
+    board.handle_parent_lost(at(5));
+    board.handle_stop_all(at(6));
+    assert_eq!(
+        effects(&mut board),
+        [Effect::Cancel {
+            slot: 0,
+            attempt: AttemptId(10)
+        }],
+        "an agent that gives up looking for a root stops what it kept running"
+    );
+}
