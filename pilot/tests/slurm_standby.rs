@@ -214,3 +214,62 @@ fn a_silent_root_is_fenced_on_its_node_and_replaced() {
     );
     finish(&pilot, &ran, &job, &log);
 }
+
+/// The root is SIGKILLed while tasks run on all three nodes: the standby adopts them
+/// from their agents, and each task starts once (counted by the tasks themselves).
+#[test]
+fn a_standby_in_an_allocation_adopts_running_tasks_and_none_starts_twice() {
+    if !cluster() {
+        return;
+    }
+    const LONG: u32 = 24;
+    let dir = tempfile::tempdir().unwrap();
+    let pilot = dir.path().join("pilot");
+    let started = dir.path().join("started");
+    let log = dir.path().join("job.log");
+    let job = sbatch(
+        &template("service.sbatch"),
+        3,
+        &[("PILOT", &pilot), ("STANDBY", Path::new("1"))],
+        &log,
+    );
+    wait_for("3 agents and a standby", Duration::from_secs(120), || {
+        let status = status(&pilot);
+        status.contains("agents    3") && status.contains("standbys  1:")
+    });
+    // 12 slots: twelve run, twelve wait in the agents' queues.
+    let line = format!(
+        "echo {{index}} $SLURMD_NODENAME >> '{}'; sleep 6",
+        started.display()
+    );
+    let output = run(saker()
+        .args(["submit", "--array", &format!("1-{LONG}"), "--dir"])
+        .arg(&pilot)
+        .args(["--", "sh", "-c", &line]));
+    assert!(output.status.success());
+    wait_for("twelve tasks to start", Duration::from_secs(60), || {
+        ran_on(&started).len() == 12
+    });
+    let (first, _) = root(&pilot);
+    common::sigkill(first);
+    wait_for("a standby to take over", Duration::from_secs(30), || {
+        status(&pilot).contains("a standby that took over")
+    });
+    let wait = run(saker().args(["wait", "--dir"]).arg(&pilot));
+    assert!(wait.status.success(), "{wait:?}");
+    assert_one_result_per_task(&results(&pilot), LONG as usize);
+    let runs = ran_on(&started);
+    assert_eq!(runs.len(), LONG as usize, "{runs:?}");
+    assert!(
+        runs.values().all(|nodes| nodes.len() == 1),
+        "each task started once: {runs:?}"
+    );
+    let after = status(&pilot);
+    assert!(after.contains("adopted   12 running"), "{after}");
+    let shutdown = run(saker().args(["shutdown", "--dir"]).arg(&pilot));
+    assert!(shutdown.status.success());
+    assert_eq!(
+        wait_for_state(&job, Duration::from_secs(60), &log),
+        "COMPLETED"
+    );
+}
