@@ -76,9 +76,10 @@ fn with_no_replays_allowed_a_lost_attempt_fails_its_task() {
     let pilot = dir.path().join("pilot");
     let marker = dir.path().join("on-agent-1");
     let log = dir.path().join("executions.log");
-    // Tasks on agent 1 hang (until it is killed); the others finish at once.
+    // The first task on agent 1 hangs (until the agent is killed); the others finish
+    // at once, on the agent started in its place too.
     let script = format!(
-        "echo {{index}} >> {log}; if [ \"$SAKER_NODE\" = 1 ]; then touch {marker}; sleep 60; fi",
+        "echo {{index}} >> {log}; if [ \"$SAKER_NODE\" = 1 ] && [ ! -e {marker} ]; then touch {marker}; sleep 60; fi",
         log = log.display(),
         marker = marker.display()
     );
@@ -210,4 +211,43 @@ fn tasks_sigtermed_just_before_their_agent_are_replayed_not_failed() {
             "{reason}"
         );
     }
+}
+
+/// The root supervises the agents it started: one killed with SIGKILL is started
+/// again (after a backoff of about a second) and its node takes work again.
+#[test]
+fn a_killed_local_agent_is_started_again_and_its_node_used_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("nodes.log");
+    let service = common::Service::start_args(dir.path(), &["--agents", "2", "--slots", "2"]);
+    let pilot = service.pilot.clone();
+    let first =
+        common::wait_until_some("agent 1", Duration::from_secs(30), || agent_pid(&pilot, 1));
+    sigkill(first);
+    let second = common::wait_until_some("another agent 1", Duration::from_secs(30), || {
+        agent_pid(&pilot, 1).filter(|pid| *pid != first)
+    });
+    assert_ne!(second, first);
+    common::wait_for("two agents again", Duration::from_secs(30), || {
+        let status = common::run(saker().args(["status", "--dir"]).arg(&pilot));
+        String::from_utf8_lossy(&status.stdout).contains("agents    2 ")
+    });
+    // Work reaches the new agent 1.
+    let script = format!("echo $SAKER_NODE >> {}; sleep 0.2", log.display());
+    let submitted = common::run(
+        saker()
+            .args(["submit", "--array", "1-40", "--dir"])
+            .arg(&pilot)
+            .args(["--", "sh", "-c", &script]),
+    );
+    assert!(submitted.status.success());
+    let waited = common::run(saker().args(["wait", "--dir"]).arg(&pilot));
+    assert!(waited.status.success());
+    let nodes: BTreeSet<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert!(nodes.contains("1"), "node 1 ran tasks again: {nodes:?}");
+    drop(service);
 }

@@ -284,3 +284,62 @@ fn a_pilot_from_before_certificate_roles_resumes_with_renewed_credentials() {
     assert!(log.contains("predate certificate roles"), "{log}");
     drop(service);
 }
+
+/// The root dies with no standby and is resumed while its agents still look for it:
+/// they join the resumed root with what they run, and it adopts that work. Each task
+/// starts once (counted by the tasks themselves); the resumed root starts no agent
+/// for a node whose agent still lives.
+#[test]
+fn a_resumed_root_adopts_what_its_agents_still_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started.log");
+    let mut first = Service::start_args(dir.path(), &["--agents", "2", "--slots", "4"]);
+    let pilot = first.pilot.clone();
+    // Eight tasks on four slots: four run, four wait in the agents' queues.
+    let script = format!("echo {{index}} >> {}; sleep 4", started.display());
+    let submitted = run(saker()
+        .args(["submit", "--array", "1-8", "--dir"])
+        .arg(&pilot)
+        .args(["--", "sh", "-c", &script]));
+    assert!(submitted.status.success());
+    let lines = || std::fs::read_to_string(&started).map_or(0, |l| l.lines().count());
+    common::wait_for("four tasks to start", Duration::from_secs(30), || {
+        lines() == 4
+    });
+    let agents = [common::agent_pid(&pilot, 0), common::agent_pid(&pilot, 1)];
+
+    first.child.kill().unwrap(); // SIGKILL: the agents live on, looking for a root
+    first.child.wait().unwrap();
+    let _ = std::fs::remove_file(pilot.join("client.json"));
+    std::mem::forget(first);
+    let resumed = Service::start_args(dir.path(), &["--agents", "2", "--slots", "4", "--resume"]);
+    let waited = run(saker().args(["wait", "--dir"]).arg(&pilot));
+    assert!(waited.status.success(), "{waited:?}");
+
+    let after = results(&pilot);
+    common::assert_one_result_per_task(&after, 8);
+    assert!(after.iter().all(|r| r["state"] == "succeeded"));
+    let mut indices: Vec<u32> = std::fs::read_to_string(&started)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    indices.sort_unstable();
+    assert_eq!(
+        indices,
+        (1..=8).collect::<Vec<_>>(),
+        "each task started once"
+    );
+    assert_eq!(
+        [common::agent_pid(&pilot, 0), common::agent_pid(&pilot, 1)],
+        agents,
+        "the same agents, adopted"
+    );
+    let status = run(saker().args(["status", "--dir"]).arg(&pilot));
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains("adopted   4 running, 0 ended while away; 0 stopped, 0 nodes missing"),
+        "{status}"
+    );
+    drop(resumed);
+}

@@ -104,6 +104,20 @@ pub fn wait_for(what: &str, timeout: std::time::Duration, mut done: impl FnMut()
     }
 }
 
+/// [`wait_for`] a value: polls `found` until it gives one.
+pub fn wait_until_some<T>(
+    what: &str,
+    timeout: std::time::Duration,
+    mut found: impl FnMut() -> Option<T>,
+) -> T {
+    let mut value = None;
+    wait_for(what, timeout, || {
+        value = found();
+        value.is_some()
+    });
+    value.expect("found")
+}
+
 /// Exactly `count` results, and no task among them twice.
 pub fn assert_one_result_per_task(records: &[Value], count: usize) {
     assert_eq!(records.len(), count, "one result per task");

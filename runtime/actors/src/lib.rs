@@ -52,6 +52,7 @@ pub mod launch;
 pub mod link;
 pub mod liveness;
 pub mod node;
+pub mod node_lock;
 pub mod process;
 pub mod reaper;
 pub mod resources;

@@ -176,6 +176,15 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
     let local = endpoint.local_addr().map_err(transport)?;
     let node = options.config.node;
     let own_file = address_file(&options.pilot_dir, Position::Agent(node));
+    // Held for the life of the process: a resumed root sees this node's agent lives.
+    // Another agent of the same node (a stale copy) is the root's to supersede.
+    let _node_lock = match crate::node_lock::take(&options.pilot_dir, node) {
+        Ok(lock) => lock,
+        Err(error) => {
+            tracing::debug!(%error, "could not take this node's lock");
+            None
+        }
+    };
 
     let dialer = Dialer {
         endpoint: endpoint.clone(),

@@ -4,11 +4,16 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use saker_actors::liveness::Liveness;
 /// The heartbeat flags are `saker-node`'s, beside the parser that reads them.
 pub use saker_node::offer::liveness_arguments;
+
+mod supervise;
+pub use supervise::{FIRST_BACKOFF, MAX_BACKOFF, MAX_RESTARTS};
 
 /// How many agents, with how many slots each, in a tree of what fan-out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,10 +82,12 @@ impl Shape {
     }
 }
 
-/// The agent processes of a local pilot.
+/// The agent processes of a pilot: a local pilot's, supervised, or the `srun` step
+/// that runs an allocation's.
 #[derive(Debug)]
 pub struct AgentProcesses {
     children: Vec<tokio::process::Child>,
+    supervisor: Option<supervise::Supervisor>,
 }
 
 /// The program that runs an agent: `program args… --dir DIR --node N …`. For the
@@ -113,54 +120,104 @@ impl AgentCommand {
     }
 }
 
-/// Starts one agent process per agent of `shape`. Their diagnostics go to
-/// `DIR/logs/agent-N.log` so they never garble a progress bar.
-/// `resources[i]` are agent `i`'s flags for what it offers beyond cores (none if
-/// missing).
+/// Starts one agent process per agent of `shape`, and keeps them running (see
+/// `local/supervise.rs`) until `stopping` is set. Their diagnostics go to
+/// `DIR/logs/agent-N.log` so they never garble a progress bar. `resources[i]` are
+/// agent `i`'s flags for what it offers beyond cores (none if missing). With
+/// `adopting` (a resumed pilot), a node whose agent still lives
+/// ([`saker_actors::node_lock::held`]) gets none while it does: that one joins the new
+/// root, with what it runs.
 pub fn spawn_agents(
     command: &AgentCommand,
     dir: &Path,
     shape: &Shape,
     resources: &[Vec<String>],
     liveness: &Liveness,
+    adopting: bool,
+    stopping: Arc<AtomicBool>,
 ) -> std::io::Result<AgentProcesses> {
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs)?;
-    let mut children = Vec::with_capacity(shape.slots_per_agent.len());
-    for (node, slots) in shape.slots_per_agent.iter().enumerate() {
-        let log = std::fs::File::create(logs.join(format!("agent-{node}.log")))?;
-        let child = tokio::process::Command::new(&command.program)
+    let start = starter(command, dir, shape, resources, liveness);
+    let mut ours = Vec::with_capacity(shape.slots_per_agent.len());
+    let mut theirs = Vec::new();
+    for node in 0..shape.slots_per_agent.len() as u32 {
+        if adopting && saker_actors::node_lock::held(dir, node)? {
+            tracing::info!(
+                node,
+                "the agent of this node still runs; it joins this root"
+            );
+            theirs.push(node);
+            continue;
+        }
+        ours.push((node, start(node)?));
+    }
+    let supervisor = supervise::Supervisor::start(start, dir.to_path_buf(), ours, theirs, stopping);
+    Ok(AgentProcesses {
+        children: Vec::new(),
+        supervisor: Some(supervisor),
+    })
+}
+
+/// What starts node `node`'s agent of `shape`.
+fn starter(
+    command: &AgentCommand,
+    dir: &Path,
+    shape: &Shape,
+    resources: &[Vec<String>],
+    liveness: &Liveness,
+) -> supervise::Start {
+    let command = command.clone();
+    let dir = dir.to_path_buf();
+    let shape = shape.clone();
+    let resources = resources.to_vec();
+    let liveness = liveness_arguments(liveness);
+    Box::new(move |node| {
+        let index = node as usize;
+        let slots = shape.slots_per_agent.get(index).copied().unwrap_or(1);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("logs").join(format!("agent-{node}.log")))?;
+        tokio::process::Command::new(&command.program)
             .args(&command.args)
             .envs(command.env.iter().map(|(k, v)| (k, v)))
             .arg("--dir")
-            .arg(dir)
+            .arg(&dir)
             .args(["--node", &node.to_string()])
             .args(["--fanout", &shape.fanout.to_string()])
             .args(["--cores", &slots.to_string()])
-            .args(liveness_arguments(liveness))
-            .args(resources.get(node).into_iter().flatten())
+            .args(&liveness)
+            .args(resources.get(index).into_iter().flatten())
+            // A later root of the pilot (a standby, a resumed root) adopts it.
+            .arg(crate::standbys::ANY_ROOT_FLAG)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
             .kill_on_drop(true)
-            .spawn()?;
-        children.push(child);
-    }
-    Ok(AgentProcesses { children })
+            .spawn()
+    })
 }
 
 impl AgentProcesses {
     /// Agent processes started some other way (e.g. one `srun` step for all nodes).
     pub fn from_children(children: Vec<tokio::process::Child>) -> Self {
-        AgentProcesses { children }
+        AgentProcesses {
+            children,
+            supervisor: None,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.children.is_empty()
+        self.children.is_empty() && self.supervisor.is_none()
     }
 
-    /// Whether any agent process (or the step that runs them) is still running.
+    /// Whether any agent process (or the step that runs them) is still running, or a
+    /// local node's agent will be started again.
     pub fn any_running(&mut self) -> bool {
+        if let Some(supervisor) = &self.supervisor {
+            return supervisor.any_running();
+        }
         self.children
             .iter_mut()
             .any(|c| matches!(c.try_wait(), Ok(None)))
@@ -168,6 +225,9 @@ impl AgentProcesses {
 
     /// Waits for every agent to exit (after a shutdown), killing stragglers.
     pub async fn wait(mut self, grace: Duration) {
+        if let Some(supervisor) = self.supervisor.take() {
+            self.children.extend(supervisor.stop().await);
+        }
         for child in &mut self.children {
             if tokio::time::timeout(grace, child.wait()).await.is_err() {
                 let _ = child.start_kill();
@@ -178,7 +238,10 @@ impl AgentProcesses {
 
     /// Process ids, for tests that kill agents.
     pub fn pids(&self) -> Vec<u32> {
-        self.children.iter().filter_map(|c| c.id()).collect()
+        match &self.supervisor {
+            Some(supervisor) => supervisor.pids(),
+            None => self.children.iter().filter_map(|c| c.id()).collect(),
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ractor::{Actor, ActorRef};
@@ -172,10 +173,12 @@ pub struct PilotOptions {
 }
 
 impl PilotOptions {
-    /// With standbys, every agent is told it may be adopted by one once this root is
-    /// gone.
-    fn let_standbys_adopt_agents(&mut self) {
-        if self.standbys.as_ref().is_some_and(|s| s.count > 0) {
+    /// Every agent is told it may be adopted, with what it runs, by a later root of
+    /// this pilot once this one is gone: a standby that takes over, or a root resumed
+    /// within the agent's reattach window.
+    /// (Local agents get the flag last, `local.rs`.)
+    fn let_later_roots_adopt_agents(&mut self) {
+        if !matches!(self.agents, Agents::Local(_)) {
             let flag = crate::standbys::ANY_ROOT_FLAG;
             self.agent_command.args.push(flag.into());
         }
@@ -300,6 +303,8 @@ pub struct Pilot {
     /// The standby roots this root started, stopped before its lock goes.
     standbys: StartedStandbys,
     shutdown: Arc<tokio::sync::Notify>,
+    /// Set once the pilot stops: its local agents are not started again.
+    stopping: Arc<AtomicBool>,
     /// This root's hold on the directory, released when the process ends.
     _lock: crate::lock::RootLock,
 }
@@ -310,7 +315,7 @@ impl Pilot {
     /// actor, the agents' QUIC endpoint, the client socket, the agents, the standbys.
     pub async fn start(mut options: PilotOptions) -> Result<Pilot> {
         saker_transport::crypto::install_crypto_provider()?;
-        options.let_standbys_adopt_agents();
+        options.let_later_roots_adopt_agents();
         let Opened {
             dir,
             lock,
@@ -335,7 +340,7 @@ impl Pilot {
             root.actor.clone(),
         )
         .await?;
-        let agents = start_agents(&options, &dir, &shares)?;
+        let agents = start_agents(&options, &dir, &shares, Arc::clone(&root.stopping))?;
         let standbys = match &options.standbys {
             Some(standbys) => crate::standbys::spawn(standbys, options.take_over, dir.path())?,
             None => StartedStandbys::default(),
@@ -349,6 +354,7 @@ impl Pilot {
             agents: Some(agents),
             standbys,
             shutdown: root.shutdown,
+            stopping: root.stopping,
             _lock: lock,
         })
     }
@@ -412,6 +418,7 @@ impl Pilot {
     pub async fn wait_stopped(&mut self) -> Result<()> {
         // A root that stops on purpose takes its standbys with it, before its lock goes.
         self.standbys.stop(self.dir.path()).await;
+        self.stopping.store(true, Ordering::Relaxed);
         if let Some(agents) = self.agents.take() {
             agents.wait(Duration::from_secs(10)).await;
         }
@@ -449,6 +456,7 @@ struct StartedRoot {
     actor: ActorRef<RootMsg>,
     done: JoinHandle<()>,
     shutdown: Arc<tokio::sync::Notify>,
+    stopping: Arc<AtomicBool>,
 }
 
 /// The journal writer of a starting root, its first record (`PilotStarted`) written.
@@ -491,6 +499,7 @@ async fn spawn_root(
         tracing::info!(?node, "the widest node expected");
     }
     let shutdown = Arc::new(tokio::sync::Notify::new());
+    let stopping = Arc::new(AtomicBool::new(false));
     let (restored_tx, restored_rx) = oneshot::channel();
     let (actor, done) = Actor::spawn(
         None,
@@ -500,6 +509,7 @@ async fn spawn_root(
             journal,
             core: options.core,
             shutdown: shutdown.clone(),
+            stopping: Arc::clone(&stopping),
             allocation: options.agents.allocation_status(),
             max_nodes: Some(match &options.elastic {
                 Some(elastic) => elastic.provision.max_nodes,
@@ -547,6 +557,7 @@ async fn spawn_root(
             let _ = done.await;
         }),
         shutdown,
+        stopping,
     })
 }
 
@@ -611,6 +622,7 @@ fn start_agents(
     options: &PilotOptions,
     dir: &PilotDir,
     shares: &[Declared],
+    stopping: Arc<AtomicBool>,
 ) -> Result<AgentProcesses> {
     if options.elastic.is_some() {
         let logs = dir.path().join("logs");
@@ -624,8 +636,18 @@ fn start_agents(
                 .iter()
                 .map(|share| offer::agent_arguments(share, &options.nodes))
                 .collect();
-            spawn_agents(command, dir.path(), shape, &resources, &options.liveness)
-                .map_err(PilotError::StartAgents)
+            let liveness = &options.liveness;
+            let adopting = options.resume;
+            spawn_agents(
+                command,
+                dir.path(),
+                shape,
+                &resources,
+                liveness,
+                adopting,
+                stopping,
+            )
+            .map_err(PilotError::StartAgents)
         }
         Agents::Slurm {
             allocation,

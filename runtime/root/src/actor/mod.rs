@@ -60,6 +60,8 @@ pub struct RootArgs {
     pub core: saker_core::CoreConfig,
     /// Signalled once a shutdown is requested, so the pilot process can wind down.
     pub shutdown: Arc<tokio::sync::Notify>,
+    /// Set once a shutdown is requested: agents that end are not started again.
+    pub stopping: Arc<std::sync::atomic::AtomicBool>,
     /// The batch allocation the pilot runs in, if any (for `status`).
     pub allocation: Option<saker_client::AllocationStatus>,
     /// The most nodes the pilot can have, when known.
@@ -249,7 +251,7 @@ impl Actor for Root {
         let restored = args.restored.take();
         let deadline = args.deadline_unix_us;
         let journal = ActorJournal::new(myself.clone(), args.journal);
-        let port = ActorPort::new(myself, args.shutdown);
+        let port = ActorPort::new(myself, args.shutdown, args.stopping);
         let state_args = StateArgs {
             pilot_id: args.pilot_id,
             core: args.core,

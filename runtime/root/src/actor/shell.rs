@@ -22,14 +22,21 @@ pub struct ActorPort {
     myself: ActorRef<RootMsg>,
     links: HashMap<LinkId, LinkTx>,
     shutdown: Arc<tokio::sync::Notify>,
+    /// Set with the shutdown: the local agents' supervisor restarts none from then on.
+    stopping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl ActorPort {
-    pub fn new(myself: ActorRef<RootMsg>, shutdown: Arc<tokio::sync::Notify>) -> ActorPort {
+    pub fn new(
+        myself: ActorRef<RootMsg>,
+        shutdown: Arc<tokio::sync::Notify>,
+        stopping: Arc<std::sync::atomic::AtomicBool>,
+    ) -> ActorPort {
         ActorPort {
             myself,
             links: HashMap::new(),
             shutdown,
+            stopping,
         }
     }
 }
@@ -69,6 +76,8 @@ impl Port for ActorPort {
     }
 
     fn shutdown_requested(&mut self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         self.shutdown.notify_one();
     }
 

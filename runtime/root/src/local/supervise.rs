@@ -1,0 +1,295 @@
+//! The local agents' supervisor: the root started them, so it keeps them running. An
+//! agent that ends while the pilot runs (killed, crashed, out of memory) is started
+//! again after a backoff, and its node is used again; its work was replayed when its
+//! link went. A node whose agent of an earlier root still lives (a resumed pilot,
+//! [`saker_actors::node_lock`]) is left to that agent, which joins this root with
+//! what it runs, and gets one of ours only once that one ends.
+//!
+//! Tuning constants, not guarantees: [`POLL`], [`FIRST_BACKOFF`], [`MAX_BACKOFF`],
+//! [`MAX_RESTARTS`], [`STEADY`].
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::process::Child;
+use tokio::sync::watch;
+
+/// How often the supervisor looks at its agents.
+pub const POLL: Duration = Duration::from_millis(250);
+/// The wait before the first restart of a node's agent; it doubles with each next.
+pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Restarts of one node's agent before the supervisor gives that node up.
+pub const MAX_RESTARTS: u32 = 5;
+/// An agent that lived this long before it ended starts its node's count afresh.
+pub const STEADY: Duration = Duration::from_secs(600);
+
+/// Starts node `node`'s agent process.
+pub(super) type Start = Box<dyn Fn(u32) -> std::io::Result<Child> + Send>;
+
+#[derive(Debug)]
+enum Run {
+    /// Our process, started then.
+    Ours(Child, Instant),
+    /// An earlier root's agent holds the node: ours starts once it is gone.
+    Theirs,
+    /// Ours ended; the next starts then.
+    Waiting(Instant),
+    /// Ended too often.
+    GivenUp,
+}
+
+#[derive(Debug)]
+struct Node {
+    node: u32,
+    run: Run,
+    restarts: u32,
+}
+
+/// The supervisor's handle: stops it, and gives back the processes that run.
+#[derive(Debug)]
+pub(super) struct Supervisor {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Vec<Child>>,
+    pids: Arc<Mutex<Vec<u32>>>,
+    /// Nodes not given up: while some are, agents may still run.
+    alive: Arc<Mutex<usize>>,
+}
+
+impl Supervisor {
+    /// Supervises `nodes`: `ours` already started, the rest held by earlier agents.
+    /// `stopping` is set once the pilot stops: from then on nothing is restarted.
+    pub(super) fn start(
+        start: Start,
+        dir: PathBuf,
+        ours: Vec<(u32, Child)>,
+        theirs: Vec<u32>,
+        stopping: Arc<AtomicBool>,
+    ) -> Supervisor {
+        let now = Instant::now();
+        let mut nodes: Vec<Node> = ours
+            .into_iter()
+            .map(|(node, child)| Node {
+                node,
+                run: Run::Ours(child, now),
+                restarts: 0,
+            })
+            .chain(theirs.into_iter().map(|node| Node {
+                node,
+                run: Run::Theirs,
+                restarts: 0,
+            }))
+            .collect();
+        nodes.sort_by_key(|node| node.node);
+        let (stop, stopped) = watch::channel(false);
+        let pids = Arc::new(Mutex::new(Vec::new()));
+        let alive = Arc::new(Mutex::new(nodes.len()));
+        let task = tokio::spawn(supervise(
+            start,
+            dir,
+            nodes,
+            stopped,
+            stopping,
+            Arc::clone(&pids),
+            Arc::clone(&alive),
+        ));
+        Supervisor {
+            stop,
+            task,
+            pids,
+            alive,
+        }
+    }
+
+    pub(super) fn pids(&self) -> Vec<u32> {
+        self.pids
+            .lock()
+            .map(|pids| pids.clone())
+            .unwrap_or_default()
+    }
+
+    /// Whether some node still has, or will have, an agent.
+    pub(super) fn any_running(&self) -> bool {
+        self.alive.lock().map_or(true, |alive| *alive > 0)
+    }
+
+    /// Stops supervising: the processes that run, to wait for.
+    pub(super) async fn stop(self) -> Vec<Child> {
+        let _ = self.stop.send(true);
+        self.task.await.unwrap_or_default()
+    }
+}
+
+async fn supervise(
+    start: Start,
+    dir: PathBuf,
+    mut nodes: Vec<Node>,
+    mut stopped: watch::Receiver<bool>,
+    stopping: Arc<AtomicBool>,
+    pids: Arc<Mutex<Vec<u32>>>,
+    alive: Arc<Mutex<usize>>,
+) -> Vec<Child> {
+    loop {
+        publish(&mut nodes, &pids, &alive);
+        tokio::select! {
+            _ = stopped.changed() => break,
+            () = tokio::time::sleep(POLL) => {}
+        }
+        if stopping.load(Ordering::Relaxed) {
+            continue;
+        }
+        let now = Instant::now();
+        for node in &mut nodes {
+            look_after(node, &start, &dir, now);
+        }
+    }
+    nodes
+        .into_iter()
+        .filter_map(|node| match node.run {
+            Run::Ours(child, _) => Some(child),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One look at `node`: a process that ended is followed by another after its backoff;
+/// an earlier root's agent that ended is followed at once.
+fn look_after(node: &mut Node, start: &Start, dir: &std::path::Path, now: Instant) {
+    let due = match &mut node.run {
+        Run::Ours(child, since) => match child.try_wait() {
+            Ok(Some(status)) => {
+                if now.duration_since(*since) >= STEADY {
+                    node.restarts = 0;
+                }
+                node.restarts += 1;
+                if node.restarts > MAX_RESTARTS {
+                    tracing::error!(node = node.node, %status,
+                        "the agent ended again; no more restarts for this node");
+                    node.run = Run::GivenUp;
+                    return;
+                }
+                let backoff = backoff(node.restarts);
+                tracing::warn!(node = node.node, %status, ?backoff,
+                    "the agent ended; starting another");
+                node.run = Run::Waiting(now + backoff);
+                return;
+            }
+            _ => return,
+        },
+        Run::Theirs => !saker_actors::node_lock::held(dir, node.node).unwrap_or(false),
+        Run::Waiting(at) => now >= *at,
+        Run::GivenUp => return,
+    };
+    if !due {
+        return;
+    }
+    match start(node.node) {
+        Ok(child) => node.run = Run::Ours(child, now),
+        Err(error) => {
+            node.restarts += 1;
+            tracing::error!(node = node.node, %error, "cannot start an agent");
+            node.run = if node.restarts > MAX_RESTARTS {
+                Run::GivenUp
+            } else {
+                Run::Waiting(now + backoff(node.restarts))
+            };
+        }
+    }
+}
+
+/// The wait before restart number `restarts` (from 1).
+fn backoff(restarts: u32) -> Duration {
+    let doubled = FIRST_BACKOFF.saturating_mul(1 << restarts.saturating_sub(1).min(16));
+    doubled.min(MAX_BACKOFF)
+}
+
+fn publish(nodes: &mut [Node], pids: &Mutex<Vec<u32>>, alive: &Mutex<usize>) {
+    if let Ok(mut pids) = pids.lock() {
+        *pids = nodes
+            .iter()
+            .filter_map(|node| match &node.run {
+                Run::Ours(child, _) => child.id(),
+                _ => None,
+            })
+            .collect();
+    }
+    if let Ok(mut alive) = alive.lock() {
+        *alive = nodes
+            .iter()
+            .filter(|node| !matches!(node.run, Run::GivenUp))
+            .count();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_doubles_up_to_its_bound() {
+        assert_eq!(backoff(1), FIRST_BACKOFF);
+        assert_eq!(backoff(2), FIRST_BACKOFF * 2);
+        assert_eq!(backoff(3), FIRST_BACKOFF * 4);
+        assert_eq!(backoff(40), MAX_BACKOFF);
+    }
+
+    fn sleeper(_node: u32) -> std::io::Result<Child> {
+        tokio::process::Command::new("sleep")
+            .arg("30")
+            .kill_on_drop(true)
+            .spawn()
+    }
+
+    #[tokio::test]
+    async fn an_agent_that_ends_is_started_again_and_none_once_the_pilot_stops() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = sleeper(0).unwrap();
+        let first_pid = first.id().unwrap();
+        let stopping = Arc::new(AtomicBool::new(false));
+        let supervisor = Supervisor::start(
+            Box::new(sleeper),
+            dir.path().to_path_buf(),
+            vec![(0, first)],
+            Vec::new(),
+            Arc::clone(&stopping),
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while supervisor.pids() != [first_pid] {
+            assert!(Instant::now() < deadline, "the first is listed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(first_pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let second = loop {
+            let pids = supervisor.pids();
+            if let [pid] = pids.as_slice()
+                && *pid != first_pid
+            {
+                break *pid;
+            }
+            assert!(Instant::now() < deadline, "another starts: {pids:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(supervisor.any_running());
+        // The pilot stops: an agent that ends now is not replaced.
+        stopping.store(true, Ordering::Relaxed);
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(second as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        tokio::time::sleep(FIRST_BACKOFF + POLL * 2).await;
+        assert_eq!(supervisor.pids(), [second], "not replaced");
+        let left = supervisor.stop().await;
+        assert_eq!(
+            left.len(),
+            1,
+            "the ended one is handed back to be waited for"
+        );
+    }
+}
