@@ -36,7 +36,7 @@ pub use saker_core::{
 /// `ItemRead` and `ItemData` both ways.
 /// 10: `TaskResult::received_unix_us`.
 /// 11: `Outcome::WorkerFailed`.
-pub const PROTOCOL_VERSION: u32 = 11;
+pub const PROTOCOL_VERSION: u32 = 12;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
