@@ -142,6 +142,16 @@ fn a_standby_takes_over_from_a_killed_root_and_loses_nothing() {
     );
 
     let records = every_task_succeeded_once(&pilot, &log, 600);
+    // Nothing ran twice: what ran at the kill was adopted, what had ended was held
+    // by its agent until a root wrote it.
+    let mut runs = executed(&log);
+    runs.sort_unstable();
+    let twice: Vec<u32> = runs
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    assert!(twice.is_empty(), "tasks that ran twice: {twice:?}");
     // The widest gap between results ending: the takeover, as users see it.
     let mut ends: Vec<i64> = records.iter().map(|r| micros(&r["end_time"])).collect();
     ends.sort_unstable();

@@ -114,6 +114,10 @@ pub enum ToAgent {
     ActorAnswer(ActorReply),
     /// Finish or kill running work and exit.
     Shutdown { reason: String, kill_running: bool },
+    /// The results of this node's reports up to `through` ([`Report::seq`]) are in
+    /// the root's journal: the agent may forget them. Until then it keeps them, to
+    /// hand to the next root should this one die first.
+    Durable { through: u64 },
     /// The root does not (or no longer) count this agent as live, e.g. it was declared
     /// lost in a race with its reattachment: stop the old work and say Hello again.
     Rejoin,
@@ -465,6 +469,8 @@ pub struct NamedAmount {
 #[rkyv(derive(Debug))]
 pub struct Report {
     pub node: NodeId,
+    /// This report's number in its agent's life, from 1 (see [`ToAgent::Durable`]).
+    pub seq: u64,
     /// Additional resources' worth of work the agent asks for (incremental, like
     /// flow-control window updates, so in-flight dispatches never race with it).
     pub credit: Resources,

@@ -272,6 +272,9 @@ impl Desk {
         }
         while let Some(message) = self.board.poll_up() {
             self.uplink.send(&message)?;
+            if let FromAgent::Report(report) = message {
+                self.board.handle_sent(report);
+            }
         }
         Ok(())
     }

@@ -523,6 +523,7 @@ fn on_down(
             actor_host::refuse(&state.actor_uplink, Refused::Call { call: call.call })
         }
         ToAgent::ActorStop { .. } | ToAgent::ActorAnswer(_) => {}
+        ToAgent::Durable { through } => lock(&state.desk).board.handle_durable(through),
         ToAgent::Shutdown {
             reason,
             kill_running,

@@ -68,6 +68,7 @@ mod slots;
 #[cfg(test)]
 pub(crate) mod tests;
 
+pub use away::MAX_UNACKED;
 pub use gang::{PartPlan, PartProcess, ProcessKind, exit_code};
 pub use items::ItemError;
 pub use report::Flush;
@@ -199,6 +200,12 @@ pub struct Board {
     closed: bool,
     /// No root hears this node now: reports wait (see `away.rs`).
     away: bool,
+    /// Reports taken so far: the last one's [`Report::seq`].
+    reports: u64,
+    /// Results sent up that the root has not said are durable, by report (`away.rs`).
+    unacked: VecDeque<(u64, Vec<saker_wire::messages::TaskResult>)>,
+    /// How many results `unacked` holds.
+    unacked_results: usize,
     /// The slot whose thread looks, at the end of the report gap, whether slots' news
     /// went up yet (see [`Board::keep_report_clock`]).
     report_clock: Option<usize>,
@@ -353,6 +360,7 @@ impl Board {
             accepting: true,
             pending: Report {
                 node: NodeId(config.node),
+                seq: 0,
                 credit: Resources::ZERO,
                 started: Vec::new(),
                 results: Vec::new(),
@@ -362,6 +370,9 @@ impl Board {
             last_report: now.since_start,
             closed: false,
             away: false,
+            reports: 0,
+            unacked: VecDeque::new(),
+            unacked_results: 0,
             report_clock: None,
             window: config.credit,
             owed: 0,

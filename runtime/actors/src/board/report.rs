@@ -175,8 +175,10 @@ impl Board {
             let rest = self.pending.results.split_off(fits);
             std::mem::replace(&mut self.pending.results, rest)
         };
+        self.reports += 1;
         Report {
             node: NodeId(self.node),
+            seq: self.reports,
             credit: std::mem::take(&mut self.credit),
             started: std::mem::take(&mut self.pending.started),
             results,

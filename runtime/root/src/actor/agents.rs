@@ -244,6 +244,7 @@ impl RootState {
         // path (a report sent before a reattached agent's hello).
         let live = self.nodes.is_live(node, link);
         if live {
+            self.results.report_read(node, report.seq.to_native());
             for started in report.started.iter() {
                 let attempt = started.attempt.to_native();
                 let _ = self.ctx.core.handle_started(attempt, now);

@@ -114,8 +114,9 @@ impl ResultSource for JournalResults {
 pub enum AfterJournal {
     /// Nothing (cancellations): a failed append is reported by the next one.
     Nothing,
-    /// Accepted results, shown to clients once durable.
-    Results(Vec<Arc<ResultRecord>>),
+    /// Accepted results, shown to clients once durable; and the last report read of
+    /// each node, whose agent is then told its results are durable.
+    Results(Vec<Arc<ResultRecord>>, Vec<(saker_core::NodeId, u64)>),
     /// A submission, acknowledged once durable: an acknowledged job survives a crash.
     Acknowledge {
         reply: Reply<SubmitReply>,
@@ -140,18 +141,22 @@ impl AfterJournal {
     /// `outcome` says where each of the append's records is.
     pub fn finish(self, outcome: Result<Vec<Position>, JournalError>) -> Option<RootMsg> {
         let outcome = match (self, outcome) {
-            (AfterJournal::Results(results), Ok(mut positions)) => {
+            (AfterJournal::Results(results, reports), Ok(mut positions)) => {
                 // The results are the append's last records.
                 let first = positions.len().saturating_sub(results.len());
                 let positions = positions.split_off(first);
-                return Some(RootMsg::Durable { results, positions });
+                return Some(RootMsg::Durable {
+                    results,
+                    positions,
+                    reports,
+                });
             }
             (after, outcome) => (after, outcome.map(drop)),
         };
         match outcome {
             (AfterJournal::Nothing, _) => None,
-            (AfterJournal::Results(_), Ok(())) => None,
-            (AfterJournal::Results(_), Err(error)) => Some(RootMsg::JournalFailed { error }),
+            (AfterJournal::Results(..), Ok(())) => None,
+            (AfterJournal::Results(..), Err(error)) => Some(RootMsg::JournalFailed { error }),
             (AfterJournal::Acknowledge { reply, jobs }, outcome) => {
                 let answer = outcome
                     .map(|()| SubmitReply::acknowledged(jobs))

@@ -35,6 +35,8 @@ pub enum RootMsg {
     Durable {
         results: Vec<Arc<ResultRecord>>,
         positions: Vec<saker_journal::Position>,
+        /// Per node, the last report whose results are now durable.
+        reports: Vec<(saker_core::NodeId, u64)>,
     },
     /// An append failed: nothing more can be acknowledged durably.
     JournalFailed {

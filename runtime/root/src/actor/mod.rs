@@ -50,6 +50,7 @@ pub use crate::compact::{CompactionDone, run_compaction};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use saker_journal::JournalWriter;
+use saker_wire::messages::ToAgent;
 
 use crate::records::Record;
 
@@ -125,8 +126,17 @@ impl RootState {
             } => self.on_agent_frame(link, frame.route(), frame.payload()),
             RootMsg::LinkDown { link, reason } => self.on_link_down(link, &reason),
             RootMsg::Client(request) => self.on_client(request),
-            RootMsg::Durable { results, positions } => {
+            RootMsg::Durable {
+                results,
+                positions,
+                reports,
+            } => {
                 self.results.on_durable(&mut self.ctx, &results, positions);
+                // Their agents may forget these results: a root that dies now has them.
+                for (node, through) in reports {
+                    self.nodes
+                        .send(&mut self.ctx, node, &ToAgent::Durable { through });
+                }
                 if self.submissions.on_durable(&results) {
                     self.ctx.port.release_memory();
                 }

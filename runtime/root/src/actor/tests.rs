@@ -134,6 +134,7 @@ impl Harness {
     fn report(&mut self, node: u32, credit: u32, started: &[(u64, u64)], results: Vec<TaskResult>) {
         let report = FromAgent::Report(Report {
             node: NodeId(node),
+            seq: 1,
             credit: Resources::cores(credit),
             started: started
                 .iter()
@@ -343,6 +344,7 @@ async fn a_task_asking_for_gpus_goes_only_to_a_node_that_offers_them() {
         h.agent_sends(u64::from(node), node, &hello);
         let credit = FromAgent::Report(Report {
             node: NodeId(node),
+            seq: 1,
             credit: capacity,
             started: Vec::new(),
             results: Vec::new(),
@@ -651,6 +653,7 @@ async fn a_stale_copy_of_a_node_is_superseded_and_cannot_end_the_live_one() {
 fn report_of(node: u32, credit: u32) -> FromAgent {
     FromAgent::Report(Report {
         node: NodeId(node),
+        seq: 1,
         credit: Resources::cores(credit),
         started: Vec::new(),
         results: Vec::new(),

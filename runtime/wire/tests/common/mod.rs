@@ -232,6 +232,7 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
             kill_running: false,
         },
         ToAgent::Rejoin,
+        ToAgent::Durable { through: u64::MAX },
     ]
 }
 
@@ -295,6 +296,7 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
         FromAgent::ItemData(item_data(false)),
         FromAgent::Report(Report {
             node: NodeId(3),
+            seq: 1,
             credit: Resources::cores(16),
             started: vec![
                 Started {
@@ -357,6 +359,7 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
         }),
         FromAgent::Report(Report {
             node: NodeId(0),
+            seq: 1,
             credit: Resources::ZERO,
             started: Vec::new(),
             results: Vec::new(),
@@ -367,6 +370,7 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
         },
         FromAgent::Report(Report {
             node: NodeId(4),
+            seq: 1,
             credit: Resources::cores(4),
             started: Vec::new(),
             results: vec![TaskResult {

@@ -99,3 +99,48 @@ fn a_lost_parent_stops_gang_parts_and_fetches_but_not_tasks() {
         "an agent that gives up looking for a root stops what it kept running"
     );
 }
+
+#[test]
+fn results_sent_but_not_yet_durable_go_to_the_next_root_again() {
+    let mut board = board(1);
+    board.queue.extend([queued(1, 1), queued(2, 1)]);
+    start(&mut board, 0, at(0)).unwrap();
+    finish(&mut board, 0, 0, AttemptId(10), exited(), at(5)).unwrap();
+    let sent = report_at(&mut board, at(6));
+    let [FromAgent::Report(first)] = sent.as_slice() else {
+        panic!("one report: {sent:?}");
+    };
+    board.handle_sent(first.clone());
+    assert_eq!(board.unacked(), 1);
+    finish(&mut board, 0, 0, AttemptId(20), exited(), at(7));
+    let sent = report_at(&mut board, at(8));
+    let [FromAgent::Report(second)] = sent.as_slice() else {
+        panic!("one report: {sent:?}");
+    };
+    assert_eq!(second.seq, first.seq + 1, "reports are numbered");
+    board.handle_sent(second.clone());
+    // The root wrote the first report's results: only the second's are kept.
+    board.handle_durable(first.seq);
+    assert_eq!(board.unacked(), 1);
+
+    // The root dies before writing the second: its result goes to the next root,
+    // listed in the hello as ended, and in the first report after it.
+    board.handle_parent_lost(at(9));
+    assert_eq!(board.unacked(), 0);
+    assert_eq!(
+        board.held(),
+        [Held {
+            attempt: AttemptId(20),
+            task: TaskId(2),
+            started_unix_us: exited().start_unix_us,
+            ended: true,
+        }]
+    );
+    board.handle_new_life();
+    let sent = report_at(&mut board, at(10));
+    let [FromAgent::Report(again)] = sent.as_slice() else {
+        panic!("one report: {sent:?}");
+    };
+    assert_eq!(again.results.len(), 1);
+    assert_eq!(again.results[0].attempt, AttemptId(20));
+}

@@ -139,6 +139,9 @@ struct Unjournaled {
     /// Records no one waits on: attempts that ended without counting, nodes that
     /// joined or left.
     records: Vec<Record>,
+    /// Per node, its last report read: once the next append is durable, so are its
+    /// results (appends are durable in order), and the node is told so.
+    reports: std::collections::BTreeMap<saker_core::NodeId, u64>,
 }
 
 /// Durable results and everything that follows them.
@@ -400,13 +403,26 @@ impl Results {
     /// Journals this turn's accepted results as one group; they reach clients when the
     /// journal calls back.
     pub(super) fn journal(&mut self, ctx: &mut Ctx) {
+        // Reports whose results were not journaled (duplicates, say) wait for the
+        // next append: what was read before it is durable only with it.
         if self.unjournaled.results.is_empty() && self.unjournaled.records.is_empty() {
             return;
         }
         let results = std::mem::take(&mut self.unjournaled.results);
         let mut records = std::mem::take(&mut self.unjournaled.records);
         records.extend(results.iter().map(|r| Record::Result(Arc::clone(r))));
-        ctx.append(records, AfterJournal::Results(results));
+        let reports = std::mem::take(&mut self.unjournaled.reports);
+        ctx.append(
+            records,
+            AfterJournal::Results(results, reports.into_iter().collect()),
+        );
+    }
+
+    /// `node`'s report `seq` was read: its results go to the journal with this turn's.
+    pub(super) fn report_read(&mut self, node: saker_core::NodeId, seq: u64) {
+        if seq > 0 {
+            self.unjournaled.reports.insert(node, seq);
+        }
     }
 
     /// Results the journal made durable, at `positions`: indexed, their stages

@@ -79,6 +79,7 @@ fn make_durable(owned: &mut Owned, results: &mut Results) {
             Some(RootMsg::Durable {
                 results: done,
                 positions,
+                ..
             }) => results.on_durable(&mut owned.ctx, &done, positions),
             None => {}
             Some(other) => panic!("unexpected {other:?}"),
@@ -138,7 +139,7 @@ fn an_accepted_attempt_makes_one_record_and_a_duplicate_changes_nothing() {
     // Journaled as one group, which waits for the results to be durable.
     results.journal(&mut owned.ctx);
     let appends = owned.appends();
-    let [(records, AfterJournal::Results(waiting))] = &appends[..] else {
+    let [(records, AfterJournal::Results(waiting, _))] = &appends[..] else {
         panic!("one append of results: {appends:?}");
     };
     assert!(matches!(&records[..], [Record::Result(r)] if r.task == task));

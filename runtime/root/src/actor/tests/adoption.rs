@@ -2,7 +2,7 @@
 //! previous root's agents still run: nothing runs twice, nothing is lost.
 
 use saker_core::TerminalState;
-use saker_wire::messages::Held;
+use saker_wire::messages::{Held, Report};
 
 use super::*;
 
@@ -206,4 +206,38 @@ async fn dispatch_waits_no_longer_than_the_adoption_wait() {
         2,
         "its work runs elsewhere once the wait is over"
     );
+}
+
+/// An agent keeps the results it sent until the root says they are in the journal;
+/// the root says so per node, with the last report read before the append.
+#[tokio::test]
+async fn a_node_hears_which_of_its_reports_are_durable_once_they_are() {
+    let mut h = Harness::new();
+    h.submit(vec![array(&["true"], "1-2")]);
+    h.journal_durable();
+    h.join(1, 2);
+    h.report(1, 2, &[], Vec::new());
+    let running = assignments(&h.sent(), 1);
+    let report = FromAgent::Report(Report {
+        node: NodeId(1),
+        seq: 7,
+        credit: Resources::cores(0),
+        started: Vec::new(),
+        results: running.iter().map(|&(t, a)| exited(t, a, 0)).collect(),
+    });
+    h.agent_sends(1, 1, &report);
+    let durable = |sent: &[(u32, ToAgent)]| {
+        sent.iter()
+            .filter_map(|(node, message)| match message {
+                ToAgent::Durable { through } => Some((*node, *through)),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        durable(&h.sent()).is_empty(),
+        "not before the journal has them"
+    );
+    h.journal_durable();
+    assert_eq!(durable(&h.sent()), [(1, 7)]);
 }

@@ -48,6 +48,7 @@ fn hello_again(h: &mut Harness, link: u64, node: u32, cores: u32) {
 fn late_report(h: &mut Harness, link: u64, node: u32, results: Vec<TaskResult>) {
     let report = FromAgent::Report(Report {
         node: NodeId(node),
+        seq: 1,
         credit: Resources::cores(0),
         started: Vec::new(),
         results,
