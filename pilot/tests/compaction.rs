@@ -270,7 +270,11 @@ fn with_few_results_kept_the_journal_stays_small_however_long_the_pilot_runs() {
     }
     let (_, everything, _) = sizes[0];
     let (_, end, largest) = sizes[1];
-    // 100 results, the finished records and two segments of tail, whatever the rounds.
-    assert!(largest < 160 * 1024, "{sizes:?}");
+    // 100 results, the finished records and two segments of tail, whatever the rounds;
+    // at a peak twice that, while a compaction writes the kept copy beside the
+    // segments it replaces (they go once it is in place and no reader holds them).
+    // The bound was 160 KiB, which peaks of 170-190 KiB crossed in 4 of 6 solo runs
+    // before issue 40 as after: timing, not growth.
+    assert!(largest < 256 * 1024, "{sizes:?}");
     assert!(end * 4 < everything, "{sizes:?}");
 }

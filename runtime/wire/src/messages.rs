@@ -153,6 +153,10 @@ pub struct Dispatch {
     pub forget: Vec<JobId>,
     /// Set when `tasks` is one gang attempt: this node's part in it.
     pub gang: Option<GangPart>,
+    /// The results of this node's reports up to here are durable, as
+    /// [`ToAgent::Durable`] says (0: no news). Carried by the next dispatch, so that a
+    /// busy node's acknowledgements cost no frame of their own.
+    pub durable: u64,
 }
 
 /// One node's part in a gang attempt (an HPC job's run on several nodes at once).

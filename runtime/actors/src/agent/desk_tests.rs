@@ -51,6 +51,7 @@ fn dispatch(desk: &SharedDesk, jobs: Vec<Arc<JobDef>>, tasks: &[(u64, u32)]) {
         tasks: tasks.iter().map(|&(id, job)| task(id, job)).collect(),
         forget: Vec::new(),
         gang: None,
+        durable: 0,
     };
     desk.apply(now, |board| board.handle_dispatch(dispatch, now));
 }

@@ -36,6 +36,7 @@ fn dispatch(
         tasks: tasks.iter().map(|&id| task(id, 1)).collect(),
         forget: Vec::new(),
         gang: None,
+        durable: 0,
     };
     agent
         .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
@@ -193,6 +194,7 @@ async fn a_missing_program_is_the_tasks_failure_not_the_slots() {
         tasks: vec![task(1, 1), task(2, 2)],
         forget: Vec::new(),
         gang: None,
+        durable: 0,
     };
     agent
         .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))

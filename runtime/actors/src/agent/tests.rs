@@ -137,6 +137,7 @@ async fn rejoin_stops_old_work_and_registers_again() {
         tasks: vec![task(1, 1), task(2, 1), task(3, 1)],
         forget: Vec::new(),
         gang: None,
+        durable: 0,
     };
     agent
         .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
@@ -182,6 +183,7 @@ async fn runs_tasks_and_returns_their_cores_as_credit() {
         tasks: vec![task(1, 1), task(2, 1), task(3, 1)],
         forget: Vec::new(),
         gang: None,
+        durable: 0,
     };
     agent
         .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
@@ -227,6 +229,7 @@ async fn a_paced_result_goes_up_while_a_long_attempt_runs() {
         tasks: vec![task(1, 1), task(2, 2), task(3, 1)],
         forget: Vec::new(),
         gang: None,
+        durable: 0,
     };
     agent
         .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
@@ -255,6 +258,7 @@ async fn a_forgotten_job_is_dropped_and_a_new_task_of_it_fails_unknown() {
         tasks: vec![task(1, 1)],
         forget: Vec::new(),
         gang: None,
+        durable: 0,
     };
     agent
         .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))
@@ -270,6 +274,7 @@ async fn a_forgotten_job_is_dropped_and_a_new_task_of_it_fails_unknown() {
         tasks: vec![task(2, 1), task(3, 2)],
         forget: vec![JobId(1)],
         gang: None,
+        durable: 0,
     };
     agent
         .send_message(AgentMsg::Down(ToAgent::Dispatch(dispatch)))

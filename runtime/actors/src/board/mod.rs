@@ -433,6 +433,9 @@ impl Board {
     /// The root's dispatch: jobs forgotten and defined, then the attempts it assigns
     /// (queued here), or this node's part of a gang attempt (taken at once).
     pub fn handle_dispatch(&mut self, dispatch: saker_wire::messages::Dispatch, now: Moment) {
+        if dispatch.durable > 0 {
+            self.handle_durable(dispatch.durable);
+        }
         // The past first: a forgotten job is finished and is never among the new.
         for job in dispatch.forget {
             self.jobs.remove(&job);

@@ -50,7 +50,6 @@ pub use crate::compact::{CompactionDone, run_compaction};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use saker_journal::JournalWriter;
-use saker_wire::messages::ToAgent;
 
 use crate::records::Record;
 
@@ -134,8 +133,7 @@ impl RootState {
                 self.results.on_durable(&mut self.ctx, &results, positions);
                 // Their agents may forget these results: a root that dies now has them.
                 for (node, through) in reports {
-                    self.nodes
-                        .send(&mut self.ctx, node, &ToAgent::Durable { through });
+                    self.nodes.durable(&mut self.ctx, node, through);
                 }
                 if self.submissions.on_durable(&results) {
                     self.ctx.port.release_memory();

@@ -22,13 +22,20 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use saker_actors::link::{LinkId, LinkTx};
-use saker_core::{JobId, NodeId, Resources};
+use std::time::Duration;
+
+use saker_core::{JobId, NodeId, Resources, Time};
 use saker_wire::messages::{Assignment, Dispatch, FRAME_DATA_BUDGET, GangPart, JobDef, ToAgent};
 
 use super::ctx::Ctx;
 
 /// Finished jobs a node is told to forget in one message when no dispatch takes them.
 const FORGET_BATCH: usize = 1024;
+
+/// The least time between two frames of their own telling a node its results are
+/// durable; in between it is told with its next dispatch. A tuning constant: an agent
+/// keeps what it was not told yet, and hands it to a next root (a duplicate there).
+pub(super) const DURABLE_GAP: Duration = Duration::from_secs(1);
 
 /// The live nodes (see the module doc).
 #[derive(Debug, Default)]
@@ -55,6 +62,10 @@ pub(super) struct Node {
     running: u32,
     /// Its agent is the application's binary and hosts placed actors.
     hosts_actors: bool,
+    /// Its reports up to this one are durable, not yet said (0: nothing to say).
+    durable: u64,
+    /// When that was last said in a frame of its own.
+    durable_said: Option<Time>,
 }
 
 /// What a joining node says of itself.
@@ -164,6 +175,8 @@ impl Nodes {
                 forget: Vec::new(),
                 running: 0,
                 hosts_actors: joining.hosts_actors,
+                durable: 0,
+                durable_said: None,
             },
         );
     }
@@ -285,6 +298,7 @@ impl Nodes {
         }
         frames.push((jobs, batch));
         let mut forget = Some(std::mem::take(&mut entry.forget));
+        let durable = std::mem::take(&mut entry.durable);
         let mut gang = gang;
         let link = entry.link;
         let last = frames.len() - 1;
@@ -298,6 +312,7 @@ impl Nodes {
                     Vec::new()
                 },
                 gang: if i == last { gang.take() } else { None },
+                durable: if i == last { durable } else { 0 },
             });
             ctx.send_to(link, node, &message);
         }
@@ -309,6 +324,26 @@ impl Nodes {
         if let Some(entry) = self.live.get_mut(&node) {
             entry.running += attempts;
         }
+    }
+
+    /// The results of `node`'s reports up to `through` are in the journal: said with
+    /// its next dispatch, or in a frame of its own if none was said for
+    /// [`DURABLE_GAP`] (an idle node's agent still frees what it keeps).
+    pub(super) fn durable(&mut self, ctx: &mut Ctx, node: NodeId, through: u64) {
+        let Some(entry) = self.live.get_mut(&node) else {
+            return;
+        };
+        entry.durable = entry.durable.max(through);
+        let now = ctx.now();
+        if entry
+            .durable_said
+            .is_some_and(|said| now < said.saturating_add(DURABLE_GAP))
+        {
+            return;
+        }
+        entry.durable_said = Some(now);
+        let through = std::mem::take(&mut entry.durable);
+        ctx.send_to(entry.link, node, &ToAgent::Durable { through });
     }
 
     /// An attempt on `node` ended (its result came back).
@@ -346,6 +381,7 @@ impl Nodes {
                     tasks: Vec::new(),
                     forget: std::mem::take(&mut entry.forget),
                     gang: None,
+                    durable: 0,
                 });
                 ctx.send_to(entry.link, node, &message);
             }
@@ -365,6 +401,7 @@ impl Nodes {
                 tasks: Vec::new(),
                 forget: std::mem::take(&mut entry.forget),
                 gang: None,
+                durable: 0,
             });
             ctx.send_to(entry.link, node, &message);
         }

@@ -122,6 +122,7 @@ pub fn dispatch(jobs: u32, tasks: u32) -> Dispatch {
             .collect(),
         forget: (0..jobs).map(|job| JobId(1000 + job)).collect(),
         gang: None,
+        durable: 42,
     }
 }
 
@@ -155,12 +156,14 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
             tasks: Vec::new(),
             forget: Vec::new(),
             gang: None,
+            durable: 0,
         }),
         ToAgent::Dispatch(Dispatch {
             jobs: Vec::new(),
             tasks: Vec::new(),
             forget: vec![JobId(3), JobId(4)],
             gang: None,
+            durable: 0,
         }),
         ToAgent::Cancel {
             attempts: vec![

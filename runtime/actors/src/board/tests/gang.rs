@@ -42,6 +42,7 @@ fn take(board: &mut Board, job: Arc<JobDef>, task_id: u64, gang: GangPart, now: 
         jobs: vec![job],
         forget: Vec::new(),
         gang: Some(gang),
+        durable: 0,
     };
     board.handle_dispatch(dispatch, now);
 }

@@ -209,35 +209,50 @@ async fn dispatch_waits_no_longer_than_the_adoption_wait() {
 }
 
 /// An agent keeps the results it sent until the root says they are in the journal;
-/// the root says so per node, with the last report read before the append.
+/// the root says so per node, with the last report read before the append: in a
+/// frame of its own at most once a `DURABLE_GAP`, otherwise with the next dispatch.
 #[tokio::test]
 async fn a_node_hears_which_of_its_reports_are_durable_once_they_are() {
     let mut h = Harness::new();
-    h.submit(vec![array(&["true"], "1-2")]);
+    h.submit(vec![array(&["true"], "1-4")]);
     h.journal_durable();
     h.join(1, 2);
     h.report(1, 2, &[], Vec::new());
-    let running = assignments(&h.sent(), 1);
-    let report = FromAgent::Report(Report {
-        node: NodeId(1),
-        seq: 7,
-        credit: Resources::cores(0),
-        started: Vec::new(),
-        results: running.iter().map(|&(t, a)| exited(t, a, 0)).collect(),
-    });
-    h.agent_sends(1, 1, &report);
+    let report = |seq: u64, ran: &[(u64, u64)], credit: u32| {
+        FromAgent::Report(Report {
+            node: NodeId(1),
+            seq,
+            credit: Resources::cores(credit),
+            started: Vec::new(),
+            results: ran.iter().map(|&(t, a)| exited(t, a, 0)).collect(),
+        })
+    };
     let durable = |sent: &[(u32, ToAgent)]| {
         sent.iter()
             .filter_map(|(node, message)| match message {
                 ToAgent::Durable { through } => Some((*node, *through)),
+                ToAgent::Dispatch(dispatch) if dispatch.durable > 0 => {
+                    Some((*node, dispatch.durable))
+                }
                 _ => None,
             })
             .collect::<Vec<_>>()
     };
-    assert!(
-        durable(&h.sent()).is_empty(),
-        "not before the journal has them"
-    );
+    let first = assignments(&h.sent(), 1);
+    h.agent_sends(1, 1, &report(7, &first, 2));
+    let sent = h.sent();
+    assert!(durable(&sent).is_empty(), "not before the journal has them");
+    let second = assignments(&sent, 1);
     h.journal_durable();
-    assert_eq!(durable(&h.sent()), [(1, 7)]);
+    assert_eq!(durable(&h.sent()), [(1, 7)], "said at once, the first time");
+
+    // Within the gap: said with the next dispatch, not in a frame of its own.
+    h.agent_sends(1, 1, &report(8, &second, 2));
+    h.journal_durable();
+    assert!(durable(&h.sent()).is_empty());
+    h.submit(vec![single(&["true"])]);
+    h.journal_durable();
+    let sent = h.sent();
+    assert_eq!(assignments(&sent, 1).len(), 1, "{sent:?}");
+    assert_eq!(durable(&sent), [(1, 8)], "carried by the dispatch");
 }
