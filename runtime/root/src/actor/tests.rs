@@ -105,6 +105,17 @@ impl Harness {
     }
 
     fn hello(&mut self, node: u32, cores: u32, pilot_id: &str) {
+        self.hello_holding(node, cores, pilot_id, Vec::new());
+    }
+
+    /// Node `node`'s hello, listing the attempts it holds from an earlier root.
+    fn hello_holding(
+        &mut self,
+        node: u32,
+        cores: u32,
+        pilot_id: &str,
+        held: Vec<saker_wire::messages::Held>,
+    ) {
         let hello = FromAgent::Hello(Hello {
             node: NodeId(node),
             hostname: format!("host{node}"),
@@ -114,7 +125,7 @@ impl Harness {
             pid: 1000 + node,
             pilot_id: pilot_id.to_owned(),
             hosts_actors: self.hosts_actors,
-            held: Vec::new(),
+            held,
         });
         self.agent_sends(u64::from(node), node, &hello);
     }

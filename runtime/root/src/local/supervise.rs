@@ -137,13 +137,13 @@ async fn supervise(
             _ = stopped.changed() => break,
             () = tokio::time::sleep(POLL) => {}
         }
-        if stopping.load(Ordering::Relaxed) {
-            continue;
-        }
-        let now = Instant::now();
-        for node in &mut nodes {
-            look_after(node, &start, &dir, now);
-        }
+        tick(
+            &mut nodes,
+            &start,
+            &dir,
+            Instant::now(),
+            stopping.load(Ordering::Relaxed),
+        );
     }
     nodes
         .into_iter()
@@ -152,6 +152,17 @@ async fn supervise(
             _ => None,
         })
         .collect()
+}
+
+/// One look at every node at `now`; none once the pilot is `stopping` (an agent that
+/// ends then is not replaced).
+fn tick(nodes: &mut [Node], start: &Start, dir: &std::path::Path, now: Instant, stopping: bool) {
+    if stopping {
+        return;
+    }
+    for node in nodes {
+        look_after(node, start, dir, now);
+    }
 }
 
 /// One look at `node`: a process that ended is followed by another after its backoff;
@@ -276,20 +287,56 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
         assert!(supervisor.any_running());
-        // The pilot stops: an agent that ends now is not replaced.
-        stopping.store(true, Ordering::Relaxed);
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(second as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
-        tokio::time::sleep(FIRST_BACKOFF + POLL * 2).await;
-        assert_eq!(supervisor.pids(), [second], "not replaced");
         let left = supervisor.stop().await;
         assert_eq!(
             left.len(),
             1,
-            "the ended one is handed back to be waited for"
+            "the one running is handed back to be waited for"
         );
+        assert_eq!(left[0].id(), Some(second));
+    }
+
+    /// A node whose process ended, as the supervisor keeps it.
+    async fn ended(node: u32) -> Node {
+        let mut child = tokio::process::Command::new("true").spawn().unwrap();
+        child.wait().await.unwrap();
+        Node {
+            node,
+            run: Run::Ours(child, Instant::now()),
+            restarts: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_ended_agent_waits_its_backoff_and_none_starts_once_the_pilot_stops() {
+        let dir = tempfile::tempdir().unwrap();
+        let starts = Arc::new(Mutex::new(Vec::new()));
+        let counted = Arc::clone(&starts);
+        let start: Start = Box::new(move |node| {
+            counted.lock().unwrap().push(node);
+            sleeper(node)
+        });
+        let now = Instant::now();
+        let mut nodes = vec![ended(0).await];
+        tick(&mut nodes, &start, dir.path(), now, false);
+        assert!(matches!(nodes[0].run, Run::Waiting(at) if at == now + FIRST_BACKOFF));
+        tick(
+            &mut nodes,
+            &start,
+            dir.path(),
+            now + FIRST_BACKOFF / 2,
+            false,
+        );
+        assert!(starts.lock().unwrap().is_empty(), "not before its backoff");
+        tick(&mut nodes, &start, dir.path(), now + FIRST_BACKOFF, false);
+        assert_eq!(*starts.lock().unwrap(), [0]);
+        assert!(matches!(nodes[0].run, Run::Ours(..)));
+
+        // The pilot stops: an agent that ends now is not replaced, whenever looked at.
+        let mut nodes = vec![ended(1).await];
+        tick(&mut nodes, &start, dir.path(), now, true);
+        tick(&mut nodes, &start, dir.path(), now + MAX_BACKOFF * 2, true);
+        assert!(matches!(nodes[0].run, Run::Ours(..)), "left as it ended");
+        assert_eq!(*starts.lock().unwrap(), [0], "nothing more started");
     }
 }

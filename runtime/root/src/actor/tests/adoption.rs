@@ -37,18 +37,7 @@ fn hello_holding(h: &mut Harness, node: u32, cores: u32, held: Vec<Held>) {
         tx,
         node: Some(node),
     });
-    let hello = FromAgent::Hello(Hello {
-        node: NodeId(node),
-        hostname: format!("host{node}"),
-        capacity: Resources::cores(cores),
-        custom: Vec::new(),
-        executors: cores,
-        pid: 4000 + node,
-        pilot_id: PILOT.to_owned(),
-        hosts_actors: true,
-        held,
-    });
-    h.agent_sends(u64::from(node), node, &hello);
+    h.hello_holding(node, cores, PILOT, held);
 }
 
 fn held(task: u64, attempt: u64, ended: bool) -> Held {
