@@ -87,12 +87,14 @@ impl Adoption {
         ctx.port.wake_after(ADOPTION_WAIT, Wake::Timer);
     }
 
-    /// Whether dispatch waits at `now`. Ends the wait once every expected node said
+    /// Whether dispatch waits now. Ends the wait once every expected node said
     /// hello, or its time is up.
-    pub(super) fn holds_dispatch(&mut self, now: Time) -> bool {
+    pub(super) fn holds_dispatch(&mut self, ctx: &Ctx) -> bool {
+        // Asked every turn: the clock is read only while dispatch waits.
         let Some((began, until)) = self.hold else {
             return false;
         };
+        let now = ctx.now();
         if !self.expected.is_empty() && now < until {
             return true;
         }

@@ -170,7 +170,7 @@ impl RootState {
         // are bounded by what runs already.
         if self.ctx.journal.waiting_for_space() {
             self.check_space_soon();
-        } else if !self.adoption.holds_dispatch(self.ctx.now()) {
+        } else if !self.adoption.holds_dispatch(&self.ctx) {
             while let Some(dispatch) = self.ctx.core.poll_dispatch() {
                 self.send_dispatch(dispatch);
             }
