@@ -165,6 +165,8 @@ if [ "${SAKER_SKIP_CARGO:-0}" = 1 ]; then
   for name in fmt clippy build test fuzz; do skip "$name" "SAKER_SKIP_CARGO=1"; done
 else
   export SAKER_BIN=$REPO/target/release/saker   # end-to-end tests run this binary
+  # A fresh clone builds once: incremental caches would only take disk (several GB).
+  [ "${CI:-}" = true ] && export CARGO_INCREMENTAL=0
   step 0 fmt cargo fmt --all -- --check
   step 0 clippy cargo clippy --workspace --all-targets -- -D warnings
   step 0 build cargo build --release --workspace
