@@ -55,12 +55,25 @@ pub(crate) struct NodeRecord {
 }
 
 impl NodeRecord {
+    /// Cores where queued work could start now: free and credited (none once closed).
+    pub(crate) fn startable(&self) -> u64 {
+        startable(self.free(), self)
+    }
+
     /// Capacity not held by live attempts.
     pub(crate) fn free(&self) -> Resources {
         self.capacity
             .checked_sub(self.in_use)
             .unwrap_or(Resources::ZERO)
     }
+}
+
+/// [`NodeRecord::startable`] of `record` had its free capacity been `free`.
+fn startable(free: Resources, record: &NodeRecord) -> u64 {
+    if record.closed {
+        return 0;
+    }
+    u64::from(free.core_count().min(record.credit.core_count()))
 }
 
 /// All live nodes. See the module doc.
@@ -78,6 +91,9 @@ pub(crate) struct Nodes {
     /// capacity covers a need are a range of it (cores-only, exactly the range).
     /// Kept only while gangs exist: it costs two B-tree updates per attempt.
     by_free: Option<BTreeSet<(Resources, NodeId)>>,
+    /// [`NodeRecord::startable`] summed over live nodes, kept as attempts and credit
+    /// come and go: how much queued work could start now without any prefetch.
+    startable_cores: u64,
 }
 
 impl Nodes {
@@ -123,6 +139,12 @@ impl Nodes {
         Ok(())
     }
 
+    /// Cores free and credited over every live node: where queued work could start
+    /// now without any prefetch.
+    pub(crate) fn startable_cores(&self) -> u64 {
+        self.startable_cores
+    }
+
     /// Starts (building it) or stops keeping the index of nodes by free capacity.
     pub(crate) fn index_free(&mut self, on: bool) {
         match (on, &self.by_free) {
@@ -142,9 +164,12 @@ impl Nodes {
         let before = record.free();
         record.attempts.insert(attempt);
         record.in_use = record.in_use.saturating_add(need);
+        let after = record.free();
+        self.startable_cores =
+            self.startable_cores - startable(before, record) + record.startable();
         if let Some(by_free) = &mut self.by_free {
             by_free.remove(&(before, node));
-            by_free.insert((record.free(), node));
+            by_free.insert((after, node));
         }
     }
 
@@ -158,9 +183,12 @@ impl Nodes {
         }
         let before = record.free();
         record.in_use = record.in_use.checked_sub(need).unwrap_or(Resources::ZERO);
+        let after = record.free();
+        self.startable_cores =
+            self.startable_cores - startable(before, record) + record.startable();
         if let Some(by_free) = &mut self.by_free {
             by_free.remove(&(before, node));
-            by_free.insert((record.free(), node));
+            by_free.insert((after, node));
         }
     }
 
@@ -194,10 +222,12 @@ impl Nodes {
         if record.place == Place::Parked {
             unpark(&mut self.parked, record.capacity, record.credit, node);
         }
+        let was = record.startable();
         record.credit = record
             .credit
             .checked_sub(used)
             .expect("gang member's credit covers its part");
+        self.startable_cores = self.startable_cores - was + record.startable();
         self.total_credit.sub(used);
         if record.place == Place::Parked {
             if record.credit.core_count() > 0 {
@@ -257,7 +287,9 @@ impl Nodes {
             record.place = Place::Idle;
         }
         let before = record.credit;
+        let was = record.startable();
         record.credit = record.credit.saturating_add(credit);
+        self.startable_cores = self.startable_cores - was + record.startable();
         // Invariant: a saturating sum is never below either term.
         let added = record
             .credit
@@ -284,6 +316,7 @@ impl Nodes {
         }
         record.place = Place::Idle;
         self.total_credit.sub(record.credit);
+        self.startable_cores -= record.startable();
         record.credit = Resources::ZERO;
         record.closed = true;
         Ok(())
@@ -292,6 +325,7 @@ impl Nodes {
     /// Removes a lost node; its credit vanishes.
     pub(crate) fn remove(&mut self, node: NodeId) -> Option<NodeRecord> {
         let record = self.map.remove(&node)?;
+        self.startable_cores -= record.startable();
         if let Some(by_free) = &mut self.by_free {
             by_free.remove(&(record.free(), node));
         }
@@ -326,12 +360,14 @@ impl Nodes {
     pub(crate) fn served(&mut self, node: NodeId, used: Resources) {
         // Invariant: only called for the live node next_in_rotation just returned.
         let record = self.map.get_mut(&node).expect("served node is live");
+        let was = record.startable();
         // Invariant: callers take `used` out of this node's credit (queue take, copy
         // placement), so it fits.
         record.credit = record
             .credit
             .checked_sub(used)
             .expect("work sent fits the credit");
+        self.startable_cores = self.startable_cores - was + record.startable();
         self.total_credit.sub(used);
         if record.credit.core_count() > 0 {
             record.place = Place::Rotation;

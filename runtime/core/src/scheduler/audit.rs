@@ -294,6 +294,11 @@ impl Core {
             });
         }
         expect_equal(
+            "startable cores",
+            self.nodes.iter().map(|(_, node)| node.startable()).sum(),
+            self.nodes.startable_cores(),
+        )?;
+        expect_equal(
             "queued tasks",
             self.queue.tasks() + self.horizon.held_tasks() + self.deps.waiting_tasks(),
             self.counts.queued,

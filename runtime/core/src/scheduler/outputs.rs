@@ -4,7 +4,7 @@ use super::{Core, PendingEvent, needs, pinned_to, slot};
 use crate::ids::{AttemptId, JobId, NodeId, TaskId, Time};
 use crate::output::{Assignment, Dispatch, Event, TerminalState};
 use crate::queue::Taken;
-use crate::resources::Resources;
+use crate::resources::{ResourceKind, Resources};
 use crate::task::{AttemptRecord, Bucket, Phase, TaskRecord};
 
 impl Core {
@@ -149,16 +149,53 @@ impl Core {
                     if left > 0
                         && let Some(credit) = record.credit.checked_sub(used)
                     {
+                        // Spread before prefetching: beyond its free cores a node takes
+                        // only what the free, credited cores of all nodes could not
+                        // start now, or a burst smaller than the pilot would queue
+                        // behind the first nodes' running work while the others idle
+                        // (64 one-hour tasks on 8 × 8 slots once ran on half of them,
+                        // in two rounds).
+                        let spill = self
+                            .queue
+                            .tasks()
+                            .saturating_sub(self.nodes.startable_cores());
+                        let cap = u64::from(record.free().core_count()).saturating_add(spill);
+                        let capped = u32::try_from(cap).is_ok_and(|cap| cap < credit.core_count());
+                        let uncapped = credit;
+                        let credit = if capped {
+                            credit.with(ResourceKind::CORES, cap as u32)
+                        } else {
+                            credit
+                        };
                         // Then what any node may take, seen as the search by capacity
                         // sees it (pinned work hidden), or a node it unparked could
                         // find nothing and be unparked again forever.
-                        used = used.saturating_add(self.queue.take(
+                        let more = self.queue.take(
                             &record.capacity,
                             credit,
                             left,
                             needs(&self.jobs, &self.shapes, &self.locality, None),
                             &mut taken,
-                        ));
+                        );
+                        used = used.saturating_add(more);
+                        let refused = capped
+                            && taken.is_empty()
+                            && self
+                                .queue
+                                .need(
+                                    &record.capacity,
+                                    needs(&self.jobs, &self.shapes, &self.locality, None),
+                                )
+                                .is_some_and(|need| need.fits_in(&uncapped));
+                        if refused {
+                            // The cap alone kept the work off: it needs more than the
+                            // node's free cores, so attempts of its own hold cores and
+                            // will give credit back. Out of the rotation until then;
+                            // parked, it would be unparked for the same work and
+                            // refuse it again.
+                            self.nodes.set_aside(node);
+                            continue;
+                        }
                     }
                     used
                 }

@@ -19,4 +19,5 @@ mod pinned;
 mod resources;
 mod restore;
 mod speculation;
+mod spread;
 mod updates;
