@@ -204,7 +204,7 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
         writeln!(out, "root      {} pid {}{since}{how}", root.host, root.pid)?;
     }
     if let Some(adoption) = &status.adoption {
-        writeln!(
+        write!(
             out,
             "adopted   {} running, {} ended while away; {} stopped, {} nodes missing; \
              dispatch waited {} ms",
@@ -214,6 +214,14 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
             adoption.missing_nodes,
             adoption.waited_ms
         )?;
+        if adoption.delivered > 0 {
+            write!(
+                out,
+                "; {} results already accepted were sent again",
+                adoption.delivered
+            )?;
+        }
+        writeln!(out)?;
     }
     let standbys = saker_client::standbys::waiting(&args.dir.dir);
     if !standbys.is_empty() {

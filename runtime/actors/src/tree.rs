@@ -101,6 +101,8 @@ pub enum DialErrorKind {
     Read(#[source] ReadError),
     #[error("it sent no link hello")]
     NoHello,
+    #[error("its address file {path} changed while dialing the address it held")]
+    AddressChanged { path: PathBuf },
     #[error("no answer from {address} within {waited:?}")]
     NoAnswer {
         address: SocketAddr,

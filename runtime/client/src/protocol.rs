@@ -408,6 +408,10 @@ pub struct AdoptionStatus {
     pub missing_nodes: u64,
     /// How long dispatch waited for the previous root's nodes, in milliseconds.
     pub waited_ms: u64,
+    /// Results the previous root had accepted whose acknowledgement had not reached
+    /// their agents: sent again, recognised and dropped (neither run nor counted
+    /// twice).
+    pub delivered: u64,
 }
 
 /// One job's tasks by state, as the scheduler sees them now, in a [`StatusReport`].

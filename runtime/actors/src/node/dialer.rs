@@ -84,10 +84,12 @@ impl Dialer {
         let mut pause = Duration::from_millis(50);
         loop {
             let mut last = None;
+            let mut moved = false;
             for position in ancestors(self.node, self.fanout, self.base) {
                 match self.dial(position, session).await {
                     Ok(link) => return Ok(link),
                     Err(error) => {
+                        moved |= matches!(error.kind, DialErrorKind::AddressChanged { .. });
                         tracing::debug!(
                             error = &error as &dyn std::error::Error,
                             "ancestor not reachable"
@@ -100,6 +102,11 @@ impl Dialer {
                 // Invariant: `ancestors` always ends with the root, so one was dialed.
                 let last = last.expect("an ancestor was dialed");
                 return Err(NodeError::NoAncestor { waited: wait, last });
+            }
+            if moved {
+                // A new address: dial it now.
+                pause = Duration::from_millis(50);
+                continue;
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(1));
@@ -172,13 +179,26 @@ impl Dialer {
             };
             Ok((connection, reader, writer, hello))
         };
+        // A dead peer answers nothing until the timeout; a new one publishing its
+        // address (a resumed root) should not wait that out.
+        let changed = async {
+            loop {
+                tokio::time::sleep(ROOT_POLL).await;
+                let now = tokio::fs::read_to_string(&path).await.ok();
+                if now.as_deref() != Some(text.as_str()) {
+                    return;
+                }
+            }
+        };
+        let answered = tokio::select! {
+            answered = tokio::time::timeout(timeout, handshake) => answered,
+            () = changed => return Err(DialErrorKind::AddressChanged { path }),
+        };
         let (connection, reader, writer, (their_position, their_session)) =
-            tokio::time::timeout(timeout, handshake)
-                .await
-                .map_err(|_| DialErrorKind::NoAnswer {
-                    address,
-                    waited: timeout,
-                })??;
+            answered.map_err(|_| DialErrorKind::NoAnswer {
+                address,
+                waited: timeout,
+            })??;
         let refuse = |why: DialErrorKind| {
             connection.close(0u32.into(), b"wrong peer");
             Err(why)

@@ -11,11 +11,11 @@
 //!
 //! [`Core::handle_adopt`]: saker_core::Core::handle_adopt
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use saker_client::AdoptionStatus;
-use saker_core::{AttemptId, NodeId, TaskId, Time};
+use saker_core::{AdoptError, AttemptId, NodeId, TaskId, Time};
 use saker_wire::messages::Held;
 
 use super::ctx::Ctx;
@@ -64,6 +64,11 @@ pub(super) struct Adoption {
     hold: Option<(Time, Time)>,
     /// Set once a root of a later term resumed.
     tally: Option<AdoptionStatus>,
+    /// Ended attempts whose tasks the journal finished already: the previous root
+    /// accepted their results before its acknowledgement reached the agent, which
+    /// sends them again after its hello. Dropped when they come, not counted as
+    /// duplicates (no attempt ran twice).
+    delivered: HashSet<AttemptId>,
 }
 
 impl Adoption {
@@ -145,6 +150,10 @@ impl Adoption {
                         started_unix_us: held.started_unix_us,
                     });
                 }
+                Err(AdoptError::Finished { .. }) if held.ended => {
+                    tally.delivered += 1;
+                    self.delivered.insert(held.attempt);
+                }
                 Err(error) => {
                     tracing::info!(%node, %error, "not adopting an attempt; it is stopped");
                     tally.refused += 1;
@@ -156,6 +165,12 @@ impl Adoption {
             self.tally = Some(tally);
         }
         (adopted, refused)
+    }
+
+    /// Whether a result of `attempt` is one the previous root had accepted (see
+    /// `delivered`); forgets it.
+    pub(super) fn was_delivered(&mut self, attempt: AttemptId) -> bool {
+        !self.delivered.is_empty() && self.delivered.remove(&attempt)
     }
 
     /// What this root adopted, if it is of a later term than the pilot's first.

@@ -258,6 +258,9 @@ impl RootState {
         for result in report.results.iter() {
             self.nodes.attempt_ended(node);
             let (task, attempt) = (result.task.to_native(), result.attempt.to_native());
+            if self.adoption.was_delivered(attempt) {
+                continue;
+            }
             if !self.made_here(task, attempt, node) {
                 tracing::info!(%node, %task, %attempt,
                     "ignoring a result of an attempt of a previous root (its task was replayed)");

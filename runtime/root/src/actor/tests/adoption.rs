@@ -179,6 +179,48 @@ async fn what_cannot_be_adopted_is_stopped_on_its_node() {
     assert_eq!(stopped, expected);
 }
 
+/// The previous root accepted a result, but died before its acknowledgement reached
+/// the agent, which holds it as ended and sends it again: recognised, not stopped, not
+/// journaled twice, not counted as a duplicate.
+#[tokio::test]
+async fn a_result_the_previous_root_accepted_is_dropped_when_sent_again() {
+    let mut old = Harness::new();
+    old.submit(vec![array(&["true"], "1-2")]);
+    old.join(1, 2);
+    old.report(1, 2, &[], Vec::new());
+    let running = assignments(&old.sent(), 1);
+    let (task, attempt) = running[0];
+    old.report(1, 0, &[], vec![exited(task, attempt, 0)]);
+    let records = old.journal_durable();
+    assert_eq!(results_of(&records).len(), 1);
+
+    let mut new = harness_of_term(2);
+    new.restore(records).expect("the journal restores");
+    let (other, other_attempt) = running[1];
+    hello_holding(
+        &mut new,
+        1,
+        2,
+        vec![held(task, attempt, true), held(other, other_attempt, false)],
+    );
+    assert!(cancels(&new.sent(), 1).is_empty(), "nothing to stop");
+    new.report(1, 0, &[], vec![exited(task, attempt, 0)]);
+    new.report(1, 0, &[], vec![exited(other, other_attempt, 0)]);
+    let results = results_of(&new.journal_durable());
+    assert_eq!(
+        results.iter().map(|r| r.task.0).collect::<Vec<_>>(),
+        vec![other],
+        "only the adopted task's result is new"
+    );
+    let status = new.status();
+    assert_eq!((status.succeeded, status.duplicates), (2, 0));
+    let adoption = status.adoption.expect("a later term");
+    assert_eq!(
+        (adoption.adopted, adoption.delivered, adoption.refused),
+        (1, 1, 0)
+    );
+}
+
 #[tokio::test]
 async fn dispatch_waits_no_longer_than_the_adoption_wait() {
     let (records, _) = previous_root();
