@@ -61,6 +61,12 @@ pub enum Benchmark {
     /// From SIGKILL of the root of a `--standby 1` pilot running 20,000 short tasks on
     /// 8 agents to the standby accepting results: the widest gap between results.
     Takeover,
+    /// 64 `sleep` tasks running on 8 agents × 8 slots and 20,000 short ones queued;
+    /// the root SIGKILLed halfway and a standby taking over: the makespan beside the
+    /// same run without a kill (no task may start twice).
+    TakeoverRunning,
+    /// The same with no standby and `saker pilot --resume` 5 s after the kill.
+    ResumeRunning,
     /// From `sbatch` to all agents connected and to the first task running, on 3
     /// nodes of a Slurm cluster, beside the time Slurm takes to start the allocation.
     SlurmStartup,
@@ -114,7 +120,7 @@ pub enum Benchmark {
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 31] = [
+    pub const ALL: [Benchmark; 33] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -129,6 +135,8 @@ impl Benchmark {
         Benchmark::Failover,
         Benchmark::Resume,
         Benchmark::Takeover,
+        Benchmark::TakeoverRunning,
+        Benchmark::ResumeRunning,
         Benchmark::SlurmStartup,
         Benchmark::SlurmThroughput,
         Benchmark::SlurmElastic,
@@ -165,6 +173,8 @@ impl Benchmark {
             Benchmark::Failover => "failover",
             Benchmark::Resume => "resume",
             Benchmark::Takeover => "takeover",
+            Benchmark::TakeoverRunning => "takeover-running",
+            Benchmark::ResumeRunning => "resume-running",
             Benchmark::SlurmStartup => "slurm-startup",
             Benchmark::SlurmThroughput => "slurm-throughput",
             Benchmark::SlurmElastic => "slurm-elastic",
@@ -219,6 +229,12 @@ pub struct Sizes {
     /// `/bin/true` tasks of the takeover row's array (the root is killed once a
     /// quarter of them have results).
     pub takeover_tasks: u64,
+    /// Seconds each of the 64 long tasks of the `*-running` rows sleeps.
+    pub running_sleep_seconds: u64,
+    /// `/bin/true` tasks queued behind them.
+    pub running_short_tasks: u64,
+    /// Alternated pairs (killed, not killed) of each `*-running` row.
+    pub running_rounds: u32,
     /// Allocations started in the Slurm start-up row (the median is reported).
     pub slurm_startup_repeats: u32,
     /// `/bin/true` tasks in the Slurm throughput row.
@@ -259,6 +275,9 @@ impl Sizes {
                 failover_repeats: 1,
                 resume_tasks: 100_000,
                 takeover_tasks: 4_000,
+                running_sleep_seconds: 8,
+                running_short_tasks: 2_000,
+                running_rounds: 1,
                 slurm_startup_repeats: 1,
                 slurm_throughput_tasks: 3_000,
                 dag_tasks: 1_600,
@@ -284,6 +303,9 @@ impl Sizes {
                 failover_repeats: 3,
                 resume_tasks: 1_000_000,
                 takeover_tasks: 20_000,
+                running_sleep_seconds: 60,
+                running_short_tasks: 20_000,
+                running_rounds: 3,
                 slurm_startup_repeats: 3,
                 slurm_throughput_tasks: 20_000,
                 dag_tasks: 100_000,

@@ -8,36 +8,9 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Service, assert_one_result_per_task, results, run, saker, wait_for};
-
-/// Pids of processes whose command line holds all of `words`.
-fn processes(words: &[&str]) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if words.iter().all(|word| cmdline.contains(word)) && common::alive(pid) {
-            found.push(pid);
-        }
-    }
-    found
-}
-
-/// Standby roots waiting: `--take-over` processes but the root holding the lock (a
-/// standby that took over keeps its command line).
-fn standbys(dir: &Path) -> Vec<u32> {
-    // `PID HOST`, as the root writes it.
-    let root: Option<u32> = std::fs::read_to_string(dir.join("root.lock"))
-        .ok()
-        .and_then(|holder| holder.split_whitespace().next()?.parse().ok());
-    processes(&["pilot ", &dir.display().to_string(), "--take-over"])
-        .into_iter()
-        .filter(|pid| Some(*pid) != root)
-        .collect()
-}
+use common::{
+    Service, assert_one_result_per_task, processes, results, run, saker, standbys, wait_for,
+};
 
 fn executed(log: &Path) -> Vec<u32> {
     std::fs::read_to_string(log)

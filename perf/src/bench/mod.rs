@@ -22,6 +22,7 @@ mod slurm_policies;
 mod slurm_startup;
 mod slurm_throughput;
 mod takeover;
+mod takeover_running;
 mod throughput;
 
 use std::path::PathBuf;
@@ -121,6 +122,9 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::Failover => failover::run(setup),
         Benchmark::Resume => resume::run(setup),
         Benchmark::Takeover => takeover::run(setup),
+        Benchmark::TakeoverRunning | Benchmark::ResumeRunning => {
+            takeover_running::run(setup, benchmark)
+        }
         Benchmark::SlurmStartup => slurm_startup::run(setup),
         Benchmark::SlurmThroughput => slurm_throughput::run(setup),
         Benchmark::SlurmElastic => slurm_elastic::run(setup),

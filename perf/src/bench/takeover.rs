@@ -310,7 +310,7 @@ async fn wait_until_ready(pilot: &RunningPilot) -> Result<()> {
 }
 
 /// Standbys listed in `DIR/standby/` whose process is alive.
-fn standbys_waiting(dir: &Path) -> usize {
+pub(super) fn standbys_waiting(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir.join(STANDBY_DIR)) else {
         return 0;
     };
@@ -325,7 +325,7 @@ fn standbys_waiting(dir: &Path) -> usize {
 
 /// Connects to the root that answers for `dir` after `old_root` died: retried until
 /// `client.json` names a root that answers `status`.
-async fn reconnect(dir: &Path, old_root: u32) -> Result<(Client, StatusReport)> {
+pub(super) async fn reconnect(dir: &Path, old_root: u32) -> Result<(Client, StatusReport)> {
     let deadline = Instant::now() + TAKEOVER_TIMEOUT;
     loop {
         let attempt = async {
@@ -353,7 +353,7 @@ async fn reconnect(dir: &Path, old_root: u32) -> Result<(Client, StatusReport)> 
 
 /// Asks the new root to stop and waits until no process of the pilot's group is left
 /// but the old root (a zombie until the group is reaped); returns what is left then.
-async fn stop(client: &Client, pilot: &RunningPilot) -> Vec<String> {
+pub(super) async fn stop(client: &Client, pilot: &RunningPilot) -> Vec<String> {
     // The root may close the connection before answering; what is left is what counts.
     let deadline = Instant::now() + STOP_TIMEOUT;
     let _ = tokio::time::timeout(STOP_TIMEOUT, client.shutdown(true)).await;

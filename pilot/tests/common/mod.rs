@@ -159,3 +159,32 @@ pub fn executions(log: &Path) -> Vec<(u32, u32)> {
         })
         .collect()
 }
+
+/// Pids of processes whose command line holds all of `words`.
+pub fn processes(words: &[&str]) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if words.iter().all(|word| cmdline.contains(word)) && alive(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Standby roots waiting: `--take-over` processes but the root holding the lock (a
+/// standby that took over keeps its command line).
+pub fn standbys(dir: &Path) -> Vec<u32> {
+    // `PID HOST`, as the root writes it.
+    let root: Option<u32> = std::fs::read_to_string(dir.join("root.lock"))
+        .ok()
+        .and_then(|holder| holder.split_whitespace().next()?.parse().ok());
+    processes(&["pilot ", &dir.display().to_string(), "--take-over"])
+        .into_iter()
+        .filter(|pid| Some(*pid) != root)
+        .collect()
+}
