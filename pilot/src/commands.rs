@@ -147,6 +147,8 @@ pub async fn wait(args: WaitArgs) -> Result<ExitCode> {
         (!args.jobs.is_empty()).then(|| args.jobs.iter().map(|j| JobId(*j)).collect());
     // Waiting is idempotent: a wait cut off by a root that died is asked again of
     // the standby that takes over.
+    let watch = tokio::spawn(warn_while_agentless(args.dir.dir.clone()));
+    let _stop_watching = AbortOnDrop(watch);
     let mut lost_since: Option<std::time::Instant> = None;
     let report = loop {
         let asked = async {
@@ -176,6 +178,64 @@ pub async fn wait(args: WaitArgs) -> Result<ExitCode> {
     };
     print_wait(&report);
     Ok(exit_for(&report))
+}
+
+/// How often `wait` looks whether the pilot has agents, and how long none may have
+/// been connected, with work queued, before it says so.
+const AGENTLESS_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+const AGENTLESS_WARN_SECONDS: u64 = 5;
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Work queued and no agent to run it: what `status` says, as one line (`None` when
+/// agents are connected or nothing waits for one).
+fn agentless(status: &StatusReport, dir: &std::path::Path) -> Option<String> {
+    let ready = status.queued.saturating_sub(status.waiting);
+    let seconds = status.agentless_seconds?;
+    if status.agents > 0 || ready == 0 {
+        return None;
+    }
+    let why = if !status.allocations.is_empty() {
+        "the pilot's allocations are listed below"
+    } else {
+        "the agents' logs are in DIR/logs; `saker agent --dir DIR --node N` starts one"
+    };
+    Some(format!(
+        "no agent connected for {seconds} s: {ready} queued tasks wait for one ({})",
+        why.replace("DIR", &dir.display().to_string())
+    ))
+}
+
+/// For `wait`: says once, on stderr, when no agent has been connected for a while
+/// and work waits for one (again after agents came and went); never ends by itself.
+async fn warn_while_agentless(dir: std::path::PathBuf) {
+    let mut warned = false;
+    loop {
+        tokio::time::sleep(AGENTLESS_POLL).await;
+        let Ok(client) = Client::connect(&dir, CLIENT_NAME).await else {
+            continue;
+        };
+        let Ok(status) = client.status().await else {
+            continue;
+        };
+        let line = agentless(&status, &dir)
+            .filter(|_| status.agentless_seconds >= Some(AGENTLESS_WARN_SECONDS));
+        match line {
+            Some(line) if !warned => {
+                eprintln!("saker wait: {line}; still waiting");
+                warned = true;
+            }
+            Some(_) => {}
+            None => warned = false,
+        }
+    }
 }
 
 pub async fn status(args: StatusArgs) -> Result<ExitCode> {
@@ -236,6 +296,9 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
         "agents    {} ({} slots, {} busy)",
         status.agents, status.slots, status.busy_slots
     )?;
+    if let Some(line) = agentless(&status, &args.dir.dir) {
+        writeln!(out, "          {line}")?;
+    }
     if status.disk_full {
         writeln!(
             out,

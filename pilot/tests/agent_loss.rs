@@ -251,3 +251,66 @@ fn a_killed_local_agent_is_started_again_and_its_node_used_again() {
     assert!(nodes.contains("1"), "node 1 ran tasks again: {nodes:?}");
     drop(service);
 }
+
+/// With work queued and no agent connected (here a pilot started with none), `status`
+/// says so, and so does `wait` on stderr once it has lasted 5 s, rather than waiting
+/// in silence.
+#[test]
+fn a_pilot_with_work_and_no_agent_says_so_in_status_and_wait() {
+    use std::io::BufRead;
+
+    let dir = tempfile::tempdir().unwrap();
+    let service = common::Service::start_args(dir.path(), &["--agents", "0"]);
+    let pilot = service.pilot.clone();
+    let submitted = common::run(
+        saker()
+            .args(["submit", "--array", "1-3", "--dir"])
+            .arg(&pilot)
+            .args(["--", "true"]),
+    );
+    assert!(submitted.status.success());
+    let status = common::run(saker().args(["status", "--dir"]).arg(&pilot));
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(status.contains("agents    0 "), "{status}");
+    assert!(
+        status.contains("no agent connected for ")
+            && status.contains("3 queued tasks wait for one"),
+        "{status}"
+    );
+
+    let mut waiter = saker()
+        .args(["wait", "--dir"])
+        .arg(&pilot)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = waiter.stderr.take().unwrap();
+    let (lines, said) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let warning = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = said
+            .recv_timeout(left)
+            .expect("wait said nothing of the missing agents");
+        if line.starts_with("saker wait: no agent connected for") {
+            break line;
+        }
+    };
+    assert!(warning.contains("3 queued tasks wait for one"), "{warning}");
+    assert!(
+        waiter.try_wait().unwrap().is_none(),
+        "wait goes on waiting: {warning}"
+    );
+    waiter.kill().unwrap();
+    waiter.wait().unwrap();
+    drop(service);
+}

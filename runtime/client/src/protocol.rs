@@ -377,6 +377,9 @@ pub struct StatusReport {
     /// What this root adopted from the nodes of the root before it (a standby that
     /// took over, or a resumed root); absent for a pilot's first root.
     pub adoption: Option<AdoptionStatus>,
+    /// While no agent is connected: for how many seconds none has been (since the
+    /// last one left, or since the root started). Absent while one is.
+    pub agentless_seconds: Option<u64>,
 }
 
 /// The root process of a pilot, in a [`StatusReport`].

@@ -48,6 +48,9 @@ impl RootState {
             tracing::warn!(%node, %reason, "agent lost; its work is replayed");
         }
         let end_time = self.ctx.timestamp();
+        if self.nodes.len() == 0 {
+            self.facts.agentless_since = Some(end_time.unix_micros());
+        }
         self.results.journal_later(Record::NodeLeft {
             node,
             reason: reason.to_owned(),
@@ -198,6 +201,7 @@ impl RootState {
             hosts_actors: hello.hosts_actors,
         };
         self.nodes.join(node, joining);
+        self.facts.agentless_since = None;
         let welcome = ToAgent::Welcome(Welcome {
             node,
             pilot_id: self.ctx.pilot.id.clone(),

@@ -71,6 +71,9 @@ pub(super) struct StatusFacts {
     pub allocation: Option<AllocationStatus>,
     /// This root's process; `None` in unit tests.
     pub process: Option<RootStatus>,
+    /// Since when no agent is connected (unix µs): the root's start, or when the
+    /// last one left. `None` while one is.
+    pub agentless_since: Option<u64>,
 }
 
 /// The wakes a turn arms (see [`RootState::drain`]).
@@ -110,6 +113,7 @@ impl RootState {
             shutting_down: false,
         };
         let in_allocation = args.allocation.is_some();
+        let started = clock.unix_micros();
         RootState {
             ctx: Ctx::new(Core::new(args.core), port, journal, clock, pilot),
             nodes: Nodes::default(),
@@ -124,6 +128,7 @@ impl RootState {
             facts: StatusFacts {
                 allocation: args.allocation,
                 process: args.process,
+                agentless_since: Some(started),
             },
             wakes: Wakes::default(),
         }

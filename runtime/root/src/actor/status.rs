@@ -90,6 +90,10 @@ impl RootState {
             disk_full: self.ctx.journal.waiting_for_space(),
             root: self.facts.process.clone(),
             adoption: self.adoption.status(),
+            agentless_seconds: self
+                .facts
+                .agentless_since
+                .map(|since| self.ctx.timestamp().unix_micros().saturating_sub(since) / 1_000_000),
             actors: self.actors.live(),
             max_nodes: self.ctx.pilot.max_nodes,
             periodic: self.schedules.len() as u64,
