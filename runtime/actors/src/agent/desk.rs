@@ -166,6 +166,26 @@ impl Desk {
                     self.board.handle_item_kept(&item, kept, now);
                 }
                 Effect::DiscardItem { item } => self.files.discard(&item),
+                Effect::SpillResults { results } => {
+                    let file = super::held::path(&self.places.scratch);
+                    if let Err(error) = super::held::write(&file, &results) {
+                        tracing::warn!(error = %crate::error_chain(&error),
+                            "cannot keep held results on disk; they stay in memory");
+                        self.board.handle_spill_failed(results);
+                    } else {
+                        tracing::info!(results = results.len(), "held results kept on disk");
+                    }
+                }
+                Effect::ReadSpilled { held } => {
+                    let file = super::held::path(&self.places.scratch);
+                    let read = super::held::read(&file)
+                        .inspect_err(|error| {
+                            tracing::error!(error = %crate::error_chain(error),
+                                "cannot read back the results held on disk; their tasks run again");
+                        })
+                        .ok();
+                    self.board.handle_spilled_read(&held, read);
+                }
             }
         }
     }

@@ -53,6 +53,7 @@ use sink::AgentSink;
 mod desk;
 #[cfg(test)]
 mod desk_tests;
+mod held;
 mod sink;
 mod slots;
 #[cfg(test)]
@@ -447,7 +448,8 @@ fn register_again(state: &mut AgentState, stop_old_work: bool) -> Result<(), Age
             "saying hello with the work this node holds"
         );
         desk.uplink.send(&hello(&state.config, held))?;
-        desk.board.handle_new_life();
+        // Results written to disk while away are read back before the report.
+        desk.apply(now, |board| board.handle_new_life());
         desk.send_report(now)?;
     }
     tracing::info!(credit = %desk.board.credit(), "registering again");

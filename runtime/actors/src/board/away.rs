@@ -4,13 +4,30 @@
 //! not yet written to the root's journal is kept until the root says it is
 //! ([`Board::handle_durable`]): a root that dies first never had it.
 
-use saker_wire::messages::{Held, Report};
+use saker_wire::messages::{Held, Outcome, Report, ResultBody, TaskResult};
 
 use super::{Board, Effect, Moment};
 
 /// The most results kept for want of the root's word that they are durable; past it
 /// the oldest go (a tuning bound: the root's word comes within a journal sync).
 pub const MAX_UNACKED: usize = 65_536;
+
+/// The most bytes of results (roughly, of their output) an agent keeps in memory while
+/// no root hears it; past it they go to the node's disk until a root is back (a
+/// tuning bound).
+pub const AWAY_MEMORY_BYTES: usize = 64 << 20;
+
+/// Roughly what `result` takes in memory: its output, and a fixed part.
+fn result_bytes(result: &TaskResult) -> usize {
+    const FIXED: usize = 256;
+    FIXED
+        + match &result.body {
+            ResultBody::Command { stdout, stderr } | ResultBody::Part { stdout, stderr, .. } => {
+                stdout.inline.len() + stderr.inline.len()
+            }
+            ResultBody::Function { output } => output.as_ref().map_or(0, Vec::len),
+        }
+}
 
 impl Board {
     /// The link to the parent is gone and the agent looks for another: attempts that
@@ -23,13 +40,59 @@ impl Board {
         let mut kept: Vec<_> = self.unacked.drain(..).flat_map(|(_, sent)| sent).collect();
         self.unacked_results = 0;
         kept.append(&mut self.pending.results);
+        self.away_bytes = kept.iter().map(result_bytes).sum();
         self.pending.results = kept;
+        self.spill_if_heavy();
         self.queue.clear();
         self.checked = None;
         for item in self.fetches.stop_all() {
             self.effects.push_back(Effect::DiscardItem { item });
         }
         self.cancel_all_parts(now);
+    }
+
+    /// A result was held while away: past [`AWAY_MEMORY_BYTES`], every result held
+    /// in memory goes to the node's disk.
+    pub(super) fn held_while_away(&mut self) {
+        if let Some(result) = self.pending.results.last() {
+            self.away_bytes += result_bytes(result);
+        }
+        self.spill_if_heavy();
+    }
+
+    fn spill_if_heavy(&mut self) {
+        if self.away_bytes <= AWAY_MEMORY_BYTES || self.spill_failed {
+            return;
+        }
+        let results = std::mem::take(&mut self.pending.results);
+        self.spilled.extend(results.iter().map(held_ended));
+        self.away_bytes = 0;
+        self.effects.push_back(Effect::SpillResults { results });
+    }
+
+    /// Writing held results to disk failed: they stay in memory (before those held
+    /// since), and no more are written until the next life.
+    pub fn handle_spill_failed(&mut self, mut results: Vec<TaskResult>) {
+        self.spill_failed = true;
+        self.spilled
+            .retain(|held| !results.iter().any(|result| result.attempt == held.attempt));
+        self.away_bytes += results.iter().map(result_bytes).sum::<usize>();
+        results.append(&mut self.pending.results);
+        self.pending.results = results;
+    }
+
+    /// The results written to disk while away, read back at the next life (`read`), or
+    /// `None` if they could not be read: each of `held` then ends as lost, for the
+    /// root to run again. They go before the results held in memory (they are older).
+    pub fn handle_spilled_read(&mut self, held: &[Held], read: Option<Vec<TaskResult>>) {
+        let mut results = read.unwrap_or_else(|| held.iter().map(lost_on_disk).collect());
+        results.append(&mut self.pending.results);
+        self.pending.results = results;
+    }
+
+    /// Results of this node on its disk, not read back yet.
+    pub fn spilled(&self) -> usize {
+        self.spilled.len()
     }
 
     /// Whether this node is between roots ([`Board::handle_parent_lost`] until the next
@@ -53,13 +116,11 @@ impl Board {
                 started_unix_us: running.started_us,
                 ended: false,
             });
-        let ended = self.pending.results.iter().map(|result| Held {
-            attempt: result.attempt,
-            task: result.task,
-            started_unix_us: result.start_unix_us,
-            ended: true,
-        });
-        running.chain(ended).collect()
+        let ended = self.pending.results.iter().map(held_ended);
+        running
+            .chain(self.spilled.iter().copied())
+            .chain(ended)
+            .collect()
     }
 
     /// `report` went up: its results are kept until the root says they are durable.
@@ -91,5 +152,34 @@ impl Board {
     /// Results sent up and not yet said durable by the root.
     pub fn unacked(&self) -> usize {
         self.unacked_results
+    }
+}
+
+/// How a held result is listed in a hello.
+fn held_ended(result: &TaskResult) -> Held {
+    Held {
+        attempt: result.attempt,
+        task: result.task,
+        started_unix_us: result.start_unix_us,
+        ended: true,
+    }
+}
+
+/// The result of an attempt whose result was written to disk and could not be read
+/// back: lost, so that the root runs it again rather than wait for it forever.
+fn lost_on_disk(held: &Held) -> TaskResult {
+    TaskResult {
+        task: held.task,
+        attempt: held.attempt,
+        executor: 0,
+        outcome: Outcome::Lost {
+            reason: "its result was kept on the node's disk while no root was reachable, \
+                     and could not be read back"
+                .to_owned(),
+        },
+        received_unix_us: 0,
+        start_unix_us: held.started_unix_us,
+        end_unix_us: held.started_unix_us,
+        body: ResultBody::Function { output: None },
     }
 }

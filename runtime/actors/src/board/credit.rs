@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use saker_wire::messages::{Outcome, ResourceKind, Resources};
 
-use super::{Board, PREFETCH_COVER, PREFETCH_ROUNDS};
+use super::{Board, Effect, PREFETCH_COVER, PREFETCH_ROUNDS};
 use crate::attempt::Finished;
 
 impl Board {
@@ -60,6 +60,12 @@ impl Board {
     /// A node that was away reports again.
     pub fn handle_new_life(&mut self) {
         self.away = false;
+        self.away_bytes = 0;
+        self.spill_failed = false;
+        if !self.spilled.is_empty() {
+            let held = std::mem::take(&mut self.spilled);
+            self.effects.push_back(Effect::ReadSpilled { held });
+        }
         let prefetch = self.prefetch(self.cores, self.prefetch_floor, PREFETCH_COVER);
         self.reset_credit(self.cores, prefetch);
     }

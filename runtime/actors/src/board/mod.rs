@@ -68,7 +68,7 @@ mod slots;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use away::MAX_UNACKED;
+pub use away::{AWAY_MEMORY_BYTES, MAX_UNACKED};
 pub use gang::{PartPlan, PartProcess, ProcessKind, exit_code};
 pub use items::ItemError;
 pub use report::Flush;
@@ -200,6 +200,13 @@ pub struct Board {
     closed: bool,
     /// No root hears this node now: reports wait (see `away.rs`).
     away: bool,
+    /// Results held while away that went to the node's disk (their desk writes and
+    /// reads them): listed in the hello, loaded at the next life.
+    spilled: Vec<saker_wire::messages::Held>,
+    /// Bytes of the results held in memory while away (roughly: their output).
+    away_bytes: usize,
+    /// Writing held results to disk failed: they stay in memory until the next life.
+    spill_failed: bool,
     /// Reports taken so far: the last one's [`Report::seq`].
     reports: u64,
     /// Results sent up that the root has not said are durable, by report (`away.rs`).
@@ -336,6 +343,16 @@ pub enum Effect {
     KeepItem { item: String },
     /// A fetch ended without its item: drop what was written of it.
     DiscardItem { item: String },
+    /// Results held while away are too many to keep in memory: write them to the
+    /// node's disk. If that fails, [`Board::handle_spill_failed`].
+    SpillResults {
+        results: Vec<saker_wire::messages::TaskResult>,
+    },
+    /// A new life: read back the results written to disk (`held` lists them), then
+    /// [`Board::handle_spilled_read`].
+    ReadSpilled {
+        held: Vec<saker_wire::messages::Held>,
+    },
 }
 
 impl Board {
@@ -370,6 +387,9 @@ impl Board {
             last_report: now.since_start,
             closed: false,
             away: false,
+            spilled: Vec::new(),
+            away_bytes: 0,
+            spill_failed: false,
             reports: 0,
             unacked: VecDeque::new(),
             unacked_results: 0,

@@ -207,6 +207,9 @@ impl Board {
                 stderr: finished.stderr,
             }),
         });
+        if self.away {
+            self.held_while_away();
+        }
         true
     }
 

@@ -144,3 +144,151 @@ fn results_sent_but_not_yet_durable_go_to_the_next_root_again() {
     assert_eq!(again.results.len(), 1);
     assert_eq!(again.results[0].attempt, AttemptId(20));
 }
+
+/// The one effect the board has for its desk.
+fn one_effect(board: &mut Board) -> Effect {
+    let mut effects = effects(board);
+    assert_eq!(effects.len(), 1, "{effects:?}");
+    effects.remove(0)
+}
+
+/// The attempts of the results in the reports due at `now` (large results may take
+/// several).
+fn reported(board: &mut Board, now: Moment) -> Vec<AttemptId> {
+    report_at(board, now)
+        .iter()
+        .flat_map(|sent| match sent {
+            FromAgent::Report(report) => report.results.iter().map(|r| r.attempt).collect(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+/// A finished attempt whose stdout holds `bytes` bytes.
+fn exited_with(bytes: usize) -> Finished {
+    let mut finished = exited();
+    finished.stdout.inline = vec![b'x'; bytes];
+    finished.stdout.total_bytes = bytes as u64;
+    finished
+}
+
+#[test]
+fn results_held_past_the_memory_bound_go_to_disk_and_come_back_at_the_next_life() {
+    let mut board = board(1);
+    board
+        .queue
+        .extend([queued(1, 1), queued(2, 1), queued(3, 1)]);
+    start(&mut board, 0, at(0)).unwrap();
+    board.handle_parent_lost(at(1));
+    // Half the bound: kept in memory.
+    finish(
+        &mut board,
+        0,
+        0,
+        AttemptId(10),
+        exited_with(AWAY_MEMORY_BYTES / 2),
+        at(2),
+    );
+    assert!(effects(&mut board).is_empty());
+    // Over it: everything held in memory goes to disk, listed still.
+    board.queue.extend([queued(2, 1)]);
+    start(&mut board, 0, at(3)).unwrap();
+    finish(
+        &mut board,
+        0,
+        0,
+        AttemptId(20),
+        exited_with(AWAY_MEMORY_BYTES / 2),
+        at(4),
+    );
+    let Effect::SpillResults { results } = one_effect(&mut board) else {
+        panic!("the results are written to disk");
+    };
+    assert_eq!(
+        results.iter().map(|r| r.attempt).collect::<Vec<_>>(),
+        [AttemptId(10), AttemptId(20)]
+    );
+    assert_eq!(board.spilled(), 2);
+    assert_eq!(
+        board
+            .held()
+            .iter()
+            .map(|h| (h.attempt, h.ended))
+            .collect::<Vec<_>>(),
+        [(AttemptId(10), true), (AttemptId(20), true)]
+    );
+
+    // A small one after: in memory. At the next life the disk's are read back first.
+    board.queue.extend([queued(3, 1)]);
+    start(&mut board, 0, at(5)).unwrap();
+    finish(&mut board, 0, 0, AttemptId(30), exited(), at(6));
+    assert!(effects(&mut board).is_empty());
+    board.handle_new_life();
+    let Effect::ReadSpilled { held } = one_effect(&mut board) else {
+        panic!("the results on disk are read back");
+    };
+    assert_eq!(held.len(), 2);
+    board.handle_spilled_read(&held, Some(results));
+    assert_eq!(
+        reported(&mut board, at(7)),
+        [AttemptId(10), AttemptId(20), AttemptId(30)]
+    );
+    assert_eq!(board.spilled(), 0);
+}
+
+#[test]
+fn held_results_that_cannot_be_written_or_read_back_are_neither_lost_nor_waited_for() {
+    let mut board = board(1);
+    board.queue.extend([queued(1, 1)]);
+    start(&mut board, 0, at(0)).unwrap();
+    board.handle_parent_lost(at(1));
+    finish(
+        &mut board,
+        0,
+        0,
+        AttemptId(10),
+        exited_with(AWAY_MEMORY_BYTES + 1),
+        at(2),
+    );
+    let Effect::SpillResults { results } = one_effect(&mut board) else {
+        panic!("the result is written to disk");
+    };
+    // The disk is full: it stays in memory, and no more are tried this life.
+    board.handle_spill_failed(results);
+    assert_eq!(board.spilled(), 0);
+    assert_eq!(board.held().len(), 1);
+    board.queue.extend([queued(2, 1)]);
+    start(&mut board, 0, at(3)).unwrap();
+    finish(
+        &mut board,
+        0,
+        0,
+        AttemptId(20),
+        exited_with(AWAY_MEMORY_BYTES),
+        at(4),
+    );
+    assert!(effects(&mut board).is_empty());
+
+    // Written, then unreadable at the next life: each ends lost, for the root to run
+    // it again rather than wait for a result that never comes.
+    board.handle_new_life();
+    board.handle_parent_lost(at(5));
+    assert!(matches!(
+        effects(&mut board).as_slice(),
+        [Effect::SpillResults { .. }]
+    ));
+    board.handle_new_life();
+    let Effect::ReadSpilled { held } = one_effect(&mut board) else {
+        panic!("the results on disk are read back");
+    };
+    board.handle_spilled_read(&held, None);
+    let outcomes: Vec<bool> = report_at(&mut board, at(7))
+        .iter()
+        .flat_map(|sent| match sent {
+            FromAgent::Report(report) => report.results.clone(),
+            _ => Vec::new(),
+        })
+        .map(|r| matches!(r.outcome, Outcome::Lost { .. }))
+        .collect();
+    assert_eq!(outcomes, [true, true], "both end lost");
+}
