@@ -101,3 +101,11 @@ def read_stdin() -> str:
 
 def pid() -> int:
     return os.getpid()
+
+
+def log_then_sleep(log: str, seconds: float, value: Any) -> Any:
+    """Appends ``value`` to the file ``log`` (one line a start), sleeps, returns it."""
+    with open(log, "a") as out:
+        out.write(f"{value}\n")
+    time.sleep(seconds)
+    return value

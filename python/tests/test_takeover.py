@@ -193,3 +193,26 @@ def test_without_a_standby_pending_futures_fail_after_reconnect_for(saker_bin: s
             pilot.call(remote_funcs.add, 1, 1)
     finally:
         pilot.close()
+
+
+def test_calls_running_at_the_kill_run_on_and_none_starts_twice(saker_bin: str, directory: Path) -> None:
+    """Function calls on persistent workers are adopted like command tasks: the ones
+    running when the root dies finish on their workers, and each call starts once
+    (counted by the calls themselves)."""
+    pilot = start(saker_bin, directory, standby=True)
+    log = directory.parent / "started.log"
+    try:
+        connection = pilot._require_connection()
+        # Four calls of 3 s on two slots: two run at the kill, two wait.
+        futures = [pilot.call(remote_funcs.log_then_sleep, str(log), 3, i) for i in range(4)]
+        wait_for(lambda: log.exists() and len(log.read_text().split()) == 2, 60, "two calls to start")
+        kill_root(pilot)
+        wait_for(lambda: connection.reconnects == 1, 30, "the client to reconnect")
+        assert [f.result(120) for f in futures] == [0, 1, 2, 3]
+        started = sorted(int(line) for line in log.read_text().split())
+        assert started == [0, 1, 2, 3], f"each call starts once: {started}"
+        status = pilot.status()
+        adoption = status.get("adoption") or {}
+        assert adoption.get("adopted") == 2, status
+    finally:
+        pilot.close()
