@@ -291,16 +291,33 @@ fn widest_gap(ends: &mut [u64]) -> Option<(u64, u64)> {
 
 /// Waits until `status` counts every agent and slot and the standby is waiting.
 async fn wait_until_ready(pilot: &RunningPilot) -> Result<()> {
+    wait_for_pilot(&pilot.client, pilot.dir(), AGENTS, AGENTS, 1).await
+}
+
+/// Waits until `status` counts `agents` agents and `slots` slots, and at least
+/// `standbys` standbys wait in `dir`.
+pub(super) async fn wait_for_pilot(
+    client: &Client,
+    dir: &Path,
+    agents: u32,
+    slots: u32,
+    standbys: usize,
+) -> Result<()> {
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
-        let status = pilot.client.status().await?;
-        let standbys = standbys_waiting(pilot.dir());
-        if status.agents == AGENTS && status.slots == AGENTS && standbys >= 1 {
+        let status = client.status().await?;
+        let waiting = if standbys > 0 {
+            standbys_waiting(dir)
+        } else {
+            0
+        };
+        if status.agents == agents && status.slots == slots && waiting >= standbys {
             return Ok(());
         }
         if Instant::now() >= deadline {
             bail!(
-                "{} of {AGENTS} agents, {} slots and {standbys} standbys after {START_TIMEOUT:?}",
+                "{} of {agents} agents, {} of {slots} slots and {waiting} of {standbys} \
+                 standbys after {START_TIMEOUT:?}",
                 status.agents,
                 status.slots
             );
@@ -310,7 +327,7 @@ async fn wait_until_ready(pilot: &RunningPilot) -> Result<()> {
 }
 
 /// Standbys listed in `DIR/standby/` whose process is alive.
-pub(super) fn standbys_waiting(dir: &Path) -> usize {
+fn standbys_waiting(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir.join(STANDBY_DIR)) else {
         return 0;
     };

@@ -24,7 +24,7 @@ use saker_client::results::{JobId, TerminalState};
 use saker_client::spec::{ArraySpec, JobRequest, TaskSpec};
 
 use super::memory::true_spec;
-use super::takeover::{reconnect, stop};
+use super::takeover::{reconnect, stop, wait_for_pilot};
 use super::{Setup, client_runtime};
 use crate::options::Benchmark;
 use crate::pilot::{PilotShape, RunningPilot};
@@ -337,26 +337,7 @@ async fn check_results(client: &Client, jobs: &[JobId], expected: u64) -> Result
 }
 
 async fn wait_until_ready(client: &Client, standby: bool, dir: &Path) -> Result<()> {
-    let deadline = Instant::now() + START_TIMEOUT;
-    loop {
-        let status = client.status().await?;
-        let standbys = if standby {
-            super::takeover::standbys_waiting(dir)
-        } else {
-            1
-        };
-        if status.agents == AGENTS && status.slots == SLEEPERS && standbys >= 1 {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            bail!(
-                "{} of {AGENTS} agents, {} slots and {standbys} standbys after {START_TIMEOUT:?}",
-                status.agents,
-                status.slots
-            );
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    wait_for_pilot(client, dir, AGENTS, SLEEPERS, usize::from(standby)).await
 }
 
 #[cfg(test)]

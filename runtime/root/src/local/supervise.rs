@@ -354,6 +354,17 @@ mod tests {
         assert_eq!(left[0].id(), Some(second));
     }
 
+    /// A start that runs [`sleeper`]s, and the nodes it was asked for.
+    fn counting_sleepers() -> (Start, Arc<Mutex<Vec<u32>>>) {
+        let starts = Arc::new(Mutex::new(Vec::new()));
+        let counted = Arc::clone(&starts);
+        let start: Start = Box::new(move |node| {
+            counted.lock().unwrap().push(node);
+            sleeper(node)
+        });
+        (start, starts)
+    }
+
     /// A node whose process ended, as the supervisor keeps it.
     async fn ended(node: u32) -> Node {
         let mut child = tokio::process::Command::new("true").spawn().unwrap();
@@ -368,12 +379,7 @@ mod tests {
     #[tokio::test]
     async fn an_ended_agent_waits_its_backoff_and_none_starts_once_the_pilot_stops() {
         let dir = tempfile::tempdir().unwrap();
-        let starts = Arc::new(Mutex::new(Vec::new()));
-        let counted = Arc::clone(&starts);
-        let start: Start = Box::new(move |node| {
-            counted.lock().unwrap().push(node);
-            sleeper(node)
-        });
+        let (start, starts) = counting_sleepers();
         let now = Instant::now();
         let mut nodes = vec![ended(0).await];
         tick(&mut nodes, &start, dir.path(), now, false);
@@ -401,12 +407,7 @@ mod tests {
     #[tokio::test]
     async fn an_agent_another_step_starts_is_watched_and_replaced_only_when_missing() {
         let dir = tempfile::tempdir().unwrap();
-        let starts = Arc::new(Mutex::new(Vec::new()));
-        let counted = Arc::clone(&starts);
-        let start: Start = Box::new(move |node| {
-            counted.lock().unwrap().push(node);
-            sleeper(node)
-        });
+        let (start, starts) = counting_sleepers();
         let now = Instant::now();
         let grace = Duration::from_secs(60);
         let mut nodes: Vec<Node> = [0, 1]
