@@ -97,17 +97,40 @@ fn answers(pilot: &Path) -> bool {
         .is_ok_and(|status| status.success())
 }
 
-fn start_root(pilot: &Path, resume: bool) -> Child {
+/// Starts a root (resumed, with `resume`), its stderr appended to `log`.
+fn start_root(pilot: &Path, resume: bool, log: &Path) -> Child {
     let mut command = saker();
     command.arg("pilot").args(SHAPE).arg("--dir").arg(pilot);
     if resume {
         command.arg("--resume");
     }
+    let log = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
     command
         .stdin(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::from(log))
         .spawn()
         .unwrap()
+}
+
+/// The roots' stderr and the pilot's own logs (standbys, agents): for a failure.
+fn logs(temp: &Path) -> String {
+    let mut text = String::new();
+    let mut files = vec![temp.join("roots.log")];
+    if let Ok(entries) = std::fs::read_dir(temp.join("pilot").join("logs")) {
+        files.extend(entries.flatten().map(|entry| entry.path()));
+    }
+    files.sort();
+    for file in files {
+        let content = std::fs::read_to_string(&file).unwrap_or_default();
+        let lines: Vec<&str> = content.lines().collect();
+        let tail = lines[lines.len().saturating_sub(15)..].join("\n");
+        text.push_str(&format!("--- {}\n{tail}\n", file.display()));
+    }
+    text
 }
 
 #[test]
@@ -115,10 +138,11 @@ fn root_kills_with_standbys_and_resumes_start_no_task_twice() {
     let temp = tempfile::tempdir().unwrap();
     let pilot = temp.path().join("pilot");
     let log = temp.path().join("started.log");
+    let roots_log = temp.path().join("roots.log");
     let mut rng = Rng(40);
     let mut roots = Roots {
         pilot: pilot.clone(),
-        children: vec![start_root(&pilot, false)],
+        children: vec![start_root(&pilot, false, &roots_log)],
     };
     wait_for("the pilot", Duration::from_secs(30), || answers(&pilot));
 
@@ -155,12 +179,18 @@ fn root_kills_with_standbys_and_resumes_start_no_task_twice() {
         if resume {
             // The agents keep their tasks running and wait for a root.
             let _ = std::fs::remove_file(pilot.join("client.json"));
-            roots.children.push(start_root(&pilot, true));
+            roots.children.push(start_root(&pilot, true, &roots_log));
             resumes += 1;
         }
-        wait_for("a root to answer", Duration::from_secs(60), || {
-            root_pid(&pilot).is_some_and(|pid| pid != root) && answers(&pilot)
-        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !(root_pid(&pilot).is_some_and(|pid| pid != root) && answers(&pilot)) {
+            assert!(
+                Instant::now() < deadline,
+                "no root answered after kill {kill}:\n{}",
+                logs(temp.path())
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         eprintln!(
             "kill {kill} ({}): answered after {:?}, {} started",
             if resume { "resume" } else { "standby" },

@@ -56,24 +56,42 @@ pub struct RootLock {
 }
 
 impl RootLock {
-    /// Takes the lock, or says who holds it.
+    /// Takes the lock, or says who holds it. A holder on this host that is dying (a
+    /// zombie, or gone: a killed multi-threaded root releases its files only once its
+    /// last thread exits) is waited for, at most [`DYING_HOLDER_WAIT`], so that
+    /// `kill -9` followed at once by `--resume` resumes.
     pub fn take(dir: &Path) -> Result<RootLock, LockError> {
         let (path, mut file) = open(dir)?;
-        match lock(&file, false) {
-            Ok(()) => Ok(RootLock::holding(file, &path)?),
-            Err(Errno::EAGAIN | Errno::EACCES) => {
-                let mut text = String::new();
-                let _ = file.read_to_string(&mut text);
-                let holder = match parse_holder(&text) {
-                    Some(Holder { pid, host, .. }) => format!("pid {pid} on {host}"),
-                    None => "pid unknown".to_owned(),
-                };
-                Err(LockError::Held {
-                    dir: dir.to_path_buf(),
-                    holder,
-                })
+        let deadline = std::time::Instant::now() + DYING_HOLDER_WAIT;
+        loop {
+            match lock(&file, false) {
+                Ok(()) => return RootLock::holding(file, &path),
+                Err(Errno::EAGAIN | Errno::EACCES) => {
+                    let mut text = String::new();
+                    file.rewind().map_err(|source| LockError::Io {
+                        path: path.clone(),
+                        source,
+                    })?;
+                    let _ = file.read_to_string(&mut text);
+                    let holder = parse_holder(&text);
+                    let dying = holder
+                        .as_ref()
+                        .is_some_and(|h| h.host == this_host() && dying(h.pid));
+                    if dying && std::time::Instant::now() < deadline {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        continue;
+                    }
+                    let holder = match holder {
+                        Some(Holder { pid, host, .. }) => format!("pid {pid} on {host}"),
+                        None => "pid unknown".to_owned(),
+                    };
+                    return Err(LockError::Held {
+                        dir: dir.to_path_buf(),
+                        holder,
+                    });
+                }
+                Err(errno) => return Err(io_error(&path, errno)),
             }
-            Err(errno) => Err(io_error(&path, errno)),
         }
     }
 
@@ -101,6 +119,20 @@ impl RootLock {
         let line = format!("{} {} {}\n", std::process::id(), this_host(), this_node());
         file.write_all(line.as_bytes()).map_err(io)?;
         Ok(RootLock { _file: file })
+    }
+}
+
+/// How long [`RootLock::take`] waits for a dying holder to let go (a tuning constant).
+pub const DYING_HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether process `pid` of this host is gone or a zombie.
+fn dying(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| matches!(state, 'Z' | 'X')),
     }
 }
 
@@ -181,6 +213,21 @@ fn io_error(path: &Path, errno: Errno) -> LockError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_holder_that_is_gone_or_a_zombie_is_dying_and_a_live_one_is_not() {
+        assert!(!dying(std::process::id()));
+        assert!(dying(u32::MAX), "no such process");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Not reaped yet: a zombie once it exits.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !dying(pid) {
+            assert!(std::time::Instant::now() < deadline, "true never ended");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        child.wait().unwrap();
+    }
 
     #[test]
     fn a_second_root_is_refused_naming_the_first_and_a_waiter_gets_it_once_freed() {
