@@ -10,7 +10,9 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{assert_one_result_per_task, results, run, saker, sigkill, standbys, wait_for};
+use common::{
+    assert_one_result_per_task, results, root_pid, run, saker, sigkill, standbys, wait_for,
+};
 
 /// Tasks of each submission; another is submitted whenever fewer than `LOW` are left
 /// to start, so that a slow machine's kills never outrun the work.
@@ -50,24 +52,16 @@ impl Drop for Roots {
     }
 }
 
-/// (submission, array index) of each start the tasks logged, one `B-I` line each (a
-/// line being written is skipped).
+/// (array index, submission) of each start the tasks logged so far.
 fn starts(log: &Path) -> Vec<(u32, u32)> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| {
-            let (batch, index) = line.split_once('-')?;
-            Some((batch.parse().ok()?, index.parse().ok()?))
-        })
-        .collect()
+    common::executions(log)
 }
 
 /// Submits batch `batch`: tasks of 0.1 to 0.5 s, so that at every kill some run and
 /// some wait in the agents' queues, each logging its start first.
 fn submit(pilot: &Path, log: &Path, batch: u32) {
     let script = format!(
-        "echo {batch}-{{index}} >> {}; sleep 0.$(( {{index}} % 5 + 1 ))",
+        "echo {{index}} {batch} >> {}; sleep 0.$(( {{index}} % 5 + 1 ))",
         log.display()
     );
     let submitted = run(saker()
@@ -75,16 +69,6 @@ fn submit(pilot: &Path, log: &Path, batch: u32) {
         .arg(pilot)
         .args(["--", "sh", "-c", &script]));
     assert!(submitted.status.success(), "{submitted:?}");
-}
-
-/// The pid in `root.lock` (`PID HOST`): the root serving now.
-fn root_pid(pilot: &Path) -> Option<u32> {
-    std::fs::read_to_string(pilot.join("root.lock"))
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 fn answers(pilot: &Path) -> bool {
@@ -221,9 +205,10 @@ fn root_kills_with_standbys_and_resumes_start_no_task_twice() {
         .map(|w| w[0])
         .collect();
     assert!(twice.is_empty(), "started twice: {twice:?}");
-    let every: Vec<(u32, u32)> = (0..batches)
-        .flat_map(|batch| (1..=BATCH).map(move |index| (batch, index)))
+    let mut every: Vec<(u32, u32)> = (0..batches)
+        .flat_map(|batch| (1..=BATCH).map(move |index| (index, batch)))
         .collect();
+    every.sort_unstable();
     assert_eq!(started, every, "every task started");
     // The pilot's own record agrees: no task needed a second attempt.
     let replayed: Vec<_> = records

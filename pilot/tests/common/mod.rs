@@ -179,12 +179,19 @@ pub fn processes(words: &[&str]) -> Vec<u32> {
 /// Standby roots waiting: `--take-over` processes but the root holding the lock (a
 /// standby that took over keeps its command line).
 pub fn standbys(dir: &Path) -> Vec<u32> {
-    // `PID HOST`, as the root writes it.
-    let root: Option<u32> = std::fs::read_to_string(dir.join("root.lock"))
-        .ok()
-        .and_then(|holder| holder.split_whitespace().next()?.parse().ok());
+    let root = root_pid(dir);
     processes(&["pilot ", &dir.display().to_string(), "--take-over"])
         .into_iter()
         .filter(|pid| Some(*pid) != root)
         .collect()
+}
+
+/// The pid in `root.lock` (`PID HOST NODE`, as the root writes it): the root serving.
+pub fn root_pid(dir: &Path) -> Option<u32> {
+    std::fs::read_to_string(dir.join("root.lock"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
