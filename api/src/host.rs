@@ -244,6 +244,17 @@ impl ActorHost for Host {
             mailbox.task.abort();
         }
     }
+
+    fn lives(&self) -> Vec<(u64, u32)> {
+        let mut lives: Vec<(u64, u32)> = self
+            .shared
+            .lock()
+            .iter()
+            .map(|(&actor, mailbox)| (actor, mailbox.life))
+            .collect();
+        lives.sort_unstable();
+        lives
+    }
 }
 
 /// One life of an actor: start, answer messages in order, stop.

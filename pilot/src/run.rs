@@ -369,18 +369,21 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
     if !args.app_args.is_empty() && args.shape.app.is_none() {
         anyhow::bail!("arguments after `--` are for an --app program, and there is none");
     }
-    if args.standby > 0 && args.shape.app.is_some() {
-        anyhow::bail!("--standby does not go with --app yet: the program is driven by one root");
-    }
-    if saker_root::standbys::keeper_needed(args.standby) && !args.take_over && !args.kept {
-        // The batch step must outlive a root that dies: the root runs as a child.
+    // A program that drives the pilot must outlive a root that dies, as must a batch
+    // step: the root then runs as a child of this process, which keeps it.
+    let app_with_standbys = args.standby > 0 && args.shape.app.is_some();
+    let keeper = saker_root::standbys::keeper_needed(args.standby) || app_with_standbys;
+    if keeper && !args.take_over && !args.kept {
         let root = crate::standby::kept_root()?;
-        return Ok(
-            match saker_root::standbys::keep(&root, &args.dir, &notices()).await? {
-                saker_root::standbys::Kept::Root(status) => crate::app::exit_code(status),
-                saker_root::standbys::Kept::Stopped => ExitCode::SUCCESS,
-            },
-        );
+        let notices = notices();
+        let keep = saker_root::standbys::keep(&root, &args.dir, &notices);
+        if let Some(app) = &args.shape.app {
+            return crate::standby::keep_with_app(keep, app, &args.app_args, &args.dir).await;
+        }
+        return Ok(match keep.await? {
+            saker_root::standbys::Kept::Root(status) => crate::app::exit_code(status),
+            saker_root::standbys::Kept::Stopped => ExitCode::SUCCESS,
+        });
     }
     let options = PilotSettings {
         dir: args.dir.clone(),
@@ -444,9 +447,12 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
     }
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
+    // A kept root and a standby serve the program; their keeper runs it.
     let mut app = match &args.shape.app {
-        Some(path) => Some(crate::app::spawn(path, &args.app_args, &args.dir)?),
-        None => None,
+        Some(path) if !args.kept && !args.take_over => {
+            Some(crate::app::spawn(path, &args.app_args, &args.dir)?)
+        }
+        _ => None,
     };
     let app_exit = async {
         match app.as_mut() {

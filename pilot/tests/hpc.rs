@@ -10,37 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{agent_pid, alive, field, results, run, saker, sigkill, wait_for};
+use common::{agent_pid, alive, field, mpi_probe as probe, results, run, saker, sigkill, wait_for};
 use serde_json::Value;
-
-/// The MPI test program built with `kind`'s compiler wrapper, or `None` (the test
-/// then passes after saying it did not run) when that MPI is not installed, unless
-/// `SAKER_REQUIRE_MPI=1` (scripts/test.sh), where it fails.
-fn probe(kind: &str, dir: &Path) -> Option<PathBuf> {
-    let compiler = format!("mpicc.{kind}");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/probe.c");
-    let binary = dir.join(format!("probe-{kind}"));
-    match Command::new(&compiler)
-        .args(["-O2", "-Wall", "-o"])
-        .arg(&binary)
-        .arg(&source)
-        .status()
-    {
-        Ok(status) => {
-            assert!(status.success(), "{compiler} failed on probe.c");
-            Some(binary)
-        }
-        Err(error) => {
-            assert!(
-                std::env::var("SAKER_REQUIRE_MPI").as_deref() != Ok("1"),
-                "SAKER_REQUIRE_MPI=1 but {compiler} cannot run ({error}): install \
-                 openmpi-bin libopenmpi-dev mpich libmpich-dev"
-            );
-            eprintln!("skipped: {compiler} is not installed ({error})");
-            None
-        }
-    }
-}
 
 /// `saker run` on 3 agents of 2 slots each, plus `args`.
 fn run_on_three(pilot: &Path, args: &[&str]) -> std::process::Output {

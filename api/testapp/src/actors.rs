@@ -259,6 +259,43 @@ pub async fn loss(pilot: &saker::Pilot) -> Result<(), String> {
     Ok(())
 }
 
+/// The pilot's root is killed (by the test, once this prints `ready`, which then
+/// writes a line here) and a standby takes over: the actor runs on where it was, its
+/// state kept, and the driver's next calls reach it.
+pub async fn takeover(pilot: &saker::Pilot) -> Result<(), String> {
+    let counter = show(
+        pilot
+            .spawn::<Counter>(100)
+            .on(Placement::Node(1))
+            .restart(Restart::OnNodeLoss { max_restarts: 2 })
+            .await,
+    )?;
+    check(show(counter.call(Op::Add(5)).await)? == 105, "100 + 5")?;
+    println!("ready");
+    let killed = tokio::task::spawn_blocking(|| std::io::stdin().read_line(&mut String::new()));
+    check(killed.await.is_ok(), "the test says the root was killed")?;
+    // Calls fail while no root answers: asked again (it is a read) until one does.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let value = loop {
+        match counter.call(Op::Get).await {
+            Ok(value) => break value,
+            Err(error) if Instant::now() < deadline => {
+                println!("while taking over: {error}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => return Err(format!("still no answer: {error}")),
+        }
+    };
+    check(
+        value == 105,
+        format!("the state it had, not a fresh start: {value}"),
+    )?;
+    check(show(counter.call(Op::Node).await)? == 1, "still on node 1")?;
+    check(show(counter.call(Op::Add(1)).await)? == 106, "105 + 1")?;
+    println!("ok actor takeover");
+    Ok(())
+}
+
 /// A driver built with another `counter` than the nodes': refused at the spawn.
 pub async fn mismatch(pilot: &saker::Pilot) -> Result<(), String> {
     let spawned = pilot.spawn::<CounterV2>(1).await;

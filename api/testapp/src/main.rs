@@ -246,6 +246,7 @@ async fn scenario(pilot: saker::Pilot, args: &[String]) -> Result<(), String> {
         "big" => big(&pilot).await,
         "actors" => actors::actors(&pilot).await,
         "actor-loss" => actors::loss(&pilot).await,
+        "actor-takeover" => actors::takeover(&pilot).await,
         "actor-v2" => actors::mismatch(&pilot).await,
         "actor-nohost" => actors::no_host(&pilot).await,
         // Drives nothing: keeps a `saker pilot --app` up for other drivers.

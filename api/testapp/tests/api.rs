@@ -4,7 +4,7 @@
 //! agents killed under it.
 
 use std::ffi::OsStr;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -359,6 +359,124 @@ fn an_actor_of_a_killed_agent_restarts_elsewhere_and_its_call_in_flight_is_lost(
         rest.last().is_some_and(|l| l.starts_with("ok actor loss")),
         "{rest:?}"
     );
+}
+
+/// Runs the `actor-takeover` driver against `pilot`: once its actor holds state,
+/// `kill` kills the root (and starts another, if it must); the driver's next calls
+/// must find the actor with that state.
+fn actor_outlives_its_root(pilot: &mut ServicePilot, kill: impl FnOnce(&mut ServicePilot)) {
+    let mut driver = testapp()
+        .arg("--pilot-dir")
+        .arg(pilot.path())
+        .arg("actor-takeover")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
+    let ready = lines.next().expect("a line").unwrap();
+    assert_eq!(ready, "ready");
+    kill(pilot);
+    let mut stdin = driver.stdin.take().unwrap();
+    writeln!(stdin, "killed").unwrap();
+    let rest: Vec<String> = lines.map(|line| line.unwrap()).collect();
+    let status = driver.wait().unwrap();
+    assert!(status.success(), "{rest:?}");
+    assert!(
+        rest.last().is_some_and(|l| l == "ok actor takeover"),
+        "{rest:?}"
+    );
+}
+
+/// The pid of the pilot's root, from its lock.
+fn root_pid(pilot: &ServicePilot) -> String {
+    let holder = std::fs::read_to_string(pilot.path().join("root.lock")).unwrap();
+    holder.split_whitespace().next().unwrap().to_owned()
+}
+
+/// SIGKILL of the root while an actor with state runs, the pilot resumed at once: the
+/// agents keep the actor running while no root hears them, the resumed root adopts
+/// it in its life, and the driver's next call gets the state it had.
+#[test]
+fn an_actor_keeps_its_state_and_node_when_its_root_is_killed_and_resumed() {
+    let app = env!("CARGO_BIN_EXE_saker-testapp");
+    let shape = [
+        "--agents",
+        "3",
+        "--slots",
+        "3",
+        "--fanout",
+        "2",
+        "--heartbeat-interval",
+        "200ms",
+        "--heartbeat-timeout",
+        "1s",
+    ];
+    let mut pilot = ServicePilot::start_app(3);
+    wait_for("three agents", Duration::from_secs(30), || {
+        pilot.status().contains("agents    3 ")
+    });
+    actor_outlives_its_root(&mut pilot, |pilot| {
+        // The root and the program it drives (`serve`) die, as a batch step's would;
+        // its agents are its children too, and live on, waiting for a root.
+        let root = root_pid(pilot);
+        let served = output(Command::new("pgrep").args(["-P", &root, "-f", "serve$"]));
+        let killed = Command::new("kill")
+            .arg("-KILL")
+            .arg(&root)
+            .args(stdout(&served).split_whitespace())
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        pilot.child.wait().unwrap();
+        let _ = std::fs::remove_file(pilot.path().join("client.json"));
+        pilot.child = saker()
+            .args(["pilot", "--resume"])
+            .args(shape)
+            .arg("--dir")
+            .arg(pilot.path())
+            .arg("--app")
+            .arg(app)
+            .args(["--", "serve"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+    });
+}
+
+/// SIGKILL of the root while an actor with state runs, a standby taking over (the
+/// program that drives the pilot is kept by the `saker pilot` process, not by the
+/// root): the actor runs on in its life, and the driver's next call gets the state it
+/// had.
+#[test]
+fn an_actor_keeps_its_state_and_node_across_a_takeover() {
+    let app = OsStr::new(env!("CARGO_BIN_EXE_saker-testapp"));
+    let args = [
+        OsStr::new("--standby"),
+        OsStr::new("1"),
+        OsStr::new("--app"),
+        app,
+        OsStr::new("--"),
+        OsStr::new("serve"),
+    ];
+    let mut pilot = ServicePilot::start_with(3, &args);
+    wait_for(
+        "three agents and a standby",
+        Duration::from_secs(30),
+        || {
+            let status = pilot.status();
+            status.contains("agents    3 ") && status.contains("standbys  1")
+        },
+    );
+    actor_outlives_its_root(&mut pilot, |pilot| {
+        let killed = Command::new("kill")
+            .args(["-KILL", &root_pid(pilot)])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+    });
+    let summary = pilot.status();
+    assert!(summary.contains("a standby that took over"), "{summary}");
 }
 
 /// A driver whose actor type differs from the nodes' build is refused at the spawn

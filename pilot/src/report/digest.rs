@@ -113,6 +113,15 @@ pub struct AllocationRow {
     pub ended: Option<String>,
 }
 
+/// A takeover or resume: what the new root found once it stopped waiting for the
+/// previous root's nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakeoverRow {
+    pub term: u32,
+    pub unix_us: u64,
+    pub adoption: saker_client::AdoptionStatus,
+}
+
 /// The stages of a task's life the root's timestamps tell apart.
 pub const STAGES: [(&str, &str); 6] = [
     ("wait", "submitted → started (queue, dispatch, spawn)"),
@@ -155,6 +164,8 @@ pub struct Digest {
     pub gang_count: u64,
     /// An elastic pilot's allocations, in the order asked for.
     pub allocations: Vec<AllocationRow>,
+    /// Takeovers and resumes, in order.
+    pub takeovers: Vec<TakeoverRow>,
     node_by_id: HashMap<u32, u32>,
     node_by_host: HashMap<String, u32>,
     /// Cores each task of a job reserves, on each of its nodes: (first job, jobs,
@@ -191,6 +202,7 @@ impl Default for Digest {
             gangs: Vec::new(),
             gang_count: 0,
             allocations: Vec::new(),
+            takeovers: Vec::new(),
             node_by_id: HashMap::new(),
             node_by_host: HashMap::new(),
             jobs: Vec::new(),
@@ -275,6 +287,15 @@ impl Digest {
                     ended: ended.then(|| reason.clone()),
                 }),
             },
+            Record::Reconciled {
+                term,
+                adoption,
+                unix_us,
+            } => self.takeovers.push(TakeoverRow {
+                term: *term,
+                unix_us: *unix_us,
+                adoption: *adoption,
+            }),
             Record::NodeLeft { node, unix_us, .. } => {
                 if let Some(&index) = self.node_by_id.get(&node.0)
                     && let Some(last) = self.nodes[index as usize].present.last_mut()

@@ -192,6 +192,7 @@ pub fn render(
             digest.other_failures
         );
     }
+    takeover_table(&mut page, digest);
     gang_table(&mut page, digest);
     allocation_table(&mut page, digest);
     let json = summary.to_string().replace("</", "<\\/");
@@ -409,6 +410,35 @@ fn allocation_table(page: &mut String, digest: &Digest) {
         );
     }
     page.push_str("</table>");
+}
+
+fn takeover_table(page: &mut String, digest: &Digest) {
+    if digest.takeovers.is_empty() {
+        return;
+    }
+    let _ = write!(
+        page,
+        "<h2>Takeovers and resumes</h2><p>{} times a new root (a standby that took over, or a resumed root) took over the work its agents still held.</p>",
+        digest.takeovers.len()
+    );
+    page.push_str("<table id=\"takeovers\"><tr><th class=\"l\">when</th><th>term</th><th>adopted running</th><th>ended while away</th><th>results sent again</th><th>stopped, run again</th><th>nodes missing</th><th>dispatch waited</th></tr>");
+    for t in &digest.takeovers {
+        let when = Timestamp::from_unix_micros(t.unix_us).to_string();
+        let a = &t.adoption;
+        let _ = write!(
+            page,
+            "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ms</td></tr>",
+            &when[..19],
+            t.term,
+            a.adopted,
+            a.ended_away,
+            a.delivered,
+            a.refused,
+            a.missing_nodes,
+            a.waited_ms
+        );
+    }
+    page.push_str("</table><p class=\"note\">Stopped: attempts a node held that could not be adopted (their task had ended, was unknown to the journal, or ran elsewhere). Nodes missing did not come back before dispatch resumed: their work ran again elsewhere.</p>");
 }
 
 fn gang_table(page: &mut String, digest: &Digest) {

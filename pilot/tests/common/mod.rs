@@ -195,3 +195,32 @@ pub fn root_pid(dir: &Path) -> Option<u32> {
         .parse()
         .ok()
 }
+
+/// The MPI test program built with `kind`'s compiler wrapper, or `None` (the test
+/// then passes after saying it did not run) when that MPI is not installed, unless
+/// `SAKER_REQUIRE_MPI=1` (scripts/test.sh), where it fails.
+pub fn mpi_probe(kind: &str, dir: &Path) -> Option<PathBuf> {
+    let compiler = format!("mpicc.{kind}");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/probe.c");
+    let binary = dir.join(format!("probe-{kind}"));
+    match Command::new(&compiler)
+        .args(["-O2", "-Wall", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .status()
+    {
+        Ok(status) => {
+            assert!(status.success(), "{compiler} failed on probe.c");
+            Some(binary)
+        }
+        Err(error) => {
+            assert!(
+                std::env::var("SAKER_REQUIRE_MPI").as_deref() != Ok("1"),
+                "SAKER_REQUIRE_MPI=1 but {compiler} cannot run ({error}): install \
+                 openmpi-bin libopenmpi-dev mpich libmpich-dev"
+            );
+            eprintln!("skipped: {compiler} is not installed ({error})");
+            None
+        }
+    }
+}

@@ -44,6 +44,9 @@ pub trait ActorHost: Send + Sync + 'static {
     /// Ends every actor at once, without `on_stop` and without events: the root
     /// counts this node lost and starts the actors again elsewhere.
     fn stop_all(&self);
+    /// Every actor's life running here, by actor id: listed in the hello to a root
+    /// that took over, which adopts them.
+    fn lives(&self) -> Vec<(u64, u32)>;
 }
 
 static HOST: OnceLock<Arc<dyn ActorHost>> = OnceLock::new();

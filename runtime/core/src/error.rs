@@ -178,13 +178,30 @@ pub enum AdoptError {
         /// Its job.
         job: JobId,
     },
-    /// The task is a gang's ([`Placement::Gang`](crate::Placement)): not adopted yet.
-    #[error("task {task}: job {job} is a gang job, not adopted")]
+    /// The task is a gang's ([`Placement::Gang`](crate::Placement)): adopted with all
+    /// its members ([`Core::handle_adopt_gang`](crate::Core::handle_adopt_gang)).
+    #[error("task {task}: job {job} is a gang job, adopted only with all its members")]
     Gang {
         /// The task.
         task: TaskId,
         /// Its job.
         job: JobId,
+    },
+    /// Adopted as a gang, but the task's job is no gang job.
+    #[error("task {task}: job {job} is not a gang job")]
+    NotGang {
+        /// The task.
+        task: TaskId,
+        /// Its job.
+        job: JobId,
+    },
+    /// Not the distinct members the task's gang has.
+    #[error("task {task}: its gang has {expected} distinct members")]
+    Members {
+        /// The task.
+        task: TaskId,
+        /// How many members its gang has.
+        expected: u32,
     },
     /// The task has a live attempt already.
     #[error("task {task} is in flight as attempt {attempt}")]

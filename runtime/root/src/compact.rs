@@ -261,6 +261,7 @@ pub fn compact(records: Vec<Record>, keep: &KeepResults, now_unix_us: u64) -> Co
             | Record::ActorEnded { .. }
             | Record::NodeJoined { .. }
             | Record::NodeLeft { .. }
+            | Record::Reconciled { .. }
             | Record::Allocation { .. } => true,
             Record::Compaction { .. } | Record::Finished { .. } => false,
             Record::Cancel { job, .. } | Record::Update { job, .. } => !job_done(job),

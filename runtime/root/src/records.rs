@@ -116,6 +116,14 @@ pub enum Record {
         reason: String,
         unix_us: u64,
     },
+    /// A root of a later term (a standby that took over, a resumed root) stopped
+    /// waiting for the previous root's nodes: what it adopted, stopped and waited,
+    /// for `saker report`.
+    Reconciled {
+        term: u32,
+        adoption: saker_client::AdoptionStatus,
+        unix_us: u64,
+    },
     /// An elastic pilot's batch allocation `allocation` was submitted as Slurm job
     /// `job_id` (its agents are nodes `first_node ..` + `nodes`), or ended (`ended`),
     /// and why. A resumed root adopts the allocations submitted and not ended.
@@ -184,6 +192,14 @@ enum Kind {
     NodeJoined,
     NodeLeft,
     Allocation,
+    Reconciled,
+}
+
+#[derive(Deserialize)]
+struct ReconciledFields {
+    term: u32,
+    adoption: saker_client::AdoptionStatus,
+    unix_us: u64,
 }
 
 #[derive(Deserialize)]
@@ -442,6 +458,14 @@ impl<'de> Visitor<'de> for RecordVisitor {
                     unix_us: fields.unix_us,
                 }
             }
+            Kind::Reconciled => {
+                let fields = ReconciledFields::deserialize(rest)?;
+                Record::Reconciled {
+                    term: fields.term,
+                    adoption: fields.adoption,
+                    unix_us: fields.unix_us,
+                }
+            }
             Kind::NodeLeft => {
                 let fields = NodeLeftFields::deserialize(rest)?;
                 Record::NodeLeft {
@@ -577,6 +601,18 @@ mod tests {
                 ended: false,
                 reason: "400 queued tasks and no node".to_owned(),
                 unix_us: 15,
+            },
+            Record::Reconciled {
+                term: 2,
+                adoption: saker_client::AdoptionStatus {
+                    adopted: 4,
+                    ended_away: 1,
+                    refused: 1,
+                    missing_nodes: 0,
+                    waited_ms: 12,
+                    delivered: 2,
+                },
+                unix_us: 16,
             },
         ]
     }

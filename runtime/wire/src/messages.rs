@@ -36,7 +36,9 @@ pub use saker_core::{
 /// `ItemRead` and `ItemData` both ways.
 /// 10: `TaskResult::received_unix_us`.
 /// 11: `Outcome::WorkerFailed`.
-pub const PROTOCOL_VERSION: u32 = 12;
+/// 12: `Hello::held` (adoption).
+/// 13: `Held::gang` (gang parts adopted), `Hello::actors` (placed actors adopted).
+pub const PROTOCOL_VERSION: u32 = 13;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
@@ -160,7 +162,7 @@ pub struct Dispatch {
 }
 
 /// One node's part in a gang attempt (an HPC job's run on several nodes at once).
-#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[rkyv(derive(Debug))]
 pub struct GangPart {
     /// This node's position among the members; 0 is the group's leader.
@@ -447,10 +449,21 @@ pub struct Hello {
     /// a result not reported yet (it follows this hello). The root adopts each it can
     /// and cancels the rest (docs/runtime-semantics.md, "Adoption").
     pub held: Vec<Held>,
+    /// Lives of placed actors this agent still hosts from an earlier root: the root
+    /// adopts each it restored from its journal and stops the rest.
+    pub actors: Vec<HeldActor>,
+}
+
+/// A life of a placed actor an agent hosts when it says hello ([`Hello::actors`]).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct HeldActor {
+    pub actor: u64,
+    pub life: u32,
 }
 
 /// An attempt an agent holds when it says hello ([`Hello::held`]).
-#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[rkyv(derive(Debug))]
 pub struct Held {
     pub attempt: AttemptId,
@@ -459,6 +472,9 @@ pub struct Held {
     pub started_unix_us: u64,
     /// It ended: its result waits in the agent's next report.
     pub ended: bool,
+    /// This node's part of a gang attempt: the root adopts the attempt once every
+    /// member listed its part.
+    pub gang: Option<GangPart>,
 }
 
 /// An amount of a named resource.

@@ -262,6 +262,39 @@ fn allocations_are_listed_with_why_they_were_asked_for_and_ended() {
 }
 
 #[test]
+fn each_takeover_is_listed_with_what_the_new_root_adopted() {
+    let adoption = saker_client::AdoptionStatus {
+        adopted: 64,
+        ended_away: 3,
+        refused: 2,
+        missing_nodes: 1,
+        waited_ms: 5000,
+        delivered: 7,
+    };
+    let digest = fold(&[Record::Reconciled {
+        term: 2,
+        adoption,
+        unix_us: at(30.0).unix_micros(),
+    }]);
+    assert_eq!(digest.takeovers.len(), 1);
+    assert_eq!(digest.takeovers[0].adoption, adoption);
+    let context = crate::report::page::Context {
+        dir: "/d".into(),
+        generated: at(0.0),
+        live: None,
+    };
+    let html = crate::report::render(&digest, &context).unwrap();
+    assert!(html.contains("<h2>Takeovers and resumes</h2>"));
+    assert!(
+        html.contains(
+            "<td>2</td><td>64</td><td>3</td><td>7</td><td>2</td><td>1</td><td>5000 ms</td>"
+        ),
+        "{}",
+        &html[html.find("takeovers").unwrap()..][..600]
+    );
+}
+
+#[test]
 fn numbers_in_reasons_are_taken_out_but_not_from_names() {
     assert_eq!(
         normalise("agent 12 on node001 lost: 3 bytes"),

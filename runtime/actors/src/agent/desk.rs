@@ -385,6 +385,11 @@ impl Relay for DeskRelay {
             return Err(RelayError::PartEnded);
         }
         desk.waiters.insert((launch.attempt, launch.launch), waiter);
+        if desk.board.is_away() {
+            // No root to relay it: the next one does, after this node's hello.
+            desk.board.hold_launch(launch);
+            return Ok(());
+        }
         let message = FromAgent::GangLaunch(launch);
         let frame =
             saker_wire::frame::encode(self.uplink.node, &message).map_err(RelayError::Encode)?;

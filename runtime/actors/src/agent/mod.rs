@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use saker_wire::messages::{
-    FromAgent, Held, Hello, NamedAmount, NodeId, ResourceKind, Resources, ToAgent,
+    FromAgent, Held, HeldActor, Hello, NamedAmount, NodeId, ResourceKind, Resources, ToAgent,
 };
 
 use crate::actor_host::{self, HostUplink, Refused};
@@ -253,7 +253,7 @@ impl Actor for Agent {
         if let Some(host) = actor_host::installed() {
             host.attach(actor_uplink.clone());
         }
-        uplink.send(&hello(&config, Vec::new()))?;
+        uplink.send(&hello(&config, Vec::new(), Vec::new()))?;
         let state = AgentState {
             config,
             uplink,
@@ -326,9 +326,11 @@ fn on_message(
             tracing::warn!("parent lost; running work goes on while a root is looked for");
             let mut desk = lock(&state.desk);
             let now = desk.now();
-            desk.apply(now, |board| board.handle_parent_lost(now));
+            desk.apply(now, |board| board.handle_parent_lost());
             drop(desk);
-            stop_actors();
+            // Actors run on for the next root to adopt; what they asked of other
+            // actors cannot be answered by the root that is gone.
+            actor_host::fail_outgoing("this node lost its place in the pilot's tree");
         }
         AgentMsg::Reattached => register_again(state, false)?,
         // An ancestor reattached: the root may be a new one, which adopts what runs here.
@@ -394,7 +396,7 @@ fn say_goodbye(state: &mut AgentState, reason: String) -> Result<(), AgentFailur
     sent
 }
 
-fn hello(config: &AgentConfig, held: Vec<Held>) -> FromAgent {
+fn hello(config: &AgentConfig, held: Vec<Held>, actors: Vec<HeldActor>) -> FromAgent {
     FromAgent::Hello(Hello {
         node: NodeId(config.node),
         hostname: config.hostname.clone(),
@@ -415,6 +417,7 @@ fn hello(config: &AgentConfig, held: Vec<Held>) -> FromAgent {
         pilot_id: config.pilot_id.clone(),
         hosts_actors: actor_host::installed().is_some(),
         held,
+        actors,
     })
 }
 
@@ -431,23 +434,33 @@ fn hello(config: &AgentConfig, held: Vec<Held>) -> FromAgent {
 ///
 /// [`Board::held`]: crate::board::Board::held
 fn register_again(state: &mut AgentState, stop_old_work: bool) -> Result<(), AgentFailure> {
-    // The root counts this node's old life lost and starts its actors elsewhere.
-    stop_actors();
+    if stop_old_work {
+        // The root counts this node's old life lost and starts its actors elsewhere.
+        stop_actors();
+    }
     // One hold of the lock: no slot thread may report between these steps.
     let mut desk = lock(&state.desk);
     let now = desk.now();
     if stop_old_work {
         desk.apply(now, |board| board.handle_stop_all(now));
         desk.send_report(now)?;
-        desk.uplink.send(&hello(&state.config, Vec::new()))?;
+        let hello = hello(&state.config, Vec::new(), Vec::new());
+        desk.uplink.send(&hello)?;
         desk.board.handle_new_life();
     } else {
         let held = desk.board.held();
+        let actors: Vec<HeldActor> = actor_host::installed()
+            .map(|host| host.lives())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(actor, life)| HeldActor { actor, life })
+            .collect();
         tracing::info!(
             held = held.len(),
+            actors = actors.len(),
             "saying hello with the work this node holds"
         );
-        desk.uplink.send(&hello(&state.config, held))?;
+        desk.uplink.send(&hello(&state.config, held, actors))?;
         // Results written to disk while away are read back before the report.
         desk.apply(now, |board| board.handle_new_life());
         desk.send_report(now)?;

@@ -6,7 +6,7 @@
 
 use saker_wire::messages::{Held, Outcome, Report, ResultBody, TaskResult};
 
-use super::{Board, Effect, Moment};
+use super::{Board, Effect};
 
 /// The most results kept for want of the root's word that they are durable; past it
 /// the oldest go (a tuning bound: the root's word comes within a journal sync).
@@ -31,10 +31,11 @@ fn result_bytes(result: &TaskResult) -> usize {
 
 impl Board {
     /// The link to the parent is gone and the agent looks for another: attempts that
-    /// run keep running and their results wait for the next root; queued attempts
-    /// are dropped (the next root queues them again: it never heard they were sent
-    /// here), and so are fetches and gang parts (a gang ends whole).
-    pub fn handle_parent_lost(&mut self, now: Moment) {
+    /// run keep running and their results wait for the next root, and so do gang
+    /// parts (the next root adopts a gang once every member listed its part, and
+    /// stops the parts otherwise); queued attempts are dropped (the next root queues
+    /// them again: it never heard they were sent here), and so are fetches.
+    pub fn handle_parent_lost(&mut self) {
         self.away = true;
         // Sent, but perhaps never written: they go to the next root again, first.
         let mut kept: Vec<_> = self.unacked.drain(..).flat_map(|(_, sent)| sent).collect();
@@ -48,7 +49,6 @@ impl Board {
         for item in self.fetches.stop_all() {
             self.effects.push_back(Effect::DiscardItem { item });
         }
-        self.cancel_all_parts(now);
     }
 
     /// A result was held while away: past [`AWAY_MEMORY_BYTES`], every result held
@@ -65,7 +65,8 @@ impl Board {
             return;
         }
         let results = std::mem::take(&mut self.pending.results);
-        self.spilled.extend(results.iter().map(held_ended));
+        let held: Vec<Held> = results.iter().map(|r| self.held_ended(r)).collect();
+        self.spilled.extend(held);
         self.away_bytes = 0;
         self.effects.push_back(Effect::SpillResults { results });
     }
@@ -102,8 +103,8 @@ impl Board {
     }
 
     /// What this node holds for the root it says hello to: every attempt running here
-    /// (but gang parts' processes), then every result not reported yet, in slot and
-    /// then result order.
+    /// (in slot order), every gang part (each once, with its gang), then every result
+    /// not reported yet (in result order; a part's with its gang).
     pub fn held(&self) -> Vec<Held> {
         let running = self
             .slots
@@ -115,12 +116,36 @@ impl Board {
                 task: running.assignment.task,
                 started_unix_us: running.started_us,
                 ended: false,
+                gang: None,
             });
-        let ended = self.pending.results.iter().map(held_ended);
-        running
-            .chain(self.spilled.iter().copied())
-            .chain(ended)
-            .collect()
+        let parts = self
+            .parts
+            .running()
+            .map(|(assignment, started_us, gang)| Held {
+                attempt: assignment.attempt,
+                task: assignment.task,
+                started_unix_us: started_us,
+                ended: false,
+                gang: Some(gang.clone()),
+            });
+        let ended = self.spilled.iter().cloned().chain(
+            self.pending
+                .results
+                .iter()
+                .map(|result| self.held_ended(result)),
+        );
+        running.chain(parts).chain(ended).collect()
+    }
+
+    /// How a held result is listed in a hello.
+    fn held_ended(&self, result: &TaskResult) -> Held {
+        Held {
+            attempt: result.attempt,
+            task: result.task,
+            started_unix_us: result.start_unix_us,
+            ended: true,
+            gang: self.parts.ended_gang(result.attempt).cloned(),
+        }
     }
 
     /// `report` went up: its results are kept until the root says they are durable.
@@ -135,6 +160,8 @@ impl Board {
                 break;
             };
             self.unacked_results -= oldest.len();
+            self.parts
+                .forget_ended(oldest.iter().map(|result| result.attempt));
         }
     }
 
@@ -145,6 +172,8 @@ impl Board {
         {
             if let Some((_, written)) = self.unacked.pop_front() {
                 self.unacked_results -= written.len();
+                self.parts
+                    .forget_ended(written.iter().map(|result| result.attempt));
             }
         }
     }
@@ -152,16 +181,6 @@ impl Board {
     /// Results sent up and not yet said durable by the root.
     pub fn unacked(&self) -> usize {
         self.unacked_results
-    }
-}
-
-/// How a held result is listed in a hello.
-fn held_ended(result: &TaskResult) -> Held {
-    Held {
-        attempt: result.attempt,
-        task: result.task,
-        started_unix_us: result.start_unix_us,
-        ended: true,
     }
 }
 

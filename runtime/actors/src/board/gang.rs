@@ -90,11 +90,43 @@ pub(super) struct Parts {
     pub(super) queue: VecDeque<PartProcess>,
     /// Ends of launched daemons, for the leader (sent before the next report).
     pub(super) launch_ends: Vec<GangLaunchEnded>,
+    /// A leader's launch requests made while no root heard this node (sent first in
+    /// the next report, after the hello).
+    pub(super) held_launches: Vec<GangLaunch>,
+    /// Parts that ended and whose results no root has said durable yet: a next root
+    /// needs their gang to adopt the attempt ([`Board::held`]).
+    pub(super) ended: BTreeMap<AttemptId, GangPart>,
 }
+
+/// The most ended parts remembered for a next root; past it the oldest are forgotten
+/// (their gangs are then replayed if a root dies before their results are durable).
+const MAX_ENDED_PARTS: usize = 4096;
 
 impl Parts {
     pub(super) fn contains(&self, attempt: AttemptId) -> bool {
         self.parts.contains_key(&attempt)
+    }
+
+    /// Each part that runs here: its attempt, task, start and gang.
+    pub(super) fn running(&self) -> impl Iterator<Item = (Assignment, u64, &GangPart)> {
+        self.parts
+            .values()
+            .map(|part| (part.plan.assignment, part.started_us, &part.plan.gang))
+    }
+
+    /// The gang of a part that ended here, if its result is not durable yet.
+    pub(super) fn ended_gang(&self, attempt: AttemptId) -> Option<&GangPart> {
+        self.ended.get(&attempt)
+    }
+
+    /// The results of `attempts` are durable at the root: their parts are forgotten.
+    pub(super) fn forget_ended(&mut self, attempts: impl Iterator<Item = AttemptId>) {
+        if self.ended.is_empty() {
+            return;
+        }
+        for attempt in attempts {
+            self.ended.remove(&attempt);
+        }
     }
 }
 
@@ -209,6 +241,12 @@ impl Board {
             self.effects
                 .push_back(Effect::OpenEndpoint { attempt, members });
         }
+    }
+
+    /// This node leads a gang whose launcher asked for a command on a member while no
+    /// root hears this node: it goes up first once one does.
+    pub fn hold_launch(&mut self, launch: GangLaunch) {
+        self.parts.held_launches.push(launch);
     }
 
     /// A member is to run a command its leader's launcher asked for, in its part.
@@ -349,6 +387,10 @@ impl Board {
             return;
         };
         self.effects.push_back(Effect::PartEnded { attempt });
+        if self.parts.ended.len() >= MAX_ENDED_PARTS {
+            self.parts.ended.pop_first();
+        }
+        self.parts.ended.insert(attempt, part.plan.gang.clone());
         self.devices.release(&part.binding);
         self.free = self.free.saturating_add(part.needs);
         self.give_back(part.needs);

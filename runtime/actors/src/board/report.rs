@@ -85,6 +85,7 @@ impl Board {
             || !self.pending.started.is_empty()
             || !self.pending.results.is_empty()
             || !self.parts.launch_ends.is_empty()
+            || !self.parts.held_launches.is_empty()
     }
 
     /// After an input of the agent's own: whether it schedules a report, now or at
@@ -128,7 +129,10 @@ impl Board {
             return false;
         }
         self.last_report = now.since_start;
-        // Ends of gang daemons first: a leader's launcher waits on them.
+        // Launch requests held while away, then ends of gang daemons: a leader's
+        // launcher waits on them.
+        let launches = self.parts.held_launches.drain(..);
+        self.outgoing.extend(launches.map(FromAgent::GangLaunch));
         let ends = self.parts.launch_ends.drain(..);
         self.outgoing.extend(ends.map(FromAgent::GangLaunchEnded));
         // Items written before the results that wrote them; then requests for items.

@@ -9,6 +9,8 @@
 //! Each root numbers its attempts in its own term ([`AttemptId::first_of_term`]), so an
 //! adopted id never meets one this core issues.
 
+use std::collections::BTreeSet;
+
 use super::{Core, slot};
 use crate::config::Placement;
 use crate::error::AdoptError;
@@ -55,8 +57,8 @@ impl Core {
     ///
     /// Errors ([`AdoptError`]; nothing changes but the clock): the node is not live;
     /// the attempt is no root's, not of an earlier term, or live already; the task is
-    /// unknown, finished, of a cancelled job, of a gang job (not adopted yet), in
-    /// flight, or of a job waiting for other jobs. The driver then stops the attempt on
+    /// unknown, finished, of a cancelled job, of a gang job (adopted with all its
+    /// members, [`Core::handle_adopt_gang`]), in flight, or of a job waiting for other jobs. The driver then stops the attempt on
     /// its node; the task runs from the queue.
     ///
     /// [`CoreConfig::term`]: crate::CoreConfig::term
@@ -69,7 +71,44 @@ impl Core {
         now: Time,
     ) -> Result<(), AdoptError> {
         self.observe(now);
-        let (job, index, waits) = self.adoptable(node, task, attempt)?;
+        self.adopt_on(&[node], task, attempt, started)
+    }
+
+    /// The gang attempt `attempt` of `task` still runs (or has just ended) on
+    /// `members` (leader first), as an earlier root dispatched it: it is put in flight
+    /// there as [`Core::poll_dispatch`] would have placed it, so the job runs once.
+    /// Call it once every member's agent has listed its part of the attempt in its
+    /// hello. As [`Core::handle_adopt`] in all else: the task must be waiting to be
+    /// dispatched; each member's resources in use grow by the job's need; from then on
+    /// it is a gang attempt like any other (one result ends it on every member, the
+    /// loss of a member replays it).
+    ///
+    /// Errors ([`AdoptError`]; nothing changes but the clock): those of
+    /// [`Core::handle_adopt`] (any member not live), but the task must be of a gang job
+    /// ([`AdoptError::NotGang`] otherwise) and `members` its distinct nodes, as many as
+    /// the job's gang has ([`AdoptError::Members`]). The driver then stops every
+    /// member's part; the task runs from the queue.
+    pub fn handle_adopt_gang(
+        &mut self,
+        members: &[NodeId],
+        task: TaskId,
+        attempt: AttemptId,
+        started: Option<Time>,
+        now: Time,
+    ) -> Result<(), AdoptError> {
+        self.observe(now);
+        self.adopt_on(members, task, attempt, started)
+    }
+
+    /// Adopts `attempt` of `task` on `members`: one node, or a gang's members.
+    fn adopt_on(
+        &mut self,
+        members: &[NodeId],
+        task: TaskId,
+        attempt: AttemptId,
+        started: Option<Time>,
+    ) -> Result<(), AdoptError> {
+        let (job, index, waits) = self.adoptable(members, task, attempt)?;
         let from = match waits {
             Waits::Delayed(not_before) => {
                 self.retry_timers.remove(&(not_before, task));
@@ -123,38 +162,41 @@ impl Core {
         let record = &mut self.jobs[slot(job)];
         record.shift(&mut self.counts, &mut self.work, from, to, 1);
         let need = self.shapes.resources(record.spec.shape);
-        let mut live = AttemptRecord::new(task, node, record.spec.time_limit);
+        let mut live = AttemptRecord::new(task, members[0], record.spec.time_limit);
         if let Some(at) = started {
             live.start(at);
         }
         self.attempts.insert(attempt, live);
-        self.nodes.attach(node, attempt, need);
+        for &node in members {
+            self.nodes.attach(node, attempt, need);
+        }
+        let gang = self.gang_size(job).is_some();
+        if gang {
+            self.gangs.members.insert(attempt, members.into());
+        }
         if let Some(at) = started {
             self.index_started(attempt, task, at);
         }
         self.counts.adopted += 1;
-        // A gang's reservation judged this node without the attempt: made again at
-        // the next dispatch, with it.
-        if self
-            .gangs
-            .reservation
-            .as_ref()
-            .is_some_and(|held| held.holds(node))
-        {
+        // A gang's reservation judged these nodes without the attempt (or was this
+        // gang's own): made again at the next dispatch, with it.
+        if self.gangs.reservation.as_ref().is_some_and(|held| {
+            (gang && held.job == job) || members.iter().any(|&node| held.holds(node))
+        }) {
             self.release_reservation();
         }
         Ok(())
     }
 
-    /// Whether `attempt` of `task` may be adopted on `node`: its job, its index and
-    /// where it waits, or why not. Changes nothing.
+    /// Whether `attempt` of `task` may be adopted on `members` (one node, or a gang's
+    /// members): its job, its index and where it waits, or why not. Changes nothing.
     fn adoptable(
         &self,
-        node: NodeId,
+        members: &[NodeId],
         task: TaskId,
         attempt: AttemptId,
     ) -> Result<(JobId, u32, Waits), AdoptError> {
-        if self.nodes.get(node).is_none() {
+        if let Some(&node) = members.iter().find(|&&node| self.nodes.get(node).is_none()) {
             return Err(AdoptError::UnknownNode { node });
         }
         if attempt.number() == 0 {
@@ -179,11 +221,17 @@ impl Core {
         if record.is_finished_index(index) {
             return Err(AdoptError::Finished { task });
         }
-        if matches!(
-            self.shapes.placement(record.spec.shape),
-            Placement::Gang { .. }
-        ) {
-            return Err(AdoptError::Gang { task, job });
+        match (self.shapes.placement(record.spec.shape), members.len()) {
+            (Placement::Gang { .. }, 1) => return Err(AdoptError::Gang { task, job }),
+            (Placement::Gang { nodes }, got) => {
+                let distinct = members.iter().collect::<BTreeSet<_>>().len();
+                if got != nodes as usize || distinct != got {
+                    let expected = nodes;
+                    return Err(AdoptError::Members { task, expected });
+                }
+            }
+            (_, 1) => {}
+            _ => return Err(AdoptError::NotGang { task, job }),
         }
         let waits = match self.tasks.get(&task).map(|record| record.phase) {
             Some(Phase::InFlight { attempt, .. }) => {

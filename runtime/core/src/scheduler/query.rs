@@ -49,6 +49,17 @@ impl Core {
         self.deps.is_waiting(job)
     }
 
+    /// The job of `task` and its index there, if the task was submitted and is not
+    /// terminal.
+    pub fn live_task(&self, task: TaskId) -> Option<(JobId, u32)> {
+        match self.jobs.locate(task)? {
+            crate::jobs::Located::Live(job, record, index) if !record.is_finished_index(index) => {
+                Some((job, index))
+            }
+            _ => None,
+        }
+    }
+
     /// The task of live attempt `attempt` and the node it runs on (an HPC job's: its
     /// leader's), or `None` if it is not live. A driver whose attempt numbers may
     /// meet another's (a new root not given a term past the previous root's, see

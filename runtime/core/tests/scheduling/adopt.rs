@@ -560,3 +560,110 @@ fn a_core_numbers_its_attempts_in_its_term() {
     });
     assert_eq!(default_term.term(), 1, "term 0 is term 1");
 }
+
+/// A gang attempt is adopted whole on its members: it holds each of them, ends with
+/// its one result, and its task is not placed again; refusals change nothing.
+#[test]
+fn a_gang_is_adopted_on_all_its_members_and_ends_once() {
+    let mut harness = new_root();
+    let gang = JobSpec::array(2).with_placement(Placement::Gang { nodes: 2 });
+    let gang = restore(&mut harness, gang, &[]);
+    let single = restore(&mut harness, JobSpec::single(), &[]);
+    for node in 1..=3 {
+        harness.join(node, 1);
+    }
+    let refusals = [
+        (
+            vec![1, 2, 3],
+            gang.task(0),
+            AdoptError::Members {
+                task: gang.task(0),
+                expected: 2,
+            },
+        ),
+        (
+            vec![1, 1],
+            gang.task(0),
+            AdoptError::Members {
+                task: gang.task(0),
+                expected: 2,
+            },
+        ),
+        (
+            vec![1, 2],
+            single.task(0),
+            AdoptError::NotGang {
+                task: single.task(0),
+                job: single.job,
+            },
+        ),
+        (
+            vec![1, 4],
+            gang.task(0),
+            AdoptError::UnknownNode { node: NodeId(4) },
+        ),
+    ];
+    for (members, task, error) in refusals {
+        assert_eq!(harness.adopt_gang(&members, task, old(5), None), Err(error));
+    }
+    assert_eq!(harness.core.counts().adopted, 0);
+
+    harness
+        .adopt_gang(&[2, 3], gang.task(0), old(5), Some(harness.now))
+        .unwrap();
+    assert_eq!(
+        harness.core.gang_members(old(5)),
+        Some(&[NodeId(2), NodeId(3)][..])
+    );
+    // Credit everywhere: the other gang task needs two free nodes and finds one
+    // (nodes 2 and 3 are held), so it reserves node 1 and one of the adopted gang's;
+    // the single task (no time limit) goes where no reservation is, behind the gang.
+    for node in 1..=3 {
+        harness.credit(node, 1);
+    }
+    let dispatches = harness.take_dispatches();
+    assert_eq!(dispatches.len(), 1, "{dispatches:?}");
+    assert_eq!(dispatches[0].assignments[0].task, single.task(0));
+    assert_eq!(dispatches[0].node, NodeId(3), "{dispatches:?}");
+    let counts = harness.core.counts();
+    assert_eq!((counts.running, counts.assigned, counts.adopted), (1, 1, 1));
+
+    let disposition = harness.result(old(5), AttemptOutcome::Succeeded);
+    assert_eq!(accepted(disposition), (TerminalState::Succeeded, 1));
+    // Node 2 is free again: the other gang task starts on its reservation.
+    harness.credit(2, 1);
+    let dispatches = harness.take_dispatches();
+    assert_eq!(dispatches.len(), 1, "{dispatches:?}");
+    assert_eq!(dispatches[0].assignments[0].task, gang.task(1));
+    assert_eq!(dispatches[0].members, vec![NodeId(1), NodeId(2)]);
+}
+
+/// A member of an adopted gang is lost: the survivor is told to stop and the task
+/// runs again, as for a gang this root placed.
+#[test]
+fn an_adopted_gang_that_loses_a_member_is_stopped_and_replayed() {
+    let mut harness = new_root();
+    let gang = JobSpec::single().with_placement(Placement::Gang { nodes: 2 });
+    let gang = restore(&mut harness, gang, &[]);
+    for node in 1..=3 {
+        harness.join(node, 1);
+    }
+    harness
+        .adopt_gang(&[1, 2], gang.task(0), old(9), Some(harness.now))
+        .unwrap();
+    harness.lose(2);
+    let events = harness.take_events();
+    let stop = Event::CancelAttempt {
+        node: NodeId(1),
+        attempt: old(9),
+    };
+    assert!(events.contains(&stop), "{events:?}");
+    harness.result(old(9), AttemptOutcome::Cancelled);
+    for node in [1, 3] {
+        harness.credit(node, 1);
+    }
+    let dispatches = harness.take_dispatches();
+    assert_eq!(dispatches.len(), 1, "{dispatches:?}");
+    assert_eq!(dispatches[0].assignments[0].task, gang.task(0));
+    assert_eq!(dispatches[0].members, vec![NodeId(1), NodeId(3)]);
+}

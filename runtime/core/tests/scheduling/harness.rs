@@ -160,6 +160,22 @@ impl Harness {
         adopted
     }
 
+    /// Nodes `members` hold gang `attempt` of `task`, from an earlier root.
+    pub fn adopt_gang(
+        &mut self,
+        members: &[u32],
+        task: TaskId,
+        attempt: AttemptId,
+        started: Option<Time>,
+    ) -> Result<(), AdoptError> {
+        let members: Vec<NodeId> = members.iter().map(|&node| NodeId(node)).collect();
+        let adopted = self
+            .core
+            .handle_adopt_gang(&members, task, attempt, started, self.now);
+        self.drain();
+        adopted
+    }
+
     pub fn lose(&mut self, node: u32) -> NodeLoss {
         let loss = self
             .core

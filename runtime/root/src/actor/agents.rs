@@ -1,13 +1,16 @@
 //! The router's side of the agent tree: links up and down, agents' frames read in
 //! place and handed to the owners they concern, nodes joining (hellos) and lost.
 
+use std::collections::BTreeMap;
+
 use saker_actors::link::{LinkId, LinkTx};
 use saker_core::{AttemptId, NodeId, TaskId};
 use saker_wire::messages::{
     ArchivedFromAgent, ArchivedOutcome, ArchivedReport, ArchivedResultBody, GangLaunch,
-    GangLaunchEnded, Held, Hello, TaskResult, ToAgent, Welcome,
+    GangLaunchEnded, Held, HeldActor, Hello, TaskResult, ToAgent, Welcome,
 };
 
+use super::adoption::{AdoptedGang, Early, Reconciled};
 use super::gangs::Settled;
 use super::nodes::Joining;
 use super::outcomes::{attempt_note, core_outcome};
@@ -110,6 +113,11 @@ impl RootState {
             }
             ArchivedFromAgent::GangLaunch(launch) => {
                 match rkyv::deserialize::<GangLaunch, rkyv::rancor::Error>(launch) {
+                    Ok(launch) if self.adoption.awaits_gang(launch.attempt) => {
+                        let attempt = launch.attempt;
+                        let early = Early::Launch(NodeId(route), launch);
+                        self.adoption.keep_early(attempt, early);
+                    }
                     Ok(launch) => {
                         self.gangs
                             .relay_launch(&mut self.ctx, &self.nodes, NodeId(route), launch)
@@ -119,6 +127,10 @@ impl RootState {
             }
             ArchivedFromAgent::GangLaunchEnded(ended) => {
                 match rkyv::deserialize::<GangLaunchEnded, rkyv::rancor::Error>(ended) {
+                    Ok(ended) if self.adoption.awaits_gang(ended.attempt) => {
+                        self.adoption
+                            .keep_early(ended.attempt, Early::LaunchEnded(ended));
+                    }
                     Ok(ended) => self
                         .gangs
                         .relay_launch_end(&mut self.ctx, &self.nodes, ended),
@@ -209,6 +221,11 @@ impl RootState {
         });
         self.nodes.send(&mut self.ctx, node, &welcome);
         self.adopt(node, &hello.held);
+        let stop = self.actors.adopt(&self.nodes, node, &hello.actors);
+        for HeldActor { actor, life } in stop {
+            let stop = ToAgent::ActorStop { actor, life };
+            self.nodes.send(&mut self.ctx, node, &stop);
+        }
         if self.ctx.pilot.shutting_down {
             self.nodes.send(&mut self.ctx, node, &shutdown_message());
         } else {
@@ -218,11 +235,13 @@ impl RootState {
 
     /// `node` holds attempts of an earlier root: those the core adopts run on as this
     /// root's (the results of those that ended follow the hello); the rest are stopped.
+    /// A gang is adopted once its last member said hello.
     fn adopt(&mut self, node: NodeId, held: &[Held]) {
-        let (adopted, refused) = self.adoption.adopt(&mut self.ctx, node, held);
-        if adopted.is_empty() && refused.is_empty() {
-            return;
-        }
+        let Reconciled {
+            adopted,
+            gangs,
+            stop,
+        } = self.adoption.adopt(&mut self.ctx, node, held);
         let at = self.ctx.timestamp().unix_micros();
         self.nodes.took_over(node, adopted.len() as u32);
         for adopted in &adopted {
@@ -233,9 +252,73 @@ impl RootState {
                 self.results.started(adopted.task, adopted.attempt, started);
             }
         }
-        if !refused.is_empty() {
-            let cancel = ToAgent::Cancel { attempts: refused };
-            self.nodes.send(&mut self.ctx, node, &cancel);
+        for gang in gangs {
+            self.adopt_gang(gang, at);
+        }
+        self.stop_held(stop);
+    }
+
+    /// Stops attempts of an earlier root on their nodes.
+    pub(super) fn stop_held(&mut self, stop: Vec<(NodeId, AttemptId)>) {
+        let mut by_node: BTreeMap<NodeId, Vec<AttemptId>> = BTreeMap::new();
+        for (node, attempt) in stop {
+            by_node.entry(node).or_default().push(attempt);
+        }
+        for (node, attempts) in by_node {
+            self.nodes
+                .send(&mut self.ctx, node, &ToAgent::Cancel { attempts });
+        }
+    }
+
+    /// A gang of an earlier root runs on as this root's: what its members sent of it
+    /// before is taken now, in the order it came.
+    fn adopt_gang(&mut self, gang: AdoptedGang, at: u64) {
+        let AdoptedGang {
+            task,
+            attempt,
+            members,
+            hosts,
+            started_unix_us,
+            early,
+        } = gang;
+        let hpc = self
+            .ctx
+            .core
+            .live_task(task)
+            .and_then(|(job, _)| self.submissions.definition(job))
+            .and_then(|def| def.hpc);
+        for &member in &members {
+            self.nodes.took_over(member, 1);
+        }
+        let started = if started_unix_us == 0 {
+            at
+        } else {
+            started_unix_us
+        };
+        self.results.dispatched(task, started);
+        if started_unix_us != 0 {
+            self.results.started(task, attempt, started_unix_us);
+        }
+        self.gangs.adopt(task, attempt, members, hosts, hpc);
+        for early in early {
+            match early {
+                Early::Result(node, result) => {
+                    let settled =
+                        self.gangs
+                            .on_part_result(&mut self.ctx, &self.nodes, node, result);
+                    if let Some(settled) = settled {
+                        self.settle_gang(settled);
+                    }
+                }
+                Early::Launch(from, launch) => {
+                    self.gangs
+                        .relay_launch(&mut self.ctx, &self.nodes, from, launch);
+                }
+                Early::LaunchEnded(ended) => {
+                    self.gangs
+                        .relay_launch_end(&mut self.ctx, &self.nodes, ended);
+                }
+            }
         }
     }
 
@@ -263,6 +346,18 @@ impl RootState {
             self.nodes.attempt_ended(node);
             let (task, attempt) = (result.task.to_native(), result.attempt.to_native());
             if self.adoption.was_delivered(attempt) {
+                continue;
+            }
+            if matches!(result.body, ArchivedResultBody::Part { .. })
+                && self.adoption.awaits_gang(attempt)
+            {
+                // A member's part of a gang not adopted yet: kept until it is.
+                match rkyv::deserialize::<TaskResult, rkyv::rancor::Error>(result) {
+                    Ok(result) => self
+                        .adoption
+                        .keep_early(attempt, Early::Result(node, result)),
+                    Err(error) => tracing::error!(%error, %node, "unreadable part result"),
+                }
                 continue;
             }
             if !self.made_here(task, attempt, node) {

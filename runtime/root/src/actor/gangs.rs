@@ -90,6 +90,20 @@ impl GangRuns {
                 port,
             })
             .collect();
+        self.adopt(task, attempt, members, hosts, hpc);
+        parts
+    }
+
+    /// A gang attempt of `task` an earlier root started on `members` (hosts `hosts`,
+    /// the leader first) runs on as this root's: its parts' results are awaited.
+    pub(super) fn adopt(
+        &mut self,
+        task: TaskId,
+        attempt: AttemptId,
+        members: Vec<NodeId>,
+        hosts: Vec<String>,
+        hpc: Option<Hpc>,
+    ) {
         let count = members.len();
         self.runs.insert(
             attempt,
@@ -106,7 +120,6 @@ impl GangRuns {
                 stopped: false,
             },
         );
-        parts
     }
 
     /// Forgets the runs of gang attempts the core no longer counts live (a member

@@ -210,6 +210,7 @@ impl RootState {
                 Record::Item { .. } => items.gather(record),
                 Record::Allocation { .. } => self.upkeep.gather(&record, now),
                 Record::PilotStarted { .. } => summary.previous_starts += 1,
+                Record::Reconciled { .. } => {}
                 // Which nodes were live at the end: their agents may hold work to adopt.
                 Record::NodeJoined { .. } | Record::NodeLeft { .. } => nodes.gather(&record),
             }
@@ -220,7 +221,7 @@ impl RootState {
             .resume(&mut self.ctx, jobs, results.ended(), &earlier)?;
         self.results.resume(results, &resumed.compacted);
         self.items.resume(&mut self.ctx, items);
-        summary.actors = self.actors.resume(&mut self.ctx, actors);
+        summary.actors = self.actors.resume(actors);
         self.schedules.resume(schedules);
         // A pending occurrence that ended before the old root stopped has its next
         // one now; one that had not is queued again and runs, late if its time passed.

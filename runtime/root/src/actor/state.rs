@@ -175,10 +175,19 @@ impl RootState {
         // are bounded by what runs already.
         if self.ctx.journal.waiting_for_space() {
             self.check_space_soon();
-        } else if !self.adoption.holds_dispatch(&self.ctx) {
+        } else if !self.adoption.holds_dispatch(&mut self.ctx) {
+            // Gangs whose members did not all come back are stopped before their
+            // jobs are placed again.
+            let stops = self.adoption.take_stops();
+            if !stops.is_empty() {
+                self.stop_held(stops);
+            }
             while let Some(dispatch) = self.ctx.core.poll_dispatch() {
                 self.send_dispatch(dispatch);
             }
+        }
+        if !self.adoption.waits() {
+            self.actors.release_restored(&mut self.ctx, &self.nodes);
         }
         // Dispatching can ask for events too (a gang's reservation asks its nodes for
         // their queued work back): they go out after the work already on its way.

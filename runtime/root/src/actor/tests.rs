@@ -116,6 +116,19 @@ impl Harness {
         pilot_id: &str,
         held: Vec<saker_wire::messages::Held>,
     ) {
+        self.hello_hosting(node, cores, pilot_id, held, Vec::new());
+    }
+
+    /// Node `node`'s hello, listing the attempts and actors' lives it holds from an
+    /// earlier root.
+    fn hello_hosting(
+        &mut self,
+        node: u32,
+        cores: u32,
+        pilot_id: &str,
+        held: Vec<saker_wire::messages::Held>,
+        actors: Vec<saker_wire::messages::HeldActor>,
+    ) {
         let hello = FromAgent::Hello(Hello {
             node: NodeId(node),
             hostname: format!("host{node}"),
@@ -126,6 +139,7 @@ impl Harness {
             pilot_id: pilot_id.to_owned(),
             hosts_actors: self.hosts_actors,
             held,
+            actors,
         });
         self.agent_sends(u64::from(node), node, &hello);
     }
@@ -351,6 +365,7 @@ async fn a_task_asking_for_gpus_goes_only_to_a_node_that_offers_them() {
             pilot_id: PILOT.to_owned(),
             hosts_actors: true,
             held: Vec::new(),
+            actors: Vec::new(),
         });
         h.agent_sends(u64::from(node), node, &hello);
         let credit = FromAgent::Report(Report {
@@ -634,6 +649,7 @@ async fn a_stale_copy_of_a_node_is_superseded_and_cannot_end_the_live_one() {
         pilot_id: PILOT.to_owned(),
         hosts_actors: true,
         held: Vec::new(),
+        actors: Vec::new(),
     });
     h.agent_sends(50, 5, &hello);
     h.agent_sends(50, 5, &report_of(5, 1));

@@ -10,10 +10,10 @@ use saker_core::ResourceKind;
 use saker_wire::{
     ActorAnswer, ActorCall, ActorEvent, ActorFault, ActorReply, ActorSpawn, ActorStatus,
     Assignment, AttemptId, Command, Dispatch, EnvVar, Frame, FrameDecoder, FromAgent, Function,
-    GangLaunch, GangLaunchEnded, GangPart, Held, Hello, Hpc, ItemData, ItemRead, ItemWritten,
-    ItemsWritten, JobDef, JobId, LauncherKind, MpiKind, NamedAmount, NodeId, Outcome, Output,
-    Payload, Placement, ProcessEnd, Report, Resources, ResultBody, Started, TaskId, TaskResult,
-    ToAgent, Welcome, WireError,
+    GangLaunch, GangLaunchEnded, GangPart, Held, HeldActor, Hello, Hpc, ItemData, ItemRead,
+    ItemWritten, ItemsWritten, JobDef, JobId, LauncherKind, MpiKind, NamedAmount, NodeId, Outcome,
+    Output, Payload, Placement, ProcessEnd, Report, Resources, ResultBody, Started, TaskId,
+    TaskResult, ToAgent, Welcome, WireError,
 };
 
 pub fn rng(seed: u64) -> StdRng {
@@ -285,7 +285,14 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
                 task: TaskId(99),
                 started_unix_us: 1_700_000_000_000_000,
                 ended: true,
+                gang: Some(GangPart {
+                    member: 1,
+                    nodes: vec![NodeId(2), NodeId(3)],
+                    hosts: vec!["n2".to_owned(), "n3".to_owned()],
+                    port: 20_007,
+                }),
             }],
+            actors: vec![HeldActor { actor: 5, life: 2 }],
         }),
         FromAgent::ItemsWritten(ItemsWritten {
             node: NodeId(3),

@@ -13,7 +13,7 @@ fn a_lost_parent_keeps_running_work_drops_the_queue_and_holds_results() {
     // What was reported before the loss is gone with the old root: start afresh.
     report_at(&mut board, at(2));
 
-    board.handle_parent_lost(at(10));
+    board.handle_parent_lost();
     assert!(board.is_away());
     assert!(
         effects(&mut board).is_empty(),
@@ -31,12 +31,14 @@ fn a_lost_parent_keeps_running_work_drops_the_queue_and_holds_results() {
                 task: TaskId(1),
                 started_unix_us: at(0).unix_us,
                 ended: false,
+                gang: None,
             },
             Held {
                 attempt: AttemptId(20),
                 task: TaskId(2),
                 started_unix_us: at(1).unix_us,
                 ended: false,
+                gang: None,
             },
         ]
     );
@@ -54,12 +56,14 @@ fn a_lost_parent_keeps_running_work_drops_the_queue_and_holds_results() {
                 task: TaskId(2),
                 started_unix_us: at(1).unix_us,
                 ended: false,
+                gang: None,
             },
             Held {
                 attempt: AttemptId(10),
                 task: TaskId(1),
                 started_unix_us: exited().start_unix_us,
                 ended: true,
+                gang: None,
             },
         ],
         "the running one, then the result that waits"
@@ -88,7 +92,7 @@ fn a_lost_parent_stops_gang_parts_and_fetches_but_not_tasks() {
     let mut board = board(1);
     board.queue.extend([queued(1, 1)]);
     start(&mut board, 0, at(0)).unwrap();
-    board.handle_parent_lost(at(5));
+    board.handle_parent_lost();
     board.handle_stop_all(at(6));
     assert_eq!(
         effects(&mut board),
@@ -125,7 +129,7 @@ fn results_sent_but_not_yet_durable_go_to_the_next_root_again() {
 
     // The root dies before writing the second: its result goes to the next root,
     // listed in the hello as ended, and in the first report after it.
-    board.handle_parent_lost(at(9));
+    board.handle_parent_lost();
     assert_eq!(board.unacked(), 0);
     assert_eq!(
         board.held(),
@@ -134,6 +138,7 @@ fn results_sent_but_not_yet_durable_go_to_the_next_root_again() {
             task: TaskId(2),
             started_unix_us: exited().start_unix_us,
             ended: true,
+            gang: None,
         }]
     );
     board.handle_new_life();
@@ -179,7 +184,7 @@ fn results_held_past_the_memory_bound_go_to_disk_and_come_back_at_the_next_life(
         .queue
         .extend([queued(1, 1), queued(2, 1), queued(3, 1)]);
     start(&mut board, 0, at(0)).unwrap();
-    board.handle_parent_lost(at(1));
+    board.handle_parent_lost();
     // Half the bound: kept in memory.
     finish(
         &mut board,
@@ -241,7 +246,7 @@ fn held_results_that_cannot_be_written_or_read_back_are_neither_lost_nor_waited_
     let mut board = board(1);
     board.queue.extend([queued(1, 1)]);
     start(&mut board, 0, at(0)).unwrap();
-    board.handle_parent_lost(at(1));
+    board.handle_parent_lost();
     finish(
         &mut board,
         0,
@@ -272,7 +277,7 @@ fn held_results_that_cannot_be_written_or_read_back_are_neither_lost_nor_waited_
     // Written, then unreadable at the next life: each ends lost, for the root to run
     // it again rather than wait for a result that never comes.
     board.handle_new_life();
-    board.handle_parent_lost(at(5));
+    board.handle_parent_lost();
     assert!(matches!(
         effects(&mut board).as_slice(),
         [Effect::SpillResults { .. }]

@@ -356,3 +356,57 @@ fn a_part_process_its_slot_could_not_take_ends_lost() {
         "{result:?}"
     );
 }
+
+/// While no root hears the node, a gang's part runs on and is listed in the next hello
+/// with its gang, running and then ended; its launch requests and daemon ends wait for
+/// the next root, and the part is forgotten once its result is durable.
+#[test]
+fn a_part_runs_on_while_away_and_the_next_hello_lists_it_with_its_gang() {
+    let mut board = board(2);
+    take(
+        &mut board,
+        gang_job(5, 2, Some(hpc(4, 2, MpiKind::Openmpi))),
+        5,
+        member(0, 2),
+        at(0),
+    );
+    effects(&mut board);
+    board.take_report();
+    let launcher = start(&mut board, 0, at(1)).unwrap();
+    assert_eq!(process_of(&launcher).kind, ProcessKind::Launcher);
+
+    board.handle_parent_lost();
+    assert_eq!(effects(&mut board), [], "nothing of the part is stopped");
+    assert!(board.has_part(AttemptId(50)));
+    let launch = GangLaunch {
+        attempt: AttemptId(50),
+        member: 1,
+        launch: 1,
+        command: "orted".to_owned(),
+    };
+    board.hold_launch(launch.clone());
+    let listed = |ended| Held {
+        attempt: AttemptId(50),
+        task: TaskId(5),
+        started_unix_us: at(0).unix_us,
+        ended,
+        gang: Some(member(0, 2)),
+    };
+    assert_eq!(board.held(), [listed(false)]);
+    assert!(report_at(&mut board, at(2)).is_empty(), "nothing goes up");
+
+    finish(&mut board, 0, 0, AttemptId(50), exit(0), at(3));
+    assert!(!board.has_part(AttemptId(50)));
+    assert_eq!(board.held(), [listed(true)], "ended, still with its gang");
+
+    board.handle_new_life();
+    let sent = report_at(&mut board, at(4));
+    assert_eq!(sent[0], FromAgent::GangLaunch(launch), "{sent:?}");
+    let Some(FromAgent::Report(report)) = sent.last() else {
+        panic!("a report last: {sent:?}");
+    };
+    assert_eq!(report.results[0].attempt, AttemptId(50));
+    board.handle_sent(report.clone());
+    board.handle_durable(report.seq);
+    assert!(board.parts.ended.is_empty(), "forgotten once durable");
+}

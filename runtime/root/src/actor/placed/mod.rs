@@ -32,6 +32,7 @@ use saker_client::actors::{
 use saker_client::{ErrorKind, RequestError};
 
 mod journaled;
+mod restore;
 
 pub(super) use journaled::Journaled;
 
@@ -46,6 +47,10 @@ pub(crate) struct PlacedActors {
     waiting: BTreeSet<u64>,
     /// Live actors per node, for placing `Any` on the least loaded.
     per_node: HashMap<NodeId, u32>,
+    /// Actors restored from the journal that an agent may still host (a root of a
+    /// later term adopts them): started again, or ended, once the wait for the
+    /// previous root's nodes is over ([`PlacedActors::release_restored`]).
+    restored: BTreeSet<u64>,
 }
 
 #[derive(Debug)]
@@ -234,46 +239,6 @@ impl PlacedActors {
             ctx.append(vec![record], AfterJournal::Nothing);
         }
         self.place_waiting(ctx, nodes);
-    }
-
-    /// Rebuilds the registry from a previous root's journal: every actor id spawned,
-    /// with its request unless it ended. Their nodes were lost with that root (agents
-    /// that rejoin end their actors), so each starts a new life as its restart policy
-    /// allows after a node loss, once a node can host it; the others end (their calls
-    /// fail with `unknown_actor`, saying so). Returns how many will start again.
-    pub(super) fn resume(&mut self, ctx: &mut Ctx, journaled: Journaled) -> u64 {
-        let mut again = 0;
-        for (id, spawn) in journaled.actors() {
-            self.next_actor = self.next_actor.max(id);
-            let Some(spawn) = spawn else {
-                let ended = error(ErrorKind::UnknownActor, format!("actor {id} has ended"));
-                self.actors.insert(id, Placed::ended(ended));
-                continue;
-            };
-            let restart = spawn.restart.allows(false) > 0;
-            self.actors.insert(
-                id,
-                Placed {
-                    spawn,
-                    node: None,
-                    home: None,
-                    life: 1,
-                    restarts: 1,
-                    phase: Phase::Waiting,
-                    spawn_waiters: Vec::new(),
-                    stop_waiters: Vec::new(),
-                },
-            );
-            if restart {
-                self.waiting.insert(id);
-                again += 1;
-            } else {
-                let message =
-                    "the pilot's root restarted, and its restart policy allows no restart";
-                self.end_actor(ctx, id, error(ErrorKind::ActorLost, message));
-            }
-        }
-        again
     }
 
     /// A message for `actor` from `caller`; a cast (`cast`) is answered once routed.

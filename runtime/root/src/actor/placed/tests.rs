@@ -32,7 +32,12 @@ fn a_resumed_registry_starts_again_the_actors_whose_policy_allows_it() {
         unix_us: UNIX_ORIGIN_US,
     });
     let mut actors = PlacedActors::default();
-    assert_eq!(actors.resume(&mut owned.ctx, journaled), 1, "actor 1 only");
+    assert_eq!(actors.resume(journaled), 1, "actor 1 only");
+    assert!(
+        actors.waiting.is_empty(),
+        "not before the previous nodes are heard"
+    );
+    actors.release_restored(&mut owned.ctx, &owned.nodes);
     assert_eq!(actors.waiting.iter().copied().collect::<Vec<_>>(), [1]);
     // Actor 2 may not restart: it ends, journaled so.
     let ended: Vec<u64> = owned

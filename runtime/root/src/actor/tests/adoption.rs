@@ -6,8 +6,11 @@ use saker_wire::messages::{Held, Report};
 
 use super::*;
 
+mod actors;
+mod gangs;
+
 /// A root of term `term`, as `Root::pre_start` makes one after `term - 1` roots.
-fn harness_of_term(term: u32) -> Harness {
+pub(super) fn harness_of_term(term: u32) -> Harness {
     let mut h = Harness::new();
     let args = StateArgs {
         pilot_id: PILOT.to_owned(),
@@ -30,7 +33,7 @@ fn harness_of_term(term: u32) -> Harness {
 }
 
 /// Node `node` links and says hello holding `held`.
-fn hello_holding(h: &mut Harness, node: u32, cores: u32, held: Vec<Held>) {
+pub(super) fn hello_holding(h: &mut Harness, node: u32, cores: u32, held: Vec<Held>) {
     let (tx, _rx) = saker_actors::link::channel();
     h.handle(RootMsg::LinkUp {
         link: LinkId(u64::from(node)),
@@ -46,11 +49,12 @@ fn held(task: u64, attempt: u64, ended: bool) -> Held {
         task: TaskId(task),
         started_unix_us: UNIX_ORIGIN_US,
         ended,
+        gang: None,
     }
 }
 
 /// The attempts `sent` asks `node` to cancel.
-fn cancels(sent: &[(u32, ToAgent)], node: u32) -> Vec<u64> {
+pub(super) fn cancels(sent: &[(u32, ToAgent)], node: u32) -> Vec<u64> {
     sent.iter()
         .filter(|(route, _)| *route == node)
         .filter_map(|(_, message)| match message {
@@ -134,7 +138,18 @@ async fn a_new_root_adopts_what_runs_and_what_ended_and_runs_nothing_twice() {
         &others,
         others.iter().map(|&(t, a)| exited(t, a, 0)).collect(),
     );
-    let results = results_of(&new.journal_durable());
+    let records = new.journal_durable();
+    let reconciled: Vec<_> = records
+        .iter()
+        .filter_map(|record| match record {
+            Record::Reconciled { term, adoption, .. } => {
+                Some((*term, adoption.adopted, adoption.ended_away))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reconciled, [(2, 1, 1)], "journaled once, for the report");
+    let results = results_of(&records);
     assert_eq!(results.len(), 4, "{results:?}");
     assert!(
         results.iter().all(|r| r.state == TerminalState::Succeeded

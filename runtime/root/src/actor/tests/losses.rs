@@ -41,6 +41,7 @@ fn hello_again(h: &mut Harness, link: u64, node: u32, cores: u32) {
         pilot_id: PILOT.to_owned(),
         hosts_actors: true,
         held: Vec::new(),
+        actors: Vec::new(),
     });
     h.agent_sends(link, node, &hello);
 }

@@ -1,0 +1,90 @@
+//! A running MPI job outlives its root: a standby takes over while OpenMPI's and
+//! MPICH's ranks run on two agents, adopts the job on both members, and the job ends
+//! once, with every rank's output, never started again.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Service, field, mpi_probe, results, run, saker, standbys, wait_for};
+
+/// How many processes named `name` run (the probe's ranks).
+fn running(name: &str) -> usize {
+    let output = Command::new("pgrep").args(["-x", name]).output().unwrap();
+    String::from_utf8_lossy(&output.stdout).lines().count()
+}
+
+/// One 2 × 2 job of `probe` under `kind`'s launcher, its root killed while the ranks
+/// sleep past `MPI_Init`.
+fn survives_a_takeover(dir: &Path, kind: &str, probe: &Path) {
+    let mut service = Service::start_args(
+        &dir.join(kind),
+        &["--agents", "2", "--slots", "4", "--standby", "1"],
+    );
+    let pilot = service.pilot.clone();
+    wait_for("the standby", Duration::from_secs(30), || {
+        standbys(&pilot).len() == 1
+    });
+    let name = probe.file_name().unwrap().to_str().unwrap().to_owned();
+    let submitted = run(saker()
+        .args(["submit", "--dir"])
+        .arg(&pilot)
+        .args(["--nodes", "2", "--ranks-per-node", "2", "--mpi", kind])
+        .arg("--")
+        .arg(probe)
+        .arg("sleep=6"));
+    assert!(submitted.status.success(), "{submitted:?}");
+    wait_for("four ranks", Duration::from_secs(60), || {
+        running(&name) == 4
+    });
+
+    service.child.kill().unwrap();
+    service.child.wait().unwrap();
+    wait_for("the standby to answer", Duration::from_secs(30), || {
+        run(saker().args(["status", "--dir"]).arg(&pilot))
+            .status
+            .success()
+    });
+    let waited = run(saker().args(["wait", "--dir"]).arg(&pilot));
+    assert!(waited.status.success(), "{kind}: {waited:?}");
+
+    let records = results(&pilot);
+    assert_eq!(records.len(), 1, "{kind}: {records:?}");
+    let record = &records[0];
+    assert_eq!(record["state"], "succeeded", "{kind}: {record}");
+    assert_eq!(record["attempts"], 1, "{kind}: started once: {record}");
+    let stdout = record["stdout"].as_str().unwrap();
+    let ranks: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.starts_with("probe rank="))
+        .collect();
+    assert_eq!(ranks.len(), 4, "{kind}: every rank's line: {stdout}");
+    for line in &ranks {
+        assert_eq!(field(line, "size"), "4", "{kind}: {line}");
+    }
+    assert!(stdout.contains("probe done"), "{kind}: {stdout}");
+    let status = run(saker().args(["status", "--dir"]).arg(&pilot));
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains("adopted   1 running, 0 ended while away; 0 stopped, 0 nodes missing"),
+        "{kind}: {status}"
+    );
+    drop(service);
+}
+
+#[test]
+fn a_running_mpi_job_survives_a_takeover_and_runs_once() {
+    let dir = tempfile::tempdir().unwrap();
+    for kind in ["openmpi", "mpich"] {
+        let Some(built) = mpi_probe(kind, dir.path()) else {
+            continue;
+        };
+        // A name of its own: ranks of other tests (run beside this one) are not
+        // counted as its.
+        let probe = dir.path().join(format!("tk-{kind}"));
+        std::fs::copy(&built, &probe).unwrap();
+        survives_a_takeover(dir.path(), kind, &probe);
+    }
+}
