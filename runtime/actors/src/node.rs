@@ -179,7 +179,16 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
     // Held for the life of the process: a resumed root sees this node's agent lives.
     // Another agent of the same node (a stale copy) is the root's to supersede.
     let _node_lock = match crate::node_lock::take(&options.pilot_dir, node) {
-        Ok(lock) => lock,
+        Ok(Some(mut lock)) => {
+            // In an allocation, the root's supervisor reads which allocation's agent
+            // took the lock last (it may never see it held: an agent killed at once).
+            let allocation = std::env::var("SLURM_JOB_ID").unwrap_or_default();
+            if let Err(error) = lock.stamp(&allocation) {
+                tracing::debug!(%error, "could not stamp this node's lock");
+            }
+            Some(lock)
+        }
+        Ok(None) => None,
         Err(error) => {
             tracing::debug!(%error, "could not take this node's lock");
             None

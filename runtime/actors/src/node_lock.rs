@@ -18,7 +18,29 @@ pub fn path(dir: &Path, node: u32) -> PathBuf {
 /// A node's lock, held until dropped or the process ends.
 #[derive(Debug)]
 pub struct NodeLock {
-    _file: File,
+    file: File,
+}
+
+impl NodeLock {
+    /// Writes `stamp` (the allocation the holder runs in) into the lock file: a
+    /// supervisor that never saw the lock held still learns that this allocation's
+    /// agent took it, and has ended if the lock is free ([`stamp_of`]).
+    pub fn stamp(&mut self, stamp: &str) -> std::io::Result<()> {
+        use std::io::{Seek, Write};
+        self.file.set_len(0)?;
+        self.file.rewind()?;
+        self.file.write_all(stamp.as_bytes())
+    }
+}
+
+/// What the last holder of node `node`'s lock wrote into it ([`NodeLock::stamp`]);
+/// empty if nothing, or no lock file.
+pub fn stamp_of(dir: &Path, node: u32) -> std::io::Result<String> {
+    match std::fs::read_to_string(path(dir, node)) {
+        Ok(stamp) => Ok(stamp),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(error) => Err(error),
+    }
 }
 
 /// Takes node `node`'s lock; `None` if another process holds it.
@@ -26,7 +48,7 @@ pub fn take(dir: &Path, node: u32) -> std::io::Result<Option<NodeLock>> {
     let file = open(dir, node)?;
     let request = whole_file();
     match fcntl(&file, FcntlArg::F_OFD_SETLK(&request)) {
-        Ok(_) => Ok(Some(NodeLock { _file: file })),
+        Ok(_) => Ok(Some(NodeLock { file })),
         Err(Errno::EAGAIN | Errno::EACCES) => Ok(None),
         Err(errno) => Err(errno.into()),
     }
@@ -84,10 +106,15 @@ mod tests {
         );
         assert!(held(dir.path(), 3).unwrap());
         assert!(!held(dir.path(), 4).unwrap(), "per node");
+        let mut lock = lock;
+        lock.stamp("77").unwrap();
+        lock.stamp("4242").unwrap();
         drop(lock);
         assert!(
             !held(dir.path(), 3).unwrap(),
             "free once its holder is gone"
         );
+        assert_eq!(stamp_of(dir.path(), 3).unwrap(), "4242", "its stamp stays");
+        assert_eq!(stamp_of(dir.path(), 5).unwrap(), "", "no lock file");
     }
 }

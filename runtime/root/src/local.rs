@@ -13,6 +13,7 @@ use saker_actors::liveness::Liveness;
 pub use saker_node::offer::liveness_arguments;
 
 mod supervise;
+pub(crate) use supervise::Start;
 pub use supervise::{FIRST_BACKOFF, MAX_BACKOFF, MAX_RESTARTS};
 
 /// How many agents, with how many slots each, in a tree of what fan-out.
@@ -208,19 +209,44 @@ impl AgentProcesses {
         }
     }
 
+    /// The agents' step of an allocation, and a supervisor that starts a node's agent
+    /// again in a step of its own when the step's ends (`start`), while the pilot runs.
+    pub fn supervised_step(
+        step: tokio::process::Child,
+        start: Start,
+        dir: &Path,
+        nodes: u32,
+        stopping: Arc<AtomicBool>,
+    ) -> Self {
+        let supervisor = supervise::Supervisor::start_expecting(
+            start,
+            dir.to_path_buf(),
+            (0..nodes).collect(),
+            crate::slurm::AGENT_START_GRACE,
+            &std::env::var("SLURM_JOB_ID").unwrap_or_default(),
+            stopping,
+        );
+        AgentProcesses {
+            children: vec![step],
+            supervisor: Some(supervisor),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.children.is_empty() && self.supervisor.is_none()
     }
 
     /// Whether any agent process (or the step that runs them) is still running, or a
-    /// local node's agent will be started again.
+    /// node's agent will be started again.
     pub fn any_running(&mut self) -> bool {
-        if let Some(supervisor) = &self.supervisor {
-            return supervisor.any_running();
-        }
-        self.children
+        let step = self
+            .children
             .iter_mut()
-            .any(|c| matches!(c.try_wait(), Ok(None)))
+            .any(|c| matches!(c.try_wait(), Ok(None)));
+        step || self
+            .supervisor
+            .as_ref()
+            .is_some_and(supervise::Supervisor::any_running)
     }
 
     /// Waits for every agent to exit (after a shutdown), killing stragglers.
@@ -238,10 +264,11 @@ impl AgentProcesses {
 
     /// Process ids, for tests that kill agents.
     pub fn pids(&self) -> Vec<u32> {
-        match &self.supervisor {
-            Some(supervisor) => supervisor.pids(),
-            None => self.children.iter().filter_map(|c| c.id()).collect(),
+        let mut pids: Vec<u32> = self.children.iter().filter_map(|c| c.id()).collect();
+        if let Some(supervisor) = &self.supervisor {
+            pids.extend(supervisor.pids());
         }
+        pids
     }
 }
 

@@ -664,7 +664,32 @@ fn start_agents(
                 &options.liveness,
             )
             .map_err(PilotError::StartSrun)?;
-            Ok(AgentProcesses::from_children(vec![step]))
+            // A node whose agent dies while the node lives gets another, in a step of
+            // its own; without the node list's order that cannot be placed.
+            match saker_slurm::hostlist::expand(&allocation.node_list) {
+                Ok(hosts) if hosts.len() == allocation.nodes as usize => {
+                    let start = crate::slurm::agent_restarter(
+                        &command,
+                        dir.path(),
+                        hosts,
+                        *fanout,
+                        *slots_per_node,
+                        &options.liveness,
+                    );
+                    Ok(AgentProcesses::supervised_step(
+                        step,
+                        start,
+                        dir.path(),
+                        allocation.nodes,
+                        stopping,
+                    ))
+                }
+                other => {
+                    tracing::warn!(?other, node_list = %allocation.node_list,
+                        "the allocation's nodes are not known in order: agents that die are not started again");
+                    Ok(AgentProcesses::from_children(vec![step]))
+                }
+            }
         }
     }
 }

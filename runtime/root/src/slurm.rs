@@ -180,6 +180,62 @@ pub fn srun_one(job_name: &str) -> tokio::process::Command {
     command
 }
 
+/// How long the agents' step has to start each node's agent (it takes its node's
+/// lock) before the root starts one there itself.
+pub const AGENT_START_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What starts node `node`'s agent again, in a step of its own on that node, when the
+/// agents' step lost it (killed, crashed) while the node lives: `hosts` are the
+/// allocation's nodes in the step's order (node `i` runs on `hosts[i]`). Its log is
+/// appended to the node's.
+pub fn agent_restarter(
+    command: &AgentCommand,
+    dir: &Path,
+    hosts: Vec<String>,
+    fanout: u32,
+    slots_per_node: Option<u32>,
+    liveness: &Liveness,
+) -> crate::local::Start {
+    let command = command.clone();
+    let dir = dir.to_path_buf();
+    let liveness = crate::local::liveness_arguments(liveness);
+    Box::new(move |node| {
+        let host = hosts.get(node as usize).ok_or_else(|| {
+            std::io::Error::other(format!("node {node} is not in the allocation"))
+        })?;
+        let srun = std::env::var_os("SAKER_SRUN").unwrap_or_else(|| "srun".into());
+        let mut srun = tokio::process::Command::new(srun);
+        srun.envs(command.env.iter().map(|(k, v)| (k, v)))
+            .args([
+                "--overlap",
+                "--whole",
+                "--nodes=1",
+                "--ntasks=1",
+                "--mem=0",
+                "--kill-on-bad-exit=0",
+                "--job-name=saker-agent",
+                "--open-mode=append",
+            ])
+            .arg(format!("--nodelist={host}"))
+            .arg(format!(
+                "--output={}",
+                dir.join("logs").join(format!("agent-{host}.log")).display()
+            ))
+            .arg(&command.program)
+            .args(&command.args)
+            .arg("--dir")
+            .arg(&dir)
+            .args(["--fanout", &fanout.to_string(), "--node", &node.to_string()])
+            .args(&liveness);
+        if let Some(slots) = slots_per_node {
+            srun.args(["--cores", &slots.to_string()]);
+        }
+        srun.stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+    })
+}
+
 /// Starts the agents' `srun` step.
 pub fn srun_agents(
     command: &AgentCommand,

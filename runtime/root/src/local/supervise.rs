@@ -27,7 +27,7 @@ pub const MAX_RESTARTS: u32 = 5;
 pub const STEADY: Duration = Duration::from_secs(600);
 
 /// Starts node `node`'s agent process.
-pub(super) type Start = Box<dyn Fn(u32) -> std::io::Result<Child> + Send>;
+pub(crate) type Start = Box<dyn Fn(u32) -> std::io::Result<Child> + Send>;
 
 #[derive(Debug)]
 enum Run {
@@ -35,6 +35,13 @@ enum Run {
     Ours(Child, Instant),
     /// An earlier root's agent holds the node: ours starts once it is gone.
     Theirs,
+    /// Started by someone else (an allocation's `srun` step): theirs once it holds its
+    /// node's lock; ours starts if it does not by then.
+    /// `stamp`: what this allocation's agent writes into the lock it takes.
+    Expected(Instant, Arc<str>),
+    /// The node's lock cannot be asked about (a filesystem without such locks): not
+    /// supervised.
+    Unknown,
     /// Ours ended; the next starts then.
     Waiting(Instant),
     /// Ended too often.
@@ -68,6 +75,39 @@ impl Supervisor {
         theirs: Vec<u32>,
         stopping: Arc<AtomicBool>,
     ) -> Supervisor {
+        Supervisor::supervise(start, dir, ours, theirs, Vec::new(), stopping)
+    }
+
+    /// Supervises `expected` nodes whose agents another process starts (an
+    /// allocation's `srun` step): a node whose agent has not taken its lock within
+    /// `grace`, or whose agent ends, gets one of ours.
+    /// An agent killed before this supervisor saw its lock held is known by the
+    /// `stamp` it left in the lock file (its allocation's job id): replaced at once.
+    pub(crate) fn start_expecting(
+        start: Start,
+        dir: PathBuf,
+        expected: Vec<u32>,
+        grace: Duration,
+        stamp: &str,
+        stopping: Arc<AtomicBool>,
+    ) -> Supervisor {
+        let until = Instant::now() + grace;
+        let stamp: Arc<str> = stamp.into();
+        let expected = expected
+            .into_iter()
+            .map(|node| (node, until, Arc::clone(&stamp)))
+            .collect();
+        Supervisor::supervise(start, dir, Vec::new(), Vec::new(), expected, stopping)
+    }
+
+    fn supervise(
+        start: Start,
+        dir: PathBuf,
+        ours: Vec<(u32, Child)>,
+        theirs: Vec<u32>,
+        expected: Vec<(u32, Instant, Arc<str>)>,
+        stopping: Arc<AtomicBool>,
+    ) -> Supervisor {
         let now = Instant::now();
         let mut nodes: Vec<Node> = ours
             .into_iter()
@@ -79,6 +119,11 @@ impl Supervisor {
             .chain(theirs.into_iter().map(|node| Node {
                 node,
                 run: Run::Theirs,
+                restarts: 0,
+            }))
+            .chain(expected.into_iter().map(|(node, until, stamp)| Node {
+                node,
+                run: Run::Expected(until, stamp),
                 restarts: 0,
             }))
             .collect();
@@ -189,9 +234,36 @@ fn look_after(node: &mut Node, start: &Start, dir: &std::path::Path, now: Instan
             }
             _ => return,
         },
-        Run::Theirs => !saker_actors::node_lock::held(dir, node.node).unwrap_or(false),
+        Run::Theirs => match saker_actors::node_lock::held(dir, node.node) {
+            Ok(held) => !held,
+            Err(error) => {
+                tracing::warn!(node = node.node, %error,
+                    "cannot ask whether this node's agent lives; it is not supervised");
+                node.run = Run::Unknown;
+                return;
+            }
+        },
+        Run::Expected(until, stamp) => match saker_actors::node_lock::held(dir, node.node) {
+            Ok(true) => {
+                node.run = Run::Theirs;
+                return;
+            }
+            // Taken by this allocation's agent, which has ended since.
+            Ok(false) => {
+                now >= *until
+                    || (!stamp.is_empty()
+                        && saker_actors::node_lock::stamp_of(dir, node.node)
+                            .is_ok_and(|last| last == **stamp))
+            }
+            Err(error) => {
+                tracing::warn!(node = node.node, %error,
+                    "cannot ask whether this node's agent lives; it is not supervised");
+                node.run = Run::Unknown;
+                return;
+            }
+        },
         Run::Waiting(at) => now >= *at,
-        Run::GivenUp => return,
+        Run::GivenUp | Run::Unknown => return,
     };
     if !due {
         return;
@@ -296,6 +368,17 @@ mod tests {
         assert_eq!(left[0].id(), Some(second));
     }
 
+    /// A start that runs [`sleeper`]s, and the nodes it was asked for.
+    fn counting_sleepers() -> (Start, Arc<Mutex<Vec<u32>>>) {
+        let starts = Arc::new(Mutex::new(Vec::new()));
+        let counted = Arc::clone(&starts);
+        let start: Start = Box::new(move |node| {
+            counted.lock().unwrap().push(node);
+            sleeper(node)
+        });
+        (start, starts)
+    }
+
     /// A node whose process ended, as the supervisor keeps it.
     async fn ended(node: u32) -> Node {
         let mut child = tokio::process::Command::new("true").spawn().unwrap();
@@ -310,12 +393,7 @@ mod tests {
     #[tokio::test]
     async fn an_ended_agent_waits_its_backoff_and_none_starts_once_the_pilot_stops() {
         let dir = tempfile::tempdir().unwrap();
-        let starts = Arc::new(Mutex::new(Vec::new()));
-        let counted = Arc::clone(&starts);
-        let start: Start = Box::new(move |node| {
-            counted.lock().unwrap().push(node);
-            sleeper(node)
-        });
+        let (start, starts) = counting_sleepers();
         let now = Instant::now();
         let mut nodes = vec![ended(0).await];
         tick(&mut nodes, &start, dir.path(), now, false);
@@ -338,5 +416,49 @@ mod tests {
         tick(&mut nodes, &start, dir.path(), now + MAX_BACKOFF * 2, true);
         assert!(matches!(nodes[0].run, Run::Ours(..)), "left as it ended");
         assert_eq!(*starts.lock().unwrap(), [0], "nothing more started");
+    }
+
+    #[tokio::test]
+    async fn an_agent_another_step_starts_is_watched_and_replaced_only_when_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (start, starts) = counting_sleepers();
+        let now = Instant::now();
+        let grace = Duration::from_secs(60);
+        let mut nodes: Vec<Node> = [0, 1, 2]
+            .map(|node| Node {
+                node,
+                run: Run::Expected(now + grace, "81".into()),
+                restarts: 0,
+            })
+            .into();
+        // Node 2's agent took its lock and was killed before any look: its stamp
+        // says so, and it is replaced at once. (A stamp of another allocation, left
+        // in the pilot directory before, does not count.)
+        let mut gone = saker_actors::node_lock::take(dir.path(), 2)
+            .unwrap()
+            .unwrap();
+        gone.stamp("81").unwrap();
+        drop(gone);
+        let mut older = saker_actors::node_lock::take(dir.path(), 0)
+            .unwrap()
+            .unwrap();
+        older.stamp("80").unwrap();
+        drop(older);
+        // Node 1's agent has started and holds its lock; node 0's has not.
+        let lock = saker_actors::node_lock::take(dir.path(), 1)
+            .unwrap()
+            .unwrap();
+        tick(&mut nodes, &start, dir.path(), now, false);
+        assert!(
+            matches!(nodes[0].run, Run::Expected(..)),
+            "within its grace"
+        );
+        assert!(matches!(nodes[1].run, Run::Theirs));
+        assert_eq!(*starts.lock().unwrap(), [2]);
+        // The grace is over for node 0: ours; node 1's agent dies: ours at once.
+        drop(lock);
+        tick(&mut nodes, &start, dir.path(), now + grace, false);
+        assert_eq!(*starts.lock().unwrap(), [2, 0, 1]);
+        assert!(nodes.iter().all(|node| matches!(node.run, Run::Ours(..))));
     }
 }
