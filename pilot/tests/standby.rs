@@ -9,7 +9,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{
-    Service, assert_one_result_per_task, processes, results, run, saker, standbys, wait_for,
+    Service, agent_pid, assert_one_result_per_task, processes, results, run, saker, sigkill,
+    standbys, wait_for,
 };
 
 fn executed(log: &Path) -> Vec<u32> {
@@ -286,6 +287,54 @@ fn a_standby_adopts_running_tasks_and_none_starts_twice() {
     // Two rounds of 5 s and a takeover; replays would have been a third round.
     eprintln!("makespan {makespan:?}");
     assert!(makespan < Duration::from_secs(13), "{makespan:?}");
+    drop(service);
+    all_gone(&pilot);
+}
+
+/// The standby that took over supervises the agents it adopted as the root it
+/// replaced did: one SIGKILLed afterwards is started again, and its node takes work.
+#[test]
+fn a_standby_that_took_over_starts_a_killed_agent_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("nodes.log");
+    let mut service = Service::start_args(
+        dir.path(),
+        &["--agents", "2", "--slots", "2", "--standby", "1"],
+    );
+    let pilot = service.pilot.clone();
+    wait_for("the standby", Duration::from_secs(30), || {
+        standbys(&pilot).len() == 1
+    });
+    service.child.kill().unwrap();
+    service.child.wait().unwrap();
+    wait_for("the standby to answer", Duration::from_secs(30), || {
+        run(saker().args(["status", "--dir"]).arg(&pilot))
+            .status
+            .success()
+    });
+    let old = agent_pid(&pilot, 1).expect("node 1's agent");
+    sigkill(old);
+    wait_for("another agent of node 1", Duration::from_secs(30), || {
+        agent_pid(&pilot, 1).is_some_and(|pid| pid != old)
+    });
+    wait_for("both agents", Duration::from_secs(30), || {
+        let status = run(saker().args(["status", "--dir"]).arg(&pilot));
+        String::from_utf8_lossy(&status.stdout).contains("agents    2 ")
+    });
+    let script = format!("echo $SAKER_NODE >> {}; sleep 0.5", log.display());
+    let submitted = run(saker()
+        .args(["submit", "--array", "1-8", "--dir"])
+        .arg(&pilot)
+        .args(["--", "sh", "-c", &script]));
+    assert!(submitted.status.success());
+    let waited = run(saker().args(["wait", "--dir"]).arg(&pilot));
+    assert!(waited.status.success(), "{waited:?}");
+    let nodes: BTreeSet<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert!(nodes.contains("1"), "node 1 took work again: {nodes:?}");
     drop(service);
     all_gone(&pilot);
 }

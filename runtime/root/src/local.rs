@@ -209,10 +209,11 @@ impl AgentProcesses {
         }
     }
 
-    /// The agents' step of an allocation, and a supervisor that starts a node's agent
+    /// The agents' step of an allocation (none for a standby that took over: the
+    /// agents are the previous root's), and a supervisor that starts a node's agent
     /// again in a step of its own when the step's ends (`start`), while the pilot runs.
     pub fn supervised_step(
-        step: tokio::process::Child,
+        step: Option<tokio::process::Child>,
         start: Start,
         dir: &Path,
         nodes: u32,
@@ -227,7 +228,7 @@ impl AgentProcesses {
             stopping,
         );
         AgentProcesses {
-            children: vec![step],
+            children: step.into_iter().collect(),
             supervisor: Some(supervisor),
         }
     }

@@ -615,9 +615,10 @@ fn listen_for_agents(
     Ok(endpoint)
 }
 
-/// The agents: local processes, one `srun` step in an allocation, none for a standby
-/// (it adopts the agents of the root it replaces) or an elastic pilot (they come with
-/// its allocations, whose logs go to `DIR/logs`).
+/// The agents: local processes, one `srun` step in an allocation, none for an elastic
+/// pilot (they come with its allocations, whose logs go to `DIR/logs`). A standby
+/// that took over starts none but for a node whose agent is gone: it adopts the
+/// agents of the root it replaces, and supervises them as that root did.
 fn start_agents(
     options: &PilotOptions,
     dir: &PilotDir,
@@ -630,14 +631,14 @@ fn start_agents(
     }
     let command = &options.agent_command;
     match &options.agents {
-        _ if options.take_over => Ok(AgentProcesses::from_children(Vec::new())),
         Agents::Local(shape) => {
             let resources: Vec<Vec<String>> = shares
                 .iter()
                 .map(|share| offer::agent_arguments(share, &options.nodes))
                 .collect();
             let liveness = &options.liveness;
-            let adopting = options.resume;
+            // A resumed root, or a standby that took over: live agents are adopted.
+            let adopting = options.resume || options.take_over;
             spawn_agents(
                 command,
                 dir.path(),
@@ -655,15 +656,20 @@ fn start_agents(
             slots_per_node,
         } => {
             let command = offering(command, &options.nodes);
-            let step = srun_agents(
-                &command,
-                dir.path(),
-                allocation,
-                *fanout,
-                *slots_per_node,
-                &options.liveness,
-            )
-            .map_err(PilotError::StartSrun)?;
+            let step = if options.take_over {
+                None
+            } else {
+                let step = srun_agents(
+                    &command,
+                    dir.path(),
+                    allocation,
+                    *fanout,
+                    *slots_per_node,
+                    &options.liveness,
+                )
+                .map_err(PilotError::StartSrun)?;
+                Some(step)
+            };
             // A node whose agent dies while the node lives gets another, in a step of
             // its own; without the node list's order that cannot be placed.
             match saker_slurm::hostlist::expand(&allocation.node_list) {
@@ -687,7 +693,7 @@ fn start_agents(
                 other => {
                     tracing::warn!(?other, node_list = %allocation.node_list,
                         "the allocation's nodes are not known in order: agents that die are not started again");
-                    Ok(AgentProcesses::from_children(vec![step]))
+                    Ok(AgentProcesses::from_children(step.into_iter().collect()))
                 }
             }
         }
