@@ -40,13 +40,7 @@ fn survives_a_takeover(dir: &Path, kind: &str, probe: &Path) {
         running(&name) == 4
     });
 
-    service.child.kill().unwrap();
-    service.child.wait().unwrap();
-    wait_for("the standby to answer", Duration::from_secs(30), || {
-        run(saker().args(["status", "--dir"]).arg(&pilot))
-            .status
-            .success()
-    });
+    service.kill_for_standby();
     let waited = run(saker().args(["wait", "--dir"]).arg(&pilot));
     assert!(waited.status.success(), "{kind}: {waited:?}");
 

@@ -92,14 +92,7 @@ fn a_standby_takes_over_from_a_killed_root_and_loses_nothing() {
     });
 
     // The root dies outright: no goodbye, tasks mid-flight.
-    service.child.kill().unwrap();
-    service.child.wait().unwrap();
-    let killed = Instant::now();
-    wait_for("the standby to answer", Duration::from_secs(30), || {
-        run(saker().args(["status", "--dir"]).arg(&pilot))
-            .status
-            .success()
-    });
+    let killed = service.kill_for_standby();
     eprintln!("the standby answers {:?} after the kill", killed.elapsed());
     let mut waited = None;
     wait_for(
@@ -254,13 +247,7 @@ fn a_standby_adopts_running_tasks_and_none_starts_twice() {
         executed(&log).len() == 4
     });
 
-    service.child.kill().unwrap();
-    service.child.wait().unwrap();
-    wait_for("the standby to answer", Duration::from_secs(30), || {
-        run(saker().args(["status", "--dir"]).arg(&pilot))
-            .status
-            .success()
-    });
+    service.kill_for_standby();
     let waited = run(saker().args(["wait", "--dir"]).arg(&pilot));
     assert!(waited.status.success(), "{waited:?}");
     let makespan = began.elapsed();
@@ -305,13 +292,7 @@ fn a_standby_that_took_over_starts_a_killed_agent_again() {
     wait_for("the standby", Duration::from_secs(30), || {
         standbys(&pilot).len() == 1
     });
-    service.child.kill().unwrap();
-    service.child.wait().unwrap();
-    wait_for("the standby to answer", Duration::from_secs(30), || {
-        run(saker().args(["status", "--dir"]).arg(&pilot))
-            .status
-            .success()
-    });
+    service.kill_for_standby();
     let old = agent_pid(&pilot, 1).expect("node 1's agent");
     sigkill(old);
     wait_for("another agent of node 1", Duration::from_secs(30), || {

@@ -66,6 +66,22 @@ impl Service {
     }
 }
 
+impl Service {
+    /// SIGKILLs the root (no goodbye, tasks mid-flight) and waits for a standby to
+    /// answer in its place; returns when the root was killed.
+    pub fn kill_for_standby(&mut self) -> Instant {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        let killed = Instant::now();
+        super::wait_for("the standby to answer", Duration::from_secs(30), || {
+            run(saker().args(["status", "--dir"]).arg(&self.pilot))
+                .status
+                .success()
+        });
+        killed
+    }
+}
+
 impl Drop for Service {
     fn drop(&mut self) {
         let _ = run(saker().args(["shutdown", "--dir"]).arg(&self.pilot));
