@@ -198,7 +198,7 @@ impl Adoption {
                 self.hear_part(ctx, node, held, gang, &mut tally, &mut reconciled);
                 continue;
             }
-            let started = core_time(ctx, held.started_unix_us);
+            let started = ctx.core_time_past(held.started_unix_us);
             match ctx
                 .core
                 .handle_adopt(node, held.task, held.attempt, started, now)
@@ -283,7 +283,7 @@ impl Adoption {
         let started_unix_us = heard.clone().map(|&(at, _)| at).filter(|&at| at != 0).min();
         let all_ended = heard.clone().all(|&(_, ended)| ended);
         let now = ctx.now();
-        let started = started_unix_us.and_then(|at| core_time(ctx, at));
+        let started = started_unix_us.and_then(|at| ctx.core_time_past(at));
         let members = &pending.gang.nodes;
         match ctx
             .core
@@ -363,13 +363,4 @@ fn stop_heard(
             stops.push((*node, attempt));
         }
     }
-}
-
-/// The core's clock for wall-clock time `unix_us` (0: never): as long before now as
-/// the wall clock says.
-fn core_time(ctx: &Ctx, unix_us: u64) -> Option<Time> {
-    (unix_us != 0).then(|| {
-        let ago = ctx.timestamp().unix_micros().saturating_sub(unix_us);
-        Time(ctx.now().as_micros().saturating_sub(ago))
-    })
 }

@@ -96,4 +96,13 @@ impl Ctx {
             .filter(|ahead| *ahead > 0)?;
         Some(self.now().saturating_add_micros(ahead))
     }
+
+    /// The core's time for a past wall-clock time `unix_us` (0: never): as long
+    /// before now as the wall clock says.
+    pub(super) fn core_time_past(&self, unix_us: u64) -> Option<Time> {
+        (unix_us != 0).then(|| {
+            let ago = self.timestamp().unix_micros().saturating_sub(unix_us);
+            Time(self.now().as_micros().saturating_sub(ago))
+        })
+    }
 }
