@@ -28,6 +28,7 @@ from .futures import (
     as_completed,
     wait,
 )
+from .objects import ObjectError, Ref
 from .pilot import Pilot, PilotView
 
 __version__ = "0.1.0"
@@ -36,6 +37,8 @@ __all__ = [
     "Pilot",
     "PilotView",
     "Result",
+    "Ref",
+    "ObjectError",
     "SakerFuture",
     "Executor",
     "as_completed",

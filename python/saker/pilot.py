@@ -43,8 +43,10 @@ from .options import job_ids, timestamp, normalize_options, split_options
 from .results import Result
 from .errors import PilotClosed, PilotNotFound, SakerError, error_of
 from .futures import MODE_AUTO, MODE_CALL, MODE_COMMAND, MODE_RAW, Executor, Progress, SakerFuture, map_results
-from . import serialize
+from . import objects, serialize
+from .objects import Ref
 from .serialize import check_payload_size, dumps_call, prepare_chunk_function, prepare_function
+from .stores import Stores
 from .transport import Transport
 
 __all__ = ["Pilot"]
@@ -128,9 +130,28 @@ class _Target:
         """Runs ``fn(*args, **kwargs)`` on a Python worker; resolves to its return value.
 
         An exception raised there is raised again by ``result()``, with the worker's
-        traceback as its ``__cause__``.
+        traceback as its ``__cause__``. A :class:`Ref` among the arguments reaches
+        ``fn`` as the object it names.
         """
-        return self._function(dumps_call(fn, args, kwargs), "python", self._options, MODE_CALL)
+        objects.start_collecting()
+        try:
+            payload = dumps_call(fn, args, kwargs)
+        finally:
+            refs = objects.collected()
+        options = _reading(self._options, refs) if refs else self._options
+        return self._function(payload, "python", options, MODE_CALL)
+
+    def put(self, obj: Any, timeout: Optional[float] = 30.0) -> "Ref[Any]":
+        """Stores ``obj`` in the store of a node this client runs on; returns its
+        :class:`Ref`. Pass the ref to calls instead of the object: it is not sent again
+        with each, tasks run where it is, and large buffers (numpy arrays) reach the
+        function without a copy.
+        """
+        return self._pilot._object_stores().put(obj, self._pilot, timeout)
+
+    def get(self, ref: "Ref[T]", timeout: Optional[float] = 30.0) -> T:
+        """The object ``ref`` names, read from a node's store this client sees."""
+        return self._pilot._object_stores().get(ref, timeout)  # type: ignore[no-any-return]
 
     def map(
         self,
@@ -183,10 +204,17 @@ class _Target:
             gc.disable()
         try:
             for args in argument_tuples:
-                encoded = b2a(dumps_call(function, args, empty), newline=False).decode("ascii")
+                objects.start_collecting()
+                try:
+                    payload = dumps_call(function, args, empty)
+                finally:
+                    refs = objects.collected()
+                encoded = b2a(payload, newline=False).decode("ascii")
                 spec = {"function": {"kind": "python", "payload": encoded}}
                 if spec_options:
                     spec.update(spec_options)
+                if refs:
+                    spec.update(_reading(spec, refs))
                 job = {"spec": spec}
                 if job_options:
                     job.update(job_options)
@@ -208,6 +236,15 @@ class _Target:
         if progress:
             shown = Progress(len(futures) if chunksize == 1 else calls[0])
         return map_results(futures, deadline, ordered, chunksize > 1, shown)
+
+
+def _reading(options: Mapping[str, Any], refs: List[str]) -> Dict[str, Any]:
+    """``options`` with the objects of ``refs`` among the data items read."""
+    merged = dict(options)
+    reads = merged.get("reads") or []
+    reads = [reads] if isinstance(reads, str) else list(reads)
+    merged["reads"] = list(dict.fromkeys(reads + [objects.ITEM_PREFIX + ref for ref in refs]))
+    return merged
 
 
 def _waits(spec: Mapping[str, Any]) -> bool:
@@ -349,6 +386,7 @@ class Pilot(_Target):
         self._close_lock = threading.Lock()
         self.dir = connection.directory
         self.pilot_id = connection.pilot_id
+        self._stores: Optional[Stores] = None
 
     # -- opening
 
@@ -461,6 +499,12 @@ class Pilot(_Target):
         if connection is None:
             raise PilotClosed("this Pilot is closed")
         return connection
+
+    def _object_stores(self) -> Stores:
+        stores = self._stores
+        if stores is None:
+            stores = self._stores = Stores(self._require_connection(), self.pilot_id)
+        return stores
 
     def __repr__(self) -> str:
         state = "closed" if self._conn is None else "open"

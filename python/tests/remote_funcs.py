@@ -109,3 +109,36 @@ def log_then_sleep(log: str, seconds: float, value: Any) -> Any:
         out.write(f"{value}\n")
     time.sleep(seconds)
     return value
+
+
+def described(value: Any) -> Dict[str, Any]:
+    """What a call got: its type, its length and, for an array, whether it is a
+    read-only view of a mapped file (an object read from the node's store)."""
+    import mmap
+
+    described: Dict[str, Any] = {"type": type(value).__name__}
+    try:
+        described["len"] = len(value)
+    except TypeError:
+        pass
+    if type(value).__name__ == "ndarray":
+        base = value
+        while getattr(base, "base", None) is not None:
+            base = base.base
+        if isinstance(base, memoryview):
+            base = base.obj
+        described["mapped"] = isinstance(base, mmap.mmap)
+        described["writeable"] = bool(value.flags.writeable)
+        described["sum"] = int(value.sum())
+    return described
+
+
+def total(values: Any) -> int:
+    """The sum of a list of objects' lengths, or of a dict's values' lengths."""
+    if isinstance(values, dict):
+        values = list(values.values())
+    return sum(len(value) for value in values)
+
+
+def node() -> Optional[str]:
+    return os.environ.get("SAKER_NODE")

@@ -54,3 +54,19 @@ def test_the_quick_start_runs_as_written(saker_bin: str, tmp_path: Path, mode: s
     # map(progress=True) showed its line (tqdm's bar, or the plain one) on stderr.
     assert "100/100" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_objects_quick_start_runs_as_written(saker_bin: str, tmp_path: Path) -> None:
+    pytest.importorskip("numpy")
+    text = (PYTHON_DIR / "README.md").read_text()
+    block = re.search(r"<!-- quickstart: objects -->\n```python\n(.*?)```", text, flags=re.S)
+    assert block, "python/README.md has no objects quick start"
+    script = tmp_path / "objects.py"
+    script.write_text(block.group(1))
+    runner = tmp_path / "runner.py"
+    runner.write_text(RUNNER)
+    env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR), CLOUDPICKLE="with", SAKER_BIN=os.path.abspath(saker_bin))
+    done = subprocess.run([sys.executable, str(runner), str(script)], capture_output=True, text=True,
+                          env=env, timeout=180, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["True 8", "(2000000, 4)"], done.stdout

@@ -44,6 +44,19 @@ pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The file in a node's scratch directory that names its pilot and node: a client
+/// that reads it there knows it sees that node's items and objects.
+pub const NODE_MARK: &str = ".saker-node";
+
+/// Writes [`NODE_MARK`] in `dir`: `{"pilot_id": ..., "node": N}`, whole or not at all.
+pub fn write_node_mark(dir: &Path, pilot_id: &str, node: u32) -> std::io::Result<()> {
+    // A pilot id is letters, digits and dashes: Debug quotes it as JSON would.
+    let text = format!("{{\"pilot_id\": {pilot_id:?}, \"node\": {node}}}");
+    let partial = dir.join(format!("{NODE_MARK}.{}", std::process::id()));
+    std::fs::write(&partial, text)?;
+    std::fs::rename(&partial, dir.join(NODE_MARK))
+}
+
 /// A node's item files. See the module doc.
 #[derive(Debug)]
 pub struct ItemFiles {

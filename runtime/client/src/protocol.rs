@@ -79,6 +79,8 @@ pub enum Request {
     Result(ResultRequest),
     SubmitLines(Box<JobLines>),
     Provisioning(ProvisioningRequest),
+    Stores(StoresRequest),
+    PutObject(PutObjectRequest),
 }
 
 impl Request {
@@ -98,6 +100,8 @@ impl Request {
             Request::Result(_) => "result",
             Request::SubmitLines(_) => "submit_lines",
             Request::Provisioning(_) => "provisioning",
+            Request::Stores(_) => "stores",
+            Request::PutObject(_) => "put_object",
         }
     }
 }
@@ -241,6 +245,41 @@ pub struct ShutdownRequest {
 #[serde(deny_unknown_fields)]
 pub struct ProvisioningRequest {
     pub pause: bool,
+}
+
+/// `stores`: where each live node keeps its data items and objects. `ok` body:
+/// [`StoresReport`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoresRequest {}
+
+/// `ok` body of `stores`, nodes in id order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoresReport {
+    pub stores: Vec<NodeStore>,
+}
+
+/// One live node's store: its scratch directory, on the host it runs on. A client
+/// that sees the directory (it holds the node's mark, `.saker-node`, naming this
+/// pilot and node) may put objects there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStore {
+    pub node: saker_core::NodeId,
+    pub host: String,
+    pub scratch: String,
+}
+
+/// `put_object`: the client wrote `object` (`bytes` long) as the file
+/// [`object_item`](crate::spec::object_item) names in the scratch directory of
+/// `node`, renamed into place whole. The pilot records that `node` holds it, as a data
+/// item of that name, so that tasks that read it run there or fetch it. Answered
+/// (`ok`: `{}`) once durable; `unknown_node` when `node` is not live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutObjectRequest {
+    pub object: saker_core::ObjectId,
+    pub node: saker_core::NodeId,
+    pub bytes: u64,
 }
 
 /// `ok` body of `submit`: one entry per submitted job, in request order.
@@ -647,6 +686,8 @@ pub enum ErrorKind {
     DiskFull,
     /// An actor id the pilot does not know, or an actor that has ended.
     UnknownActor,
+    /// A node that is not live (`put_object`).
+    UnknownNode,
     /// The actor's node was lost while the call was in flight (or while no node
     /// could run it).
     ActorLost,
@@ -686,6 +727,7 @@ impl ErrorKind {
             ErrorKind::Internal => "internal",
             ErrorKind::DiskFull => "disk_full",
             ErrorKind::UnknownActor => "unknown_actor",
+            ErrorKind::UnknownNode => "unknown_node",
             ErrorKind::ActorLost => "actor_lost",
             ErrorKind::ActorPanicked => "actor_panicked",
             ErrorKind::ActorTypeMismatch => "actor_type_mismatch",

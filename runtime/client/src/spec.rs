@@ -331,6 +331,11 @@ pub fn valid_item_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
+/// The data item an object by reference is stored as: `obj-` and its 32 hex digits.
+pub fn object_item(object: saker_core::ObjectId) -> String {
+    format!("obj-{object}")
+}
+
 /// A custom resource's name: short, and plain enough to print and log anywhere.
 pub fn valid_resource_name(name: &str) -> bool {
     !name.is_empty()

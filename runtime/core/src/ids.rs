@@ -96,6 +96,67 @@ impl AttemptId {
     }
 }
 
+/// One object of the data plane: bytes that live in the nodes' stores and are passed
+/// by reference. Made by whoever creates the object (a client's put, an attempt's
+/// result), at random, so naming one needs no round trip to the root. Prints, and
+/// travels in JSON, as 32 hexadecimal digits.
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(
+    feature = "rkyv",
+    derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize),
+    rkyv(derive(Debug, Clone, Copy, PartialEq, Eq, Hash), compare(PartialEq))
+)]
+pub struct ObjectId(pub u128);
+
+impl ObjectId {
+    /// Reads 1 to 32 hexadecimal digits.
+    pub fn parse(text: &str) -> Option<ObjectId> {
+        if text.is_empty() || text.len() > 32 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        u128::from_str_radix(text, 16).ok().map(ObjectId)
+    }
+}
+
+impl fmt::Display for ObjectId {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "{:032x}", self.0)
+    }
+}
+
+impl fmt::Debug for ObjectId {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "ObjectId({self})")
+    }
+}
+
+#[cfg(feature = "rkyv")]
+impl ArchivedObjectId {
+    /// The id, read from a validated archive in place.
+    pub fn to_native(&self) -> ObjectId {
+        ObjectId(self.0.to_native())
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for ObjectId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for ObjectId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        ObjectId::parse(&text).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "invalid object id {text:?}: 1 to 32 hexadecimal digits expected"
+            ))
+        })
+    }
+}
+
 /// A point on the driver's monotonic clock, in microseconds from an origin the driver
 /// chooses (pilot start, say). The core never reads a clock; every input carries one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -194,6 +255,18 @@ mod tests {
             AttemptId::first_of_term(AttemptId::LAST_TERM),
             "terms past the last are numbered as the last"
         );
+    }
+
+    #[test]
+    fn object_ids_print_and_parse_as_32_hex_digits() {
+        let id = ObjectId(0xabc);
+        assert_eq!(id.to_string(), format!("{:0>32}", "abc"));
+        assert_eq!(ObjectId::parse(&id.to_string()), Some(id));
+        assert_eq!(ObjectId::parse("ABC"), Some(id));
+        assert_eq!(ObjectId::parse(&"f".repeat(32)), Some(ObjectId(u128::MAX)));
+        for bad in ["", "xyz", "-1", "+1", &"0".repeat(33)] {
+            assert_eq!(ObjectId::parse(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -125,7 +125,7 @@ pub use error::{
     AdoptError, AttemptError, CancelError, NodeError, RestoreError, SubmitError, UpdateError,
 };
 pub use hpc::{LauncherKind, MpiKind, UnknownKind};
-pub use ids::{AttemptId, JobId, NodeId, TaskId, Time};
+pub use ids::{AttemptId, JobId, NodeId, ObjectId, TaskId, Time};
 pub use output::{
     Assignment, AttemptOutcome, CancelSummary, Counts, Dispatch, Disposition, EarlierAttempts,
     Event, GangReservation, JobCounts, NodeLoss, SubmittedJob, TaskStatus, TerminalState,
@@ -137,6 +137,6 @@ pub use scheduler::{ConsistencyError, Core, MAX_PREFERRED_NODES};
 pub use {
     config::ArchivedPlacement,
     hpc::{ArchivedLauncherKind, ArchivedMpiKind},
-    ids::{ArchivedAttemptId, ArchivedJobId, ArchivedNodeId, ArchivedTaskId},
+    ids::{ArchivedAttemptId, ArchivedJobId, ArchivedNodeId, ArchivedObjectId, ArchivedTaskId},
     resources::ArchivedResources,
 };

@@ -18,9 +18,9 @@ use std::sync::Arc;
 
 use rkyv::{Archive, Deserialize, Serialize};
 pub use saker_core::{
-    ArchivedAttemptId, ArchivedJobId, ArchivedNodeId, ArchivedPlacement, ArchivedResources,
-    ArchivedTaskId, AttemptId, JobId, LauncherKind, MpiKind, NodeId, Placement, ResourceKind,
-    Resources, TaskId,
+    ArchivedAttemptId, ArchivedJobId, ArchivedNodeId, ArchivedObjectId, ArchivedPlacement,
+    ArchivedResources, ArchivedTaskId, AttemptId, JobId, LauncherKind, MpiKind, NodeId, ObjectId,
+    Placement, ResourceKind, Resources, TaskId,
 };
 
 /// Bumped on any change to the schema or framing. Checked in the stream preamble
@@ -38,7 +38,8 @@ pub use saker_core::{
 /// 11: `Outcome::WorkerFailed`.
 /// 12: `Hello::held` (adoption).
 /// 13: `Held::gang` (gang parts adopted), `Hello::actors` (placed actors adopted).
-pub const PROTOCOL_VERSION: u32 = 13;
+/// 14: `Hello::scratch` (clients on the node put objects there).
+pub const PROTOCOL_VERSION: u32 = 14;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
@@ -452,6 +453,10 @@ pub struct Hello {
     /// Lives of placed actors this agent still hosts from an earlier root: the root
     /// adopts each it restored from its journal and stops the rest.
     pub actors: Vec<HeldActor>,
+    /// The node's scratch directory, absolute: its data items and objects are files
+    /// there. A client that sees the directory (on the node, or through a shared
+    /// filesystem) puts objects in it and reads them from it directly.
+    pub scratch: String,
 }
 
 /// A life of a placed actor an agent hosts when it says hello ([`Hello::actors`]).

@@ -228,6 +228,10 @@ impl Actor for Agent {
         if let Err(error) = crate::items::create_private_dir(&config.scratch) {
             // Tasks that read or write data items will fail to; the rest run.
             tracing::warn!(%error, dir = %config.scratch.display(), "no scratch directory");
+        } else if let Err(error) =
+            crate::items::write_node_mark(&config.scratch, &config.pilot_id, config.node)
+        {
+            tracing::warn!(%error, dir = %config.scratch.display(), "cannot mark the scratch directory");
         }
         let files = ItemFiles::new(config.node, config.scratch.clone(), config.shared_scratch);
         let places = Places::new(
@@ -418,6 +422,10 @@ fn hello(config: &AgentConfig, held: Vec<Held>, actors: Vec<HeldActor>) -> FromA
         hosts_actors: actor_host::installed().is_some(),
         held,
         actors,
+        scratch: std::path::absolute(&config.scratch)
+            .unwrap_or_else(|_| config.scratch.clone())
+            .display()
+            .to_string(),
     })
 }
 

@@ -63,6 +63,7 @@ mod away;
 mod credit;
 mod gang;
 mod items;
+mod objects;
 mod report;
 mod slots;
 #[cfg(test)]
@@ -71,6 +72,7 @@ pub(crate) mod tests;
 pub use away::{AWAY_MEMORY_BYTES, MAX_UNACKED};
 pub use gang::{PartPlan, PartProcess, ProcessKind, exit_code};
 pub use items::ItemError;
+pub use objects::{Role, Store, StoreEffect, StoreError, StoreUsage, Tier};
 pub use report::Flush;
 
 /// The most prefetch a node holds, in rounds of its cores.

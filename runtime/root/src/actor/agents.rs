@@ -209,6 +209,7 @@ impl RootState {
         let joining = Joining {
             link,
             hostname: hello.hostname.clone(),
+            scratch: hello.scratch.clone(),
             capacity,
             hosts_actors: hello.hosts_actors,
         };

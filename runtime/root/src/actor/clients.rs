@@ -10,6 +10,7 @@ use super::replies::{disk_full, error, shutting_down};
 use super::state::RootState;
 use crate::client::{ClientRequest, Reply};
 use crate::records::Record;
+use saker_client::protocol::{NodeStore, PutObjectRequest, StoresReport};
 use saker_client::results::JobId;
 use saker_client::spec::{JobLines, JobRequest};
 use saker_client::{CancelReport, ErrorKind, SubmitReply, SubmitWait, SubmittedLines};
@@ -87,7 +88,43 @@ impl RootState {
                 self.actors
                     .on_actor_stop(&mut self.ctx, &self.nodes, actor, reply)
             }
+            ClientRequest::Stores { reply } => {
+                let _ = reply.send(Ok(self.stores()));
+            }
+            ClientRequest::PutObject { put, reply } => self.on_put_object(put, reply),
         }
+    }
+
+    fn stores(&self) -> StoresReport {
+        let mut stores: Vec<NodeStore> = self
+            .nodes
+            .iter()
+            .map(|(node, entry)| NodeStore {
+                node,
+                host: entry.hostname().to_owned(),
+                scratch: entry.scratch().to_owned(),
+            })
+            .collect();
+        stores.sort_unstable_by_key(|store| store.node);
+        StoresReport { stores }
+    }
+
+    fn on_put_object(&mut self, put: PutObjectRequest, reply: Reply<()>) {
+        if self.ctx.journal.waiting_for_space() {
+            let _ = reply.send(Err(disk_full()));
+            return;
+        }
+        if !self.nodes.contains(put.node) {
+            let message = format!(
+                "node {} is not live: put the object on a live node",
+                put.node
+            );
+            let _ = reply.send(Err(error(ErrorKind::UnknownNode, message)));
+            return;
+        }
+        let item = saker_client::spec::object_item(put.object);
+        self.items
+            .on_put(&mut self.ctx, put.node, item, put.bytes, reply);
     }
 
     fn on_submit(

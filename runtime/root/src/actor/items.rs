@@ -221,6 +221,25 @@ impl ItemTable {
         }
     }
 
+    /// A client put `item` (an object) on `node`: journaled, its readers told, and
+    /// answered once durable.
+    pub(super) fn on_put(
+        &mut self,
+        ctx: &mut Ctx,
+        node: NodeId,
+        item: String,
+        bytes: u64,
+        reply: crate::client::Reply<()>,
+    ) {
+        if !self.hold(&item, node, bytes) {
+            let _ = reply.send(Ok(()));
+            return;
+        }
+        self.prefer_readers_of(ctx, &item);
+        let record = Record::Item { item, node, bytes };
+        ctx.append(vec![record], super::journal::AfterJournal::Put { reply });
+    }
+
     /// A reader asks for bytes of an item: passed to a holder, or answered with why not.
     pub(super) fn on_item_read(
         &mut self,

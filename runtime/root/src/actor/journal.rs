@@ -132,6 +132,8 @@ pub enum AfterJournal {
         reply: Reply<UpdateReport>,
         report: UpdateReport,
     },
+    /// An object a client put, answered once durable.
+    Put { reply: Reply<()> },
 }
 
 impl AfterJournal {
@@ -168,6 +170,13 @@ impl AfterJournal {
             }
             (AfterJournal::AcknowledgeLines { reply, submitted }, outcome) => {
                 let answer = outcome.map(|()| submitted).map_err(|error| {
+                    RequestError::new(ErrorKind::Internal, format!("journal failed: {error}"))
+                });
+                let _ = reply.send(answer);
+                None
+            }
+            (AfterJournal::Put { reply }, outcome) => {
+                let answer = outcome.map_err(|error| {
                     RequestError::new(ErrorKind::Internal, format!("journal failed: {error}"))
                 });
                 let _ = reply.send(answer);

@@ -52,6 +52,8 @@ pub(super) struct Nodes {
 pub(super) struct Node {
     link: LinkId,
     hostname: String,
+    /// Its scratch directory, where its items and objects are files.
+    scratch: String,
     /// What it offers, in the root's kinds.
     capacity: Resources,
     /// Jobs whose definition it has.
@@ -73,6 +75,7 @@ pub(super) struct Node {
 pub(super) struct Joining {
     pub link: LinkId,
     pub hostname: String,
+    pub scratch: String,
     pub capacity: Resources,
     pub hosts_actors: bool,
 }
@@ -94,6 +97,10 @@ impl Node {
 
     pub(super) fn hostname(&self) -> &str {
         &self.hostname
+    }
+
+    pub(super) fn scratch(&self) -> &str {
+        &self.scratch
     }
 
     pub(super) fn capacity(&self) -> Resources {
@@ -170,6 +177,7 @@ impl Nodes {
             Node {
                 link: joining.link,
                 hostname: joining.hostname,
+                scratch: joining.scratch,
                 capacity: joining.capacity,
                 known: HashSet::new(),
                 forget: Vec::new(),

@@ -278,6 +278,7 @@ impl Owned {
         let joining = Joining {
             link: LinkId(u64::from(node)),
             hostname: format!("host{node}"),
+            scratch: String::new(),
             capacity,
             hosts_actors: false,
         };

@@ -29,6 +29,7 @@ mod elastic;
 mod failures;
 mod history;
 mod losses;
+mod objects;
 mod placed;
 mod updates;
 mod waiting;
@@ -140,6 +141,7 @@ impl Harness {
             hosts_actors: self.hosts_actors,
             held,
             actors,
+            scratch: format!("/scratch/node-{node}"),
         });
         self.agent_sends(u64::from(node), node, &hello);
     }
@@ -366,6 +368,7 @@ async fn a_task_asking_for_gpus_goes_only_to_a_node_that_offers_them() {
             hosts_actors: true,
             held: Vec::new(),
             actors: Vec::new(),
+            scratch: String::new(),
         });
         h.agent_sends(u64::from(node), node, &hello);
         let credit = FromAgent::Report(Report {
@@ -650,6 +653,7 @@ async fn a_stale_copy_of_a_node_is_superseded_and_cannot_end_the_live_one() {
         hosts_actors: true,
         held: Vec::new(),
         actors: Vec::new(),
+        scratch: String::new(),
     });
     h.agent_sends(50, 5, &hello);
     h.agent_sends(50, 5, &report_of(5, 1));

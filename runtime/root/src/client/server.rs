@@ -93,6 +93,15 @@ pub enum ClientRequest {
     },
     /// Stop or resume asking for allocations; answers whether now paused.
     Provisioning { pause: bool, reply: Reply<bool> },
+    /// Where each live node keeps its items and objects.
+    Stores {
+        reply: Reply<saker_client::protocol::StoresReport>,
+    },
+    /// A client put an object in a node's scratch: record it; answer once durable.
+    PutObject {
+        put: saker_client::protocol::PutObjectRequest,
+        reply: Reply<()>,
+    },
     /// Acknowledge, then stop the pilot.
     Shutdown {
         kill_running: bool,
@@ -575,6 +584,17 @@ impl<Q: ToRoot> Session<Q> {
                 )
                 .await;
             }
+            Request::Stores(_) => {
+                let (reply, answer) = oneshot::channel();
+                let request = ClientRequest::Stores { reply };
+                self.forward(id, request, answer, permit, |r| r).await;
+            }
+            Request::PutObject(put) => {
+                let (reply, answer) = oneshot::channel();
+                let request = ClientRequest::PutObject { put, reply };
+                self.forward(id, request, answer, permit, |()| serde_json::json!({}))
+                    .await;
+            }
             Request::Result(request) => {
                 let (reply, answer) = oneshot::channel();
                 let task = saker_client::results::TaskId(request.task);
@@ -807,6 +827,8 @@ pub(crate) fn parse_request(line: &[u8]) -> Result<(RequestId, Request), ParseFa
         "results" => body_of(&name, body).map(Request::Results),
         "shutdown" => body_of(&name, body).map(Request::Shutdown),
         "provisioning" => body_of(&name, body).map(Request::Provisioning),
+        "stores" => body_of(&name, body).map(Request::Stores),
+        "put_object" => body_of(&name, body).map(Request::PutObject),
         "update" => body_of(&name, body).map(Request::Update),
         "result" => body_of(&name, body).map(Request::Result),
         "actor_spawn" => body_of(&name, body).map(Request::ActorSpawn),

@@ -293,6 +293,7 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
                 }),
             }],
             actors: vec![HeldActor { actor: 5, life: 2 }],
+            scratch: "/tmp/saker-pilot-7f3a9c/node-3".to_owned(),
         }),
         FromAgent::ItemsWritten(ItemsWritten {
             node: NodeId(3),

@@ -18,6 +18,7 @@ mod away;
 mod credit;
 mod gang;
 mod items;
+mod objects;
 mod reports;
 mod slots;
 

@@ -11,6 +11,7 @@ fn joining(node: u32, cores: u32) -> Joining {
     Joining {
         link: LinkId(u64::from(node)),
         hostname: format!("host{node}"),
+        scratch: String::new(),
         capacity: Resources::cores(cores),
         hosts_actors: false,
     }

@@ -42,6 +42,7 @@ fn hello_again(h: &mut Harness, link: u64, node: u32, cores: u32) {
         hosts_actors: true,
         held: Vec::new(),
         actors: Vec::new(),
+        scratch: String::new(),
     });
     h.agent_sends(link, node, &hello);
 }

@@ -1,0 +1,327 @@
+"""Objects by reference: the file an object is stored as in a node's store.
+
+One object is one file, written once and never modified (it is renamed into place
+whole), so workers on the node map it and read its large buffers without a copy
+(truncating a file in place would fault the processes that map it).
+All integers are little-endian::
+
+    offset 0   8 bytes   magic b"SAKEROB1"
+           8   u32       header version (1)
+          12   u32       N, the number of out-of-band buffers
+          16   u64       P, the length of the pickle stream
+          24   N x (u64 offset, u64 length)   each buffer, offsets from the file's start
+    24 + 16N   P bytes   the pickle stream (protocol 5)
+               then each buffer, starting at a 64-byte aligned offset (zeros between)
+
+The stream is pickled with ``buffer_callback``: contiguous buffers of at least
+``INLINE_LIMIT`` bytes that pickle offers out of band (numpy arrays, anything wrapped
+in :class:`pickle.PickleBuffer`) are stored after it rather than in it; ``bytes`` and
+``bytearray`` always pickle in band. Reading maps the file read-only and gives
+``pickle.loads`` views of the mapping as the buffers: a numpy array comes back
+read-only, its memory the mapping itself, which lives as long as such a view does.
+A :class:`pickle.PickleBuffer` comes back as a read-only ``memoryview``.
+
+Pickling uses the package's pickler (:mod:`saker.serialize`): cloudpickle's when it
+is importable, else the standard one, ``__main__`` objects handled as for calls.
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import os
+import pickle
+import secrets
+import struct
+import sys
+import threading
+from typing import Any, Callable, Generic, List, Sequence, Tuple, TypeVar, Union
+
+from . import serialize
+from .errors import SakerError
+from .serialize import one_line
+
+__all__ = ["ObjectError", "Ref", "write_object", "read_object", "encode_object", "decode_object"]
+
+MAGIC = b"SAKEROB1"
+VERSION = 1
+ALIGN = 64
+#: Smaller buffers stay in the stream: below a page, a view saves nothing.
+INLINE_LIMIT = 4096
+_HEADER = struct.Struct("<8sIIQ")
+_SPAN = struct.Struct("<QQ")
+_ZEROS = bytes(ALIGN)
+# Python 3.13 can map without keeping a duplicate of the file descriptor open per
+# mapping; before that each object read holds one fd until its last view goes.
+_MAP_OPTIONS = {"trackfd": False} if sys.version_info >= (3, 13) else {}
+
+
+class ObjectError(SakerError):
+    """An object could not be stored, or a stored object could not be read."""
+
+
+def _align(offset: int) -> int:
+    return (offset + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _pickle(obj: Any, callback: Callable[[pickle.PickleBuffer], Any]) -> memoryview:
+    """``obj`` pickled (protocol 5) with the package's pickler."""
+    out = io.BytesIO()
+    pickler_class = serialize._CloudPickler or serialize._MainPickler
+    try:
+        pickler_class(out, protocol=5, buffer_callback=callback).dump(obj)
+    except SakerError:
+        raise  # its own hint (a lambda without cloudpickle, a script read from stdin)
+    except Exception as exc:
+        raise ObjectError(f"cannot store the {type(obj).__name__} object: {one_line(exc)}") from exc
+    return out.getbuffer()
+
+
+def _encode(obj: Any) -> Tuple[bytes, memoryview, List[memoryview], List[int], int]:
+    """``(header, stream, buffers, offsets, total size)`` of ``obj``'s file."""
+    buffers: List[memoryview] = []
+
+    def out_of_band(buffer: pickle.PickleBuffer) -> bool:
+        try:
+            raw = buffer.raw()
+        except BufferError:  # not contiguous: in band (pickle copies it)
+            return True
+        if raw.nbytes < INLINE_LIMIT:
+            return True
+        buffers.append(raw)
+        return False  # false means out of band
+
+    stream = _pickle(obj, out_of_band)
+    offsets: List[int] = []
+    end = _HEADER.size + _SPAN.size * len(buffers) + len(stream)
+    for raw in buffers:
+        offsets.append(_align(end))
+        end = offsets[-1] + raw.nbytes
+    header = _HEADER.pack(MAGIC, VERSION, len(buffers), len(stream))
+    header += b"".join(_SPAN.pack(offset, raw.nbytes) for offset, raw in zip(offsets, buffers))
+    return header, stream, buffers, offsets, end
+
+
+def _chunks(header: bytes, stream: Any, buffers: Sequence[memoryview], offsets: Sequence[int]) -> List[Any]:
+    """The file's bytes in order: header, stream, then padding and each buffer."""
+    chunks: List[Any] = [header, stream]
+    at = len(header) + len(stream)
+    for offset, raw in zip(offsets, buffers):
+        chunks += [_ZEROS[: offset - at], raw]
+        at = offset + raw.nbytes
+    return chunks
+
+
+def encode_object(obj: Any) -> Tuple[bytes, List[memoryview], int]:
+    """``obj`` in memory: ``(header_and_pickle, buffers, total_size)``.
+
+    ``header_and_pickle`` is the start of the file up to its first buffer (padding
+    included); each buffer follows at the offset its header gives, zeros between. The
+    buffers are views of ``obj``'s own memory, not copies.
+    """
+    header, stream, buffers, offsets, total = _encode(obj)
+    chunks = _chunks(header, stream, buffers, offsets)
+    head = b"".join(chunks[:3])  # header, stream, padding before the first buffer
+    return head, buffers, total
+
+
+def write_object(obj: Any, path: Union[str, "os.PathLike[str]"]) -> int:
+    """Stores ``obj`` at ``path`` and returns the file's size in bytes.
+
+    The file is written under a temporary name in the same directory and renamed into
+    place, so a reader finds the whole file or none. Not fsynced: a node's store is
+    tmpfs, and an object there does not outlive the node.
+    """
+    path = os.fspath(path)
+    header, stream, buffers, offsets, total = _encode(obj)
+    directory, name = os.path.split(path)
+    temporary = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise ObjectError(f"cannot write object {path}: {exc.strerror or one_line(exc)}") from exc
+    try:
+        try:
+            # write() measured twice as fast as ftruncate + mmap into tmpfs (which
+            # faults each page in); the buffers are written from views, not copied.
+            for chunk in _chunks(header, stream, buffers, offsets):
+                _write_all(fd, memoryview(chunk))
+        finally:
+            os.close(fd)
+        os.rename(temporary, path)
+    except BaseException as exc:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise ObjectError(f"cannot write object {path}: {exc.strerror or one_line(exc)}") from exc
+        raise
+    return total
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    done = 0
+    while done < len(view):  # write() may write less (Linux: at most ~2 GiB a call)
+        done += os.write(fd, view[done:])
+
+
+def read_object(path: Union[str, "os.PathLike[str]"]) -> Any:
+    """The object stored at ``path``; its large buffers are views of the file's mapping.
+
+    Raises :class:`ObjectError` when the file is missing or is not a whole object.
+    """
+    path = os.fspath(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ObjectError(f"cannot read object {path}: {exc.strerror or one_line(exc)}") from exc
+    try:
+        if os.fstat(fd).st_size == 0:  # mmap refuses an empty file
+            raise ObjectError(f"object {path} is empty (0 bytes), not a saker object")
+        mapping = mmap.mmap(fd, 0, access=mmap.ACCESS_READ, **_MAP_OPTIONS)
+    except OSError as exc:
+        raise ObjectError(f"cannot map object {path}: {exc.strerror or one_line(exc)}") from exc
+    finally:
+        os.close(fd)
+    view = memoryview(mapping)
+    try:
+        return _decode(view, f"object {path}")
+    finally:
+        view.release()  # views sliced from it stay valid
+        try:
+            mapping.close()  # no out-of-band buffers: unmap now
+        except BufferError:
+            pass  # the object uses views of it: it unmaps with the last of them
+
+
+def decode_object(data: Union[bytes, bytearray, memoryview]) -> Any:
+    """The object in ``data`` (a whole file's bytes); buffers are views of ``data``."""
+    view = memoryview(data)
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    return _decode(view, "object data")
+
+
+def _decode(view: memoryview, where: str) -> Any:
+    stream, buffers = _parse(view, where)
+    try:
+        return pickle.loads(stream, buffers=buffers)
+    except Exception as exc:
+        raise ObjectError(f"{where}: its pickle does not load: {one_line(exc)}") from exc
+    finally:
+        stream.release()
+        del buffers  # a traceback keeping this frame must not keep the mapping
+
+
+def _parse(view: memoryview, where: str) -> Tuple[memoryview, List[memoryview]]:
+    """The pickle stream and the buffers of a file's bytes, every bound checked."""
+    size = len(view)
+    if size < _HEADER.size:
+        raise ObjectError(f"{where} is truncated: {size} bytes, less than the {_HEADER.size}-byte header")
+    magic, version, count, length = _HEADER.unpack_from(view)
+    if magic != MAGIC:
+        raise ObjectError(f"{where} is not a saker object: magic {magic!r}, expected {MAGIC!r}")
+    if version != VERSION:
+        raise ObjectError(f"{where} has header version {version}, this client reads version {VERSION}")
+    start = _HEADER.size + _SPAN.size * count
+    if start > size:
+        raise ObjectError(
+            f"{where} is truncated: its table of {count} buffers ends at byte {start}, "
+            f"past its end ({size} bytes)"
+        )
+    end = start + length
+    if end > size:
+        raise ObjectError(f"{where} is truncated: its pickle stream ends at byte {end}, past its end ({size} bytes)")
+    spans = [_SPAN.unpack_from(view, _HEADER.size + _SPAN.size * i) for i in range(count)]
+    for i, (offset, nbytes) in enumerate(spans):
+        if offset < end or offset + nbytes > size:
+            raise ObjectError(
+                f"{where} is corrupt or truncated: buffer {i} (bytes {offset} to {offset + nbytes}) "
+                f"lies outside its data (bytes {end} to {size})"
+            )
+    # Sliced only once all is checked: a view left in a traceback would pin the map.
+    return view[start:end], [view[offset : offset + nbytes] for offset, nbytes in spans]
+
+
+# -- references
+
+
+T = TypeVar("T")
+
+#: The data item an object is stored as in a node's scratch (the pilot's object_item).
+ITEM_PREFIX = "obj-"
+_collecting = threading.local()
+
+
+class Ref(Generic[T]):
+    """A handle on an object in the pilot's stores, made by :meth:`Pilot.put`.
+
+    Passed as an argument of ``call``, ``map`` or ``submit`` (also inside lists,
+    dicts or tuples), it travels as its id: the task is run where the object is, or the
+    object fetched to it, and the function gets the object itself, its large buffers
+    read from the node's store without a copy (a numpy array is a read-only view).
+    """
+
+    __slots__ = ("id", "size", "_pilot")
+
+    def __init__(self, id: str, size: int, pilot: Any = None) -> None:
+        self.id = id
+        self.size = size
+        self._pilot = pilot
+
+    @property
+    def item(self) -> str:
+        """The data item the object is stored as (``reads=`` of a task using it)."""
+        return ITEM_PREFIX + self.id
+
+    def result(self) -> T:
+        """The object, read from a store this client sees (as :meth:`Pilot.get`)."""
+        if self._pilot is None:
+            raise ObjectError(f"{self!r} came from a task, not this client's put: read it with pilot.get(ref)")
+        return self._pilot.get(self)  # type: ignore[no-any-return]
+
+    def __reduce__(self) -> Tuple[Any, Tuple[str, int]]:
+        refs = getattr(_collecting, "refs", None)
+        if refs is not None:
+            refs.append(self.id)
+        return (_ref_argument, (self.id, self.size))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Ref) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __repr__(self) -> str:
+        return f"<saker.Ref {self.id} {self.size} B>"
+
+
+def _ref_argument(id: str, size: int) -> Any:
+    """A reference unpickled: the object itself on a worker, a :class:`Ref` elsewhere."""
+    scratch = os.environ.get("SAKER_SCRATCH")
+    if scratch and os.environ.get("SAKER_WORKER_KIND"):
+        return read_object(os.path.join(scratch, ITEM_PREFIX + id))
+    return Ref(id, size)
+
+
+def new_id() -> str:
+    """A fresh object id: 128 random bits as 32 hex digits."""
+    return secrets.token_hex(16)
+
+
+def start_collecting() -> None:
+    """Remembers the ids of the references pickled on this thread from now on."""
+    _collecting.refs = []
+
+
+def collected() -> List[str]:
+    """The ids pickled since :func:`start_collecting`, each once; stops collecting."""
+    refs = getattr(_collecting, "refs", None)
+    _collecting.refs = None
+    if not refs:
+        return _NONE  # every call without refs: no list made
+    return list(dict.fromkeys(refs))
+
+
+_NONE: List[str] = []

@@ -1,0 +1,128 @@
+"""The stores of a pilot's nodes as a client sees them: where it may put objects by
+reference and read them back.
+
+A node's store is its scratch directory (the pilot's ``stores`` request names it).
+This client *sees* a store when it can read the node's mark there (``.saker-node``,
+naming this pilot and node) and write in it: the client runs on that node, or the
+directory is on a filesystem both see. A put writes the object's file there whole
+(:func:`saker.objects.write_object`), then tells the pilot, which records it as a data
+item held by that node (``put_object``): tasks that read it run there, or fetch it. A
+get reads the file from any store this client sees that holds it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any, List, Optional, Tuple
+
+from .errors import SakerError
+from .objects import ITEM_PREFIX, ObjectError, Ref, new_id, read_object, write_object
+
+__all__ = ["Stores"]
+
+_MARK = ".saker-node"
+# Nodes join and leave: the list is asked again when older than this (seconds).
+_FRESH_FOR = 2.0
+
+
+class Stores:
+    """The stores of one connection's pilot; thread-safe."""
+
+    def __init__(self, connection: Any, pilot_id: str) -> None:
+        self._connection = connection
+        self._pilot_id = pilot_id
+        self._lock = threading.Lock()
+        self._seen: List[Tuple[int, str]] = []
+        self._asked = -1e9
+        self._next = 0
+
+    def seen(self, refresh: bool = False, timeout: Optional[float] = 30.0) -> List[Tuple[int, str]]:
+        """``(node, directory)`` of each store this client sees, by node. While the
+        pilot has no live node yet (just started), waits for one up to ``timeout``."""
+        with self._lock:
+            if refresh or not self._seen or time.monotonic() - self._asked > _FRESH_FOR:
+                deadline = None if timeout is None else time.monotonic() + timeout
+                delay = 0.01
+                while True:
+                    stores = self._ask(timeout)
+                    if stores or (deadline is not None and time.monotonic() >= deadline):
+                        break
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.25)
+                self._seen = [(node, directory) for node, directory in stores if self._sees(node, directory)]
+                self._asked = time.monotonic()
+            return list(self._seen)
+
+    def _ask(self, timeout: Optional[float]) -> List[Tuple[int, str]]:
+        """Every live node's store, as the pilot lists them."""
+        try:
+            answer = self._connection.request("stores", {}).result(timeout)
+        except SakerError as exc:
+            if getattr(exc, "kind", None) == "unknown_request":
+                raise ObjectError("this pilot has no object stores (it predates them): upgrade saker") from None
+            raise
+        return [(int(store["node"]), str(store["scratch"])) for store in answer.get("stores", [])]
+
+    def _sees(self, node: int, directory: str) -> bool:
+        try:
+            with open(os.path.join(directory, _MARK)) as mark:
+                said = json.load(mark)
+        except (OSError, ValueError):
+            return False
+        return (
+            isinstance(said, dict)
+            and said.get("pilot_id") == self._pilot_id
+            and said.get("node") == node
+            and os.access(directory, os.W_OK)
+        )
+
+    def put(self, obj: Any, pilot: Any, timeout: Optional[float] = 30.0) -> Ref[Any]:
+        """Stores ``obj`` in a store this client sees (in turn, to spread them)."""
+        for refresh in (False, True):
+            stores = self.seen(refresh, timeout)
+            if not stores:
+                continue
+            with self._lock:
+                node, directory = stores[self._next % len(stores)]
+                self._next += 1
+            id = new_id()
+            path = os.path.join(directory, ITEM_PREFIX + id)
+            size = write_object(obj, path)
+            try:
+                self._connection.request(
+                    "put_object", {"object": id, "node": node, "bytes": size}
+                ).result(timeout)
+            except BaseException as exc:
+                _remove(path)
+                if getattr(exc, "kind", None) == "unknown_node" and not refresh:
+                    continue  # the node left since the list was asked: another one
+                raise
+            return Ref(id, size, pilot)
+        raise ObjectError(
+            "no node's store of this pilot is visible from here: put() writes objects in "
+            "the scratch directory of a node this client runs on (or one on a filesystem "
+            "both see); run the driver on a node of the pilot"
+        )
+
+    def get(self, ref: Ref[Any], timeout: Optional[float] = 30.0) -> Any:
+        """The object ``ref`` names, read from a store this client sees."""
+        name = ITEM_PREFIX + ref.id
+        for refresh in (False, True):
+            for _node, directory in self.seen(refresh, timeout):
+                path = os.path.join(directory, name)
+                if os.path.exists(path):
+                    return read_object(path)
+        raise ObjectError(
+            f"object {ref.id} is in no store visible from here (it is on a node whose "
+            "scratch this client does not see)"
+        )
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

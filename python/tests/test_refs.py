@@ -1,0 +1,116 @@
+"""Objects by reference on real pilots: put, get, and refs as call arguments."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+import pickle
+
+import saker
+from saker import objects
+from saker.objects import ObjectError, Ref, read_object, write_object
+
+import remote_funcs
+
+
+def test_refs_pickled_while_collecting_are_named_once_each_in_order() -> None:
+    first, second = Ref("a" * 32, 1), Ref("b" * 32, 2)
+    objects.start_collecting()
+    pickle.dumps(([second, first], {"again": second}))
+    assert objects.collected() == ["b" * 32, "a" * 32]
+    assert objects.collected() == []
+    pickle.dumps(first)  # no longer collecting
+    assert objects.collected() == []
+
+
+def test_a_ref_unpickles_as_its_object_on_a_worker_and_as_a_ref_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref = Ref("c" * 32, 0)
+    write_object({"k": 1}, tmp_path / ref.item)
+    data = pickle.dumps([ref])
+    monkeypatch.delenv("SAKER_WORKER_KIND", raising=False)
+    assert pickle.loads(data) == [ref]
+    monkeypatch.setenv("SAKER_SCRATCH", str(tmp_path))
+    monkeypatch.setenv("SAKER_WORKER_KIND", "python")
+    assert pickle.loads(data) == [{"k": 1}]
+
+
+def test_put_then_get_returns_the_object_from_the_nodes_store(pilot: saker.Pilot) -> None:
+    value = {"name": "sample", "data": list(range(1000))}
+    ref = pilot.put(value)
+    assert isinstance(ref, Ref) and len(ref.id) == 32 and ref.size > 0
+    assert pilot.get(ref) == value
+    assert ref.result() == value
+    # The object is a file in a node's scratch, which the pilot counts as an item.
+    [(node, scratch)] = pilot._object_stores().seen()
+    assert read_object(os.path.join(scratch, ref.item)) == value
+    assert pilot.status()["items"] >= 1
+
+
+def test_a_ref_reaches_the_function_as_its_object_also_inside_lists_and_dicts(pilot: saker.Pilot) -> None:
+    blob = b"x" * 100_000
+    ref = pilot.put(blob)
+    assert pilot.call(remote_funcs.described, ref).result(60) == {"type": "bytes", "len": 100_000}
+    assert pilot.call(remote_funcs.total, [ref, ref, b"yz"]).result(60) == 200_002
+    assert pilot.call(remote_funcs.total, {"a": ref}).result(60) == 100_000
+    assert list(pilot.map(remote_funcs.total, [[ref], [ref, ref]])) == [100_000, 200_000]
+    with pilot.executor() as executor:
+        assert executor.submit(remote_funcs.total, (ref,)).result(60) == 100_000
+
+
+def test_a_numpy_array_arrives_as_a_read_only_view_of_the_store(pilot: saker.Pilot) -> None:
+    numpy = pytest.importorskip("numpy")
+    array = numpy.arange(4 << 20, dtype=numpy.int64)  # 32 MiB
+    ref = pilot.put(array)
+    got = pilot.call(remote_funcs.described, ref).result(60)
+    assert got == {
+        "type": "ndarray",
+        "len": 4 << 20,
+        "mapped": True,
+        "writeable": False,
+        "sum": int(array.sum()),
+    }
+    back = pilot.get(ref)
+    assert not back.flags.writeable and numpy.array_equal(back, array)
+
+
+def test_a_ref_no_store_holds_is_refused_by_name(pilot: saker.Pilot) -> None:
+    with pytest.raises(ObjectError, match="0" * 31 + "1"):
+        pilot.get(Ref("0" * 31 + "1", 10))
+
+
+def test_put_without_a_visible_store_says_where_objects_go(
+    pilot: saker.Pilot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stores = saker.stores.Stores(pilot._require_connection(), pilot.pilot_id)
+    monkeypatch.setattr(stores, "_sees", lambda node, directory: False)
+    with pytest.raises(ObjectError, match="no node's store of this pilot is visible"):
+        stores.put(b"data", pilot)
+
+
+@pytest.fixture(scope="module")
+def two_agents(saker_bin: str) -> Iterator[saker.Pilot]:
+    with saker.Pilot.start(agents=2, slots=2, saker_bin=saker_bin) as p:
+        yield p
+
+
+def test_calls_on_any_node_read_an_object_put_on_one(two_agents: saker.Pilot) -> None:
+    pilot = two_agents
+    assert len(pilot._object_stores().seen(refresh=True)) == 2
+    refs = [pilot.put(bytes([n]) * 50_000) for n in range(4)]
+    # The puts are spread over both nodes' stores.
+    holders = {
+        node
+        for ref in refs
+        for node, scratch in pilot._object_stores().seen()
+        if Path(scratch, ref.item).exists()
+    }
+    assert holders == {0, 1}
+    # Each call runs where its object is, or has it fetched: all read it whole.
+    futures = [pilot.call(remote_funcs.described, ref) for ref in refs for _ in range(3)]
+    assert [f.result(60) for f in futures] == [{"type": "bytes", "len": 50_000}] * 12

@@ -1,0 +1,77 @@
+//! Objects a client puts in a node's store: the stores listed, a put answered once
+//! journaled (as a data item held by that node), refused on a node that is not live.
+
+use saker_client::ErrorKind;
+use saker_client::protocol::{NodeStore, PutObjectRequest};
+use saker_core::{NodeId, ObjectId};
+use tokio::sync::oneshot;
+
+use super::Harness;
+use crate::actor::RootMsg;
+use crate::client::ClientRequest;
+use crate::records::Record;
+
+type Answer = oneshot::Receiver<Result<(), saker_client::RequestError>>;
+
+fn put(h: &mut Harness, object: u128, node: u32, bytes: u64) -> Answer {
+    let (reply, answer) = oneshot::channel();
+    let put = PutObjectRequest {
+        object: ObjectId(object),
+        node: NodeId(node),
+        bytes,
+    };
+    h.handle(RootMsg::Client(ClientRequest::PutObject { put, reply }));
+    answer
+}
+
+#[tokio::test]
+async fn stores_list_each_live_node_with_its_scratch_directory() {
+    let mut h = Harness::new();
+    h.join(2, 1);
+    h.join(1, 1);
+    let (reply, mut answer) = oneshot::channel();
+    h.handle(RootMsg::Client(ClientRequest::Stores { reply }));
+    let stores = answer.try_recv().expect("answered at once").expect("ok");
+    let store = |node: u32| NodeStore {
+        node: NodeId(node),
+        host: format!("host{node}"),
+        scratch: format!("/scratch/node-{node}"),
+    };
+    assert_eq!(stores.stores, [store(1), store(2)]);
+}
+
+#[tokio::test]
+async fn a_put_is_answered_once_journaled_as_an_item_its_node_holds() {
+    let mut h = Harness::new();
+    h.join(1, 1);
+    let mut answer = put(&mut h, 0xab, 1, 4096);
+    assert!(
+        answer.try_recv().is_err(),
+        "not answered before it is durable"
+    );
+    let records = h.journal_durable();
+    let item = Record::Item {
+        item: format!("obj-{}", ObjectId(0xab)),
+        node: NodeId(1),
+        bytes: 4096,
+    };
+    assert!(records.contains(&item), "{records:?}");
+    assert_eq!(answer.try_recv().expect("answered"), Ok(()));
+    assert_eq!(h.status().items, 1);
+    // The same put again changes nothing: answered at once, nothing journaled.
+    let mut again = put(&mut h, 0xab, 1, 4096);
+    assert_eq!(again.try_recv().expect("answered at once"), Ok(()));
+    assert!(h.journal_durable().is_empty());
+}
+
+#[tokio::test]
+async fn a_put_on_a_node_that_is_not_live_is_refused_by_name() {
+    let mut h = Harness::new();
+    h.join(1, 1);
+    h.journal_durable();
+    let mut answer = put(&mut h, 1, 7, 10);
+    let error = answer.try_recv().expect("answered at once").unwrap_err();
+    assert_eq!(error.kind, ErrorKind::UnknownNode);
+    assert!(error.message.contains("node 7"), "{}", error.message);
+    assert!(h.journal_durable().is_empty());
+}
