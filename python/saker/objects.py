@@ -277,9 +277,10 @@ class Ref(Generic[T]):
 
     def result(self) -> T:
         """The object, read from a store this client sees (as :meth:`Pilot.get`)."""
-        if self._pilot is None:
-            raise ObjectError(f"{self!r} came from a task, not this client's put: read it with pilot.get(ref)")
-        return self._pilot.get(self)  # type: ignore[no-any-return]
+        pilot = self._pilot or (open_pilots[-1] if open_pilots else None)
+        if pilot is None:
+            raise ObjectError(f"{self!r}: no pilot is open in this process to read it through")
+        return pilot.get(self)  # type: ignore[no-any-return]
 
     def __reduce__(self) -> Tuple[Any, Tuple[str, int]]:
         refs = getattr(_collecting, "refs", None)
@@ -303,6 +304,20 @@ def _ref_argument(id: str, size: int) -> Any:
     if scratch and os.environ.get("SAKER_WORKER_KIND"):
         return read_object(os.path.join(scratch, ITEM_PREFIX + id))
     return Ref(id, size)
+
+
+#: The pilots this process has open, oldest first (kept by :class:`saker.Pilot`): a
+#: :class:`Ref` from a task's answer reads through the newest.
+open_pilots: List[Any] = []
+
+
+def store_result(name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> "Ref[Any]":
+    """Runs on a worker for a call with ``ref=True``: ``fn``'s value is stored in the
+    node's store as the data item ``name`` (the call's ``writes``), and its
+    :class:`Ref` answered instead of the value."""
+    value = fn(*args, **kwargs)
+    size = write_object(value, os.path.join(os.environ["SAKER_SCRATCH"], name))
+    return Ref(name[len(ITEM_PREFIX):], size)
 
 
 def new_id() -> str:

@@ -86,7 +86,7 @@ def normalize_options(options: Mapping[str, Any]) -> Dict[str, Any]:
             value = list(value)
             if not all(isinstance(tag, str) for tag in value):
                 raise TypeError(f"option {name} must be strings")
-        elif name in ("idempotent", "shell", "exclusive"):
+        elif name in ("idempotent", "shell", "exclusive", "ref"):
             if not isinstance(value, bool):
                 raise TypeError(f"option {name} must be a bool, not {value!r}")
         elif name == "resources":
@@ -118,6 +118,9 @@ def split_options(options: Mapping[str, Any], command: bool) -> Tuple[Dict[str, 
     """(spec fields, job fields) of normalized options; command options refused for functions."""
     spec = dict(options)
     job: Dict[str, Any] = {}
+    # ref=True (a call's value stored by reference) is the client's, not the spec's.
+    if spec.pop("ref", False) and command:
+        raise TypeError("option ref applies to calls, not commands")
     if "inline_output" in spec:
         job["inline_output"] = spec.pop("inline_output")
     if not command:

@@ -133,12 +133,18 @@ class _Target:
         traceback as its ``__cause__``. A :class:`Ref` among the arguments reaches
         ``fn`` as the object it names.
         """
+        options = self._options
+        if options.get("ref"):
+            name = objects.ITEM_PREFIX + objects.new_id()
+            fn, args = objects.store_result, (name, fn) + args  # type: ignore[assignment]
+            options = _writing(options, name)
         objects.start_collecting()
         try:
             payload = dumps_call(fn, args, kwargs)
         finally:
             refs = objects.collected()
-        options = _reading(self._options, refs) if refs else self._options
+        if refs:
+            options = _reading(options, refs)
         return self._function(payload, "python", options, MODE_CALL)
 
     def put(self, obj: Any, timeout: Optional[float] = 30.0) -> "Ref[Any]":
@@ -172,6 +178,9 @@ class _Target:
         """
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1")
+        by_ref = bool(self._options.get("ref"))
+        if by_ref and chunksize > 1:
+            raise ValueError("ref=True stores each call's value apart: use chunksize=1")
         deadline = None if timeout is None else time.monotonic() + timeout
         options = self._options
         connection = self._connection()
@@ -196,6 +205,7 @@ class _Target:
             argument_tuples = chunks()
             function = prepare_chunk_function()
         empty: Dict[str, Any] = {}
+        store = prepare_function(objects.store_result) if by_ref else None
         waits = _waits(spec_options)
         # Collections triggered by creating a future per call would more than double
         # the cost of this loop; whatever it leaves is collected after it.
@@ -204,9 +214,13 @@ class _Target:
             gc.disable()
         try:
             for args in argument_tuples:
+                written = None
+                if by_ref:
+                    written = objects.ITEM_PREFIX + objects.new_id()
+                    args = (written, function) + tuple(args)
                 objects.start_collecting()
                 try:
-                    payload = dumps_call(function, args, empty)
+                    payload = dumps_call(store if by_ref else function, args, empty)
                 finally:
                     refs = objects.collected()
                 encoded = b2a(payload, newline=False).decode("ascii")
@@ -215,6 +229,8 @@ class _Target:
                     spec.update(spec_options)
                 if refs:
                     spec.update(_reading(spec, refs))
+                if written:
+                    spec.update(_writing(spec, written))
                 job = {"spec": spec}
                 if job_options:
                     job.update(job_options)
@@ -244,6 +260,14 @@ def _reading(options: Mapping[str, Any], refs: List[str]) -> Dict[str, Any]:
     reads = merged.get("reads") or []
     reads = [reads] if isinstance(reads, str) else list(reads)
     merged["reads"] = list(dict.fromkeys(reads + [objects.ITEM_PREFIX + ref for ref in refs]))
+    return merged
+
+
+def _writing(options: Mapping[str, Any], item: str) -> Dict[str, Any]:
+    """``options`` with ``item`` among the data items written."""
+    merged = dict(options)
+    writes = merged.get("writes") or []
+    merged["writes"] = ([writes] if isinstance(writes, str) else list(writes)) + [item]
     return merged
 
 
@@ -387,6 +411,7 @@ class Pilot(_Target):
         self.dir = connection.directory
         self.pilot_id = connection.pilot_id
         self._stores: Optional[Stores] = None
+        objects.open_pilots.append(self)
 
     # -- opening
 
@@ -605,6 +630,8 @@ class Pilot(_Target):
         with self._close_lock:
             connection, self._conn = self._conn, None
             process, self._process = self._process, None
+        if self in objects.open_pilots:
+            objects.open_pilots.remove(self)
         asked = False
         if connection is not None:
             if process is not None and connection.closed:

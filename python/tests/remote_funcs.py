@@ -142,3 +142,7 @@ def total(values: Any) -> int:
 
 def node() -> Optional[str]:
     return os.environ.get("SAKER_NODE")
+
+
+def filled(byte: int, size: int) -> bytes:
+    return bytes([byte]) * size

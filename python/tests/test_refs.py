@@ -93,6 +93,22 @@ def test_put_without_a_visible_store_says_where_objects_go(
         stores.put(b"data", pilot)
 
 
+def test_a_call_with_ref_answers_a_ref_to_its_value_which_later_calls_read(pilot: saker.Pilot) -> None:
+    by_ref = pilot.options(ref=True)
+    ref = by_ref.call(remote_funcs.filled, 7, 200_000).result(60)
+    assert isinstance(ref, Ref) and ref.size > 200_000
+    assert pilot.get(ref) == bytes([7]) * 200_000
+    assert ref.result() == bytes([7]) * 200_000
+    # Chained: the next call reads it where it was written.
+    assert pilot.call(remote_funcs.described, ref).result(60) == {"type": "bytes", "len": 200_000}
+    refs = list(by_ref.map(remote_funcs.filled, [1, 2], [10, 20]))
+    assert [pilot.get(r) for r in refs] == [b"\x01" * 10, b"\x02" * 20]
+    with pytest.raises(ValueError, match="chunksize=1"):
+        by_ref.map(remote_funcs.filled, [1], [1], chunksize=2)
+    with pytest.raises(TypeError, match="ref applies to calls"):
+        by_ref.submit("true")
+
+
 @pytest.fixture(scope="module")
 def two_agents(saker_bin: str) -> Iterator[saker.Pilot]:
     with saker.Pilot.start(agents=2, slots=2, saker_bin=saker_bin) as p:
