@@ -28,6 +28,7 @@ is importable, else the standard one, ``__main__`` objects handled as for calls.
 from __future__ import annotations
 
 import io
+import itertools
 import mmap
 import os
 import pickle
@@ -35,7 +36,7 @@ import secrets
 import struct
 import sys
 import threading
-from typing import Any, Callable, Generic, List, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import serialize
 from .errors import SakerError
@@ -263,12 +264,14 @@ class Ref(Generic[T]):
     read from the node's store without a copy (a numpy array is a read-only view).
     """
 
-    __slots__ = ("id", "size", "_pilot")
+    __slots__ = ("id", "size", "_pilot", "_path")
 
     def __init__(self, id: str, size: int, pilot: Any = None) -> None:
         self.id = id
         self.size = size
         self._pilot = pilot
+        #: Where this client put it, if it did.
+        self._path: Optional[str] = None
 
     @property
     def item(self) -> str:
@@ -318,6 +321,31 @@ def store_result(name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
     value = fn(*args, **kwargs)
     size = write_object(value, os.path.join(os.environ["SAKER_SCRATCH"], name))
     return Ref(name[len(ITEM_PREFIX):], size)
+
+
+#: A call with an argument of at least this many bytes goes by reference when this
+#: client sees a store: its file is written once and mapped by the worker, where
+#: inline it would be pickled, sent as base64 through the root and its journal.
+BY_REFERENCE_FROM = 256 << 10
+
+
+def large_arguments(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
+    """Whether a top-level argument is a buffer of at least :data:`BY_REFERENCE_FROM`
+    bytes (bytes, bytearray, memoryview, a numpy array): cheap, nothing pickled."""
+    for value in itertools.chain(args, kwargs.values()):
+        size = getattr(value, "nbytes", None)
+        if size is None and isinstance(value, (bytes, bytearray)):
+            size = len(value)
+        if isinstance(size, int) and size >= BY_REFERENCE_FROM:
+            return True
+    return False
+
+
+def call_stored(call: Tuple[Callable[..., Any], Tuple[Any, ...], Dict[str, Any]]) -> Any:
+    """Runs on a worker: a call whose function and arguments were stored as one
+    object (the worker got them mapped, buffers without a copy)."""
+    fn, args, kwargs = call
+    return fn(*args, **kwargs)
 
 
 def new_id() -> str:

@@ -45,8 +45,8 @@ from .errors import PilotClosed, PilotNotFound, SakerError, error_of
 from .futures import MODE_AUTO, MODE_CALL, MODE_COMMAND, MODE_RAW, Executor, Progress, SakerFuture, map_results
 from . import objects, serialize
 from .objects import Ref
-from .serialize import check_payload_size, dumps_call, prepare_chunk_function, prepare_function
-from .stores import Stores
+from .serialize import PayloadTooLarge, check_payload_size, dumps_call, prepare_chunk_function, prepare_function
+from .stores import Stores, discard
 from .transport import Transport
 
 __all__ = ["Pilot"]
@@ -138,14 +138,39 @@ class _Target:
             name = objects.ITEM_PREFIX + objects.new_id()
             fn, args = objects.store_result, (name, fn) + args  # type: ignore[assignment]
             options = _writing(options, name)
-        objects.start_collecting()
-        try:
-            payload = dumps_call(fn, args, kwargs)
-        finally:
-            refs = objects.collected()
+        payload = None
+        if not objects.large_arguments(args, kwargs):
+            objects.start_collecting()
+            try:
+                payload = dumps_call(fn, args, kwargs)
+            except PayloadTooLarge:
+                if not self._pilot._object_stores().seen():
+                    raise
+            finally:
+                refs = objects.collected()
+        stored = None
+        if payload is None:
+            payload, refs, stored = self._call_by_reference(fn, args, kwargs)
         if refs:
             options = _reading(options, refs)
-        return self._function(payload, "python", options, MODE_CALL)
+        future: SakerFuture[T] = self._function(payload, "python", options, MODE_CALL)
+        if stored is not None:
+            # The stored call is this call's alone: its file goes when the call ends.
+            future.add_done_callback(lambda _: discard(stored))
+        return future
+
+    def _call_by_reference(self, fn: Any, args: Any, kwargs: Any) -> Any:
+        """A call's payload and refs with its function and arguments stored as one
+        object (put where this client sees a store), else inline as usual."""
+        stores = self._pilot._object_stores()
+        objects.start_collecting()
+        try:
+            if stores.seen():
+                stored = stores.put((fn, args, kwargs), self._pilot)
+                return dumps_call(objects.call_stored, (stored,), {}), objects.collected(), stored
+            return dumps_call(fn, args, kwargs), objects.collected(), None
+        finally:
+            objects.collected()
 
     def put(self, obj: Any, timeout: Optional[float] = 30.0) -> "Ref[Any]":
         """Stores ``obj`` in the store of a node this client runs on; returns its

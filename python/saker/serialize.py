@@ -292,11 +292,15 @@ def dumps_call(fn: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bytes:
     return payload
 
 
+class PayloadTooLarge(SakerError):
+    """A call larger than a function task may carry inline."""
+
+
 def _mib(size: int) -> str:
     return f"{size / (1 << 20):.1f} MiB"
 
 
-def _too_large(fn: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], size: int) -> SakerError:
+def _too_large(fn: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], size: int) -> PayloadTooLarge:
     """The error for a call too large to send, naming its largest argument."""
     what = getattr(fn, "__qualname__", None) or type(fn).__name__
     if type(fn) is _Preloaded:
@@ -314,7 +318,7 @@ def _too_large(fn: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], size: int
         arg_size, name, arg = max(sizes, key=lambda item: item[0])
         if arg_size > size // 2:
             largest = f" ({name}, {type(arg).__name__}, takes {_mib(arg_size)})"
-    return SakerError(
+    return PayloadTooLarge(
         f"cannot send {what}: its function and arguments pickle to {_mib(size)}{largest}, "
         f"over the {MAX_PAYLOAD >> 20} MiB a function task may carry; {_LARGE_DATA_HINT}"
     )

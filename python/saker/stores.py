@@ -100,7 +100,9 @@ class Stores:
                 if getattr(exc, "kind", None) == "unknown_node" and not refresh:
                     continue  # the node left since the list was asked: another one
                 raise
-            return Ref(id, size, pilot)
+            ref: Ref[Any] = Ref(id, size, pilot)
+            ref._path = path
+            return ref
         raise ObjectError(
             "no node's store of this pilot is visible from here: put() writes objects in "
             "the scratch directory of a node this client runs on (or one on a filesystem "
@@ -119,6 +121,12 @@ class Stores:
             f"object {ref.id} is in no store visible from here (it is on a node whose "
             "scratch this client does not see)"
         )
+
+
+def discard(ref: Ref[Any]) -> None:
+    """Removes the file of an object this client put (the pilot still lists it)."""
+    if ref._path:
+        _remove(ref._path)
 
 
 def _remove(path: str) -> None:

@@ -356,14 +356,14 @@ def test_running_guesses_from_the_whole_status_with_an_older_pilot(idle: saker.P
 def test_a_too_large_argument_is_refused_with_a_hint(pilot: saker.Pilot) -> None:
     jobs = pilot.status()["jobs"]
     big = b"x" * (20 << 20)
+    # (call sends such an argument by reference when a store is visible, as here:
+    # test_refs.py; map does not yet.)
     with pytest.raises(saker.SakerError) as info:
-        pilot.call(remote_funcs.identity, big)
+        list(pilot.map(remote_funcs.identity, [big, "small"]))
     message = str(info.value)
     assert "16 MiB" in message and "20.0 MiB" in message, message
     assert "argument 0, bytes" in message, message
     assert "files" in message and "data items" in message, message
-    with pytest.raises(saker.SakerError, match="16 MiB"):
-        list(pilot.map(remote_funcs.identity, [big, "small"]))
     with pytest.raises(saker.SakerError, match="16 MiB"):
         pilot.submit_function(b"\x01" + big)
     assert pilot.status()["jobs"] == jobs  # refused before sending

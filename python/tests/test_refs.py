@@ -15,6 +15,7 @@ from saker import objects
 from saker.objects import ObjectError, Ref, read_object, write_object
 
 import remote_funcs
+from conftest import wait_for
 
 
 def test_refs_pickled_while_collecting_are_named_once_each_in_order() -> None:
@@ -109,6 +110,33 @@ def test_a_call_with_ref_answers_a_ref_to_its_value_which_later_calls_read(pilot
         by_ref.submit("true")
 
 
+def test_a_large_argument_goes_by_reference_without_asking(pilot: saker.Pilot) -> None:
+    [(_, scratch)] = pilot._object_stores().seen()
+    kept = {n[4:] for n in os.listdir(scratch) if n.startswith("obj-")}
+    # Over the 16 MiB a call may carry inline: it is stored and mapped instead.
+    big = b"z" * (20 << 20)
+    assert pilot.call(remote_funcs.described, big).result(60) == {"type": "bytes", "len": 20 << 20}
+    numpy = pytest.importorskip("numpy")
+    array = numpy.ones(1 << 17)  # 1 MiB
+    got = pilot.call(remote_funcs.described, array).result(60)
+    assert got["mapped"] is True and got["sum"] == 1 << 17
+    # Each such call's object is its own: removed from the store once the call ended.
+    [(_, scratch)] = pilot._object_stores().seen()
+    wait_for(lambda: not [n for n in os.listdir(scratch) if n.startswith("obj-") and n[4:] not in kept],
+             what="the stored calls' files removed")
+
+
+def test_a_client_that_sees_no_store_still_sends_calls_inline_and_refuses_huge_ones(
+    pilot: saker.Pilot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pilot, "_stores", saker.stores.Stores(pilot._require_connection(), pilot.pilot_id))
+    monkeypatch.setattr(pilot._stores, "_sees", lambda node, directory: False)
+    assert pilot.call(remote_funcs.total, [b"a" * (1 << 20)]).result(60) == 1 << 20
+    assert pilot.call(remote_funcs.described, b"a" * (1 << 20)).result(60)["len"] == 1 << 20
+    with pytest.raises(saker.SakerError, match="over the 16 MiB"):
+        pilot.call(remote_funcs.described, b"z" * (20 << 20))
+
+
 @pytest.fixture(scope="module")
 def two_agents(saker_bin: str) -> Iterator[saker.Pilot]:
     with saker.Pilot.start(agents=2, slots=2, saker_bin=saker_bin) as p:
@@ -117,7 +145,8 @@ def two_agents(saker_bin: str) -> Iterator[saker.Pilot]:
 
 def test_calls_on_any_node_read_an_object_put_on_one(two_agents: saker.Pilot) -> None:
     pilot = two_agents
-    assert len(pilot._object_stores().seen(refresh=True)) == 2
+    # Both agents join in their own time: wait until both stores are listed.
+    wait_for(lambda: len(pilot._object_stores().seen(refresh=True)) == 2, what="both stores")
     refs = [pilot.put(bytes([n]) * 50_000) for n in range(4)]
     # The puts are spread over both nodes' stores.
     holders = {
