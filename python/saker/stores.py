@@ -36,6 +36,8 @@ class Stores:
         self._pilot_id = pilot_id
         self._lock = threading.Lock()
         self._seen: List[Tuple[int, str]] = []
+        #: How many stores the pilot listed when last asked (seen or not).
+        self._listed = 0
         self._asked = -1e9
         self._next = 0
 
@@ -43,7 +45,9 @@ class Stores:
         """``(node, directory)`` of each store this client sees, by node. While the
         pilot has no live node yet (just started), waits for one up to ``timeout``."""
         with self._lock:
-            if refresh or not self._seen or time.monotonic() - self._asked > _FRESH_FOR:
+            # Asked again when stale, and at once while the pilot had no node at all;
+            # a client that sees none of the nodes there are asks only when stale.
+            if refresh or self._listed == 0 or time.monotonic() - self._asked > _FRESH_FOR:
                 deadline = None if timeout is None else time.monotonic() + timeout
                 delay = 0.01
                 while True:
@@ -52,6 +56,7 @@ class Stores:
                         break
                     time.sleep(delay)
                     delay = min(delay * 2, 0.25)
+                self._listed = len(stores)
                 self._seen = [(node, directory) for node, directory in stores if self._sees(node, directory)]
                 self._asked = time.monotonic()
             return list(self._seen)
