@@ -137,40 +137,28 @@ class _Target:
         if options.get("ref"):
             name = objects.ITEM_PREFIX + objects.new_id()
             fn, args = objects.store_result, (name, fn) + args  # type: ignore[assignment]
-            options = _writing(options, name)
-        payload = None
-        if not objects.large_arguments(args, kwargs):
-            objects.start_collecting()
+            options = _with_items(options, "writes", [name])
+        stores = self._pilot._object_stores()
+        payload = stored = None
+        # Inline unless a large argument can go by reference, or it must.
+        if not (objects.large_arguments(args, kwargs) and stores.seen()):
             try:
-                payload = dumps_call(fn, args, kwargs)
+                payload, refs = _with_refs(dumps_call, fn, args, kwargs)
             except PayloadTooLarge:
-                if not self._pilot._object_stores().seen():
+                if not stores.seen():
                     raise
-            finally:
-                refs = objects.collected()
-        stored = None
         if payload is None:
-            payload, refs, stored = self._call_by_reference(fn, args, kwargs)
+            # Function and arguments stored as one object; the worker maps it.
+            stored, nested = _with_refs(stores.put, (fn, args, kwargs), self._pilot)
+            payload, refs = _with_refs(dumps_call, objects.call_stored, (stored,), {})
+            refs = nested + refs
         if refs:
-            options = _reading(options, refs)
+            options = _with_items(options, "reads", [objects.ITEM_PREFIX + ref for ref in refs])
         future: SakerFuture[T] = self._function(payload, "python", options, MODE_CALL)
         if stored is not None:
             # The stored call is this call's alone: its file goes when the call ends.
             future.add_done_callback(lambda _: discard(stored))
         return future
-
-    def _call_by_reference(self, fn: Any, args: Any, kwargs: Any) -> Any:
-        """A call's payload and refs with its function and arguments stored as one
-        object (put where this client sees a store), else inline as usual."""
-        stores = self._pilot._object_stores()
-        objects.start_collecting()
-        try:
-            if stores.seen():
-                stored = stores.put((fn, args, kwargs), self._pilot)
-                return dumps_call(objects.call_stored, (stored,), {}), objects.collected(), stored
-            return dumps_call(fn, args, kwargs), objects.collected(), None
-        finally:
-            objects.collected()
 
     def put(self, obj: Any, timeout: Optional[float] = 30.0) -> "Ref[Any]":
         """Stores ``obj`` in the store of a node this client runs on; returns its
@@ -243,19 +231,15 @@ class _Target:
                 if by_ref:
                     written = objects.ITEM_PREFIX + objects.new_id()
                     args = (written, function) + tuple(args)
-                objects.start_collecting()
-                try:
-                    payload = dumps_call(store if by_ref else function, args, empty)
-                finally:
-                    refs = objects.collected()
+                payload, refs = _with_refs(dumps_call, store if by_ref else function, args, empty)
                 encoded = b2a(payload, newline=False).decode("ascii")
                 spec = {"function": {"kind": "python", "payload": encoded}}
                 if spec_options:
                     spec.update(spec_options)
                 if refs:
-                    spec.update(_reading(spec, refs))
+                    spec.update(_with_items(spec, "reads", [objects.ITEM_PREFIX + ref for ref in refs]))
                 if written:
-                    spec.update(_writing(spec, written))
+                    spec.update(_with_items(spec, "writes", [written]))
                 job = {"spec": spec}
                 if job_options:
                     job.update(job_options)
@@ -279,20 +263,22 @@ class _Target:
         return map_results(futures, deadline, ordered, chunksize > 1, shown)
 
 
-def _reading(options: Mapping[str, Any], refs: List[str]) -> Dict[str, Any]:
-    """``options`` with the objects of ``refs`` among the data items read."""
-    merged = dict(options)
-    reads = merged.get("reads") or []
-    reads = [reads] if isinstance(reads, str) else list(reads)
-    merged["reads"] = list(dict.fromkeys(reads + [objects.ITEM_PREFIX + ref for ref in refs]))
-    return merged
+def _with_refs(pickling: Callable[..., T], *args: Any) -> "tuple[T, List[str]]":
+    """``(pickling(*args), ids of the refs it pickled)``."""
+    objects.start_collecting()
+    try:
+        return pickling(*args), objects.collected()
+    finally:
+        objects.collected()  # stops collecting when it raised
 
 
-def _writing(options: Mapping[str, Any], item: str) -> Dict[str, Any]:
-    """``options`` with ``item`` among the data items written."""
+def _with_items(options: Mapping[str, Any], key: str, items: List[str]) -> Dict[str, Any]:
+    """``options`` with ``items`` added, once each, to the data items of ``key``
+    (``reads`` or ``writes``)."""
     merged = dict(options)
-    writes = merged.get("writes") or []
-    merged["writes"] = ([writes] if isinstance(writes, str) else list(writes)) + [item]
+    known = merged.get(key) or []
+    known = [known] if isinstance(known, str) else list(known)
+    merged[key] = list(dict.fromkeys(known + items))
     return merged
 
 

@@ -124,6 +124,9 @@ def test_a_large_argument_goes_by_reference_without_asking(pilot: saker.Pilot) -
     [(_, scratch)] = pilot._object_stores().seen()
     wait_for(lambda: not [n for n in os.listdir(scratch) if n.startswith("obj-") and n[4:] not in kept],
              what="the stored calls' files removed")
+    # A ref beside a large argument still reaches the function as its object.
+    ref = pilot.put(b"r" * 10)
+    assert pilot.call(remote_funcs.total_beside, [ref], array).result(60) == 10
 
 
 def test_a_client_that_sees_no_store_still_sends_calls_inline_and_refuses_huge_ones(
@@ -159,3 +162,13 @@ def test_calls_on_any_node_read_an_object_put_on_one(two_agents: saker.Pilot) ->
     # Each call runs where its object is, or has it fetched: all read it whole.
     futures = [pilot.call(remote_funcs.described, ref) for ref in refs for _ in range(3)]
     assert [f.result(60) for f in futures] == [{"type": "bytes", "len": 50_000}] * 12
+
+
+def test_a_ref_beside_a_large_argument_is_fetched_where_the_call_runs(two_agents: saker.Pilot) -> None:
+    pilot = two_agents
+    wait_for(lambda: len(pilot._object_stores().seen(refresh=True)) == 2, what="both stores")
+    # Puts go to the two stores in turn: the stored call lands beside or away from
+    # the ref, and runs where it landed; either way the ref must reach it.
+    for n in range(4):
+        ref = pilot.put(bytes([n]) * 100)
+        assert pilot.call(remote_funcs.total_beside, [ref], b"L" * (1 << 20)).result(60) == 100
