@@ -108,6 +108,9 @@ pub enum Benchmark {
     /// Data-aware placement: writer/reader pairs of data items on 4 agents, makespan
     /// and bytes moved between nodes with locality on, beside locality off.
     Data,
+    /// A data item fetched from one agent by another, directly, beside the same bytes
+    /// over one raw QUIC stream with the same TLS.
+    Fetch,
     /// 1-second tasks on 512 one-slot agents in three levels: makespan efficiency,
     /// beside as many threads running them; and memory per agent.
     #[value(name = "agents-512")]
@@ -120,7 +123,7 @@ pub enum Benchmark {
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 33] = [
+    pub const ALL: [Benchmark; 34] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -151,6 +154,7 @@ impl Benchmark {
         Benchmark::Lateness,
         Benchmark::DagEdges,
         Benchmark::Data,
+        Benchmark::Fetch,
         Benchmark::AgentsTree,
         Benchmark::AgentsMany,
         Benchmark::AgentsDepth,
@@ -189,6 +193,7 @@ impl Benchmark {
             Benchmark::Lateness => "lateness",
             Benchmark::DagEdges => "dag-edges",
             Benchmark::Data => "data",
+            Benchmark::Fetch => "fetch",
             Benchmark::AgentsTree => "agents-512",
             Benchmark::AgentsMany => "agents-1000",
             Benchmark::AgentsDepth => "agents-depth",
@@ -245,6 +250,8 @@ pub struct Sizes {
     pub dag_edges: u64,
     /// Writer/reader pairs in the data rows.
     pub data_pairs: u64,
+    /// MiB of the item in the fetch row.
+    pub fetch_mib: u64,
     /// Tasks of each round of the history rows (4 rounds run).
     pub history_tasks: u64,
     /// `/bin/true` tasks of the pilot whose report the report rows write.
@@ -283,6 +290,7 @@ impl Sizes {
                 dag_tasks: 1_600,
                 dag_edges: 20_000,
                 data_pairs: 64,
+                fetch_mib: 64,
                 history_tasks: 20_000,
                 report_tasks: 20_000,
                 agents_tree: 128,
@@ -311,6 +319,7 @@ impl Sizes {
                 dag_tasks: 100_000,
                 dag_edges: 1_000_000,
                 data_pairs: 400,
+                fetch_mib: 256,
                 history_tasks: 250_000,
                 report_tasks: 1_000_000,
                 agents_tree: 512,

@@ -25,6 +25,8 @@ pub enum Unit {
     BytesPerEdge,
     /// Batch allocations' nodes times their run time.
     NodeSeconds,
+    /// Bytes moved per second, in MiB/s.
+    MebibytesPerSecond,
 }
 
 impl Unit {
@@ -40,6 +42,7 @@ impl Unit {
             Unit::NanosPerJob => "nanoseconds_per_job",
             Unit::BytesPerEdge => "bytes_per_edge",
             Unit::NodeSeconds => "node_seconds",
+            Unit::MebibytesPerSecond => "mebibytes_per_second",
         }
     }
 
@@ -61,6 +64,7 @@ impl Unit {
             Unit::NanosPerJob => format!("{value:.0} ns/job"),
             Unit::BytesPerEdge => format!("{value:.1} B/edge"),
             Unit::NodeSeconds => format!("{value:.0} node-s"),
+            Unit::MebibytesPerSecond => format!("{value:.0} MiB/s"),
         }
     }
 }

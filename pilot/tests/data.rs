@@ -1,6 +1,7 @@
 //! Data items end to end: writers leave files in their node's scratch directory,
 //! readers run where those are (delay scheduling), and a reader elsewhere gets the
-//! bytes from the holder through the tree, intact. Real agents, real files.
+//! bytes from the holder node to node (or through the root when it cannot), intact.
+//! Real agents, real files, real QUIC between the agents.
 
 mod common;
 
@@ -61,6 +62,11 @@ fn seen(pilot: &std::path::Path, names: &[String]) -> HashMap<String, (String, S
 
 /// `status`'s count of bytes moved between nodes.
 fn moved_bytes(pilot: &std::path::Path) -> u64 {
+    data_bytes(pilot).0
+}
+
+/// `status`'s counts of bytes moved between nodes, and of those through the root.
+fn data_bytes(pilot: &std::path::Path) -> (u64, u64) {
     let output = run(saker().args(["status", "--dir"]).arg(pilot));
     let text = String::from_utf8_lossy(&output.stdout);
     text.lines()
@@ -68,9 +74,10 @@ fn moved_bytes(pilot: &std::path::Path) -> u64 {
         .map(|line| {
             let words: Vec<&str> = line.split_whitespace().collect();
             let at = words.iter().position(|w| *w == "bytes").unwrap();
-            words[at - 1].parse().unwrap()
+            let root = words[at + 4].trim_start_matches('(').parse().unwrap();
+            (words[at - 1].parse().unwrap(), root)
         })
-        .unwrap_or(0)
+        .unwrap_or((0, 0))
 }
 
 fn submit(pilot: &std::path::Path, specs: &[Value]) -> Vec<String> {
@@ -120,9 +127,10 @@ fn readers_run_where_their_data_is_and_nothing_moves() {
     assert_eq!(moved_bytes(&service.pilot), 0);
 }
 
-/// Readers placed on other nodes than their writers get the bytes through the tree,
-/// intact (1.5 chunks each), and status counts exactly those bytes; a reader of an
-/// item no node holds, and a writer that did not write, fail with the reason.
+/// Readers placed on other nodes than their writers get the bytes from the writer's
+/// node directly, intact (1.5 chunks each), none through the root, and status counts
+/// exactly those bytes; a reader of an item no node holds, and a writer that did not
+/// write, fail with the reason.
 #[test]
 fn readers_elsewhere_fetch_their_data_intact_and_failures_say_why() {
     let dir = tempfile::tempdir().unwrap();
@@ -146,7 +154,7 @@ fn readers_elsewhere_fetch_their_data_intact_and_failures_say_why() {
         assert_eq!(seen[&format!("r{i}")].1, (i + 1).to_string());
     }
     assert_eq!(seen["r0-again"].0, seen["w0"].0);
-    assert_eq!(moved_bytes(&service.pilot), 3 * u64::from(size));
+    assert_eq!(data_bytes(&service.pilot), (3 * u64::from(size), 0));
 
     let broken = [
         json!({"argv": ["true"], "name": "orphan", "reads": ["nowhere"]}),
@@ -303,4 +311,55 @@ fn on_a_shared_scratch_a_reader_elsewhere_links_the_item_and_nothing_moves() {
         pilot_scratch.join("node-1/w0").is_file(),
         "linked into node 1's scratch"
     );
+}
+
+/// A holder that lost its item after writing it: the reader's direct read is refused,
+/// the root is asked instead and finds no other holder, and the reader fails with the
+/// reason, nothing hanging. A second reader on the first reader's node later finds the
+/// copy it fetched of another item there, and the root counts that node as a holder.
+#[test]
+fn a_holder_that_lost_its_item_fails_the_reader_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start_args(dir.path(), &["--agents", "3", "--slots", "6"]);
+    let thief = json!({
+        "argv": ["sh", "-c", "rm \"$SAKER_SCRATCH/gone\""],
+        "name": "thief", "after": ["gone"], "reads": ["gone"], "node": 0
+    });
+    let mut late = reader("late", "gone", Some(1));
+    late["after"] = json!(["thief"]);
+    let specs = [
+        writer("gone", 100_000, Some(0)),
+        thief,
+        late,
+        writer("kept", 2_000_000, Some(0)),
+        reader("copy", "kept", Some(1)),
+    ];
+    let file = dir.path().join("lost.jsonl");
+    let lines: Vec<String> = specs.iter().map(Value::to_string).collect();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let output = run(saker()
+        .args(["submit", "--wait", "--dir"])
+        .arg(&service.pilot)
+        .arg(&file));
+    assert_eq!(output.status.code(), Some(1), "one failed");
+    let records = results(&service.pilot);
+    let late = records.iter().find(|r| r["job"] == 3).unwrap();
+    assert_eq!(late["state"], "failed", "{late}");
+    assert_eq!(late["reason"], "data item \"gone\": no live node holds it");
+    let copy = records.iter().find(|r| r["job"] == 5).unwrap();
+    assert_eq!(copy["state"], "succeeded", "{copy}");
+    assert_eq!(data_bytes(&service.pilot), (2_000_000, 0));
+
+    // Node 1 holds a copy now: a reader placed on node 2 may fetch from either, and
+    // one that would rather run where the item is waits for node 0 or node 1.
+    let mut again = reader("again", "kept", Some(2));
+    again.as_object_mut().unwrap().remove("after");
+    let file = dir.path().join("again.jsonl");
+    std::fs::write(&file, again.to_string()).unwrap();
+    let output = run(saker()
+        .args(["submit", "--wait", "--dir"])
+        .arg(&service.pilot)
+        .arg(&file));
+    assert!(output.status.success());
+    assert_eq!(data_bytes(&service.pilot), (4_000_000, 0));
 }

@@ -8,6 +8,7 @@ mod data;
 mod durability;
 mod efficiency;
 mod failover;
+mod fetch;
 mod history;
 mod hpc;
 mod latency;
@@ -110,6 +111,7 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::Dags => dags::run(setup),
         Benchmark::DagEdges => dag_edges::run(setup),
         Benchmark::Data => data::run(setup),
+        Benchmark::Fetch => fetch::run(setup),
         Benchmark::AgentsTree => agents::run_tree_efficiency(setup),
         Benchmark::AgentsMany => agents::run_many(setup),
         Benchmark::AgentsDepth => agents::run_depth(setup),

@@ -89,7 +89,8 @@ impl ItemFiles {
         self.dir.join(item)
     }
 
-    fn part_path(&self, item: &str) -> PathBuf {
+    /// Where `item` is written while it is fetched.
+    pub fn part_path(&self, item: &str) -> PathBuf {
         self.dir.join(format!(".{item}.part-{}", self.node))
     }
 
@@ -132,8 +133,25 @@ impl ItemFiles {
         false
     }
 
+    /// A fetch of `item` begins (its first read goes out): its partial file is made
+    /// afresh, so that bytes written by others (a direct read's task) land in it and a
+    /// stale one left by a crash is gone. Nothing if the fetch has begun already; a
+    /// failure shows at the first write.
+    pub fn begin(&mut self, item: &str) {
+        if self.partial.contains_key(item) {
+            return;
+        }
+        let part = self.part_path(item);
+        match std::fs::create_dir_all(&self.dir).and_then(|()| File::create(&part)) {
+            Ok(file) => {
+                self.partial.insert(item.to_owned(), file);
+            }
+            Err(error) => tracing::debug!(%error, part = %part.display(), "no partial file yet"),
+        }
+    }
+
     /// Writes an answer's bytes in place, in the item's partial file (made at the
-    /// first answer).
+    /// first answer unless the fetch began with [`Self::begin`]).
     pub fn write(&mut self, data: &ItemData) -> Result<(), ItemError> {
         let item = &data.item;
         if !self.partial.contains_key(item) {
@@ -156,6 +174,13 @@ impl ItemFiles {
         Ok(())
     }
 
+    /// The size of `item` here, if it is here.
+    pub fn size(&self, item: &str) -> Option<u64> {
+        std::fs::metadata(self.path(item))
+            .ok()
+            .map(|meta| meta.len())
+    }
+
     /// The whole `item` goes in place under its name.
     pub fn keep(&mut self, item: &str) -> Result<(), ItemError> {
         drop(self.partial.remove(item));
@@ -173,29 +198,7 @@ impl ItemFiles {
 
     /// This node holds an item another asked for: the bytes it asked for.
     pub fn serve(&self, read: &ItemRead) -> ItemData {
-        let mut answer = ItemData {
-            item: read.item.clone(),
-            reader: read.reader,
-            request: read.request,
-            offset: read.offset,
-            total: 0,
-            data: Vec::new(),
-            error: None,
-        };
-        let path = self.path(&read.item);
-        let read_chunk = || -> std::io::Result<(u64, Vec<u8>)> {
-            let file = File::open(&path)?;
-            let total = file.metadata()?.len();
-            let len = u64::from(read.len.min(ITEM_CHUNK)).min(total.saturating_sub(read.offset));
-            let mut data = vec![0; len as usize];
-            file.read_exact_at(&mut data, read.offset)?;
-            Ok((total, data))
-        };
-        match read_chunk() {
-            Ok((total, data)) => (answer.total, answer.data) = (total, data),
-            Err(error) => answer.error = Some(format!("cannot read it on its holder: {error}")),
-        }
-        answer
+        read_chunk(&self.dir, read, ITEM_CHUNK)
     }
 
     /// What `job` (whose attempt exited 0) wrote: every item it was to write must be
@@ -213,6 +216,34 @@ impl ItemFiles {
         }
         Ok(items)
     }
+}
+
+/// The bytes of item `read.item` in `dir` that `read` asks for, at most `most`; or
+/// why there are none. Items in place are never written again: this needs no lock.
+pub fn read_chunk(dir: &Path, read: &ItemRead, most: u32) -> ItemData {
+    let mut answer = ItemData {
+        item: read.item.clone(),
+        reader: read.reader,
+        request: read.request,
+        offset: read.offset,
+        total: 0,
+        data: Vec::new(),
+        error: None,
+    };
+    let path = dir.join(&read.item);
+    let read_chunk = || -> std::io::Result<(u64, Vec<u8>)> {
+        let file = File::open(&path)?;
+        let total = file.metadata()?.len();
+        let len = u64::from(read.len.min(most)).min(total.saturating_sub(read.offset));
+        let mut data = vec![0; len as usize];
+        file.read_exact_at(&mut data, read.offset)?;
+        Ok((total, data))
+    };
+    match read_chunk() {
+        Ok((total, data)) => (answer.total, answer.data) = (total, data),
+        Err(error) => answer.error = Some(format!("cannot read it on its holder: {error}")),
+    }
+    answer
 }
 
 #[cfg(test)]

@@ -61,6 +61,7 @@ pub mod spawn;
 pub mod supervision;
 #[cfg(test)]
 mod test_support;
+pub mod transfer;
 pub mod tree;
 pub mod worker;
 

@@ -120,26 +120,44 @@ pub async fn serve_child_link<F>(
     hello: &Link,
     liveness: Liveness,
     on_up: impl FnOnce(LinkTx, Option<u32>) -> Result<(), ReceiverStopped>,
-    mut on_frame: impl FnMut(Frame) -> F,
+    on_frame: impl FnMut(Frame) -> F,
 ) -> Result<(), LinkError>
 where
     F: Future<Output = Result<(), ReceiverStopped>>,
 {
+    let connection = accept_connection(incoming).await?;
+    serve_child_connection(connection, hello, liveness, on_up, on_frame).await
+}
+
+/// Completes the handshake of a connection a peer opened to us. A failure is logged
+/// with the address it came from: most often a certificate refused (not of this
+/// pilot, or not an agent's), which the operator should see.
+pub async fn accept_connection(incoming: quinn::Incoming) -> Result<quinn::Connection, LinkError> {
     let remote = incoming.remote_address();
-    let connection = match incoming.await {
-        Ok(connection) => connection,
+    match incoming.await {
+        Ok(connection) => Ok(connection),
         Err(error) => {
-            // A transport error here is the handshake failing: most often a
-            // certificate refused (not of this pilot, or not an agent's), which the
-            // operator should see with the address it came from.
             if let quinn::ConnectionError::TransportError(refusal) = &error {
                 tracing::warn!(%remote, reason = %refusal, "refused a link");
             } else {
                 tracing::debug!(%remote, %error, "a link ended during its handshake");
             }
-            return Err(LinkError::Handshake(error));
+            Err(LinkError::Handshake(error))
         }
-    };
+    }
+}
+
+/// [`serve_child_link`] on a connection whose handshake is done.
+pub async fn serve_child_connection<F>(
+    connection: quinn::Connection,
+    hello: &Link,
+    liveness: Liveness,
+    on_up: impl FnOnce(LinkTx, Option<u32>) -> Result<(), ReceiverStopped>,
+    mut on_frame: impl FnMut(Frame) -> F,
+) -> Result<(), LinkError>
+where
+    F: Future<Output = Result<(), ReceiverStopped>>,
+{
     let (send, recv) = connection.accept_bi().await.map_err(LinkError::NoStream)?;
     let mut reader = FrameReader::new(recv);
     reader.read_preamble().await.map_err(LinkError::Preamble)?;

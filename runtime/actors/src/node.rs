@@ -20,7 +20,9 @@ use saker_wire::messages::{Link, POSITION_ROOT, PROTOCOL_VERSION, ROUTE_PEER};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::agent::{Agent, AgentArgs, AgentConfig, AgentExit, AgentFailure, AgentMsg};
-use crate::link::{FrameBuf, LinkError, LinkId, LinkTx, ReceiverStopped, Router, serve_child_link};
+use crate::link::{
+    FrameBuf, LinkError, LinkId, LinkTx, ReceiverStopped, Router, serve_child_connection,
+};
 use crate::liveness::{Incoming, Liveness, link_frame, next_incoming, write_queue};
 pub use crate::tree::{DialError, DialErrorKind, NodeError, ParentLinkError, ParentLost, Position};
 
@@ -169,7 +171,7 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
     let timeouts = options.liveness.quic_timeouts();
     let endpoint = quic::bind_endpoint(
         options.bind,
-        Some(quic::server_config(&creds, &timeouts).map_err(transport)?),
+        Some(quic::agent_server_config(&creds, &timeouts).map_err(transport)?),
         quic::client_config(&creds, &timeouts).map_err(transport)?,
     )
     .map_err(transport)?;
@@ -219,6 +221,12 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
     // away (results, children's reports) go out on the next link.
     let (up, queue) = crate::link::channel();
     let (exit_tx, exit_rx) = tokio::sync::oneshot::channel();
+    let direct = crate::transfer::Direct {
+        endpoint: endpoint.clone(),
+        config: quic::data_client_config(&creds, &timeouts).map_err(transport)?,
+        addr: reachable(local, options.advertise),
+    };
+    let scratch = options.config.scratch.clone();
     let (agent, agent_handle) = Actor::spawn(
         None,
         Agent,
@@ -226,6 +234,7 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
             config: options.config.clone(),
             parent: up.clone(),
             exit: Some(exit_tx),
+            direct: Some(direct),
         },
     )
     .await
@@ -243,6 +252,7 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
             session,
         },
         options.liveness,
+        scratch,
     ));
     let parent = tokio::spawn(serve_parent(
         dialer,
@@ -446,19 +456,29 @@ async fn accept_children(
     agent: ActorRef<AgentMsg>,
     hello: Link,
     liveness: Liveness,
+    scratch: std::path::PathBuf,
 ) {
     while let Some(incoming) = endpoint.accept().await {
         let router = router.clone();
         let parent = parent.clone();
         let agent = agent.clone();
         let hello = hello.clone();
+        let scratch = scratch.clone();
         tokio::spawn(async move {
-            let link = next_link_id();
-            let reason = match serve_child(incoming, link, &router, &parent, &hello, liveness).await
-            {
-                Ok(()) => "child closed the link".to_string(),
-                Err(error) => crate::error_chain(&error),
+            let Ok(connection) = crate::link::accept_connection(incoming).await else {
+                return;
             };
+            // Another agent fetching this node's items, not a child.
+            if saker_transport::quic::is_data_connection(&connection) {
+                crate::transfer::serve(connection, scratch).await;
+                return;
+            }
+            let link = next_link_id();
+            let reason =
+                match serve_child(connection, link, &router, &parent, &hello, liveness).await {
+                    Ok(()) => "child closed the link".to_string(),
+                    Err(error) => crate::error_chain(&error),
+                };
             let nodes = router.remove_link(link);
             if !nodes.is_empty() {
                 let _ = agent.send_message(AgentMsg::ChildLost { nodes, reason });
@@ -468,15 +488,15 @@ async fn accept_children(
 }
 
 async fn serve_child(
-    incoming: quinn::Incoming,
+    connection: quinn::Connection,
     link: LinkId,
     router: &Router,
     parent: &LinkTx,
     hello: &Link,
     liveness: Liveness,
 ) -> Result<(), LinkError> {
-    serve_child_link(
-        incoming,
+    serve_child_connection(
+        connection,
         hello,
         liveness,
         |tx, node| {

@@ -402,6 +402,8 @@ pub struct StatusReport {
     pub items: u64,
     /// Bytes of data items copied from their holders to readers elsewhere.
     pub data_moved_bytes: u64,
+    /// Of those, the bytes passed on by the root (the rest went node to node).
+    pub data_root_bytes: u64,
     /// The jobs a `status` with `jobs` asked for, in its order; absent otherwise.
     /// (Not `jobs`: that is the number of jobs submitted.)
     #[serde(skip_serializing_if = "Option::is_none")]

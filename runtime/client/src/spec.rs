@@ -320,16 +320,7 @@ impl TaskSpec {
     }
 }
 
-/// A data item's name: a plain file name (letters, digits, `_`, `-`, `.`; at most 128
-/// characters; not starting with `.`, which the agents keep for partial files).
-pub fn valid_item_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 128
-        && !name.starts_with('.')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-}
+pub use saker_wire::valid_item_name;
 
 /// The data item an object by reference is stored as: `obj-` and its 32 hex digits.
 pub fn object_item(object: saker_core::ObjectId) -> String {

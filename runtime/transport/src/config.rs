@@ -18,6 +18,11 @@ use crate::roles::{LinkKind, RoleVerifier};
 /// ALPN protocol id offered and required on every Saker connection.
 pub const ALPN: &[u8] = b"saker/1";
 
+/// ALPN protocol id of an agent-to-agent data connection (items fetched node to
+/// node). An agent's endpoint offers it beside [`ALPN`]: what a dialer asks for says
+/// whether it opens a child link or a data connection.
+pub const DATA_ALPN: &[u8] = b"saker-data/1";
+
 /// Errors turning [`Credentials`] into a TLS or QUIC configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -58,7 +58,7 @@ pub mod stream;
 pub mod test_support;
 pub mod tls;
 
-pub use config::{ALPN, ConfigError};
+pub use config::{ALPN, ConfigError, DATA_ALPN};
 pub use credentials::{CredentialError, Credentials, Outdated, Renewal, Role};
 pub use crypto::install_crypto_provider;
 pub use pilot_dir::{DirError, PilotDir, PilotId};

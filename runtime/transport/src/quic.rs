@@ -74,6 +74,25 @@ pub fn server_config(
     timeouts: &LinkTimeouts,
 ) -> Result<quinn::ServerConfig, ConfigError> {
     let tls = config::server_config(credentials, &[&rustls::version::TLS13], LinkKind::Agent)?;
+    quinn_server(tls, timeouts)
+}
+
+/// An agent's server config: as [`server_config`], and it also accepts data
+/// connections from other agents ([`DATA_ALPN`](crate::DATA_ALPN)); see
+/// [`is_data_connection`].
+pub fn agent_server_config(
+    credentials: &Credentials,
+    timeouts: &LinkTimeouts,
+) -> Result<quinn::ServerConfig, ConfigError> {
+    let mut tls = config::server_config(credentials, &[&rustls::version::TLS13], LinkKind::Agent)?;
+    tls.alpn_protocols.push(config::DATA_ALPN.to_vec());
+    quinn_server(tls, timeouts)
+}
+
+fn quinn_server(
+    tls: rustls::ServerConfig,
+    timeouts: &LinkTimeouts,
+) -> Result<quinn::ServerConfig, ConfigError> {
     let quic = QuicServerConfig::try_from(Arc::new(tls)).map_err(ConfigError::QuicCipherSuite)?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(quic));
     server.transport_config(timeouts.transport_config()?);
@@ -87,10 +106,39 @@ pub fn client_config(
     timeouts: &LinkTimeouts,
 ) -> Result<quinn::ClientConfig, ConfigError> {
     let tls = config::client_config(credentials, &[&rustls::version::TLS13])?;
+    quinn_client(tls, timeouts)
+}
+
+/// The client config of an agent's data connections to other agents: as
+/// [`client_config`], asking for [`DATA_ALPN`](crate::DATA_ALPN). Use it with
+/// [`connect_with`].
+pub fn data_client_config(
+    credentials: &Credentials,
+    timeouts: &LinkTimeouts,
+) -> Result<quinn::ClientConfig, ConfigError> {
+    let mut tls = config::client_config(credentials, &[&rustls::version::TLS13])?;
+    tls.alpn_protocols = vec![config::DATA_ALPN.to_vec()];
+    quinn_client(tls, timeouts)
+}
+
+fn quinn_client(
+    tls: rustls::ClientConfig,
+    timeouts: &LinkTimeouts,
+) -> Result<quinn::ClientConfig, ConfigError> {
     let quic = QuicClientConfig::try_from(Arc::new(tls)).map_err(ConfigError::QuicCipherSuite)?;
     let mut client = quinn::ClientConfig::new(Arc::new(quic));
     client.transport_config(timeouts.transport_config()?);
     Ok(client)
+}
+
+/// Whether an accepted connection is a data connection (its dialer asked for
+/// [`DATA_ALPN`](crate::DATA_ALPN)) rather than a link.
+pub fn is_data_connection(connection: &quinn::Connection) -> bool {
+    connection
+        .handshake_data()
+        .and_then(|data| data.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
+        .and_then(|data| data.protocol)
+        .is_some_and(|protocol| protocol == config::DATA_ALPN)
 }
 
 /// Errors binding an endpoint.
@@ -164,6 +212,21 @@ pub async fn connect(
 ) -> Result<quinn::Connection, ConnectError> {
     let connecting = endpoint
         .connect(address, expected.dns_name())
+        .map_err(|source| ConnectError::Start { address, source })?;
+    connecting
+        .await
+        .map_err(|source| ConnectError::Handshake { address, source })
+}
+
+/// [`connect`] with a config of its own (say, [`data_client_config`]).
+pub async fn connect_with(
+    endpoint: &quinn::Endpoint,
+    config: quinn::ClientConfig,
+    address: SocketAddr,
+    expected: Role,
+) -> Result<quinn::Connection, ConnectError> {
+    let connecting = endpoint
+        .connect_with(config, address, expected.dns_name())
         .map_err(|source| ConnectError::Start { address, source })?;
     connecting
         .await

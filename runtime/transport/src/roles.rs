@@ -24,6 +24,7 @@
 //! | link                               | the server admits | the dialer accepts            |
 //! |------------------------------------|-------------------|-------------------------------|
 //! | QUIC agent link (root or agent)    | agent only        | root (dialing the root) or agent (dialing an agent) |
+//! | QUIC data connection (an agent)    | agent only        | agent                         |
 //! | client session (TCP+TLS at root)   | client only       | root only                     |
 //!
 //! A refusal happens inside the TLS handshake: the peer gets an alert and a closed

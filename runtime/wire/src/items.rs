@@ -5,6 +5,14 @@
 //! root passes the request to a node holding the item, and the holder answers with
 //! the bytes ([`ItemData`]), which the root passes back down. The reader keeps a few
 //! requests in flight, so the root holds at most that many chunks of a transfer.
+//!
+//! Node to node: a reader first asks where the item is ([`ItemWhere`]); the root
+//! answers with the live holders that serve items directly ([`ItemHolders`]), and the
+//! reader sends its [`ItemRead`]s to them over a QUIC connection of its own (one
+//! stream per request: the request as a frame, the answer as an [`ItemData`] frame
+//! without its bytes, then the bytes raw). The root sees no byte. A reader that
+//! cannot reach a holder that way falls back to the root. Once it has the whole item
+//! it says so ([`ItemCopied`]): its node holds a copy from then on.
 
 use rkyv::{Archive, Deserialize, Serialize};
 
@@ -56,6 +64,54 @@ pub struct ItemData {
     pub error: Option<String>,
 }
 
+/// Whether `name` may name a data item: a plain file name (letters, digits, `_`, `-`,
+/// `.`; at most 128 characters; not starting with `.`, which agents keep for partial
+/// files). Checked at submission and by a holder asked for bytes directly.
+pub fn valid_item_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// `reader` is to fetch `item`: where is it?
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct ItemWhere {
+    pub item: String,
+    pub reader: NodeId,
+}
+
+/// A live node holding an item, and the address it serves items on directly.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct ItemHolder {
+    pub node: NodeId,
+    pub addr: String,
+}
+
+/// The answer to an [`ItemWhere`]: the holders the reader may fetch from directly,
+/// best first. None: it fetches through the root.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct ItemHolders {
+    pub item: String,
+    pub holders: Vec<ItemHolder>,
+}
+
+/// `node` fetched the whole `item` (`bytes` long), `direct` of those bytes straight
+/// from its holders, the rest through the root.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct ItemCopied {
+    pub node: NodeId,
+    pub item: String,
+    pub bytes: u64,
+    pub direct: u64,
+}
+
 // Archived alignment within frames: see the list in `messages.rs`.
 const _: () = {
     use core::mem::align_of;
@@ -64,4 +120,8 @@ const _: () = {
     assert!(align_of::<ArchivedItemsWritten>() <= MAX);
     assert!(align_of::<ArchivedItemRead>() <= MAX);
     assert!(align_of::<ArchivedItemData>() <= MAX);
+    assert!(align_of::<ArchivedItemWhere>() <= MAX);
+    assert!(align_of::<ArchivedItemHolder>() <= MAX);
+    assert!(align_of::<ArchivedItemHolders>() <= MAX);
+    assert!(align_of::<ArchivedItemCopied>() <= MAX);
 };

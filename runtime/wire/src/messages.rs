@@ -39,7 +39,9 @@ pub use saker_core::{
 /// 12: `Hello::held` (adoption).
 /// 13: `Held::gang` (gang parts adopted), `Hello::actors` (placed actors adopted).
 /// 14: `Hello::scratch` (clients on the node put objects there).
-pub const PROTOCOL_VERSION: u32 = 14;
+/// 15: items fetched node to node: `Hello::data_addr`, `ItemWhere`/`ItemHolders`,
+/// `ItemCopied`.
+pub const PROTOCOL_VERSION: u32 = 15;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
@@ -128,6 +130,9 @@ pub enum ToAgent {
     ItemRead(crate::items::ItemRead),
     /// To a node that asked for a data item's bytes: the answer.
     ItemData(crate::items::ItemData),
+    /// To a node that asked where a data item is: its holders it may fetch from
+    /// directly (none: it fetches through the root).
+    ItemHolders(crate::items::ItemHolders),
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -340,6 +345,10 @@ pub enum FromAgent {
     ItemRead(crate::items::ItemRead),
     /// A holder's answer to an [`ItemRead`](crate::items::ItemRead), for the root to pass on.
     ItemData(crate::items::ItemData),
+    /// This node is to fetch a data item: which nodes hold it, and where to dial them?
+    ItemWhere(crate::items::ItemWhere),
+    /// This node fetched a whole data item: it holds a copy now.
+    ItemCopied(crate::items::ItemCopied),
 }
 
 /// One life of a placed actor: what to start and with which arguments. The type is
@@ -457,6 +466,9 @@ pub struct Hello {
     /// there. A client that sees the directory (on the node, or through a shared
     /// filesystem) puts objects in it and reads them from it directly.
     pub scratch: String,
+    /// Where other agents dial this one to fetch its items directly (QUIC, the
+    /// pilot's CA, the transport's data ALPN); empty: nowhere.
+    pub data_addr: String,
 }
 
 /// A life of a placed actor an agent hosts when it says hello ([`Hello::actors`]).

@@ -15,8 +15,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use saker_wire::messages::{AttemptId, FromAgent, GangLaunch, GangLaunchEnded};
-use saker_wire::{ItemData, ItemRead};
+use saker_wire::messages::{AttemptId, FromAgent, GangLaunch, GangLaunchEnded, NodeId};
+use saker_wire::{ItemCopied, ItemData, ItemHolders, ItemRead};
 
 use super::AgentFailure;
 use crate::board::{Board, Effect, Moment, Next, Run, Start};
@@ -26,6 +26,7 @@ use crate::items::ItemFiles;
 use crate::launch::{Places, task_work};
 use crate::link::{FrameBuf, LinkTx};
 use crate::process::{StopHandle, unix_micros};
+use crate::transfer::{self, Fetched, Fetcher, Routes};
 use saker_wire::messages::Outcome;
 
 /// The desk, shared by the agent and the slots' threads.
@@ -93,6 +94,9 @@ pub(crate) struct Desk {
     /// The remote shells waiting for a daemon's end, by (attempt, launch).
     waiters: HashMap<(AttemptId, u32), mpsc::Sender<i32>>,
     pub(crate) uplink: Uplink,
+    /// Where each item's reads go, and the fetcher of those sent to holders directly;
+    /// none: every read goes through the root.
+    direct: Option<(Routes, Fetcher)>,
     /// This desk, for the relays of the endpoints it opens.
     me: Weak<Mutex<Desk>>,
 }
@@ -117,6 +121,7 @@ impl Desk {
                 endpoints: HashMap::new(),
                 waiters: HashMap::new(),
                 uplink,
+                direct: None,
                 me: me.clone(),
             })
         })
@@ -163,9 +168,17 @@ impl Desk {
                 }
                 Effect::KeepItem { item } => {
                     let kept = self.files.keep(&item);
+                    if kept.is_ok() {
+                        self.say_copied(&item);
+                    }
                     self.board.handle_item_kept(&item, kept, now);
                 }
-                Effect::DiscardItem { item } => self.files.discard(&item),
+                Effect::DiscardItem { item } => {
+                    self.files.discard(&item);
+                    if let Some((routes, _)) = &mut self.direct {
+                        routes.finish(&item);
+                    }
+                }
                 Effect::SpillResults { results } => {
                     let file = super::held::path(&self.places.scratch);
                     if let Err(error) = super::held::write(&file, &results) {
@@ -291,6 +304,10 @@ impl Desk {
             return Ok(());
         }
         while let Some(message) = self.board.poll_up() {
+            if let FromAgent::ItemRead(read) = message {
+                self.route_read(read)?;
+                continue;
+            }
             self.uplink.send(&message)?;
             if let FromAgent::Report(report) = message {
                 self.board.handle_sent(report);
@@ -328,6 +345,100 @@ impl Desk {
                 .handle_item_written(&data.item, len, written, now);
         }
         self.apply_effects(now);
+    }
+
+    /// Reads of items go to their holders directly, through `fetcher`, where they can.
+    pub(crate) fn set_fetcher(&mut self, fetcher: Fetcher) {
+        self.direct = Some((Routes::default(), fetcher));
+    }
+
+    /// A read the board wants sent: to a holder directly, or up.
+    fn route_read(&mut self, read: ItemRead) -> Result<(), AgentFailure> {
+        self.files.begin(&read.item);
+        let Some((routes, _)) = &mut self.direct else {
+            return self.uplink.send(&FromAgent::ItemRead(read));
+        };
+        let mut out = Vec::new();
+        routes.read(read, &mut out);
+        self.carry(out)
+    }
+
+    fn carry(&mut self, out: Vec<transfer::Send>) -> Result<(), AgentFailure> {
+        for send in out {
+            match send {
+                transfer::Send::Up(message) => self.uplink.send(&message)?,
+                transfer::Send::Fetch(fetch) => {
+                    if let Some((_, fetcher)) = &self.direct {
+                        let part = self.files.part_path(&fetch.read.item);
+                        fetcher.send(fetch, part);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The root said where an item is.
+    pub(crate) fn item_holders(&mut self, holders: ItemHolders) -> Result<(), AgentFailure> {
+        let Some((routes, _)) = &mut self.direct else {
+            return Ok(());
+        };
+        let item = holders.item.clone();
+        let mut out = Vec::new();
+        routes.holders(holders, &mut out);
+        if out
+            .iter()
+            .any(|send| matches!(send, transfer::Send::Fetch(_)))
+        {
+            self.board.handle_item_direct(&item);
+        }
+        self.carry(out)
+    }
+
+    /// A read sent to a holder directly has ended: its bytes are written as the
+    /// root's answers are; a failed one goes another way.
+    pub(crate) fn fetched(&mut self, fetched: Fetched, now: Moment) -> Result<(), AgentFailure> {
+        let Some((routes, _)) = &mut self.direct else {
+            return Ok(());
+        };
+        let Fetched { fetch, answer } = fetched;
+        match answer {
+            Ok(landed) => {
+                if routes.fetched(&fetch, landed.len) {
+                    self.board.handle_item_landed(&landed, Ok(()), now);
+                    self.apply_effects(now);
+                }
+                Ok(())
+            }
+            Err(error) => {
+                tracing::info!(item = %fetch.read.item, holder = %fetch.holder.node,
+                    error = %crate::error_chain(&error), "a direct read failed; trying another way");
+                let mut out = Vec::new();
+                routes.failed(fetch, &mut out);
+                self.carry(out)
+            }
+        }
+    }
+
+    /// A fetched item is whole and in place: the root learns this node holds a copy.
+    fn say_copied(&mut self, item: &str) {
+        let direct = match &mut self.direct {
+            Some((routes, _)) => routes.finish(item),
+            None => 0,
+        };
+        let Some(bytes) = self.files.size(item) else {
+            return;
+        };
+        let copied = FromAgent::ItemCopied(ItemCopied {
+            node: NodeId(self.uplink.node),
+            item: item.to_owned(),
+            bytes,
+            direct,
+        });
+        if let Err(error) = self.uplink.send(&copied) {
+            // The link is gone: the agent hears of that on its own.
+            tracing::debug!(%error, "could not say an item was copied");
+        }
     }
 
     /// Another node asks for bytes of an item this node holds.

@@ -132,6 +132,8 @@ pub enum AgentMsg {
     Superseded {
         node: u32,
     },
+    /// A read of an item sent to its holder directly has ended.
+    Fetched(Box<crate::transfer::Fetched>),
 }
 
 /// How the agent's actor ended, for the process exit code.
@@ -191,6 +193,8 @@ pub struct AgentState {
     exit_tx: Option<tokio::sync::oneshot::Sender<AgentExit>>,
     /// Where actor frames are answered from (the host's, or this agent's refusals).
     actor_uplink: HostUplink,
+    /// Where other agents fetch this node's items directly (its hello says so).
+    data_addr: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Default)]
@@ -202,6 +206,8 @@ pub struct AgentArgs {
     pub parent: LinkTx,
     /// Receives how the agent ended, once it has stopped.
     pub exit: Option<tokio::sync::oneshot::Sender<AgentExit>>,
+    /// How to fetch items from other agents directly; none: through the root only.
+    pub direct: Option<crate::transfer::Direct>,
 }
 
 impl Actor for Agent {
@@ -244,6 +250,10 @@ impl Actor for Agent {
             node: config.node,
         };
         let desk = Desk::shared(board, clock, places, files, uplink.clone(), slots as usize);
+        let data_addr = args.direct.as_ref().map(|direct| direct.addr);
+        if let Some(direct) = args.direct {
+            lock(&desk).set_fetcher(crate::transfer::Fetcher::start(direct, myself.clone()));
+        }
         let sink = AgentSink {
             agent: myself.clone(),
             desk: desk.clone(),
@@ -257,7 +267,7 @@ impl Actor for Agent {
         if let Some(host) = actor_host::installed() {
             host.attach(actor_uplink.clone());
         }
-        uplink.send(&hello(&config, Vec::new(), Vec::new()))?;
+        uplink.send(&hello(&config, data_addr, Vec::new(), Vec::new()))?;
         let state = AgentState {
             config,
             uplink,
@@ -268,6 +278,7 @@ impl Actor for Agent {
             exit: None,
             exit_tx: args.exit,
             actor_uplink,
+            data_addr,
         };
         // The first credit goes up at once.
         schedule_flush(&myself, &state);
@@ -347,6 +358,11 @@ fn on_message(
                 reason: format!("a newer agent linked as node {node}"),
             });
         }
+        AgentMsg::Fetched(fetched) => {
+            let mut desk = lock(&state.desk);
+            let now = desk.now();
+            desk.fetched(*fetched, now)?;
+        }
         AgentMsg::ParentGone(gone) => {
             tracing::error!(
                 lost = %crate::error_chain(&gone.lost),
@@ -400,7 +416,12 @@ fn say_goodbye(state: &mut AgentState, reason: String) -> Result<(), AgentFailur
     sent
 }
 
-fn hello(config: &AgentConfig, held: Vec<Held>, actors: Vec<HeldActor>) -> FromAgent {
+fn hello(
+    config: &AgentConfig,
+    data_addr: Option<std::net::SocketAddr>,
+    held: Vec<Held>,
+    actors: Vec<HeldActor>,
+) -> FromAgent {
     FromAgent::Hello(Hello {
         node: NodeId(config.node),
         hostname: config.hostname.clone(),
@@ -426,6 +447,7 @@ fn hello(config: &AgentConfig, held: Vec<Held>, actors: Vec<HeldActor>) -> FromA
             .unwrap_or_else(|_| config.scratch.clone())
             .display()
             .to_string(),
+        data_addr: data_addr.map(|addr| addr.to_string()).unwrap_or_default(),
     })
 }
 
@@ -452,7 +474,7 @@ fn register_again(state: &mut AgentState, stop_old_work: bool) -> Result<(), Age
     if stop_old_work {
         desk.apply(now, |board| board.handle_stop_all(now));
         desk.send_report(now)?;
-        let hello = hello(&state.config, Vec::new(), Vec::new());
+        let hello = hello(&state.config, state.data_addr, Vec::new(), Vec::new());
         desk.uplink.send(&hello)?;
         desk.board.handle_new_life();
     } else {
@@ -468,7 +490,8 @@ fn register_again(state: &mut AgentState, stop_old_work: bool) -> Result<(), Age
             actors = actors.len(),
             "saying hello with the work this node holds"
         );
-        desk.uplink.send(&hello(&state.config, held, actors))?;
+        desk.uplink
+            .send(&hello(&state.config, state.data_addr, held, actors))?;
         // Results written to disk while away are read back before the report.
         desk.apply(now, |board| board.handle_new_life());
         desk.send_report(now)?;
@@ -510,6 +533,7 @@ fn on_down(
             let now = desk.now();
             desk.item_data(&data, now);
         }
+        ToAgent::ItemHolders(holders) => lock(&state.desk).item_holders(holders)?,
         ToAgent::ItemRead(read) => {
             let answer = lock(&state.desk).serve(&read);
             state.uplink.send(&FromAgent::ItemData(answer))?;

@@ -101,6 +101,7 @@ pub(super) async fn start_agent_with(cores: u32, restarts: RestartPolicy) -> Sta
             config,
             parent,
             exit: Some(exit_tx),
+            direct: None,
         },
     )
     .await

@@ -71,7 +71,7 @@ pub(crate) mod tests;
 
 pub use away::{AWAY_MEMORY_BYTES, MAX_UNACKED};
 pub use gang::{PartPlan, PartProcess, ProcessKind, exit_code};
-pub use items::ItemError;
+pub use items::{ItemError, ItemLanded};
 pub use objects::{Role, Store, StoreEffect, StoreError, StoreUsage, Tier};
 pub use report::Flush;
 

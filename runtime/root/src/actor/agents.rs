@@ -148,7 +148,9 @@ impl RootState {
             }
             ArchivedFromAgent::ItemsWritten(_)
             | ArchivedFromAgent::ItemRead(_)
-            | ArchivedFromAgent::ItemData(_) => {
+            | ArchivedFromAgent::ItemData(_)
+            | ArchivedFromAgent::ItemWhere(_)
+            | ArchivedFromAgent::ItemCopied(_) => {
                 self.items
                     .on_item_frame(&mut self.ctx, &self.nodes, link, route, message)
             }
@@ -210,6 +212,7 @@ impl RootState {
             link,
             hostname: hello.hostname.clone(),
             scratch: hello.scratch.clone(),
+            data_addr: hello.data_addr.clone(),
             capacity,
             hosts_actors: hello.hosts_actors,
         };

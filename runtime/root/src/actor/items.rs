@@ -8,8 +8,13 @@
 //! item prefers the nodes holding the most bytes of what it reads
 //! ([`saker_core::Core::handle_prefer`]): a reader waits a bounded time for such a node
 //! and runs elsewhere after it. A reader that runs where an item is not pulls it from a
-//! holder through the root ([`saker_wire::ItemRead`]/[`saker_wire::ItemData`]); the
-//! bytes passed on are counted (`status`: `data_moved_bytes`). A node that is lost
+//! holder: first it asks where the item is ([`saker_wire::ItemWhere`]), and fetches
+//! from the holders named ([`saker_wire::ItemHolders`]) directly, node to node; what
+//! it cannot have that way comes through the root
+//! ([`saker_wire::ItemRead`]/[`saker_wire::ItemData`]). A reader that has the whole
+//! item holds a copy ([`saker_wire::ItemCopied`], journaled as its writer's is). Bytes
+//! moved are counted (`status`: `data_moved_bytes`, `data_root_bytes` of them passed on
+//! by the root). A node that is lost
 //! holds nothing any more; a holder that cannot give an item is dropped and the next
 //! one asked; with none left the reader is told, and its attempt fails with the reason.
 
@@ -18,7 +23,9 @@ use std::collections::HashMap;
 use saker_actors::link::LinkId;
 use saker_core::{JobId, MAX_PREFERRED_NODES, NodeId};
 use saker_wire::messages::{ArchivedFromAgent, ToAgent};
-use saker_wire::{ItemData, ItemRead, ItemsWritten};
+use saker_wire::{
+    ItemCopied, ItemData, ItemHolder, ItemHolders, ItemRead, ItemWhere, ItemsWritten,
+};
 
 use super::ctx::Ctx;
 use super::nodes::Nodes;
@@ -60,8 +67,10 @@ pub(super) struct ItemTable {
     reads: HashMap<JobId, Vec<String>>,
     /// Requests passed to a holder and not answered yet: (reader, request) → holder.
     pending: HashMap<(NodeId, u64), NodeId>,
-    /// Bytes passed from holders to readers.
-    moved_bytes: u64,
+    /// Bytes passed from holders to readers through the root.
+    root_bytes: u64,
+    /// Bytes readers fetched from holders directly, node to node.
+    direct_bytes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -75,9 +84,14 @@ impl ItemTable {
         self.items.len()
     }
 
-    /// Bytes passed from holders to readers so far.
+    /// Bytes moved from holders to readers so far, node to node or through the root.
     pub(super) fn moved_bytes(&self) -> u64 {
-        self.moved_bytes
+        self.root_bytes + self.direct_bytes
+    }
+
+    /// Of [`Self::moved_bytes`], those the root passed on.
+    pub(super) fn root_bytes(&self) -> u64 {
+        self.root_bytes
     }
 
     /// `node` holds `item` of `bytes` bytes. Returns whether that is news.
@@ -313,9 +327,81 @@ impl ItemTable {
             }
             return;
         }
-        self.moved_bytes += data.data.len() as u64;
+        self.root_bytes += data.data.len() as u64;
         let reader = data.reader;
         nodes.send(ctx, reader, &ToAgent::ItemData(data));
+    }
+
+    /// A reader is to fetch an item: the live holders it may dial directly, each
+    /// reader starting at another one, so that many readers of one item spread over its
+    /// copies. None: it fetches through the root.
+    pub(super) fn on_item_where(
+        &mut self,
+        ctx: &mut Ctx,
+        nodes: &Nodes,
+        link: LinkId,
+        asked: ItemWhere,
+    ) {
+        let reader = asked.reader;
+        if !nodes.is_live(reader, link) {
+            return;
+        }
+        let mut holders: Vec<ItemHolder> = self
+            .items
+            .get(&asked.item)
+            .into_iter()
+            .flat_map(|item| item.holders.iter().copied())
+            .filter(|holder| *holder != reader)
+            .filter_map(|holder| {
+                let addr = nodes.get(holder)?.data_addr();
+                (!addr.is_empty()).then(|| ItemHolder {
+                    node: holder,
+                    addr: addr.to_owned(),
+                })
+            })
+            .collect();
+        if !holders.is_empty() {
+            let first = reader.0 as usize % holders.len();
+            holders.rotate_left(first);
+        }
+        let answer = ToAgent::ItemHolders(ItemHolders {
+            item: asked.item,
+            holders,
+        });
+        nodes.answer(ctx, link, reader, &answer);
+    }
+
+    /// A reader has the whole item now: one more holder, journaled as a writer is;
+    /// the bytes it fetched directly are counted.
+    pub(super) fn on_item_copied(
+        &mut self,
+        ctx: &mut Ctx,
+        nodes: &Nodes,
+        link: LinkId,
+        copied: ItemCopied,
+    ) {
+        if !nodes.is_live(copied.node, link) {
+            return;
+        }
+        self.direct_bytes += copied.direct.min(copied.bytes);
+        let known = self
+            .items
+            .get(&copied.item)
+            .is_some_and(|item| item.bytes == copied.bytes);
+        if !known {
+            // Not an item the root knows of that size: its copy is not counted on.
+            tracing::debug!(node = %copied.node, item = %copied.item, "ignoring a copy of an unknown item");
+            return;
+        }
+        if self.hold(&copied.item, copied.node, copied.bytes) {
+            self.prefer_readers_of(ctx, &copied.item);
+            let record = Record::Item {
+                item: copied.item,
+                node: copied.node,
+                bytes: copied.bytes,
+            };
+            ctx.append(vec![record], super::journal::AfterJournal::Nothing);
+        }
     }
 
     /// The item frames of an agent (copied out: they are few, or data to pass on).
@@ -343,6 +429,24 @@ impl ItemTable {
                 Ok(_) => tracing::error!(route, "item read routed from another node"),
                 Err(error) => tracing::error!(%error, route, "unreadable item read"),
             },
+            ArchivedFromAgent::ItemWhere(asked) => {
+                match rkyv::deserialize::<ItemWhere, Error>(asked) {
+                    Ok(asked) if asked.reader.0 == route => {
+                        self.on_item_where(ctx, nodes, link, asked)
+                    }
+                    Ok(_) => tracing::error!(route, "item where routed from another node"),
+                    Err(error) => tracing::error!(%error, route, "unreadable item where"),
+                }
+            }
+            ArchivedFromAgent::ItemCopied(copied) => {
+                match rkyv::deserialize::<ItemCopied, Error>(copied) {
+                    Ok(copied) if copied.node.0 == route => {
+                        self.on_item_copied(ctx, nodes, link, copied)
+                    }
+                    Ok(_) => tracing::error!(route, "item copied routed from another node"),
+                    Err(error) => tracing::error!(%error, route, "unreadable item copied"),
+                }
+            }
             ArchivedFromAgent::ItemData(data) => match rkyv::deserialize::<ItemData, Error>(data) {
                 Ok(data) if nodes.is_live(NodeId(route), link) => {
                     self.on_item_data(ctx, nodes, NodeId(route), data)

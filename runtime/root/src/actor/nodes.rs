@@ -54,6 +54,8 @@ pub(super) struct Node {
     hostname: String,
     /// Its scratch directory, where its items and objects are files.
     scratch: String,
+    /// Where other agents fetch its items directly (empty: nowhere).
+    data_addr: String,
     /// What it offers, in the root's kinds.
     capacity: Resources,
     /// Jobs whose definition it has.
@@ -76,6 +78,7 @@ pub(super) struct Joining {
     pub link: LinkId,
     pub hostname: String,
     pub scratch: String,
+    pub data_addr: String,
     pub capacity: Resources,
     pub hosts_actors: bool,
 }
@@ -101,6 +104,10 @@ impl Node {
 
     pub(super) fn scratch(&self) -> &str {
         &self.scratch
+    }
+
+    pub(super) fn data_addr(&self) -> &str {
+        &self.data_addr
     }
 
     pub(super) fn capacity(&self) -> Resources {
@@ -178,6 +185,7 @@ impl Nodes {
                 link: joining.link,
                 hostname: joining.hostname,
                 scratch: joining.scratch,
+                data_addr: joining.data_addr,
                 capacity: joining.capacity,
                 known: HashSet::new(),
                 forget: Vec::new(),

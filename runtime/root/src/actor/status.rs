@@ -99,6 +99,7 @@ impl RootState {
             periodic: self.schedules.len() as u64,
             items: self.items.len() as u64,
             data_moved_bytes: self.items.moved_bytes(),
+            data_root_bytes: self.items.root_bytes(),
             job_counts: None,
         }
     }

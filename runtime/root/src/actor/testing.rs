@@ -279,6 +279,7 @@ impl Owned {
             link: LinkId(u64::from(node)),
             hostname: format!("host{node}"),
             scratch: String::new(),
+            data_addr: String::new(),
             capacity,
             hosts_actors: false,
         };

@@ -31,6 +31,7 @@ mod history;
 mod losses;
 mod objects;
 mod placed;
+mod transfers;
 mod updates;
 mod waiting;
 
@@ -142,6 +143,7 @@ impl Harness {
             held,
             actors,
             scratch: format!("/scratch/node-{node}"),
+            data_addr: format!("10.0.0.{node}:5000"),
         });
         self.agent_sends(u64::from(node), node, &hello);
     }
@@ -369,6 +371,7 @@ async fn a_task_asking_for_gpus_goes_only_to_a_node_that_offers_them() {
             held: Vec::new(),
             actors: Vec::new(),
             scratch: String::new(),
+            data_addr: String::new(),
         });
         h.agent_sends(u64::from(node), node, &hello);
         let credit = FromAgent::Report(Report {
@@ -654,6 +657,7 @@ async fn a_stale_copy_of_a_node_is_superseded_and_cannot_end_the_live_one() {
         held: Vec::new(),
         actors: Vec::new(),
         scratch: String::new(),
+        data_addr: String::new(),
     });
     h.agent_sends(50, 5, &hello);
     h.agent_sends(50, 5, &report_of(5, 1));

@@ -150,6 +150,13 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
         ToAgent::ItemRead(item_read()),
         ToAgent::ItemData(item_data(false)),
         ToAgent::ItemData(item_data(true)),
+        ToAgent::ItemHolders(saker_wire::ItemHolders {
+            item: "part-1".to_owned(),
+            holders: vec![saker_wire::ItemHolder {
+                node: NodeId(2),
+                addr: "10.1.2.3:41000".to_owned(),
+            }],
+        }),
         ToAgent::Dispatch(dispatch(2, 64)),
         ToAgent::Dispatch(Dispatch {
             jobs: vec![Arc::new(function_job(8)), Arc::new(minimal_job)],
@@ -294,6 +301,7 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
             }],
             actors: vec![HeldActor { actor: 5, life: 2 }],
             scratch: "/tmp/saker-pilot-7f3a9c/node-3".to_owned(),
+            data_addr: "10.1.2.3:41000".to_owned(),
         }),
         FromAgent::ItemsWritten(ItemsWritten {
             node: NodeId(3),
@@ -305,6 +313,16 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
         }),
         FromAgent::ItemRead(item_read()),
         FromAgent::ItemData(item_data(false)),
+        FromAgent::ItemWhere(saker_wire::ItemWhere {
+            item: "part-1".to_owned(),
+            reader: NodeId(5),
+        }),
+        FromAgent::ItemCopied(saker_wire::ItemCopied {
+            node: NodeId(5),
+            item: "part-1".to_owned(),
+            bytes: 5 << 30,
+            direct: 4 << 30,
+        }),
         FromAgent::Report(Report {
             node: NodeId(3),
             seq: 1,

@@ -12,6 +12,7 @@ fn joining(node: u32, cores: u32) -> Joining {
         link: LinkId(u64::from(node)),
         hostname: format!("host{node}"),
         scratch: String::new(),
+        data_addr: String::new(),
         capacity: Resources::cores(cores),
         hosts_actors: false,
     }

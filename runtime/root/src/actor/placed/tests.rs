@@ -54,6 +54,7 @@ fn a_resumed_registry_starts_again_the_actors_whose_policy_allows_it() {
         link: LinkId(1),
         hostname: "host1".into(),
         scratch: String::new(),
+        data_addr: String::new(),
         capacity: Resources::cores(1),
         hosts_actors: true,
     };

@@ -43,6 +43,7 @@ fn hello_again(h: &mut Harness, link: u64, node: u32, cores: u32) {
         held: Vec::new(),
         actors: Vec::new(),
         scratch: String::new(),
+        data_addr: String::new(),
     });
     h.agent_sends(link, node, &hello);
 }

@@ -1,0 +1,171 @@
+//! A data item fetched node to node: on a local pilot of 2 agents, a writer on node 0
+//! leaves an item of `fetch_mib` MiB in its scratch, and a reader placed on node 1
+//! fetches it from node 0's agent directly (QUIC, the pilot's TLS). Its fetch time is
+//! the reader's attempt from its agent receiving it to its start (it waits staged
+//! while the bytes come). Beside it, in the same run: the same bytes sent once over
+//! one raw QUIC stream between two endpoints of this process, with the pilot's own
+//! TLS configs (quinn, ring), the floor a transfer between agents sits on. Runs
+//! alternate saker, raw, saker, raw; medians are reported, in MiB/s.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use saker_client::results::ResultRecord;
+use saker_client::spec::{JobRef, JobRequest, TaskSpec};
+
+use super::{Setup, client_runtime};
+use crate::options::Benchmark;
+use crate::pilot::{PilotShape, RunningPilot};
+use crate::report::{Measure, Row, Target, Unit};
+
+const ROUNDS: usize = 5;
+
+const SHAPE: PilotShape = PilotShape {
+    agents: 2,
+    slots: Some(2),
+    sync: true,
+    heartbeat: None,
+    extra: &["--locality-wait", "0"],
+};
+
+/// The writer of `bytes` on node 0 and its reader on node 1.
+fn jobs(bytes: u64) -> Vec<JobRequest> {
+    let write = format!("head -c {bytes} /dev/urandom > \"$SAKER_SCRATCH/blob\"");
+    let mut writer = TaskSpec::new(vec!["sh".into(), "-c".into(), write]);
+    writer.name = Some("blob".into());
+    writer.writes = vec!["blob".into()];
+    writer.node = Some(0);
+    let read = "test -s \"$SAKER_SCRATCH/blob\"".to_owned();
+    let mut reader = TaskSpec::new(vec!["sh".into(), "-c".into(), read]);
+    reader.after = vec![JobRef::Name("blob".into())];
+    reader.reads = vec!["blob".into()];
+    reader.node = Some(1);
+    vec![JobRequest::single(writer), JobRequest::single(reader)]
+}
+
+/// One fetch on a fresh pilot: the reader's wait for its item.
+async fn saker_fetch(setup: &Setup, bytes: u64) -> Result<Duration> {
+    let pilot = RunningPilot::start(&setup.saker, "fetch", SHAPE).await?;
+    let outcome = async {
+        pilot.warm_up().await?;
+        let submitted = pilot
+            .client
+            .submit(jobs(bytes))
+            .await
+            .context("submitting")?;
+        let ids: Vec<_> = submitted.iter().map(|job| job.job).collect();
+        let report = pilot.client.wait(Some(ids.clone())).await?;
+        if report.succeeded != 2 {
+            bail!("{} of 2 tasks succeeded", report.succeeded);
+        }
+        let status = pilot.client.status().await?;
+        if status.data_moved_bytes != bytes || status.data_root_bytes != 0 {
+            bail!(
+                "{} bytes moved, {} through the root: not the one direct fetch",
+                status.data_moved_bytes,
+                status.data_root_bytes
+            );
+        }
+        let reader = reader_record(&pilot, ids[1]).await?;
+        let received = reader.received_time.context("no received time")?;
+        let start = reader.start_time.context("no start time")?;
+        anyhow::Ok(Duration::from_micros(
+            start.unix_micros().saturating_sub(received.unix_micros()),
+        ))
+    }
+    .await;
+    let stopped = pilot.shutdown().await;
+    let measured = outcome?;
+    stopped?;
+    Ok(measured)
+}
+
+async fn reader_record(pilot: &RunningPilot, job: saker_core::JobId) -> Result<ResultRecord> {
+    let mut stream = pilot.client.results(0, false).await?;
+    while let Some(record) = stream.next().await? {
+        if record.job == job {
+            return Ok(record);
+        }
+    }
+    bail!("no result of the reader")
+}
+
+/// The same bytes over one raw QUIC stream, 1 MiB writes, with the pilot's TLS.
+async fn raw_quic(bytes: u64) -> Result<Duration> {
+    use saker_transport::credentials::{Credentials, Role};
+    use saker_transport::quic;
+    saker_transport::crypto::install_crypto_provider()?;
+    let dir = crate::process::TempDir::new("raw-quic")?;
+    let pilot = saker_transport::pilot_dir::PilotDir::create(dir.path().join("pilot"))?;
+    Credentials::generate_into(&pilot)?;
+    let agent = Credentials::load(&pilot, Role::Agent)?;
+    let timeouts = quic::LinkTimeouts::default();
+    let any: SocketAddr = "127.0.0.1:0".parse()?;
+    let server = quic::bind_endpoint(
+        any,
+        Some(quic::agent_server_config(&agent, &timeouts)?),
+        quic::client_config(&agent, &timeouts)?,
+    )?;
+    let address = server.local_addr()?;
+    let receiver = tokio::spawn(async move {
+        let connection = server.accept().await.context("no connection")?.await?;
+        let mut stream = connection.accept_uni().await?;
+        let mut received = 0u64;
+        let mut buffer = vec![0u8; 1 << 20];
+        while let Some(n) = stream.read(&mut buffer).await? {
+            received += n as u64;
+        }
+        anyhow::Ok(received)
+    });
+    let dialer = quic::bind_endpoint(any, None, quic::data_client_config(&agent, &timeouts)?)?;
+    let started = Instant::now();
+    let connection = quic::connect(&dialer, address, Role::Agent).await?;
+    let mut stream = connection.open_uni().await?;
+    let chunk = vec![7u8; 1 << 20];
+    let mut sent = 0;
+    while sent < bytes {
+        let len = (bytes - sent).min(chunk.len() as u64) as usize;
+        stream.write_all(&chunk[..len]).await?;
+        sent += len as u64;
+    }
+    stream.finish()?;
+    let received = receiver.await??;
+    let elapsed = started.elapsed();
+    if received != bytes {
+        bail!("{received} of {bytes} bytes arrived");
+    }
+    Ok(elapsed)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+pub fn run(setup: &Setup) -> Result<Vec<Row>> {
+    let bytes = setup.sizes.fetch_mib << 20;
+    let mib = setup.sizes.fetch_mib as f64;
+    client_runtime()?.block_on(async {
+        let (mut saker, mut raw) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            saker.push(mib / saker_fetch(setup, bytes).await?.as_secs_f64());
+            raw.push(mib / raw_quic(bytes).await?.as_secs_f64());
+        }
+        let all = |rates: &[f64]| {
+            let rates: Vec<String> = rates.iter().map(|rate| format!("{rate:.0}")).collect();
+            rates.join(", ")
+        };
+        Ok(vec![Row {
+            benchmark: Benchmark::Fetch,
+            name: format!("a {mib} MiB item fetched node to node"),
+            saker: Measure::new(median(saker.clone()), Unit::MebibytesPerSecond)
+                .with_detail(format!("2 agents, direct: {} MiB/s", all(&saker))),
+            baseline: Some(
+                Measure::new(median(raw.clone()), Unit::MebibytesPerSecond)
+                    .with_detail(format!("raw quic, same tls: {} MiB/s", all(&raw))),
+            ),
+            target: Target::RatioAtLeast(0.8),
+        }])
+    })
+}

@@ -1,0 +1,334 @@
+//! Data items fetched node to node: an agent that is to fetch an item asks the root
+//! where it is, then dials its holders' agents directly over QUIC (the pilot's CA, an
+//! agent certificate each way, ALPN [`DATA_ALPN`]) and asks each read of the board's
+//! there, one stream per read. The root sees no byte; what cannot be had that way
+//! (no holder reachable, none serving directly) falls back to the root, as before.
+//!
+//! On a stream: the reader sends its [`ItemRead`] as a frame and ends its side; the
+//! holder answers with an [`ItemData`] frame without its bytes, the bytes' length
+//! (8 bytes, little-endian), then the bytes raw, and ends. A holder serves only plain
+//! item names in its scratch directory, reads at most [`MOST_PER_READ`] per read, and
+//! reads the file off the runtime's threads.
+//!
+//! Which read goes where is [`Routes`]' bookkeeping, driven by the agent's desk; this
+//! module's shell side is [`Fetcher`] (the reader's connections, one per holder,
+//! made on first use) and [`serve`] (the holder's side of a data connection).
+//!
+//! [`DATA_ALPN`]: saker_transport::DATA_ALPN
+
+mod routes;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ractor::ActorRef;
+use saker_transport::credentials::Role;
+use saker_transport::quic;
+use saker_wire::frame::{FRAME_HEADER_LEN, FrameHeader, Message};
+use saker_wire::messages::{FromAgent, ToAgent};
+use saker_wire::{AlignedVec, ItemData, ItemRead, WireError};
+use tokio::sync::mpsc;
+
+pub use routes::{Fetch, Holder, Routes, Send};
+
+use crate::agent::AgentMsg;
+use crate::board::ItemLanded;
+
+/// Most bytes one direct read is answered with.
+pub const MOST_PER_READ: u32 = 16 << 20;
+
+/// Largest request frame a holder reads (an item name and a few numbers).
+const MOST_REQUEST: u32 = 4 << 10;
+
+/// Largest answer header a reader reads (the same, and a reason).
+const MOST_ANSWER_HEADER: u32 = 64 << 10;
+
+/// After failing to reach a holder, how long reads for it fail at once rather than
+/// dial again (each dial may take a handshake timeout).
+const UNREACHABLE_FOR: Duration = Duration::from_secs(5);
+
+/// Why a direct read failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TransferError {
+    #[error("cannot reach the holder")]
+    Connect(#[source] quic::ConnectError),
+    #[error("the holder was unreachable a moment ago")]
+    Unreachable,
+    #[error("the data connection failed")]
+    Connection(#[source] quinn::ConnectionError),
+    #[error("cannot send on the data connection")]
+    Write(#[source] quinn::WriteError),
+    #[error("the data stream was closed")]
+    Closed(#[source] quinn::ClosedStream),
+    #[error("cannot read from the data connection")]
+    Read(#[source] quinn::ReadExactError),
+    #[error("a bad frame on the data connection")]
+    Wire(#[source] WireError),
+    #[error("the peer broke the data protocol: {0}")]
+    Protocol(&'static str),
+    #[error("the holder cannot read it: {0}")]
+    Holder(String),
+    #[error("cannot write what came")]
+    Local(#[source] std::io::Error),
+}
+
+/// What an agent needs to fetch directly: its endpoint and the config of its data
+/// connections ([`quic::data_client_config`]).
+#[derive(Debug, Clone)]
+pub struct Direct {
+    pub endpoint: quinn::Endpoint,
+    pub config: quinn::ClientConfig,
+    /// Where other agents reach this one's endpoint (said in its hello).
+    pub addr: SocketAddr,
+}
+
+/// The reader's side: carries out [`Fetch`]es on tasks of their own and tells the
+/// agent how each ended ([`AgentMsg::Fetched`]).
+#[derive(Debug, Clone)]
+pub struct Fetcher {
+    queue: mpsc::UnboundedSender<(Fetch, PathBuf)>,
+}
+
+/// How a direct read ended: its bytes written in the item's partial file, or why
+/// not.
+#[derive(Debug)]
+pub struct Fetched {
+    pub fetch: Fetch,
+    pub answer: Result<ItemLanded, TransferError>,
+}
+
+impl Fetcher {
+    /// Starts the fetcher (inside a tokio runtime): each fetch runs on a task of its
+    /// own, over one connection per holder.
+    pub fn start(direct: Direct, agent: ActorRef<AgentMsg>) -> Fetcher {
+        let (queue, mut fetches) = mpsc::unbounded_channel::<(Fetch, PathBuf)>();
+        let pool = Arc::new(Pool {
+            direct,
+            holders: Mutex::new(HashMap::new()),
+        });
+        tokio::spawn(async move {
+            while let Some((fetch, part)) = fetches.recv().await {
+                let pool = pool.clone();
+                let agent = agent.clone();
+                tokio::spawn(async move {
+                    let answer = pool.fetch_into(&fetch, part).await;
+                    // Fails only if the agent has stopped: nobody waits then.
+                    let _ =
+                        agent.send_message(AgentMsg::Fetched(Box::new(Fetched { fetch, answer })));
+                });
+            }
+        });
+        Fetcher { queue }
+    }
+
+    /// Sends `fetch` on its way: its bytes go to `part`, the item's partial file.
+    pub fn send(&self, fetch: Fetch, part: PathBuf) {
+        // The receiving task lives as long as the runtime.
+        let _ = self.queue.send((fetch, part));
+    }
+}
+
+/// The reader's connections, one per holder address.
+#[derive(Debug)]
+struct Pool {
+    direct: Direct,
+    holders: Mutex<HashMap<SocketAddr, Arc<tokio::sync::Mutex<Dialed>>>>,
+}
+
+#[derive(Debug, Default)]
+enum Dialed {
+    #[default]
+    Never,
+    Live(quinn::Connection),
+    Failed(Instant),
+}
+
+impl Pool {
+    /// The connection to `addr`: the live one, or a new one. Dials one at a time per
+    /// holder; a holder that could not be reached is not dialed again for a while.
+    async fn connection(&self, addr: SocketAddr) -> Result<quinn::Connection, TransferError> {
+        let slot = {
+            let mut holders = self.holders.lock().unwrap_or_else(|e| e.into_inner());
+            holders.entry(addr).or_default().clone()
+        };
+        let mut dialed = slot.lock().await;
+        match &*dialed {
+            Dialed::Live(connection) if connection.close_reason().is_none() => {
+                return Ok(connection.clone());
+            }
+            Dialed::Failed(at) if at.elapsed() < UNREACHABLE_FOR => {
+                return Err(TransferError::Unreachable);
+            }
+            _ => {}
+        }
+        let dialing = quic::connect_with(
+            &self.direct.endpoint,
+            self.direct.config.clone(),
+            addr,
+            Role::Agent,
+        );
+        match dialing.await {
+            Ok(connection) => {
+                *dialed = Dialed::Live(connection.clone());
+                Ok(connection)
+            }
+            Err(error) => {
+                *dialed = Dialed::Failed(Instant::now());
+                Err(TransferError::Connect(error))
+            }
+        }
+    }
+
+    async fn fetch(&self, fetch: &Fetch) -> Result<ItemData, TransferError> {
+        let connection = self.connection(fetch.holder.addr).await?;
+        read_from(&connection, &fetch.read).await
+    }
+
+    /// [`Self::fetch`], the bytes written at their offset in `part` (which exists:
+    /// the desk made it when the fetch began), off the runtime's threads.
+    async fn fetch_into(&self, fetch: &Fetch, part: PathBuf) -> Result<ItemLanded, TransferError> {
+        let data = self.fetch(fetch).await?;
+        let landed = ItemLanded {
+            item: data.item,
+            offset: data.offset,
+            len: data.data.len() as u64,
+            total: data.total,
+        };
+        let bytes = data.data;
+        let offset = landed.offset;
+        let write = tokio::task::spawn_blocking(move || {
+            use std::os::unix::fs::FileExt;
+            let file = std::fs::OpenOptions::new().write(true).open(&part)?;
+            file.write_all_at(&bytes, offset)
+        });
+        match write.await {
+            Ok(Ok(())) => Ok(landed),
+            Ok(Err(error)) => Err(TransferError::Local(error)),
+            Err(_) => Err(TransferError::Protocol("the write's thread failed")),
+        }
+    }
+}
+
+/// One read on a new stream of `connection`.
+async fn read_from(
+    connection: &quinn::Connection,
+    read: &ItemRead,
+) -> Result<ItemData, TransferError> {
+    let (mut send, mut recv) = connection
+        .open_bi()
+        .await
+        .map_err(TransferError::Connection)?;
+    let request =
+        saker_wire::encode(0, &FromAgent::ItemRead(read.clone())).map_err(TransferError::Wire)?;
+    send.write_all(&request)
+        .await
+        .map_err(TransferError::Write)?;
+    send.finish().map_err(TransferError::Closed)?;
+    let ToAgent::ItemData(mut answer) =
+        read_message::<ToAgent>(&mut recv, MOST_ANSWER_HEADER).await?
+    else {
+        return Err(TransferError::Protocol("the answer is no item data"));
+    };
+    if answer.item != read.item || answer.offset != read.offset {
+        return Err(TransferError::Protocol("the answer is for another read"));
+    }
+    if let Some(reason) = answer.error.take() {
+        return Err(TransferError::Holder(reason));
+    }
+    let mut len = [0; 8];
+    recv.read_exact(&mut len)
+        .await
+        .map_err(TransferError::Read)?;
+    let len = u64::from_le_bytes(len);
+    let most = u64::from(read.len.min(MOST_PER_READ));
+    if len > most || read.offset.saturating_add(len) > answer.total {
+        return Err(TransferError::Protocol(
+            "the answer has more bytes than asked for",
+        ));
+    }
+    let mut data = vec![0; len as usize];
+    recv.read_exact(&mut data)
+        .await
+        .map_err(TransferError::Read)?;
+    answer.data = data;
+    Ok(answer)
+}
+
+/// Reads one frame of `M` from `recv`, its payload at most `most` bytes.
+async fn read_message<M: Message>(
+    recv: &mut quinn::RecvStream,
+    most: u32,
+) -> Result<M, TransferError> {
+    let mut header = [0; FRAME_HEADER_LEN];
+    recv.read_exact(&mut header)
+        .await
+        .map_err(TransferError::Read)?;
+    let header = FrameHeader::parse(&header, most).map_err(TransferError::Wire)?;
+    let mut payload: AlignedVec = AlignedVec::with_capacity(header.padded_len());
+    payload.resize(header.padded_len(), 0);
+    recv.read_exact(&mut payload)
+        .await
+        .map_err(TransferError::Read)?;
+    saker_wire::frame::decode::<M>(&payload[..header.len as usize]).map_err(TransferError::Wire)
+}
+
+/// The holder's side of a data connection another agent opened: answers each stream
+/// with the bytes of the item it asks for, from `scratch`, until the connection ends.
+pub async fn serve(connection: quinn::Connection, scratch: PathBuf) {
+    let remote = connection.remote_address();
+    while let Ok((send, recv)) = connection.accept_bi().await {
+        let scratch = scratch.clone();
+        tokio::spawn(async move {
+            if let Err(error) = serve_read(send, recv, scratch).await {
+                tracing::debug!(%remote, error = %crate::error_chain(&error), "a direct read failed");
+            }
+        });
+    }
+}
+
+async fn serve_read(
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    scratch: PathBuf,
+) -> Result<(), TransferError> {
+    let FromAgent::ItemRead(read) = read_message::<FromAgent>(&mut recv, MOST_REQUEST).await?
+    else {
+        return Err(TransferError::Protocol("the request is no item read"));
+    };
+    let mut answer = if saker_wire::valid_item_name(&read.item) {
+        let chunk = tokio::task::spawn_blocking(move || {
+            crate::items::read_chunk(&scratch, &read, MOST_PER_READ)
+        });
+        chunk
+            .await
+            .map_err(|_| TransferError::Protocol("the read's thread failed"))?
+    } else {
+        ItemData {
+            error: Some("no such item name".into()),
+            item: read.item,
+            reader: read.reader,
+            request: read.request,
+            offset: read.offset,
+            total: 0,
+            data: Vec::new(),
+        }
+    };
+    let data = std::mem::take(&mut answer.data);
+    let header = saker_wire::encode(0, &ToAgent::ItemData(answer)).map_err(TransferError::Wire)?;
+    send.write_all(&header)
+        .await
+        .map_err(TransferError::Write)?;
+    send.write_all(&(data.len() as u64).to_le_bytes())
+        .await
+        .map_err(TransferError::Write)?;
+    send.write_chunk(bytes::Bytes::from(data))
+        .await
+        .map_err(TransferError::Write)?;
+    send.finish().map_err(TransferError::Closed)?;
+    Ok(())
+}

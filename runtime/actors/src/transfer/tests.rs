@@ -1,0 +1,347 @@
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use saker_transport::credentials::{Credentials, Role};
+use saker_transport::pilot_dir::PilotDir;
+use saker_transport::quic::{self, LinkTimeouts};
+use saker_wire::messages::{FromAgent, NodeId};
+use saker_wire::{ItemHolder, ItemHolders, ItemRead, ItemWhere};
+
+use super::*;
+
+fn read(item: &str, offset: u64, len: u32) -> ItemRead {
+    ItemRead {
+        item: item.into(),
+        reader: NodeId(7),
+        request: offset,
+        offset,
+        len,
+    }
+}
+
+fn holder(node: u32, port: u16) -> ItemHolder {
+    ItemHolder {
+        node: NodeId(node),
+        addr: format!("10.0.0.{node}:{port}"),
+    }
+}
+
+fn fetches(out: &[Send]) -> Vec<(u32, u64)> {
+    out.iter()
+        .filter_map(|send| match send {
+            Send::Fetch(fetch) => Some((fetch.holder.node.0, fetch.read.offset)),
+            Send::Up(_) => None,
+        })
+        .collect()
+}
+
+/// The first read of an item asks the root where it is and waits with the reads after
+/// it; the answer sends them to the holders in turn, and later reads follow.
+#[test]
+fn reads_wait_for_the_holders_then_go_to_each_in_turn() {
+    let mut routes = Routes::default();
+    let mut out = Vec::new();
+    routes.read(read("a", 0, 10), &mut out);
+    routes.read(read("a", 10, 10), &mut out);
+    assert_eq!(
+        out,
+        vec![Send::Up(FromAgent::ItemWhere(ItemWhere {
+            item: "a".into(),
+            reader: NodeId(7)
+        }))],
+        "asked once, nothing sent yet"
+    );
+    out.clear();
+    let answer = ItemHolders {
+        item: "a".into(),
+        holders: vec![holder(1, 5000), holder(2, 5000)],
+    };
+    routes.holders(answer.clone(), &mut out);
+    routes.read(read("a", 20, 10), &mut out);
+    assert_eq!(fetches(&out), vec![(1, 0), (2, 10), (1, 20)]);
+    out.clear();
+    routes.holders(answer, &mut out);
+    assert!(out.is_empty(), "a second answer changes nothing");
+}
+
+/// With no holder that serves directly (or none whose address parses), every read
+/// goes up to the root.
+#[test]
+fn with_no_direct_holder_reads_go_through_the_root() {
+    let mut routes = Routes::default();
+    let mut out = Vec::new();
+    routes.read(read("a", 0, 10), &mut out);
+    out.clear();
+    let bad = ItemHolder {
+        node: NodeId(1),
+        addr: "not an address".into(),
+    };
+    routes.holders(
+        ItemHolders {
+            item: "a".into(),
+            holders: vec![bad],
+        },
+        &mut out,
+    );
+    routes.read(read("a", 10, 10), &mut out);
+    assert_eq!(
+        out,
+        vec![
+            Send::Up(FromAgent::ItemRead(read("a", 0, 10))),
+            Send::Up(FromAgent::ItemRead(read("a", 10, 10))),
+        ]
+    );
+}
+
+/// A read that failed at a holder goes to the next one, and that holder is not asked
+/// again; with none left, reads go through the root.
+#[test]
+fn a_failed_holder_is_skipped_then_the_root_is_asked() {
+    let mut routes = Routes::default();
+    let mut out = Vec::new();
+    routes.read(read("a", 0, 10), &mut out);
+    out.clear();
+    routes.holders(
+        ItemHolders {
+            item: "a".into(),
+            holders: vec![holder(1, 5000), holder(2, 5000)],
+        },
+        &mut out,
+    );
+    let Some(Send::Fetch(first)) = out.pop() else {
+        panic!("{out:?}");
+    };
+    assert_eq!(first.holder.node, NodeId(1));
+    routes.failed(first, &mut out);
+    routes.read(read("a", 10, 10), &mut out);
+    assert_eq!(fetches(&out), vec![(2, 0), (2, 10)]);
+    let Some(Send::Fetch(second)) = out.pop() else {
+        panic!("{out:?}");
+    };
+    out.clear();
+    routes.failed(second, &mut out);
+    assert_eq!(out, vec![Send::Up(FromAgent::ItemRead(read("a", 10, 10)))]);
+}
+
+/// Answers and failures of a fetch that has ended are not counted on a later fetch
+/// of the same item; the bytes fetched directly are told at its end.
+#[test]
+fn a_late_answer_is_not_counted_on_the_next_fetch() {
+    let mut routes = Routes::default();
+    let mut out = Vec::new();
+    let answer = ItemHolders {
+        item: "a".into(),
+        holders: vec![holder(1, 5000)],
+    };
+    routes.read(read("a", 0, 10), &mut out);
+    routes.holders(answer.clone(), &mut out);
+    let Some(Send::Fetch(old)) = out.pop() else {
+        panic!("{out:?}");
+    };
+    assert!(routes.fetched(&old, 10));
+    assert_eq!(routes.finish("a"), 10);
+
+    out.clear();
+    routes.read(read("a", 0, 10), &mut out);
+    routes.holders(answer, &mut out);
+    assert!(
+        !routes.fetched(&old, 10),
+        "the old fetch's answer is dropped"
+    );
+    out.clear();
+    routes.failed(old, &mut out);
+    assert!(out.is_empty(), "nor is its failure sent anywhere");
+    routes.clear();
+    assert_eq!(routes.finish("a"), 0);
+}
+
+/// Two agents' endpoints with the pilot's agent credentials: one serves `scratch`,
+/// the other fetches from it.
+struct Pair {
+    pool: Pool,
+    holder: SocketAddr,
+    _dir: tempfile::TempDir,
+    scratch: std::path::PathBuf,
+}
+
+fn credentials(dir: &std::path::Path, role: Role) -> Credentials {
+    saker_transport::crypto::install_crypto_provider().unwrap();
+    let pilot = dir.join("pilot");
+    if !pilot.exists() {
+        let created = PilotDir::create(&pilot).unwrap();
+        Credentials::generate_into(&created).unwrap();
+    }
+    Credentials::load(&PilotDir::open(&pilot).unwrap(), role).unwrap()
+}
+
+fn pair(dialer: Role) -> Pair {
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let timeouts = LinkTimeouts {
+        keep_alive_interval: Duration::from_millis(500),
+        max_idle_timeout: Duration::from_secs(2),
+    };
+    let agent = credentials(dir.path(), Role::Agent);
+    let server = quic::bind_endpoint(
+        "127.0.0.1:0".parse().unwrap(),
+        Some(quic::agent_server_config(&agent, &timeouts).unwrap()),
+        quic::client_config(&agent, &timeouts).unwrap(),
+    )
+    .unwrap();
+    let holder = server.local_addr().unwrap();
+    let served = scratch.clone();
+    tokio::spawn(async move {
+        while let Some(incoming) = server.accept().await {
+            let served = served.clone();
+            tokio::spawn(async move {
+                let Ok(connection) = incoming.await else {
+                    return;
+                };
+                assert!(quic::is_data_connection(&connection));
+                serve(connection, served).await;
+            });
+        }
+    });
+    let mine = credentials(dir.path(), dialer);
+    let client = quic::client_config(&mine, &timeouts).unwrap();
+    let endpoint = quic::bind_endpoint("127.0.0.1:0".parse().unwrap(), None, client).unwrap();
+    let config = quic::data_client_config(&mine, &timeouts).unwrap();
+    let addr = endpoint.local_addr().unwrap();
+    Pair {
+        pool: Pool {
+            direct: Direct {
+                endpoint,
+                config,
+                addr,
+            },
+            holders: Mutex::new(HashMap::new()),
+        },
+        holder,
+        _dir: dir,
+        scratch,
+    }
+}
+
+fn fetch_of(read: ItemRead, addr: SocketAddr) -> Fetch {
+    Fetch {
+        read,
+        holder: Holder {
+            node: NodeId(1),
+            addr,
+        },
+        route: 1,
+    }
+}
+
+/// A holder answers reads of its items over one data connection, several at once,
+/// each with exactly the bytes asked for (the last one short, at the item's end).
+#[tokio::test]
+async fn a_holder_serves_the_bytes_of_its_items_directly() {
+    let pair = pair(Role::Agent);
+    let item: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(pair.scratch.join("part-1"), &item).unwrap();
+    let reads = [(0, 1 << 20), (1 << 20, 1 << 20), (2_500_000, 1 << 20)];
+    let answers = futures_join(&pair, &reads).await;
+    for ((offset, len), answer) in reads.iter().zip(answers) {
+        let answer = answer.unwrap();
+        let end = (*offset as usize + *len as usize).min(item.len());
+        assert_eq!(answer.total, item.len() as u64);
+        assert_eq!(answer.offset, *offset);
+        assert!(
+            answer.data == item[*offset as usize..end],
+            "bytes at {offset}"
+        );
+    }
+    assert_eq!(pair.pool.holders.lock().unwrap().len(), 1, "one connection");
+}
+
+async fn futures_join(
+    pair: &Pair,
+    reads: &[(u64, u32); 3],
+) -> [Result<ItemData, TransferError>; 3] {
+    let fetches = reads.map(|(offset, len)| fetch_of(read("part-1", offset, len), pair.holder));
+    let (a, b, c) = tokio::join!(
+        pair.pool.fetch(&fetches[0]),
+        pair.pool.fetch(&fetches[1]),
+        pair.pool.fetch(&fetches[2])
+    );
+    [a, b, c]
+}
+
+/// A holder says why it cannot answer: an item it does not have, a name that is no
+/// item's (it never reads outside its scratch directory).
+#[tokio::test]
+async fn a_holder_refuses_what_it_does_not_hold() {
+    let pair = pair(Role::Agent);
+    std::fs::write(pair.scratch.parent().unwrap().join("secret"), b"x").unwrap();
+    for (item, said) in [
+        ("missing", "cannot read it on its holder"),
+        ("../secret", "no such item name"),
+    ] {
+        let fetch = fetch_of(read(item, 0, 10), pair.holder);
+        match pair.pool.fetch(&fetch).await {
+            Err(TransferError::Holder(reason)) => assert!(reason.contains(said), "{reason}"),
+            other => panic!("{item}: {other:?}"),
+        }
+    }
+}
+
+/// Only another agent may fetch: a client's certificate is refused in the handshake.
+#[tokio::test]
+async fn only_agents_may_fetch_items() {
+    let pair = pair(Role::Client);
+    std::fs::write(pair.scratch.join("part-1"), b"data").unwrap();
+    let fetch = fetch_of(read("part-1", 0, 10), pair.holder);
+    let answer = pair.pool.fetch(&fetch).await;
+    assert!(
+        matches!(
+            answer,
+            Err(TransferError::Connect(_) | TransferError::Connection(_) | TransferError::Read(_))
+        ),
+        "{answer:?}"
+    );
+}
+
+/// A holder that does not answer fails its read once the handshake times out, and the
+/// reads after it fail at once for a while rather than each waiting as long.
+#[tokio::test]
+async fn an_unreachable_holder_is_not_dialed_again_at_once() {
+    let pair = pair(Role::Agent);
+    // A UDP socket that never answers.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let fetch = fetch_of(read("part-1", 0, 10), silent.local_addr().unwrap());
+    let answer = pair.pool.fetch(&fetch).await;
+    assert!(
+        matches!(answer, Err(TransferError::Connect(_))),
+        "{answer:?}"
+    );
+    let started = Instant::now();
+    let again = pair.pool.fetch(&fetch).await;
+    assert!(
+        matches!(again, Err(TransferError::Unreachable)),
+        "{again:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+/// Bytes that are no request (garbage, a header announcing a huge frame) end their
+/// stream unanswered; the holder goes on serving the same connection.
+#[tokio::test]
+async fn a_holder_drops_a_malformed_request_and_serves_the_next() {
+    let pair = pair(Role::Agent);
+    std::fs::write(pair.scratch.join("part-1"), b"intact").unwrap();
+    let connection = pair.pool.connection(pair.holder).await.unwrap();
+    let mut huge = [0u8; 8];
+    huge[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    for request in [&b"not a frame at all, just bytes"[..], &huge[..]] {
+        let (mut send, mut recv) = connection.open_bi().await.unwrap();
+        send.write_all(request).await.unwrap();
+        send.finish().unwrap();
+        let answer = recv.read_to_end(1 << 20).await.unwrap_or_default();
+        assert!(answer.is_empty(), "no answer to {request:?}");
+    }
+    let fetch = fetch_of(read("part-1", 0, 10), pair.holder);
+    let answer = pair.pool.fetch(&fetch).await.unwrap();
+    assert_eq!(answer.data, b"intact");
+}
