@@ -133,8 +133,12 @@ def write_object(obj: Any, path: Union[str, "os.PathLike[str]"]) -> int:
     place, so a reader finds the whole file or none. Not fsynced: a node's store is
     tmpfs, and an object there does not outlive the node.
     """
-    path = os.fspath(path)
-    header, stream, buffers, offsets, total = _encode(obj)
+    return _write_encoded(_encode(obj), os.fspath(path))
+
+
+def _write_encoded(encoded: Tuple[bytes, memoryview, List[memoryview], List[int], int], path: str) -> int:
+    """:func:`write_object` of an object :func:`_encode` has pickled already."""
+    header, stream, buffers, offsets, total = encoded
     directory, name = os.path.split(path)
     temporary = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
@@ -167,8 +171,10 @@ def _write_all(fd: int, view: memoryview) -> None:
         done += os.write(fd, view[done:])
 
 
-def read_object(path: Union[str, "os.PathLike[str]"]) -> Any:
-    """The object stored at ``path``; its large buffers are views of the file's mapping.
+def read_object(path: Union[str, "os.PathLike[str]"], private: bool = False) -> Any:
+    """The object stored at ``path``; its large buffers are views of the file's mapping,
+    read-only, or with ``private`` writable copy-on-write (a page is copied when first
+    written; the file never changes).
 
     Raises :class:`ObjectError` when the file is missing or is not a whole object.
     """
@@ -180,7 +186,8 @@ def read_object(path: Union[str, "os.PathLike[str]"]) -> Any:
     try:
         if os.fstat(fd).st_size == 0:  # mmap refuses an empty file
             raise ObjectError(f"object {path} is empty (0 bytes), not a saker object")
-        mapping = mmap.mmap(fd, 0, access=mmap.ACCESS_READ, **_MAP_OPTIONS)
+        access = mmap.ACCESS_COPY if private else mmap.ACCESS_READ
+        mapping = mmap.mmap(fd, 0, access=access, **_MAP_OPTIONS)
     except OSError as exc:
         raise ObjectError(f"cannot map object {path}: {exc.strerror or one_line(exc)}") from exc
     finally:
@@ -346,6 +353,82 @@ def call_stored(call: Tuple[Callable[..., Any], Tuple[Any, ...], Dict[str, Any]]
     object (the worker got them mapped, buffers without a copy)."""
     fn, args, kwargs = call
     return fn(*args, **kwargs)
+
+
+class Returning:
+    """``fn`` as a call's function, for a client that sees the stores of the nodes
+    ``seen``: on a worker of one of them, a value that pickles to at least
+    :data:`BY_REFERENCE_FROM` bytes is stored in the node's store and comes back by
+    reference, read by the client from there (its large buffers mapped, not copied)
+    and its file removed. Other values come back inline, as without it."""
+
+    __slots__ = ("seen", "fn")
+
+    def __init__(self, seen: Tuple[int, ...], fn: Callable[..., Any]) -> None:
+        self.seen = seen
+        self.fn = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        value = self.fn(*args, **kwargs)
+        if type(value) in _SMALL:
+            return value
+        node = os.environ.get("SAKER_NODE")
+        scratch = os.environ.get("SAKER_SCRATCH")
+        if not scratch or node is None or not node.isdigit() or int(node) not in self.seen:
+            return value
+        return _MaybeStored(value, scratch)
+
+    def __reduce__(self) -> Tuple[Any, Tuple[Tuple[int, ...], Callable[..., Any]]]:
+        return (Returning, (self.seen, self.fn))
+
+
+# Values that are never large: returned as they are, at no cost.
+_SMALL = frozenset((int, float, bool, type(None), complex))
+
+
+class _MaybeStored:
+    """A call's value on its worker: pickled as itself when small, else stored in the
+    node's store and pickled as its path (decided once, when first pickled)."""
+
+    __slots__ = ("value", "scratch", "_reduced")
+
+    def __init__(self, value: Any, scratch: str) -> None:
+        self.value = value
+        self.scratch = scratch
+        self._reduced: Optional[Tuple[Any, Tuple[Any, ...]]] = None
+
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
+        if self._reduced is None:
+            encoded = _encode(self.value)
+            if encoded[4] < BY_REFERENCE_FROM:
+                self._reduced = (_identity, (self.value,))
+            else:
+                path = os.path.join(os.path.abspath(self.scratch), ITEM_PREFIX + new_id())
+                size = _write_encoded(encoded, path)
+                self._reduced = (_stored_value, (path, size))
+        return self._reduced
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _stored_value(path: str, size: int) -> Any:
+    """A call's value stored on its worker's node, unpickled by its client (which sees
+    that store): read from there, and its file removed (a mapping of it lives on). Its
+    buffers are writable, as a value returned inline would be: copy-on-write."""
+    try:
+        return read_object(path, private=True)
+    except ObjectError as exc:
+        raise ObjectError(
+            f"the call's value ({size} bytes) was stored at {path}, and this process cannot read it "
+            f"there: {exc}"
+        ) from None
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def new_id() -> str:

@@ -134,11 +134,16 @@ class _Target:
         ``fn`` as the object it names.
         """
         options = self._options
+        stores = self._pilot._object_stores()
         if options.get("ref"):
             name = objects.ITEM_PREFIX + objects.new_id()
             fn, args = objects.store_result, (name, fn) + args  # type: ignore[assignment]
             options = _with_items(options, "writes", [name])
-        stores = self._pilot._object_stores()
+        else:
+            seen = stores.visible_nodes()
+            if seen:
+                # A large value comes back by reference from a node this client sees.
+                fn = objects.Returning(seen, fn)
         payload = stored = None
         # Inline unless a large argument can go by reference, or it must.
         if not (objects.large_arguments(args, kwargs) and stores.seen()):
@@ -198,7 +203,11 @@ class _Target:
         options = self._options
         connection = self._connection()
         spec_options, job_options = split_options(options, command=False)
-        prepared = prepare_function(fn)
+        stores = self._pilot._object_stores()
+        seen = () if by_ref else stores.visible_nodes()
+        # A large value comes back by reference from a node this client sees.
+        prepared = prepare_function(objects.Returning(seen, fn) if seen else fn)
+        call_stored = prepare_function(objects.call_stored) if seen else None
         futures: List[SakerFuture[Any]] = []
         append = futures.append
         b2a = _b2a
@@ -231,7 +240,21 @@ class _Target:
                 if by_ref:
                     written = objects.ITEM_PREFIX + objects.new_id()
                     args = (written, function) + tuple(args)
-                payload, refs = _with_refs(dumps_call, store if by_ref else function, args, empty)
+                stored = None
+                if seen and chunksize == 1 and objects.large_arguments(args, empty):
+                    payload = None
+                else:
+                    try:
+                        payload, refs = _with_refs(dumps_call, store if by_ref else function, args, empty)
+                    except PayloadTooLarge:
+                        if not (seen and chunksize == 1):
+                            raise
+                        payload = None
+                if payload is None:
+                    # As call's: the function and arguments stored as one object.
+                    stored, nested = _with_refs(stores.put, (function, args, empty), self._pilot)
+                    payload, refs = _with_refs(dumps_call, call_stored, (stored,), empty)
+                    refs = nested + refs
                 encoded = b2a(payload, newline=False).decode("ascii")
                 spec = {"function": {"kind": "python", "payload": encoded}}
                 if spec_options:
@@ -247,6 +270,8 @@ class _Target:
                 if waits:
                     future._waits = True
                 submit_job(job, future, len(encoded))
+                if stored is not None:
+                    future.add_done_callback(lambda _, stored=stored: discard(stored))
                 if _track is not None:
                     _track(future)
                 append(future)

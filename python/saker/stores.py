@@ -61,6 +61,20 @@ class Stores:
                 self._asked = time.monotonic()
             return list(self._seen)
 
+    def visible_nodes(self) -> Tuple[int, ...]:
+        """The nodes whose stores this client sees, without waiting: the last list,
+        asked again (once, not waiting for a node) when stale."""
+        with self._lock:
+            if time.monotonic() - self._asked > _FRESH_FOR:
+                try:
+                    stores = self._ask(None)
+                except SakerError:
+                    stores = []
+                self._listed = len(stores)
+                self._seen = [(node, directory) for node, directory in stores if self._sees(node, directory)]
+                self._asked = time.monotonic()
+            return tuple(node for node, _ in self._seen)
+
     def _ask(self, timeout: Optional[float]) -> List[Tuple[int, str]]:
         """Every live node's store, as the pilot lists them."""
         try:

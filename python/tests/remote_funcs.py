@@ -151,3 +151,10 @@ def filled(byte: int, size: int) -> bytes:
 def total_beside(values: Any, other: Any) -> int:
     """:func:`total` of ``values``; ``other`` only rides along."""
     return total(values)
+
+
+def array_of(value: float, count: int) -> Any:
+    """A numpy array of ``count`` copies of ``value``, with the node that made it."""
+    import numpy
+
+    return {"node": os.environ.get("SAKER_NODE"), "array": numpy.full(count, value)}

@@ -353,11 +353,15 @@ def test_running_guesses_from_the_whole_status_with_an_older_pilot(idle: saker.P
         connection._running._job_counts = True
 
 
-def test_a_too_large_argument_is_refused_with_a_hint(pilot: saker.Pilot) -> None:
+def test_a_too_large_argument_is_refused_with_a_hint(
+    pilot: saker.Pilot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A client that sees a node's store sends such arguments and gets such values by
+    # reference (test_refs.py); this one sees none.
+    monkeypatch.setattr(pilot, "_stores", saker.stores.Stores(pilot._require_connection(), pilot.pilot_id))
+    monkeypatch.setattr(pilot._stores, "_sees", lambda node, directory: False)
     jobs = pilot.status()["jobs"]
     big = b"x" * (20 << 20)
-    # (call sends such an argument by reference when a store is visible, as here:
-    # test_refs.py; map does not yet.)
     with pytest.raises(saker.SakerError) as info:
         list(pilot.map(remote_funcs.identity, [big, "small"]))
     message = str(info.value)

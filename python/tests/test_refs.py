@@ -120,6 +120,9 @@ def test_a_large_argument_goes_by_reference_without_asking(pilot: saker.Pilot) -
     array = numpy.ones(1 << 17)  # 1 MiB
     got = pilot.call(remote_funcs.described, array).result(60)
     assert got["mapped"] is True and got["sum"] == 1 << 17
+    # map's calls too, each its own object; small ones stay inline.
+    described = list(pilot.map(remote_funcs.described, [big, b"s"]))
+    assert [d["len"] for d in described] == [20 << 20, 1]
     # Each such call's object is its own: removed from the store once the call ended.
     [(_, scratch)] = pilot._object_stores().seen()
     wait_for(lambda: not [n for n in os.listdir(scratch) if n.startswith("obj-") and n[4:] not in kept],
@@ -138,6 +141,43 @@ def test_a_client_that_sees_no_store_still_sends_calls_inline_and_refuses_huge_o
     assert pilot.call(remote_funcs.described, b"a" * (1 << 20)).result(60)["len"] == 1 << 20
     with pytest.raises(saker.SakerError, match="over the 16 MiB"):
         pilot.call(remote_funcs.described, b"z" * (20 << 20))
+    # Nor does a large value come back by reference: over 16 MiB it cannot come back.
+    assert pilot.call(remote_funcs.filled, 1, 1 << 20).result(60) == b"\x01" * (1 << 20)
+    with pytest.raises(ValueError, match="over the 16 MiB a call's answer may carry"):
+        pilot.call(remote_funcs.filled, 1, 20 << 20).result(60)
+
+
+def _objects_in(pilot: saker.Pilot) -> set:
+    return {
+        name
+        for _, scratch in pilot._object_stores().seen()
+        for name in os.listdir(scratch)
+        if name.startswith("obj-")
+    }
+
+
+def test_a_large_value_comes_back_by_reference_writable_and_its_file_goes(pilot: saker.Pilot) -> None:
+    numpy = pytest.importorskip("numpy")
+    kept = _objects_in(pilot)
+    # Over the 16 MiB an answer carries inline: stored on the node, read from there.
+    assert pilot.call(remote_funcs.filled, 7, 20 << 20).result(60) == b"\x07" * (20 << 20)
+    got = pilot.call(remote_funcs.array_of, 2.5, 1 << 20).result(60)
+    array = got["array"]
+    assert array.shape == (1 << 20,) and float(array.sum()) == 2.5 * (1 << 20)
+    array[0] = 0.0  # writable, as a value returned inline is
+    assert float(array[0]) == 0.0
+    # So are map's values; small values come back inline as ever.
+    values = list(pilot.map(remote_funcs.filled, [1, 2], [300_000, 10]))
+    assert values == [b"\x01" * 300_000, b"\x02" * 10]
+    assert pilot.call(remote_funcs.add, 2, 3).result(60) == 5
+    # Each stored value's file is removed once its client has read it.
+    assert _objects_in(pilot) == kept
+
+
+def test_a_stored_value_that_cannot_be_read_fails_its_call_by_name(tmp_path: Path) -> None:
+    gone = str(tmp_path / "obj-gone")
+    with pytest.raises(ObjectError, match="was stored at .*obj-gone, and this process cannot read it"):
+        objects._stored_value(gone, 10)
 
 
 @pytest.fixture(scope="module")
@@ -172,3 +212,14 @@ def test_a_ref_beside_a_large_argument_is_fetched_where_the_call_runs(two_agents
     for n in range(4):
         ref = pilot.put(bytes([n]) * 100)
         assert pilot.call(remote_funcs.total_beside, [ref], b"L" * (1 << 20)).result(60) == 100
+
+
+def test_large_values_from_either_node_come_back_by_reference(two_agents: saker.Pilot) -> None:
+    pilot = two_agents
+    wait_for(lambda: len(pilot._object_stores().seen(refresh=True)) == 2, what="both stores")
+    kept = _objects_in(pilot)
+    results = [pilot.call(remote_funcs.array_of, float(n), 100_000) for n in range(8)]
+    values = [f.result(60) for f in results]
+    assert [float(v["array"][0]) for v in values] == [float(n) for n in range(8)]
+    assert {v["node"] for v in values} == {"0", "1"}, "both nodes answered"
+    assert _objects_in(pilot) == kept
