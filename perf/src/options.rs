@@ -81,6 +81,9 @@ pub enum Benchmark {
     /// The Python client: no-op calls per second, round trips, commands, idle worker
     /// memory and a cold pilot's first result, beside ProcessPoolExecutor.
     Python,
+    /// Python objects by reference: put/get beside `numpy.copy`, large arguments and
+    /// results beside ProcessPoolExecutor, a worker's memory reading a ref.
+    Objects,
     /// No-op `python_app`s through Parsl with SakerExecutor, beside
     /// HighThroughputExecutor and ThreadPoolExecutor.
     Parsl,
@@ -123,7 +126,7 @@ pub enum Benchmark {
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 34] = [
+    pub const ALL: [Benchmark; 35] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -145,6 +148,7 @@ impl Benchmark {
         Benchmark::SlurmElastic,
         Benchmark::SlurmPolicies,
         Benchmark::Python,
+        Benchmark::Objects,
         Benchmark::Parsl,
         Benchmark::Snakemake,
         Benchmark::SnakemakeSlurm,
@@ -184,6 +188,7 @@ impl Benchmark {
             Benchmark::SlurmElastic => "slurm-elastic",
             Benchmark::SlurmPolicies => "slurm-policies",
             Benchmark::Python => "python",
+            Benchmark::Objects => "objects",
             Benchmark::Parsl => "parsl",
             Benchmark::Snakemake => "snakemake",
             Benchmark::SnakemakeSlurm => "snakemake-slurm",

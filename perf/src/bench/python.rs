@@ -5,7 +5,8 @@
 //! cluster, against snakemake-executor-plugin-slurm.
 //!
 //! A script prints one JSON object per row on stdout:
-//! `{"row": NAME, "unit": "per_second" | "microseconds" | "mebibytes" | "seconds",
+//! `{"row": NAME, "unit": "per_second" | "microseconds" | "mebibytes" | "seconds" |
+//!   "mebibytes_per_second",
 //!   "saker": VALUE, "baseline": VALUE | null, "baseline_name": TEXT,
 //!   "target": {"ratio_at_least": R} | {"ratio_at_most": R} | {"at_least": V} |
 //!   {"at_most": V} | null}` (units also `"bytes_per_task"`),
@@ -93,6 +94,7 @@ fn row(benchmark: Benchmark, line: &str) -> Result<Row> {
         Some("per_second") => Unit::PerSecond,
         Some("microseconds") => Unit::Microseconds,
         Some("mebibytes") => Unit::Mebibytes,
+        Some("mebibytes_per_second") => Unit::MebibytesPerSecond,
         Some("seconds") => Unit::Seconds,
         Some("bytes_per_task") => Unit::BytesPerTask,
         other => bail!("row {line:?}: unknown unit {other:?}"),
