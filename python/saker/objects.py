@@ -336,16 +336,18 @@ def store_result(name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
 BY_REFERENCE_FROM = 256 << 10
 
 
+def is_large(value: Any) -> bool:
+    """Whether ``value`` is a buffer of at least :data:`BY_REFERENCE_FROM` bytes
+    (bytes, bytearray, memoryview, a numpy array: anything with ``nbytes``)."""
+    size = getattr(value, "nbytes", None)
+    if size is None and isinstance(value, (bytes, bytearray)):
+        size = len(value)
+    return isinstance(size, int) and size >= BY_REFERENCE_FROM
+
+
 def large_arguments(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
-    """Whether a top-level argument is a buffer of at least :data:`BY_REFERENCE_FROM`
-    bytes (bytes, bytearray, memoryview, a numpy array): cheap, nothing pickled."""
-    for value in itertools.chain(args, kwargs.values()):
-        size = getattr(value, "nbytes", None)
-        if size is None and isinstance(value, (bytes, bytearray)):
-            size = len(value)
-        if isinstance(size, int) and size >= BY_REFERENCE_FROM:
-            return True
-    return False
+    """Whether a top-level argument :func:`is_large`: cheap, nothing pickled."""
+    return any(is_large(value) for value in itertools.chain(args, kwargs.values()))
 
 
 def call_stored(call: Tuple[Callable[..., Any], Tuple[Any, ...], Dict[str, Any]]) -> Any:

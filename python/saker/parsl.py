@@ -35,6 +35,8 @@ from parsl.serialize import deserialize, pack_apply_message
 from parsl.serialize.errors import DeserializationError, SerializationError
 from parsl.utils import RepresentationMixin
 
+from .stores import discard as _discard
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["SakerExecutor", "SakerTaskError", "PAYLOAD_TAG", "saker_priority"]
@@ -366,6 +368,19 @@ class SakerExecutor(ParslExecutor, RepresentationMixin):
         if pilot is None:
             raise ExecutorError(self, "submit after shutdown" if self._closed else "submit before start")
         options = self._task_options(resource_specification)
+        # Where this client sees a node's store, large arguments go by reference and
+        # large values come back so (docs/data.md), as they do for saker's own calls.
+        stores = pilot._object_stores()
+        seen = stores.visible_nodes()
+        refs: list = []
+        if seen:
+            from . import objects
+
+            if objects.large_arguments(args, kwargs):
+                args, kwargs, refs = self._by_reference(pilot, args, kwargs)
+                reads = list(options.get("reads") or []) + [ref.item for ref in refs]
+                options = dict(options, reads=reads)
+            func = objects.Returning(seen, func)
 
         try:
             buffer = pack_apply_message(func, args, kwargs, buffer_threshold=self.buffer_threshold)
@@ -390,7 +405,27 @@ class SakerExecutor(ParslExecutor, RepresentationMixin):
         # Completed on our own thread: the client's callback thread must never run
         # Parsl's callbacks (which submit further tasks) nor deserialize results.
         inner.add_done_callback(lambda done, fut=fut: self._done.put((fut, done)))
+        for ref in refs:
+            # Each is this task's alone: its file goes when the task ends.
+            inner.add_done_callback(lambda _, ref=ref: _discard(ref))
         return fut
+
+    @staticmethod
+    def _by_reference(pilot: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
+        """``(args, kwargs, refs)`` with each large argument put in a store and
+        replaced by its ref (which a Saker worker unpickles as the object)."""
+        from . import objects
+
+        refs: list = []
+
+        def put(value: Any) -> Any:
+            if not objects.is_large(value):
+                return value
+            ref = pilot.put(value)
+            refs.append(ref)
+            return ref
+
+        return tuple(put(arg) for arg in args), {key: put(arg) for key, arg in kwargs.items()}, refs
 
     # ------------------------------------------------------------------ completion
 

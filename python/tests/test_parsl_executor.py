@@ -94,6 +94,38 @@ def fan_out(n):
     return [square(i) for i in range(n)]
 
 
+@python_app
+def described(data):
+    import os
+
+    return {"type": type(data).__name__, "len": len(data), "node": os.environ.get("SAKER_NODE")}
+
+
+@python_app
+def filled(byte, size):
+    return bytes([byte]) * size
+
+
+def test_large_arguments_and_values_go_by_reference(dfk):
+    """Over the 16 MiB a task carries inline, both ways: the argument is put in the
+    node's store and mapped by the worker, the value stored there and read back;
+    neither file is left once the task has ended."""
+    from saker.parsl import SakerExecutor
+
+    executor = next(e for e in dfk.executors.values() if isinstance(e, SakerExecutor))
+    stores = executor.pilot._object_stores().seen()
+    before = {name for _, scratch in stores for name in os.listdir(scratch) if name.startswith("obj-")}
+    big = b"z" * (20 << 20)
+    assert described(big).result(timeout=60)["len"] == 20 << 20
+    assert filled(3, 20 << 20).result(timeout=60) == b"\x03" * (20 << 20)
+    assert add(2, 3).result(timeout=60) == 5
+
+    def left():
+        return {name for _, scratch in stores for name in os.listdir(scratch) if name.startswith("obj-")} - before
+
+    wait_for(lambda: not left(), what="the task's stored argument and value removed")
+
+
 def test_python_app(dfk):
     assert add(1, 2).result(timeout=60) == 3
     futures = [add(i, i) for i in range(200)]
