@@ -173,6 +173,20 @@ impl Collector for Snapshot {
                 status.duplicates,
             ),
         ];
+        let mut family = encoder.encode_descriptor(
+            "data_moved_bytes",
+            "Bytes of data items copied between nodes: node to node, or through the root",
+            None,
+            ConstCounter::new(0u64).metric_type(),
+        )?;
+        let direct = status
+            .data_moved_bytes
+            .saturating_sub(status.data_root_bytes);
+        for (path, bytes) in [("direct", direct), ("root", status.data_root_bytes)] {
+            let metric = ConstCounter::new(bytes);
+            metric.encode(family.encode_family(&labels(&[("path", path)]))?)?;
+        }
+
         for (name, help, value) in counters {
             let metric = ConstCounter::new(value);
             metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)?;
@@ -196,6 +210,11 @@ impl Collector for Snapshot {
             ),
             ("jobs", "Jobs submitted", status.jobs as f64),
             (
+                "data_items",
+                "Data items (and objects) the pilot knows a holder of",
+                status.items as f64,
+            ),
+            (
                 "rate_per_second",
                 "Tasks finished per second over the last few seconds",
                 status.rate,
@@ -209,6 +228,20 @@ impl Collector for Snapshot {
         for (name, help, value) in gauges {
             let metric = ConstGauge::new(value);
             metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)?;
+        }
+
+        let mut family = encoder.encode_descriptor(
+            "node_fetched_bytes",
+            "Bytes of data items fetched whole from other nodes, per node",
+            None,
+            ConstCounter::new(0u64).metric_type(),
+        )?;
+        for node in &status.nodes {
+            let id = node.node.to_string();
+            let metric = ConstCounter::new(node.fetched_bytes);
+            metric.encode(
+                family.encode_family(&labels(&[("node", &id), ("host", &node.hostname)]))?,
+            )?;
         }
 
         let per_node: [(&str, &str, PerNode); 2] = [
@@ -290,8 +323,12 @@ mod tests {
                 hostname: "node\"1".into(),
                 cores: 4,
                 busy: 2,
+                fetched_bytes: 3 << 20,
                 ..NodeLoad::default()
             }],
+            items: 2,
+            data_moved_bytes: 5 << 20,
+            data_root_bytes: 1 << 20,
             stages: vec![StageSummary {
                 stage: "run".into(),
                 count: 41,
@@ -312,6 +349,10 @@ mod tests {
             "saker_busy_slots 2.0",
             "saker_rate_per_second 12.5",
             "saker_node_busy_slots{node=\"0\",host=\"node\\\"1\"} 2",
+            "saker_data_moved_bytes_total{path=\"direct\"} 4194304",
+            "saker_data_moved_bytes_total{path=\"root\"} 1048576",
+            "saker_data_items 2.0",
+            "saker_node_fetched_bytes_total{node=\"0\",host=\"node\\\"1\"} 3145728",
             "saker_stage_seconds{stage=\"run\",quantile=\"0.5\"} 0.25",
             "saker_stage_seconds{stage=\"run\",quantile=\"1\"} 2.0",
         ] {

@@ -594,6 +594,10 @@ pub struct NodeLoad {
     /// Named resources it offers.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub resources: std::collections::BTreeMap<String, u32>,
+    /// Bytes of data items it fetched whole from other nodes (directly or through the
+    /// root) since it joined.
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub fetched_bytes: u64,
 }
 
 fn is_zero(value: &u32) -> bool {

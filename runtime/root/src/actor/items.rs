@@ -71,6 +71,8 @@ pub(super) struct ItemTable {
     root_bytes: u64,
     /// Bytes readers fetched from holders directly, node to node.
     direct_bytes: u64,
+    /// Bytes of whole items each live node fetched (its copies).
+    fetched: HashMap<NodeId, u64>,
 }
 
 #[derive(Debug, Default)]
@@ -87,6 +89,11 @@ impl ItemTable {
     /// Bytes moved from holders to readers so far, node to node or through the root.
     pub(super) fn moved_bytes(&self) -> u64 {
         self.root_bytes + self.direct_bytes
+    }
+
+    /// Bytes of whole items `node` fetched since it joined.
+    pub(super) fn fetched_by(&self, node: NodeId) -> u64 {
+        self.fetched.get(&node).copied().unwrap_or(0)
     }
 
     /// Of [`Self::moved_bytes`], those the root passed on.
@@ -179,6 +186,7 @@ impl ItemTable {
 
     /// `node` is lost: it holds nothing any more.
     pub(super) fn items_lost_with(&mut self, ctx: &mut Ctx, node: NodeId) {
+        self.fetched.remove(&node);
         let mut changed = Vec::new();
         for (name, item) in &mut self.items {
             if let Some(at) = item.holders.iter().position(|holder| *holder == node) {
@@ -384,6 +392,7 @@ impl ItemTable {
             return;
         }
         self.direct_bytes += copied.direct.min(copied.bytes);
+        *self.fetched.entry(copied.node).or_default() += copied.bytes;
         let known = self
             .items
             .get(&copied.item)

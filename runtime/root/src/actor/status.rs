@@ -139,6 +139,7 @@ impl RootState {
                         (amount > 0).then(|| (name.to_owned(), amount))
                     })
                     .collect(),
+                fetched_bytes: self.items.fetched_by(id),
             })
             .collect();
         loads.sort_by_key(|load| load.node);

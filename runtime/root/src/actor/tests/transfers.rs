@@ -90,6 +90,8 @@ async fn a_reader_is_told_the_live_holders_and_its_copy_makes_one_more() {
     assert_eq!(holders(&mut h, 1, "part"), [2]);
     let status = h.status();
     assert_eq!((status.data_moved_bytes, status.data_root_bytes), (1000, 0));
+    let fetched: Vec<u64> = status.nodes.iter().map(|node| node.fetched_bytes).collect();
+    assert_eq!(fetched, [0, 1000, 0, 0], "node 2 fetched it");
 
     // A copy of another size, or of an item nobody wrote, is not counted on.
     copied(&mut h, 3, "part", 999, 999);
