@@ -9,7 +9,7 @@ run on persistent workers (``python -m saker.worker``), one per slot.
 from __future__ import annotations
 
 from .transport import PROTOCOL
-from .results import DependencyFailed, Result, TaskFailed, TaskLost
+from .results import DependencyFailed, ObjectLost, Result, TaskFailed, TaskLost
 from .errors import (
     PilotClosed,
     PilotNotFound,
@@ -39,6 +39,7 @@ __all__ = [
     "Result",
     "Ref",
     "ObjectError",
+    "ObjectLost",
     "SakerFuture",
     "Executor",
     "as_completed",

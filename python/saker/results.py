@@ -161,6 +161,25 @@ class TaskLost(TaskFailed):
     """
 
 
+class ObjectLost(TaskLost):
+    """A call could not run because an object it reads (a :class:`saker.Ref`
+    argument, or one of its large arguments) could not be had: no live node holds it,
+    or its holders could not give it. ``object`` is its id, ``reason`` what the pilot
+    said. Never a wrong value: the call did not run.
+    """
+
+    def __init__(self, result: "Result", message: Optional[str] = None) -> None:
+        super().__init__(result, message)
+        match = _OBJECT_REASON.fullmatch(result.reason or "")
+        self.object: Optional[str] = match.group(1) if match else None
+        self.reason: str = match.group(2) if match else (result.reason or "")
+
+
+# The reason an attempt fails with when a data item it reads cannot be had (the
+# agent's ItemError), for an item that is an object.
+_OBJECT_REASON = re.compile(r'data item "obj-([0-9a-f]{32})": (.+)', re.DOTALL)
+
+
 class DependencyFailed(SakerError, concurrent.futures.CancelledError):
     """A task the pilot cancelled because a job it depends on (``after=``) failed.
 
@@ -241,6 +260,10 @@ def _outcome(body: Dict[str, Any], mode: int, dependency: Any = None) -> Tuple[A
         return None, TaskFailed(result)
     if result.output is None:
         reason = result.reason or "no answer from the worker"
+        match = _OBJECT_REASON.fullmatch(reason)
+        if match:
+            message = f"function task {result.task} could not run: object {match.group(1)}: {match.group(2)}"
+            return None, ObjectLost(result, message)
         return None, TaskLost(result, f"function task {result.task} ended without an answer: {reason}")
     if mode == MODE_CALL:
         return None, loads_exception(result.output, result.reason)

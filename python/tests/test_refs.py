@@ -223,3 +223,17 @@ def test_large_values_from_either_node_come_back_by_reference(two_agents: saker.
     assert [float(v["array"][0]) for v in values] == [float(n) for n in range(8)]
     assert {v["node"] for v in values} == {"0", "1"}, "both nodes answered"
     assert _objects_in(pilot) == kept
+
+
+def test_an_object_no_node_can_give_fails_its_reader_with_object_lost(two_agents: saker.Pilot) -> None:
+    pilot = two_agents
+    wait_for(lambda: len(pilot._object_stores().seen(refresh=True)) == 2, what="both stores")
+    ref = pilot.put(b"gone" * 1000)
+    [scratch] = [scratch for _, scratch in pilot._object_stores().seen() if Path(scratch, ref.item).exists()]
+    os.unlink(os.path.join(scratch, ref.item))  # its only copy is lost
+    # Wherever the call runs, the object cannot be had: the call fails, naming it.
+    with pytest.raises(saker.ObjectLost) as info:
+        pilot.call(remote_funcs.described, ref).result(60)
+    assert info.value.object == ref.id
+    assert "no live node holds it" in info.value.reason, info.value.reason
+    assert isinstance(info.value, saker.TaskLost)
