@@ -35,6 +35,9 @@ enum Place {
     Idle,
     Rotation,
     Parked,
+    /// Set aside with credit until an attempt of its own ends
+    /// ([`Nodes::set_aside_until_freed`]).
+    Full,
 }
 
 /// One live node.
@@ -190,6 +193,11 @@ impl Nodes {
             by_free.remove(&(before, node));
             by_free.insert((after, node));
         }
+        if record.place == Place::Full {
+            // Its cores freed: back in the rotation with the credit it has.
+            record.place = Place::Rotation;
+            self.rotation.push_back((node, record.incarnation));
+        }
     }
 
     /// Live nodes whose free capacity and credit both cover `need`, fullest first (so
@@ -250,6 +258,16 @@ impl Nodes {
         record.place = Place::Idle;
     }
 
+    /// Keeps a node out of the rotation until an attempt of its own ends or credit
+    /// comes: work was kept off it by the cap on its prefetch alone, which its own
+    /// attempts hold. Its credit may be enough already (an agent grants ahead), so an
+    /// ending attempt brings it back by itself ([`Nodes::detach`]).
+    pub(crate) fn set_aside_until_freed(&mut self, node: NodeId) {
+        // Invariant: only called for the live node next_in_rotation just returned.
+        let record = self.map.get_mut(&node).expect("set-aside node is live");
+        record.place = Place::Full;
+    }
+
     /// Puts a parked node back in the rotation (work only it may take was queued).
     pub(crate) fn wake(&mut self, node: NodeId) {
         let Some(record) = self.map.get_mut(&node) else {
@@ -284,6 +302,9 @@ impl Nodes {
         }
         if record.place == Place::Parked {
             unpark(&mut self.parked, record.capacity, record.credit, node);
+            record.place = Place::Idle;
+        }
+        if record.place == Place::Full {
             record.place = Place::Idle;
         }
         let before = record.credit;

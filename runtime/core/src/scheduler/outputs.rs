@@ -192,8 +192,9 @@ impl Core {
                             // node's free cores, so attempts of its own hold cores and
                             // will give credit back. Out of the rotation until then;
                             // parked, it would be unparked for the same work and
-                            // refuse it again.
-                            self.nodes.set_aside(node);
+                            // refuse it again. Back when one of them ends,
+                            // credit or not (its agent may have granted ahead).
+                            self.nodes.set_aside_until_freed(node);
                             continue;
                         }
                     }

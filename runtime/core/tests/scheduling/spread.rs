@@ -93,3 +93,41 @@ fn a_full_node_set_aside_takes_work_again_when_its_own_attempt_ends() {
     harness.credit(1, 1);
     assert_eq!(per_node(&mut harness), BTreeMap::from([(1, 1)]));
 }
+
+/// An agent grants credit ahead (a prefetch margin), so the result of a node's last
+/// attempt may come with no new credit: a node set aside while full takes work again
+/// when its attempt ends, on the credit it still has, and so does work pinned to it.
+/// (Once such a node stayed aside for good: a call pinned to it waited forever.)
+#[test]
+fn a_full_node_set_aside_with_credit_left_takes_work_when_its_attempt_ends() {
+    let mut harness = Harness::new();
+    harness.join(1, 1);
+    harness.credit(1, 3);
+    harness.submit(JobSpec::array(1));
+    let running = harness.take_one();
+    harness.join(2, 1);
+    harness.credit(2, 1);
+    harness.submit(JobSpec::array(1));
+    assert_eq!(per_node(&mut harness), BTreeMap::from([(2, 1)]));
+    harness.submit(JobSpec::array(1));
+    assert!(
+        harness.take_assigned().is_empty(),
+        "node 1 is full, node 2 has no credit"
+    );
+    harness.started(running.attempt);
+    harness.result(running.attempt, AttemptOutcome::Succeeded);
+    assert_eq!(
+        per_node(&mut harness),
+        BTreeMap::from([(1, 1)]),
+        "no credit came"
+    );
+    let pinned = JobSpec::array(1).with_placement(saker_core::Placement::Node {
+        node: saker_core::NodeId(1),
+    });
+    harness.submit(pinned);
+    assert_eq!(
+        per_node(&mut harness),
+        BTreeMap::from([(1, 1)]),
+        "pinned work too"
+    );
+}
