@@ -345,6 +345,15 @@ def is_large(value: Any) -> bool:
     return isinstance(size, int) and size >= BY_REFERENCE_FROM
 
 
+def may_be_large(args: Tuple[Any, ...]) -> bool:
+    """Whether an argument is of a type that may be large (not an int, a float, …)."""
+    small = _SMALL
+    for value in args:
+        if type(value) not in small:
+            return True
+    return False
+
+
 def large_arguments(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
     """Whether a top-level argument :func:`is_large`: cheap, nothing pickled."""
     return any(is_large(value) for value in itertools.chain(args, kwargs.values()))

@@ -241,7 +241,8 @@ class _Target:
                     written = objects.ITEM_PREFIX + objects.new_id()
                     args = (written, function) + tuple(args)
                 stored = None
-                if seen and chunksize == 1 and objects.large_arguments(args, empty):
+                # (Arguments of small types are never large: the no-op path checks no more.)
+                if seen and chunksize == 1 and objects.may_be_large(args) and objects.large_arguments(args, empty):
                     payload = None
                 else:
                     try:
