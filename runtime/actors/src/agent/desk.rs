@@ -405,7 +405,7 @@ impl Desk {
         match answer {
             Ok(landed) => {
                 if routes.fetched(&fetch, landed.len) {
-                    self.board.handle_item_landed(&landed, Ok(()), now);
+                    self.board.handle_item_landed(&landed, now);
                     self.apply_effects(now);
                 }
                 Ok(())

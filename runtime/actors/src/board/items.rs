@@ -321,13 +321,9 @@ impl Board {
     }
 
     /// `len` bytes of `item` at `offset` (of `total`) came from a holder directly and
-    /// are written already (or could not be: `written`).
-    pub fn handle_item_landed(
-        &mut self,
-        landed: &ItemLanded,
-        written: Result<(), ItemError>,
-        now: Moment,
-    ) {
+    /// are written already (a read whose bytes could not be written failed in the
+    /// shell and went another way).
+    pub fn handle_item_landed(&mut self, landed: &ItemLanded, now: Moment) {
         let ItemLanded {
             item,
             offset,
@@ -338,7 +334,7 @@ impl Board {
         if received != Received::Write {
             return self.after_fetch(item, received, now);
         }
-        self.handle_item_written(item, *len, written, now);
+        self.handle_item_written(item, *len, Ok(()), now);
     }
 
     /// `item` comes from holders directly, not through the root: more of it may be

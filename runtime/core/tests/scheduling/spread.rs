@@ -73,23 +73,30 @@ fn busy_nodes_prefetch_only_what_free_nodes_cannot_start() {
     assert_eq!(placed.values().sum::<usize>(), 64, "the rest as prefetch");
 }
 
-#[test]
-fn a_full_node_set_aside_takes_work_again_when_its_own_attempt_ends() {
-    let mut harness = Harness::new();
+/// Node 1 (one core, `credit` granted) runs a task; node 2 (one core, credit 1) takes
+/// the next; a third waits, node 1 set aside as full. Returns node 1's attempt.
+fn node_one_set_aside(harness: &mut Harness, credit: u32) -> saker_core::AttemptId {
     harness.join(1, 1);
-    harness.credit(1, 2);
+    harness.credit(1, credit);
     harness.submit(JobSpec::array(1));
     let running = harness.take_one();
     // A free node: the next task is for it, not for node 1's prefetch.
     harness.join(2, 1);
     harness.credit(2, 1);
     harness.submit(JobSpec::array(1));
-    assert_eq!(per_node(&mut harness), BTreeMap::from([(2, 1)]));
-    // Node 1 was set aside; a task for nobody's free core waits for credit.
+    assert_eq!(per_node(harness), BTreeMap::from([(2, 1)]));
+    // Node 1 was set aside; a task for nobody's free core waits.
     harness.submit(JobSpec::array(1));
     assert!(harness.take_assigned().is_empty());
-    harness.started(running.attempt);
-    harness.result(running.attempt, AttemptOutcome::Succeeded);
+    running.attempt
+}
+
+#[test]
+fn a_full_node_set_aside_takes_work_again_when_its_own_attempt_ends() {
+    let mut harness = Harness::new();
+    let running = node_one_set_aside(&mut harness, 2);
+    harness.started(running);
+    harness.result(running, AttemptOutcome::Succeeded);
     harness.credit(1, 1);
     assert_eq!(per_node(&mut harness), BTreeMap::from([(1, 1)]));
 }
@@ -101,21 +108,9 @@ fn a_full_node_set_aside_takes_work_again_when_its_own_attempt_ends() {
 #[test]
 fn a_full_node_set_aside_with_credit_left_takes_work_when_its_attempt_ends() {
     let mut harness = Harness::new();
-    harness.join(1, 1);
-    harness.credit(1, 3);
-    harness.submit(JobSpec::array(1));
-    let running = harness.take_one();
-    harness.join(2, 1);
-    harness.credit(2, 1);
-    harness.submit(JobSpec::array(1));
-    assert_eq!(per_node(&mut harness), BTreeMap::from([(2, 1)]));
-    harness.submit(JobSpec::array(1));
-    assert!(
-        harness.take_assigned().is_empty(),
-        "node 1 is full, node 2 has no credit"
-    );
-    harness.started(running.attempt);
-    harness.result(running.attempt, AttemptOutcome::Succeeded);
+    let running = node_one_set_aside(&mut harness, 3);
+    harness.started(running);
+    harness.result(running, AttemptOutcome::Succeeded);
     assert_eq!(
         per_node(&mut harness),
         BTreeMap::from([(1, 1)]),
