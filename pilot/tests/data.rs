@@ -95,6 +95,20 @@ fn submit(pilot: &std::path::Path, specs: &[Value]) -> Vec<String> {
         .collect()
 }
 
+/// Submits `specs` as a task file and waits until `results` of them have ended.
+fn submit_then_wait_for(pilot: &std::path::Path, specs: &[Value], results_count: usize) {
+    let file = pilot.parent().unwrap().join("dag.jsonl");
+    let lines: Vec<String> = specs.iter().map(Value::to_string).collect();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let output = run(saker().args(["submit", "--dir"]).arg(pilot).arg(&file));
+    assert!(output.status.success());
+    common::wait_for(
+        "the first results",
+        std::time::Duration::from_secs(30),
+        || results(pilot).len() == results_count,
+    );
+}
+
 /// With a wait long enough, every reader runs on the node that wrote its input, and
 /// nothing moves between nodes.
 #[test]
@@ -226,17 +240,7 @@ fn after_a_root_crash_the_resumed_pilot_knows_where_the_items_are() {
         spec["after"] = json!([format!("w{i}"), "gate"]);
         specs.push(spec);
     }
-    let file = dir.path().join("dag.jsonl");
-    let lines: Vec<String> = specs.iter().map(Value::to_string).collect();
-    std::fs::write(&file, lines.join("\n")).unwrap();
-    let output = run(saker()
-        .args(["submit", "--dir"])
-        .arg(&service.pilot)
-        .arg(&file));
-    assert!(output.status.success());
-    common::wait_for("both writers", std::time::Duration::from_secs(30), || {
-        results(&service.pilot).len() == 2
-    });
+    submit_then_wait_for(&service.pilot, &specs, 2);
     let agents: Vec<u32> = (0..2)
         .filter_map(|node| common::agent_pid(&service.pilot, node))
         .collect();
@@ -345,7 +349,10 @@ fn a_holder_that_lost_its_item_fails_the_reader_with_the_reason() {
     let records = results(&service.pilot);
     let late = records.iter().find(|r| r["job"] == 3).unwrap();
     assert_eq!(late["state"], "failed", "{late}");
-    assert_eq!(late["reason"], "data item \"gone\": no live node holds it");
+    assert_eq!(
+        late["reason"],
+        "data item \"gone\": no live node holds it, and job 1 that wrote it may not run twice to make it again (it is not idempotent)"
+    );
     let copy = records.iter().find(|r| r["job"] == 5).unwrap();
     assert_eq!(copy["state"], "succeeded", "{copy}");
     assert_eq!(data_bytes(&service.pilot), (2_000_000, 0));
@@ -362,4 +369,80 @@ fn a_holder_that_lost_its_item_fails_the_reader_with_the_reason() {
         .arg(&file));
     assert!(output.status.success());
     assert_eq!(data_bytes(&service.pilot), (4_000_000, 0));
+}
+
+/// Chaos mid-DAG: the only holder of two intermediates is SIGKILLed after their
+/// writers ran and before their readers start. The idempotent writer runs again
+/// elsewhere, and its readers (on the other nodes) wait for it and read the right
+/// bytes; the reader of the item whose writer may not run twice fails with the reason.
+/// Nothing hangs.
+#[test]
+fn the_only_holder_killed_mid_dag_its_item_is_made_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let service = Service::start_args(dir.path(), &["--agents", "3", "--slots", "6"]);
+    common::wait_for("three agents", std::time::Duration::from_secs(30), || {
+        let status = run(saker().args(["status", "--dir"]).arg(&service.pilot));
+        String::from_utf8_lossy(&status.stdout).contains("agents    3")
+    });
+    let make = |name: &str, idempotent: bool| {
+        let script = format!(
+            "seq 1 300000 > \"$SAKER_SCRATCH/{name}\"; echo made $(md5sum < \"$SAKER_SCRATCH/{name}\")"
+        );
+        json!({"argv": ["sh", "-c", script], "name": name, "writes": [name],
+               "node": 0, "idempotent": idempotent})
+    };
+    // Readers wait for the gate job, so that nothing is fetched before the kill.
+    let read = |name: &str, item: &str, node: u32| {
+        let script = format!("echo read $(md5sum < \"$SAKER_SCRATCH/{item}\")");
+        json!({"argv": ["sh", "-c", script], "name": name, "after": [item, "gate"],
+               "reads": [item], "node": node})
+    };
+    let wait_gate = format!("while [ ! -e {} ]; do sleep 0.02; done", gate.display());
+    let specs = [
+        make("mid", true),
+        make("once", false),
+        json!({"argv": ["sh", "-c", wait_gate], "name": "gate", "node": 1}),
+        read("r1", "mid", 1),
+        read("r2", "mid", 2),
+        read("lonely", "once", 2),
+    ];
+    submit_then_wait_for(&service.pilot, &specs, 2);
+    // The holder is killed mid-DAG: its writers have run, its readers not yet.
+    let holder = common::agent_pid(&service.pilot, 0).expect("agent 0");
+    common::sigkill(holder);
+    std::fs::write(&gate, "").unwrap();
+
+    let output = run(saker().args(["wait", "--dir"]).arg(&service.pilot));
+    assert_eq!(output.status.code(), Some(1), "one failed");
+    let records = results(&service.pilot);
+    let stdout = |record: &Value| {
+        record["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    // (`echo $(md5sum)` says "<md5> -".)
+    let expected = {
+        let seq = std::process::Command::new("sh")
+            .args(["-c", "echo $(seq 1 300000 | md5sum)"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&seq.stdout).trim().to_owned()
+    };
+    let made = records
+        .iter()
+        .filter(|r| r["state"] == "succeeded" && stdout(r) == format!("made {expected}"))
+        .count();
+    assert_eq!(made, 3, "mid twice, once once: {records:?}");
+    for job in [4, 5] {
+        let reader = records.iter().find(|r| r["job"] == job).unwrap();
+        assert_eq!(reader["state"], "succeeded", "{reader}");
+        assert_eq!(stdout(reader), format!("read {expected}"));
+    }
+    let lonely = records.iter().find(|r| r["job"] == 6).unwrap();
+    assert_eq!(lonely["state"], "failed", "{lonely}");
+    let reason = lonely["reason"].as_str().unwrap();
+    assert!(reason.contains("not idempotent"), "{reason}");
 }

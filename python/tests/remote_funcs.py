@@ -158,3 +158,10 @@ def array_of(value: float, count: int) -> Any:
     import numpy
 
     return {"node": os.environ.get("SAKER_NODE"), "array": numpy.full(count, value)}
+
+
+def logged_range(log: str, n: int) -> list:
+    """``list(range(n))``, noting each run in the file ``log``."""
+    with open(log, "a") as file:
+        file.write("ran\n")
+    return list(range(n))

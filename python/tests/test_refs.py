@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Iterator
 
@@ -237,3 +238,36 @@ def test_an_object_no_node_can_give_fails_its_reader_with_object_lost(two_agents
     assert info.value.object == ref.id
     assert "no live node holds it" in info.value.reason, info.value.reason
     assert isinstance(info.value, saker.TaskLost)
+
+
+def _agent_pid(directory: Path, node: int) -> int:
+    """The pid of the agent of ``node`` a local pilot in ``directory`` started (not a
+    task it is forking, which shows its command line until it execs)."""
+    pattern = f"agent --dir {directory} --node {node} "
+    matching = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path("/proc", entry, "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            stat = Path("/proc", entry, "stat").read_text()
+        except OSError:
+            continue
+        if pattern in cmdline:
+            matching[int(entry)] = int(stat[stat.rindex(")") + 1:].split()[1])
+    [pid] = [pid for pid, parent in matching.items() if parent not in matching]
+    return pid
+
+
+def test_a_value_by_ref_whose_only_holder_dies_is_made_again_by_its_call(saker_bin: str, tmp_path: Path) -> None:
+    """The node holding a call's value (``ref=True``) dies with its disk: a later call
+    reading it gets the right value, the function having run once more."""
+    log = tmp_path / "runs"
+    with saker.Pilot.start(agents=2, slots=2, saker_bin=saker_bin) as pilot:
+        wait_for(lambda: len(pilot._object_stores().seen(refresh=True)) == 2, what="both stores")
+        ref = pilot.options(ref=True).call(remote_funcs.logged_range, str(log), 100_000).result(60)
+        [(node, scratch)] = [(n, s) for n, s in pilot._object_stores().seen() if Path(s, ref.item).exists()]
+        os.kill(_agent_pid(pilot.dir, node), signal.SIGKILL)
+        os.unlink(Path(scratch, ref.item))  # its disk goes with it
+        assert pilot.call(sum, ref).result(60) == sum(range(100_000))
+        assert log.read_text().count("ran") == 2

@@ -223,7 +223,8 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
     let (exit_tx, exit_rx) = tokio::sync::oneshot::channel();
     let direct = crate::transfer::Direct {
         endpoint: endpoint.clone(),
-        config: quic::data_client_config(&creds, &timeouts).map_err(transport)?,
+        config: quic::data_client_config(&creds, &crate::transfer::DATA_TIMEOUTS)
+            .map_err(transport)?,
         addr: reachable(local, options.advertise),
     };
     let scratch = options.config.scratch.clone();

@@ -52,6 +52,20 @@ const MOST_ANSWER_HEADER: u32 = 64 << 10;
 /// dial again (each dial may take a handshake timeout).
 const UNREACHABLE_FOR: Duration = Duration::from_secs(5);
 
+/// How long a dial to a holder may take. A dead holder answers nothing (QUIC waits out
+/// its idle timeout, 10 s): its readers go to the next holder, or through the root,
+/// sooner. A handshake is milliseconds; one a starved machine makes slower costs a
+/// read through the root, never a failure.
+const DIAL_WITHIN: Duration = Duration::from_secs(2);
+
+/// Liveness of data connections: a holder that dies mid-transfer sends nothing more,
+/// and its readers go elsewhere after this much silence rather than the link's 10 s.
+/// (The holder's side offers the link's; QUIC takes the smaller.)
+pub const DATA_TIMEOUTS: quic::LinkTimeouts = quic::LinkTimeouts {
+    keep_alive_interval: Duration::from_secs(1),
+    max_idle_timeout: Duration::from_secs(4),
+};
+
 /// Why a direct read failed.
 #[derive(Debug, thiserror::Error)]
 pub enum TransferError {
@@ -59,6 +73,8 @@ pub enum TransferError {
     Connect(#[source] quic::ConnectError),
     #[error("the holder was unreachable a moment ago")]
     Unreachable,
+    #[error("the holder did not answer within {DIAL_WITHIN:?}")]
+    DialTimeout,
     #[error("the data connection failed")]
     Connection(#[source] quinn::ConnectionError),
     #[error("cannot send on the data connection")]
@@ -172,14 +188,18 @@ impl Pool {
             addr,
             Role::Agent,
         );
-        match dialing.await {
-            Ok(connection) => {
+        match tokio::time::timeout(DIAL_WITHIN, dialing).await {
+            Ok(Ok(connection)) => {
                 *dialed = Dialed::Live(connection.clone());
                 Ok(connection)
             }
-            Err(error) => {
+            Ok(Err(error)) => {
                 *dialed = Dialed::Failed(Instant::now());
                 Err(TransferError::Connect(error))
+            }
+            Err(_) => {
+                *dialed = Dialed::Failed(Instant::now());
+                Err(TransferError::DialTimeout)
             }
         }
     }

@@ -213,6 +213,12 @@ impl TaskSpec {
     }
 
     /// Checks everything the root and agents rely on; call on any spec from outside.
+    /// Whether its tasks write items that can be made again by running it once more:
+    /// it writes some, and may run twice (idempotent, or a function task).
+    pub fn may_remake_items(&self) -> bool {
+        !self.writes.is_empty() && (self.idempotent || self.function.is_some())
+    }
+
     pub fn validate(&self) -> Result<(), SpecError> {
         if let Some(function) = &self.function {
             function.validate()?;

@@ -271,6 +271,7 @@ pub fn compact(records: Vec<Record>, keep: &KeepResults, now_unix_us: u64) -> Co
             Record::ActorSpawned { actor, .. } => !ended_actors.contains(actor),
             Record::Occurrence { schedule, .. } => last_occurrence.get(schedule) == Some(&at),
             Record::Item { item, node, bytes } => seen_items.insert((item.clone(), *node, *bytes)),
+            Record::Recompute { job, .. } => !job_done(job),
             Record::Result(result) => {
                 // First accepted result wins, as on resume.
                 if seen_results.insert(result.task) {
@@ -333,7 +334,9 @@ pub const COMPACTED_COMMAND: &str = "(compacted)";
 /// job is left whole: its later occurrences are made from it.
 fn strip(request: &mut JobRequest) {
     let spec = &mut request.spec;
-    if spec.every.is_some() {
+    // A schedule's next occurrence runs it; a job whose items may be made again runs
+    // it again when they are lost.
+    if spec.every.is_some() || spec.may_remake_items() {
         return;
     }
     match &mut spec.function {

@@ -79,6 +79,14 @@ pub enum Record {
         node: saker_core::NodeId,
         bytes: u64,
     },
+    /// Job `job` was submitted to make `items` again: no live node held them any more,
+    /// and job `of`, which wrote them, may run twice (see `actor/items/recompute.rs`).
+    Recompute {
+        job: JobId,
+        of: JobId,
+        items: Vec<String>,
+        unix_us: u64,
+    },
     /// A client updated a job. Its fields are the update's, absent when unchanged
     /// (journals from before not-before and limit updates always have `priority`).
     Update {
@@ -187,6 +195,7 @@ enum Kind {
     Update,
     Occurrence,
     Item,
+    Recompute,
     Compaction,
     Finished,
     NodeJoined,
@@ -249,6 +258,14 @@ struct ItemFields {
     item: String,
     node: saker_core::NodeId,
     bytes: u64,
+}
+
+#[derive(Deserialize)]
+struct RecomputeFields {
+    job: JobId,
+    of: JobId,
+    items: Vec<String>,
+    unix_us: u64,
 }
 
 #[derive(Deserialize)]
@@ -419,6 +436,15 @@ impl<'de> Visitor<'de> for RecordVisitor {
                     bytes: fields.bytes,
                 }
             }
+            Kind::Recompute => {
+                let fields = RecomputeFields::deserialize(rest)?;
+                Record::Recompute {
+                    job: fields.job,
+                    of: fields.of,
+                    items: fields.items,
+                    unix_us: fields.unix_us,
+                }
+            }
             Kind::Compaction => {
                 let fields = CompactionFields::deserialize(rest)?;
                 Record::Compaction {
@@ -569,6 +595,12 @@ mod tests {
                 item: "part-7".to_owned(),
                 node: saker_core::NodeId(4),
                 bytes: 1 << 40,
+            },
+            Record::Recompute {
+                job: JobId(9),
+                of: JobId(3),
+                items: vec!["part-7".to_owned()],
+                unix_us: 17,
             },
             Record::Compaction {
                 next_seq: 41,

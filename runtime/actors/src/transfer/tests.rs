@@ -303,18 +303,25 @@ async fn only_agents_may_fetch_items() {
     );
 }
 
-/// A holder that does not answer fails its read once the handshake times out, and the
-/// reads after it fail at once for a while rather than each waiting as long.
+/// A holder that does not answer (a dead one) fails its read once the dial's bound
+/// passes, well before QUIC's idle timeout (10 s), and the reads after it fail at once
+/// for a while rather than each waiting as long.
 #[tokio::test]
 async fn an_unreachable_holder_is_not_dialed_again_at_once() {
     let pair = pair(Role::Agent);
     // A UDP socket that never answers.
     let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let fetch = fetch_of(read("part-1", 0, 10), silent.local_addr().unwrap());
+    let dialed = Instant::now();
     let answer = pair.pool.fetch(&fetch).await;
     assert!(
-        matches!(answer, Err(TransferError::Connect(_))),
+        matches!(answer, Err(TransferError::DialTimeout)),
         "{answer:?}"
+    );
+    assert!(
+        dialed.elapsed() < Duration::from_secs(9),
+        "{:?}",
+        dialed.elapsed()
     );
     let started = Instant::now();
     let again = pair.pool.fetch(&fetch).await;

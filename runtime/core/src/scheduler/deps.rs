@@ -14,7 +14,7 @@
 //! that cascade (a failure cancels a dependent, which cancels its own) are worked off
 //! a list, not by recursion, so a chain of a million jobs needs no deep stack.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::{Core, PendingEvent, slot};
 use crate::config::{Dependency, DependencyKind};
@@ -39,6 +39,8 @@ pub(crate) struct Dependencies {
     /// (not before, job) of waiting jobs whose time has not come, and by job.
     timers: BTreeSet<(Time, JobId)>,
     timed: HashMap<JobId, Time>,
+    /// Jobs their driver holds (`hold.rs`): one more thing each waits for.
+    held: HashSet<JobId>,
 }
 
 #[derive(Debug)]
@@ -65,18 +67,35 @@ impl Dependencies {
     pub(crate) fn take(&mut self, job: JobId) -> Option<Held> {
         let waiting = self.waiting.remove(&job)?;
         self.waiting_tasks -= waiting.entries.tasks();
-        // A cancelled job's time no longer matters.
+        // A cancelled job's time, or its hold, no longer matters.
         if let Some(at) = self.timed.remove(&job) {
             self.timers.remove(&(at, job));
         }
+        self.held.remove(&job);
         Some(waiting.entries)
     }
 
-    /// Whether `job` waits for other jobs (not only for its time).
+    /// Whether `job` waits for other jobs (not only for its time or its driver).
     pub(crate) fn waits_for_jobs(&self, job: JobId) -> bool {
+        let other = u32::from(self.timed.contains_key(&job)) + u32::from(self.held.contains(&job));
         self.waiting
             .get(&job)
-            .is_some_and(|waiting| waiting.remaining > u32::from(self.timed.contains_key(&job)))
+            .is_some_and(|waiting| waiting.remaining > other)
+    }
+
+    /// Whether its driver holds `job`.
+    pub(crate) fn is_held(&self, job: JobId) -> bool {
+        self.held.contains(&job)
+    }
+
+    /// Marks `job` held; false if it was.
+    pub(crate) fn hold(&mut self, job: JobId) -> bool {
+        self.held.insert(job)
+    }
+
+    /// Unmarks `job` held; false if it was not.
+    pub(crate) fn unhold(&mut self, job: JobId) -> bool {
+        self.held.remove(&job)
     }
 
     /// Takes one queued task of waiting `job` out; false if it does not keep it.
@@ -108,6 +127,9 @@ impl Dependencies {
     pub(crate) fn audit(&self) -> Result<(), String> {
         let mut named: HashMap<JobId, u32> = HashMap::new();
         for (_, job) in &self.timers {
+            *named.entry(*job).or_default() += 1;
+        }
+        for job in &self.held {
             *named.entry(*job).or_default() += 1;
         }
         for dependents in self.dependents.values() {
@@ -223,32 +245,43 @@ impl Core {
             self.deps.timers.insert((at, job));
             self.deps.timed.insert(job, at);
         }
-        match (had, at, self.deps.waiting.get_mut(&job)) {
-            (Some(_), Some(_), _) | (None, None, _) => false,
-            (Some(_), None, Some(waiting)) => {
-                waiting.remaining -= 1;
-                if waiting.remaining == 0 {
-                    self.release(job);
-                }
+        match (had, at) {
+            (Some(_), Some(_)) | (None, None) => false,
+            (Some(_), None) => {
+                self.wait_for_one_less(job);
                 false
             }
-            // A timer is only kept for a waiting job.
-            (Some(_), None, None) => false,
-            (None, Some(_), Some(waiting)) => {
-                waiting.remaining += 1;
-                false
+            (None, Some(_)) => self.wait_for_one_more(job),
+        }
+    }
+
+    /// `job` (not ended) waits for one thing more. One that waited for nothing takes
+    /// its queue entries (out of the queue, or the horizon's) aside: true then, and its
+    /// attempts not started yet should be asked back.
+    pub(super) fn wait_for_one_more(&mut self, job: JobId) -> bool {
+        if let Some(waiting) = self.deps.waiting.get_mut(&job) {
+            waiting.remaining += 1;
+            return false;
+        }
+        let entries = match self.horizon.take_held(job) {
+            Some(held) => held,
+            None => {
+                let priority = self.jobs[slot(job)].spec.priority;
+                let (fresh, returned) = self.queue.remove_job(job, priority);
+                Held { fresh, returned }
             }
-            (None, Some(_), None) => {
-                let entries = match self.horizon.take_held(job) {
-                    Some(held) => held,
-                    None => {
-                        let priority = self.jobs[slot(job)].spec.priority;
-                        let (fresh, returned) = self.queue.remove_job(job, priority);
-                        Held { fresh, returned }
-                    }
-                };
-                self.wait(job, 1, entries);
-                true
+        };
+        self.wait(job, 1, entries);
+        true
+    }
+
+    /// `job` waits for one thing less: it is queued if that was the last. (A job that
+    /// ended meanwhile waits for nothing.)
+    pub(super) fn wait_for_one_less(&mut self, job: JobId) {
+        if let Some(waiting) = self.deps.waiting.get_mut(&job) {
+            waiting.remaining -= 1;
+            if waiting.remaining == 0 {
+                self.release(job);
             }
         }
     }

@@ -6,6 +6,7 @@ mod audit;
 mod deadline;
 mod deps;
 mod gang;
+mod hold;
 mod inputs;
 mod locality;
 mod outputs;

@@ -163,7 +163,7 @@ impl Core {
     /// each comes back as cancelled and is queued again (aside while the job waits,
     /// held while it does not fit), counted neither as a failure nor as a replay. One
     /// that started meanwhile runs on.
-    fn ask_back_job(&mut self, job: JobId) {
+    pub(super) fn ask_back_job(&mut self, job: JobId) {
         for attempt in self.unstarted_attempts(job) {
             if !self.gangs.returning.insert(attempt) {
                 continue;

@@ -12,6 +12,7 @@ mod dispatch;
 mod failures;
 mod gang_load;
 mod gangs;
+mod hold;
 mod locality;
 mod memory;
 mod nodes;

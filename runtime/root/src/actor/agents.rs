@@ -68,7 +68,7 @@ impl RootState {
         self.gangs.forget_dead_gangs(&self.ctx);
         self.actors
             .actors_lost_with(&mut self.ctx, &self.nodes, node, reason);
-        self.items.items_lost_with(&mut self.ctx, node);
+        self.items.items_lost_with(&mut self.ctx, &self.nodes, node);
         let why = format!("agent {node} on {host} lost: {reason}");
         self.results.lost_with_node(lost, host, &why, end_time);
     }

@@ -124,7 +124,7 @@ impl RootState {
         }
         let item = saker_client::spec::object_item(put.object);
         self.items
-            .on_put(&mut self.ctx, put.node, item, put.bytes, reply);
+            .on_put(&mut self.ctx, &self.nodes, put.node, item, put.bytes, reply);
     }
 
     fn on_submit(

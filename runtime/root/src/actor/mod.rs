@@ -207,7 +207,7 @@ impl RootState {
                 }
                 Record::ActorSpawned { .. } | Record::ActorEnded { .. } => actors.gather(record),
                 Record::Occurrence { .. } => schedules.gather(record),
-                Record::Item { .. } => items.gather(record),
+                Record::Item { .. } | Record::Recompute { .. } => items.gather(record),
                 Record::Allocation { .. } => self.upkeep.gather(&record, now),
                 Record::PilotStarted { .. } => summary.previous_starts += 1,
                 Record::Reconciled { .. } => {}

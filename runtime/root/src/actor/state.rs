@@ -165,8 +165,12 @@ impl RootState {
 
     /// Turns everything the core wants done into actions. Called after every message.
     pub(super) fn drain(&mut self) {
-        // What this turn started or ended may bring a periodic job's next occurrence.
+        // What this turn started or ended may bring a periodic job's next occurrence,
+        // or lose a data item that is to be made again.
         self.poll_schedules();
+        if self.items.wants_recomputes() {
+            self.recompute_wanted();
+        }
         // Events first (the core's documented order): cancels go out before new work.
         while let Some(event) = self.ctx.core.poll_event() {
             self.on_core_event(event);
@@ -246,6 +250,10 @@ impl RootState {
             };
             self.items
                 .note_reads(&mut self.ctx, job.job, &request.spec.reads);
+            if !request.spec.writes.is_empty() {
+                let request = std::sync::Arc::new(request.clone());
+                self.items.note_writes(job.job, request);
+            }
             let records = self.schedules.occurred(occurrence, job, submitted_us);
             self.ctx
                 .append(records, super::journal::AfterJournal::Nothing);
@@ -343,6 +351,7 @@ impl RootState {
             Event::JobFinished { job } => {
                 self.nodes.forget(&mut self.ctx, job);
                 self.items.forget_reads(job);
+                self.items.recompute_ended(&mut self.ctx, &self.nodes, job);
                 self.submissions.job_finished(job);
             }
             Event::DependencyFailed { job, dependency } => {
@@ -364,8 +373,69 @@ impl RootState {
         {
             self.items
                 .note_reads(&mut self.ctx, *job, &request.spec.reads);
+            if !request.spec.writes.is_empty() {
+                let request = std::sync::Arc::new((**request).clone());
+                self.items.note_writes(*job, request);
+            }
             self.schedules
                 .start_schedule(*job, request, *submitted_unix_us);
+        }
+    }
+
+    /// Submits the jobs that make lost data items again (`items/recompute.rs`): each
+    /// writer's request as it was, without its dependencies, time or node, journaled
+    /// as a submission with a `recompute` record. One the pilot cannot take fails the
+    /// items' readers with the reason.
+    fn recompute_wanted(&mut self) {
+        for want in self.items.take_wanted() {
+            let mut request = (*want.request).clone();
+            let spec = &mut request.spec;
+            spec.after.clear();
+            spec.after_any.clear();
+            spec.not_before = None;
+            spec.node = None;
+            let offered = self.nodes.offered();
+            let registered = self
+                .submissions
+                .core_spec(&self.ctx, offered, &request)
+                .map_err(|problem| problem.to_string())
+                .and_then(|spec| {
+                    let submitted_us = self.ctx.timestamp().unix_micros();
+                    self.submissions
+                        .register(&mut self.ctx, &request, spec, &[], submitted_us, None)
+                        .map(|job| (job, submitted_us))
+                        .map_err(|problem| problem.to_string())
+                });
+            let (job, submitted_us) = match registered {
+                Ok(registered) => registered,
+                Err(problem) => {
+                    let reason = format!(
+                        "no live node holds it, and job {} that wrote it cannot run again: {problem}",
+                        want.of
+                    );
+                    self.items
+                        .recompute_failed(&mut self.ctx, &self.nodes, &want, &reason);
+                    continue;
+                }
+            };
+            tracing::warn!(job = %job.job, of = %want.of, items = ?want.items, "making lost data items again");
+            let submit = Record::Submit {
+                job: job.job,
+                first_task: job.first_task,
+                count: job.count,
+                submitted_unix_us: submitted_us,
+                request: Box::new(request),
+            };
+            self.note_submitted(&submit);
+            self.items.recomputing(&want, job.job);
+            let mark = Record::Recompute {
+                job: job.job,
+                of: want.of,
+                items: want.items,
+                unix_us: submitted_us,
+            };
+            self.ctx
+                .append(vec![submit, mark], super::journal::AfterJournal::Nothing);
         }
     }
 

@@ -31,6 +31,7 @@ mod history;
 mod losses;
 mod objects;
 mod placed;
+mod recompute;
 mod transfers;
 mod updates;
 mod waiting;

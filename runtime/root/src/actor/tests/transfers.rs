@@ -9,7 +9,7 @@ use saker_wire::{ItemCopied, ItemHolders, ItemWhere, ItemWritten, ItemsWritten};
 use super::Harness;
 use crate::records::Record;
 
-fn written(h: &mut Harness, node: u32, item: &str, bytes: u64) {
+pub(super) fn written(h: &mut Harness, node: u32, item: &str, bytes: u64) {
     let written = FromAgent::ItemsWritten(ItemsWritten {
         node: NodeId(node),
         attempt: saker_core::AttemptId(1),

@@ -16,9 +16,12 @@
 //! moved are counted (`status`: `data_moved_bytes`, `data_root_bytes` of them passed on
 //! by the root). A node that is lost
 //! holds nothing any more; a holder that cannot give an item is dropped and the next
-//! one asked; with none left the reader is told, and its attempt fails with the reason.
+//! one asked; with none left the item is made again by its writer when it may run
+//! twice (`recompute.rs`), else the reader is told, and its attempt fails with the
+//! reason.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use saker_actors::link::LinkId;
 use saker_core::{JobId, MAX_PREFERRED_NODES, NodeId};
@@ -30,6 +33,10 @@ use saker_wire::{
 use super::ctx::Ctx;
 use super::nodes::Nodes;
 use crate::records::Record;
+use recompute::{Parked, Recomputes};
+use saker_client::spec::JobRequest;
+
+mod recompute;
 
 /// What the journal holds of the data items: what each job reads, and where each
 /// item was written, in journal order.
@@ -37,22 +44,31 @@ use crate::records::Record;
 pub(super) struct Journaled {
     reads: Vec<(JobId, Vec<String>)>,
     holders: Vec<(String, NodeId, u64)>,
+    /// Jobs that write items, and their requests.
+    writes: Vec<(JobId, Arc<JobRequest>)>,
+    /// Jobs submitted to make items again: (job, items).
+    recomputes: Vec<(JobId, Vec<String>)>,
 }
 
 impl Journaled {
     /// A submission: what its job reads.
     pub(super) fn look(&mut self, record: &Record) {
-        if let Record::Submit { job, request, .. } = record
-            && !request.spec.reads.is_empty()
-        {
-            self.reads.push((*job, request.spec.reads.clone()));
+        if let Record::Submit { job, request, .. } = record {
+            if !request.spec.reads.is_empty() {
+                self.reads.push((*job, request.spec.reads.clone()));
+            }
+            if !request.spec.writes.is_empty() {
+                self.writes.push((*job, Arc::new((**request).clone())));
+            }
         }
     }
 
-    /// Keeps where an item was written (nothing else is the items' own).
+    /// Keeps where an item was written, and which jobs make items again.
     pub(super) fn gather(&mut self, record: Record) {
-        if let Record::Item { item, node, bytes } = record {
-            self.holders.push((item, node, bytes));
+        match record {
+            Record::Item { item, node, bytes } => self.holders.push((item, node, bytes)),
+            Record::Recompute { job, items, .. } => self.recomputes.push((job, items)),
+            _ => {}
         }
     }
 }
@@ -65,14 +81,17 @@ pub(super) struct ItemTable {
     readers: HashMap<String, Vec<JobId>>,
     /// What each unfinished reading job reads.
     reads: HashMap<JobId, Vec<String>>,
-    /// Requests passed to a holder and not answered yet: (reader, request) → holder.
-    pending: HashMap<(NodeId, u64), NodeId>,
+    /// Requests passed to a holder and not answered yet: (reader, request) → holder,
+    /// and the request (asked again elsewhere if the holder is lost).
+    pending: HashMap<(NodeId, u64), (NodeId, ItemRead)>,
     /// Bytes passed from holders to readers through the root.
     root_bytes: u64,
     /// Bytes readers fetched from holders directly, node to node.
     direct_bytes: u64,
     /// Bytes of whole items each live node fetched (its copies).
     fetched: HashMap<NodeId, u64>,
+    /// Items lost and made again, and the readers waiting for them.
+    recomputes: Recomputes,
 }
 
 #[derive(Debug, Default)]
@@ -102,7 +121,7 @@ impl ItemTable {
     }
 
     /// `node` holds `item` of `bytes` bytes. Returns whether that is news.
-    fn hold(&mut self, item: &str, node: NodeId, bytes: u64) -> bool {
+    fn add_holder(&mut self, item: &str, node: NodeId, bytes: u64) -> bool {
         let entry = self.items.entry(item.to_owned()).or_default();
         entry.bytes = bytes;
         if entry.holders.contains(&node) {
@@ -150,6 +169,9 @@ impl ItemTable {
         }
         self.reads.insert(job, reads.to_vec());
         self.prefer(ctx, job);
+        if reads.iter().any(|item| self.recomputes.is_running(item)) {
+            self.hold(ctx, job);
+        }
     }
 
     /// Tells the core where `job` would rather run now.
@@ -184,8 +206,9 @@ impl ItemTable {
         }
     }
 
-    /// `node` is lost: it holds nothing any more.
-    pub(super) fn items_lost_with(&mut self, ctx: &mut Ctx, node: NodeId) {
+    /// `node` is lost: it holds nothing any more. An item it held last is made again
+    /// now if a job still reads it; what it was asked for goes to another holder.
+    pub(super) fn items_lost_with(&mut self, ctx: &mut Ctx, nodes: &Nodes, node: NodeId) {
         self.fetched.remove(&node);
         let mut changed = Vec::new();
         for (name, item) in &mut self.items {
@@ -196,19 +219,50 @@ impl ItemTable {
         }
         for name in changed {
             self.prefer_readers_of(ctx, &name);
+            if self.readers.contains_key(&name) && !self.has_live_holder(nodes, &name, None) {
+                self.make_again(ctx, &name);
+            }
         }
+        let mut asked: Vec<ItemRead> = Vec::new();
+        self.pending.retain(|_, (holder, read)| {
+            let keep = *holder != node;
+            if !keep {
+                asked.push(read.clone());
+            }
+            keep
+        });
+        for read in asked {
+            if let Some(link) = nodes.get(read.reader).map(|entry| entry.link()) {
+                self.on_item_read(ctx, nodes, link, read);
+            }
+        }
+    }
+
+    /// Whether a live node other than `reader` holds `item`.
+    fn has_live_holder(&self, nodes: &Nodes, item: &str, reader: Option<NodeId>) -> bool {
+        self.items.get(item).is_some_and(|item| {
+            item.holders
+                .iter()
+                .any(|holder| Some(*holder) != reader && nodes.contains(*holder))
+        })
     }
 
     /// A resumed root's items: the jobs not finished read what they read, and
     /// prefer the holders the journal names (noted after the reads, so that they do).
     pub(super) fn resume(&mut self, ctx: &mut Ctx, journaled: Journaled) {
+        for (job, request) in journaled.writes {
+            self.note_writes(job, request);
+        }
         for (job, reads) in journaled.reads {
             self.note_reads(ctx, job, &reads);
         }
         for (item, node, bytes) in journaled.holders {
-            if self.hold(&item, node, bytes) {
+            if self.add_holder(&item, node, bytes) {
                 self.prefer_readers_of(ctx, &item);
             }
+        }
+        for (job, items) in journaled.recomputes {
+            self.resume_recompute(ctx, job, items);
         }
     }
 
@@ -229,7 +283,7 @@ impl ItemTable {
                 tracing::warn!(node = %written.node, name = ?item.name, "ignoring an item with an invalid name");
                 continue;
             }
-            if self.hold(&item.name, written.node, item.bytes) {
+            if self.add_holder(&item.name, written.node, item.bytes) {
                 records.push(Record::Item {
                     item: item.name.clone(),
                     node: written.node,
@@ -239,7 +293,12 @@ impl ItemTable {
             }
         }
         if !records.is_empty() {
-            ctx.append(records, super::journal::AfterJournal::Nothing);
+            ctx.append(records.clone(), super::journal::AfterJournal::Nothing);
+        }
+        for record in records {
+            if let Record::Item { item, .. } = record {
+                self.item_back(ctx, nodes, &item);
+            }
         }
     }
 
@@ -248,18 +307,24 @@ impl ItemTable {
     pub(super) fn on_put(
         &mut self,
         ctx: &mut Ctx,
+        nodes: &Nodes,
         node: NodeId,
         item: String,
         bytes: u64,
         reply: crate::client::Reply<()>,
     ) {
-        if !self.hold(&item, node, bytes) {
+        if !self.add_holder(&item, node, bytes) {
             let _ = reply.send(Ok(()));
             return;
         }
         self.prefer_readers_of(ctx, &item);
-        let record = Record::Item { item, node, bytes };
+        let record = Record::Item {
+            item: item.clone(),
+            node,
+            bytes,
+        };
         ctx.append(vec![record], super::journal::AfterJournal::Put { reply });
+        self.item_back(ctx, nodes, &item);
     }
 
     /// A reader asks for bytes of an item: passed to a holder, or answered with why not.
@@ -282,12 +347,19 @@ impl ItemTable {
         });
         match holder {
             Some(holder) => {
-                self.pending.insert((reader, read.request), holder);
+                self.pending
+                    .insert((reader, read.request), (holder, read.clone()));
                 nodes.send(ctx, holder, &ToAgent::ItemRead(read));
+            }
+            None if !self.has_live_holder(nodes, &read.item, None)
+                && self.make_again(ctx, &read.item) =>
+            {
+                self.recomputes
+                    .park(read.item.clone(), Parked::Read(link, read));
             }
             None => {
                 let answer = ItemData {
-                    error: Some("no live node holds it".into()),
+                    error: Some(self.lost_reason(&read.item)),
                     item: read.item,
                     reader,
                     request: read.request,
@@ -309,14 +381,16 @@ impl ItemTable {
         from: NodeId,
         data: ItemData,
     ) {
-        let Some(holder) = self.pending.remove(&(data.reader, data.request)) else {
-            return;
-        };
-        if holder != from {
+        let key = (data.reader, data.request);
+        if self
+            .pending
+            .get(&key)
+            .is_none_or(|(holder, _)| *holder != from)
+        {
             // Only the node asked may answer.
-            self.pending.insert((data.reader, data.request), holder);
             return;
         }
+        self.pending.remove(&key);
         if data.error.is_some() {
             tracing::warn!(node = %from, item = %data.item, error = ?data.error, "a holder could not give an item");
             if let Some(item) = self.items.get_mut(&data.item) {
@@ -352,6 +426,11 @@ impl ItemTable {
     ) {
         let reader = asked.reader;
         if !nodes.is_live(reader, link) {
+            return;
+        }
+        if !self.has_live_holder(nodes, &asked.item, None) && self.make_again(ctx, &asked.item) {
+            self.recomputes
+                .park(asked.item.clone(), Parked::Where(link, asked));
             return;
         }
         let mut holders: Vec<ItemHolder> = self
@@ -402,14 +481,15 @@ impl ItemTable {
             tracing::debug!(node = %copied.node, item = %copied.item, "ignoring a copy of an unknown item");
             return;
         }
-        if self.hold(&copied.item, copied.node, copied.bytes) {
+        if self.add_holder(&copied.item, copied.node, copied.bytes) {
             self.prefer_readers_of(ctx, &copied.item);
             let record = Record::Item {
-                item: copied.item,
+                item: copied.item.clone(),
                 node: copied.node,
                 bytes: copied.bytes,
             };
             ctx.append(vec![record], super::journal::AfterJournal::Nothing);
+            self.item_back(ctx, nodes, &copied.item);
         }
     }
 
@@ -469,71 +549,4 @@ impl ItemTable {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_reader_prefers_the_nodes_holding_the_most_of_its_input() {
-        let mut table = ItemTable::default();
-        table.hold("a", NodeId(1), 100);
-        table.hold("b", NodeId(2), 300);
-        table.hold("c", NodeId(3), 300);
-        table.hold("a", NodeId(3), 100);
-        table.reads.insert(JobId(9), vec!["a".into(), "b".into()]);
-        assert_eq!(table.preferred(JobId(9)), vec![NodeId(2)]);
-        table.reads.insert(JobId(9), vec!["a".into(), "c".into()]);
-        assert_eq!(table.preferred(JobId(9)), vec![NodeId(3)], "a and c: 400");
-        table.reads.insert(JobId(9), vec!["b".into(), "c".into()]);
-        assert_eq!(
-            table.preferred(JobId(9)),
-            vec![NodeId(2), NodeId(3)],
-            "a tie"
-        );
-        table.reads.insert(JobId(9), vec!["unknown".into()]);
-        assert!(table.preferred(JobId(9)).is_empty());
-        assert!(!table.hold("a", NodeId(1), 100), "not news");
-    }
-
-    #[test]
-    fn a_resumed_table_knows_its_readers_and_their_holders_again() {
-        use crate::actor::testing::{Owned, UNIX_ORIGIN_US, single};
-        let mut owned = Owned::new();
-        let mut reader = single(&["read"]);
-        reader.spec.reads = vec!["a".into()];
-        let now = owned.ctx.now();
-        let spec = saker_core::JobSpec {
-            count: 1,
-            resources: saker_core::Resources::cores(1),
-            placement: saker_core::Placement::Single,
-            priority: 0,
-            max_retries: 0,
-            max_replays: None,
-            time_limit: None,
-            class: 0,
-            speculative: false,
-        };
-        owned
-            .ctx
-            .core
-            .handle_submit_at(spec, &[], None, now)
-            .unwrap();
-        let mut journaled = Journaled::default();
-        journaled.look(&Record::Submit {
-            job: JobId(1),
-            first_task: saker_core::TaskId(1),
-            count: 1,
-            submitted_unix_us: UNIX_ORIGIN_US,
-            request: Box::new(reader),
-        });
-        journaled.gather(Record::Item {
-            item: "a".into(),
-            node: NodeId(2),
-            bytes: 10,
-        });
-        let mut table = ItemTable::default();
-        table.resume(&mut owned.ctx, journaled);
-        assert_eq!(table.len(), 1);
-        assert_eq!(table.readers["a"], [JobId(1)]);
-        assert_eq!(table.preferred(JobId(1)), [NodeId(2)]);
-    }
-}
+mod tests;
