@@ -36,6 +36,7 @@ import secrets
 import struct
 import sys
 import threading
+import weakref
 from typing import Any, Callable, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import serialize
@@ -271,7 +272,7 @@ class Ref(Generic[T]):
     read from the node's store without a copy (a numpy array is a read-only view).
     """
 
-    __slots__ = ("id", "size", "_pilot", "_path")
+    __slots__ = ("id", "size", "_pilot", "_path", "__weakref__")
 
     def __init__(self, id: str, size: int, pilot: Any = None) -> None:
         self.id = id
@@ -279,6 +280,10 @@ class Ref(Generic[T]):
         self._pilot = pilot
         #: Where this client put it, if it did.
         self._path: Optional[str] = None
+        owner = _owners.get(id)
+        if owner is not None:
+            owner[1] += 1
+            weakref.finalize(self, _handle_gone, id)
 
     @property
     def item(self) -> str:
@@ -306,6 +311,37 @@ class Ref(Generic[T]):
 
     def __repr__(self) -> str:
         return f"<saker.Ref {self.id} {self.size} B>"
+
+
+#: Objects this process owns (it put them, or asked a call for them with ``ref=True``):
+#: by id, the pilot to free them through and how many :class:`Ref` handles on each
+#: are alive here. Ids of calls whose value has not come yet have none.
+_owners: Dict[str, List[Any]] = {}
+
+
+def own(id: str, pilot: Any) -> None:
+    """This process owns object ``id`` (before its first :class:`Ref` is made): once
+    every handle on it here is gone, ``pilot`` frees it (``Pilot.free``)."""
+    _owners[id] = [pilot, 0]
+
+
+def _handle_gone(id: str) -> None:
+    """A :class:`Ref` on an owned object was collected. Runs inside the garbage
+    collector, maybe while this thread holds a lock: it only notes the id, which
+    the pilot sends at its next request (``Pilot._free_dropped``)."""
+    owner = _owners.get(id)
+    if owner is None:
+        return
+    owner[1] -= 1
+    if owner[1] <= 0:
+        del _owners[id]
+        owner[0]._dropped.append(id)
+
+
+def disown(ids: List[str]) -> None:
+    """The objects ``ids`` are freed (by hand): their handles free nothing more."""
+    for id in ids:
+        _owners.pop(id, None)
 
 
 def _ref_argument(id: str, size: int) -> Any:

@@ -115,6 +115,7 @@ class _Target:
         return self._function(payload, kind, self._merged(options), MODE_RAW)
 
     def _function(self, payload: bytes, kind: str, options: Dict[str, Any], mode: int) -> "SakerFuture[Any]":
+        self._pilot._free_dropped()
         spec, job = split_options(options, command=False)
         encoded = _b2a(payload, newline=False).decode("ascii")
         spec["function"] = {"kind": kind, "payload": encoded}
@@ -136,7 +137,9 @@ class _Target:
         options = self._options
         stores = self._pilot._object_stores()
         if options.get("ref"):
-            name = objects.ITEM_PREFIX + objects.new_id()
+            id = objects.new_id()
+            objects.own(id, self._pilot)
+            name = objects.ITEM_PREFIX + id
             fn, args = objects.store_result, (name, fn) + args  # type: ignore[assignment]
             options = _with_items(options, "writes", [name])
         else:
@@ -171,7 +174,21 @@ class _Target:
         with each, tasks run where it is, and large buffers (numpy arrays) reach the
         function without a copy.
         """
+        self._pilot._free_dropped()
         return self._pilot._object_stores().put(obj, self._pilot, timeout)
+
+    def free(self, *refs: "Ref[Any]", timeout: Optional[float] = 30.0) -> None:
+        """Frees these objects now: each is removed from the nodes that hold it once no
+        call that reads it is left (a call submitted later that reads one fails with
+        :class:`ObjectLost`). Objects this client made (``put``, ``ref=True``) are
+        freed by themselves once every :class:`Ref` on them here is garbage; this is
+        for sooner, or for refs made elsewhere.
+        """
+        ids = [ref.id for ref in refs]
+        objects.disown(ids)
+        self._pilot._free_dropped()
+        if ids:
+            self._connection().request("free_objects", {"objects": ids}).result(timeout)
 
     def get(self, ref: "Ref[T]", timeout: Optional[float] = 30.0) -> T:
         """The object ``ref`` names, read from a node's store this client sees."""
@@ -196,6 +213,7 @@ class _Target:
         """
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1")
+        self._pilot._free_dropped()
         by_ref = bool(self._options.get("ref"))
         if by_ref and chunksize > 1:
             raise ValueError("ref=True stores each call's value apart: use chunksize=1")
@@ -238,7 +256,9 @@ class _Target:
             for args in argument_tuples:
                 written = None
                 if by_ref:
-                    written = objects.ITEM_PREFIX + objects.new_id()
+                    id = objects.new_id()
+                    objects.own(id, self._pilot)
+                    written = objects.ITEM_PREFIX + id
                     args = (written, function) + tuple(args)
                 stored = None
                 # (Arguments of small types are never large: the no-op path checks no more.)
@@ -448,6 +468,9 @@ class Pilot(_Target):
         self.dir = connection.directory
         self.pilot_id = connection.pilot_id
         self._stores: Optional[Stores] = None
+        #: Ids of objects this client owned whose handles are all gone, to free at the
+        #: next request (see ``objects.own``).
+        self._dropped: List[str] = []
         objects.open_pilots.append(self)
 
     # -- opening
@@ -562,6 +585,14 @@ class Pilot(_Target):
             raise PilotClosed("this Pilot is closed")
         return connection
 
+    def _free_dropped(self) -> None:
+        """Frees the objects whose handles the garbage collector found gone since the
+        last request (sent after every task submitted before, which may read them;
+        not waited for)."""
+        if self._dropped and self._conn is not None:
+            ids, self._dropped = self._dropped, []
+            self._conn.request("free_objects", {"objects": ids})
+
     def _object_stores(self) -> Stores:
         stores = self._stores
         if stores is None:
@@ -670,6 +701,14 @@ class Pilot(_Target):
         if self in objects.open_pilots:
             objects.open_pilots.remove(self)
         asked = False
+        if connection is not None and process is None and self._dropped:
+            # A pilot that goes on: what this client dropped is freed (a pilot
+            # started here removes its scratch when it stops).
+            try:
+                ids, self._dropped = self._dropped, []
+                connection.request("free_objects", {"objects": ids}).result(min(timeout, 10.0))
+            except Exception:
+                pass
         if connection is not None:
             if process is not None and connection.closed:
                 asked = True  # lost: the pilot is stopping or gone; give it time to exit

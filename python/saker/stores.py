@@ -19,7 +19,7 @@ import time
 from typing import Any, List, Optional, Tuple
 
 from .errors import SakerError
-from .objects import ITEM_PREFIX, ObjectError, Ref, new_id, read_object, write_object
+from .objects import ITEM_PREFIX, ObjectError, Ref, new_id, own, read_object, write_object
 
 __all__ = ["Stores"]
 
@@ -119,6 +119,8 @@ class Stores:
                 if getattr(exc, "kind", None) == "unknown_node" and not refresh:
                     continue  # the node left since the list was asked: another one
                 raise
+            if hasattr(pilot, "_dropped"):
+                own(id, pilot)
             ref: Ref[Any] = Ref(id, size, pilot)
             ref._path = path
             return ref

@@ -89,6 +89,22 @@ impl ItemFiles {
         self.dir.join(item)
     }
 
+    /// Removes freed items (plain names only: nothing outside the scratch directory).
+    /// One already gone is no error.
+    pub fn remove(&self, items: &[String]) {
+        for item in items {
+            if !saker_wire::valid_item_name(item) {
+                tracing::warn!(item, "not removing an item with an invalid name");
+                continue;
+            }
+            match std::fs::remove_file(self.path(item)) {
+                Ok(()) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => tracing::warn!(item, %error, "cannot remove a freed item"),
+            }
+        }
+    }
+
     /// Where `item` is written while it is fetched.
     pub fn part_path(&self, item: &str) -> PathBuf {
         self.dir.join(format!(".{item}.part-{}", self.node))

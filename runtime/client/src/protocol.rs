@@ -81,6 +81,7 @@ pub enum Request {
     Provisioning(ProvisioningRequest),
     Stores(StoresRequest),
     PutObject(PutObjectRequest),
+    FreeObjects(FreeObjectsRequest),
 }
 
 impl Request {
@@ -102,6 +103,7 @@ impl Request {
             Request::Provisioning(_) => "provisioning",
             Request::Stores(_) => "stores",
             Request::PutObject(_) => "put_object",
+            Request::FreeObjects(_) => "free_objects",
         }
     }
 }
@@ -280,6 +282,17 @@ pub struct PutObjectRequest {
     pub object: saker_core::ObjectId,
     pub node: saker_core::NodeId,
     pub bytes: u64,
+}
+
+/// `free_objects`: the client is done with these objects (its handles on them are
+/// gone). Each is removed from every node that holds it once no unfinished job reads
+/// it; a job submitted later that reads one fails as it would for any item no node
+/// holds. Ids the pilot does not know (or freed already) are ignored. Answered (`ok`:
+/// `{}`) once durable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FreeObjectsRequest {
+    pub objects: Vec<saker_core::ObjectId>,
 }
 
 /// `ok` body of `submit`: one entry per submitted job, in request order.

@@ -6,8 +6,8 @@
 //! job and task its id again, and the core keeps a record per job anyway), those of done
 //! jobs stripped of their command, environment and payload, the
 //! cancellations, updates and attempt notes of jobs not yet done, the latest occurrence
-//! of each schedule, live actors, data items, and the results the retention keeps
-//! (always those of jobs not yet done). Every done job gets one `finished` record, one
+//! of each schedule, live actors, data items (but those freed that no job not yet done
+//! reads), and the results the retention keeps (always those of jobs not yet done). Every done job gets one `finished` record, one
 //! letter a task, so a resume knows its tasks are terminal even when their results were
 //! dropped: they are never run again. The file work is `saker_journal`'s (`compact.rs`).
 
@@ -228,6 +228,24 @@ pub fn compact(records: Vec<Record>, keep: &KeepResults, now_unix_us: u64) -> Co
     }
     job_of_task.sort_unstable();
     let job_done = |job: &JobId| jobs.get(job).is_some_and(Job::done);
+    // Freed items no job not done reads are gone: their records go with them.
+    let mut gone: HashSet<String> = records
+        .iter()
+        .filter_map(|record| match record {
+            Record::ItemsFreed { items, .. } => Some(items.iter().cloned()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    for record in &records {
+        if let Record::Submit { job, request, .. } = record
+            && !job_done(job)
+        {
+            for item in &request.spec.reads {
+                gone.remove(item);
+            }
+        }
+    }
     let task_job = |task: TaskId| {
         let at = job_of_task.partition_point(|&(first, _)| first <= task);
         at.checked_sub(1).map(|at| job_of_task[at].1)
@@ -253,6 +271,9 @@ pub fn compact(records: Vec<Record>, keep: &KeepResults, now_unix_us: u64) -> Co
         {
             strip(request);
         }
+        if let Record::ItemsFreed { items, .. } = &mut record {
+            items.retain(|item| !gone.contains(item));
+        }
         let keep_it = match &record {
             // A batch of lines is kept whole: its commands are a few bytes a job.
             Record::PilotStarted { .. }
@@ -270,7 +291,10 @@ pub fn compact(records: Vec<Record>, keep: &KeepResults, now_unix_us: u64) -> Co
             }
             Record::ActorSpawned { actor, .. } => !ended_actors.contains(actor),
             Record::Occurrence { schedule, .. } => last_occurrence.get(schedule) == Some(&at),
-            Record::Item { item, node, bytes } => seen_items.insert((item.clone(), *node, *bytes)),
+            Record::Item { item, node, bytes } => {
+                !gone.contains(item) && seen_items.insert((item.clone(), *node, *bytes))
+            }
+            Record::ItemsFreed { items, .. } => !items.is_empty(),
             Record::Recompute { job, .. } => !job_done(job),
             Record::Result(result) => {
                 // First accepted result wins, as on resume.

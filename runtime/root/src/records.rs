@@ -87,6 +87,9 @@ pub enum Record {
         items: Vec<String>,
         unix_us: u64,
     },
+    /// Data items freed by their owner (a client done with its objects): removed from
+    /// their holders once no unfinished job reads them; a resume forgets them then.
+    ItemsFreed { items: Vec<String>, unix_us: u64 },
     /// A client updated a job. Its fields are the update's, absent when unchanged
     /// (journals from before not-before and limit updates always have `priority`).
     Update {
@@ -196,6 +199,7 @@ enum Kind {
     Occurrence,
     Item,
     Recompute,
+    ItemsFreed,
     Compaction,
     Finished,
     NodeJoined,
@@ -258,6 +262,12 @@ struct ItemFields {
     item: String,
     node: saker_core::NodeId,
     bytes: u64,
+}
+
+#[derive(Deserialize)]
+struct ItemsFreedFields {
+    items: Vec<String>,
+    unix_us: u64,
 }
 
 #[derive(Deserialize)]
@@ -445,6 +455,13 @@ impl<'de> Visitor<'de> for RecordVisitor {
                     unix_us: fields.unix_us,
                 }
             }
+            Kind::ItemsFreed => {
+                let fields = ItemsFreedFields::deserialize(rest)?;
+                Record::ItemsFreed {
+                    items: fields.items,
+                    unix_us: fields.unix_us,
+                }
+            }
             Kind::Compaction => {
                 let fields = CompactionFields::deserialize(rest)?;
                 Record::Compaction {
@@ -601,6 +618,10 @@ mod tests {
                 of: JobId(3),
                 items: vec!["part-7".to_owned()],
                 unix_us: 17,
+            },
+            Record::ItemsFreed {
+                items: vec!["obj-ab".to_owned()],
+                unix_us: 18,
             },
             Record::Compaction {
                 next_seq: 41,

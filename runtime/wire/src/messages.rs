@@ -41,7 +41,8 @@ pub use saker_core::{
 /// 14: `Hello::scratch` (clients on the node put objects there).
 /// 15: items fetched node to node: `Hello::data_addr`, `ItemWhere`/`ItemHolders`,
 /// `ItemCopied`.
-pub const PROTOCOL_VERSION: u32 = 15;
+/// 16: `ToAgent::ItemsFreed` (objects freed by their owner).
+pub const PROTOCOL_VERSION: u32 = 16;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
@@ -133,6 +134,8 @@ pub enum ToAgent {
     /// To a node that asked where a data item is: its holders it may fetch from
     /// directly (none: it fetches through the root).
     ItemHolders(crate::items::ItemHolders),
+    /// To a holder: these items are freed, their files go (plain item names only).
+    ItemsFreed { items: Vec<String> },
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]

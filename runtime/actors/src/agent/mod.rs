@@ -534,6 +534,7 @@ fn on_down(
             desk.item_data(&data, now);
         }
         ToAgent::ItemHolders(holders) => lock(&state.desk).item_holders(holders)?,
+        ToAgent::ItemsFreed { items } => lock(&state.desk).files.remove(&items),
         ToAgent::ItemRead(read) => {
             let answer = lock(&state.desk).serve(&read);
             state.uplink.send(&FromAgent::ItemData(answer))?;

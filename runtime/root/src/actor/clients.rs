@@ -92,6 +92,13 @@ impl RootState {
                 let _ = reply.send(Ok(self.stores()));
             }
             ClientRequest::PutObject { put, reply } => self.on_put_object(put, reply),
+            ClientRequest::FreeObjects { objects, reply } => {
+                let items = objects
+                    .into_iter()
+                    .map(saker_client::spec::object_item)
+                    .collect();
+                self.items.free(&mut self.ctx, &self.nodes, items, reply);
+            }
         }
     }
 

@@ -207,7 +207,9 @@ impl RootState {
                 }
                 Record::ActorSpawned { .. } | Record::ActorEnded { .. } => actors.gather(record),
                 Record::Occurrence { .. } => schedules.gather(record),
-                Record::Item { .. } | Record::Recompute { .. } => items.gather(record),
+                Record::Item { .. } | Record::Recompute { .. } | Record::ItemsFreed { .. } => {
+                    items.gather(record)
+                }
                 Record::Allocation { .. } => self.upkeep.gather(&record, now),
                 Record::PilotStarted { .. } => summary.previous_starts += 1,
                 Record::Reconciled { .. } => {}

@@ -350,7 +350,7 @@ impl RootState {
             }
             Event::JobFinished { job } => {
                 self.nodes.forget(&mut self.ctx, job);
-                self.items.forget_reads(job);
+                self.items.forget_reads(&mut self.ctx, &self.nodes, job);
                 self.items.recompute_ended(&mut self.ctx, &self.nodes, job);
                 self.submissions.job_finished(job);
             }

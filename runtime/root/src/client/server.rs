@@ -102,6 +102,11 @@ pub enum ClientRequest {
         put: saker_client::protocol::PutObjectRequest,
         reply: Reply<()>,
     },
+    /// A client is done with these objects: free them once no job reads them.
+    FreeObjects {
+        objects: Vec<saker_core::ObjectId>,
+        reply: Reply<()>,
+    },
     /// Acknowledge, then stop the pilot.
     Shutdown {
         kill_running: bool,
@@ -595,6 +600,13 @@ impl<Q: ToRoot> Session<Q> {
                 self.forward(id, request, answer, permit, |()| serde_json::json!({}))
                     .await;
             }
+            Request::FreeObjects(free) => {
+                let (reply, answer) = oneshot::channel();
+                let objects = free.objects;
+                let request = ClientRequest::FreeObjects { objects, reply };
+                self.forward(id, request, answer, permit, |()| serde_json::json!({}))
+                    .await;
+            }
             Request::Result(request) => {
                 let (reply, answer) = oneshot::channel();
                 let task = saker_client::results::TaskId(request.task);
@@ -829,6 +841,7 @@ pub(crate) fn parse_request(line: &[u8]) -> Result<(RequestId, Request), ParseFa
         "provisioning" => body_of(&name, body).map(Request::Provisioning),
         "stores" => body_of(&name, body).map(Request::Stores),
         "put_object" => body_of(&name, body).map(Request::PutObject),
+        "free_objects" => body_of(&name, body).map(Request::FreeObjects),
         "update" => body_of(&name, body).map(Request::Update),
         "result" => body_of(&name, body).map(Request::Result),
         "actor_spawn" => body_of(&name, body).map(Request::ActorSpawn),

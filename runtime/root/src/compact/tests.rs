@@ -199,3 +199,62 @@ fn a_done_jobs_submission_is_stripped_of_what_only_running_it_needs() {
     assert_eq!(done.task_count(), 2);
     assert_eq!(requests[&3].spec, spec);
 }
+
+/// A freed item that only done jobs read goes with its records; one a job not yet done
+/// reads stays, freed. A done job that may make its items again keeps its request.
+#[test]
+fn freed_items_go_once_no_job_reads_them_and_writers_that_remake_stay_whole() {
+    let mut history = history();
+    let item = |name: &str| Record::Item {
+        item: name.into(),
+        node: saker_core::NodeId(1),
+        bytes: 10,
+    };
+    // Job 1 (done) writes "made" and may run twice; job 3 (not done) reads "kept".
+    let mut writer = TaskSpec::new(vec!["make".into()]);
+    writer.writes = vec!["made".into()];
+    writer.idempotent = true;
+    history[1] = Record::Submit {
+        job: JobId(1),
+        first_task: TaskId(1),
+        count: 2,
+        submitted_unix_us: 1,
+        request: Box::new(JobRequest::single(writer.clone())),
+    };
+    let mut reader = TaskSpec::new(vec!["use".into()]);
+    reader.reads = vec!["kept".into()];
+    history[3] = Record::Submit {
+        job: JobId(3),
+        first_task: TaskId(4),
+        count: 2,
+        submitted_unix_us: 1,
+        request: Box::new(JobRequest::single(reader)),
+    };
+    history.extend([
+        item("made"),
+        item("gone"),
+        item("kept"),
+        Record::ItemsFreed {
+            items: vec!["gone".into(), "kept".into()],
+            unix_us: 5,
+        },
+    ]);
+    let compacted = compact(history, &KeepResults::All, 1000).records;
+    let items: Vec<&str> = compacted
+        .iter()
+        .filter_map(|r| match r {
+            Record::Item { item, .. } => Some(item.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(items, ["made", "kept"]);
+    let freed = compacted.iter().find_map(|r| match r {
+        Record::ItemsFreed { items, .. } => Some(items.clone()),
+        _ => None,
+    });
+    assert_eq!(freed, Some(vec!["kept".to_owned()]));
+    let kept_whole = compacted.iter().any(|r| {
+        matches!(r, Record::Submit { job, request, .. } if job.0 == 1 && request.spec == writer)
+    });
+    assert!(kept_whole, "job 1 may make its item again");
+}

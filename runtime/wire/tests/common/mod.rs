@@ -157,6 +157,9 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
                 addr: "10.1.2.3:41000".to_owned(),
             }],
         }),
+        ToAgent::ItemsFreed {
+            items: vec!["obj-0a".to_owned(), "part-2".to_owned()],
+        },
         ToAgent::Dispatch(dispatch(2, 64)),
         ToAgent::Dispatch(Dispatch {
             jobs: vec![Arc::new(function_job(8)), Arc::new(minimal_job)],

@@ -33,9 +33,11 @@ use saker_wire::{
 use super::ctx::Ctx;
 use super::nodes::Nodes;
 use crate::records::Record;
+use free::Freeing;
 use recompute::{Parked, Recomputes};
 use saker_client::spec::JobRequest;
 
+mod free;
 mod recompute;
 
 /// What the journal holds of the data items: what each job reads, and where each
@@ -48,6 +50,8 @@ pub(super) struct Journaled {
     writes: Vec<(JobId, Arc<JobRequest>)>,
     /// Jobs submitted to make items again: (job, items).
     recomputes: Vec<(JobId, Vec<String>)>,
+    /// Items freed by their owner.
+    freed: Vec<String>,
 }
 
 impl Journaled {
@@ -68,6 +72,7 @@ impl Journaled {
         match record {
             Record::Item { item, node, bytes } => self.holders.push((item, node, bytes)),
             Record::Recompute { job, items, .. } => self.recomputes.push((job, items)),
+            Record::ItemsFreed { items, .. } => self.freed.extend(items),
             _ => {}
         }
     }
@@ -92,6 +97,8 @@ pub(super) struct ItemTable {
     fetched: HashMap<NodeId, u64>,
     /// Items lost and made again, and the readers waiting for them.
     recomputes: Recomputes,
+    /// Freed items still read.
+    freeing: Freeing,
 }
 
 #[derive(Debug, Default)]
@@ -191,8 +198,8 @@ impl ItemTable {
         }
     }
 
-    /// A job ended: it reads nothing any more.
-    pub(super) fn forget_reads(&mut self, job: JobId) {
+    /// A job ended: it reads nothing any more (a freed item it read last goes).
+    pub(in crate::actor) fn forget_reads(&mut self, ctx: &mut Ctx, nodes: &Nodes, job: JobId) {
         let Some(reads) = self.reads.remove(&job) else {
             return;
         };
@@ -201,6 +208,7 @@ impl ItemTable {
                 readers.retain(|reader| *reader != job);
                 if readers.is_empty() {
                     self.readers.remove(&item);
+                    self.unread(ctx, nodes, &item);
                 }
             }
         }
@@ -264,6 +272,7 @@ impl ItemTable {
         for (job, items) in journaled.recomputes {
             self.resume_recompute(ctx, job, items);
         }
+        self.resume_freed(ctx, journaled.freed);
     }
 
     /// Items an attempt wrote on `node`: journaled, and its readers told.

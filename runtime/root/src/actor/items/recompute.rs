@@ -67,6 +67,16 @@ impl Recomputes {
     pub(super) fn park(&mut self, item: String, parked: Parked) {
         self.parked.entry(item).or_default().push(parked);
     }
+
+    /// `item` is freed: it is not made again.
+    pub(super) fn forget(&mut self, item: &str) {
+        self.failed.remove(item);
+        if let Some(writer) = self.writers.remove(item)
+            && !self.writers.values().any(|other| *other == writer)
+        {
+            self.recipes.remove(&writer);
+        }
+    }
 }
 
 impl ItemTable {

@@ -75,3 +75,69 @@ async fn a_put_on_a_node_that_is_not_live_is_refused_by_name() {
     assert!(error.message.contains("node 7"), "{}", error.message);
     assert!(h.journal_durable().is_empty());
 }
+
+fn free(h: &mut Harness, objects: &[u128]) -> Answer {
+    let (reply, answer) = oneshot::channel();
+    let objects = objects.iter().map(|&object| ObjectId(object)).collect();
+    h.handle(RootMsg::Client(ClientRequest::FreeObjects {
+        objects,
+        reply,
+    }));
+    answer
+}
+
+/// The items-freed messages sent, by node.
+fn freed_sent(h: &Harness) -> Vec<(u32, Vec<String>)> {
+    h.sent()
+        .into_iter()
+        .filter_map(|(to, message)| match message {
+            saker_wire::messages::ToAgent::ItemsFreed { items } => Some((to, items)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A freed object no job reads goes at once from its holder; one a job reads goes when
+/// that job ends. The free is answered once journaled; unknown ids are ignored; a root
+/// resumed from the journal has forgotten the freed object.
+#[tokio::test]
+async fn a_freed_object_goes_from_its_holders_once_no_job_reads_it() {
+    let mut h = Harness::new();
+    h.join(1, 1);
+    let name = |object: u128| format!("obj-{}", ObjectId(object));
+    put(&mut h, 0xa, 1, 10);
+    put(&mut h, 0xb, 1, 10);
+    h.journal_durable();
+    let mut reader = crate::actor::testing::single(&["use"]);
+    reader.spec.reads = vec![name(0xb)];
+    h.submit(vec![reader]);
+    h.journal_durable();
+    h.sent();
+
+    let mut answer = free(&mut h, &[0xa, 0xb, 0xdead]);
+    assert!(answer.try_recv().is_err(), "answered once durable");
+    assert_eq!(freed_sent(&h), [(1, vec![name(0xa)])], "b is read still");
+    let records = h.journal_durable();
+    assert!(records.contains(&Record::ItemsFreed {
+        items: vec![name(0xa), name(0xb)],
+        unix_us: crate::actor::testing::UNIX_ORIGIN_US,
+    }));
+    assert_eq!(answer.try_recv().expect("answered"), Ok(()));
+    assert_eq!(h.status().items, 1);
+
+    h.report(1, 1, &[], Vec::new());
+    let done = h.succeed_sent(1);
+    assert_eq!(done.len(), 1);
+    assert_eq!(freed_sent(&h), [(1, vec![name(0xb)])], "its reader ended");
+    assert_eq!(h.status().items, 0);
+    let mut again = free(&mut h, &[0xb]);
+    assert_eq!(again.try_recv().expect("at once"), Ok(()), "freed already");
+    h.journal_durable();
+
+    let journal: Vec<Record> = h
+        .port
+        .with(|r| r.durable.0.lock().unwrap().values().cloned().collect());
+    let mut resumed = Harness::new();
+    resumed.restore(journal).expect("restores");
+    assert_eq!(resumed.status().items, 0);
+}
