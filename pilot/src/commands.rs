@@ -326,8 +326,12 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
     if status.items > 0 || status.data_moved_bytes > 0 {
         writeln!(
             out,
-            "data      {} items held, {} bytes moved between nodes ({} through the root)",
-            status.items, status.data_moved_bytes, status.data_root_bytes
+            "data      {} items held, {} bytes moved between nodes ({} through the root), {} bytes held, {} recomputed",
+            status.items,
+            status.data_moved_bytes,
+            status.data_root_bytes,
+            status.data_held_bytes,
+            status.data_recomputes
         )?;
     }
     if status.periodic > 0 {

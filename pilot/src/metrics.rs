@@ -172,6 +172,11 @@ impl Collector for Snapshot {
                 "Results dropped for tasks that already had one",
                 status.duplicates,
             ),
+            (
+                "data_recomputes",
+                "Jobs submitted to make lost data items again",
+                status.data_recomputes,
+            ),
         ];
         let mut family = encoder.encode_descriptor(
             "data_moved_bytes",
@@ -215,6 +220,11 @@ impl Collector for Snapshot {
                 status.items as f64,
             ),
             (
+                "data_held_bytes",
+                "Bytes of data items the live nodes hold, each copy counted",
+                status.data_held_bytes as f64,
+            ),
+            (
                 "rate_per_second",
                 "Tasks finished per second over the last few seconds",
                 status.rate,
@@ -239,6 +249,20 @@ impl Collector for Snapshot {
         for node in &status.nodes {
             let id = node.node.to_string();
             let metric = ConstCounter::new(node.fetched_bytes);
+            metric.encode(
+                family.encode_family(&labels(&[("node", &id), ("host", &node.hostname)]))?,
+            )?;
+        }
+
+        let mut family = encoder.encode_descriptor(
+            "node_held_bytes",
+            "Bytes of data items each node holds",
+            None,
+            gauge_type(),
+        )?;
+        for node in &status.nodes {
+            let id = node.node.to_string();
+            let metric = ConstGauge::new(node.held_bytes as i64);
             metric.encode(
                 family.encode_family(&labels(&[("node", &id), ("host", &node.hostname)]))?,
             )?;
@@ -324,11 +348,14 @@ mod tests {
                 cores: 4,
                 busy: 2,
                 fetched_bytes: 3 << 20,
+                held_bytes: 7 << 20,
                 ..NodeLoad::default()
             }],
             items: 2,
             data_moved_bytes: 5 << 20,
             data_root_bytes: 1 << 20,
+            data_held_bytes: 9 << 20,
+            data_recomputes: 1,
             stages: vec![StageSummary {
                 stage: "run".into(),
                 count: 41,
@@ -353,6 +380,9 @@ mod tests {
             "saker_data_moved_bytes_total{path=\"root\"} 1048576",
             "saker_data_items 2.0",
             "saker_node_fetched_bytes_total{node=\"0\",host=\"node\\\"1\"} 3145728",
+            "saker_node_held_bytes{node=\"0\",host=\"node\\\"1\"} 7340032",
+            "saker_data_held_bytes 9437184.0",
+            "saker_data_recomputes_total 1",
             "saker_stage_seconds{stage=\"run\",quantile=\"0.5\"} 0.25",
             "saker_stage_seconds{stage=\"run\",quantile=\"1\"} 2.0",
         ] {

@@ -179,7 +179,7 @@ impl View {
         let node_rows = status.nodes.len().min(16) as u16;
         let stage_rows = status.stages.len() as u16;
         let [summary, load, nodes, stages, failures] = Layout::vertical([
-            Constraint::Length(6),
+            Constraint::Length(7),
             Constraint::Length(3),
             Constraint::Length(node_rows + 3),
             Constraint::Length(stage_rows + 3),
@@ -199,6 +199,14 @@ impl View {
             Line::from(format!(
                 "rate   {:.1} tasks/s now, {:.1} over the last minute   retried {}  replayed {}",
                 status.rate, status.rate_minute, status.retries, status.replays
+            )),
+            Line::from(format!(
+                "data   {} items, {} held   {} moved between nodes, {} through the root   {} recomputed",
+                status.items,
+                bytes(status.data_held_bytes),
+                bytes(status.data_moved_bytes),
+                bytes(status.data_root_bytes),
+                status.data_recomputes
             )),
         ];
         if let Some(problem) = &self.problem {
@@ -224,7 +232,7 @@ impl View {
             load,
         );
 
-        let header = Row::new(["NODE", "HOST", "CORES", "BUSY", "LOAD"])
+        let header = Row::new(["NODE", "HOST", "CORES", "BUSY", "LOAD", "HELD", "FETCHED"])
             .style(Style::new().add_modifier(Modifier::BOLD));
         let rows = status.nodes.iter().map(|node| {
             let bar_width = 20usize;
@@ -237,6 +245,8 @@ impl View {
                 node.cores.to_string(),
                 node.busy.to_string(),
                 format!("{}{}", "#".repeat(filled), ".".repeat(bar_width - filled)),
+                bytes(node.held_bytes),
+                bytes(node.fetched_bytes),
             ])
         });
         let widths = [
@@ -245,6 +255,8 @@ impl View {
             Constraint::Length(6),
             Constraint::Length(6),
             Constraint::Length(22),
+            Constraint::Length(10),
+            Constraint::Length(10),
         ];
         frame.render_widget(
             Table::new(rows, widths)
@@ -286,4 +298,19 @@ impl View {
             failures,
         );
     }
+}
+
+/// Bytes for a person: `512 B`, `3.0 MiB`, `1.2 GiB`.
+fn bytes(count: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if count < 1024 {
+        return format!("{count} B");
+    }
+    let mut value = count as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
 }

@@ -169,6 +169,16 @@ fn readers_elsewhere_fetch_their_data_intact_and_failures_say_why() {
     }
     assert_eq!(seen["r0-again"].0, seen["w0"].0);
     assert_eq!(data_bytes(&service.pilot), (3 * u64::from(size), 0));
+    // Each reader's result says how long it waited for its item; a writer's none.
+    let records = results(&service.pilot);
+    let fetch_us = |job: u64| {
+        let record = records.iter().find(|r| r["job"] == job).unwrap();
+        record["fetch_us"].as_u64()
+    };
+    assert_eq!(fetch_us(1), None, "a writer fetched nothing");
+    for reader in [2, 4, 6] {
+        assert!(fetch_us(reader).is_some_and(|us| us > 0), "job {reader}");
+    }
 
     let broken = [
         json!({"argv": ["true"], "name": "orphan", "reads": ["nowhere"]}),

@@ -106,6 +106,11 @@ fn top_shows_live_counts_and_a_failure_and_quits_on_q() {
     let screen = tmux.screen();
     assert!(screen.contains("slots 3 (2 busy)"), "{screen}");
     assert!(screen.contains("recent failures (0 seen)"), "{screen}");
+    assert!(screen.contains("data   0 items, 0 B held"), "{screen}");
+    assert!(
+        screen.contains("HELD") && screen.contains("FETCHED"),
+        "{screen}"
+    );
 
     // A failure while the view is up: counted and listed with its exit code.
     submit(&["--", "sh", "-c", "exit 3"]);

@@ -69,6 +69,9 @@ class Result:
     #: ``"raised"``, ``"lost"``; ``None`` when it did not fail, or from pilots that do
     #: not say.
     failure: Optional[str] = None
+    #: How long its attempt waited on its node for the data items (objects) it reads
+    #: to be fetched, in microseconds; ``None`` when it fetched none.
+    fetch_us: Optional[int] = None
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> "Result":
@@ -101,6 +104,7 @@ class Result:
             dispatch_time=body.get("dispatch_time"),
             received_time=body.get("received_time"),
             failure=body.get("failure"),
+            fetch_us=body.get("fetch_us"),
         )
 
     @property

@@ -123,10 +123,14 @@ pub struct TakeoverRow {
 }
 
 /// The stages of a task's life the root's timestamps tell apart.
-pub const STAGES: [(&str, &str); 6] = [
+pub const STAGES: [(&str, &str); 7] = [
     ("wait", "submitted → started (queue, dispatch, spawn)"),
     ("queue", "submitted → dispatched by the root"),
     ("launch", "dispatched → started (way down, slot, spawn)"),
+    (
+        "fetch",
+        "of launch, waiting on the node for data items (tasks that read some)",
+    ),
     ("run", "started → ended"),
     ("deliver", "ended → result accepted by the root"),
     ("total", "submitted → result accepted"),
@@ -484,6 +488,7 @@ impl Digest {
             start.map(|s| s.saturating_sub(submit)),
             dispatch.map(|d| d.saturating_sub(submit)),
             start.zip(dispatch).map(|(s, d)| s.saturating_sub(d)),
+            result.fetch_us,
             start.map(|s| end.saturating_sub(s)),
             accept
                 .filter(|_| start.is_some())

@@ -11,6 +11,10 @@ pub struct Queued {
     pub assignment: Assignment,
     /// When this agent read the dispatch that carried it (unix µs, its clock).
     pub received_us: u64,
+    /// How long it waited for data items to be fetched so far (µs).
+    pub fetch_us: u64,
+    /// Since when it waits for one (unix µs), while it does.
+    pub staged_us: u64,
 }
 
 impl Queued {
@@ -18,6 +22,8 @@ impl Queued {
         Queued {
             assignment,
             received_us,
+            fetch_us: 0,
+            staged_us: 0,
         }
     }
 }

@@ -417,6 +417,10 @@ pub struct StatusReport {
     pub data_moved_bytes: u64,
     /// Of those, the bytes passed on by the root (the rest went node to node).
     pub data_root_bytes: u64,
+    /// Bytes of the data items the live nodes hold (each copy counted).
+    pub data_held_bytes: u64,
+    /// Jobs submitted to make lost data items again (docs/data.md).
+    pub data_recomputes: u64,
     /// The jobs a `status` with `jobs` asked for, in its order; absent otherwise.
     /// (Not `jobs`: that is the number of jobs submitted.)
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -611,6 +615,9 @@ pub struct NodeLoad {
     /// root) since it joined.
     #[serde(skip_serializing_if = "is_zero_u64")]
     pub fetched_bytes: u64,
+    /// Bytes of the data items it holds (written there, put there, or fetched).
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub held_bytes: u64,
 }
 
 fn is_zero(value: &u32) -> bool {

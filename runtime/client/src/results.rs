@@ -71,6 +71,10 @@ pub struct ResultRecord {
     /// before it was kept).
     #[serde(default)]
     pub accept_time: Option<Timestamp>,
+    /// How long its attempt waited on its node for the data items it reads to be
+    /// fetched, µs; absent when it fetched none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetch_us: Option<u64>,
     /// Captured output, lossy UTF-8: everything when small, else the first inline bytes
     /// (the whole stream is then in `stdout_path`).
     pub stdout: String,
@@ -374,6 +378,7 @@ pub fn sample_record(task: u64) -> ResultRecord {
         start_time: Some(Timestamp::from_unix_micros(1_700_000_000_500_000)),
         end_time: Timestamp::from_unix_micros(1_700_000_001_750_000),
         accept_time: Some(Timestamp::from_unix_micros(1_700_000_001_751_000)),
+        fetch_us: None,
         stdout: "hello\n".to_owned(),
         stderr: String::new(),
         stdout_path: None,

@@ -42,7 +42,8 @@ pub use saker_core::{
 /// 15: items fetched node to node: `Hello::data_addr`, `ItemWhere`/`ItemHolders`,
 /// `ItemCopied`.
 /// 16: `ToAgent::ItemsFreed` (objects freed by their owner).
-pub const PROTOCOL_VERSION: u32 = 16;
+/// 17: `TaskResult::fetch_us`.
+pub const PROTOCOL_VERSION: u32 = 17;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
@@ -539,6 +540,9 @@ pub struct TaskResult {
     pub received_unix_us: u64,
     pub start_unix_us: u64,
     pub end_unix_us: u64,
+    /// How long the attempt waited on its node for the data items it reads to be
+    /// fetched (µs; 0: none fetched).
+    pub fetch_us: u64,
     pub body: ResultBody,
 }
 

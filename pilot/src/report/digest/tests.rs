@@ -63,6 +63,7 @@ fn result(task: u64, job: u32, node: u32, start: f64, end: f64, state: TerminalS
         start_time: Some(at(start)),
         end_time: at(end),
         accept_time: Some(at(end + 0.001)),
+        fetch_us: None,
         stdout: String::new(),
         stderr: String::new(),
         stdout_path: None,

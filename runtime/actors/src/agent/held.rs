@@ -117,6 +117,7 @@ mod tests {
             received_unix_us: 1,
             start_unix_us: 2,
             end_unix_us: 3,
+            fetch_us: 0,
             body: ResultBody::Command {
                 stdout: output(stdout),
                 stderr: output(b""),

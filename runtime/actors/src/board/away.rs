@@ -199,6 +199,7 @@ fn lost_on_disk(held: &Held) -> TaskResult {
         received_unix_us: 0,
         start_unix_us: held.started_unix_us,
         end_unix_us: held.started_unix_us,
+        fetch_us: 0,
         body: ResultBody::Function { output: None },
     }
 }

@@ -281,6 +281,7 @@ impl Board {
             self.slots[index].running = Some(Running {
                 assignment: part.plan.assignment,
                 received_us: part.started_us,
+                fetch_us: 0,
                 needs: Resources::ZERO,
                 started_us: now.unix_us,
                 part: Some(process.number),
@@ -409,6 +410,7 @@ impl Board {
             received_unix_us: part.started_us,
             start_unix_us: part.started_us,
             end_unix_us: now.unix_us,
+            fetch_us: 0,
             body: ResultBody::Part {
                 stdout,
                 stderr,
@@ -437,6 +439,7 @@ impl Board {
             received_unix_us: now.unix_us,
             start_unix_us: now.unix_us,
             end_unix_us: now.unix_us,
+            fetch_us: 0,
             body: ResultBody::Part {
                 stdout: Output::default(),
                 stderr: Output::default(),

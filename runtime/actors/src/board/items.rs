@@ -125,8 +125,10 @@ impl Fetches {
         }
     }
 
-    /// `assignment` waits for `item`, which is fetched if it is not being already.
-    pub(super) fn stage(&mut self, item: &str, assignment: Queued) {
+    /// `assignment` waits for `item` from `now_us` on, which is fetched if it is not
+    /// being already.
+    pub(super) fn stage(&mut self, item: &str, mut assignment: Queued, now_us: u64) {
+        assignment.staged_us = now_us;
         if let Some(fetch) = self.fetches.get_mut(item) {
             fetch.waiting.push(assignment);
             return;
@@ -372,7 +374,8 @@ impl Board {
                 item: item.to_owned(),
             }),
             Received::Done(ready) => {
-                for assignment in ready.into_iter().rev() {
+                for mut assignment in ready.into_iter().rev() {
+                    assignment.fetch_us += now.unix_us.saturating_sub(assignment.staged_us);
                     self.queue.push_front(assignment);
                 }
             }

@@ -240,6 +240,8 @@ struct Running {
     assignment: Assignment,
     /// When the agent received it (see [`Queued`]).
     received_us: u64,
+    /// How long it waited for data items (see [`Queued`]).
+    fetch_us: u64,
     needs: Resources,
     started_us: u64,
     /// Set for a process of a gang part (its number there); the part holds the

@@ -53,7 +53,7 @@ impl Board {
                         if let Some(item) = missing {
                             // Fetched first; it comes back to the queue's head when whole.
                             self.queue.pop_front();
-                            self.fetches.stage(&item, queued);
+                            self.fetches.stage(&item, queued, now.unix_us);
                             continue;
                         }
                     }
@@ -74,6 +74,7 @@ impl Board {
             slot.running = Some(Running {
                 assignment,
                 received_us: queued.received_us,
+                fetch_us: queued.fetch_us,
                 needs,
                 started_us: now.unix_us,
                 part: None,
@@ -128,8 +129,9 @@ impl Board {
         self.pending
             .started
             .retain(|s| s.attempt != running.assignment.attempt);
-        self.queue
-            .push_front(Queued::new(running.assignment, running.received_us));
+        let mut again = Queued::new(running.assignment, running.received_us);
+        again.fetch_us = running.fetch_us;
+        self.queue.push_front(again);
     }
 
     /// If attempt `attempt` is what slot `index` (of executor `generation`) runs, as a
@@ -202,6 +204,7 @@ impl Board {
             received_unix_us: running.received_us,
             start_unix_us: finished.start_unix_us,
             end_unix_us: finished.end_unix_us,
+            fetch_us: running.fetch_us,
             body: finished.body.unwrap_or(ResultBody::Command {
                 stdout: finished.stdout,
                 stderr: finished.stderr,
@@ -304,6 +307,7 @@ impl Board {
             received_unix_us: running.received_us,
             start_unix_us: running.started_us,
             end_unix_us: now.unix_us,
+            fetch_us: running.fetch_us,
             body: ResultBody::Command {
                 stdout: Output::default(),
                 stderr: Output::default(),
@@ -347,6 +351,7 @@ impl Board {
             received_unix_us: assignment.received_us,
             start_unix_us: now.unix_us,
             end_unix_us: now.unix_us,
+            fetch_us: assignment.fetch_us,
             body: ResultBody::Command {
                 stdout: Output::default(),
                 stderr: Output::default(),

@@ -234,6 +234,7 @@ impl GangRuns {
             executor: None,
             // The last member to receive its part held the group back.
             received_unix_us: parts.iter().map(|p| p.received_unix_us).max().unwrap_or(0),
+            fetch_us: 0,
             start_unix_us: parts.iter().map(|p| p.start_unix_us).min().unwrap_or(0),
             end_unix_us: parts.iter().map(|p| p.end_unix_us).max().unwrap_or(0),
             exit_code,

@@ -145,6 +145,7 @@ impl Detail {
             host,
             executor: (executor != u32::MAX).then_some(executor),
             received_unix_us: result.received_unix_us.to_native(),
+            fetch_us: result.fetch_us.to_native(),
             start_unix_us: result.start_unix_us.to_native(),
             end_unix_us: result.end_unix_us.to_native(),
             exit_code,

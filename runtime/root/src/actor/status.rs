@@ -100,6 +100,8 @@ impl RootState {
             items: self.items.len() as u64,
             data_moved_bytes: self.items.moved_bytes(),
             data_root_bytes: self.items.root_bytes(),
+            data_held_bytes: self.items.held_bytes(),
+            data_recomputes: self.items.recomputes(),
             job_counts: None,
         }
     }
@@ -140,6 +142,7 @@ impl RootState {
                     })
                     .collect(),
                 fetched_bytes: self.items.fetched_by(id),
+                held_bytes: self.items.held_by(id),
             })
             .collect();
         loads.sort_by_key(|load| load.node);

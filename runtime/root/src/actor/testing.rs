@@ -398,6 +398,7 @@ pub(crate) fn exited(task: u64, attempt: u64, code: i32) -> TaskResult {
         received_unix_us: UNIX_ORIGIN_US,
         start_unix_us: UNIX_ORIGIN_US,
         end_unix_us: UNIX_ORIGIN_US + 1_000,
+        fetch_us: 0,
         body: ResultBody::Command {
             stdout: Output::default(),
             stderr: Output::default(),

@@ -258,6 +258,7 @@ fn task_result(task: u64, outcome: Outcome) -> TaskResult {
         received_unix_us: 1_699_999_999_999_000,
         start_unix_us: 1_700_000_000_000_000,
         end_unix_us: 1_700_000_000_500_000,
+        fetch_us: 12_345,
         body: ResultBody::Command {
             stdout: Output {
                 inline: b"hello\n\xff\x00binary ok".to_vec(),

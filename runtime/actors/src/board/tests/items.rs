@@ -62,8 +62,8 @@ fn an_item_is_pulled_in_chunks_from_its_holder_and_kept_whole() {
 
     let reading = item_job(1, &["w1"], &[]);
     assert_eq!(files.missing(&reading), Some("w1"));
-    reader.stage("w1", assignment(1));
-    reader.stage("w1", assignment(2));
+    reader.stage("w1", assignment(1), 0);
+    reader.stage("w1", assignment(2), 0);
     assert_eq!(reader.unstage(AttemptId(2)), Some(assignment(2)));
     let mut answers = 0;
     let done = loop {
@@ -86,7 +86,7 @@ fn an_item_is_pulled_in_chunks_from_its_holder_and_kept_whole() {
     assert_eq!(std::fs::read(files.scratch().join("w1")).unwrap(), content);
     assert_eq!(files.missing(&reading), None);
 
-    reader.stage("gone", assignment(3));
+    reader.stage("gone", assignment(3), 0);
     let request = reader.outbox.pop().unwrap();
     let answer = holder.serve(&request);
     assert!(answer.error.is_some());
@@ -156,13 +156,16 @@ fn an_attempt_reading_a_missing_item_waits_for_its_fetch_and_starts_when_it_is_w
         panic!("it starts");
     };
     assert_eq!(reader.attempt, AttemptId(10));
+    assert!(board.handle_attempt_done(0, 0, AttemptId(10), exited(), None, at(3)));
+    let results = board.take_report().results;
     assert!(
-        board
-            .take_report()
-            .results
+        results
             .iter()
             .all(|r| r.outcome == Outcome::Exited { code: 0 })
     );
+    // The reader waited 1 ms for its item (staged at 0, whole at 1); the other none.
+    let fetch_us: Vec<(u64, u64)> = results.iter().map(|r| (r.attempt.0, r.fetch_us)).collect();
+    assert_eq!(fetch_us, [(20, 0), (10, 1_000)]);
 }
 
 /// An answer for a stale question (the head changed since) is not used: the board

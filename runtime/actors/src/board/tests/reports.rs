@@ -84,6 +84,7 @@ fn push_results(board: &mut Board, sizes: &[usize]) {
             received_unix_us: 0,
             start_unix_us: 0,
             end_unix_us: 0,
+            fetch_us: 0,
             body: ResultBody::Function {
                 output: Some(vec![0; *size]),
             },

@@ -96,6 +96,7 @@ impl Gang {
             received_unix_us: UNIX_ORIGIN_US + u64::from(node),
             start_unix_us: UNIX_ORIGIN_US + 100 + u64::from(node),
             end_unix_us: UNIX_ORIGIN_US + 1_000 + u64::from(node),
+            fetch_us: 0,
             body: ResultBody::Part {
                 stdout: Output {
                     inline: format!("out of {node}").into_bytes(),

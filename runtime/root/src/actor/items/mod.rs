@@ -122,6 +122,28 @@ impl ItemTable {
         self.fetched.get(&node).copied().unwrap_or(0)
     }
 
+    /// Bytes of the items `node` holds.
+    pub(super) fn held_by(&self, node: NodeId) -> u64 {
+        self.items
+            .values()
+            .filter(|item| item.holders.contains(&node))
+            .map(|item| item.bytes)
+            .sum()
+    }
+
+    /// Bytes of the items every node holds, each copy counted (lost nodes hold none).
+    pub(super) fn held_bytes(&self) -> u64 {
+        self.items
+            .values()
+            .map(|item| item.bytes * item.holders.len() as u64)
+            .sum()
+    }
+
+    /// Jobs submitted so far to make lost items again.
+    pub(super) fn recomputes(&self) -> u64 {
+        self.recomputes.submitted
+    }
+
     /// Of [`Self::moved_bytes`], those the root passed on.
     pub(super) fn root_bytes(&self) -> u64 {
         self.root_bytes

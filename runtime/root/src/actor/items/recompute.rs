@@ -42,6 +42,8 @@ pub(super) struct Recomputes {
     parked: HashMap<String, Vec<Parked>>,
     /// Items that could not be made again, and why.
     failed: HashMap<String, String>,
+    /// Jobs submitted to make items again, since this root started.
+    pub(super) submitted: u64,
 }
 
 /// A reader's request waiting for its item.
@@ -158,6 +160,7 @@ impl ItemTable {
 
     /// Job `job` was submitted to make `recompute`'s items again.
     pub(in crate::actor) fn recomputing(&mut self, recompute: &Recompute, job: JobId) {
+        self.recomputes.submitted += 1;
         for item in &recompute.items {
             self.recomputes.running.insert(item.clone(), job);
         }

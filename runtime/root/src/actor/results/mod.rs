@@ -94,6 +94,8 @@ pub(super) struct Detail {
     pub executor: Option<u32>,
     /// When the agent received the dispatch (0: not known).
     pub received_unix_us: u64,
+    /// How long it waited for data items on its node (µs; 0: none).
+    pub fetch_us: u64,
     pub start_unix_us: u64,
     pub end_unix_us: u64,
     pub exit_code: Option<i32>,
@@ -337,6 +339,7 @@ impl Results {
             start_time: None,
             end_time: accepted,
             accept_time: Some(accepted),
+            fetch_us: None,
             stdout: String::new(),
             stderr: String::new(),
             stdout_path: None,
@@ -353,6 +356,7 @@ impl Results {
                 record.executor = detail.executor;
                 record.received_time = (detail.received_unix_us > 0)
                     .then(|| Timestamp::from_unix_micros(detail.received_unix_us));
+                record.fetch_us = (detail.fetch_us > 0).then_some(detail.fetch_us);
                 record.start_time = Some(Timestamp::from_unix_micros(detail.start_unix_us));
                 record.end_time = Timestamp::from_unix_micros(detail.end_unix_us);
                 record.exit_code = detail.exit_code;

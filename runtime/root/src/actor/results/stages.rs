@@ -7,7 +7,9 @@
 //! from its journal: `wait` (submitted → started: queue, dispatch and spawn), split
 //! into `queue` (submitted → dispatched by the root, both on the root's clock) and
 //! `launch` (dispatched → started: the way down, the slot's turn, the spawn), `run`
-//! (started → ended, as the agent timed it), `deliver` (ended → accepted by the root:
+//! (started → ended, as the agent timed it), `fetch` (of `launch`, the time a task
+//! that reads data items waited on its node for them to be fetched; only such
+//! tasks), `deliver` (ended → accepted by the root:
 //! the report's way up and its turn in the root), `total` (submitted → accepted).
 //! A task that never started counts in `total` only. Times come from different
 //! clocks (the root's, an agent's) and are clamped at zero.
@@ -26,6 +28,7 @@ pub(crate) struct Stages {
     wait: Histogram<u64>,
     queue: Histogram<u64>,
     launch: Histogram<u64>,
+    fetch: Histogram<u64>,
     run: Histogram<u64>,
     deliver: Histogram<u64>,
     total: Histogram<u64>,
@@ -42,6 +45,7 @@ impl Default for Stages {
             wait: histogram(),
             queue: histogram(),
             launch: histogram(),
+            fetch: histogram(),
             run: histogram(),
             deliver: histogram(),
             total: histogram(),
@@ -60,6 +64,9 @@ impl Stages {
                 add(&mut self.launch, start.saturating_sub(dispatch));
             }
             add(&mut self.run, end.saturating_sub(start));
+        }
+        if let Some(fetch) = record.fetch_us {
+            add(&mut self.fetch, fetch);
         }
         if let Some(accept) = record.accept_time.map(|accept| accept.unix_micros()) {
             if record.start_time.is_some() {
@@ -80,6 +87,7 @@ impl Stages {
             ("wait", &self.wait),
             ("queue", &self.queue),
             ("launch", &self.launch),
+            ("fetch", &self.fetch),
             ("run", &self.run),
             ("deliver", &self.deliver),
             ("total", &self.total),
@@ -121,6 +129,8 @@ mod tests {
             record.dispatch_time = Some(Timestamp::from_unix_micros(start - 200));
             record.end_time = Timestamp::from_unix_micros(start + 2_000_000);
             record.accept_time = Some(Timestamp::from_unix_micros(start + 2_000_300));
+            // Every tenth waited 150 µs for its data.
+            record.fetch_us = (task % 10 == 0).then_some(150);
             stages.record(&record);
         }
         let summaries = stages.summaries();
@@ -130,9 +140,13 @@ mod tests {
                 .iter()
                 .map(|s| s.stage.as_str())
                 .collect::<Vec<_>>(),
-            ["wait", "queue", "launch", "run", "deliver", "total"]
+            [
+                "wait", "queue", "launch", "fetch", "run", "deliver", "total"
+            ]
         );
         let near = |value: u64, expected: u64| value.abs_diff(expected) * 100 <= expected;
+        assert_eq!(stage("fetch").count, 10, "only tasks that fetched");
+        assert!(near(stage("fetch").p50_us, 150), "{:?}", stage("fetch"));
         assert!(near(stage("queue").p50_us, 49_800), "{:?}", stage("queue"));
         assert!(near(stage("launch").max_us, 200), "{:?}", stage("launch"));
         assert_eq!(stage("wait").count, 100);

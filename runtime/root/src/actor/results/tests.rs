@@ -17,6 +17,7 @@ fn detail(node: u32, code: i32) -> Detail {
         host: format!("host{node}"),
         executor: Some(0),
         received_unix_us: UNIX_ORIGIN_US + 10,
+        fetch_us: 0,
         start_unix_us: UNIX_ORIGIN_US + 20,
         end_unix_us: UNIX_ORIGIN_US + 30,
         exit_code: Some(code),

@@ -118,6 +118,7 @@ async fn a_lost_item_is_made_again_by_its_writer_and_its_readers_wait() {
         unix_us: UNIX_ORIGIN_US,
     }));
     assert!(h.root.ctx.core.is_held(JobId(2)), "the reader waits");
+    assert_eq!(h.status().data_recomputes, 1);
     let asked_back = h.sent().into_iter().any(|(to, message)| {
         matches!(message, ToAgent::Return { ref attempts } if to == 2 && attempts[0].0 == staged)
     });

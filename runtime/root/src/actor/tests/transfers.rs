@@ -92,6 +92,9 @@ async fn a_reader_is_told_the_live_holders_and_its_copy_makes_one_more() {
     assert_eq!((status.data_moved_bytes, status.data_root_bytes), (1000, 0));
     let fetched: Vec<u64> = status.nodes.iter().map(|node| node.fetched_bytes).collect();
     assert_eq!(fetched, [0, 1000, 0, 0], "node 2 fetched it");
+    let held: Vec<u64> = status.nodes.iter().map(|node| node.held_bytes).collect();
+    assert_eq!(held, [1000, 1000, 0, 0], "both hold it");
+    assert_eq!(status.data_held_bytes, 2000);
 
     // A copy of another size, or of an item nobody wrote, is not counted on.
     copied(&mut h, 3, "part", 999, 999);
