@@ -250,10 +250,7 @@ impl RootState {
             };
             self.items
                 .note_reads(&mut self.ctx, job.job, &request.spec.reads);
-            if !request.spec.writes.is_empty() {
-                let request = std::sync::Arc::new(request.clone());
-                self.items.note_writes(job.job, request);
-            }
+            self.items.note_request_writes(job.job, request);
             let records = self.schedules.occurred(occurrence, job, submitted_us);
             self.ctx
                 .append(records, super::journal::AfterJournal::Nothing);
@@ -373,10 +370,7 @@ impl RootState {
         {
             self.items
                 .note_reads(&mut self.ctx, *job, &request.spec.reads);
-            if !request.spec.writes.is_empty() {
-                let request = std::sync::Arc::new((**request).clone());
-                self.items.note_writes(*job, request);
-            }
+            self.items.note_request_writes(*job, request);
             self.schedules
                 .start_schedule(*job, request, *submitted_unix_us);
         }

@@ -4,8 +4,6 @@
 //! ends, and forgotten: a job that reads it later fails as it would for any item no
 //! node holds, and it is never made again.
 
-use std::collections::HashSet;
-
 use saker_wire::messages::ToAgent;
 
 use super::ItemTable;
@@ -14,12 +12,6 @@ use crate::actor::journal::AfterJournal;
 use crate::actor::nodes::Nodes;
 use crate::client::Reply;
 use crate::records::Record;
-
-/// Freed items that jobs still read.
-#[derive(Debug, Default)]
-pub(super) struct Freeing {
-    items: HashSet<String>,
-}
 
 impl ItemTable {
     /// A client is done with `items`: journaled (answered once durable); each is removed
@@ -34,7 +26,7 @@ impl ItemTable {
     ) {
         let items: Vec<String> = items
             .into_iter()
-            .filter(|item| self.items.contains_key(item) && !self.freeing.items.contains(item))
+            .filter(|item| self.items.contains_key(item) && !self.freeing.contains(item))
             .collect();
         if items.is_empty() {
             let _ = reply.send(Ok(()));
@@ -47,7 +39,7 @@ impl ItemTable {
         ctx.append(vec![record], AfterJournal::Put { reply });
         for item in items {
             if self.readers.contains_key(&item) {
-                self.freeing.items.insert(item);
+                self.freeing.insert(item);
             } else {
                 self.remove_item(ctx, Some(nodes), &item);
             }
@@ -56,7 +48,7 @@ impl ItemTable {
 
     /// The last unfinished job reading `item` ended: a freed item goes now.
     pub(super) fn unread(&mut self, ctx: &mut Ctx, nodes: &Nodes, item: &str) {
-        if self.freeing.items.remove(item) {
+        if self.freeing.remove(item) {
             self.remove_item(ctx, Some(nodes), item);
         }
     }
@@ -67,7 +59,7 @@ impl ItemTable {
     pub(super) fn resume_freed(&mut self, ctx: &mut Ctx, items: Vec<String>) {
         for item in items {
             if self.readers.contains_key(&item) {
-                self.freeing.items.insert(item);
+                self.freeing.insert(item);
             } else {
                 self.remove_item(ctx, None, &item);
             }

@@ -33,7 +33,6 @@ use saker_wire::{
 use super::ctx::Ctx;
 use super::nodes::Nodes;
 use crate::records::Record;
-use free::Freeing;
 use recompute::{Parked, Recomputes};
 use saker_client::spec::JobRequest;
 
@@ -46,8 +45,8 @@ mod recompute;
 pub(super) struct Journaled {
     reads: Vec<(JobId, Vec<String>)>,
     holders: Vec<(String, NodeId, u64)>,
-    /// Jobs that write items, and their requests.
-    writes: Vec<(JobId, Arc<JobRequest>)>,
+    /// Jobs that write items: the items, and the request when it may run again.
+    writes: Vec<(JobId, Vec<String>, Option<Arc<JobRequest>>)>,
     /// Jobs submitted to make items again: (job, items).
     recomputes: Vec<(JobId, Vec<String>)>,
     /// Items freed by their owner.
@@ -62,7 +61,9 @@ impl Journaled {
                 self.reads.push((*job, request.spec.reads.clone()));
             }
             if !request.spec.writes.is_empty() {
-                self.writes.push((*job, Arc::new((**request).clone())));
+                let recipe = recompute::recipe_of(request);
+                self.writes
+                    .push((*job, request.spec.writes.clone(), recipe));
             }
         }
     }
@@ -97,8 +98,8 @@ pub(super) struct ItemTable {
     fetched: HashMap<NodeId, u64>,
     /// Items lost and made again, and the readers waiting for them.
     recomputes: Recomputes,
-    /// Freed items still read.
-    freeing: Freeing,
+    /// Freed items that jobs still read (`free.rs`).
+    freeing: std::collections::HashSet<String>,
 }
 
 #[derive(Debug, Default)]
@@ -249,7 +250,7 @@ impl ItemTable {
         }
         for name in changed {
             self.prefer_readers_of(ctx, &name);
-            if self.readers.contains_key(&name) && !self.has_live_holder(nodes, &name, None) {
+            if self.readers.contains_key(&name) && !self.has_live_holder(nodes, &name) {
                 self.make_again(ctx, &name);
             }
         }
@@ -268,20 +269,18 @@ impl ItemTable {
         }
     }
 
-    /// Whether a live node other than `reader` holds `item`.
-    fn has_live_holder(&self, nodes: &Nodes, item: &str, reader: Option<NodeId>) -> bool {
-        self.items.get(item).is_some_and(|item| {
-            item.holders
-                .iter()
-                .any(|holder| Some(*holder) != reader && nodes.contains(*holder))
-        })
+    /// Whether a live node holds `item`.
+    fn has_live_holder(&self, nodes: &Nodes, item: &str) -> bool {
+        self.items
+            .get(item)
+            .is_some_and(|item| item.holders.iter().any(|holder| nodes.contains(*holder)))
     }
 
     /// A resumed root's items: the jobs not finished read what they read, and
     /// prefer the holders the journal names (noted after the reads, so that they do).
     pub(super) fn resume(&mut self, ctx: &mut Ctx, journaled: Journaled) {
-        for (job, request) in journaled.writes {
-            self.note_writes(job, request);
+        for (job, writes, recipe) in journaled.writes {
+            self.note_writes(job, &writes, recipe);
         }
         for (job, reads) in journaled.reads {
             self.note_reads(ctx, job, &reads);
@@ -309,27 +308,27 @@ impl ItemTable {
             return;
         }
         let mut records = Vec::new();
+        let mut news = Vec::new();
         for item in written.items {
             if !saker_client::spec::valid_item_name(&item.name) {
                 tracing::warn!(node = %written.node, name = ?item.name, "ignoring an item with an invalid name");
                 continue;
             }
             if self.add_holder(&item.name, written.node, item.bytes) {
+                self.prefer_readers_of(ctx, &item.name);
+                news.push(item.name.clone());
                 records.push(Record::Item {
-                    item: item.name.clone(),
+                    item: item.name,
                     node: written.node,
                     bytes: item.bytes,
                 });
-                self.prefer_readers_of(ctx, &item.name);
             }
         }
         if !records.is_empty() {
-            ctx.append(records.clone(), super::journal::AfterJournal::Nothing);
+            ctx.append(records, super::journal::AfterJournal::Nothing);
         }
-        for record in records {
-            if let Record::Item { item, .. } = record {
-                self.item_back(ctx, nodes, &item);
-            }
+        for item in news {
+            self.item_back(ctx, nodes, &item);
         }
     }
 
@@ -382,7 +381,7 @@ impl ItemTable {
                     .insert((reader, read.request), (holder, read.clone()));
                 nodes.send(ctx, holder, &ToAgent::ItemRead(read));
             }
-            None if !self.has_live_holder(nodes, &read.item, None)
+            None if !self.has_live_holder(nodes, &read.item)
                 && self.make_again(ctx, &read.item) =>
             {
                 self.recomputes
@@ -459,7 +458,7 @@ impl ItemTable {
         if !nodes.is_live(reader, link) {
             return;
         }
-        if !self.has_live_holder(nodes, &asked.item, None) && self.make_again(ctx, &asked.item) {
+        if !self.has_live_holder(nodes, &asked.item) && self.make_again(ctx, &asked.item) {
             self.recomputes
                 .park(asked.item.clone(), Parked::Where(link, asked));
             return;

@@ -61,6 +61,15 @@ pub(crate) struct Recompute {
     pub items: Vec<String>,
 }
 
+/// What a job that writes items needs kept to run again: its request, copied only when
+/// it may run twice.
+pub(super) fn recipe_of(request: &JobRequest) -> Option<Arc<JobRequest>> {
+    request
+        .spec
+        .may_remake_items()
+        .then(|| Arc::new(request.clone()))
+}
+
 impl Recomputes {
     pub(super) fn is_running(&self, item: &str) -> bool {
         self.running.contains_key(item)
@@ -84,10 +93,21 @@ impl Recomputes {
 impl ItemTable {
     /// Job `job` writes the items its `request` names: it is their writer from now
     /// on, and its request is kept if it may run twice.
-    pub(in crate::actor) fn note_writes(&mut self, job: JobId, request: Arc<JobRequest>) {
-        let spec = &request.spec;
+    pub(in crate::actor) fn note_request_writes(&mut self, job: JobId, request: &JobRequest) {
+        if !request.spec.writes.is_empty() {
+            self.note_writes(job, &request.spec.writes, recipe_of(request));
+        }
+    }
+
+    /// Job `job` writes `writes`; `recipe`: its request, when it may run again.
+    pub(super) fn note_writes(
+        &mut self,
+        job: JobId,
+        writes: &[String],
+        recipe: Option<Arc<JobRequest>>,
+    ) {
         let recomputes = &mut self.recomputes;
-        for item in &spec.writes {
+        for item in writes {
             recomputes.failed.remove(item);
             if let Some(old) = recomputes.writers.insert(item.clone(), job)
                 && old != job
@@ -96,8 +116,8 @@ impl ItemTable {
                 recomputes.recipes.remove(&old);
             }
         }
-        if spec.may_remake_items() {
-            recomputes.recipes.insert(job, request);
+        if let Some(recipe) = recipe {
+            recomputes.recipes.insert(job, recipe);
         }
     }
 
