@@ -457,6 +457,13 @@ mod tests {
         assert_eq!(*starts.lock().unwrap(), [2]);
         // The grace is over for node 0: ours; node 1's agent dies: ours at once.
         drop(lock);
+        // A child spawned while the lock was open holds a copy of it until its exec
+        // closes it, after the spawn returned: on a starved CPU that is later.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while saker_actors::node_lock::held(dir.path(), 1).unwrap() {
+            assert!(Instant::now() < deadline, "the lock is let go");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         tick(&mut nodes, &start, dir.path(), now + grace, false);
         assert_eq!(*starts.lock().unwrap(), [2, 0, 1]);
         assert!(nodes.iter().all(|node| matches!(node.run, Run::Ours(..))));
