@@ -334,6 +334,16 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
             status.data_recomputes
         )?;
     }
+    if status.data_memory_bound > 0 {
+        writeln!(
+            out,
+            "objects   {} of {} bytes in memory, {} moved to scratch ({} bytes)",
+            status.data_memory_bytes,
+            status.data_memory_bound,
+            status.data_spills,
+            status.data_spilled_bytes
+        )?;
+    }
     if status.periodic > 0 {
         writeln!(out, "periodic  {} jobs going on", status.periodic)?;
     }

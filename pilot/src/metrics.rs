@@ -177,6 +177,16 @@ impl Collector for Snapshot {
                 "Jobs submitted to make lost data items again",
                 status.data_recomputes,
             ),
+            (
+                "data_spills",
+                "Objects the live nodes moved from memory to their scratch",
+                status.data_spills,
+            ),
+            (
+                "data_spilled_bytes",
+                "Bytes of objects the live nodes moved from memory to their scratch",
+                status.data_spilled_bytes,
+            ),
         ];
         let mut family = encoder.encode_descriptor(
             "data_moved_bytes",
@@ -225,6 +235,16 @@ impl Collector for Snapshot {
                 status.data_held_bytes as f64,
             ),
             (
+                "data_memory_bytes",
+                "Bytes of objects the live nodes keep in memory",
+                status.data_memory_bytes as f64,
+            ),
+            (
+                "data_memory_bound_bytes",
+                "The most bytes of objects the live nodes keep in memory (--object-memory)",
+                status.data_memory_bound as f64,
+            ),
+            (
                 "rate_per_second",
                 "Tasks finished per second over the last few seconds",
                 status.rate,
@@ -254,18 +274,27 @@ impl Collector for Snapshot {
             )?;
         }
 
-        let mut family = encoder.encode_descriptor(
-            "node_held_bytes",
-            "Bytes of data items each node holds",
-            None,
-            gauge_type(),
-        )?;
-        for node in &status.nodes {
-            let id = node.node.to_string();
-            let metric = ConstGauge::new(node.held_bytes as i64);
-            metric.encode(
-                family.encode_family(&labels(&[("node", &id), ("host", &node.hostname)]))?,
-            )?;
+        let held: [(&str, &str, BytesOfNode); 2] = [
+            (
+                "node_held_bytes",
+                "Bytes of data items each node holds",
+                |node| node.held_bytes,
+            ),
+            (
+                "node_memory_bytes",
+                "Bytes of objects each node keeps in memory",
+                |node| node.memory_bytes,
+            ),
+        ];
+        for (name, help, value) in held {
+            let mut family = encoder.encode_descriptor(name, help, None, gauge_type())?;
+            for node in &status.nodes {
+                let id = node.node.to_string();
+                let metric = ConstGauge::new(value(node) as i64);
+                metric.encode(
+                    family.encode_family(&labels(&[("node", &id), ("host", &node.hostname)]))?,
+                )?;
+            }
         }
 
         let per_node: [(&str, &str, PerNode); 2] = [
@@ -321,6 +350,9 @@ fn label_value(text: &str) -> String {
 /// One figure of a node.
 type PerNode = fn(&NodeLoad) -> u32;
 
+/// Bytes of something a node holds.
+type BytesOfNode = fn(&NodeLoad) -> u64;
+
 fn gauge_type() -> prometheus_client::metrics::MetricType {
     prometheus_client::metrics::MetricType::Gauge
 }
@@ -349,6 +381,9 @@ mod tests {
                 busy: 2,
                 fetched_bytes: 3 << 20,
                 held_bytes: 7 << 20,
+                memory_bytes: 6 << 20,
+                memory_bound: 8 << 20,
+                spilled_bytes: 2 << 20,
                 ..NodeLoad::default()
             }],
             items: 2,
@@ -356,6 +391,10 @@ mod tests {
             data_root_bytes: 1 << 20,
             data_held_bytes: 9 << 20,
             data_recomputes: 1,
+            data_memory_bytes: 6 << 20,
+            data_memory_bound: 8 << 20,
+            data_spills: 3,
+            data_spilled_bytes: 2 << 20,
             stages: vec![StageSummary {
                 stage: "run".into(),
                 count: 41,
@@ -383,6 +422,11 @@ mod tests {
             "saker_node_held_bytes{node=\"0\",host=\"node\\\"1\"} 7340032",
             "saker_data_held_bytes 9437184.0",
             "saker_data_recomputes_total 1",
+            "saker_data_spills_total 3",
+            "saker_data_spilled_bytes_total 2097152",
+            "saker_data_memory_bytes 6291456.0",
+            "saker_data_memory_bound_bytes 8388608.0",
+            "saker_node_memory_bytes{node=\"0\",host=\"node\\\"1\"} 6291456",
             "saker_stage_seconds{stage=\"run\",quantile=\"0.5\"} 0.25",
             "saker_stage_seconds{stage=\"run\",quantile=\"1\"} 2.0",
         ] {

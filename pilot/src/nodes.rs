@@ -39,6 +39,12 @@ pub struct NodeArgs {
     /// its writer's directory instead of copying it through the tree
     #[arg(long, requires = "scratch")]
     pub shared_scratch: bool,
+    /// Keep up to SIZE of objects in shared memory on each node (`4G`, `512M`; a bare
+    /// number is MiB), in /dev/shm/saker-PILOT/node-N; the least recently used move
+    /// to the scratch directory past it [default: none: objects are files in the
+    /// scratch directory]
+    #[arg(long, value_name = "SIZE")]
+    pub object_memory: Option<String>,
 }
 
 impl NodeArgs {
@@ -52,6 +58,7 @@ impl NodeArgs {
             no_memory_limits: self.no_memory_limits,
             scratch: self.scratch.clone(),
             shared_scratch: self.shared_scratch,
+            object_memory: self.object_memory.clone(),
         }
     }
 

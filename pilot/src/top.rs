@@ -209,6 +209,15 @@ impl View {
                 status.data_recomputes
             )),
         ];
+        if status.data_memory_bound > 0 {
+            lines.push(Line::from(format!(
+                "objects {} of {} in memory   {} moved to scratch ({})",
+                bytes(status.data_memory_bytes),
+                bytes(status.data_memory_bound),
+                status.data_spills,
+                bytes(status.data_spilled_bytes)
+            )));
+        }
         if let Some(problem) = &self.problem {
             lines.push(Line::styled(problem.clone(), Style::new().fg(Color::Red)));
         }

@@ -272,14 +272,15 @@ class Ref(Generic[T]):
     read from the node's store without a copy (a numpy array is a read-only view).
     """
 
-    __slots__ = ("id", "size", "_pilot", "_path", "__weakref__")
+    __slots__ = ("id", "size", "_pilot", "_paths", "__weakref__")
 
     def __init__(self, id: str, size: int, pilot: Any = None) -> None:
         self.id = id
         self.size = size
         self._pilot = pilot
-        #: Where this client put it, if it did.
-        self._path: Optional[str] = None
+        #: Where this client put it, if it did: the file, and where its node may have
+        #: moved it (from memory to the scratch).
+        self._paths: Tuple[str, ...] = ()
         owner = _owners.get(id)
         if owner is not None:
             owner[1] += 1
@@ -346,10 +347,50 @@ def disown(ids: List[str]) -> None:
 
 def _ref_argument(id: str, size: int) -> Any:
     """A reference unpickled: the object itself on a worker, a :class:`Ref` elsewhere."""
-    scratch = os.environ.get("SAKER_SCRATCH")
-    if scratch and os.environ.get("SAKER_WORKER_KIND"):
-        return read_object(os.path.join(scratch, ITEM_PREFIX + id))
+    dirs = worker_dirs()
+    if dirs and os.environ.get("SAKER_WORKER_KIND"):
+        return read_object_in(dirs, ITEM_PREFIX + id)
     return Ref(id, size)
+
+
+def worker_dirs() -> Tuple[str, ...]:
+    """Where a task's node keeps objects: its object memory (``SAKER_OBJECTS``) if it
+    has one, then its scratch directory (``SAKER_SCRATCH``)."""
+    return tuple(d for d in (os.environ.get("SAKER_OBJECTS"), os.environ.get("SAKER_SCRATCH")) if d)
+
+
+def read_object_in(dirs: Sequence[str], name: str, private: bool = False) -> Any:
+    """The object ``name`` from the first of a node's ``dirs`` that holds it: its node
+    moves objects from memory to the scratch (copied there before it leaves memory), so
+    one not found in memory is looked for in the scratch."""
+    missing: Optional[ObjectError] = None
+    for directory in dirs:
+        try:
+            return read_object(os.path.join(directory, name), private)
+        except ObjectError as exc:
+            if not isinstance(exc.__cause__, FileNotFoundError):
+                raise
+            missing = missing or exc
+    raise missing or ObjectError(f"object {name}: no store to read it from")
+
+
+def write_object_in(obj: Any, dirs: Sequence[str], name: str) -> Tuple[str, int]:
+    """Stores ``obj`` as ``name`` in the first of a node's ``dirs`` it fits in (an
+    object memory that is full is passed over for the scratch); its path and size."""
+    return _write_encoded_in(_encode(obj), dirs, name)
+
+
+def _write_encoded_in(
+    encoded: Tuple[bytes, memoryview, List[memoryview], List[int], int], dirs: Sequence[str], name: str
+) -> Tuple[str, int]:
+    for index, directory in enumerate(dirs):
+        path = os.path.join(directory, name)
+        try:
+            return path, _write_encoded(encoded, path)
+        except ObjectError:
+            if index == len(dirs) - 1:
+                raise
+    raise ObjectError(f"object {name}: no store to write it in")
 
 
 #: The pilots this process has open, oldest first (kept by :class:`saker.Pilot`): a
@@ -362,7 +403,7 @@ def store_result(name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
     node's store as the data item ``name`` (the call's ``writes``), and its
     :class:`Ref` answered instead of the value."""
     value = fn(*args, **kwargs)
-    size = write_object(value, os.path.join(os.environ["SAKER_SCRATCH"], name))
+    _path, size = write_object_in(value, worker_dirs() or (os.environ["SAKER_SCRATCH"],), name)
     return Ref(name[len(ITEM_PREFIX):], size)
 
 
@@ -420,10 +461,10 @@ class Returning:
         if type(value) in _SMALL:
             return value
         node = os.environ.get("SAKER_NODE")
-        scratch = os.environ.get("SAKER_SCRATCH")
-        if not scratch or node is None or not node.isdigit() or int(node) not in self.seen:
+        dirs = worker_dirs()
+        if not dirs or node is None or not node.isdigit() or int(node) not in self.seen:
             return value
-        return _MaybeStored(value, scratch)
+        return _MaybeStored(value, tuple(os.path.abspath(d) for d in dirs))
 
     def __reduce__(self) -> Tuple[Any, Tuple[Tuple[int, ...], Callable[..., Any]]]:
         return (Returning, (self.seen, self.fn))
@@ -437,11 +478,11 @@ class _MaybeStored:
     """A call's value on its worker: pickled as itself when small, else stored in the
     node's store and pickled as its path (decided once, when first pickled)."""
 
-    __slots__ = ("value", "scratch", "_reduced")
+    __slots__ = ("value", "dirs", "_reduced")
 
-    def __init__(self, value: Any, scratch: str) -> None:
+    def __init__(self, value: Any, dirs: Tuple[str, ...]) -> None:
         self.value = value
-        self.scratch = scratch
+        self.dirs = dirs
         self._reduced: Optional[Tuple[Any, Tuple[Any, ...]]] = None
 
     def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
@@ -450,9 +491,10 @@ class _MaybeStored:
             if encoded[4] < BY_REFERENCE_FROM:
                 self._reduced = (_identity, (self.value,))
             else:
-                path = os.path.join(os.path.abspath(self.scratch), ITEM_PREFIX + new_id())
-                size = _write_encoded(encoded, path)
-                self._reduced = (_stored_value, (path, size))
+                name = ITEM_PREFIX + new_id()
+                path, size = _write_encoded_in(encoded, self.dirs, name)
+                # The node may move it from memory to its scratch before it is read.
+                self._reduced = (_stored_value, (path, size, self.dirs[-1]))
         return self._reduced
 
 
@@ -460,22 +502,26 @@ def _identity(value: Any) -> Any:
     return value
 
 
-def _stored_value(path: str, size: int) -> Any:
+def _stored_value(path: str, size: int, scratch: Optional[str] = None) -> Any:
     """A call's value stored on its worker's node, unpickled by its client (which sees
-    that store): read from there, and its file removed (a mapping of it lives on). Its
-    buffers are writable, as a value returned inline would be: copy-on-write."""
+    that store): read from there (or from the node's ``scratch``, where the node moves
+    objects when its memory runs short), and its file removed (a mapping of it lives
+    on). Its buffers are writable, as a value returned inline would be: copy-on-write."""
+    directory, name = os.path.split(path)
+    dirs = [directory] + ([scratch] if scratch and scratch != directory else [])
     try:
-        return read_object(path, private=True)
+        return read_object_in(dirs, name, private=True)
     except ObjectError as exc:
         raise ObjectError(
             f"the call's value ({size} bytes) was stored at {path}, and this process cannot read it "
             f"there: {exc}"
         ) from None
     finally:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        for place in dirs:
+            try:
+                os.unlink(os.path.join(place, name))
+            except OSError:
+                pass
 
 
 def new_id() -> str:

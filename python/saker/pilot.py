@@ -501,6 +501,7 @@ class Pilot(_Target):
         timeout: float = 60.0,
         sync: Optional[bool] = None,
         reconnect_for: Optional[float] = None,
+        object_memory: Union[None, int, str] = None,
     ) -> "Pilot":
         """Starts ``saker pilot`` on this machine and connects to it.
 
@@ -515,6 +516,9 @@ class Pilot(_Target):
         runs a standby root that takes over if this one dies); by default 60 s with
         ``--standby`` among ``extra_args``, else 0: without a standby nothing takes
         over, so pending futures fail as soon as the pilot is gone.
+        ``object_memory`` (bytes, or a size such as ``"4G"``) keeps up to that much
+        of each node's objects in shared memory (``--object-memory``), the least
+        recently used moved to the node's scratch directory past it.
         """
         _refuse_in_worker_import()
         binary = _find_binary(saker_bin)
@@ -536,6 +540,9 @@ class Pilot(_Target):
         fsync = temporary is None if sync is None else sync
         if not fsync and "--no-sync" not in extra_args:
             argv.append("--no-sync")
+        if object_memory is not None:
+            size = f"{-(-object_memory // (1 << 20))}M" if isinstance(object_memory, int) else object_memory
+            argv += ["--object-memory", size]
         argv += list(extra_args)
         env = dict(os.environ)
         env["PYTHONPATH"] = _python_path()

@@ -1,13 +1,17 @@
 """The stores of a pilot's nodes as a client sees them: where it may put objects by
 reference and read them back.
 
-A node's store is its scratch directory (the pilot's ``stores`` request names it).
-This client *sees* a store when it can read the node's mark there (``.saker-node``,
-naming this pilot and node) and write in it: the client runs on that node, or the
-directory is on a filesystem both see. A put writes the object's file there whole
-(:func:`saker.objects.write_object`), then tells the pilot, which records it as a data
-item held by that node (``put_object``): tasks that read it run there, or fetch it. A
-get reads the file from any store this client sees that holds it.
+A node's store is its scratch directory (the pilot's ``stores`` request names it),
+and its object memory when it has one (``--object-memory``: a directory in
+``/dev/shm`` that the node's mark names). This client *sees* a store when it can read
+the node's mark in the scratch (``.saker-node``, naming this pilot and node) and write
+in it: the client runs on that node, or the directory is on a filesystem both see. A
+put writes the object's file whole (:func:`saker.objects.write_object`) in the memory,
+or in the scratch if there is none or it is full, then tells the pilot, which records
+it as a data item held by that node (``put_object``): tasks that read it run there, or
+fetch it. A get reads the file from any store this client sees that holds it, in
+memory first (the node moves objects from memory to its scratch when memory runs
+short).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import time
 from typing import Any, List, Optional, Tuple
 
 from .errors import SakerError
-from .objects import ITEM_PREFIX, ObjectError, Ref, new_id, own, read_object, write_object
+from .objects import ITEM_PREFIX, ObjectError, Ref, new_id, own, read_object_in, write_object_in
 
 __all__ = ["Stores"]
 
@@ -35,14 +39,21 @@ class Stores:
         self._connection = connection
         self._pilot_id = pilot_id
         self._lock = threading.Lock()
-        self._seen: List[Tuple[int, str]] = []
+        #: ``(node, dirs)``: memory (if any) then scratch.
+        self._seen: List[Tuple[int, Tuple[str, ...]]] = []
         #: How many stores the pilot listed when last asked (seen or not).
         self._listed = 0
         self._asked = -1e9
         self._next = 0
 
     def seen(self, refresh: bool = False, timeout: Optional[float] = 30.0) -> List[Tuple[int, str]]:
-        """``(node, directory)`` of each store this client sees, by node. While the
+        """``(node, scratch directory)`` of each store this client sees, by node (see
+        :meth:`dirs_seen`)."""
+        return [(node, dirs[-1]) for node, dirs in self.dirs_seen(refresh, timeout)]
+
+    def dirs_seen(self, refresh: bool = False, timeout: Optional[float] = 30.0) -> List[Tuple[int, Tuple[str, ...]]]:
+        """``(node, dirs)`` of each store this client sees, by node: its object memory
+        if it has one, then its scratch directory. While the
         pilot has no live node yet (just started), waits for one up to ``timeout``."""
         with self._lock:
             # Asked again when stale, and at once while the pilot had no node at all;
@@ -57,7 +68,7 @@ class Stores:
                     time.sleep(delay)
                     delay = min(delay * 2, 0.25)
                 self._listed = len(stores)
-                self._seen = [(node, directory) for node, directory in stores if self._sees(node, directory)]
+                self._seen = self._visible(stores)
                 self._asked = time.monotonic()
             return list(self._seen)
 
@@ -71,7 +82,7 @@ class Stores:
                 except SakerError:
                     stores = []
                 self._listed = len(stores)
-                self._seen = [(node, directory) for node, directory in stores if self._sees(node, directory)]
+                self._seen = self._visible(stores)
                 self._asked = time.monotonic()
             return tuple(node for node, _ in self._seen)
 
@@ -85,44 +96,58 @@ class Stores:
             raise
         return [(int(store["node"]), str(store["scratch"])) for store in answer.get("stores", [])]
 
-    def _sees(self, node: int, directory: str) -> bool:
+    def _visible(self, stores: List[Tuple[int, str]]) -> List[Tuple[int, Tuple[str, ...]]]:
+        seen = []
+        for node, directory in stores:
+            dirs = self._sees(node, directory)
+            if dirs:
+                seen.append((node, dirs))
+        return seen
+
+    def _sees(self, node: int, directory: str) -> Tuple[str, ...]:
+        """The node's directories if this client sees its store (none if not)."""
         try:
             with open(os.path.join(directory, _MARK)) as mark:
                 said = json.load(mark)
         except (OSError, ValueError):
-            return False
-        return (
+            return ()
+        if not (
             isinstance(said, dict)
             and said.get("pilot_id") == self._pilot_id
             and said.get("node") == node
             and os.access(directory, os.W_OK)
-        )
+        ):
+            return ()
+        memory = said.get("objects")
+        if isinstance(memory, str) and os.path.isdir(memory) and os.access(memory, os.W_OK):
+            return (memory, directory)
+        return (directory,)
 
     def put(self, obj: Any, pilot: Any, timeout: Optional[float] = 30.0) -> Ref[Any]:
         """Stores ``obj`` in a store this client sees (in turn, to spread them)."""
         for refresh in (False, True):
-            stores = self.seen(refresh, timeout)
+            stores = self.dirs_seen(refresh, timeout)
             if not stores:
                 continue
             with self._lock:
-                node, directory = stores[self._next % len(stores)]
+                node, dirs = stores[self._next % len(stores)]
                 self._next += 1
             id = new_id()
-            path = os.path.join(directory, ITEM_PREFIX + id)
-            size = write_object(obj, path)
+            path, size = write_object_in(obj, dirs, ITEM_PREFIX + id)
             try:
                 self._connection.request(
                     "put_object", {"object": id, "node": node, "bytes": size}
                 ).result(timeout)
             except BaseException as exc:
                 _remove(path)
+                _remove(os.path.join(dirs[-1], ITEM_PREFIX + id))
                 if getattr(exc, "kind", None) == "unknown_node" and not refresh:
                     continue  # the node left since the list was asked: another one
                 raise
             if hasattr(pilot, "_dropped"):
                 own(id, pilot)
             ref: Ref[Any] = Ref(id, size, pilot)
-            ref._path = path
+            ref._paths = tuple(dict.fromkeys((path, os.path.join(dirs[-1], ITEM_PREFIX + id))))
             return ref
         raise ObjectError(
             "no node's store of this pilot is visible from here: put() writes objects in "
@@ -134,10 +159,9 @@ class Stores:
         """The object ``ref`` names, read from a store this client sees."""
         name = ITEM_PREFIX + ref.id
         for refresh in (False, True):
-            for _node, directory in self.seen(refresh, timeout):
-                path = os.path.join(directory, name)
-                if os.path.exists(path):
-                    return read_object(path)
+            for _node, dirs in self.dirs_seen(refresh, timeout):
+                if any(os.path.exists(os.path.join(directory, name)) for directory in dirs):
+                    return read_object_in(dirs, name)
         raise ObjectError(
             f"object {ref.id} is in no store visible from here (it is on a node whose "
             "scratch this client does not see)"
@@ -145,9 +169,10 @@ class Stores:
 
 
 def discard(ref: Ref[Any]) -> None:
-    """Removes the file of an object this client put (the pilot still lists it)."""
-    if ref._path:
-        _remove(ref._path)
+    """Removes the file of an object this client put (the pilot still lists it),
+    wherever its node moved it."""
+    for path in ref._paths:
+        _remove(path)
 
 
 def _remove(path: str) -> None:

@@ -7,6 +7,12 @@
 //! Everything here runs under the agent's lock, on the agent's or a slot's thread; the
 //! file I/O is a chunk at a time (1 MiB, mostly to and from the page cache). Items are
 //! plain files: a fetched one is written beside its name, then renamed into place.
+//!
+//! With an object memory (`--object-memory`), objects (items named `obj-…`) live in a
+//! shared-memory directory too: they are written there (fetched here, put by a client,
+//! made by a worker) and moved to the scratch directory when memory runs short
+//! (`agent/store.rs`). An object is looked for in memory first, then in the scratch:
+//! a move copies it to the scratch before it leaves memory, so it is always in one.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -48,13 +54,64 @@ pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 /// that reads it there knows it sees that node's items and objects.
 pub const NODE_MARK: &str = ".saker-node";
 
-/// Writes [`NODE_MARK`] in `dir`: `{"pilot_id": ..., "node": N}`, whole or not at all.
-pub fn write_node_mark(dir: &Path, pilot_id: &str, node: u32) -> std::io::Result<()> {
-    // A pilot id is letters, digits and dashes: Debug quotes it as JSON would.
-    let text = format!("{{\"pilot_id\": {pilot_id:?}, \"node\": {node}}}");
+/// Writes [`NODE_MARK`] in the scratch directory of `dirs`: `{"pilot_id": ..., "node":
+/// N}`, and `"objects": DIR` when objects are kept in memory there, whole or not at all.
+pub fn write_node_mark(dirs: &ItemDirs, pilot_id: &str, node: u32) -> std::io::Result<()> {
+    let mut text = format!(
+        "{{\"pilot_id\": {}, \"node\": {node}",
+        json_string(pilot_id)
+    );
+    if let Some(memory) = &dirs.memory {
+        let memory = memory
+            .to_str()
+            .ok_or_else(|| std::io::Error::other("the object memory's path is not UTF-8"))?;
+        text.push_str(&format!(", \"objects\": {}", json_string(memory)));
+    }
+    text.push('}');
+    let dir = &dirs.scratch;
     let partial = dir.join(format!("{NODE_MARK}.{}", std::process::id()));
     std::fs::write(&partial, text)?;
     std::fs::rename(&partial, dir.join(NODE_MARK))
+}
+
+/// Where a node's items are: its scratch directory and, for objects, its object
+/// memory. See the module doc.
+#[derive(Debug, Clone)]
+pub struct ItemDirs {
+    pub scratch: PathBuf,
+    /// The shared-memory directory objects are kept in first, if any.
+    pub memory: Option<PathBuf>,
+}
+
+/// Whether `item` names an object (`obj-` and its id), which may live in memory.
+pub fn is_object(item: &str) -> bool {
+    item.starts_with("obj-")
+}
+
+impl ItemDirs {
+    /// Where `item` is: in memory if it is an object there, else in the scratch.
+    pub fn locate(&self, item: &str) -> PathBuf {
+        if let Some(memory) = self.memory_path(item)
+            && memory.is_file()
+        {
+            return memory;
+        }
+        self.scratch.join(item)
+    }
+
+    /// Where `item` would be in memory, if it is an object and there is a memory.
+    pub fn memory_path(&self, item: &str) -> Option<PathBuf> {
+        let memory = self.memory.as_ref().filter(|_| is_object(item))?;
+        Some(memory.join(item))
+    }
+
+    /// Where a new copy of `item` is written: memory for an object, when there is one.
+    fn home(&self, item: &str) -> &Path {
+        match &self.memory {
+            Some(memory) if is_object(item) => memory,
+            _ => &self.scratch,
+        }
+    }
 }
 
 /// A node's item files. See the module doc.
@@ -62,6 +119,8 @@ pub fn write_node_mark(dir: &Path, pilot_id: &str, node: u32) -> std::io::Result
 pub struct ItemFiles {
     node: NodeId,
     dir: PathBuf,
+    /// The object memory, if any (see the module doc).
+    memory: Option<PathBuf>,
     /// The scratch directories of all nodes are on one filesystem every node sees
     /// (`--shared-scratch`): an item is linked from its writer's, never copied.
     shared: bool,
@@ -75,8 +134,23 @@ impl ItemFiles {
         ItemFiles {
             node: NodeId(node),
             dir,
+            memory: None,
             shared,
             partial: HashMap::new(),
+        }
+    }
+
+    /// Objects are kept in `memory` first (see the module doc).
+    pub fn with_memory(mut self, memory: PathBuf) -> ItemFiles {
+        self.memory = Some(memory);
+        self
+    }
+
+    /// Where this node's items are.
+    pub fn dirs(&self) -> ItemDirs {
+        ItemDirs {
+            scratch: self.dir.clone(),
+            memory: self.memory.clone(),
         }
     }
 
@@ -85,8 +159,9 @@ impl ItemFiles {
         &self.dir
     }
 
+    /// Where `item` is (memory first for an object; see the module doc).
     fn path(&self, item: &str) -> PathBuf {
-        self.dir.join(item)
+        self.dirs().locate(item)
     }
 
     /// Removes freed items (plain names only: nothing outside the scratch directory).
@@ -97,17 +172,23 @@ impl ItemFiles {
                 tracing::warn!(item, "not removing an item with an invalid name");
                 continue;
             }
-            match std::fs::remove_file(self.path(item)) {
-                Ok(()) => {}
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                Err(error) => tracing::warn!(item, %error, "cannot remove a freed item"),
+            let memory = self.dirs().memory_path(item);
+            for path in memory.into_iter().chain([self.dir.join(item)]) {
+                match std::fs::remove_file(path) {
+                    Ok(()) => {}
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(error) => tracing::warn!(item, %error, "cannot remove a freed item"),
+                }
             }
         }
     }
 
-    /// Where `item` is written while it is fetched.
+    /// Where `item` is written while it is fetched (in memory for an object, when
+    /// there is one).
     pub fn part_path(&self, item: &str) -> PathBuf {
-        self.dir.join(format!(".{item}.part-{}", self.node))
+        self.dirs()
+            .home(item)
+            .join(format!(".{item}.part-{}", self.node))
     }
 
     /// The first item `job` reads that this node does not have.
@@ -137,7 +218,7 @@ impl ItemFiles {
         let Ok(nodes) = std::fs::read_dir(parent) else {
             return false;
         };
-        let here = self.path(item);
+        let here = self.dir.join(item);
         for node in nodes.flatten() {
             let there = node.path().join(item);
             if node.path() != self.dir && there.is_file() {
@@ -158,7 +239,7 @@ impl ItemFiles {
             return;
         }
         let part = self.part_path(item);
-        match std::fs::create_dir_all(&self.dir).and_then(|()| File::create(&part)) {
+        match create_parent(&part).and_then(|()| File::create(&part)) {
             Ok(file) => {
                 self.partial.insert(item.to_owned(), file);
             }
@@ -172,7 +253,7 @@ impl ItemFiles {
         let item = &data.item;
         if !self.partial.contains_key(item) {
             let part = self.part_path(item);
-            let opened = std::fs::create_dir_all(&self.dir).and_then(|()| File::create(&part));
+            let opened = create_parent(&part).and_then(|()| File::create(&part));
             let file = opened.map_err(|source| ItemError::Open {
                 item: item.clone(),
                 path: part,
@@ -197,10 +278,11 @@ impl ItemFiles {
             .map(|meta| meta.len())
     }
 
-    /// The whole `item` goes in place under its name.
+    /// The whole `item` goes in place under its name (beside its partial file).
     pub fn keep(&mut self, item: &str) -> Result<(), ItemError> {
         drop(self.partial.remove(item));
-        std::fs::rename(self.part_path(item), self.path(item)).map_err(|source| ItemError::Keep {
+        let place = self.dirs().home(item).join(item);
+        std::fs::rename(self.part_path(item), place).map_err(|source| ItemError::Keep {
             item: item.to_owned(),
             source,
         })
@@ -214,7 +296,7 @@ impl ItemFiles {
 
     /// This node holds an item another asked for: the bytes it asked for.
     pub fn serve(&self, read: &ItemRead) -> ItemData {
-        read_chunk(&self.dir, read, ITEM_CHUNK)
+        read_chunk(&self.dirs(), read, ITEM_CHUNK)
     }
 
     /// What `job` (whose attempt exited 0) wrote: every item it was to write must be
@@ -234,9 +316,34 @@ impl ItemFiles {
     }
 }
 
-/// The bytes of item `read.item` in `dir` that `read` asks for, at most `most`; or
+/// `text` as a JSON string.
+fn json_string(text: &str) -> String {
+    let mut quoted = String::with_capacity(text.len() + 2);
+    quoted.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => quoted.push_str("\\\""),
+            '\\' => quoted.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => quoted.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
+fn create_parent(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(parent) => std::fs::create_dir_all(parent),
+        None => Ok(()),
+    }
+}
+
+/// The bytes of item `read.item` in `dirs` that `read` asks for, at most `most`; or
 /// why there are none. Items in place are never written again: this needs no lock.
-pub fn read_chunk(dir: &Path, read: &ItemRead, most: u32) -> ItemData {
+/// An object moved from memory to the scratch between looking and opening is read
+/// from the scratch.
+pub fn read_chunk(dirs: &ItemDirs, read: &ItemRead, most: u32) -> ItemData {
     let mut answer = ItemData {
         item: read.item.clone(),
         reader: read.reader,
@@ -246,9 +353,14 @@ pub fn read_chunk(dir: &Path, read: &ItemRead, most: u32) -> ItemData {
         data: Vec::new(),
         error: None,
     };
-    let path = dir.join(&read.item);
+    let path = dirs.locate(&read.item);
     let read_chunk = || -> std::io::Result<(u64, Vec<u8>)> {
-        let file = File::open(&path)?;
+        let file = match File::open(&path) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                File::open(dirs.scratch.join(&read.item))?
+            }
+            opened => opened?,
+        };
         let total = file.metadata()?.len();
         let len = u64::from(read.len.min(most)).min(total.saturating_sub(read.offset));
         let mut data = vec![0; len as usize];
@@ -265,6 +377,59 @@ pub fn read_chunk(dir: &Path, read: &ItemRead, most: u32) -> ItemData {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With an object memory, objects are looked for there first and fetched into
+    /// it; other items stay in the scratch; a read of an object that moved to the
+    /// scratch meanwhile is served from there; a freed object goes from both.
+    #[test]
+    fn objects_live_in_memory_first_and_are_found_once_moved() {
+        let dir = tempfile::tempdir().unwrap();
+        let (scratch, memory) = (dir.path().join("scratch"), dir.path().join("memory"));
+        std::fs::create_dir_all(&scratch).unwrap();
+        std::fs::create_dir_all(&memory).unwrap();
+        let mut files = ItemFiles::new(0, scratch.clone(), false).with_memory(memory.clone());
+        let object = format!("obj-{}", "ab".repeat(16));
+        assert!(files.part_path(&object).starts_with(&memory));
+        assert!(files.part_path("plain").starts_with(&scratch));
+        let data = |item: &str, bytes: &[u8]| ItemData {
+            item: item.into(),
+            reader: NodeId(0),
+            request: 1,
+            offset: 0,
+            total: bytes.len() as u64,
+            data: bytes.to_vec(),
+            error: None,
+        };
+        files.write(&data(&object, b"object bytes")).unwrap();
+        files.keep(&object).unwrap();
+        files.write(&data("plain", b"plain bytes")).unwrap();
+        files.keep("plain").unwrap();
+        assert!(memory.join(&object).is_file() && !scratch.join(&object).exists());
+        assert!(scratch.join("plain").is_file() && !memory.join("plain").exists());
+        assert_eq!(files.size(&object), Some(12));
+
+        let read = ItemRead {
+            item: object.clone(),
+            reader: NodeId(1),
+            request: 9,
+            offset: 7,
+            len: 100,
+        };
+        assert_eq!(files.serve(&read).data, b"bytes");
+        // Moved to the scratch (copied there, then gone from memory).
+        std::fs::copy(memory.join(&object), scratch.join(&object)).unwrap();
+        std::fs::remove_file(memory.join(&object)).unwrap();
+        let answer = files.serve(&read);
+        assert_eq!(
+            (answer.data.as_slice(), answer.error),
+            (&b"bytes"[..], None)
+        );
+        assert_eq!(files.size(&object), Some(12));
+
+        std::fs::write(memory.join(&object), b"object bytes").unwrap();
+        files.remove(std::slice::from_ref(&object));
+        assert!(!memory.join(&object).exists() && !scratch.join(&object).exists());
+    }
 
     /// Scratch directories are created private; a leftover readable by others is
     /// tightened, one writable by others refused.

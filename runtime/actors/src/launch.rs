@@ -24,6 +24,9 @@ pub struct Places {
     pub log_dir: PathBuf,
     /// The node's scratch directory for data items (`SAKER_SCRATCH`).
     pub scratch: PathBuf,
+    /// The node's object memory, where objects are looked for first
+    /// (`SAKER_OBJECTS`), if it has one.
+    pub objects: Option<PathBuf>,
 }
 
 impl Places {
@@ -34,6 +37,7 @@ impl Places {
             spill_dir,
             log_dir,
             scratch,
+            objects: None,
         }
     }
 }
@@ -67,6 +71,7 @@ pub fn task_work(
             node: places.node,
             log_dir: places.log_dir.clone(),
             scratch: places.scratch.clone(),
+            objects: places.objects.clone(),
             job,
         })),
     }

@@ -227,7 +227,7 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
             .map_err(transport)?,
         addr: reachable(local, options.advertise),
     };
-    let scratch = options.config.scratch.clone();
+    let dirs = options.config.item_dirs();
     let (agent, agent_handle) = Actor::spawn(
         None,
         Agent,
@@ -253,7 +253,7 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
             session,
         },
         options.liveness,
-        scratch,
+        dirs,
     ));
     let parent = tokio::spawn(serve_parent(
         dialer,
@@ -457,21 +457,21 @@ async fn accept_children(
     agent: ActorRef<AgentMsg>,
     hello: Link,
     liveness: Liveness,
-    scratch: std::path::PathBuf,
+    dirs: crate::items::ItemDirs,
 ) {
     while let Some(incoming) = endpoint.accept().await {
         let router = router.clone();
         let parent = parent.clone();
         let agent = agent.clone();
         let hello = hello.clone();
-        let scratch = scratch.clone();
+        let dirs = dirs.clone();
         tokio::spawn(async move {
             let Ok(connection) = crate::link::accept_connection(incoming).await else {
                 return;
             };
             // Another agent fetching this node's items, not a child.
             if saker_transport::quic::is_data_connection(&connection) {
-                crate::transfer::serve(connection, scratch).await;
+                crate::transfer::serve(connection, dirs).await;
                 return;
             }
             let link = next_link_id();

@@ -298,13 +298,13 @@ async fn read_message<M: Message>(
 }
 
 /// The holder's side of a data connection another agent opened: answers each stream
-/// with the bytes of the item it asks for, from `scratch`, until the connection ends.
-pub async fn serve(connection: quinn::Connection, scratch: PathBuf) {
+/// with the bytes of the item it asks for, from `dirs`, until the connection ends.
+pub async fn serve(connection: quinn::Connection, dirs: crate::items::ItemDirs) {
     let remote = connection.remote_address();
     while let Ok((send, recv)) = connection.accept_bi().await {
-        let scratch = scratch.clone();
+        let dirs = dirs.clone();
         tokio::spawn(async move {
-            if let Err(error) = serve_read(send, recv, scratch).await {
+            if let Err(error) = serve_read(send, recv, dirs).await {
                 tracing::debug!(%remote, error = %crate::error_chain(&error), "a direct read failed");
             }
         });
@@ -314,7 +314,7 @@ pub async fn serve(connection: quinn::Connection, scratch: PathBuf) {
 async fn serve_read(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
-    scratch: PathBuf,
+    dirs: crate::items::ItemDirs,
 ) -> Result<(), TransferError> {
     let FromAgent::ItemRead(read) = read_message::<FromAgent>(&mut recv, MOST_REQUEST).await?
     else {
@@ -322,7 +322,7 @@ async fn serve_read(
     };
     let mut answer = if saker_wire::valid_item_name(&read.item) {
         let chunk = tokio::task::spawn_blocking(move || {
-            crate::items::read_chunk(&scratch, &read, MOST_PER_READ)
+            crate::items::read_chunk(&dirs, &read, MOST_PER_READ)
         });
         chunk
             .await

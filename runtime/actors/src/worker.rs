@@ -69,6 +69,8 @@ pub struct Call {
     pub log_dir: PathBuf,
     /// The node's scratch directory for data items (`SAKER_SCRATCH`).
     pub scratch: PathBuf,
+    /// The node's object memory (`SAKER_OBJECTS`), if it has one.
+    pub objects: Option<PathBuf>,
 }
 
 /// The command lines of workers by kind, as the agent's environment gives them:
@@ -470,6 +472,9 @@ impl Worker {
             .filter(|(name, _)| *name != "SAKER_CPUS")
         {
             command.env(name, value);
+        }
+        if let Some(objects) = &call.objects {
+            command.env("SAKER_OBJECTS", objects);
         }
         let mut child = command
             .args(&argv[1..])

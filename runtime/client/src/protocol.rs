@@ -421,6 +421,17 @@ pub struct StatusReport {
     pub data_held_bytes: u64,
     /// Jobs submitted to make lost data items again (docs/data.md).
     pub data_recomputes: u64,
+    /// Bytes of objects the live nodes keep in memory (`--object-memory`), and the
+    /// most they keep there, added up.
+    #[serde(default)]
+    pub data_memory_bytes: u64,
+    #[serde(default)]
+    pub data_memory_bound: u64,
+    /// Objects the live nodes moved from memory to their scratch, and their bytes.
+    #[serde(default)]
+    pub data_spills: u64,
+    #[serde(default)]
+    pub data_spilled_bytes: u64,
     /// The jobs a `status` with `jobs` asked for, in its order; absent otherwise.
     /// (Not `jobs`: that is the number of jobs submitted.)
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -618,6 +629,15 @@ pub struct NodeLoad {
     /// Bytes of the data items it holds (written there, put there, or fetched).
     #[serde(skip_serializing_if = "is_zero_u64")]
     pub held_bytes: u64,
+    /// Bytes of objects it keeps in memory, and the most it keeps there
+    /// (`--object-memory`; 0: objects are files in its scratch).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub memory_bytes: u64,
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub memory_bound: u64,
+    /// Bytes of objects it moved from memory to its scratch since it started.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub spilled_bytes: u64,
 }
 
 fn is_zero(value: &u32) -> bool {

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use saker_actors::agent::AgentConfig;
+use saker_actors::agent::{AgentConfig, ObjectMemory};
 use saker_actors::node::{AgentOptions, run_agent};
 use saker_actors::resources::{SystemProbe, discover};
 use saker_actors::supervision::RestartPolicy;
@@ -15,6 +15,10 @@ use saker_transport::pilot_dir::PilotDir;
 
 use crate::error::{Error, FlagError};
 use crate::flags::AgentArgs;
+
+/// Where nodes keep objects in memory (`--object-memory`): a shared-memory filesystem
+/// on every Linux node, counted against the job's memory by Slurm's cgroup.
+const OBJECT_MEMORY_ROOT: &str = "/dev/shm";
 
 /// Where this agent sits and what it offers, from flags or from Slurm's step
 /// environment.
@@ -124,6 +128,11 @@ pub async fn run(args: AgentArgs) -> Result<ExitCode, Error> {
         .unwrap_or_else(std::env::temp_dir)
         .join(format!("saker-{}", dir.pilot_id()));
     let scratch = pilot_scratch.join(format!("node-{}", site.node));
+    let pilot_memory = Path::new(OBJECT_MEMORY_ROOT).join(format!("saker-{}", dir.pilot_id()));
+    let object_memory = args.offer.object_memory_mib()?.map(|mib| ObjectMemory {
+        dir: pilot_memory.join(format!("node-{}", site.node)),
+        bound: mib << 20,
+    });
     let resources = discover(site.cores, &declared, &SystemProbe);
     tracing::info!(?resources, "this node offers");
     let options = AgentOptions {
@@ -137,6 +146,7 @@ pub async fn run(args: AgentArgs) -> Result<ExitCode, Error> {
             spill_dir: dir.path().join("output"),
             scratch: scratch.clone(),
             shared_scratch: args.offer.shared_scratch,
+            object_memory: object_memory.clone(),
             restarts: RestartPolicy::default(),
         },
         pilot_dir: args.dir.clone(),
@@ -156,6 +166,10 @@ pub async fn run(args: AgentArgs) -> Result<ExitCode, Error> {
             // crash they stay, for a resumed pilot.)
             let _ = std::fs::remove_dir_all(&scratch);
             let _ = std::fs::remove_dir(&pilot_scratch);
+            if let Some(memory) = &object_memory {
+                let _ = std::fs::remove_dir_all(&memory.dir);
+                let _ = std::fs::remove_dir(&pilot_memory);
+            }
             Ok(ExitCode::SUCCESS)
         }
         Some(error) => {

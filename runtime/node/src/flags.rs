@@ -85,6 +85,11 @@ What each node offers:
       --shared-scratch           --scratch is on a filesystem every node sees: a reader
                                  links an item from its writer's directory instead of
                                  copying it through the tree
+      --object-memory SIZE       Keep up to SIZE of objects in shared memory (`4G`,
+                                 `512M`; a bare number is MiB), in
+                                 /dev/shm/saker-PILOT/node-N; the least recently used
+                                 move to the scratch directory past it [default: none:
+                                 objects are files in the scratch directory]
 ";
 
 /// `agent`'s flags.
@@ -168,6 +173,9 @@ pub fn parse_agent(
             Long("no-memory-limits") => offer.no_memory_limits = true,
             Long("scratch") => offer.scratch = Some(PathBuf::from(parser.value()?)),
             Long("shared-scratch") => offer.shared_scratch = true,
+            Long("object-memory") => {
+                offer.object_memory = Some(text(&mut parser, "--object-memory")?);
+            }
             _ => return Err(arg.unexpected().into()),
         }
     }

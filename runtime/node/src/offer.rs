@@ -24,6 +24,8 @@ pub struct NodeOptions {
     pub scratch: Option<PathBuf>,
     /// `scratch` is on a filesystem every node sees.
     pub shared_scratch: bool,
+    /// MiB of objects each node keeps in shared memory (`--object-memory`).
+    pub object_memory_mib: Option<u64>,
 }
 
 /// The `saker agent` flags that pass `declared` (an agent's share, or what every node
@@ -66,6 +68,9 @@ pub fn agent_arguments(declared: &Declared, options: &NodeOptions) -> Vec<String
     if options.shared_scratch {
         args.push("--shared-scratch".into());
     }
+    if let Some(mib) = options.object_memory_mib {
+        args.extend(["--object-memory".into(), format!("{mib}M")]);
+    }
     args
 }
 
@@ -97,6 +102,8 @@ pub struct NodeOffer {
     pub scratch: Option<PathBuf>,
     /// `--shared-scratch`: `--scratch` is on a filesystem every node sees.
     pub shared_scratch: bool,
+    /// `--object-memory SIZE`: objects each node keeps in shared memory.
+    pub object_memory: Option<String>,
 }
 
 impl Default for NodeOffer {
@@ -109,6 +116,7 @@ impl Default for NodeOffer {
             no_memory_limits: false,
             scratch: None,
             shared_scratch: false,
+            object_memory: None,
         }
     }
 }
@@ -121,7 +129,21 @@ impl NodeOffer {
             no_memory_limits: self.no_memory_limits,
             scratch: self.scratch.clone(),
             shared_scratch: self.shared_scratch,
+            object_memory_mib: self.object_memory_mib()?,
         })
+    }
+
+    /// `--object-memory` in MiB (`4G`, `512M`; a bare number is MiB); `0` is none.
+    pub fn object_memory_mib(&self) -> Result<Option<u64>, FlagError> {
+        let Some(text) = &self.object_memory else {
+            return Ok(None);
+        };
+        let mib = parse_memory_mib(text).map_err(|error| FlagError::Invalid {
+            flag: "--object-memory",
+            value: text.clone(),
+            reason: error.to_string(),
+        })?;
+        Ok((mib > 0).then_some(u64::from(mib)))
     }
 
     /// What these flags declare, with an agent's exact GPU ids (`--gpu-ids`).

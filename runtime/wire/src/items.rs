@@ -112,6 +112,25 @@ pub struct ItemCopied {
     pub direct: u64,
 }
 
+/// What a node's object memory holds (`--object-memory`), said when it changes.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct StoreUsage {
+    pub node: NodeId,
+    /// Objects the store counts, in memory or moved to the scratch.
+    pub objects: u64,
+    /// Bytes of objects in memory now, and the most it keeps there.
+    pub memory_bytes: u64,
+    pub memory_bound: u64,
+    /// Bytes of the objects it moved to the scratch that are still there.
+    pub disk_bytes: u64,
+    /// Objects moved to the scratch since the agent started, and their bytes.
+    pub spills: u64,
+    pub spilled_bytes: u64,
+    /// Moves that could not be written (a full disk): those objects stayed.
+    pub spill_failures: u64,
+}
+
 // Archived alignment within frames: see the list in `messages.rs`.
 const _: () = {
     use core::mem::align_of;
@@ -121,6 +140,7 @@ const _: () = {
     assert!(align_of::<ArchivedItemRead>() <= MAX);
     assert!(align_of::<ArchivedItemData>() <= MAX);
     assert!(align_of::<ArchivedItemWhere>() <= MAX);
+    assert!(align_of::<ArchivedStoreUsage>() <= MAX);
     assert!(align_of::<ArchivedItemHolder>() <= MAX);
     assert!(align_of::<ArchivedItemHolders>() <= MAX);
     assert!(align_of::<ArchivedItemCopied>() <= MAX);

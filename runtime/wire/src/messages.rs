@@ -43,7 +43,8 @@ pub use saker_core::{
 /// `ItemCopied`.
 /// 16: `ToAgent::ItemsFreed` (objects freed by their owner).
 /// 17: `TaskResult::fetch_us`.
-pub const PROTOCOL_VERSION: u32 = 17;
+/// 18: `FromAgent::StoreUsage` (object memory).
+pub const PROTOCOL_VERSION: u32 = 18;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
@@ -353,6 +354,8 @@ pub enum FromAgent {
     ItemWhere(crate::items::ItemWhere),
     /// This node fetched a whole data item: it holds a copy now.
     ItemCopied(crate::items::ItemCopied),
+    /// What this node's object memory holds now.
+    StoreUsage(crate::items::StoreUsage),
 }
 
 /// One life of a placed actor: what to start and with which arguments. The type is

@@ -203,7 +203,7 @@ fn wrong_enum_discriminants_are_rejected() {
             probe(&mutated); // another variant's layout over these bytes: no panic
         }
     }
-    let from_agent_variants = 14;
+    let from_agent_variants = 15;
     for message in from_agent_samples() {
         let frame = encode(0, &message).unwrap();
         let header = FrameHeader::parse(frame[..8].try_into().unwrap(), u32::MAX).unwrap();

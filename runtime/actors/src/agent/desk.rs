@@ -99,6 +99,10 @@ pub(crate) struct Desk {
     direct: Option<(Routes, Fetcher)>,
     /// This desk, for the relays of the endpoints it opens.
     me: Weak<Mutex<Desk>>,
+    /// The node's object memory, if it has one.
+    pub(crate) store: Option<super::store::ObjectStore>,
+    /// What the root last heard it holds.
+    store_said: saker_wire::StoreUsage,
 }
 
 impl Desk {
@@ -123,6 +127,8 @@ impl Desk {
                 uplink,
                 direct: None,
                 me: me.clone(),
+                store: None,
+                store_said: saker_wire::StoreUsage::default(),
             })
         })
     }
@@ -169,6 +175,9 @@ impl Desk {
                 Effect::KeepItem { item } => {
                     let kept = self.files.keep(&item);
                     if kept.is_ok() {
+                        if let Some(store) = &mut self.store {
+                            store.arrived(&item);
+                        }
                         self.say_copied(&item);
                     }
                     self.board.handle_item_kept(&item, kept, now);
@@ -233,7 +242,12 @@ impl Desk {
                 assignment,
                 job,
                 cores,
-            } => task_work(&self.places, &assignment, job, &binding, cores),
+            } => {
+                if let Some(store) = &mut self.store {
+                    store.pin(attempt, &job.reads);
+                }
+                task_work(&self.places, &assignment, job, &binding, cores)
+            }
             Run::Part { plan, process } => {
                 let launch = crate::gang::process_launch(&plan, &process, &binding, &self.places);
                 Work::Command(Box::new(launch))
@@ -252,6 +266,9 @@ impl Desk {
     /// The thread of slot `index` could not take the attempt just started there.
     pub(crate) fn unstart(&mut self, index: usize, now: Moment) {
         if let Some(held) = self.stops.get_mut(index) {
+            if let (Some((attempt, _)), Some(store)) = (held.as_ref(), &mut self.store) {
+                store.unpin(*attempt);
+            }
             *held = None;
         }
         self.apply(now, |board| board.handle_unstart(index, now));
@@ -277,6 +294,12 @@ impl Desk {
                 .map(|job| self.files.written(job)),
             _ => None,
         };
+        if let Some(store) = &mut self.store {
+            store.unpin(done.attempt);
+            for item in written.iter().flatten().flatten() {
+                store.arrived(&item.name);
+            }
+        }
         let current = self.board.handle_attempt_done(
             index,
             generation,
@@ -418,6 +441,38 @@ impl Desk {
                 self.carry(out)
             }
         }
+    }
+
+    /// Tells the root what the object memory holds, if that changed since it last
+    /// heard.
+    pub(crate) fn say_store(&mut self) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        let usage = store.usage();
+        let said = saker_wire::StoreUsage {
+            node: NodeId(self.uplink.node),
+            objects: usage.objects,
+            memory_bytes: usage.memory_bytes,
+            memory_bound: store.bound(),
+            disk_bytes: usage.disk_bytes,
+            spills: usage.spills,
+            spilled_bytes: usage.spilled_bytes,
+            spill_failures: usage.spill_failures,
+        };
+        if said == self.store_said {
+            return;
+        }
+        match self.uplink.send(&FromAgent::StoreUsage(said)) {
+            Ok(()) => self.store_said = said,
+            // The link is gone: the agent hears of that on its own.
+            Err(error) => tracing::debug!(%error, "could not say what the store holds"),
+        }
+    }
+
+    /// The root has not heard what the object memory holds (a new one, say).
+    pub(crate) fn store_unsaid(&mut self) {
+        self.store_said = saker_wire::StoreUsage::default();
     }
 
     /// A fetched item is whole and in place: the root learns this node holds a copy.

@@ -41,7 +41,7 @@ use crate::actor_host::{self, HostUplink, Refused};
 use crate::board::{Board, BoardConfig, Flush};
 pub use crate::board::{PREFETCH_COVER, REPORT_GAP};
 use crate::executor::{SlotFault, SlotRuns};
-use crate::items::ItemFiles;
+use crate::items::{ItemDirs, ItemFiles};
 use crate::launch::Places;
 use crate::link::{LinkClosed, LinkTx};
 use crate::resources::NodeResources;
@@ -56,6 +56,7 @@ mod desk_tests;
 mod held;
 mod sink;
 mod slots;
+mod store;
 #[cfg(test)]
 mod supervision_tests;
 #[cfg(test)]
@@ -82,8 +83,19 @@ pub struct AgentConfig {
     /// Every node's scratch directory is on one filesystem all nodes see: items are
     /// linked from their writer's, not copied through the tree.
     pub shared_scratch: bool,
+    /// Where and how much of its objects the node keeps in memory (`--object-memory`);
+    /// none: objects are files in the scratch directory like any item.
+    pub object_memory: Option<ObjectMemory>,
     /// How a slot whose thread failed is restarted, and when it is given up.
     pub restarts: RestartPolicy,
+}
+
+/// A node's object memory: a directory on a shared-memory filesystem, and the bytes
+/// of objects kept there before the least recently used move to the scratch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMemory {
+    pub dir: PathBuf,
+    pub bound: u64,
 }
 
 impl AgentConfig {
@@ -91,12 +103,24 @@ impl AgentConfig {
     pub fn cores(&self) -> u32 {
         self.resources.cores
     }
+
+    /// Where this node's items are.
+    pub fn item_dirs(&self) -> ItemDirs {
+        ItemDirs {
+            scratch: self.scratch.clone(),
+            memory: self.object_memory.as_ref().map(|memory| memory.dir.clone()),
+        }
+    }
 }
 
 #[derive(Debug)]
 pub enum AgentMsg {
     /// A message from the root addressed to this node.
     Down(ToAgent),
+    /// Time to look for objects clients put in this node's memory.
+    LookAtStore,
+    /// A move of an object out of memory has ended.
+    Spilled(store::Spilled),
     /// A slot's attempt ended (and the slot may have started its next one): report,
     /// and start work on slots that are idle now.
     SlotChanged,
@@ -231,25 +255,47 @@ impl Actor for Agent {
             credit: cores + config.prefetch,
         };
         let board = Board::new(&board_config, &config.resources, clock.now());
+        let mut config = config;
+        if let Some(memory) = &config.object_memory
+            && let Err(error) = crate::items::create_private_dir(&memory.dir)
+        {
+            // Objects live in the scratch directory, as without a memory.
+            tracing::warn!(%error, dir = %memory.dir.display(), "no object memory");
+            config.object_memory = None;
+        }
+        let dirs = config.item_dirs();
         if let Err(error) = crate::items::create_private_dir(&config.scratch) {
             // Tasks that read or write data items will fail to; the rest run.
             tracing::warn!(%error, dir = %config.scratch.display(), "no scratch directory");
         } else if let Err(error) =
-            crate::items::write_node_mark(&config.scratch, &config.pilot_id, config.node)
+            crate::items::write_node_mark(&dirs, &config.pilot_id, config.node)
         {
             tracing::warn!(%error, dir = %config.scratch.display(), "cannot mark the scratch directory");
         }
-        let files = ItemFiles::new(config.node, config.scratch.clone(), config.shared_scratch);
-        let places = Places::new(
+        let mut files = ItemFiles::new(config.node, config.scratch.clone(), config.shared_scratch);
+        if let Some(memory) = &dirs.memory {
+            files = files.with_memory(memory.clone());
+        }
+        let mut places = Places::new(
             config.node,
             config.spill_dir.clone(),
             config.scratch.clone(),
         );
+        places.objects = dirs.memory.clone();
+        let bound = config
+            .object_memory
+            .as_ref()
+            .map_or(0, |memory| memory.bound);
+        let store = store::ObjectStore::new(&dirs, bound, Some(myself.clone()));
+        if store.is_some() {
+            myself.send_interval(store::LOOK_EVERY, || AgentMsg::LookAtStore);
+        }
         let uplink = Uplink {
             parent: args.parent.clone(),
             node: config.node,
         };
         let desk = Desk::shared(board, clock, places, files, uplink.clone(), slots as usize);
+        lock(&desk).store = store;
         let data_addr = args.direct.as_ref().map(|direct| direct.addr);
         if let Some(direct) = args.direct {
             lock(&desk).set_fetcher(crate::transfer::Fetcher::start(direct, myself.clone()));
@@ -357,6 +403,20 @@ fn on_message(
             return Err(AgentFailure::Refused {
                 reason: format!("a newer agent linked as node {node}"),
             });
+        }
+        AgentMsg::LookAtStore => {
+            let mut desk = lock(&state.desk);
+            if let Some(store) = &mut desk.store {
+                store.look();
+            }
+            desk.say_store();
+        }
+        AgentMsg::Spilled(spilled) => {
+            let mut desk = lock(&state.desk);
+            if let Some(store) = &mut desk.store {
+                store.spilled(spilled);
+            }
+            desk.say_store();
         }
         AgentMsg::Fetched(fetched) => {
             let mut desk = lock(&state.desk);
@@ -471,6 +531,8 @@ fn register_again(state: &mut AgentState, stop_old_work: bool) -> Result<(), Age
     // One hold of the lock: no slot thread may report between these steps.
     let mut desk = lock(&state.desk);
     let now = desk.now();
+    // The root this hello goes to learns what the object memory holds at the next look.
+    desk.store_unsaid();
     if stop_old_work {
         desk.apply(now, |board| board.handle_stop_all(now));
         desk.send_report(now)?;
@@ -534,7 +596,13 @@ fn on_down(
             desk.item_data(&data, now);
         }
         ToAgent::ItemHolders(holders) => lock(&state.desk).item_holders(holders)?,
-        ToAgent::ItemsFreed { items } => lock(&state.desk).files.remove(&items),
+        ToAgent::ItemsFreed { items } => {
+            let mut desk = lock(&state.desk);
+            desk.files.remove(&items);
+            if let Some(store) = &mut desk.store {
+                store.freed(&items);
+            }
+        }
         ToAgent::ItemRead(read) => {
             let answer = lock(&state.desk).serve(&read);
             state.uplink.send(&FromAgent::ItemData(answer))?;

@@ -91,6 +91,7 @@ pub(super) async fn start_agent_with(cores: u32, restarts: RestartPolicy) -> Sta
         spill_dir: dir.path().to_path_buf(),
         scratch: dir.path().join("scratch"),
         shared_scratch: false,
+        object_memory: None,
         restarts,
     };
     let (exit_tx, exit) = tokio::sync::oneshot::channel();

@@ -294,6 +294,12 @@ impl Store {
         })
     }
 
+    /// Objects whose memory copy is not being moved, oldest use first.
+    pub fn settled_in_memory(&self) -> Vec<ObjectId> {
+        let settled = |id: &&ObjectId| self.objects.get(id).is_some_and(|e| !e.spilling);
+        self.by_use.values().filter(settled).copied().collect()
+    }
+
     pub fn usage(&self) -> StoreUsage {
         StoreUsage {
             memory_bytes: self.memory_bytes,

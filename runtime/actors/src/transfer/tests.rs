@@ -199,7 +199,11 @@ fn pair(dialer: Role) -> Pair {
                     return;
                 };
                 assert!(quic::is_data_connection(&connection));
-                serve(connection, served).await;
+                let dirs = crate::items::ItemDirs {
+                    scratch: served,
+                    memory: None,
+                };
+                serve(connection, dirs).await;
             });
         }
     });

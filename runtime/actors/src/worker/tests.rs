@@ -120,6 +120,7 @@ impl Fixture {
             time_limit: limit,
             log_dir: self.dir.path().join("workers"),
             scratch: self.dir.path().join("scratch"),
+            objects: None,
         };
         let mut report_at = None;
         self.workers.run(

@@ -81,6 +81,8 @@ fn every_flag_is_read_with_its_value_apart_or_after_an_equals_sign() {
         "--scratch",
         "/scratch",
         "--shared-scratch",
+        "--object-memory",
+        "1G",
     ]);
     assert_eq!(
         args,
@@ -101,6 +103,7 @@ fn every_flag_is_read_with_its_value_apart_or_after_an_equals_sign() {
                 no_memory_limits: true,
                 scratch: Some(PathBuf::from("/scratch")),
                 shared_scratch: true,
+                object_memory: Some("1G".into()),
             },
             gpu_ids: Some("1,3".into()),
             liveness: Liveness::new(Duration::from_millis(200), Duration::from_secs(1)).unwrap(),
@@ -128,7 +131,7 @@ fn every_flag_the_usage_lists_is_parsed() {
         .filter(|line| line.starts_with("      --"))
         .filter_map(|line| line.split_whitespace().next())
         .collect();
-    assert_eq!(listed.len(), 21, "{listed:?}");
+    assert_eq!(listed.len(), 22, "{listed:?}");
     for flag in listed {
         let parsed = parse(&[flag, "1s"]);
         assert!(
@@ -245,6 +248,7 @@ fn the_flags_the_root_writes_are_the_flags_the_agent_reads() {
         no_memory_limits: true,
         scratch: Some(PathBuf::from("/local")),
         shared_scratch: true,
+        object_memory_mib: Some(3 << 10),
     };
     let mut args: Vec<String> = [
         "--dir", "/p", "--node", "3", "--fanout", "16", "--cores", "2",
@@ -262,4 +266,23 @@ fn the_flags_the_root_writes_are_the_flags_the_agent_reads() {
     );
     assert!(args.offer.no_memory_limits && args.offer.shared_scratch);
     assert_eq!(args.offer.scratch, Some(PathBuf::from("/local")));
+    assert_eq!(args.offer.object_memory_mib().unwrap(), Some(3 << 10));
+}
+
+/// `--object-memory` takes a size as `--mem-per-node` does; 0 is none, and a size
+/// that is none is refused with the flag named.
+#[test]
+fn object_memory_is_a_size_and_zero_is_none() {
+    let base = ["--dir", "/p", "--node", "0", "--fanout", "4"];
+    let with = |size: &str| {
+        let mut args = base.to_vec();
+        args.extend(["--object-memory", size]);
+        agent(&args).offer.object_memory_mib()
+    };
+    assert_eq!(with("2G").unwrap(), Some(2048));
+    assert_eq!(with("512").unwrap(), Some(512));
+    assert_eq!(with("0").unwrap(), None);
+    assert_eq!(agent(&base).offer.object_memory_mib().unwrap(), None);
+    let error = with("lots").unwrap_err().to_string();
+    assert!(error.contains("--object-memory"), "{error}");
 }

@@ -105,6 +105,14 @@ impl RootState {
                 }
                 self.on_report(link, report)
             }
+            ArchivedFromAgent::StoreUsage(usage) => {
+                match rkyv::deserialize::<saker_wire::StoreUsage, rkyv::rancor::Error>(usage) {
+                    Ok(usage) if usage.node.0 == route => self.nodes.set_store(link, usage),
+                    Ok(usage) => tracing::error!(route, node = %usage.node,
+                        "store usage routed from another node"),
+                    Err(error) => tracing::error!(%error, route, "unreadable store usage"),
+                }
+            }
             ArchivedFromAgent::Goodbye { node, reason } => {
                 // A stale copy's goodbye must not end the node's live agent.
                 if self.nodes.is_live(node.to_native(), link) {

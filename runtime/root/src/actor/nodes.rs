@@ -70,6 +70,8 @@ pub(super) struct Node {
     durable: u64,
     /// When that was last said in a frame of its own.
     durable_said: Option<Time>,
+    /// What its object memory holds, as it last said.
+    store: saker_wire::StoreUsage,
 }
 
 /// What a joining node says of itself.
@@ -108,6 +110,11 @@ impl Node {
 
     pub(super) fn data_addr(&self) -> &str {
         &self.data_addr
+    }
+
+    /// What its object memory holds, as it last said.
+    pub(super) fn store(&self) -> &saker_wire::StoreUsage {
+        &self.store
     }
 
     pub(super) fn capacity(&self) -> Resources {
@@ -193,6 +200,7 @@ impl Nodes {
                 hosts_actors: joining.hosts_actors,
                 durable: 0,
                 durable_said: None,
+                store: saker_wire::StoreUsage::default(),
             },
         );
     }
@@ -212,6 +220,31 @@ impl Nodes {
 
     pub(super) fn contains(&self, node: NodeId) -> bool {
         self.live.contains_key(&node)
+    }
+
+    /// `node`, live over `link`, says what its object memory holds.
+    pub(super) fn set_store(&mut self, link: LinkId, usage: saker_wire::StoreUsage) {
+        if let Some(entry) = self.live.get_mut(&usage.node)
+            && entry.link == link
+        {
+            entry.store = usage;
+        }
+    }
+
+    /// What the live nodes' object memories hold, added up.
+    pub(super) fn store_total(&self) -> saker_wire::StoreUsage {
+        let mut total = saker_wire::StoreUsage::default();
+        for node in self.live.values() {
+            let usage = &node.store;
+            total.objects += usage.objects;
+            total.memory_bytes += usage.memory_bytes;
+            total.memory_bound += usage.memory_bound;
+            total.disk_bytes += usage.disk_bytes;
+            total.spills += usage.spills;
+            total.spilled_bytes += usage.spilled_bytes;
+            total.spill_failures += usage.spill_failures;
+        }
+        total
     }
 
     pub(super) fn get(&self, node: NodeId) -> Option<&Node> {

@@ -39,6 +39,7 @@ impl RootState {
         let totals = self.submissions.totals();
         let (failed, cancelled, durable) = (totals.failed, totals.cancelled, totals.durable);
         let (rate, rate_minute) = self.results.rates(&self.ctx);
+        let store = self.nodes.store_total();
         StatusReport {
             pilot_id: self.ctx.pilot.id.clone(),
             queued: counts.queued + counts.delayed,
@@ -102,6 +103,10 @@ impl RootState {
             data_root_bytes: self.items.root_bytes(),
             data_held_bytes: self.items.held_bytes(),
             data_recomputes: self.items.recomputes(),
+            data_memory_bytes: store.memory_bytes,
+            data_memory_bound: store.memory_bound,
+            data_spills: store.spills,
+            data_spilled_bytes: store.spilled_bytes,
             job_counts: None,
         }
     }
@@ -143,6 +148,9 @@ impl RootState {
                     .collect(),
                 fetched_bytes: self.items.fetched_by(id),
                 held_bytes: self.items.held_by(id),
+                memory_bytes: node.store().memory_bytes,
+                memory_bound: node.store().memory_bound,
+                spilled_bytes: node.store().spilled_bytes,
             })
             .collect();
         loads.sort_by_key(|load| load.node);

@@ -327,6 +327,16 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
             bytes: 5 << 30,
             direct: 4 << 30,
         }),
+        FromAgent::StoreUsage(saker_wire::StoreUsage {
+            node: NodeId(5),
+            objects: 3,
+            memory_bytes: 3 << 30,
+            memory_bound: 4 << 30,
+            disk_bytes: 1 << 34,
+            spills: 9,
+            spilled_bytes: 1 << 34,
+            spill_failures: 1,
+        }),
         FromAgent::Report(Report {
             node: NodeId(3),
             seq: 1,
