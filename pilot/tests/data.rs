@@ -456,3 +456,83 @@ fn the_only_holder_killed_mid_dag_its_item_is_made_again() {
     let reason = lonely["reason"].as_str().unwrap();
     assert!(reason.contains("not idempotent"), "{reason}");
 }
+
+/// A job over several nodes reads an item: every node of its group has it before
+/// any rank starts (the members fetch it node to node), each rank reads it whole; one
+/// reading an item no node holds fails with the reason, nothing hanging.
+#[test]
+fn every_node_of_a_group_gets_the_items_its_job_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start_args(dir.path(), &["--agents", "3", "--slots", "6"]);
+    let pilot = &service.pilot;
+    let content = "seq 1 300000";
+    let rank = "seq 1 300000 | cmp - \"$SAKER_SCRATCH/table\" && echo rank=$SAKER_RANK ok";
+    let specs = [
+        json!({
+            "argv": ["sh", "-c", format!("{content} > \"$SAKER_SCRATCH/table\"")],
+            "name": "table", "writes": ["table"], "node": 0,
+        }),
+        json!({
+            "argv": [rank], "shell": true, "name": "group", "nodes": 3, "ranks_per_node": 1,
+            "after": ["table"], "reads": ["table"], "time_limit": "60s",
+        }),
+        json!({
+            "argv": ["true"], "shell": true, "name": "ghost", "nodes": 2, "ranks_per_node": 1,
+            "reads": ["ghost"], "time_limit": "60s", "max_retries": 0,
+        }),
+    ];
+    let file = pilot.parent().unwrap().join("group.jsonl");
+    let lines: Vec<String> = specs.iter().map(Value::to_string).collect();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let output = run(saker()
+        .args(["submit", "--wait", "--dir"])
+        .arg(pilot)
+        .arg(&file));
+    assert!(!output.status.success(), "the ghost reader fails");
+    let mut records = results(pilot);
+    records.sort_by_key(|record| record["job"].as_u64());
+    assert_eq!(records[0]["state"], "succeeded", "{}", records[0]);
+    assert_eq!(records[1]["state"], "succeeded", "{}", records[1]);
+    assert!(
+        records[1]["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("rank=0 ok"),
+        "{}",
+        records[1]
+    );
+    // Two members fetched it from node 0.
+    let table_bytes = 1_988_895;
+    assert!(
+        moved_bytes(pilot) >= 2 * table_bytes,
+        "{}",
+        moved_bytes(pilot)
+    );
+    assert_eq!(records[2]["state"], "failed", "{}", records[2]);
+    let reason = records[2].to_string();
+    assert!(reason.contains("ghost"), "{reason}");
+
+    // The same through each MPI's own launcher, whose ranks get `SAKER_SCRATCH` from
+    // their launcher or their daemon.
+    for kind in ["openmpi", "mpich"] {
+        if common::mpi_probe(kind, dir.path()).is_none() {
+            continue;
+        }
+        let spec = json!({
+            "argv": ["sh", "-c", "seq 1 300000 | cmp - \"$SAKER_SCRATCH/table\""],
+            "nodes": 3, "ranks_per_node": 1, "mpi": kind, "reads": ["table"],
+            "time_limit": "60s", "max_retries": 0,
+        });
+        std::fs::write(&file, spec.to_string()).unwrap();
+        let output = run(saker()
+            .args(["submit", "--wait", "--dir"])
+            .arg(pilot)
+            .arg(&file));
+        let last = results(pilot)
+            .into_iter()
+            .max_by_key(|record| record["job"].as_u64())
+            .unwrap();
+        assert!(output.status.success(), "{kind}: {last}");
+        assert_eq!(last["state"], "succeeded", "{kind}: {last}");
+    }
+}

@@ -35,7 +35,7 @@ pub mod endpoint;
 
 use std::fmt::Write as _;
 
-use saker_wire::messages::{Assignment, MpiKind};
+use saker_wire::messages::{Assignment, LauncherKind, MpiKind};
 
 pub use crate::board::exit_code;
 use crate::board::{PartPlan, PartProcess, ProcessKind};
@@ -61,7 +61,31 @@ pub fn process_launch(
         }
     };
     bind_launch(&mut launch, binding, plan.hpc.cores_per_rank);
+    if !plan.job.reads.is_empty() {
+        launch.set_var(
+            b"SAKER_SCRATCH",
+            places.scratch.as_os_str().as_encoded_bytes(),
+        );
+    }
     launch
+}
+
+/// The ranks of an MPI job (or of `srun`) get their launcher's environment, so
+/// `SAKER_SCRATCH` names the leader's scratch directory: on a member's own host, that
+/// path is linked to the member's directory, where its items were fetched. (On the
+/// leader's host the path is the leader's, which holds them too.)
+pub fn link_leader_scratch(plan: &PartPlan, places: &Places) {
+    let launched = plan.hpc.mpi != MpiKind::None || plan.hpc.launcher == LauncherKind::Srun;
+    let Some(leader) = plan.gang.nodes.first().filter(|_| launched) else {
+        return;
+    };
+    let there = places.scratch.with_file_name(format!("node-{leader}"));
+    if there != places.scratch
+        && std::fs::symlink_metadata(&there).is_err()
+        && let Err(error) = std::os::unix::fs::symlink(&places.scratch, &there)
+    {
+        tracing::warn!(%error, path = %there.display(), "cannot link the leader's scratch path here");
+    }
 }
 
 /// The hostfile the ranks of a job without MPI read (`SAKER_HOSTFILE`): one line per
@@ -252,6 +276,13 @@ fn daemon_launch(
     process.arg(b"-c");
     process.arg(command.as_bytes());
     process.set_var_number(b"SAKER_NODE", places.node.into());
+    if !plan.job.reads.is_empty() {
+        // Open MPI's ranks on a member get their daemon's environment.
+        process.set_var(
+            b"SAKER_SCRATCH",
+            places.scratch.as_os_str().as_encoded_bytes(),
+        );
+    }
     bind_launch(&mut process, binding, plan.hpc.cores_per_rank);
     if plan.shared_machine {
         // OpenMPI names its session directory after the host: daemons of several

@@ -293,7 +293,9 @@ impl TaskSpec {
         {
             return Err(SpecError::InvalidItemName { name: name.clone() });
         }
-        if (!self.reads.is_empty() || !self.writes.is_empty()) && self.nodes > 1 {
+        // Each node of a group fetches what it reads; which of them would write an item
+        // is the ranks' business, not the pilot's.
+        if !self.writes.is_empty() && self.nodes > 1 {
             return Err(SpecError::ItemsOfHpcJob);
         }
         if self.time_limit == Some(Duration::ZERO) {
@@ -583,7 +585,7 @@ pub enum SpecError {
         "invalid data item name {name:?}: use letters, digits, '_', '-' and '.', at most 128, not starting with '.'"
     )]
     InvalidItemName { name: String },
-    #[error("an HPC job (nodes > 1) cannot read or write data items")]
+    #[error("an HPC job (nodes > 1) cannot write data items (it may read them)")]
     ItemsOfHpcJob,
     #[error("invalid environment variable name {key:?}: must be non-empty without '=' or NUL")]
     InvalidEnvKey { key: String },

@@ -165,6 +165,7 @@ pub async fn run(args: AgentArgs) -> Result<ExitCode, Error> {
             // Asked to stop: the pilot is done with this node's data items. (After a
             // crash they stay, for a resumed pilot.)
             let _ = std::fs::remove_dir_all(&scratch);
+            remove_links_to(&pilot_scratch, &scratch);
             let _ = std::fs::remove_dir(&pilot_scratch);
             if let Some(memory) = &object_memory {
                 let _ = std::fs::remove_dir_all(&memory.dir);
@@ -175,6 +176,20 @@ pub async fn run(args: AgentArgs) -> Result<ExitCode, Error> {
         Some(error) => {
             tracing::error!(error, "agent stopped");
             Ok(ExitCode::from(3))
+        }
+    }
+}
+
+/// Removes the links in `dir` to `target` (an MPI job's leader's scratch path, linked
+/// on a member's host to the member's directory).
+fn remove_links_to(dir: &Path, target: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if std::fs::read_link(&path).is_ok_and(|to| to == target) {
+            let _ = std::fs::remove_file(&path);
         }
     }
 }

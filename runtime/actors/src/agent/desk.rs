@@ -182,6 +182,14 @@ impl Desk {
                     }
                     self.board.handle_item_kept(&item, kept, now);
                 }
+                Effect::CheckPartItems { plan } => {
+                    let missing = self.files.to_fetch(&plan.job);
+                    if missing.is_none() {
+                        crate::gang::link_leader_scratch(&plan, &self.places);
+                    }
+                    let attempt = plan.assignment.attempt;
+                    self.board.handle_part_items_checked(attempt, missing, now);
+                }
                 Effect::DiscardItem { item } => {
                     self.files.discard(&item);
                     if let Some((routes, _)) = &mut self.direct {

@@ -79,6 +79,9 @@ struct Part {
     /// An MPI job's part: processes other than the launcher are daemons, whose ends
     /// go to the launcher and decide nothing here.
     mpi: bool,
+    /// Its processes held back while this node fetches the job's data items (they
+    /// count in `live`); none once every item is here.
+    staged: Option<Vec<PartProcess>>,
 }
 
 /// The gang state of a [`Board`].
@@ -209,13 +212,23 @@ impl Board {
         }
         let attempt = assignment.attempt;
         let live = processes.len() as u32;
-        self.parts
-            .queue
-            .extend(processes.into_iter().map(|(number, kind)| PartProcess {
-                attempt,
-                number,
-                kind,
-            }));
+        let processes = processes.into_iter().map(|(number, kind)| PartProcess {
+            attempt,
+            number,
+            kind,
+        });
+        // Every process here needs the job's items: held back until they are here
+        // (a member of an MPI job too, whose daemons come later).
+        let stage = !plan.job.reads.is_empty() && (live > 0 || !ranks);
+        let staged = if stage {
+            self.effects.push_back(Effect::CheckPartItems {
+                plan: Arc::clone(&plan),
+            });
+            Some(processes.collect())
+        } else {
+            self.parts.queue.extend(processes);
+            None
+        };
         self.parts.parts.insert(
             attempt,
             Part {
@@ -230,6 +243,7 @@ impl Board {
                 cancelled: false,
                 ends_with_processes: ranks || leader,
                 mpi: !ranks,
+                staged,
             },
         );
         if live == 0 && ranks {
@@ -262,13 +276,62 @@ impl Board {
             return;
         };
         part.live += 1;
-        self.parts.queue.push_back(PartProcess {
+        let process = PartProcess {
             attempt,
             number: launch.launch,
             kind: ProcessKind::Daemon {
                 command: launch.command,
             },
-        });
+        };
+        match &mut part.staged {
+            Some(staged) => staged.push(process),
+            None => self.parts.queue.push_back(process),
+        }
+    }
+
+    /// The shell looked for the items `attempt`'s part reads: `missing` is the first
+    /// this node must fetch (the part waits for it, then is checked again), none if
+    /// every one is here (its processes may start).
+    pub fn handle_part_items_checked(
+        &mut self,
+        attempt: AttemptId,
+        missing: Option<String>,
+        now: Moment,
+    ) {
+        let Some(part) = self.parts.parts.get_mut(&attempt) else {
+            return;
+        };
+        if part.cancelled || part.staged.is_none() {
+            return;
+        }
+        match missing {
+            Some(item) => self.fetches.stage_part(&item, attempt, now.unix_us),
+            None => {
+                let staged = part.staged.take().unwrap_or_default();
+                self.parts.queue.extend(staged);
+            }
+        }
+    }
+
+    /// The item parts waited for is here (`reason` none), or cannot be had: each looks
+    /// again at what it reads, or fails with the reason.
+    pub(super) fn parts_fetched(
+        &mut self,
+        parts: Vec<AttemptId>,
+        reason: Option<&str>,
+        now: Moment,
+    ) {
+        for attempt in parts {
+            let Some(part) = self.parts.parts.get(&attempt) else {
+                continue;
+            };
+            match reason {
+                None => self.effects.push_back(Effect::CheckPartItems {
+                    plan: Arc::clone(&part.plan),
+                }),
+                Some(reason) => self.handle_part_failed(attempt, reason.to_owned(), now),
+            }
+        }
     }
 
     /// Starts the next waiting part process on idle slot `index`, if there is one.
@@ -357,8 +420,9 @@ impl Board {
         self.parts
             .queue
             .retain(|process| process.attempt != attempt);
-        let dropped = (before - self.parts.queue.len()) as u32;
+        let mut dropped = (before - self.parts.queue.len()) as u32;
         if let Some(part) = self.parts.parts.get_mut(&attempt) {
+            dropped += part.staged.take().map_or(0, |staged| staged.len() as u32);
             part.live -= dropped.min(part.live);
         }
         for (slot, running) in self.slots.iter().enumerate() {

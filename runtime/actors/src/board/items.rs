@@ -83,6 +83,8 @@ pub(super) struct Fetches {
     pub(super) outbox: Vec<ItemRead>,
     /// What attempts wrote, to report before their results.
     pub(super) written: Vec<ItemsWritten>,
+    /// Gang parts waiting for each item, by item.
+    parts: BTreeMap<String, Vec<AttemptId>>,
 }
 
 #[derive(Debug)]
@@ -122,7 +124,32 @@ impl Fetches {
             next_request: 1,
             outbox: Vec::new(),
             written: Vec::new(),
+            parts: BTreeMap::new(),
         }
+    }
+
+    /// Gang part `attempt` waits for `item`, which is fetched if it is not being
+    /// already.
+    pub(super) fn stage_part(&mut self, item: &str, attempt: AttemptId, _now_us: u64) {
+        self.parts.entry(item.to_owned()).or_default().push(attempt);
+        if self.fetches.contains_key(item) {
+            return;
+        }
+        let mut fetch = Fetch {
+            total: None,
+            next_offset: 0,
+            in_flight: 0,
+            window: IN_FLIGHT,
+            received: 0,
+            waiting: Vec::new(),
+        };
+        self.request(item, &mut fetch, 1);
+        self.fetches.insert(item.to_owned(), fetch);
+    }
+
+    /// The gang parts that waited for `item` (its fetch has ended).
+    pub(super) fn take_parts(&mut self, item: &str) -> Vec<AttemptId> {
+        self.parts.remove(item).unwrap_or_default()
     }
 
     /// `assignment` waits for `item` from `now_us` on, which is fetched if it is not
@@ -160,6 +187,7 @@ impl Fetches {
     /// Returns the items whose partial files are to go.
     pub(super) fn stop_all(&mut self) -> Vec<String> {
         self.outbox.clear();
+        self.parts.clear();
         std::mem::take(&mut self.fetches).into_keys().collect()
     }
 
@@ -362,7 +390,11 @@ impl Board {
     pub fn handle_item_kept(&mut self, item: &str, kept: Result<(), ItemError>, now: Moment) {
         match self.fetches.kept(item, kept) {
             // What was written of it stays where it is, as it always did.
-            Received::Failed(waiting, reason) => self.fail_waiting(waiting, &reason, now),
+            Received::Failed(waiting, reason) => {
+                self.fail_waiting(waiting, &reason, now);
+                let parts = self.fetches.take_parts(item);
+                self.parts_fetched(parts, Some(&reason), now);
+            }
             received => self.after_fetch(item, received, now),
         }
     }
@@ -378,12 +410,16 @@ impl Board {
                     assignment.fetch_us += now.unix_us.saturating_sub(assignment.staged_us);
                     self.queue.push_front(assignment);
                 }
+                let parts = self.fetches.take_parts(item);
+                self.parts_fetched(parts, None, now);
             }
             Received::Failed(waiting, reason) => {
                 self.effects.push_back(Effect::DiscardItem {
                     item: item.to_owned(),
                 });
                 self.fail_waiting(waiting, &reason, now);
+                let parts = self.fetches.take_parts(item);
+                self.parts_fetched(parts, Some(&reason), now);
             }
         }
     }

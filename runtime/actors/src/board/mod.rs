@@ -345,6 +345,9 @@ pub enum Effect {
     PartEnded { attempt: AttemptId },
     /// A fetched item is whole: keep it in place, then [`Board::handle_item_kept`].
     KeepItem { item: String },
+    /// A gang part reads data items: which of them must this node fetch before any of
+    /// its processes starts? Answer with [`Board::handle_part_items_checked`].
+    CheckPartItems { plan: Arc<PartPlan> },
     /// A fetch ended without its item: drop what was written of it.
     DiscardItem { item: String },
     /// Results held while away are too many to keep in memory: write them to the

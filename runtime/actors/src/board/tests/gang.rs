@@ -410,3 +410,87 @@ fn a_part_runs_on_while_away_and_the_next_hello_lists_it_with_its_gang() {
     board.handle_durable(report.seq);
     assert!(board.parts.ended.is_empty(), "forgotten once durable");
 }
+
+/// A part whose job reads an item: nothing of it starts, not even a daemon its leader
+/// asks for, until the item is here; then all does. One whose item cannot be had
+/// fails, naming it.
+#[test]
+fn a_part_starts_nothing_until_the_items_its_job_reads_are_here() {
+    let mut board = board(2);
+    let mut def = (*gang_job(5, 2, Some(hpc(4, 2, MpiKind::Openmpi)))).clone();
+    def.reads = vec!["table".into()];
+    take(&mut board, Arc::new(def), 5, member(1, 2), at(0));
+    let first: [Effect; 1] = effects(&mut board).try_into().unwrap();
+    let [Effect::CheckPartItems { plan }] = first else {
+        panic!("the part asks what it lacks first");
+    };
+    assert_eq!(plan.assignment.attempt, AttemptId(50));
+    board.handle_gang_launch(GangLaunch {
+        attempt: AttemptId(50),
+        member: 1,
+        launch: 1,
+        command: "orted".into(),
+    });
+    assert!(start(&mut board, 0, at(1)).is_none(), "held back");
+    board.handle_part_items_checked(AttemptId(50), Some("table".into()), at(1));
+    assert_eq!(board.fetches.outbox.len(), 1, "the item is asked for");
+    assert!(start(&mut board, 0, at(1)).is_none(), "still held back");
+    let data = saker_wire::ItemData {
+        item: "table".into(),
+        reader: NodeId(1),
+        request: 1,
+        offset: 0,
+        total: 3,
+        data: vec![1, 2, 3],
+        error: None,
+    };
+    assert!(board.handle_item_data(&data, at(2)));
+    board.handle_item_written("table", 3, Ok(()), at(2));
+    assert!(matches!(
+        effects(&mut board).as_slice(),
+        [Effect::KeepItem { .. }]
+    ));
+    board.handle_item_kept("table", Ok(()), at(2));
+    let again: [Effect; 1] = effects(&mut board).try_into().unwrap();
+    let [Effect::CheckPartItems { .. }] = again else {
+        panic!("the part looks again at what it reads");
+    };
+    board.handle_part_items_checked(AttemptId(50), None, at(2));
+    let daemon = start(&mut board, 0, at(3)).unwrap();
+    assert_eq!(
+        process_of(&daemon).kind,
+        ProcessKind::Daemon {
+            command: "orted".into()
+        }
+    );
+
+    // Ranks of another job wait for an item no node has: the part fails.
+    let mut board = super::board(2);
+    let mut def = (*gang_job(6, 2, None)).clone();
+    def.reads = vec!["ghost".into()];
+    take(&mut board, Arc::new(def), 6, member(1, 2), at(0));
+    effects(&mut board);
+    board.handle_part_items_checked(AttemptId(60), Some("ghost".into()), at(1));
+    let nobody = saker_wire::ItemData {
+        error: Some("no live node holds it".into()),
+        ..data
+    };
+    let nobody = saker_wire::ItemData {
+        item: "ghost".into(),
+        data: Vec::new(),
+        total: 0,
+        ..nobody
+    };
+    board.handle_item_data(&nobody, at(2));
+    assert!(start(&mut board, 0, at(2)).is_none(), "no rank starts");
+    let (result, ends) = part_result(&mut board);
+    let Outcome::SpawnFailed { reason } = &result.outcome else {
+        panic!("{result:?}");
+    };
+    assert!(
+        reason.contains("ghost") && reason.contains("no live node holds it"),
+        "{reason}"
+    );
+    assert!(ends.is_empty());
+    assert_eq!(board.free.core_count(), 2, "its cores are back");
+}
