@@ -14,7 +14,8 @@ runs alternate (A, B, A, B) and medians are reported:
 - a call with a 1 MiB (and a 4 MiB) argument returning as much, round trip, beside
   the pool's; target <= 1.5 x.
 
-`--object-memory SIZE` runs the pilot with that object memory (objects in /dev/shm).
+`--object-memory SIZE` runs the pilot with that object memory (objects in /dev/shm, or
+in the tmpfs `--object-memory-dir DIR` names).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from rows import row
 
 QUICK = "--quick" in sys.argv
 OBJECT_MEMORY = sys.argv[sys.argv.index("--object-memory") + 1] if "--object-memory" in sys.argv else None
+MEMORY_DIR = sys.argv[sys.argv.index("--object-memory-dir") + 1] if "--object-memory-dir" in sys.argv else None
 SLOTS = 2
 ROUNDS = 3 if QUICK else 5
 MIB = 1 << 20
@@ -83,7 +85,8 @@ def alternated(saker_side: Callable[[], float], baseline_side: Callable[[], floa
 def main() -> None:
     big = (256 if QUICK else 1024) * MIB
     mid = (64 if QUICK else 256) * MIB
-    with saker.Pilot.start(slots=SLOTS, object_memory=OBJECT_MEMORY) as pilot, concurrent.futures.ProcessPoolExecutor(SLOTS) as pool:
+    extra = ["--object-memory-dir", MEMORY_DIR] if MEMORY_DIR else []
+    with saker.Pilot.start(slots=SLOTS, object_memory=OBJECT_MEMORY, extra_args=extra) as pilot, concurrent.futures.ProcessPoolExecutor(SLOTS) as pool:
         pilot.call(total, numpy.ones(8)).result()
         pool.submit(total, numpy.ones(8)).result()
 

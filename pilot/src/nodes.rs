@@ -45,6 +45,11 @@ pub struct NodeArgs {
     /// scratch directory]
     #[arg(long, value_name = "SIZE")]
     pub object_memory: Option<String>,
+    /// The shared-memory filesystem for --object-memory (each node uses
+    /// DIR/saker-PILOT/node-N): a tmpfs mounted with huge pages maps objects faster
+    /// [default: /dev/shm]
+    #[arg(long, value_name = "DIR", requires = "object_memory")]
+    pub object_memory_dir: Option<std::path::PathBuf>,
 }
 
 impl NodeArgs {
@@ -59,6 +64,7 @@ impl NodeArgs {
             scratch: self.scratch.clone(),
             shared_scratch: self.shared_scratch,
             object_memory: self.object_memory.clone(),
+            object_memory_dir: self.object_memory_dir.clone(),
         }
     }
 

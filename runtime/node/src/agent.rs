@@ -16,8 +16,9 @@ use saker_transport::pilot_dir::PilotDir;
 use crate::error::{Error, FlagError};
 use crate::flags::AgentArgs;
 
-/// Where nodes keep objects in memory (`--object-memory`): a shared-memory filesystem
-/// on every Linux node, counted against the job's memory by Slurm's cgroup.
+/// Where nodes keep objects in memory (`--object-memory`) unless told
+/// (`--object-memory-dir`): a shared-memory filesystem on every Linux node, counted
+/// against the job's memory by Slurm's cgroup.
 const OBJECT_MEMORY_ROOT: &str = "/dev/shm";
 
 /// Where this agent sits and what it offers, from flags or from Slurm's step
@@ -128,7 +129,12 @@ pub async fn run(args: AgentArgs) -> Result<ExitCode, Error> {
         .unwrap_or_else(std::env::temp_dir)
         .join(format!("saker-{}", dir.pilot_id()));
     let scratch = pilot_scratch.join(format!("node-{}", site.node));
-    let pilot_memory = Path::new(OBJECT_MEMORY_ROOT).join(format!("saker-{}", dir.pilot_id()));
+    let pilot_memory = args
+        .offer
+        .object_memory_dir
+        .clone()
+        .unwrap_or_else(|| OBJECT_MEMORY_ROOT.into())
+        .join(format!("saker-{}", dir.pilot_id()));
     let object_memory = args.offer.object_memory_mib()?.map(|mib| ObjectMemory {
         dir: pilot_memory.join(format!("node-{}", site.node)),
         bound: mib << 20,

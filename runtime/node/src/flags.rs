@@ -90,6 +90,9 @@ What each node offers:
                                  /dev/shm/saker-PILOT/node-N; the least recently used
                                  move to the scratch directory past it [default: none:
                                  objects are files in the scratch directory]
+      --object-memory-dir DIR    The shared-memory filesystem for --object-memory (each
+                                 node uses DIR/saker-PILOT/node-N): a tmpfs mounted
+                                 with huge pages maps objects faster [default: /dev/shm]
 ";
 
 /// `agent`'s flags.
@@ -175,6 +178,9 @@ pub fn parse_agent(
             Long("shared-scratch") => offer.shared_scratch = true,
             Long("object-memory") => {
                 offer.object_memory = Some(text(&mut parser, "--object-memory")?);
+            }
+            Long("object-memory-dir") => {
+                offer.object_memory_dir = Some(PathBuf::from(parser.value()?));
             }
             _ => return Err(arg.unexpected().into()),
         }

@@ -26,6 +26,8 @@ pub struct NodeOptions {
     pub shared_scratch: bool,
     /// MiB of objects each node keeps in shared memory (`--object-memory`).
     pub object_memory_mib: Option<u64>,
+    /// Where (`--object-memory-dir`; default /dev/shm).
+    pub object_memory_dir: Option<PathBuf>,
 }
 
 /// The `saker agent` flags that pass `declared` (an agent's share, or what every node
@@ -71,6 +73,10 @@ pub fn agent_arguments(declared: &Declared, options: &NodeOptions) -> Vec<String
     if let Some(mib) = options.object_memory_mib {
         args.extend(["--object-memory".into(), format!("{mib}M")]);
     }
+    if let Some(dir) = &options.object_memory_dir {
+        args.push("--object-memory-dir".into());
+        args.push(dir.display().to_string());
+    }
     args
 }
 
@@ -104,6 +110,8 @@ pub struct NodeOffer {
     pub shared_scratch: bool,
     /// `--object-memory SIZE`: objects each node keeps in shared memory.
     pub object_memory: Option<String>,
+    /// `--object-memory-dir DIR`: the shared-memory filesystem they are kept in.
+    pub object_memory_dir: Option<PathBuf>,
 }
 
 impl Default for NodeOffer {
@@ -117,6 +125,7 @@ impl Default for NodeOffer {
             scratch: None,
             shared_scratch: false,
             object_memory: None,
+            object_memory_dir: None,
         }
     }
 }
@@ -130,6 +139,7 @@ impl NodeOffer {
             scratch: self.scratch.clone(),
             shared_scratch: self.shared_scratch,
             object_memory_mib: self.object_memory_mib()?,
+            object_memory_dir: self.object_memory_dir.clone(),
         })
     }
 

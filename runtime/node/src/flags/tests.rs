@@ -83,6 +83,8 @@ fn every_flag_is_read_with_its_value_apart_or_after_an_equals_sign() {
         "--shared-scratch",
         "--object-memory",
         "1G",
+        "--object-memory-dir",
+        "/hugetmp",
     ]);
     assert_eq!(
         args,
@@ -104,6 +106,7 @@ fn every_flag_is_read_with_its_value_apart_or_after_an_equals_sign() {
                 scratch: Some(PathBuf::from("/scratch")),
                 shared_scratch: true,
                 object_memory: Some("1G".into()),
+                object_memory_dir: Some(PathBuf::from("/hugetmp")),
             },
             gpu_ids: Some("1,3".into()),
             liveness: Liveness::new(Duration::from_millis(200), Duration::from_secs(1)).unwrap(),
@@ -131,7 +134,7 @@ fn every_flag_the_usage_lists_is_parsed() {
         .filter(|line| line.starts_with("      --"))
         .filter_map(|line| line.split_whitespace().next())
         .collect();
-    assert_eq!(listed.len(), 22, "{listed:?}");
+    assert_eq!(listed.len(), 23, "{listed:?}");
     for flag in listed {
         let parsed = parse(&[flag, "1s"]);
         assert!(
@@ -249,6 +252,7 @@ fn the_flags_the_root_writes_are_the_flags_the_agent_reads() {
         scratch: Some(PathBuf::from("/local")),
         shared_scratch: true,
         object_memory_mib: Some(3 << 10),
+        object_memory_dir: Some(PathBuf::from("/hugetmp")),
     };
     let mut args: Vec<String> = [
         "--dir", "/p", "--node", "3", "--fanout", "16", "--cores", "2",
@@ -267,6 +271,10 @@ fn the_flags_the_root_writes_are_the_flags_the_agent_reads() {
     assert!(args.offer.no_memory_limits && args.offer.shared_scratch);
     assert_eq!(args.offer.scratch, Some(PathBuf::from("/local")));
     assert_eq!(args.offer.object_memory_mib().unwrap(), Some(3 << 10));
+    assert_eq!(
+        args.offer.object_memory_dir,
+        Some(PathBuf::from("/hugetmp"))
+    );
 }
 
 /// `--object-memory` takes a size as `--mem-per-node` does; 0 is none, and a size
