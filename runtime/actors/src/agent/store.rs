@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use ractor::ActorRef;
 use saker_wire::messages::{AttemptId, ObjectId};
@@ -42,6 +42,10 @@ pub(crate) struct ObjectStore {
     pins: HashMap<AttemptId, Vec<ObjectId>>,
     /// Where finished moves are told.
     agent: Option<ActorRef<AgentMsg>>,
+    /// The memory directory's modification time at the last listing, and when that
+    /// listing was: unchanged, and listed well after it, nothing was put or removed
+    /// there since (a look is then a stat, not a listing).
+    listed: Option<(SystemTime, SystemTime)>,
 }
 
 /// A move to the scratch has ended (on its own thread).
@@ -65,6 +69,7 @@ impl ObjectStore {
             scratch: dirs.scratch.clone(),
             pins: HashMap::new(),
             agent,
+            listed: None,
         })
     }
 
@@ -81,6 +86,19 @@ impl ObjectStore {
     /// counted in, and those gone from it (a client removed a call's arguments)
     /// counted out.
     pub(crate) fn look(&mut self) {
+        let modified = std::fs::metadata(&self.memory).and_then(|meta| meta.modified());
+        // A change in the same tick of the filesystem's clock as a listing leaves the
+        // time as it was: a listing soon after a change does not count.
+        let grain = Duration::from_secs(1);
+        if let (Ok(modified), Some((then, listed_at))) = (&modified, self.listed)
+            && *modified == then
+            && listed_at
+                .duration_since(then)
+                .is_ok_and(|after| after > grain)
+        {
+            return;
+        }
+        self.listed = modified.ok().map(|modified| (modified, SystemTime::now()));
         let Ok(entries) = std::fs::read_dir(&self.memory) else {
             return;
         };
@@ -367,6 +385,33 @@ mod tests {
         assert_eq!(where_is(&dirs, 2), (false, false));
         assert_eq!(where_is(&dirs, 3), (false, false));
         assert_eq!(store.usage().objects, 1);
+    }
+
+    /// A look at a directory unchanged since a listing well after its last change is
+    /// a stat: what was listed stands; a change is listed at the next look.
+    #[test]
+    fn a_quiet_memory_is_not_listed_again() {
+        let dirs = dirs();
+        let mut store = store(&dirs, 8 * KIB4 as u64);
+        let set_modified = |at: SystemTime| {
+            std::fs::File::open(&dirs.memory)
+                .unwrap()
+                .set_modified(at)
+                .unwrap();
+        };
+        let past = SystemTime::now() - Duration::from_secs(60);
+        put(&dirs, 1);
+        set_modified(past);
+        store.look();
+        assert_eq!(store.usage().objects, 1);
+        // Planted with the time left as it was: not seen.
+        put(&dirs, 2);
+        set_modified(past);
+        store.look();
+        assert_eq!(store.usage().objects, 1, "not listed again");
+        set_modified(SystemTime::now());
+        store.look();
+        assert_eq!(store.usage().objects, 2, "a change is listed");
     }
 
     /// A move that cannot be written (no scratch directory: a full or lost disk)
