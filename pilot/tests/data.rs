@@ -80,15 +80,19 @@ fn data_bytes(pilot: &std::path::Path) -> (u64, u64) {
         .unwrap_or((0, 0))
 }
 
-fn submit(pilot: &std::path::Path, specs: &[Value]) -> Vec<String> {
+/// `saker submit --wait` of `specs` as a task file.
+fn submit_waiting(pilot: &std::path::Path, specs: &[Value]) -> std::process::Output {
     let file = pilot.parent().unwrap().join("dag.jsonl");
     let lines: Vec<String> = specs.iter().map(Value::to_string).collect();
     std::fs::write(&file, lines.join("\n")).unwrap();
-    let output = run(saker()
+    run(saker()
         .args(["submit", "--wait", "--dir"])
         .arg(pilot)
-        .arg(&file));
-    assert!(output.status.success());
+        .arg(&file))
+}
+
+fn submit(pilot: &std::path::Path, specs: &[Value]) -> Vec<String> {
+    assert!(submit_waiting(pilot, specs).status.success());
     specs
         .iter()
         .map(|spec| spec["name"].as_str().unwrap().to_owned())
@@ -481,13 +485,7 @@ fn every_node_of_a_group_gets_the_items_its_job_reads() {
             "reads": ["ghost"], "time_limit": "60s", "max_retries": 0,
         }),
     ];
-    let file = pilot.parent().unwrap().join("group.jsonl");
-    let lines: Vec<String> = specs.iter().map(Value::to_string).collect();
-    std::fs::write(&file, lines.join("\n")).unwrap();
-    let output = run(saker()
-        .args(["submit", "--wait", "--dir"])
-        .arg(pilot)
-        .arg(&file));
+    let output = submit_waiting(pilot, &specs);
     assert!(!output.status.success(), "the ghost reader fails");
     let mut records = results(pilot);
     records.sort_by_key(|record| record["job"].as_u64());
@@ -523,11 +521,7 @@ fn every_node_of_a_group_gets_the_items_its_job_reads() {
             "nodes": 3, "ranks_per_node": 1, "mpi": kind, "reads": ["table"],
             "time_limit": "60s", "max_retries": 0,
         });
-        std::fs::write(&file, spec.to_string()).unwrap();
-        let output = run(saker()
-            .args(["submit", "--wait", "--dir"])
-            .arg(pilot)
-            .arg(&file));
+        let output = submit_waiting(pilot, &[spec]);
         let last = results(pilot)
             .into_iter()
             .max_by_key(|record| record["job"].as_u64())

@@ -188,7 +188,7 @@ impl Desk {
                         crate::gang::link_leader_scratch(&plan, &self.places);
                     }
                     let attempt = plan.assignment.attempt;
-                    self.board.handle_part_items_checked(attempt, missing, now);
+                    self.board.handle_part_items_checked(attempt, missing);
                 }
                 Effect::DiscardItem { item } => {
                     self.files.discard(&item);

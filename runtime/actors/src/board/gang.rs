@@ -292,12 +292,7 @@ impl Board {
     /// The shell looked for the items `attempt`'s part reads: `missing` is the first
     /// this node must fetch (the part waits for it, then is checked again), none if
     /// every one is here (its processes may start).
-    pub fn handle_part_items_checked(
-        &mut self,
-        attempt: AttemptId,
-        missing: Option<String>,
-        now: Moment,
-    ) {
+    pub fn handle_part_items_checked(&mut self, attempt: AttemptId, missing: Option<String>) {
         let Some(part) = self.parts.parts.get_mut(&attempt) else {
             return;
         };
@@ -305,7 +300,7 @@ impl Board {
             return;
         }
         match missing {
-            Some(item) => self.fetches.stage_part(&item, attempt, now.unix_us),
+            Some(item) => self.fetches.stage_part(&item, attempt),
             None => {
                 let staged = part.staged.take().unwrap_or_default();
                 self.parts.queue.extend(staged);

@@ -130,21 +130,11 @@ impl Fetches {
 
     /// Gang part `attempt` waits for `item`, which is fetched if it is not being
     /// already.
-    pub(super) fn stage_part(&mut self, item: &str, attempt: AttemptId, _now_us: u64) {
+    pub(super) fn stage_part(&mut self, item: &str, attempt: AttemptId) {
         self.parts.entry(item.to_owned()).or_default().push(attempt);
-        if self.fetches.contains_key(item) {
-            return;
+        if !self.fetches.contains_key(item) {
+            self.begin(item, Vec::new());
         }
-        let mut fetch = Fetch {
-            total: None,
-            next_offset: 0,
-            in_flight: 0,
-            window: IN_FLIGHT,
-            received: 0,
-            waiting: Vec::new(),
-        };
-        self.request(item, &mut fetch, 1);
-        self.fetches.insert(item.to_owned(), fetch);
     }
 
     /// The gang parts that waited for `item` (its fetch has ended).
@@ -160,13 +150,18 @@ impl Fetches {
             fetch.waiting.push(assignment);
             return;
         }
+        self.begin(item, vec![assignment]);
+    }
+
+    /// A fetch of `item` begins, for the attempts `waiting`.
+    fn begin(&mut self, item: &str, waiting: Vec<Queued>) {
         let mut fetch = Fetch {
             total: None,
             next_offset: 0,
             in_flight: 0,
             window: IN_FLIGHT,
             received: 0,
-            waiting: vec![assignment],
+            waiting,
         };
         // One chunk first: its answer tells the size.
         self.request(item, &mut fetch, 1);

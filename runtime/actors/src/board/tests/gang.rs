@@ -432,7 +432,7 @@ fn a_part_starts_nothing_until_the_items_its_job_reads_are_here() {
         command: "orted".into(),
     });
     assert!(start(&mut board, 0, at(1)).is_none(), "held back");
-    board.handle_part_items_checked(AttemptId(50), Some("table".into()), at(1));
+    board.handle_part_items_checked(AttemptId(50), Some("table".into()));
     assert_eq!(board.fetches.outbox.len(), 1, "the item is asked for");
     assert!(start(&mut board, 0, at(1)).is_none(), "still held back");
     let data = saker_wire::ItemData {
@@ -455,7 +455,7 @@ fn a_part_starts_nothing_until_the_items_its_job_reads_are_here() {
     let [Effect::CheckPartItems { .. }] = again else {
         panic!("the part looks again at what it reads");
     };
-    board.handle_part_items_checked(AttemptId(50), None, at(2));
+    board.handle_part_items_checked(AttemptId(50), None);
     let daemon = start(&mut board, 0, at(3)).unwrap();
     assert_eq!(
         process_of(&daemon).kind,
@@ -470,7 +470,7 @@ fn a_part_starts_nothing_until_the_items_its_job_reads_are_here() {
     def.reads = vec!["ghost".into()];
     take(&mut board, Arc::new(def), 6, member(1, 2), at(0));
     effects(&mut board);
-    board.handle_part_items_checked(AttemptId(60), Some("ghost".into()), at(1));
+    board.handle_part_items_checked(AttemptId(60), Some("ghost".into()));
     let nobody = saker_wire::ItemData {
         error: Some("no live node holds it".into()),
         ..data
