@@ -85,8 +85,8 @@ def alternated(saker_side: Callable[[], float], baseline_side: Callable[[], floa
 def main() -> None:
     big = (256 if QUICK else 1024) * MIB
     mid = (64 if QUICK else 256) * MIB
-    extra = ["--object-memory-dir", MEMORY_DIR] if MEMORY_DIR else []
-    with saker.Pilot.start(slots=SLOTS, object_memory=OBJECT_MEMORY, extra_args=extra) as pilot, concurrent.futures.ProcessPoolExecutor(SLOTS) as pool:
+    memory = {"object_memory": OBJECT_MEMORY, "object_memory_dir": MEMORY_DIR}
+    with saker.Pilot.start(slots=SLOTS, **memory) as pilot, concurrent.futures.ProcessPoolExecutor(SLOTS) as pool:
         pilot.call(total, numpy.ones(8)).result()
         pool.submit(total, numpy.ones(8)).result()
 

@@ -502,6 +502,7 @@ class Pilot(_Target):
         sync: Optional[bool] = None,
         reconnect_for: Optional[float] = None,
         object_memory: Union[None, int, str] = None,
+        object_memory_dir: Optional[PathLike] = None,
     ) -> "Pilot":
         """Starts ``saker pilot`` on this machine and connects to it.
 
@@ -518,7 +519,9 @@ class Pilot(_Target):
         over, so pending futures fail as soon as the pilot is gone.
         ``object_memory`` (bytes, or a size such as ``"4G"``) keeps up to that much
         of each node's objects in shared memory (``--object-memory``), the least
-        recently used moved to the node's scratch directory past it.
+        recently used moved to the node's scratch directory past it;
+        ``object_memory_dir`` puts it in that shared-memory filesystem instead of
+        ``/dev/shm`` (a tmpfs mounted with huge pages maps objects faster).
         """
         _refuse_in_worker_import()
         binary = _find_binary(saker_bin)
@@ -543,6 +546,8 @@ class Pilot(_Target):
         if object_memory is not None:
             size = f"{-(-object_memory // (1 << 20))}M" if isinstance(object_memory, int) else object_memory
             argv += ["--object-memory", size]
+            if object_memory_dir is not None:
+                argv += ["--object-memory-dir", os.fspath(object_memory_dir)]
         argv += list(extra_args)
         env = dict(os.environ)
         env["PYTHONPATH"] = _python_path()

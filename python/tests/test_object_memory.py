@@ -100,3 +100,23 @@ def test_a_large_value_and_large_arguments_go_through_memory(pilot: saker.Pilot)
         for directory in dirs:
             leftovers = [name for name in os.listdir(directory) if name.startswith((".obj-", "obj-")) and name.endswith(".tmp")]
             assert leftovers == []
+
+
+def test_the_memory_goes_where_object_memory_dir_says(saker_bin: str) -> None:
+    import shutil
+    import tempfile
+
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm on this machine")
+    where = tempfile.mkdtemp(prefix="saker-test-memory-", dir="/dev/shm")
+    try:
+        with saker.Pilot.start(slots=1, saker_bin=saker_bin, object_memory="4M", object_memory_dir=where) as p:
+            ref = p.put(b"x" * 1000)
+            [(node, dirs)] = p._object_stores().dirs_seen()
+            assert dirs[0] == os.path.join(where, f"saker-{p.pilot_id}", f"node-{node}")
+            assert Path(dirs[0], ref.item).is_file()
+            assert p.get(ref) == b"x" * 1000
+        # A clean stop leaves nothing there.
+        assert os.listdir(where) == []
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
