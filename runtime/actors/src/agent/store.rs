@@ -40,15 +40,19 @@ pub(crate) struct ObjectStore {
     scratch: PathBuf,
     /// The objects each running attempt reads, pinned for it.
     pins: HashMap<AttemptId, Vec<ObjectId>>,
-    /// Where finished moves are told.
-    agent: Option<ActorRef<AgentMsg>>,
+    /// The thread that moves objects, one after another, and tells the agent; none:
+    /// moves are made at once, on the caller's thread (tests).
+    mover: Option<std::sync::mpsc::Sender<Move>>,
     /// The memory directory's modification time at the last listing, and when that
     /// listing was: unchanged, and listed well after it, nothing was put or removed
     /// there since (a look is then a stat, not a listing).
     listed: Option<(SystemTime, SystemTime)>,
 }
 
-/// A move to the scratch has ended (on its own thread).
+/// An object to move: its id, from where, to where.
+type Move = (ObjectId, PathBuf, PathBuf);
+
+/// A move to the scratch has ended (on the mover's thread).
 #[derive(Debug)]
 pub struct Spilled {
     pub id: ObjectId,
@@ -62,13 +66,14 @@ impl ObjectStore {
         bound: u64,
         agent: Option<ActorRef<AgentMsg>>,
     ) -> Option<ObjectStore> {
+        let memory = dirs.memory.clone()?;
         Some(ObjectStore {
             store: Store::new(bound),
             bound,
-            memory: dirs.memory.clone()?,
+            memory,
             scratch: dirs.scratch.clone(),
             pins: HashMap::new(),
-            agent,
+            mover: agent.map(start_mover),
             listed: None,
         })
     }
@@ -203,19 +208,13 @@ impl ObjectStore {
                     tracing::debug!(object = %id, size, "moving an object out of memory");
                     let name = format!("obj-{id}");
                     let (from, to) = (self.memory.join(&name), self.scratch.join(&name));
-                    match &self.agent {
-                        Some(agent) => {
-                            let agent = agent.clone();
-                            std::thread::spawn(move || {
-                                let result = spill(&from, &to);
-                                let _ =
-                                    agent.send_message(AgentMsg::Spilled(Spilled { id, result }));
-                            });
-                        }
-                        None => {
-                            let result = spill(&from, &to);
-                            self.spilled(Spilled { id, result });
-                        }
+                    let queued = match &self.mover {
+                        Some(mover) => mover.send((id, from, to)).map_err(|error| error.0),
+                        None => Err((id, from, to)),
+                    };
+                    if let Err((id, from, to)) = queued {
+                        let result = spill(&from, &to);
+                        self.spilled(Spilled { id, result });
                     }
                 }
                 StoreEffect::DropMemory { id } => {
@@ -235,6 +234,26 @@ impl ObjectStore {
             }
         }
     }
+}
+
+/// A thread that moves objects one after another (a disk takes one stream best, and
+/// many moves at once must not mean many threads), telling `agent` of each; it ends
+/// with its store.
+fn start_mover(agent: ActorRef<AgentMsg>) -> std::sync::mpsc::Sender<Move> {
+    let (moves, queue) = std::sync::mpsc::channel::<Move>();
+    let started = std::thread::Builder::new()
+        .name("saker-object-mover".into())
+        .spawn(move || {
+            for (id, from, to) in queue {
+                let result = spill(&from, &to);
+                let _ = agent.send_message(AgentMsg::Spilled(Spilled { id, result }));
+            }
+        });
+    if let Err(error) = started {
+        // Moves are then made on the agent's thread (the sender's end is dropped).
+        tracing::warn!(%error, "no thread to move objects out of memory");
+    }
+    moves
 }
 
 /// The object an item name stands for, if it is one (`obj-` and 32 hex digits).
