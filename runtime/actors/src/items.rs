@@ -118,9 +118,8 @@ impl ItemDirs {
 #[derive(Debug)]
 pub struct ItemFiles {
     node: NodeId,
-    dir: PathBuf,
-    /// The object memory, if any (see the module doc).
-    memory: Option<PathBuf>,
+    /// The scratch directory, and the object memory if any (see the module doc).
+    dirs: ItemDirs,
     /// The scratch directories of all nodes are on one filesystem every node sees
     /// (`--shared-scratch`): an item is linked from its writer's, never copied.
     shared: bool,
@@ -133,8 +132,10 @@ impl ItemFiles {
     pub fn new(node: u32, dir: PathBuf, shared: bool) -> ItemFiles {
         ItemFiles {
             node: NodeId(node),
-            dir,
-            memory: None,
+            dirs: ItemDirs {
+                scratch: dir,
+                memory: None,
+            },
             shared,
             partial: HashMap::new(),
         }
@@ -142,26 +143,23 @@ impl ItemFiles {
 
     /// Objects are kept in `memory` first (see the module doc).
     pub fn with_memory(mut self, memory: PathBuf) -> ItemFiles {
-        self.memory = Some(memory);
+        self.dirs.memory = Some(memory);
         self
     }
 
     /// Where this node's items are.
-    pub fn dirs(&self) -> ItemDirs {
-        ItemDirs {
-            scratch: self.dir.clone(),
-            memory: self.memory.clone(),
-        }
+    pub fn dirs(&self) -> &ItemDirs {
+        &self.dirs
     }
 
     /// The scratch directory (`SAKER_SCRATCH`).
     pub fn scratch(&self) -> &Path {
-        &self.dir
+        &self.dirs.scratch
     }
 
     /// Where `item` is (memory first for an object; see the module doc).
     fn path(&self, item: &str) -> PathBuf {
-        self.dirs().locate(item)
+        self.dirs.locate(item)
     }
 
     /// Removes freed items (plain names only: nothing outside the scratch directory).
@@ -172,8 +170,8 @@ impl ItemFiles {
                 tracing::warn!(item, "not removing an item with an invalid name");
                 continue;
             }
-            let memory = self.dirs().memory_path(item);
-            for path in memory.into_iter().chain([self.dir.join(item)]) {
+            let memory = self.dirs.memory_path(item);
+            for path in memory.into_iter().chain([self.dirs.scratch.join(item)]) {
                 match std::fs::remove_file(path) {
                     Ok(()) => {}
                     Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
@@ -186,7 +184,7 @@ impl ItemFiles {
     /// Where `item` is written while it is fetched (in memory for an object, when
     /// there is one).
     pub fn part_path(&self, item: &str) -> PathBuf {
-        self.dirs()
+        self.dirs
             .home(item)
             .join(format!(".{item}.part-{}", self.node))
     }
@@ -212,16 +210,17 @@ impl ItemFiles {
     /// one that has it (the writer's, on the shared filesystem). Returns whether it is
     /// here now. Nothing is copied and the root is not asked.
     pub fn link_shared(&self, item: &str) -> bool {
-        let Some(parent) = self.dir.parent().filter(|_| self.shared) else {
+        let scratch = &self.dirs.scratch;
+        let Some(parent) = scratch.parent().filter(|_| self.shared) else {
             return false;
         };
         let Ok(nodes) = std::fs::read_dir(parent) else {
             return false;
         };
-        let here = self.dir.join(item);
+        let here = scratch.join(item);
         for node in nodes.flatten() {
             let there = node.path().join(item);
-            if node.path() != self.dir && there.is_file() {
+            if node.path() != *scratch && there.is_file() {
                 let linked = std::fs::hard_link(&there, &here)
                     .or_else(|_| std::os::unix::fs::symlink(&there, &here));
                 return linked.is_ok() || here.is_file();
@@ -281,7 +280,7 @@ impl ItemFiles {
     /// The whole `item` goes in place under its name (beside its partial file).
     pub fn keep(&mut self, item: &str) -> Result<(), ItemError> {
         drop(self.partial.remove(item));
-        let place = self.dirs().home(item).join(item);
+        let place = self.dirs.home(item).join(item);
         std::fs::rename(self.part_path(item), place).map_err(|source| ItemError::Keep {
             item: item.to_owned(),
             source,
@@ -296,7 +295,7 @@ impl ItemFiles {
 
     /// This node holds an item another asked for: the bytes it asked for.
     pub fn serve(&self, read: &ItemRead) -> ItemData {
-        read_chunk(&self.dirs(), read, ITEM_CHUNK)
+        read_chunk(&self.dirs, read, ITEM_CHUNK)
     }
 
     /// What `job` (whose attempt exited 0) wrote: every item it was to write must be
