@@ -115,9 +115,18 @@ fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_and_rendezvous_jobs() {
             .expect("the test command installs OpenMPI and MPICH");
         assert!(built.success());
         let binary = binary.display().to_string();
+        // Open MPI 4.1.4 (Debian 12) now and then crashes a rank inside MPI_Init on a
+        // loaded machine: its TCP BTL hands a peer's early fragment to a tag handler
+        // not yet registered (a call through NULL; about 1 job in 15 under four busy
+        // loops here, where every "node" shares one address). Not the launch's fault,
+        // so the job gets the retry a user of that MPI would give it; a launch that
+        // fails every time still fails the test.
+        let retries = if kind == "openmpi" { "1" } else { "0" };
         submit_and_wait(
             &pilot,
             &[
+                "--retries",
+                retries,
                 "--nodes",
                 "3",
                 "--ranks-per-node",
