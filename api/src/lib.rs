@@ -66,6 +66,7 @@ mod context;
 mod error;
 mod host;
 mod link;
+mod objects;
 mod options;
 mod pilot;
 mod remote;
@@ -77,6 +78,7 @@ pub use actor::{Actor, ActorId, MAX_ACTOR_NAME_LEN, Placement, RemoteRef, Restar
 pub use app::{App, CLI_ARGUMENT, DEFAULT_KIND, PILOT_DIR_VAR};
 pub use error::{ActorError, Error, TaskError};
 pub use host::node;
+pub use objects::{Mapped, ObjectError, Ref};
 pub use options::TaskOptions;
 pub use pilot::Pilot;
 /// The pilot's id of a job: what [`TaskHandle::job`] gives and

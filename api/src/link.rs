@@ -6,9 +6,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ractor::ActorRef;
+use saker_client::protocol::{PutObjectRequest, StoresReport};
 use saker_client::results::ResultRecord;
 use saker_client::spec::JobRequest;
 use saker_client::{RequestError, StatusReport, SubmittedJob};
+use saker_core::ObjectId;
 use saker_root::actor::RootMsg;
 use saker_root::client::{ClientRequest, ResultsItem};
 use tokio::sync::{mpsc, oneshot};
@@ -125,6 +127,47 @@ impl Link {
             }
             Link::Client(remote) => remote
                 .ask_again(|client| async move { client.status().await })
+                .await
+                .map_err(client_error),
+        }
+    }
+
+    /// Where each live node keeps its items and objects.
+    pub(crate) async fn stores(&self) -> Result<StoresReport, Error> {
+        match self {
+            Link::Embedded(root) => Self::ask(root, |reply| ClientRequest::Stores { reply }).await,
+            Link::Client(remote) => remote
+                .ask_again(|client| async move { client.stores().await })
+                .await
+                .map_err(client_error),
+        }
+    }
+
+    /// Records an object written in a node's store (asked again after a takeover:
+    /// recording the same object twice is recording it once).
+    pub(crate) async fn put_object(&self, put: PutObjectRequest) -> Result<(), Error> {
+        match self {
+            Link::Embedded(root) => {
+                Self::ask(root, |reply| ClientRequest::PutObject { put, reply }).await
+            }
+            Link::Client(remote) => remote
+                .ask_again(|client| async move { client.put_object(put).await })
+                .await
+                .map_err(client_error),
+        }
+    }
+
+    /// Frees objects once no unfinished job reads them.
+    pub(crate) async fn free_objects(&self, objects: Vec<ObjectId>) -> Result<(), Error> {
+        match self {
+            Link::Embedded(root) => {
+                Self::ask(root, |reply| ClientRequest::FreeObjects { objects, reply }).await
+            }
+            Link::Client(remote) => remote
+                .ask_again(|client| {
+                    let objects = objects.clone();
+                    async move { client.free_objects(objects).await }
+                })
                 .await
                 .map_err(client_error),
         }

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use saker_client::StatusReport;
 use saker_client::results::{JobId, ResultRecord, TaskId, TerminalState};
-use saker_client::spec::{FunctionSpec, JobRequest};
-use tokio::sync::mpsc;
+use saker_client::spec::{FunctionSpec, JobRequest, object_item};
+use saker_core::ObjectId;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, TaskError};
 use crate::link::{Feed, Link};
@@ -37,6 +38,19 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// Told the answer (or the failure) for one task.
 pub(crate) type Waiter = Box<dyn FnOnce(Result<Arc<ResultRecord>, TaskError>) + Send>;
+
+/// What the submitter sends, in order: jobs, and frees of objects (after every job
+/// queued before them, so a job that reads an object reaches the pilot first).
+// Jobs are nearly all of it: boxing them would cost an allocation per call.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Queued {
+    Job(Submission),
+    /// An object to free; told when the pilot took the free (a free by hand).
+    Free(u128, Option<FreeDone>),
+}
+
+/// Told when the pilot took a free by hand.
+pub(crate) type FreeDone = oneshot::Sender<Result<(), Error>>;
 
 /// One call for the submitter: its task, and who waits for its result.
 pub(crate) struct Submission {
@@ -89,7 +103,9 @@ pub struct Pilot {
 pub(crate) struct Shared {
     pub(crate) link: Link,
     pub(crate) kind: String,
-    pub(crate) submissions: mpsc::UnboundedSender<Submission>,
+    pub(crate) queue: mpsc::UnboundedSender<Queued>,
+    /// The nodes' stores this driver sees (objects by reference).
+    pub(crate) stores: Arc<crate::objects::Stores>,
     /// Cores of the nodes that had joined when the driver started ([`Pilot::slots`]).
     pub(crate) slots: u32,
     /// Cores of the pilot once every node it expects had joined, when seen.
@@ -125,13 +141,19 @@ impl Pilot {
         let (events, event_rx) = mpsc::unbounded_channel();
         tokio::spawn(forward_results(feed, events.clone()));
         tokio::spawn(dispatch(event_rx));
-        let (submissions, submission_rx) = mpsc::unbounded_channel();
-        tokio::spawn(submit_loop(link.clone(), submission_rx, events));
+        let (queue, queued) = mpsc::unbounded_channel();
+        tokio::spawn(submit_loop(link.clone(), queued, events));
+        let stores = Arc::new(crate::objects::Stores::new(
+            link.clone(),
+            status.pilot_id.clone(),
+        ));
+        crate::objects::set_driver_stores(&stores);
         Ok(Pilot {
             shared: Arc::new(Shared {
                 link,
                 kind,
-                submissions,
+                queue,
+                stores,
                 slots: status.slots.max(1),
                 full_slots: if all_joined(&status) {
                     OnceLock::from(status.slots)
@@ -153,6 +175,15 @@ impl Pilot {
     /// Submits one call of `T` with the default options; see [`crate::Submitter::submit`].
     pub fn submit<T: crate::Task>(&self, input: T::Input) -> crate::TaskHandle<T::Output> {
         self.with(TaskOptions::default()).submit::<T>(input)
+    }
+
+    /// Submits one call of `T` whose output stays on its node as an object; see
+    /// [`crate::Submitter::submit_ref`].
+    pub fn submit_ref<T: crate::Task>(
+        &self,
+        input: T::Input,
+    ) -> crate::TaskHandle<crate::Ref<T::Output>> {
+        self.with(TaskOptions::default()).submit_ref::<T>(input)
     }
 
     /// Runs `T` on every input; outputs in the inputs' order. See [`crate::Submitter::map`].
@@ -237,23 +268,43 @@ impl Pilot {
 
     pub(crate) fn send(&self, job: JobRequest, waiter: Waiter, id: Option<Arc<JobCell>>) {
         let submission = Submission { job, waiter, id };
-        if let Err(refused) = self.shared.submissions.send(submission) {
+        if let Err(mpsc::error::SendError(Queued::Job(refused))) =
+            self.shared.queue.send(Queued::Job(submission))
+        {
             let reason = "the driver's submitter stopped".to_owned();
-            if let Some(id) = &refused.0.id {
+            if let Some(id) = &refused.id {
                 id.set(Err(Arc::new(Error::PilotGone {
                     reason: reason.clone(),
                 })));
             }
-            (refused.0.waiter)(Err(TaskError::PilotGone { reason }));
+            (refused.waiter)(Err(TaskError::PilotGone { reason }));
         }
     }
 
     /// The job of one call: `payload` for this application's worker kind.
-    pub(crate) fn job(&self, payload: Vec<u8>, options: &TaskOptions) -> JobRequest {
-        JobRequest::single(options.spec(FunctionSpec {
+    /// The job of one call: the options' spec, reading the objects `reads` (refs in
+    /// its input) and writing `store` (its output kept as that object).
+    pub(crate) fn job(
+        &self,
+        payload: Vec<u8>,
+        options: &TaskOptions,
+        reads: &[u128],
+        store: Option<u128>,
+    ) -> JobRequest {
+        let mut spec = options.spec(FunctionSpec {
             kind: self.shared.kind.clone(),
             payload,
-        }))
+        });
+        for object in reads {
+            let item = object_item(ObjectId(*object));
+            if !spec.reads.contains(&item) {
+                spec.reads.push(item);
+            }
+        }
+        if let Some(object) = store {
+            spec.writes.push(object_item(ObjectId(object)));
+        }
+        JobRequest::single(spec)
     }
 }
 
@@ -308,55 +359,100 @@ async fn forward_results(mut feed: Feed, events: mpsc::UnboundedSender<Event>) {
 
 async fn submit_loop(
     link: Link,
-    mut submissions: mpsc::UnboundedReceiver<Submission>,
+    mut queued: mpsc::UnboundedReceiver<Queued>,
     events: mpsc::UnboundedSender<Event>,
 ) {
     let mut batch = Vec::new();
-    while submissions.recv_many(&mut batch, BATCH).await > 0 {
+    while queued.recv_many(&mut batch, BATCH).await > 0 {
         let mut ids = Vec::with_capacity(batch.len());
+        let mut frees = Vec::new();
         let (jobs, waiters): (Vec<JobRequest>, Vec<Waiter>) = batch
             .drain(..)
+            .filter_map(|queued| match queued {
+                Queued::Job(s) => Some(s),
+                Queued::Free(id, done) => {
+                    frees.push((id, done));
+                    None
+                }
+            })
             .map(|s| {
                 ids.push(s.id);
                 (s.job, s.waiter)
             })
             .unzip();
-        let _ = events.send(Event::InFlight);
-        match link.submit(jobs).await {
-            Ok(submitted) => {
-                for (job, id) in submitted.iter().zip(&ids) {
-                    if let Some(id) = id {
-                        id.set(Ok(job.job));
-                    }
+        // Every free in the batch comes after the jobs in it that read its object.
+        submit_batch(&link, jobs, waiters, ids, &events).await;
+        if !frees.is_empty() {
+            free_batch(&link, frees).await;
+        }
+    }
+}
+
+async fn free_batch(link: &Link, frees: Vec<(u128, Option<FreeDone>)>) {
+    let objects = frees
+        .iter()
+        .map(|(id, _)| saker_core::ObjectId(*id))
+        .collect();
+    let freed = link.free_objects(objects).await.map_err(Arc::new);
+    for (_, done) in frees {
+        if let Some(done) = done {
+            let _ = done.send(freed.clone().map_err(|error| match &*error {
+                Error::Refused { message } => Error::Refused {
+                    message: message.clone(),
+                },
+                other => Error::PilotGone {
+                    reason: other.to_string(),
+                },
+            }));
+        }
+    }
+}
+
+async fn submit_batch(
+    link: &Link,
+    jobs: Vec<JobRequest>,
+    waiters: Vec<Waiter>,
+    ids: Vec<Option<Arc<JobCell>>>,
+    events: &mpsc::UnboundedSender<Event>,
+) {
+    if jobs.is_empty() {
+        return;
+    }
+    let _ = events.send(Event::InFlight);
+    match link.submit(jobs).await {
+        Ok(submitted) => {
+            for (job, id) in submitted.iter().zip(&ids) {
+                if let Some(id) = id {
+                    id.set(Ok(job.job));
                 }
-                let registered = submitted
-                    .iter()
-                    .map(|job| job.first_task)
-                    .zip(waiters)
-                    .collect();
-                let _ = events.send(Event::Registered(registered));
             }
-            Err(error) => {
-                let failure = match &error {
-                    Error::PilotGone { reason } => TaskError::PilotGone {
-                        reason: reason.clone(),
-                    },
-                    Error::Unanswered { .. } => TaskError::PilotGone {
-                        reason: error.to_string(),
-                    },
-                    other => TaskError::Failed {
-                        reason: other.to_string(),
-                    },
-                };
-                let error = Arc::new(error);
-                for id in ids.iter().flatten() {
-                    id.set(Err(Arc::clone(&error)));
-                }
-                for waiter in waiters {
-                    waiter(Err(failure.clone()));
-                }
-                let _ = events.send(Event::Registered(Vec::new()));
+            let registered = submitted
+                .iter()
+                .map(|job| job.first_task)
+                .zip(waiters)
+                .collect();
+            let _ = events.send(Event::Registered(registered));
+        }
+        Err(error) => {
+            let failure = match &error {
+                Error::PilotGone { reason } => TaskError::PilotGone {
+                    reason: reason.clone(),
+                },
+                Error::Unanswered { .. } => TaskError::PilotGone {
+                    reason: error.to_string(),
+                },
+                other => TaskError::Failed {
+                    reason: other.to_string(),
+                },
+            };
+            let error = Arc::new(error);
+            for id in ids.iter().flatten() {
+                id.set(Err(Arc::clone(&error)));
             }
+            for waiter in waiters {
+                waiter(Err(failure.clone()));
+            }
+            let _ = events.send(Event::Registered(Vec::new()));
         }
     }
 }
@@ -432,6 +528,7 @@ pub(crate) fn answers<O: Data>(record: &ResultRecord) -> Result<Vec<Answer<O>>, 
                 RaisedKind::UnknownTask => TaskError::UnknownTask { message },
                 RaisedKind::TypeMismatch => TaskError::TypeMismatch { message },
                 RaisedKind::InvalidInput => TaskError::InvalidData { message },
+                RaisedKind::NotStored => TaskError::Failed { reason: message },
             })
         }
     }

@@ -10,9 +10,10 @@ use saker_client::spec::MAX_FUNCTION_BYTES;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::TaskError;
+use crate::objects::{self, Owner, Ref};
 use crate::options::TaskOptions;
 use crate::pilot::{JobCell, Pilot, Waiter, answers};
-use crate::task::{Answer, Task, encode_call};
+use crate::task::{Answer, Data, Task, encode_call};
 use saker_client::results::JobId;
 use std::sync::Arc;
 
@@ -43,8 +44,34 @@ impl Submitter {
     /// output; dropping it does not cancel the task. Calls made in a loop leave in
     /// few requests (batched submission).
     pub fn submit<T: Task>(&self, input: T::Input) -> TaskHandle<T::Output> {
+        self.submit_one::<T, T::Output>(input, None, |output| output)
+    }
+
+    /// Like [`Self::submit`], but the output stays on the node that made it, as an
+    /// object: the handle gives its [`Ref`], which later tasks take as input (they run
+    /// there, or get it fetched node to node) and the driver reads with
+    /// [`Ref::get`]. Nothing of the output passes through the pilot's root, and it
+    /// may be as large as the node's store holds. The object is freed when the
+    /// driver's last clone of the ref is dropped.
+    pub fn submit_ref<T: Task>(&self, input: T::Input) -> TaskHandle<Ref<T::Output>> {
+        let id = objects::new_id();
+        let owner = Owner::new(id, self.pilot.shared.queue.clone());
+        self.submit_one::<T, Ref<T::Output>>(input, Some(id), move |mut object| {
+            object.set_owner(owner);
+            object
+        })
+    }
+
+    fn submit_one<T: Task, O: Data>(
+        &self,
+        input: T::Input,
+        store: Option<u128>,
+        finish: impl FnOnce(O) -> O + Send + 'static,
+    ) -> TaskHandle<O> {
         let (sender, receiver) = oneshot::channel();
-        let payload = match encode_call::<T>(&vec![input]) {
+        // The objects the input refers to are what the task reads.
+        let (encoded, reads) = objects::recording(|| encode_call::<T>(&vec![input], store));
+        let payload = match encoded {
             Ok(payload) if payload.len() <= MAX_FUNCTION_BYTES => payload,
             Ok(payload) => {
                 let _ = sender.send(Err(too_large(payload.len())));
@@ -65,9 +92,9 @@ impl Submitter {
         };
         let waiter: Waiter = Box::new(move |record| {
             let output = record.and_then(|record| {
-                let mut answers = answers::<T::Output>(&record)?;
+                let mut answers = answers::<O>(&record)?;
                 match answers.pop() {
-                    Some(Answer::Returned(output)) if answers.is_empty() => Ok(output),
+                    Some(Answer::Returned(output)) if answers.is_empty() => Ok(finish(output)),
                     Some(Answer::Panicked(message)) => Err(TaskError::Panicked { message }),
                     _ => Err(TaskError::InvalidData {
                         message: "a call of one input answered with another count".to_owned(),
@@ -78,7 +105,7 @@ impl Submitter {
         });
         let job = Arc::new(JobCell::default());
         self.pilot.send(
-            self.pilot.job(payload, &self.options),
+            self.pilot.job(payload, &self.options, &reads, store),
             waiter,
             Some(job.clone()),
         );
@@ -167,7 +194,8 @@ impl Submitter {
         sink: &mpsc::UnboundedSender<Item<T::Output>>,
     ) {
         let count = inputs.len();
-        let payload = match encode_call::<T>(&inputs) {
+        let (encoded, reads) = objects::recording(|| encode_call::<T>(&inputs, None));
+        let payload = match encoded {
             Ok(payload) if payload.len() <= MAX_FUNCTION_BYTES => payload,
             Ok(payload) if count > 1 => {
                 // Too big together: halves, until each fits or is one input.
@@ -247,8 +275,11 @@ impl Submitter {
                 }
             }
         });
-        self.pilot
-            .send(self.pilot.job(payload, &self.options), waiter, None);
+        self.pilot.send(
+            self.pilot.job(payload, &self.options, &reads, None),
+            waiter,
+            None,
+        );
     }
 
     /// One input of a chunk again, as a task of its own with one retry fewer.

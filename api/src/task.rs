@@ -7,6 +7,10 @@
 //! b"SKR1"  u64 fingerprint  u16 name length  name  u32 inputs  archive of Vec<Input>
 //! ```
 //!
+//! or, for a call whose output stays on its node as an object (`submit_ref`),
+//! `b"SKR2"` and the same with the object's id (`u128`) after `inputs`; its answer
+//! is then the output's [`crate::Ref`].
+//!
 //! and a worker's answer is an archive of one [`Answer`] per input. The fingerprint
 //! names the task's types; a worker built from another version of the program refuses
 //! a call whose fingerprint differs from its own, and every archive is validated
@@ -137,6 +141,7 @@ impl Fnv {
 }
 
 const MAGIC: &[u8; 4] = b"SKR1";
+const MAGIC_STORED: &[u8; 4] = b"SKR2";
 
 /// Why a payload or an answer could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -155,19 +160,28 @@ pub(crate) struct CallHeader<'a> {
     pub(crate) fingerprint: u64,
     pub(crate) name: &'a str,
     pub(crate) inputs: u32,
+    /// The object the output is stored as, on the worker's node.
+    pub(crate) store: Option<u128>,
     pub(crate) archive: &'a [u8],
 }
 
-/// A call of `T` on `inputs`, as a function task's payload.
-pub(crate) fn encode_call<T: Task>(inputs: &Vec<T::Input>) -> Result<Vec<u8>, CodecError> {
+/// A call of `T` on `inputs`, as a function task's payload; with `store`, its
+/// output is kept on the worker's node as that object.
+pub(crate) fn encode_call<T: Task>(
+    inputs: &Vec<T::Input>,
+    store: Option<u128>,
+) -> Result<Vec<u8>, CodecError> {
     let archive = archive_slice(inputs, "the task's inputs")?;
     let name = T::NAME.as_bytes();
-    let mut payload = Vec::with_capacity(4 + 8 + 2 + name.len() + 4 + archive.len());
-    payload.extend_from_slice(MAGIC);
+    let mut payload = Vec::with_capacity(4 + 8 + 2 + name.len() + 4 + 16 + archive.len());
+    payload.extend_from_slice(if store.is_some() { MAGIC_STORED } else { MAGIC });
     payload.extend_from_slice(&fingerprint::<T>().to_le_bytes());
     payload.extend_from_slice(&(name.len() as u16).to_le_bytes());
     payload.extend_from_slice(name);
     payload.extend_from_slice(&(inputs.len() as u32).to_le_bytes());
+    if let Some(object) = store {
+        payload.extend_from_slice(&object.to_le_bytes());
+    }
     payload.extend_from_slice(&archive);
     Ok(payload)
 }
@@ -183,19 +197,30 @@ fn archive_slice<T: Data>(items: &Vec<T>, what: &'static str) -> Result<AlignedV
 
 pub(crate) fn read_header(payload: &[u8]) -> Result<CallHeader<'_>, CodecError> {
     let take = |at: usize, n: usize| payload.get(at..at + n).ok_or(CodecError::Header);
-    if take(0, 4)? != MAGIC {
-        return Err(CodecError::Header);
-    }
+    let stored = match take(0, 4)? {
+        magic if magic == MAGIC => false,
+        magic if magic == MAGIC_STORED => true,
+        _ => return Err(CodecError::Header),
+    };
     let fingerprint = u64::from_le_bytes(take(4, 8)?.try_into().expect("8 bytes"));
     let name_len = u16::from_le_bytes(take(12, 2)?.try_into().expect("2 bytes")) as usize;
     let name = std::str::from_utf8(take(14, name_len)?).map_err(|_| CodecError::Header)?;
     let at = 14 + name_len;
     let inputs = u32::from_le_bytes(take(at, 4)?.try_into().expect("4 bytes"));
+    let mut at = at + 4;
+    let store = if stored {
+        let object = u128::from_le_bytes(take(at, 16)?.try_into().expect("16 bytes"));
+        at += 16;
+        Some(object)
+    } else {
+        None
+    };
     Ok(CallHeader {
         fingerprint,
         name,
         inputs,
-        archive: &payload[at + 4..],
+        store,
+        archive: &payload[at..],
     })
 }
 
@@ -260,13 +285,19 @@ mod tests {
 
     #[test]
     fn a_call_round_trips_through_its_payload() {
-        let payload = encode_call::<Square>(&vec![3, 4, 5]).unwrap();
-        let header = read_header(&payload).unwrap();
-        assert_eq!(header.name, "square");
-        assert_eq!(header.inputs, 3);
-        assert_eq!(header.fingerprint, fingerprint::<Square>());
-        let inputs: Vec<u64> = decode_vec(header.archive, "inputs").unwrap();
-        assert_eq!(inputs, vec![3, 4, 5]);
+        for store in [None, Some(u128::MAX - 7)] {
+            let payload = encode_call::<Square>(&vec![3, 4, 5], store).unwrap();
+            let header = read_header(&payload).unwrap();
+            assert_eq!(header.name, "square");
+            assert_eq!(header.inputs, 3);
+            assert_eq!(header.store, store);
+            assert_eq!(header.fingerprint, fingerprint::<Square>());
+            let inputs: Vec<u64> = decode_vec(header.archive, "inputs").unwrap();
+            assert_eq!(inputs, vec![3, 4, 5]);
+        }
+        // A stored call cut short of its object id is refused, not misread.
+        let payload = encode_call::<Square>(&vec![3], Some(1)).unwrap();
+        assert!(read_header(&payload[..14 + 6 + 4 + 8]).is_err());
     }
 
     #[test]

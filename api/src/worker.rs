@@ -32,6 +32,8 @@ pub(crate) enum RaisedKind {
     UnknownTask = 2,
     TypeMismatch = 3,
     InvalidInput = 4,
+    /// The output could not be kept on the node (`submit_ref`).
+    NotStored = 5,
 }
 
 impl RaisedKind {
@@ -41,6 +43,7 @@ impl RaisedKind {
             RaisedKind::UnknownTask,
             RaisedKind::TypeMismatch,
             RaisedKind::InvalidInput,
+            RaisedKind::NotStored,
         ]
         .into_iter()
         .find(|kind| *kind as u8 == byte)
@@ -140,7 +143,24 @@ fn run_call<T: Task>(header: &CallHeader<'_>, runtime: &Runtime) -> CallOutcome 
             }
         }
     }
-    encode_answers(&answers)
+    let encoded = match header.store {
+        None => encode_answers(&answers),
+        // The output stays on this node as the object, and its ref is the answer.
+        Some(object) => {
+            let stored = answers
+                .into_iter()
+                .map(|answer| match answer {
+                    Answer::Returned(output) => {
+                        crate::objects::store_output(&output, object).map(Answer::Returned)
+                    }
+                    Answer::Panicked(message) => Ok(Answer::Panicked(message)),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|error| (RaisedKind::NotStored, saker_actors::error_chain(&error)))?;
+            encode_answers(&stored)
+        }
+    };
+    encoded
         .map(|bytes| bytes.to_vec())
         .map_err(|error| (RaisedKind::InvalidInput, error.to_string()))
 }

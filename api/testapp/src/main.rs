@@ -13,6 +13,7 @@ use std::time::Duration;
 use saker::{App, Task, TaskError, TaskOptions};
 
 mod actors;
+mod objects;
 
 struct Square;
 impl Task for Square {
@@ -178,7 +179,10 @@ fn main() -> ExitCode {
         .task::<Nap>()
         .task::<Clock>()
         .task::<WhereAmI>()
-        .task::<Stats>();
+        .task::<Stats>()
+        .task::<objects::Sum>()
+        .task::<objects::Fill>()
+        .task::<objects::Total>();
     let args: Vec<String> = app
         .args()
         .iter()
@@ -244,6 +248,7 @@ async fn scenario(pilot: saker::Pilot, args: &[String]) -> Result<(), String> {
         "pinned" => pinned(&pilot).await,
         "when" => when(&pilot).await,
         "big" => big(&pilot).await,
+        "objects" => objects::objects(&pilot).await,
         "actors" => actors::actors(&pilot).await,
         "actor-loss" => actors::loss(&pilot).await,
         "actor-takeover" => actors::takeover(&pilot).await,

@@ -149,6 +149,36 @@ fn an_input_and_an_output_near_the_size_limit_are_journaled_and_answered() {
 }
 
 #[test]
+fn objects_by_reference_are_read_in_place_fetched_kept_and_freed() {
+    let done = output(testapp().arg("objects"));
+    assert!(done.status.success(), "{}", stdout(&done));
+    assert!(stdout(&done).contains("ok objects"));
+}
+
+#[test]
+fn objects_by_reference_work_through_a_pilot_the_driver_attaches_to() {
+    let pilot = ServicePilot::start(2);
+    let done = output(
+        testapp()
+            .arg("--pilot-dir")
+            .arg(pilot.path())
+            .arg("objects"),
+    );
+    assert!(done.status.success(), "{}", stdout(&done));
+    assert!(stdout(&done).contains("ok objects"));
+    // Every object the driver made is freed once its refs are gone, and the array
+    // fetched to the other node went node to node.
+    let status = pilot.status();
+    let data = status
+        .lines()
+        .find(|line| line.starts_with("data"))
+        .unwrap();
+    assert!(data.contains(" 0 items held"), "{status}");
+    assert!(data.contains("(0 through the root)"), "{status}");
+    assert!(!data.contains(" 0 bytes moved"), "{status}");
+}
+
+#[test]
 fn panics_retries_and_time_limits_come_back_typed() {
     let scratch = tempfile::tempdir().unwrap();
     let done = output(testapp().arg("failures").arg(scratch.path()));

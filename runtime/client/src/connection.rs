@@ -263,6 +263,31 @@ impl Client {
             .await
     }
 
+    /// Where each live node keeps its data items and objects (`stores`).
+    pub async fn stores(&self) -> Result<super::protocol::StoresReport, ClientError> {
+        self.call("stores", &super::protocol::StoresRequest {})
+            .await
+    }
+
+    /// Records an object this client wrote in a node's store (`put_object`).
+    pub async fn put_object(
+        &self,
+        put: super::protocol::PutObjectRequest,
+    ) -> Result<(), ClientError> {
+        let _: serde_json::Value = self.call("put_object", &put).await?;
+        Ok(())
+    }
+
+    /// Frees these objects once no unfinished job reads them (`free_objects`).
+    pub async fn free_objects(
+        &self,
+        objects: Vec<saker_core::ObjectId>,
+    ) -> Result<(), ClientError> {
+        let request = super::protocol::FreeObjectsRequest { objects };
+        let _: serde_json::Value = self.call("free_objects", &request).await?;
+        Ok(())
+    }
+
     /// The result of task `task`; an error of kind `no_result` if it has none (yet).
     pub async fn result(&self, task: u64) -> Result<ResultRecord, ClientError> {
         self.call("result", &ResultRequest { task }).await
