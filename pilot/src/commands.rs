@@ -337,11 +337,13 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
     if status.data_memory_bound > 0 {
         writeln!(
             out,
-            "objects   {} of {} bytes in memory, {} moved to scratch ({} bytes)",
+            "objects   {} of {} bytes in memory, {} moved to scratch ({} bytes), {} copies dropped ({} bytes)",
             status.data_memory_bytes,
             status.data_memory_bound,
             status.data_spills,
-            status.data_spilled_bytes
+            status.data_spilled_bytes,
+            status.data_drops,
+            status.data_dropped_bytes
         )?;
     }
     if status.periodic > 0 {

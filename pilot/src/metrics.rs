@@ -187,6 +187,16 @@ impl Collector for Snapshot {
                 "Bytes of objects the live nodes moved from memory to their scratch",
                 status.data_spilled_bytes,
             ),
+            (
+                "data_dropped_copies",
+                "Fetched copies the live nodes dropped from memory (other nodes hold them)",
+                status.data_drops,
+            ),
+            (
+                "data_dropped_bytes",
+                "Bytes of fetched copies the live nodes dropped from memory",
+                status.data_dropped_bytes,
+            ),
         ];
         let mut family = encoder.encode_descriptor(
             "data_moved_bytes",
@@ -395,6 +405,8 @@ mod tests {
             data_memory_bound: 8 << 20,
             data_spills: 3,
             data_spilled_bytes: 2 << 20,
+            data_drops: 2,
+            data_dropped_bytes: 5 << 20,
             stages: vec![StageSummary {
                 stage: "run".into(),
                 count: 41,
@@ -424,6 +436,8 @@ mod tests {
             "saker_data_recomputes_total 1",
             "saker_data_spills_total 3",
             "saker_data_spilled_bytes_total 2097152",
+            "saker_data_dropped_copies_total 2",
+            "saker_data_dropped_bytes_total 5242880",
             "saker_data_memory_bytes 6291456.0",
             "saker_data_memory_bound_bytes 8388608.0",
             "saker_node_memory_bytes{node=\"0\",host=\"node\\\"1\"} 6291456",

@@ -211,11 +211,13 @@ impl View {
         ];
         if status.data_memory_bound > 0 {
             lines.push(Line::from(format!(
-                "objects {} of {} in memory   {} moved to scratch ({})",
+                "objects {} of {} in memory   {} moved to scratch ({})   {} copies dropped ({})",
                 bytes(status.data_memory_bytes),
                 bytes(status.data_memory_bound),
                 status.data_spills,
-                bytes(status.data_spilled_bytes)
+                bytes(status.data_spilled_bytes),
+                status.data_drops,
+                bytes(status.data_dropped_bytes)
             )));
         }
         if let Some(problem) = &self.problem {

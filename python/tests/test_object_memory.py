@@ -120,3 +120,31 @@ def test_the_memory_goes_where_object_memory_dir_says(saker_bin: str) -> None:
         assert os.listdir(where) == []
     finally:
         shutil.rmtree(where, ignore_errors=True)
+
+
+def test_copies_fetched_past_the_bound_are_dropped_while_their_maker_holds_them(saker_bin: str) -> None:
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm on this machine")
+    with saker.Pilot.start(agents=2, slots=2, saker_bin=saker_bin, object_memory=BOUND) as p:
+        wait_for(lambda: len(p._object_stores().dirs_seen(refresh=True)) == 2, what="both stores")
+        # Four arrays made on node 0, each read on node 1: where three fit, node 1
+        # drops a fetched copy (node 0 holds them all) rather than move it to disk.
+        made = [p.options(node=0, ref=True).call(numpy.full, ARRAY // 8, float(n)) for n in range(4)]
+        refs = [future.result(60) for future in made]
+        sums = [p.options(node=1).call(numpy.sum, ref).result(60) for ref in refs]
+        assert [float(x) for x in sums] == [n * ARRAY / 8 for n in range(4)]
+
+        def dropped() -> bool:
+            return p.status()["data_drops"] >= 1
+
+        wait_for(dropped, timeout=30, what="a fetched copy dropped")
+        status = p.status()
+        assert status["data_dropped_bytes"] >= ARRAY
+        dirs = dict(p._object_stores().dirs_seen())
+        on_one = [ref for ref in refs if any(Path(d, ref.item).exists() for d in dirs[1])]
+        assert len(on_one) <= 3, "node 1 keeps what fits"
+        assert not any(Path(dirs[1][1], ref.item).exists() for ref in refs), "none moved to disk"
+        assert all(any(Path(d, ref.item).exists() for d in dirs[0]) for ref in refs), "node 0 holds all"
+        # Every one still reads right on node 1, fetched again where it was dropped.
+        again = [p.options(node=1).call(numpy.sum, ref).result(60) for ref in refs]
+        assert [float(x) for x in again] == [n * ARRAY / 8 for n in range(4)]

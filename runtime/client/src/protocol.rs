@@ -432,6 +432,12 @@ pub struct StatusReport {
     pub data_spills: u64,
     #[serde(default)]
     pub data_spilled_bytes: u64,
+    /// Fetched copies the live nodes dropped from memory (other nodes hold those
+    /// items), and their bytes.
+    #[serde(default)]
+    pub data_drops: u64,
+    #[serde(default)]
+    pub data_dropped_bytes: u64,
     /// The jobs a `status` with `jobs` asked for, in its order; absent otherwise.
     /// (Not `jobs`: that is the number of jobs submitted.)
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -112,6 +112,25 @@ pub struct ItemCopied {
     pub direct: u64,
 }
 
+/// `node` is short of object memory: may it drop its copy of `item` (a copy it
+/// fetched)? The root answers with [`CopyDrop`].
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct DropCopy {
+    pub node: NodeId,
+    pub item: String,
+}
+
+/// The answer to a [`DropCopy`]: `allowed` when another live node holds the item
+/// (the asker is no longer one of its holders from then on); else the asker keeps
+/// its copy, as the one the pilot counts on.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct CopyDrop {
+    pub item: String,
+    pub allowed: bool,
+}
+
 /// What a node's object memory holds (`--object-memory`), said when it changes.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[rkyv(derive(Debug))]
@@ -129,6 +148,10 @@ pub struct StoreUsage {
     pub spilled_bytes: u64,
     /// Moves that could not be written (a full disk): those objects stayed.
     pub spill_failures: u64,
+    /// Fetched copies dropped since the agent started (the root let them go: other
+    /// nodes hold the items), and their bytes.
+    pub drops: u64,
+    pub dropped_bytes: u64,
 }
 
 // Archived alignment within frames: see the list in `messages.rs`.

@@ -44,7 +44,8 @@ pub use saker_core::{
 /// 16: `ToAgent::ItemsFreed` (objects freed by their owner).
 /// 17: `TaskResult::fetch_us`.
 /// 18: `FromAgent::StoreUsage` (object memory).
-pub const PROTOCOL_VERSION: u32 = 18;
+/// 19: `FromAgent::DropCopy`/`ToAgent::CopyDrop` (fetched copies dropped, asked).
+pub const PROTOCOL_VERSION: u32 = 19;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
@@ -138,6 +139,8 @@ pub enum ToAgent {
     ItemHolders(crate::items::ItemHolders),
     /// To a holder: these items are freed, their files go (plain item names only).
     ItemsFreed { items: Vec<String> },
+    /// To a node that asked to drop a copy ([`FromAgent::DropCopy`]): may it?
+    CopyDrop(crate::items::CopyDrop),
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -356,6 +359,8 @@ pub enum FromAgent {
     ItemCopied(crate::items::ItemCopied),
     /// What this node's object memory holds now.
     StoreUsage(crate::items::StoreUsage),
+    /// This node is short of object memory: may it drop its copy of an item?
+    DropCopy(crate::items::DropCopy),
 }
 
 /// One life of a placed actor: what to start and with which arguments. The type is

@@ -176,9 +176,10 @@ impl Desk {
                     let kept = self.files.keep(&item);
                     if kept.is_ok() {
                         if let Some(store) = &mut self.store {
-                            store.arrived(&item);
+                            store.fetched(&item);
                         }
                         self.say_copied(&item);
+                        self.say_store();
                     }
                     self.board.handle_item_kept(&item, kept, now);
                 }
@@ -307,6 +308,7 @@ impl Desk {
             for item in written.iter().flatten().flatten() {
                 store.arrived(&item.name);
             }
+            self.say_store();
         }
         let current = self.board.handle_attempt_done(
             index,
@@ -454,19 +456,33 @@ impl Desk {
     /// Tells the root what the object memory holds, if that changed since it last
     /// heard.
     pub(crate) fn say_store(&mut self) {
-        let Some(store) = &self.store else {
+        let Some(store) = &mut self.store else {
             return;
         };
-        let usage = store.usage();
+        let (asks, kept) = store.take_said();
+        let (usage, bound) = (store.usage(), store.bound());
+        let node = NodeId(self.uplink.node);
+        for item in asks {
+            let ask = FromAgent::DropCopy(saker_wire::DropCopy { node, item });
+            if let Err(error) = self.uplink.send(&ask) {
+                // The link is gone: the agent hears of that on its own.
+                tracing::debug!(%error, "could not ask to drop a copy");
+            }
+        }
+        for item in kept {
+            self.say_copied(&item);
+        }
         let said = saker_wire::StoreUsage {
-            node: NodeId(self.uplink.node),
+            node,
             objects: usage.objects,
             memory_bytes: usage.memory_bytes,
-            memory_bound: store.bound(),
+            memory_bound: bound,
             disk_bytes: usage.disk_bytes,
             spills: usage.spills,
             spilled_bytes: usage.spilled_bytes,
             spill_failures: usage.spill_failures,
+            drops: usage.evictions,
+            dropped_bytes: usage.evicted_bytes,
         };
         if said == self.store_said {
             return;

@@ -603,6 +603,13 @@ fn on_down(
                 store.freed(&items);
             }
         }
+        ToAgent::CopyDrop(answer) => {
+            let mut desk = lock(&state.desk);
+            if let Some(store) = &mut desk.store {
+                store.drop_answered(&answer.item, answer.allowed);
+            }
+            desk.say_store();
+        }
         ToAgent::ItemRead(read) => {
             let answer = lock(&state.desk).serve(&read);
             state.uplink.send(&FromAgent::ItemData(answer))?;

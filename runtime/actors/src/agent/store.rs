@@ -11,11 +11,13 @@
 //! the filesystem's own size is the hard limit, and a client whose put does not fit
 //! there writes it to the scratch instead.
 //!
-//! Every copy the store keeps is one the pilot counts on: a copy past the bound moves
-//! to the scratch, it is never dropped (dropping replicas that other nodes also hold
-//! needs the root's word that they do: not yet). A move copies the file to the
-//! scratch, then removes it from memory, so readers (who look in memory first) always
-//! find it; one that mapped the memory copy keeps its pages until it lets go.
+//! A copy fetched here (a *replica*) goes first when memory is short, but only once
+//! the root says another live node holds it ([`ObjectStore::take_said`] gives the
+//! asks to send, [`ObjectStore::drop_answered`] takes the answers); a copy the root
+//! does not let go, and every other copy, moves to the scratch, never dropped. A move
+//! copies the file to the scratch, then removes it from memory, so readers (who look
+//! in memory first) always find it; one that mapped the memory copy keeps its pages
+//! until it lets go.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -47,6 +49,10 @@ pub(crate) struct ObjectStore {
     /// listing was: unchanged, and listed well after it, nothing was put or removed
     /// there since (a look is then a stat, not a listing).
     listed: Option<(SystemTime, SystemTime)>,
+    /// Replicas the root is to be asked about ([`crate::board::StoreEffect::AskDrop`]).
+    asks: Vec<String>,
+    /// Replicas the root let go that stay (read here now): it must hear of them again.
+    kept: Vec<String>,
 }
 
 /// An object to move: its id, from where, to where.
@@ -75,6 +81,8 @@ impl ObjectStore {
             pins: HashMap::new(),
             mover: agent.map(start_mover),
             listed: None,
+            asks: Vec::new(),
+            kept: Vec::new(),
         })
     }
 
@@ -129,21 +137,31 @@ impl ObjectStore {
         }
     }
 
-    /// `item` is whole in memory here now (fetched, or made by an attempt).
+    /// `item` is whole in memory here now, made by an attempt here.
     pub(crate) fn arrived(&mut self, item: &str) {
+        self.arrived_as(item, Role::Primary);
+    }
+
+    /// `item` is whole in memory here now, fetched from another node: a replica.
+    pub(crate) fn fetched(&mut self, item: &str) {
+        self.arrived_as(item, Role::Replica);
+    }
+
+    fn arrived_as(&mut self, item: &str, role: Role) {
         let Some(id) = object_id(item) else {
             return;
         };
         if let Ok(meta) = std::fs::metadata(self.memory.join(item)) {
-            self.admit(id, meta.len());
+            self.admit_as(id, meta.len(), role);
         }
     }
 
     fn admit(&mut self, id: ObjectId, size: u64) {
-        match self
-            .store
-            .handle_admitted(id, size, Role::Primary, Tier::Memory)
-        {
+        self.admit_as(id, size, Role::Primary);
+    }
+
+    fn admit_as(&mut self, id: ObjectId, size: u64, role: Role) {
+        match self.store.handle_admitted(id, size, role, Tier::Memory) {
             Ok(effects) => self.carry(effects),
             Err(error) => tracing::warn!(%error, "an object in memory is not counted"),
         }
@@ -187,6 +205,23 @@ impl ObjectStore {
         }
     }
 
+    /// The root's answer about dropping the replica `item`.
+    pub(crate) fn drop_answered(&mut self, item: &str, allowed: bool) {
+        if let Some(id) = object_id(item) {
+            let effects = self.store.handle_drop_answer(id, allowed);
+            self.carry(effects);
+        }
+    }
+
+    /// What the root must hear: the replicas to ask about dropping, and those it let
+    /// go that stay here after all (to say as copies again).
+    pub(crate) fn take_said(&mut self) -> (Vec<String>, Vec<String>) {
+        (
+            std::mem::take(&mut self.asks),
+            std::mem::take(&mut self.kept),
+        )
+    }
+
     /// A move this store started has ended.
     pub(crate) fn spilled(&mut self, spilled: Spilled) {
         let Spilled { id, result } = spilled;
@@ -220,6 +255,8 @@ impl ObjectStore {
                 StoreEffect::DropMemory { id } => {
                     remove(&self.memory.join(format!("obj-{id}")));
                 }
+                StoreEffect::AskDrop { id } => self.asks.push(format!("obj-{id}")),
+                StoreEffect::Kept { id } => self.kept.push(format!("obj-{id}")),
                 StoreEffect::Drop {
                     id, memory, disk, ..
                 } => {
@@ -431,6 +468,46 @@ mod tests {
         set_modified(SystemTime::now());
         store.look();
         assert_eq!(store.usage().objects, 2, "a change is listed");
+    }
+
+    /// A copy fetched here goes first when memory is short, once the root lets it:
+    /// the file is removed then, not before; a copy the root keeps moves to the
+    /// scratch; one let go while an attempt reads it stays, and is said again.
+    #[test]
+    fn a_fetched_copy_is_dropped_only_when_the_root_lets_it() {
+        let dirs = dirs();
+        let mut store = store(&dirs, 2 * KIB4 as u64);
+        put(&dirs, 1);
+        store.fetched(&name(1));
+        put(&dirs, 2);
+        store.fetched(&name(2));
+        assert_eq!(store.take_said(), (vec![], vec![]));
+        put(&dirs, 3);
+        store.look();
+        assert_eq!(store.take_said(), (vec![name(1)], vec![]), "asked");
+        assert_eq!(where_is(&dirs, 1), (true, false), "kept until answered");
+        store.drop_answered(&name(1), true);
+        assert_eq!(where_is(&dirs, 1), (false, false), "dropped");
+        assert_eq!(store.usage().evictions, 1);
+
+        // Refused (the last copy): moved to the scratch instead.
+        put(&dirs, 4);
+        store.look();
+        assert_eq!(store.take_said(), (vec![name(2)], vec![]));
+        store.drop_answered(&name(2), false);
+        assert_eq!(where_is(&dirs, 2), (false, true), "moved, not dropped");
+
+        // Let go while read here: it stays, and the root hears of it again.
+        put(&dirs, 5);
+        store.fetched(&name(5));
+        put(&dirs, 6);
+        store.look();
+        let (asks, _) = store.take_said();
+        assert_eq!(asks, [name(5)]);
+        store.pin(AttemptId(9), &[name(5)]);
+        store.drop_answered(&name(5), true);
+        assert_eq!(where_is(&dirs, 5), (true, false));
+        assert_eq!(store.take_said(), (vec![], vec![name(5)]));
     }
 
     /// A move that cannot be written (no scratch directory: a full or lost disk)

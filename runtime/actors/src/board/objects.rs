@@ -6,8 +6,12 @@
 //!
 //! **Copies.** A *primary* copy is one the pilot counts on (put or produced here, or
 //! promoted by the root when the other copies are gone): it is spilled to disk, never
-//! dropped, when memory is short. A *replica* was fetched for a task here: it is
-//! evicted, and the root told, before any primary is spilled.
+//! dropped, when memory is short. A *replica* was fetched for a task here: when memory
+//! is short it goes before any primary is spilled, but only once the root says
+//! another live node holds it ([`StoreEffect::AskDrop`], then
+//! [`Store::handle_drop_answer`]): the root answers one node at a time, so of two
+//! nodes that hold the last two copies and ask at once, one keeps its copy, and a
+//! refused replica becomes a primary (spilled, never dropped).
 //!
 //! **Order.** Least recently used first, among unpinned copies in memory: a pinned
 //! object never moves. A copy being spilled stays readable in memory until the spill
@@ -44,8 +48,13 @@ pub enum StoreEffect {
     Spill { id: ObjectId, size: u64 },
     /// Delete the memory copy: the disk copy is whole.
     DropMemory { id: ObjectId },
-    /// Delete every copy here. `evicted`: a replica made room, so the root must hear
-    /// that this node no longer holds it.
+    /// Ask the root whether this replica may go (another live node must hold it);
+    /// then [`Store::handle_drop_answer`]. Its memory counts as leaving meanwhile.
+    AskDrop { id: ObjectId },
+    /// The root let this replica go, but an attempt here reads it now: it stays, and
+    /// the root must hear again that this node holds it.
+    Kept { id: ObjectId },
+    /// Delete every copy here. `evicted`: a replica made room (the root let it go).
     Drop {
         id: ObjectId,
         memory: bool,
@@ -84,6 +93,8 @@ struct Entry {
     memory: bool,
     disk: bool,
     spilling: bool,
+    /// The root is asked whether it may go (a replica).
+    asking: bool,
     /// A spill of it failed: it stays in memory.
     stuck: bool,
     pins: u32,
@@ -171,6 +182,7 @@ impl Store {
                 memory,
                 disk: !memory,
                 spilling: false,
+                asking: false,
                 stuck: false,
                 pins: 0,
                 freed: false,
@@ -237,6 +249,32 @@ impl Store {
             return Vec::new();
         }
         vec![self.remove(id, false)]
+    }
+
+    /// The root's answer to an [`StoreEffect::AskDrop`]: `allowed`, the replica goes
+    /// (or, read by an attempt now, stays: [`StoreEffect::Kept`]); refused, it is
+    /// the copy the pilot counts on from now on, spilled when memory is short.
+    pub fn handle_drop_answer(&mut self, id: ObjectId, allowed: bool) -> Vec<StoreEffect> {
+        let Some(entry) = self.objects.get_mut(&id).filter(|entry| entry.asking) else {
+            return Vec::new();
+        };
+        entry.asking = false;
+        let (size, pinned) = (entry.size, entry.pins > 0);
+        // Made or put here meanwhile: the pilot counts on it now.
+        let primary = entry.role == Role::Primary;
+        self.leaving_bytes -= size;
+        if !allowed {
+            entry.role = Role::Primary;
+            return self.rebalance(None);
+        }
+        if pinned || primary {
+            return vec![StoreEffect::Kept { id }];
+        }
+        self.usage.evictions += 1;
+        self.usage.evicted_bytes += size;
+        let mut effects = vec![self.remove(id, true)];
+        effects.extend(self.rebalance(None));
+        effects
     }
 
     /// The root counts on this copy now (the others are gone): spill it, never drop it.
@@ -318,7 +356,8 @@ impl Store {
                     return effects;
                 }
                 let entry = &self.objects[&id];
-                if entry.role != pass || entry.pins > 0 || entry.spilling || entry.stuck {
+                let moving = entry.spilling || entry.asking;
+                if entry.role != pass || entry.pins > 0 || moving || entry.stuck {
                     continue;
                 }
                 if pass == Role::Replica && Some(id) == newcomer {
@@ -326,10 +365,10 @@ impl Store {
                 }
                 match pass {
                     Role::Replica => {
-                        let size = entry.size;
-                        self.usage.evictions += 1;
-                        self.usage.evicted_bytes += size;
-                        effects.push(self.remove(id, true));
+                        let entry = self.objects.get_mut(&id).expect("held");
+                        entry.asking = true;
+                        self.leaving_bytes += entry.size;
+                        effects.push(StoreEffect::AskDrop { id });
                     }
                     Role::Primary if entry.disk => {
                         self.release_memory(id);
@@ -373,7 +412,7 @@ impl Store {
             self.memory_bytes -= entry.size;
             self.by_use.remove(&entry.last_use);
         }
-        if entry.spilling {
+        if entry.spilling || entry.asking {
             self.leaving_bytes -= entry.size;
         }
         if entry.disk {

@@ -158,7 +158,8 @@ impl RootState {
             | ArchivedFromAgent::ItemRead(_)
             | ArchivedFromAgent::ItemData(_)
             | ArchivedFromAgent::ItemWhere(_)
-            | ArchivedFromAgent::ItemCopied(_) => {
+            | ArchivedFromAgent::ItemCopied(_)
+            | ArchivedFromAgent::DropCopy(_) => {
                 self.items
                     .on_item_frame(&mut self.ctx, &self.nodes, link, route, message)
             }

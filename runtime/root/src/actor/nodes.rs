@@ -243,6 +243,8 @@ impl Nodes {
             total.spills += usage.spills;
             total.spilled_bytes += usage.spilled_bytes;
             total.spill_failures += usage.spill_failures;
+            total.drops += usage.drops;
+            total.dropped_bytes += usage.dropped_bytes;
         }
         total
     }

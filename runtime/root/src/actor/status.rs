@@ -107,6 +107,8 @@ impl RootState {
             data_memory_bound: store.memory_bound,
             data_spills: store.spills,
             data_spilled_bytes: store.spilled_bytes,
+            data_drops: store.drops,
+            data_dropped_bytes: store.dropped_bytes,
             job_counts: None,
         }
     }

@@ -160,6 +160,10 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
         ToAgent::ItemsFreed {
             items: vec!["obj-0a".to_owned(), "part-2".to_owned()],
         },
+        ToAgent::CopyDrop(saker_wire::CopyDrop {
+            item: "obj-0b".to_owned(),
+            allowed: true,
+        }),
         ToAgent::Dispatch(dispatch(2, 64)),
         ToAgent::Dispatch(Dispatch {
             jobs: vec![Arc::new(function_job(8)), Arc::new(minimal_job)],
@@ -327,6 +331,10 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
             bytes: 5 << 30,
             direct: 4 << 30,
         }),
+        FromAgent::DropCopy(saker_wire::DropCopy {
+            node: NodeId(5),
+            item: "obj-0c".to_owned(),
+        }),
         FromAgent::StoreUsage(saker_wire::StoreUsage {
             node: NodeId(5),
             objects: 3,
@@ -336,6 +344,8 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
             spills: 9,
             spilled_bytes: 1 << 34,
             spill_failures: 1,
+            drops: 4,
+            dropped_bytes: 1 << 33,
         }),
         FromAgent::Report(Report {
             node: NodeId(3),

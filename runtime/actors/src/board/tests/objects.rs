@@ -33,6 +33,10 @@ fn evicted(n: u128) -> StoreEffect {
     }
 }
 
+fn ask(n: u128) -> StoreEffect {
+    StoreEffect::AskDrop { id: id(n) }
+}
+
 #[test]
 fn under_its_bound_nothing_moves() {
     let mut store = Store::new(10 * MIB);
@@ -80,15 +84,75 @@ fn replicas_are_evicted_before_any_primary_is_spilled() {
     admit(&mut store, 1, 2, Role::Primary);
     admit(&mut store, 2, 2, Role::Replica);
     admit(&mut store, 3, 2, Role::Replica);
-    // 1 is the oldest, but a primary: the replicas go first, oldest first.
-    assert_eq!(
-        admit(&mut store, 4, 3, Role::Primary),
-        [evicted(2), evicted(3)]
-    );
+    // 1 is the oldest, but a primary: the replicas go first, oldest first, each once
+    // the root lets it.
+    assert_eq!(admit(&mut store, 4, 3, Role::Primary), [ask(2), ask(3)]);
+    assert_eq!(store.tier_of(id(2)), Some(Tier::Memory), "asked, not gone");
+    assert_eq!(store.handle_drop_answer(id(2), true), [evicted(2)]);
+    assert_eq!(store.handle_drop_answer(id(3), true), [evicted(3)]);
     assert_eq!(store.tier_of(id(2)), None);
     let usage = store.usage();
     assert_eq!((usage.evictions, usage.evicted_bytes), (2, 4 * MIB));
     assert_eq!(usage.memory_bytes, 5 * MIB);
+    // An answer for what is no longer asked changes nothing.
+    assert_eq!(store.handle_drop_answer(id(2), true), []);
+}
+
+/// The root refuses when no other live node holds the item: the replica is the copy
+/// the pilot counts on from then, spilled, never dropped.
+#[test]
+fn a_replica_the_root_does_not_let_go_is_spilled() {
+    let mut store = Store::new(4 * MIB);
+    admit(&mut store, 1, 2, Role::Replica);
+    admit(&mut store, 2, 2, Role::Primary);
+    assert_eq!(admit(&mut store, 3, 1, Role::Primary), [ask(1)]);
+    // Asked once: a second pass does not ask again, nor spill another meanwhile.
+    assert_eq!(store.pin(id(3)), Ok(Tier::Memory));
+    assert_eq!(store.unpin(id(3)), Ok(vec![]));
+    assert_eq!(store.handle_drop_answer(id(1), false), [spill(1, 2)]);
+    assert_eq!(
+        store.handle_spilled(id(1)),
+        [StoreEffect::DropMemory { id: id(1) }]
+    );
+    assert_eq!(store.tier_of(id(1)), Some(Tier::Disk));
+    assert_eq!(store.usage().evictions, 0);
+}
+
+/// A replica an attempt starts reading while the root is asked stays when the root
+/// lets it go (the root must hear it is here); one made here meanwhile too.
+#[test]
+fn a_replica_read_or_made_here_while_asked_stays() {
+    let mut store = Store::new(2 * MIB);
+    admit(&mut store, 1, 2, Role::Replica);
+    assert_eq!(admit(&mut store, 2, 1, Role::Primary), [ask(1)]);
+    store.pin(id(1)).unwrap();
+    assert_eq!(
+        store.handle_drop_answer(id(1), true),
+        [StoreEffect::Kept { id: id(1) }]
+    );
+    assert_eq!(store.tier_of(id(1)), Some(Tier::Memory));
+    // Unpinned: asked again.
+    assert_eq!(store.unpin(id(1)), Ok(vec![ask(1)]));
+    // Written here by an attempt before the answer: a primary now, kept.
+    admit(&mut store, 1, 2, Role::Primary);
+    assert_eq!(
+        store.handle_drop_answer(id(1), true),
+        [StoreEffect::Kept { id: id(1) }]
+    );
+}
+
+/// Freed while the root is asked: gone once, its memory no longer leaving.
+#[test]
+fn a_replica_freed_while_asked_is_counted_out_once() {
+    let mut store = Store::new(2 * MIB);
+    admit(&mut store, 1, 2, Role::Replica);
+    assert_eq!(admit(&mut store, 2, 1, Role::Primary), [ask(1)]);
+    assert_eq!(store.free(id(1)).len(), 1);
+    assert_eq!(store.handle_drop_answer(id(1), true), []);
+    let usage = store.usage();
+    assert_eq!((usage.objects, usage.memory_bytes), (1, MIB));
+    // Nothing counted as leaving: a newcomer that fits moves nothing.
+    assert_eq!(admit(&mut store, 3, 1, Role::Primary), []);
 }
 
 #[test]

@@ -100,6 +100,9 @@ pub(super) struct ItemTable {
     recomputes: Recomputes,
     /// Freed items that jobs still read (`free.rs`).
     freeing: std::collections::HashSet<String>,
+    /// Copies the root let their nodes drop (`DropCopy`): one said again (read there
+    /// meanwhile, so kept) is a holder again, not a new fetch.
+    dropped: std::collections::HashSet<(String, NodeId)>,
 }
 
 #[derive(Debug, Default)]
@@ -241,6 +244,7 @@ impl ItemTable {
     /// now if a job still reads it; what it was asked for goes to another holder.
     pub(super) fn items_lost_with(&mut self, ctx: &mut Ctx, nodes: &Nodes, node: NodeId) {
         self.fetched.remove(&node);
+        self.dropped.retain(|(_, holder)| *holder != node);
         let mut changed = Vec::new();
         for (name, item) in &mut self.items {
             if let Some(at) = item.holders.iter().position(|holder| *holder == node) {
@@ -500,8 +504,11 @@ impl ItemTable {
         if !nodes.is_live(copied.node, link) {
             return;
         }
-        self.direct_bytes += copied.direct.min(copied.bytes);
-        *self.fetched.entry(copied.node).or_default() += copied.bytes;
+        let again = self.dropped.remove(&(copied.item.clone(), copied.node));
+        if !again {
+            self.direct_bytes += copied.direct.min(copied.bytes);
+            *self.fetched.entry(copied.node).or_default() += copied.bytes;
+        }
         let known = self
             .items
             .get(&copied.item)
@@ -521,6 +528,48 @@ impl ItemTable {
             ctx.append(vec![record], super::journal::AfterJournal::Nothing);
             self.item_back(ctx, nodes, &copied.item);
         }
+    }
+
+    /// A node short of object memory asks to drop its copy of an item: allowed when
+    /// another live node holds it, and the asker is no holder from then on (readers
+    /// are sent elsewhere). Asks are answered one at a time, so two nodes holding the
+    /// last two copies cannot both drop theirs. Not journaled: a resumed root that
+    /// still counts the node as a holder finds the copy gone when it asks, and asks
+    /// the next holder, as for any copy a holder cannot give.
+    pub(super) fn on_drop_copy(
+        &mut self,
+        ctx: &mut Ctx,
+        nodes: &Nodes,
+        link: LinkId,
+        asked: saker_wire::DropCopy,
+    ) {
+        if !nodes.is_live(asked.node, link) {
+            return;
+        }
+        let allowed = match self.items.get_mut(&asked.item) {
+            Some(item)
+                if item.holders.contains(&asked.node)
+                    && item
+                        .holders
+                        .iter()
+                        .any(|&holder| holder != asked.node && nodes.contains(holder)) =>
+            {
+                item.holders.retain(|&holder| holder != asked.node);
+                true
+            }
+            _ => false,
+        };
+        if allowed {
+            self.dropped.insert((asked.item.clone(), asked.node));
+            // Its readers prefer where the item still is.
+            self.prefer_readers_of(ctx, &asked.item);
+        }
+        tracing::debug!(node = %asked.node, item = %asked.item, allowed, "a copy asked to be dropped");
+        let answer = ToAgent::CopyDrop(saker_wire::CopyDrop {
+            item: asked.item,
+            allowed,
+        });
+        nodes.answer(ctx, link, asked.node, &answer);
     }
 
     /// The item frames of an agent (copied out: they are few, or data to pass on).
@@ -564,6 +613,15 @@ impl ItemTable {
                     }
                     Ok(_) => tracing::error!(route, "item copied routed from another node"),
                     Err(error) => tracing::error!(%error, route, "unreadable item copied"),
+                }
+            }
+            ArchivedFromAgent::DropCopy(asked) => {
+                match rkyv::deserialize::<saker_wire::DropCopy, Error>(asked) {
+                    Ok(asked) if asked.node.0 == route => {
+                        self.on_drop_copy(ctx, nodes, link, asked)
+                    }
+                    Ok(_) => tracing::error!(route, "drop copy routed from another node"),
+                    Err(error) => tracing::error!(%error, route, "unreadable drop copy"),
                 }
             }
             ArchivedFromAgent::ItemData(data) => match rkyv::deserialize::<ItemData, Error>(data) {

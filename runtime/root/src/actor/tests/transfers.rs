@@ -102,3 +102,57 @@ async fn a_reader_is_told_the_live_holders_and_its_copy_makes_one_more() {
     assert!(h.journal_durable().is_empty());
     assert_eq!(holders(&mut h, 4, "part"), [1, 2]);
 }
+
+/// The answer a node gets when it asks to drop its copy of `item`.
+fn drop_copy(h: &mut Harness, node: u32, item: &str) -> bool {
+    h.sent();
+    let ask = FromAgent::DropCopy(saker_wire::DropCopy {
+        node: NodeId(node),
+        item: item.into(),
+    });
+    h.agent_sends(u64::from(node), node, &ask);
+    let sent = h.sent();
+    let [(to, ToAgent::CopyDrop(answer))] = &sent[..] else {
+        panic!("{sent:?}");
+    };
+    assert_eq!((*to, answer.item.as_str()), (node, item));
+    answer.allowed
+}
+
+/// A copy is dropped only while another live node holds the item: of two nodes that
+/// hold the last two copies and ask in turn, the second keeps its copy; a node that
+/// kept a copy it was let drop says so and is a holder again, not a new fetch.
+#[tokio::test]
+async fn a_copy_may_be_dropped_only_while_another_live_node_holds_it() {
+    let mut h = Harness::new();
+    for node in 1..=3 {
+        h.join(node, 1);
+    }
+    written(&mut h, 1, "obj-a", 1000);
+    copied(&mut h, 2, "obj-a", 1000, 1000);
+    h.journal_durable();
+    assert!(drop_copy(&mut h, 2, "obj-a"), "node 1 holds it too");
+    assert_eq!(holders(&mut h, 3, "obj-a"), [1], "readers go to node 1 now");
+    assert!(!drop_copy(&mut h, 1, "obj-a"), "the last copy stays");
+    assert!(!drop_copy(&mut h, 3, "obj-a"), "node 3 never held it");
+    assert!(!drop_copy(&mut h, 3, "unknown"));
+
+    // Node 2 kept it after all (read there meanwhile): a holder again.
+    copied(&mut h, 2, "obj-a", 1000, 0);
+    let mut told = holders(&mut h, 3, "obj-a");
+    told.sort_unstable();
+    assert_eq!(told, [1, 2]);
+    let status = h.status();
+    let fetched: Vec<u64> = status.nodes.iter().map(|node| node.fetched_bytes).collect();
+    assert_eq!(fetched, [0, 1000, 0], "fetched once");
+    assert_eq!(status.data_moved_bytes, 1000);
+
+    // A holder that is lost does not count as the other copy.
+    assert!(drop_copy(&mut h, 1, "obj-a"), "node 2 holds it");
+    copied(&mut h, 1, "obj-a", 1000, 0);
+    h.handle(crate::actor::RootMsg::LinkDown {
+        link: saker_actors::link::LinkId(2),
+        reason: "connection reset".into(),
+    });
+    assert!(!drop_copy(&mut h, 1, "obj-a"), "node 2 is gone");
+}
