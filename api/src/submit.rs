@@ -69,8 +69,11 @@ impl Submitter {
         finish: impl FnOnce(O) -> O + Send + 'static,
     ) -> TaskHandle<O> {
         let (sender, receiver) = oneshot::channel();
-        // The objects the input refers to are what the task reads.
-        let (encoded, reads) = objects::recording(|| encode_call::<T>(&vec![input], store));
+        // The objects the input refers to are what the task reads. The input lives
+        // until the job is queued: a ref in it dropped then frees its object after
+        // the job (the submitter keeps that order), never before.
+        let inputs = vec![input];
+        let (encoded, reads) = objects::recording(|| encode_call::<T>(&inputs, store));
         let payload = match encoded {
             Ok(payload) if payload.len() <= MAX_FUNCTION_BYTES => payload,
             Ok(payload) => {
@@ -109,6 +112,7 @@ impl Submitter {
             waiter,
             Some(job.clone()),
         );
+        drop(inputs);
         TaskHandle {
             receiver,
             job: Some(job),
@@ -222,13 +226,15 @@ impl Submitter {
                 return;
             }
         };
-        // Kept to retry an input that panicked, alone, while retries are left.
-        let retry = (self.options.spec.max_retries > 0 && count > 1).then(|| {
-            (
-                self.clone(),
-                inputs.into_iter().map(Some).collect::<Vec<_>>(),
-            )
-        });
+        // Kept to retry an input that panicked, alone, while retries are left; else
+        // until the job is queued (below): a ref among them frees its object after
+        // the job, never before.
+        let (retry, inputs) = if self.options.spec.max_retries > 0 && count > 1 {
+            let kept = inputs.into_iter().map(Some).collect::<Vec<_>>();
+            (Some((self.clone(), kept)), None)
+        } else {
+            (None, Some(inputs))
+        };
         let sink = sink.clone();
         let waiter: Waiter = Box::new(move |record| {
             let answers = record.and_then(|record| answers::<T::Output>(&record));
@@ -280,6 +286,7 @@ impl Submitter {
             waiter,
             None,
         );
+        drop(inputs);
     }
 
     /// One input of a chunk again, as a task of its own with one retry fewer.

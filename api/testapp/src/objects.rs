@@ -47,6 +47,22 @@ impl Task for Total {
     }
 }
 
+/// `map` over ten refs that only its inputs hold: each object outlives its task.
+async fn futures_free_map(pilot: &saker::Pilot, small: &Vec<f64>) -> Result<usize, String> {
+    let mut refs = Vec::new();
+    for _ in 0..10 {
+        refs.push(pilot.put(small).await.map_err(|e| e.to_string())?);
+    }
+    let mut sums = pilot.map::<Sum, _>(refs);
+    let mut done = 0;
+    while let Some((_, sum)) = sums.next().await {
+        let (sum, _) = sum.map_err(|e| e.to_string())?;
+        check(sum == 499_500.0, "a mapped task on a ref")?;
+        done += 1;
+    }
+    Ok(done)
+}
+
 pub async fn objects(pilot: &saker::Pilot) -> Result<(), String> {
     let error = |e: &dyn std::fmt::Display| e.to_string();
     // 8 MiB: far past what a call sends inline, nothing of it through the root.
@@ -69,6 +85,17 @@ pub async fn objects(pilot: &saker::Pilot) -> Result<(), String> {
         nodes.push(ran);
     }
     check(nodes == [Some(0), Some(1)], format!("ran on {nodes:?}"))?;
+
+    // A ref moved into a task's input and so dropped by the driver at once: its
+    // object is freed after the task's job reaches the pilot, never before.
+    let small: Vec<f64> = (0..1000).map(f64::from).collect();
+    for _ in 0..20 {
+        let once = pilot.put(&small).await.map_err(|e| error(&e))?;
+        let (sum, _) = pilot.submit::<Sum>(once).await.map_err(|e| error(&e))?;
+        check(sum == 499_500.0, "a task on a ref it alone holds")?;
+    }
+    let onces = futures_free_map(pilot, &small).await?;
+    check(onces == 10, "map on refs it alone holds")?;
 
     // An output kept on its node, read by the driver and by a later task.
     let filled = pilot

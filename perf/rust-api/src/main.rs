@@ -4,9 +4,9 @@
 //! endpoints of this process (TLS 1.3, the pilot's own certificates), which is the
 //! ceiling for anything that sends them through the tree.
 //!
-//! `saker-perf-rust rows|actors [--quick]`; the binary is also the pilot's agents
-//! and workers (an embedded pilot: one agent, a slot per core, for the task rows;
-//! sixteen agents for the actor rows).
+//! `saker-perf-rust rows|actors|objects [--quick]`; the binary is also the pilot's
+//! agents and workers (an embedded pilot: one agent, a slot per core, for the task
+//! and object rows; sixteen agents for the actor rows).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -14,6 +14,7 @@ use std::time::Instant;
 use saker::{App, Task, TaskOptions};
 
 mod actors;
+mod objects;
 mod raw;
 
 use raw::RawQuic;
@@ -40,15 +41,21 @@ fn main() -> ExitCode {
     }
     // `actors`: the actor rows, on 16 agents; otherwise the task rows, on one.
     let actors = std::env::args().nth(1).as_deref() == Some("actors");
+    let by_ref = std::env::args().nth(1).as_deref() == Some("objects");
     let app = App::new()
         .agents(if actors { actors::AGENTS } else { 1 })
         .task::<Noop>()
+        .task::<objects::SumRef>()
+        .task::<objects::SumValue>()
+        .task::<objects::Ramp>()
         .actor::<actors::Cell>()
         .actor::<actors::Pinger>();
     let quick = app.args().iter().any(|a| a == "--quick");
     app.run(move |pilot| async move {
         if actors {
             actors::rows(pilot, quick).await
+        } else if by_ref {
+            objects::rows(pilot, quick).await
         } else {
             rows(pilot, quick).await
         }

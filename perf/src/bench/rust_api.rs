@@ -29,10 +29,12 @@ fn program() -> Result<PathBuf> {
     Ok(beside)
 }
 
-/// The task rows (one agent), then the actor rows (sixteen agents).
+/// The task rows (one agent), the actor rows (sixteen agents), then the object rows
+/// (one agent).
 pub fn run(setup: &Setup) -> Result<Vec<Row>> {
     let mut rows = run_mode(setup, "rows")?;
     rows.extend(run_mode(setup, "actors")?);
+    rows.extend(run_mode(setup, "objects")?);
     Ok(rows)
 }
 
