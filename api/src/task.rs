@@ -33,6 +33,7 @@ pub trait Data:
         Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
                       + rkyv::Deserialize<Self, HighDeserializer<rancor::Error>>,
     > + for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>
+    + for<'a> rkyv::Serialize<HighSerializer<FileWriter, ArenaHandle<'a>, rancor::Error>>
     + Send
     + 'static
 {
@@ -43,10 +44,15 @@ impl<T> Data for T where
             Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
                           + rkyv::Deserialize<T, HighDeserializer<rancor::Error>>,
         > + for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>
+        + for<'a> rkyv::Serialize<HighSerializer<FileWriter, ArenaHandle<'a>, rancor::Error>>
         + Send
         + 'static
 {
 }
+
+/// Where an object is archived straight into its file (`Pilot::put`), no buffer of
+/// the whole archive in between.
+pub type FileWriter = rkyv::ser::writer::IoWriter<std::io::BufWriter<std::fs::File>>;
 
 /// A kind of task: a named function from one [`Data`] type to another, run on the
 /// pilot's workers (a process of the application's own binary on some node).

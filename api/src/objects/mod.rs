@@ -245,26 +245,19 @@ pub(crate) fn new_id() -> u128 {
     rand::random()
 }
 
-/// `value` archived, as an object's file holds it (after the header).
-pub(crate) fn archive<T: Data>(value: &T) -> Result<rkyv::util::AlignedVec, ObjectError> {
-    rkyv::to_bytes::<rancor::Error>(value).map_err(|error| ObjectError::Archive {
-        message: error.to_string(),
-    })
-}
-
-/// Writes the object `name` in the first of `dirs` it fits in (an object memory
-/// that is full is passed over for the scratch): under a temporary name, renamed
-/// into place whole, so a reader finds the whole file or none. Its path and size.
-pub(crate) fn write_in(
+/// Writes `value` as the object `name` in the first of `dirs` it fits in (an object
+/// memory that is full is passed over for the scratch): archived straight into a file
+/// under a temporary name, renamed into place whole, so a reader finds the whole
+/// file or none. Its path and size.
+pub(crate) fn write_in<T: Data>(
     dirs: &[PathBuf],
     name: &str,
-    fingerprint: u64,
-    archive: &[u8],
+    value: &T,
 ) -> Result<(PathBuf, u64), ObjectError> {
     let mut failed = None;
     for dir in dirs {
         let path = dir.join(name);
-        match write_file(&path, fingerprint, archive) {
+        match write_file(&path, value) {
             Ok(size) => return Ok((path, size)),
             Err(error) => failed = Some(error),
         }
@@ -272,14 +265,7 @@ pub(crate) fn write_in(
     Err(failed.unwrap_or(ObjectError::NoStore))
 }
 
-fn write_file(path: &Path, fingerprint: u64, archive: &[u8]) -> Result<u64, ObjectError> {
-    let io = |what| {
-        move |source| ObjectError::Io {
-            what,
-            path: path.to_owned(),
-            source,
-        }
-    };
+fn write_file<T: Data>(path: &Path, value: &T) -> Result<u64, ObjectError> {
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let temporary = path.with_file_name(format!(
         ".{name}.{}.{:08x}.tmp",
@@ -288,29 +274,38 @@ fn write_file(path: &Path, fingerprint: u64, archive: &[u8]) -> Result<u64, Obje
     ));
     let mut header = [0u8; HEADER];
     header[..4].copy_from_slice(MAGIC);
-    header[8..].copy_from_slice(&fingerprint.to_le_bytes());
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&temporary)
-        .and_then(|mut file| {
-            file.write_all(&header)?;
-            file.write_all(archive)
-        })
-        .and_then(|()| std::fs::rename(&temporary, path));
-    if let Err(error) = written {
+    header[8..].copy_from_slice(&fingerprint::<T>().to_le_bytes());
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temporary)?;
+        file.write_all(&header)?;
+        // Large slices (a Vec of numbers) pass the buffer and go to the file whole.
+        let writer =
+            rkyv::ser::writer::IoWriter::new(std::io::BufWriter::with_capacity(1 << 20, file));
+        let writer = rkyv::api::high::to_bytes_in::<_, rancor::Error>(value, writer)
+            .map_err(std::io::Error::other)?;
+        let archived = rkyv::ser::Positional::pos(&writer);
+        writer.into_inner().flush()?;
+        std::fs::rename(&temporary, path)?;
+        Ok((HEADER + archived) as u64)
+    })();
+    written.map_err(|source| {
         let _ = std::fs::remove_file(&temporary);
-        return Err(io("write")(error));
-    }
-    Ok((HEADER + archive.len()) as u64)
+        ObjectError::Io {
+            what: "write",
+            path: path.to_owned(),
+            source,
+        }
+    })
 }
 
 /// Keeps a task's output on this node as the object `id` (`submit_ref`): its ref.
 pub(crate) fn store_output<T: Data>(value: &T, id: u128) -> Result<Ref<T>, ObjectError> {
     let dirs = node_dirs().ok_or(ObjectError::NoStore)?;
-    let archive = archive(value)?;
     let name = saker_client::spec::object_item(ObjectId(id));
-    let (_, size) = write_in(&dirs, &name, fingerprint::<T>(), &archive)?;
+    let (_, size) = write_in(&dirs, &name, value)?;
     Ok(Ref::new(id, size, None))
 }
 

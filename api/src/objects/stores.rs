@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use saker_client::protocol::PutObjectRequest;
 use saker_core::{NodeId, ObjectId};
 
-use super::{ObjectError, Owner, Ref, archive, fingerprint, new_id, write_in};
+use super::{ObjectError, Owner, Ref, new_id, write_in};
 use crate::error::Error;
 use crate::link::Link;
 use crate::pilot::{Pilot, Queued};
@@ -117,7 +117,6 @@ impl Pilot {
     /// the ref is dropped here, once no unfinished task reads it.
     pub async fn put<T: Data>(&self, value: &T) -> Result<Ref<T>, ObjectError> {
         let stores = &self.shared.stores;
-        let archive = archive(value)?;
         for refresh in [false, true] {
             let seen = stores.seen(refresh).await?;
             if seen.is_empty() {
@@ -126,7 +125,7 @@ impl Pilot {
             let (node, dirs) = &seen[stores.next.fetch_add(1, Ordering::Relaxed) % seen.len()];
             let id = new_id();
             let name = saker_client::spec::object_item(ObjectId(id));
-            let (path, size) = write_in(dirs, &name, fingerprint::<T>(), &archive)?;
+            let (path, size) = write_in(dirs, &name, value)?;
             let put = PutObjectRequest {
                 object: ObjectId(id),
                 node: NodeId(*node),

@@ -54,9 +54,8 @@ fn a_decoded_ref_owns_nothing_and_the_last_owned_clone_frees() {
 fn an_object_reads_back_in_place_and_bad_files_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let values: Vec<u64> = (0..10_000).collect();
-    let bytes = archive(&values).unwrap();
     let fp = fingerprint::<Vec<u64>>();
-    let (path, size) = write_in(&[dir.path().to_owned()], "obj-1", fp, &bytes).unwrap();
+    let (path, size) = write_in(&[dir.path().to_owned()], "obj-1", &values).unwrap();
     assert_eq!(size, std::fs::metadata(&path).unwrap().len());
     let mapped = Mapped::<Vec<u64>>::open(&path, object_id(1), fp).unwrap();
     assert_eq!(mapped.len(), 10_000);
@@ -96,16 +95,15 @@ fn a_store_that_cannot_be_written_is_passed_over_and_a_reader_looks_in_each() {
     let scratch = tempfile::tempdir().unwrap();
     let gone = scratch.path().join("no-such-memory");
     let dirs = [gone.clone(), scratch.path().to_owned()];
-    let fp = fingerprint::<String>();
-    let bytes = archive(&"moved".to_owned()).unwrap();
-    let (path, _) = write_in(&dirs, "obj-a", fp, &bytes).unwrap();
+    let moved = "moved".to_owned();
+    let (path, _) = write_in(&dirs, "obj-a", &moved).unwrap();
     assert_eq!(path, scratch.path().join("obj-a"));
     let object: Ref<String> = Ref::new(0xa, 0, None);
     let mapped = open_in(&dirs, "obj-a", &object).unwrap().unwrap();
     assert_eq!(mapped.deserialize().unwrap(), "moved");
     assert!(open_in(&dirs, "obj-b", &object).unwrap().is_none());
     assert!(matches!(
-        write_in(&[gone], "obj-c", fp, &bytes),
+        write_in(&[gone], "obj-c", &moved),
         Err(ObjectError::Io { what: "write", .. })
     ));
 }

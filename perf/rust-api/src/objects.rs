@@ -42,6 +42,13 @@ impl Task for Ramp {
     }
 }
 
+/// Prints a row: its saker figure beside its same-run baseline.
+fn row(name: String, unit: &str, saker: f64, baseline: f64, baseline_name: &str) {
+    let row = json!({"row": name, "unit": unit, "saker": saker, "baseline": baseline,
+                     "baseline_name": baseline_name, "target": null});
+    println!("{row}");
+}
+
 fn median(mut samples: Vec<f64>) -> f64 {
     samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]
@@ -70,13 +77,12 @@ pub async fn rows(pilot: saker::Pilot, quick: bool) -> Result<(), String> {
         }
     }
     let mib = big_mib as f64;
-    println!(
-        "{}",
-        json!({"row": format!("rust: put then get of a {big_mib} MiB Vec<f64>"),
-               "unit": "mebibytes_per_second", "saker": mib / median(saker),
-               "baseline": mib / median(copy.clone()),
-               "baseline_name": "a clone of the same Vec in memory",
-               "target": null})
+    row(
+        format!("rust: put then get of a {big_mib} MiB Vec<f64>"),
+        "mebibytes_per_second",
+        mib / median(saker),
+        mib / median(copy.clone()),
+        "a clone of the same Vec in memory",
     );
 
     // A task on the array by reference, end to end (the put included), against the
@@ -99,12 +105,12 @@ pub async fn rows(pilot: saker::Pilot, quick: bool) -> Result<(), String> {
             .map_err(|e| error(&e))?;
         by_value.push(started.elapsed().as_secs_f64());
     }
-    println!(
-        "{}",
-        json!({"row": format!("rust: a task on an {small_mib} MiB Vec<f64> by Ref, end to end"),
-               "unit": "seconds", "saker": median(by_ref), "baseline": median(by_value),
-               "baseline_name": "the same task with the array by value (inline, through the root)",
-               "target": null})
+    row(
+        format!("rust: a task on an {small_mib} MiB Vec<f64> by Ref, end to end"),
+        "seconds",
+        median(by_ref),
+        median(by_value),
+        "the same task with the array by value (inline, through the root)",
     );
 
     // The big array by reference: past what a call may send by value at all.
@@ -125,12 +131,12 @@ pub async fn rows(pilot: saker::Pilot, quick: bool) -> Result<(), String> {
     let floor: f64 = big.iter().sum();
     let floor_s = started.elapsed().as_secs_f64() + median(copy.clone());
     std::hint::black_box(floor);
-    println!(
-        "{}",
-        json!({"row": format!("rust: a task on a {big_mib} MiB Vec<f64> by Ref, end to end"),
-               "unit": "seconds", "saker": median(trips), "baseline": floor_s,
-               "baseline_name": "one copy and one sum of the array in the driver",
-               "target": null})
+    row(
+        format!("rust: a task on a {big_mib} MiB Vec<f64> by Ref, end to end"),
+        "seconds",
+        median(trips),
+        floor_s,
+        "one copy and one sum of the array in the driver",
     );
 
     // An output of the big array's size kept on its node, read back by the driver.
@@ -151,12 +157,12 @@ pub async fn rows(pilot: saker::Pilot, quick: bool) -> Result<(), String> {
     let ramp: Vec<f64> = (0..(big_mib as u64) << 17).map(|x| x as f64).collect();
     let ramp_s = started.elapsed().as_secs_f64();
     std::hint::black_box(ramp);
-    println!(
-        "{}",
-        json!({"row": format!("rust: submit_ref of a task making {big_mib} MiB, read in place"),
-               "unit": "seconds", "saker": median(made), "baseline": ramp_s,
-               "baseline_name": "making the same Vec in the driver",
-               "target": null})
+    row(
+        format!("rust: submit_ref of a task making {big_mib} MiB, read in place"),
+        "seconds",
+        median(made),
+        ramp_s,
+        "making the same Vec in the driver",
     );
     Ok(())
 }
