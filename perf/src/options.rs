@@ -93,6 +93,10 @@ pub enum Benchmark {
     /// A Snakemake workflow as one Slurm job (a pilot across the nodes), beside
     /// snakemake-executor-plugin-slurm submitting one Slurm job per rule instance.
     SnakemakeSlurm,
+    /// A map-reduce whose intermediates go by reference (Python, `ref=True`) on a
+    /// pilot across three Slurm nodes, beside the same workflow through files in one
+    /// shared directory; and the bytes the root passed on meanwhile.
+    MapreduceSlurm,
     /// HPC jobs: an MPI job's launch through the agents beside the launcher's own,
     /// and the start delay of a job behind a full load of small tasks.
     Hpc,
@@ -126,7 +130,7 @@ pub enum Benchmark {
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 35] = [
+    pub const ALL: [Benchmark; 36] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -152,6 +156,7 @@ impl Benchmark {
         Benchmark::Parsl,
         Benchmark::Snakemake,
         Benchmark::SnakemakeSlurm,
+        Benchmark::MapreduceSlurm,
         Benchmark::Hpc,
         Benchmark::Rust,
         Benchmark::Dags,
@@ -192,6 +197,7 @@ impl Benchmark {
             Benchmark::Parsl => "parsl",
             Benchmark::Snakemake => "snakemake",
             Benchmark::SnakemakeSlurm => "snakemake-slurm",
+            Benchmark::MapreduceSlurm => "mapreduce-slurm",
             Benchmark::Hpc => "hpc",
             Benchmark::Rust => "rust",
             Benchmark::Dags => "dags",

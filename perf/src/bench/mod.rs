@@ -92,6 +92,7 @@ fn unavailable(benchmark: Benchmark) -> Option<&'static str> {
         | Benchmark::SlurmElastic
         | Benchmark::SlurmPolicies
         | Benchmark::SnakemakeSlurm
+        | Benchmark::MapreduceSlurm
             if !slurm::cluster_configured() =>
         {
             Some(slurm::NO_CLUSTER)
@@ -135,6 +136,7 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::Objects => python::run(setup, benchmark, "objects_rows.py", &[]),
         Benchmark::Snakemake => python::run(setup, benchmark, "snakemake_rows.py", &[]),
         Benchmark::SnakemakeSlurm => python::run(setup, benchmark, "snakemake_slurm_rows.py", &[]),
+        Benchmark::MapreduceSlurm => python::run(setup, benchmark, "mapreduce_rows.py", &[]),
         Benchmark::Hpc => hpc::run(setup),
         Benchmark::Rust => rust_api::run(setup),
         Benchmark::Parsl => {
