@@ -23,6 +23,10 @@ use crate::actor::Actor;
 use crate::error::Error;
 use crate::host::{ActorTypes, Host};
 use crate::link::Link;
+
+/// How long a driver attached to a pilot that goes on waits, once done, for what it
+/// queued last to be sent (a handle kept somewhere would hold it forever).
+const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 use crate::pilot::Pilot;
 use crate::task::Task;
 use crate::worker::Registry;
@@ -230,7 +234,16 @@ impl App {
         if let Some(dir) = &self.pilot_dir {
             let link = Link::connect(dir).await?;
             let pilot = Pilot::start(link, self.kind.clone(), false).await?;
-            return Ok(driver(pilot).await);
+            let submitter = pilot.take_submitter();
+            let outcome = driver(pilot).await;
+            // The pilot goes on: what the driver queued last (frees of the objects
+            // its refs held, as they dropped) reaches it before the process ends.
+            if let Some(submitter) = submitter
+                && tokio::time::timeout(FLUSH_WAIT, submitter).await.is_err()
+            {
+                tracing::warn!("the driver's last requests were not all sent");
+            }
+            return Ok(outcome);
         }
         let embedded = self.start_embedded().await?;
         // Its agents are this machine's processes, joining within moments: the

@@ -110,6 +110,9 @@ pub(crate) struct Shared {
     pub(crate) slots: u32,
     /// Cores of the pilot once every node it expects had joined, when seen.
     full_slots: OnceLock<u32>,
+    /// The submitter: it ends once every sender is gone (the driver's handles and its
+    /// refs), having sent what they queued, frees of objects included.
+    submitter: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Pilot {
@@ -142,7 +145,7 @@ impl Pilot {
         tokio::spawn(forward_results(feed, events.clone()));
         tokio::spawn(dispatch(event_rx));
         let (queue, queued) = mpsc::unbounded_channel();
-        tokio::spawn(submit_loop(link.clone(), queued, events));
+        let submitter = tokio::spawn(submit_loop(link.clone(), queued, events));
         let stores = Arc::new(crate::objects::Stores::new(
             link.clone(),
             status.pilot_id.clone(),
@@ -154,6 +157,7 @@ impl Pilot {
                 kind,
                 queue,
                 stores,
+                submitter: std::sync::Mutex::new(Some(submitter)),
                 slots: status.slots.max(1),
                 full_slots: if all_joined(&status) {
                     OnceLock::from(status.slots)
@@ -162,6 +166,15 @@ impl Pilot {
                 },
             }),
         })
+    }
+
+    /// The submitter's task, to wait for once the driver is done (see [`Shared`]).
+    pub(crate) fn take_submitter(&self) -> Option<tokio::task::JoinHandle<()>> {
+        self.shared
+            .submitter
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
     }
 
     /// Options for the tasks submitted through the returned handle.

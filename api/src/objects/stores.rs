@@ -23,6 +23,8 @@ use crate::task::Data;
 
 /// Nodes join and leave: the list is asked again when older than this.
 const FRESH_FOR: Duration = Duration::from_secs(2);
+/// How long a driver waits for a first node of a pilot that has none (just started).
+const FIRST_NODE_WAIT: Duration = Duration::from_secs(30);
 /// The mark a node leaves in its scratch directory.
 const MARK: &str = ".saker-node";
 
@@ -64,7 +66,14 @@ impl Stores {
         let mut seen = self.seen.lock().await;
         let stale = seen.0.is_none_or(|asked| asked.elapsed() > FRESH_FOR);
         if refresh || stale {
-            let report = self.link.stores().await?;
+            let deadline = Instant::now() + FIRST_NODE_WAIT;
+            let mut report = self.link.stores().await?;
+            let mut pause = Duration::from_millis(10);
+            while report.stores.is_empty() && Instant::now() < deadline {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(250));
+                report = self.link.stores().await?;
+            }
             let visible = report
                 .stores
                 .iter()

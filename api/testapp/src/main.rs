@@ -249,6 +249,7 @@ async fn scenario(pilot: saker::Pilot, args: &[String]) -> Result<(), String> {
         "when" => when(&pilot).await,
         "big" => big(&pilot).await,
         "objects" => objects::objects(&pilot).await,
+        "put-and-go" => objects::put_and_go(&pilot).await,
         "actors" => actors::actors(&pilot).await,
         "actor-loss" => actors::loss(&pilot).await,
         "actor-takeover" => actors::takeover(&pilot).await,

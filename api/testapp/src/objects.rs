@@ -47,6 +47,20 @@ impl Task for Total {
     }
 }
 
+/// Puts an object, has a task read it, and ends with the ref still held: it is dropped
+/// as the driver ends, and its free must still reach the pilot.
+pub async fn put_and_go(pilot: &saker::Pilot) -> Result<(), String> {
+    let values: Vec<f64> = (0..1000).map(f64::from).collect();
+    let kept = pilot.put(&values).await.map_err(|e| e.to_string())?;
+    let (sum, _) = pilot
+        .submit::<Sum>(kept.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    check(sum == 499_500.0, "the sum")?;
+    println!("ok put {}", kept.item());
+    Ok(())
+}
+
 /// `map` over ten refs that only its inputs hold: each object outlives its task.
 async fn futures_free_map(pilot: &saker::Pilot, small: &Vec<f64>) -> Result<usize, String> {
     let mut refs = Vec::new();

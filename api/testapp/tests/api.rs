@@ -178,6 +178,28 @@ fn objects_by_reference_work_through_a_pilot_the_driver_attaches_to() {
     assert!(!data.contains(" 0 bytes moved"), "{status}");
 }
 
+/// A driver attached to a pilot that goes on ends holding a ref: the object is freed
+/// all the same (its free is sent before the driver's process ends).
+#[test]
+fn objects_a_driver_holds_as_it_ends_are_freed_on_a_pilot_that_goes_on() {
+    let pilot = ServicePilot::start(1);
+    let done = output(
+        testapp()
+            .arg("--pilot-dir")
+            .arg(pilot.path())
+            .arg("put-and-go"),
+    );
+    assert!(done.status.success(), "{}", stdout(&done));
+    assert!(stdout(&done).contains("ok put obj-"));
+    // (`status` leaves its data line out while no item is held and none moved.)
+    let status = pilot.status();
+    let data = status.lines().find(|line| line.starts_with("data"));
+    assert!(
+        data.is_none_or(|data| data.contains(" 0 items held")),
+        "{status}"
+    );
+}
+
 #[test]
 fn panics_retries_and_time_limits_come_back_typed() {
     let scratch = tempfile::tempdir().unwrap();
