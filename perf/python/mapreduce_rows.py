@@ -117,7 +117,10 @@ def start_pilot(scratch: Path) -> Any:
     if LOCAL:
         return saker.Pilot.start(agents=NODES, saker_bin=os.environ.get("SAKER_BIN")), None
     directory = scratch / "pilot"
-    env = dict(os.environ, PILOT=str(directory), SAKER=os.environ.get("SAKER_BIN", "saker"))
+    # The workers run this Python (and its cloudpickle), with the saker package beside it.
+    python_path = os.pathsep.join([str(REPO / "python"), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PILOT=str(directory), SAKER=os.environ.get("SAKER_BIN", "saker"),
+               PYTHON=sys.executable, PYTHONPATH=python_path)
     job = subprocess.run(
         ["sbatch", "--parsable", f"--nodes={NODES}", f"--output={scratch / 'job.log'}",
          str(REPO / "sbatch-templates" / "service.sbatch")],
