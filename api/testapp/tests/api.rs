@@ -110,6 +110,11 @@ impl ServicePilot {
     fn status(&self) -> String {
         stdout(&output(saker().args(["status", "--dir"]).arg(self.path())))
     }
+
+    /// Runs the test application's `scenario` as a driver attached to this pilot.
+    fn drive(&self, scenario: &str) -> Output {
+        output(testapp().arg("--pilot-dir").arg(self.path()).arg(scenario))
+    }
 }
 
 impl Drop for ServicePilot {
@@ -158,12 +163,7 @@ fn objects_by_reference_are_read_in_place_fetched_kept_and_freed() {
 #[test]
 fn objects_by_reference_work_through_a_pilot_the_driver_attaches_to() {
     let pilot = ServicePilot::start(2);
-    let done = output(
-        testapp()
-            .arg("--pilot-dir")
-            .arg(pilot.path())
-            .arg("objects"),
-    );
+    let done = pilot.drive("objects");
     assert!(done.status.success(), "{}", stdout(&done));
     assert!(stdout(&done).contains("ok objects"));
     // Every object the driver made is freed once its refs are gone, and the array
@@ -183,12 +183,7 @@ fn objects_by_reference_work_through_a_pilot_the_driver_attaches_to() {
 #[test]
 fn objects_a_driver_holds_as_it_ends_are_freed_on_a_pilot_that_goes_on() {
     let pilot = ServicePilot::start(1);
-    let done = output(
-        testapp()
-            .arg("--pilot-dir")
-            .arg(pilot.path())
-            .arg("put-and-go"),
-    );
+    let done = pilot.drive("put-and-go");
     assert!(done.status.success(), "{}", stdout(&done));
     assert!(stdout(&done).contains("ok put obj-"));
     // (`status` leaves its data line out while no item is held and none moved.)
