@@ -28,6 +28,7 @@
 
 pub mod bench;
 pub mod heap;
+pub mod links;
 pub mod options;
 pub mod pilot;
 pub mod process;

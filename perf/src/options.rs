@@ -118,6 +118,9 @@ pub enum Benchmark {
     /// A data item fetched from one agent by another, directly, beside the same bytes
     /// over one raw QUIC stream with the same TLS.
     Fetch,
+    /// One item to eight nodes at once over links of their own (each agent's sends
+    /// shaped on the loopback; needs root), beside one reader's fetch over the same.
+    FetchLinks,
     /// 1-second tasks on 512 one-slot agents in three levels: makespan efficiency,
     /// beside as many threads running them; and memory per agent.
     #[value(name = "agents-512")]
@@ -130,7 +133,7 @@ pub enum Benchmark {
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 36] = [
+    pub const ALL: [Benchmark; 37] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -164,6 +167,7 @@ impl Benchmark {
         Benchmark::DagEdges,
         Benchmark::Data,
         Benchmark::Fetch,
+        Benchmark::FetchLinks,
         Benchmark::AgentsTree,
         Benchmark::AgentsMany,
         Benchmark::AgentsDepth,
@@ -205,6 +209,7 @@ impl Benchmark {
             Benchmark::DagEdges => "dag-edges",
             Benchmark::Data => "data",
             Benchmark::Fetch => "fetch",
+            Benchmark::FetchLinks => "fetch-links",
             Benchmark::AgentsTree => "agents-512",
             Benchmark::AgentsMany => "agents-1000",
             Benchmark::AgentsDepth => "agents-depth",

@@ -326,10 +326,11 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
     if status.items > 0 || status.data_moved_bytes > 0 {
         writeln!(
             out,
-            "data      {} items held, {} bytes moved between nodes ({} through the root), {} bytes held, {} recomputed",
+            "data      {} items held, {} bytes moved between nodes ({} through the root, {} relayed), {} bytes held, {} recomputed",
             status.items,
             status.data_moved_bytes,
             status.data_root_bytes,
+            status.data_relayed_bytes,
             status.data_held_bytes,
             status.data_recomputes
         )?;

@@ -173,6 +173,11 @@ impl Collector for Snapshot {
                 status.duplicates,
             ),
             (
+                "data_relayed_bytes",
+                "Bytes of data items moved node to node from nodes fetching them too (pipelined)",
+                status.data_relayed_bytes,
+            ),
+            (
                 "data_recomputes",
                 "Jobs submitted to make lost data items again",
                 status.data_recomputes,
@@ -399,6 +404,7 @@ mod tests {
             items: 2,
             data_moved_bytes: 5 << 20,
             data_root_bytes: 1 << 20,
+            data_relayed_bytes: 3 << 20,
             data_held_bytes: 9 << 20,
             data_recomputes: 1,
             data_memory_bytes: 6 << 20,
@@ -433,6 +439,7 @@ mod tests {
             "saker_node_fetched_bytes_total{node=\"0\",host=\"node\\\"1\"} 3145728",
             "saker_node_held_bytes{node=\"0\",host=\"node\\\"1\"} 7340032",
             "saker_data_held_bytes 9437184.0",
+            "saker_data_relayed_bytes_total 3145728",
             "saker_data_recomputes_total 1",
             "saker_data_spills_total 3",
             "saker_data_spilled_bytes_total 2097152",

@@ -201,11 +201,12 @@ impl View {
                 status.rate, status.rate_minute, status.retries, status.replays
             )),
             Line::from(format!(
-                "data   {} items, {} held   {} moved between nodes, {} through the root   {} recomputed",
+                "data   {} items, {} held   {} moved between nodes, {} through the root, {} relayed   {} recomputed",
                 status.items,
                 bytes(status.data_held_bytes),
                 bytes(status.data_moved_bytes),
                 bytes(status.data_root_bytes),
+                bytes(status.data_relayed_bytes),
                 status.data_recomputes
             )),
         ];

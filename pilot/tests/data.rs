@@ -235,6 +235,60 @@ fn readers_elsewhere_fetch_their_data_intact_and_failures_say_why() {
     }
 }
 
+/// `status`'s data line, as numbers: bytes moved, through the root, relayed.
+fn relay_bytes(pilot: &std::path::Path) -> (u64, u64, u64) {
+    let output = run(saker().args(["status", "--dir"]).arg(pilot));
+    let text = String::from_utf8_lossy(&output.stdout);
+    let line = text
+        .lines()
+        .find_map(|line| line.strip_prefix("data "))
+        .unwrap_or_else(|| panic!("no data line: {text}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "bytes").unwrap();
+    let number = |word: &str| word.trim_start_matches('(').parse().unwrap();
+    (
+        number(words[at - 1]),
+        number(words[at + 4]),
+        number(words[at + 8]),
+    )
+}
+
+/// Readers of one item on several nodes at once get it intact, each copy moved once,
+/// none through the root, and most of it relayed: each reader after the first fetches
+/// from a node still fetching it (a pipeline), not all from the writer.
+#[test]
+fn readers_of_one_item_at_once_relay_it_to_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start_args(
+        dir.path(),
+        &["--agents", "5", "--slots", "10", "--locality-wait", "0"],
+    );
+    common::wait_for("five agents", std::time::Duration::from_secs(30), || {
+        let status = run(saker().args(["status", "--dir"]).arg(&service.pilot));
+        String::from_utf8_lossy(&status.stdout).contains("agents    5")
+    });
+    let size: u32 = 48 << 20;
+    let mut specs = vec![writer("big", size, Some(0))];
+    for node in 1..=4 {
+        specs.push(reader(&format!("r{node}"), "big", Some(node)));
+    }
+    let names = submit(&service.pilot, &specs);
+    let seen = seen(&service.pilot, &names);
+    for node in 1..=4 {
+        let (read, on) = &seen[&format!("r{node}")];
+        assert_eq!((read, on), (&seen["big"].0, &node.to_string()), "r{node}");
+    }
+    let (moved, root, relayed) = relay_bytes(&service.pilot);
+    assert_eq!((moved, root), (4 * u64::from(size), 0));
+    // The readers start together, so all but the first are named an upstream (on a
+    // busy machine, at least one is); a reader whose upstream finished first reads
+    // the rest from it whole, still counted as relayed.
+    assert!(
+        relayed >= u64::from(size),
+        "{relayed} of {moved} bytes relayed"
+    );
+}
+
 /// Holders are journaled: a root SIGKILLed after the writers ran is resumed, and the
 /// readers (held back by a gate until then) find the items where they were written.
 #[test]

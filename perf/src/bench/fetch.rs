@@ -10,8 +10,14 @@
 //! A second row sends the item to [`BROADCAST_READERS`] readers at once (one agent
 //! each, nodes 1 to 8): the time from the first reader's receipt to the last one's
 //! start, beside one reader's fetch in the same run (target: at most twice as long).
-//! Each copy made serves readers that ask after it is whole; nothing is pipelined
-//! yet, so on one machine the eight transfers share its cores.
+//! The readers form a pipeline (each relays what it has to the next), so no link
+//! carries the item twice; but on one machine the eight transfers still share its
+//! two cores, which bounds this row at about eight times one fetch.
+//!
+//! `fetch-links` measures the same over links of their own: each agent's sends
+//! shaped to [`LINK_MBIT`] (`crate::links`), slow enough that the cores are not what
+//! limits. There the pipeline's worth shows: the holder alone sending eight copies
+//! would take eight times one fetch.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -29,6 +35,9 @@ const ROUNDS: usize = 5;
 /// Readers of the broadcast row, and its rounds.
 const BROADCAST_READERS: u32 = 8;
 const BROADCAST_ROUNDS: usize = 3;
+/// Each node's uplink in the `fetch-links` row, and the item's size there.
+const LINK_MBIT: u32 = 160;
+const LINK_ITEM_MIB: u64 = 32;
 
 fn shape(readers: u32) -> PilotShape {
     PilotShape {
@@ -61,10 +70,18 @@ fn jobs(bytes: u64, readers: u32) -> Vec<JobRequest> {
 
 /// One item to `readers` nodes on a fresh pilot: from the first reader's receipt
 /// of its attempt to the last reader's start (one reader: its wait for the item).
-async fn saker_fetch(setup: &Setup, bytes: u64, readers: u32) -> Result<Duration> {
+async fn saker_fetch(
+    setup: &Setup,
+    bytes: u64,
+    readers: u32,
+    links: Option<u32>,
+) -> Result<Duration> {
     let pilot = RunningPilot::start(&setup.saker, "fetch", shape(readers)).await?;
     let outcome = async {
         pilot.warm_up().await?;
+        let _shaped = links
+            .map(|mbit| crate::links::Shaped::pilot(pilot.process_group(), mbit))
+            .transpose()?;
         let submitted = pilot
             .client
             .submit(jobs(bytes, readers))
@@ -169,17 +186,17 @@ pub fn run(setup: &Setup) -> Result<Vec<Row>> {
     client_runtime()?.block_on(async {
         let (mut saker, mut raw) = (Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
-            saker.push(mib / saker_fetch(setup, bytes, 1).await?.as_secs_f64());
+            saker.push(mib / saker_fetch(setup, bytes, 1, None).await?.as_secs_f64());
             raw.push(mib / raw_quic(bytes).await?.as_secs_f64());
         }
         let (mut many, mut one) = (Vec::new(), Vec::new());
         for _ in 0..BROADCAST_ROUNDS {
             many.push(
-                saker_fetch(setup, bytes, BROADCAST_READERS)
+                saker_fetch(setup, bytes, BROADCAST_READERS, None)
                     .await?
                     .as_secs_f64(),
             );
-            one.push(saker_fetch(setup, bytes, 1).await?.as_secs_f64());
+            one.push(saker_fetch(setup, bytes, 1, None).await?.as_secs_f64());
         }
         let all = |rates: &[f64]| {
             let rates: Vec<String> = rates.iter().map(|rate| format!("{rate:.0}")).collect();
@@ -211,5 +228,39 @@ pub fn run(setup: &Setup) -> Result<Vec<Row>> {
                 target: Target::RatioAtMost(2.0),
             },
         ])
+    })
+}
+
+/// The `fetch-links` row: see the module doc.
+pub fn run_links(setup: &Setup) -> Result<Vec<Row>> {
+    let bytes = LINK_ITEM_MIB << 20;
+    let links = Some(LINK_MBIT);
+    client_runtime()?.block_on(async {
+        let (mut many, mut one) = (Vec::new(), Vec::new());
+        for _ in 0..BROADCAST_ROUNDS {
+            let time = saker_fetch(setup, bytes, BROADCAST_READERS, links).await?;
+            many.push(time.as_secs_f64());
+            one.push(saker_fetch(setup, bytes, 1, links).await?.as_secs_f64());
+        }
+        let all = |times: &[f64]| {
+            let times: Vec<String> = times.iter().map(|time| format!("{time:.2}")).collect();
+            times.join(", ")
+        };
+        Ok(vec![Row {
+            benchmark: Benchmark::FetchLinks,
+            name: format!(
+                "a {LINK_ITEM_MIB} MiB item to {BROADCAST_READERS} nodes, {LINK_MBIT} Mbit/s links"
+            ),
+            saker: Measure::new(median(many.clone()), Unit::Seconds).with_detail(format!(
+                "{} agents, first receipt to last start: {} s",
+                BROADCAST_READERS + 1,
+                all(&many)
+            )),
+            baseline: Some(
+                Measure::new(median(one.clone()), Unit::Seconds)
+                    .with_detail(format!("one reader's fetch, same links: {} s", all(&one))),
+            ),
+            target: Target::RatioAtMost(2.0),
+        }])
     })
 }

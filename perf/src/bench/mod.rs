@@ -97,6 +97,9 @@ fn unavailable(benchmark: Benchmark) -> Option<&'static str> {
         {
             Some(slurm::NO_CLUSTER)
         }
+        Benchmark::FetchLinks if !crate::links::available() => {
+            Some("cannot shape the loopback with tc (needs root)")
+        }
         _ => None,
     }
 }
@@ -113,6 +116,7 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::DagEdges => dag_edges::run(setup),
         Benchmark::Data => data::run(setup),
         Benchmark::Fetch => fetch::run(setup),
+        Benchmark::FetchLinks => fetch::run_links(setup),
         Benchmark::AgentsTree => agents::run_tree_efficiency(setup),
         Benchmark::AgentsMany => agents::run_many(setup),
         Benchmark::AgentsDepth => agents::run_depth(setup),

@@ -18,11 +18,13 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use saker_wire::messages::{JobDef, NodeId};
 use saker_wire::{ITEM_CHUNK, ItemData, ItemRead, ItemWritten};
 
-use crate::board::ItemError;
+use crate::board::{ItemError, ItemLanded};
+use crate::transfer::Relays;
 
 /// Creates a node's scratch directory, and any missing parent (`saker-PILOT`), with
 /// mode 0700: data items are the user's, and the directory usually sits in a `/tmp`
@@ -124,7 +126,9 @@ pub struct ItemFiles {
     /// (`--shared-scratch`): an item is linked from its writer's, never copied.
     shared: bool,
     /// The partial file of each item being fetched, once its first bytes came.
-    partial: HashMap<String, File>,
+    partial: HashMap<String, Arc<File>>,
+    /// What of them other nodes may fetch from here meanwhile, if they fetch directly.
+    relays: Option<Relays>,
 }
 
 impl ItemFiles {
@@ -138,7 +142,14 @@ impl ItemFiles {
             },
             shared,
             partial: HashMap::new(),
+            relays: None,
         }
+    }
+
+    /// Items being fetched here are relayed to other readers as they land.
+    pub fn with_relays(mut self, relays: Relays) -> ItemFiles {
+        self.relays = Some(relays);
+        self
     }
 
     /// Objects are kept in `memory` first (see the module doc).
@@ -238,11 +249,25 @@ impl ItemFiles {
             return;
         }
         let part = self.part_path(item);
-        match create_parent(&part).and_then(|()| File::create(&part)) {
-            Ok(file) => {
-                self.partial.insert(item.to_owned(), file);
-            }
+        match create_part(&part) {
+            Ok(file) => self.opened(item, file),
             Err(error) => tracing::debug!(%error, part = %part.display(), "no partial file yet"),
+        }
+    }
+
+    fn opened(&mut self, item: &str, file: File) {
+        let file = Arc::new(file);
+        if let Some(relays) = &self.relays {
+            relays.begin(item, file.clone());
+        }
+        self.partial.insert(item.to_owned(), file);
+    }
+
+    /// Bytes of an item fetched here landed in its partial file and are good: other
+    /// readers may have them from here now.
+    pub fn landed(&self, landed: &ItemLanded) {
+        if let Some(relays) = &self.relays {
+            relays.landed(&landed.item, landed.offset, landed.len, landed.total);
         }
     }
 
@@ -252,13 +277,12 @@ impl ItemFiles {
         let item = &data.item;
         if !self.partial.contains_key(item) {
             let part = self.part_path(item);
-            let opened = create_parent(&part).and_then(|()| File::create(&part));
-            let file = opened.map_err(|source| ItemError::Open {
+            let file = create_part(&part).map_err(|source| ItemError::Open {
                 item: item.clone(),
                 path: part,
                 source,
             })?;
-            self.partial.insert(item.clone(), file);
+            self.opened(item, file);
         }
         if let Some(file) = self.partial.get(item) {
             file.write_all_at(&data.data, data.offset)
@@ -266,6 +290,12 @@ impl ItemFiles {
                     item: item.clone(),
                     source,
                 })?;
+            self.landed(&ItemLanded {
+                item: item.clone(),
+                offset: data.offset,
+                len: data.data.len() as u64,
+                total: data.total,
+            });
         }
         Ok(())
     }
@@ -281,15 +311,25 @@ impl ItemFiles {
     pub fn keep(&mut self, item: &str) -> Result<(), ItemError> {
         drop(self.partial.remove(item));
         let place = self.dirs.home(item).join(item);
-        std::fs::rename(self.part_path(item), place).map_err(|source| ItemError::Keep {
+        let kept = std::fs::rename(self.part_path(item), place);
+        // Readers relayed it so far read it whole from now on.
+        self.end_relay(item);
+        kept.map_err(|source| ItemError::Keep {
             item: item.to_owned(),
             source,
         })
     }
 
+    fn end_relay(&self, item: &str) {
+        if let Some(relays) = &self.relays {
+            relays.end(item);
+        }
+    }
+
     /// Drops what was written of `item` (its fetch failed, or was stopped).
     pub fn discard(&mut self, item: &str) {
         drop(self.partial.remove(item));
+        self.end_relay(item);
         let _ = std::fs::remove_file(self.part_path(item));
     }
 
@@ -329,6 +369,17 @@ fn json_string(text: &str) -> String {
     }
     quoted.push('"');
     quoted
+}
+
+/// A new, empty partial file at `path`, readable too (bytes landed are relayed).
+fn create_part(path: &Path) -> std::io::Result<File> {
+    create_parent(path)?;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
 }
 
 fn create_parent(path: &Path) -> std::io::Result<()> {

@@ -226,8 +226,12 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
         config: quic::data_client_config(&creds, &crate::transfer::DATA_TIMEOUTS)
             .map_err(transport)?,
         addr: reachable(local, options.advertise),
+        relays: crate::transfer::Relays::default(),
     };
-    let dirs = options.config.item_dirs();
+    let served = crate::transfer::Served {
+        dirs: options.config.item_dirs(),
+        relays: direct.relays.clone(),
+    };
     let (agent, agent_handle) = Actor::spawn(
         None,
         Agent,
@@ -253,7 +257,7 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
             session,
         },
         options.liveness,
-        dirs,
+        served,
     ));
     let parent = tokio::spawn(serve_parent(
         dialer,
@@ -457,21 +461,21 @@ async fn accept_children(
     agent: ActorRef<AgentMsg>,
     hello: Link,
     liveness: Liveness,
-    dirs: crate::items::ItemDirs,
+    served: crate::transfer::Served,
 ) {
     while let Some(incoming) = endpoint.accept().await {
         let router = router.clone();
         let parent = parent.clone();
         let agent = agent.clone();
         let hello = hello.clone();
-        let dirs = dirs.clone();
+        let served = served.clone();
         tokio::spawn(async move {
             let Ok(connection) = crate::link::accept_connection(incoming).await else {
                 return;
             };
             // Another agent fetching this node's items, not a child.
             if saker_transport::quic::is_data_connection(&connection) {
-                crate::transfer::serve(connection, dirs).await;
+                crate::transfer::serve(connection, served).await;
                 return;
             }
             let link = next_link_id();

@@ -16,6 +16,7 @@
 //!
 //! [`DATA_ALPN`]: saker_transport::DATA_ALPN
 
+mod relays;
 mod routes;
 #[cfg(test)]
 mod tests;
@@ -34,6 +35,7 @@ use saker_wire::messages::{FromAgent, ToAgent};
 use saker_wire::{AlignedVec, ItemData, ItemRead, WireError};
 use tokio::sync::mpsc;
 
+pub use relays::{Relayed, Relays};
 pub use routes::{Fetch, Holder, Routes, Send};
 
 use crate::agent::AgentMsg;
@@ -101,6 +103,8 @@ pub struct Direct {
     pub config: quinn::ClientConfig,
     /// Where other agents reach this one's endpoint (said in its hello).
     pub addr: SocketAddr,
+    /// What this node relays of the items it is fetching (shared with [`serve`]).
+    pub relays: Relays,
 }
 
 /// The reader's side: carries out [`Fetch`]es on tasks of their own and tells the
@@ -297,14 +301,23 @@ async fn read_message<M: Message>(
     saker_wire::frame::decode::<M>(&payload[..header.len as usize]).map_err(TransferError::Wire)
 }
 
+/// What a node serves to agents that fetch from it directly: the items in its
+/// directories, and what it relays of those it is fetching itself.
+#[derive(Debug, Clone)]
+pub struct Served {
+    pub dirs: crate::items::ItemDirs,
+    pub relays: Relays,
+}
+
 /// The holder's side of a data connection another agent opened: answers each stream
-/// with the bytes of the item it asks for, from `dirs`, until the connection ends.
-pub async fn serve(connection: quinn::Connection, dirs: crate::items::ItemDirs) {
+/// with the bytes of the item it asks for, from `served`, until the connection ends.
+/// An item this node is fetching itself is relayed as its bytes land.
+pub async fn serve(connection: quinn::Connection, served: Served) {
     let remote = connection.remote_address();
     while let Ok((send, recv)) = connection.accept_bi().await {
-        let dirs = dirs.clone();
+        let Served { dirs, relays } = served.clone();
         tokio::spawn(async move {
-            if let Err(error) = serve_read(send, recv, dirs).await {
+            if let Err(error) = serve_read(send, recv, dirs, relays).await {
                 tracing::debug!(%remote, error = %crate::error_chain(&error), "a direct read failed");
             }
         });
@@ -315,14 +328,23 @@ async fn serve_read(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     dirs: crate::items::ItemDirs,
+    relays: Relays,
 ) -> Result<(), TransferError> {
     let FromAgent::ItemRead(read) = read_message::<FromAgent>(&mut recv, MOST_REQUEST).await?
     else {
         return Err(TransferError::Protocol("the request is no item read"));
     };
     let mut answer = if saker_wire::valid_item_name(&read.item) {
-        let chunk = tokio::task::spawn_blocking(move || {
-            crate::items::read_chunk(&dirs, &read, MOST_PER_READ)
+        let gone = async {
+            let _ = send.stopped().await;
+        };
+        let Some(relayed) = relays.wait(&read, MOST_PER_READ, gone).await else {
+            // The reader went away while its bytes were still coming here.
+            return Ok(());
+        };
+        let chunk = tokio::task::spawn_blocking(move || match relayed {
+            Relayed::NotHere => crate::items::read_chunk(&dirs, &read, MOST_PER_READ),
+            Relayed::Ready { file, total, len } => relayed_chunk(&file, &read, total, len),
         });
         chunk
             .await
@@ -339,6 +361,10 @@ async fn serve_read(
         }
     };
     let data = std::mem::take(&mut answer.data);
+    // Earlier bytes first: a reader's reads in flight then land one after another, in
+    // order, not all at once at the end of its window, and one relaying the item
+    // passes each on that much sooner.
+    let _ = send.set_priority(priority_of(answer.offset));
     let header = saker_wire::encode(0, &ToAgent::ItemData(answer)).map_err(TransferError::Wire)?;
     send.write_all(&header)
         .await
@@ -351,4 +377,30 @@ async fn serve_read(
         .map_err(TransferError::Write)?;
     send.finish().map_err(TransferError::Closed)?;
     Ok(())
+}
+
+/// The send priority of the answer at `offset`: the lower the offset, the higher.
+fn priority_of(offset: u64) -> i32 {
+    let chunk = offset / u64::from(saker_wire::ITEM_CHUNK);
+    i32::try_from(chunk).map_or(i32::MIN, |chunk| -chunk)
+}
+
+/// `len` bytes at `read`'s offset of the partial file of an item of `total` bytes
+/// (they have landed).
+fn relayed_chunk(file: &std::fs::File, read: &ItemRead, total: u64, len: u64) -> ItemData {
+    use std::os::unix::fs::FileExt;
+    let mut data = vec![0; len as usize];
+    let error = file
+        .read_exact_at(&mut data, read.offset)
+        .err()
+        .map(|error| format!("cannot read it on its holder: {error}"));
+    ItemData {
+        item: read.item.clone(),
+        reader: read.reader,
+        request: read.request,
+        offset: read.offset,
+        total,
+        data: if error.is_some() { Vec::new() } else { data },
+        error,
+    }
 }

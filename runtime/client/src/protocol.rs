@@ -417,6 +417,10 @@ pub struct StatusReport {
     pub data_moved_bytes: u64,
     /// Of those, the bytes passed on by the root (the rest went node to node).
     pub data_root_bytes: u64,
+    /// Of those node to node, the bytes relayed by nodes fetching the item
+    /// themselves (readers of one item at once form a pipeline).
+    #[serde(default)]
+    pub data_relayed_bytes: u64,
     /// Bytes of the data items the live nodes hold (each copy counted).
     pub data_held_bytes: u64,
     /// Jobs submitted to make lost data items again (docs/data.md).

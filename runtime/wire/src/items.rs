@@ -94,15 +94,21 @@ pub struct ItemHolder {
 
 /// The answer to an [`ItemWhere`]: the holders the reader may fetch from directly,
 /// best first. None: it fetches through the root.
+///
+/// `upstream`, if any, is a node fetching the item itself: it relays each chunk once
+/// it has it, so the reader fetches everything from it while it serves (many readers
+/// of one item form a pipeline, each sending it on once), and from `holders` after.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[rkyv(derive(Debug))]
 pub struct ItemHolders {
     pub item: String,
     pub holders: Vec<ItemHolder>,
+    pub upstream: Option<ItemHolder>,
 }
 
 /// `node` fetched the whole `item` (`bytes` long), `direct` of those bytes straight
-/// from its holders, the rest through the root.
+/// from its holders, the rest through the root; `relayed` of the direct ones from its
+/// upstream (a node that was fetching the item too when named).
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[rkyv(derive(Debug))]
 pub struct ItemCopied {
@@ -110,6 +116,7 @@ pub struct ItemCopied {
     pub item: String,
     pub bytes: u64,
     pub direct: u64,
+    pub relayed: u64,
 }
 
 /// `node` is short of object memory: may it drop its copy of `item` (a copy it

@@ -45,7 +45,8 @@ pub use saker_core::{
 /// 17: `TaskResult::fetch_us`.
 /// 18: `FromAgent::StoreUsage` (object memory).
 /// 19: `FromAgent::DropCopy`/`ToAgent::CopyDrop` (fetched copies dropped, asked).
-pub const PROTOCOL_VERSION: u32 = 19;
+/// 20: `ItemHolders::upstream` (copies relayed while they are fetched).
+pub const PROTOCOL_VERSION: u32 = 20;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.

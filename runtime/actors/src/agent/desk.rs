@@ -438,7 +438,12 @@ impl Desk {
         match answer {
             Ok(landed) => {
                 if routes.fetched(&fetch, landed.len) {
-                    self.board.handle_item_landed(&landed, now);
+                    // Marked before the effects: a whole item is kept (and no longer
+                    // relayed) by them.
+                    let good = self.board.handle_item_landed(&landed, now);
+                    if good {
+                        self.files.landed(&landed);
+                    }
                     self.apply_effects(now);
                 }
                 Ok(())
@@ -501,9 +506,9 @@ impl Desk {
 
     /// A fetched item is whole and in place: the root learns this node holds a copy.
     fn say_copied(&mut self, item: &str) {
-        let direct = match &mut self.direct {
+        let (direct, relayed) = match &mut self.direct {
             Some((routes, _)) => routes.finish(item),
-            None => 0,
+            None => (0, 0),
         };
         let Some(bytes) = self.files.size(item) else {
             return;
@@ -513,6 +518,7 @@ impl Desk {
             item: item.to_owned(),
             bytes,
             direct,
+            relayed,
         });
         if let Err(error) = self.uplink.send(&copied) {
             // The link is gone: the agent hears of that on its own.

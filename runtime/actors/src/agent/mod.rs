@@ -294,6 +294,9 @@ impl Actor for Agent {
             parent: args.parent.clone(),
             node: config.node,
         };
+        if let Some(direct) = &args.direct {
+            files = files.with_relays(direct.relays.clone());
+        }
         let desk = Desk::shared(board, clock, places, files, uplink.clone(), slots as usize);
         lock(&desk).store = store;
         let data_addr = args.direct.as_ref().map(|direct| direct.addr);

@@ -347,8 +347,9 @@ impl Board {
 
     /// `len` bytes of `item` at `offset` (of `total`) came from a holder directly and
     /// are written already (a read whose bytes could not be written failed in the
-    /// shell and went another way).
-    pub fn handle_item_landed(&mut self, landed: &ItemLanded, now: Moment) {
+    /// shell and went another way). Returns whether they are good (then the shell may
+    /// relay them to other readers).
+    pub fn handle_item_landed(&mut self, landed: &ItemLanded, now: Moment) -> bool {
         let ItemLanded {
             item,
             offset,
@@ -357,9 +358,11 @@ impl Board {
         } = landed;
         let received = self.fetches.received(item, *offset, *len, *total, None);
         if received != Received::Write {
-            return self.after_fetch(item, received, now);
+            self.after_fetch(item, received, now);
+            return false;
         }
         self.handle_item_written(item, *len, Ok(()), now);
+        true
     }
 
     /// `item` comes from holders directly, not through the root: more of it may be

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use saker_wire::messages::{FromAgent, NodeId};
-use saker_wire::{ItemHolders, ItemRead, ItemWhere};
+use saker_wire::{ItemHolder, ItemHolders, ItemRead, ItemWhere};
 
 /// A holder this node fetches from directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +25,7 @@ pub struct Fetch {
 }
 
 /// What the desk is to do.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Send {
     /// Send this up to the root.
     Up(FromAgent),
@@ -46,14 +46,21 @@ struct Route {
     way: Way,
     /// Bytes fetched from holders directly so far.
     direct: u64,
+    /// Of those, from the upstream.
+    relayed: u64,
 }
 
 #[derive(Debug)]
 enum Way {
     /// The root was asked where the item is; these reads wait for its answer.
     Asking(Vec<ItemRead>),
-    /// Each read goes to the next of these holders in turn.
-    Direct { holders: Vec<Holder>, next: usize },
+    /// Each read goes to `upstream` while it serves (a node fetching the item too,
+    /// relaying it), else to the next of these holders in turn.
+    Direct {
+        upstream: Option<Holder>,
+        holders: Vec<Holder>,
+        next: usize,
+    },
     /// Every read goes up through the root.
     Tree,
 }
@@ -71,6 +78,7 @@ impl Routes {
                 id: self.next_route,
                 way: Way::Asking(Vec::new()),
                 direct: 0,
+                relayed: 0,
             };
             let item = read.item.clone();
             self.routes.entry(item).or_insert(route).wait(read);
@@ -78,9 +86,18 @@ impl Routes {
         };
         match &mut route.way {
             Way::Asking(waiting) => waiting.push(read),
-            Way::Direct { holders, next } => {
-                let holder = holders[*next % holders.len()];
-                *next += 1;
+            Way::Direct {
+                upstream,
+                holders,
+                next,
+            } => {
+                let holder = match upstream {
+                    Some(upstream) => *upstream,
+                    None => {
+                        *next += 1;
+                        holders[(*next - 1) % holders.len()]
+                    }
+                };
                 out.push(Send::Fetch(Fetch {
                     read,
                     holder,
@@ -101,30 +118,33 @@ impl Routes {
             return;
         };
         let waiting = std::mem::take(waiting);
-        let holders: Vec<Holder> = answer
-            .holders
-            .iter()
-            .filter_map(|holder| {
-                let addr = holder.addr.parse().ok()?;
-                Some(Holder {
-                    node: holder.node,
-                    addr,
-                })
+        let parse = |holder: &ItemHolder| {
+            let addr = holder.addr.parse().ok()?;
+            Some(Holder {
+                node: holder.node,
+                addr,
             })
-            .collect();
-        route.way = if holders.is_empty() {
+        };
+        let holders: Vec<Holder> = answer.holders.iter().filter_map(parse).collect();
+        let upstream = answer.upstream.as_ref().and_then(parse);
+        route.way = if holders.is_empty() && upstream.is_none() {
             Way::Tree
         } else {
-            Way::Direct { holders, next: 0 }
+            Way::Direct {
+                upstream,
+                holders,
+                next: 0,
+            }
         };
         for read in waiting {
             self.read(read, out);
         }
     }
 
-    /// A direct read failed at `holder` (unreachable, or it could not read the item):
-    /// that holder is not asked again for this item, and the read goes to the next
-    /// one, or up through the root when none is left. Nothing for a fetch that ended.
+    /// A direct read failed at `holder` (unreachable, or it could not read the item;
+    /// an upstream whose own fetch ended): that holder is not asked again for this
+    /// item, and the read goes to the next one, or up through the root when none is
+    /// left. Nothing for a fetch that ended.
     pub fn failed(&mut self, fetch: Fetch, out: &mut Vec<Send>) {
         let Some(route) = self
             .routes
@@ -133,9 +153,15 @@ impl Routes {
         else {
             return;
         };
-        if let Way::Direct { holders, .. } = &mut route.way {
+        if let Way::Direct {
+            upstream, holders, ..
+        } = &mut route.way
+        {
             holders.retain(|holder| holder.node != fetch.holder.node);
-            if holders.is_empty() {
+            if upstream.is_some_and(|upstream| upstream.node == fetch.holder.node) {
+                *upstream = None;
+            }
+            if holders.is_empty() && upstream.is_none() {
                 route.way = Way::Tree;
             }
         }
@@ -148,15 +174,26 @@ impl Routes {
         match self.routes.get_mut(&fetch.read.item) {
             Some(route) if route.id == fetch.route => {
                 route.direct += len;
+                if let Way::Direct {
+                    upstream: Some(upstream),
+                    ..
+                } = &route.way
+                    && upstream.node == fetch.holder.node
+                {
+                    route.relayed += len;
+                }
                 true
             }
             _ => false,
         }
     }
 
-    /// The fetch of `item` ended (whole or failed): the bytes it had directly.
-    pub fn finish(&mut self, item: &str) -> u64 {
-        self.routes.remove(item).map_or(0, |route| route.direct)
+    /// The fetch of `item` ended (whole or failed): the bytes it had directly, and
+    /// of those from its upstream.
+    pub fn finish(&mut self, item: &str) -> (u64, u64) {
+        self.routes
+            .remove(item)
+            .map_or((0, 0), |route| (route.direct, route.relayed))
     }
 
     /// Every fetch is dropped (the node lost its parent, or stops).

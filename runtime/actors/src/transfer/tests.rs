@@ -55,6 +55,7 @@ fn reads_wait_for_the_holders_then_go_to_each_in_turn() {
     let answer = ItemHolders {
         item: "a".into(),
         holders: vec![holder(1, 5000), holder(2, 5000)],
+        upstream: None,
     };
     routes.holders(answer.clone(), &mut out);
     routes.read(read("a", 20, 10), &mut out);
@@ -80,6 +81,7 @@ fn with_no_direct_holder_reads_go_through_the_root() {
         ItemHolders {
             item: "a".into(),
             holders: vec![bad],
+            upstream: None,
         },
         &mut out,
     );
@@ -105,6 +107,7 @@ fn a_failed_holder_is_skipped_then_the_root_is_asked() {
         ItemHolders {
             item: "a".into(),
             holders: vec![holder(1, 5000), holder(2, 5000)],
+            upstream: None,
         },
         &mut out,
     );
@@ -123,6 +126,62 @@ fn a_failed_holder_is_skipped_then_the_root_is_asked() {
     assert_eq!(out, vec![Send::Up(FromAgent::ItemRead(read("a", 10, 10)))]);
 }
 
+/// With an upstream (a node fetching the item too), every read goes to it while it
+/// serves; once it fails, to the holders in turn; with none, through the root.
+#[test]
+fn reads_follow_the_upstream_then_the_holders() {
+    let mut routes = Routes::default();
+    let mut out = Vec::new();
+    routes.read(read("a", 0, 10), &mut out);
+    routes.read(read("a", 10, 10), &mut out);
+    out.clear();
+    routes.holders(
+        ItemHolders {
+            item: "a".into(),
+            holders: vec![holder(1, 5000), holder(2, 5000)],
+            upstream: Some(holder(3, 5000)),
+        },
+        &mut out,
+    );
+    routes.read(read("a", 20, 10), &mut out);
+    assert_eq!(fetches(&out), vec![(3, 0), (3, 10), (3, 20)]);
+    let Some(Send::Fetch(relayed)) = out.pop() else {
+        panic!("{out:?}");
+    };
+    // Bytes from the upstream are counted apart.
+    let Some(Send::Fetch(earlier)) = out.first().cloned() else {
+        panic!("{out:?}");
+    };
+    out.clear();
+    assert!(routes.fetched(&earlier, 10));
+    routes.failed(relayed, &mut out);
+    routes.read(read("a", 30, 10), &mut out);
+    assert_eq!(fetches(&out), vec![(1, 20), (2, 30)]);
+    let Some(Send::Fetch(later)) = out.last().cloned() else {
+        panic!("{out:?}");
+    };
+    assert!(routes.fetched(&later, 10));
+    assert_eq!(routes.finish("a"), (20, 10));
+
+    // Only an upstream: once it fails, the root.
+    let mut routes = Routes::default();
+    routes.read(read("b", 0, 10), &mut out);
+    out.clear();
+    routes.holders(
+        ItemHolders {
+            item: "b".into(),
+            holders: Vec::new(),
+            upstream: Some(holder(3, 5000)),
+        },
+        &mut out,
+    );
+    let Some(Send::Fetch(relayed)) = out.pop() else {
+        panic!("{out:?}");
+    };
+    routes.failed(relayed, &mut out);
+    assert_eq!(out, vec![Send::Up(FromAgent::ItemRead(read("b", 0, 10)))]);
+}
+
 /// Answers and failures of a fetch that has ended are not counted on a later fetch
 /// of the same item; the bytes fetched directly are told at its end.
 #[test]
@@ -132,6 +191,7 @@ fn a_late_answer_is_not_counted_on_the_next_fetch() {
     let answer = ItemHolders {
         item: "a".into(),
         holders: vec![holder(1, 5000)],
+        upstream: None,
     };
     routes.read(read("a", 0, 10), &mut out);
     routes.holders(answer.clone(), &mut out);
@@ -139,7 +199,7 @@ fn a_late_answer_is_not_counted_on_the_next_fetch() {
         panic!("{out:?}");
     };
     assert!(routes.fetched(&old, 10));
-    assert_eq!(routes.finish("a"), 10);
+    assert_eq!(routes.finish("a"), (10, 0));
 
     out.clear();
     routes.read(read("a", 0, 10), &mut out);
@@ -152,7 +212,7 @@ fn a_late_answer_is_not_counted_on_the_next_fetch() {
     routes.failed(old, &mut out);
     assert!(out.is_empty(), "nor is its failure sent anywhere");
     routes.clear();
-    assert_eq!(routes.finish("a"), 0);
+    assert_eq!(routes.finish("a"), (0, 0));
 }
 
 /// Two agents' endpoints with the pilot's agent credentials: one serves `scratch`,
@@ -162,6 +222,8 @@ struct Pair {
     holder: SocketAddr,
     _dir: tempfile::TempDir,
     scratch: std::path::PathBuf,
+    /// What the holder relays of the items it fetches itself.
+    relays: Relays,
 }
 
 fn credentials(dir: &std::path::Path, role: Role) -> Credentials {
@@ -191,9 +253,12 @@ fn pair(dialer: Role) -> Pair {
     .unwrap();
     let holder = server.local_addr().unwrap();
     let served = scratch.clone();
+    let relays = Relays::default();
+    let relayed = relays.clone();
     tokio::spawn(async move {
         while let Some(incoming) = server.accept().await {
             let served = served.clone();
+            let relayed = relayed.clone();
             tokio::spawn(async move {
                 let Ok(connection) = incoming.await else {
                     return;
@@ -203,7 +268,14 @@ fn pair(dialer: Role) -> Pair {
                     scratch: served,
                     memory: None,
                 };
-                serve(connection, dirs).await;
+                serve(
+                    connection,
+                    Served {
+                        dirs,
+                        relays: relayed,
+                    },
+                )
+                .await;
             });
         }
     });
@@ -218,12 +290,14 @@ fn pair(dialer: Role) -> Pair {
                 endpoint,
                 config,
                 addr,
+                relays: Relays::default(),
             },
             holders: Mutex::new(HashMap::new()),
         },
         holder,
         _dir: dir,
         scratch,
+        relays,
     }
 }
 
@@ -271,6 +345,82 @@ async fn futures_join(
         pair.pool.fetch(&fetches[2])
     );
     [a, b, c]
+}
+
+/// A holder still fetching an item relays it: a read waits until its bytes have
+/// landed there and gets exactly them; once the fetch is whole, reads are served from
+/// the kept file; a read still waiting when the holder's fetch fails is told so.
+#[tokio::test]
+async fn a_holder_relays_what_it_is_fetching_as_it_lands() {
+    let pair = pair(Role::Agent);
+    let item: Vec<u8> = (0..2_500_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    let total = item.len() as u64;
+    let mut files = crate::items::ItemFiles::new(1, pair.scratch.clone(), false)
+        .with_relays(pair.relays.clone());
+    files.begin("part-2");
+    let first = fetch_of(read("part-2", 1 << 20, 1 << 20), pair.holder);
+    let waiting = {
+        let pool = Pool {
+            direct: pair.pool.direct.clone(),
+            holders: Mutex::new(HashMap::new()),
+        };
+        tokio::spawn(async move { pool.fetch(&first).await })
+    };
+    let chunk = |offset: usize, len: usize| ItemData {
+        item: "part-2".into(),
+        reader: NodeId(1),
+        request: 1,
+        offset: offset as u64,
+        total,
+        data: item[offset..offset + len].to_vec(),
+        error: None,
+    };
+    files.write(&chunk(0, 1 << 20)).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiting.is_finished(), "its bytes have not landed");
+    files.write(&chunk(1 << 20, 1 << 20)).unwrap();
+    let answer = waiting.await.unwrap().unwrap();
+    assert_eq!(
+        (answer.total, &answer.data[..]),
+        (total, &item[1 << 20..2 << 20])
+    );
+
+    let tail = fetch_of(read("part-2", 2 << 20, 1 << 20), pair.holder);
+    let waiting = tokio::spawn({
+        let pool = Pool {
+            direct: pair.pool.direct.clone(),
+            holders: Mutex::new(HashMap::new()),
+        };
+        async move { pool.fetch(&tail).await }
+    });
+    files
+        .write(&chunk(2 << 20, item.len() - (2 << 20)))
+        .unwrap();
+    files.keep("part-2").unwrap();
+    let answer = waiting.await.unwrap().unwrap();
+    assert_eq!(&answer.data[..], &item[2 << 20..]);
+    let whole = fetch_of(read("part-2", 0, 1 << 20), pair.holder);
+    assert_eq!(
+        &pair.pool.fetch(&whole).await.unwrap().data[..],
+        &item[..1 << 20]
+    );
+
+    files.begin("part-3");
+    let never = fetch_of(read("part-3", 0, 1 << 20), pair.holder);
+    let waiting = tokio::spawn({
+        let pool = Pool {
+            direct: pair.pool.direct.clone(),
+            holders: Mutex::new(HashMap::new()),
+        };
+        async move { pool.fetch(&never).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    files.discard("part-3");
+    let failed = waiting.await.unwrap();
+    assert!(
+        matches!(failed, Err(TransferError::Holder(ref reason)) if reason.contains("cannot read")),
+        "{failed:?}"
+    );
 }
 
 /// A holder says why it cannot answer: an item it does not have, a name that is no

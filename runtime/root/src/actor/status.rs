@@ -101,6 +101,7 @@ impl RootState {
             items: self.items.len() as u64,
             data_moved_bytes: self.items.moved_bytes(),
             data_root_bytes: self.items.root_bytes(),
+            data_relayed_bytes: self.items.relayed_bytes(),
             data_held_bytes: self.items.held_bytes(),
             data_recomputes: self.items.recomputes(),
             data_memory_bytes: store.memory_bytes,

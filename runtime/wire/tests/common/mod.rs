@@ -156,6 +156,10 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
                 node: NodeId(2),
                 addr: "10.1.2.3:41000".to_owned(),
             }],
+            upstream: Some(saker_wire::ItemHolder {
+                node: NodeId(5),
+                addr: "10.1.2.6:41000".to_owned(),
+            }),
         }),
         ToAgent::ItemsFreed {
             items: vec!["obj-0a".to_owned(), "part-2".to_owned()],
@@ -330,6 +334,7 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
             item: "part-1".to_owned(),
             bytes: 5 << 30,
             direct: 4 << 30,
+            relayed: 3 << 30,
         }),
         FromAgent::DropCopy(saker_wire::DropCopy {
             node: NodeId(5),

@@ -69,6 +69,7 @@ impl ItemTable {
     /// Forgets `item`, telling its live holders (when `nodes` are known) to remove it.
     fn remove_item(&mut self, ctx: &mut Ctx, nodes: Option<&Nodes>, item: &str) {
         self.dropped.retain(|(name, _)| name != item);
+        self.fetching.freed(item);
         let Some(entry) = self.items.remove(item) else {
             return;
         };

@@ -38,6 +38,7 @@ use saker_client::spec::JobRequest;
 
 mod free;
 mod recompute;
+mod relay;
 
 /// What the journal holds of the data items: what each job reads, and where each
 /// item was written, in journal order.
@@ -94,6 +95,8 @@ pub(super) struct ItemTable {
     root_bytes: u64,
     /// Bytes readers fetched from holders directly, node to node.
     direct_bytes: u64,
+    /// Of those, from nodes that were fetching the item too (`relay.rs`).
+    relayed_bytes: u64,
     /// Bytes of whole items each live node fetched (its copies).
     fetched: HashMap<NodeId, u64>,
     /// Items lost and made again, and the readers waiting for them.
@@ -103,6 +106,8 @@ pub(super) struct ItemTable {
     /// Copies the root let their nodes drop (`DropCopy`): one said again (read there
     /// meanwhile, so kept) is a holder again, not a new fetch.
     dropped: std::collections::HashSet<(String, NodeId)>,
+    /// Which nodes are fetching each item, relaying it to the next (`relay.rs`).
+    fetching: relay::Fetching,
 }
 
 #[derive(Debug, Default)]
@@ -146,6 +151,11 @@ impl ItemTable {
     /// Jobs submitted so far to make lost items again.
     pub(super) fn recomputes(&self) -> u64 {
         self.recomputes.submitted
+    }
+
+    /// Of [`Self::moved_bytes`], those relayed by nodes fetching the item too.
+    pub(super) fn relayed_bytes(&self) -> u64 {
+        self.relayed_bytes
     }
 
     /// Of [`Self::moved_bytes`], those the root passed on.
@@ -245,6 +255,7 @@ impl ItemTable {
     pub(super) fn items_lost_with(&mut self, ctx: &mut Ctx, nodes: &Nodes, node: NodeId) {
         self.fetched.remove(&node);
         self.dropped.retain(|(_, holder)| *holder != node);
+        self.fetching.lost(node);
         let mut changed = Vec::new();
         for (name, item) in &mut self.items {
             if let Some(at) = item.holders.iter().position(|holder| *holder == node) {
@@ -450,7 +461,8 @@ impl ItemTable {
 
     /// A reader is to fetch an item: the live holders it may dial directly, each
     /// reader starting at another one, so that many readers of one item spread over its
-    /// copies. None: it fetches through the root.
+    /// copies, and a node fetching it too to relay it, if one is free (`relay.rs`).
+    /// None: it fetches through the root.
     pub(super) fn on_item_where(
         &mut self,
         ctx: &mut Ctx,
@@ -485,9 +497,24 @@ impl ItemTable {
             let first = reader.0 as usize % holders.len();
             holders.rotate_left(first);
         }
+        let serves = |node: NodeId| nodes.get(node).map(|node| node.data_addr());
+        let upstream = self
+            .fetching
+            .begin(&asked.item, reader, |node| {
+                serves(node).is_some_and(|addr| !addr.is_empty())
+            })
+            .and_then(|node| {
+                Some(ItemHolder {
+                    node,
+                    addr: serves(node)?.to_owned(),
+                })
+            });
+        tracing::debug!(item = %asked.item, %reader, holders = holders.len(),
+            upstream = ?upstream.as_ref().map(|holder| holder.node), "where an item is");
         let answer = ToAgent::ItemHolders(ItemHolders {
             item: asked.item,
             holders,
+            upstream,
         });
         nodes.answer(ctx, link, reader, &answer);
     }
@@ -504,9 +531,12 @@ impl ItemTable {
         if !nodes.is_live(copied.node, link) {
             return;
         }
+        self.fetching.copied(&copied.item, copied.node);
         let again = self.dropped.remove(&(copied.item.clone(), copied.node));
         if !again {
-            self.direct_bytes += copied.direct.min(copied.bytes);
+            let direct = copied.direct.min(copied.bytes);
+            self.direct_bytes += direct;
+            self.relayed_bytes += copied.relayed.min(direct);
             *self.fetched.entry(copied.node).or_default() += copied.bytes;
         }
         let known = self

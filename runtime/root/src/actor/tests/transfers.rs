@@ -27,12 +27,18 @@ fn copied(h: &mut Harness, node: u32, item: &str, bytes: u64, direct: u64) {
         item: item.into(),
         bytes,
         direct,
+        relayed: 0,
     });
     h.agent_sends(u64::from(node), node, &copied);
 }
 
 /// The holders `reader` is told of for `item`, by node.
 fn holders(h: &mut Harness, reader: u32, item: &str) -> Vec<u32> {
+    where_is(h, reader, item).0
+}
+
+/// The holders `reader` is told of for `item`, and its upstream, by node.
+fn where_is(h: &mut Harness, reader: u32, item: &str) -> (Vec<u32>, Option<u32>) {
     h.sent();
     let asked = FromAgent::ItemWhere(ItemWhere {
         item: item.into(),
@@ -46,6 +52,7 @@ fn holders(h: &mut Harness, reader: u32, item: &str) -> Vec<u32> {
             ToAgent::ItemHolders(ItemHolders {
                 item: named,
                 holders,
+                upstream,
             }),
         ),
     ] = &sent[..]
@@ -53,13 +60,55 @@ fn holders(h: &mut Harness, reader: u32, item: &str) -> Vec<u32> {
         panic!("{sent:?}");
     };
     assert_eq!((*to, named.as_str()), (reader, item));
-    holders
-        .iter()
-        .map(|holder| {
-            assert_eq!(holder.addr, format!("10.0.0.{}:5000", holder.node.0));
-            holder.node.0
-        })
-        .collect()
+    let node = |holder: &saker_wire::ItemHolder| {
+        assert_eq!(holder.addr, format!("10.0.0.{}:5000", holder.node.0));
+        holder.node.0
+    };
+    (
+        holders.iter().map(node).collect(),
+        upstream.as_ref().map(node),
+    )
+}
+
+/// Readers of one item that fetch at once form a chain: each is told to fetch from
+/// the one that asked before it, which relays what it has; its holders stay named
+/// for when that one fails. A reader whose copy is whole, or whose node is lost,
+/// feeds nobody new.
+#[tokio::test]
+async fn readers_fetching_at_once_are_chained() {
+    let mut h = Harness::new();
+    for node in 1..=6 {
+        h.join(node, 1);
+    }
+    written(&mut h, 1, "part", 1000);
+    h.journal_durable();
+    assert_eq!(where_is(&mut h, 2, "part"), (vec![1], None));
+    assert_eq!(where_is(&mut h, 3, "part"), (vec![1], Some(2)));
+    assert_eq!(where_is(&mut h, 4, "part"), (vec![1], Some(3)));
+    let copied = FromAgent::ItemCopied(ItemCopied {
+        node: NodeId(4),
+        item: "part".into(),
+        bytes: 1000,
+        direct: 1000,
+        relayed: 1000,
+    });
+    h.agent_sends(4, 4, &copied);
+    let status = h.status();
+    assert_eq!(
+        (status.data_moved_bytes, status.data_relayed_bytes),
+        (1000, 1000),
+        "4 had it all from 3"
+    );
+    assert_eq!(
+        where_is(&mut h, 5, "part"),
+        (vec![4, 1], None),
+        "2 and 3 feed already; 4 is whole"
+    );
+    h.handle(crate::actor::RootMsg::LinkDown {
+        link: saker_actors::link::LinkId(5),
+        reason: "connection reset".into(),
+    });
+    assert_eq!(where_is(&mut h, 6, "part"), (vec![1, 4], None), "5 is lost");
 }
 
 #[tokio::test]
