@@ -599,7 +599,14 @@ class Executor(concurrent.futures.Executor):
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
-            future: SakerFuture[T] = self._target.call(fn, *args, **kwargs)
+            try:
+                future: SakerFuture[T] = self._target.call(fn, *args, **kwargs)
+            except Exception as exc:
+                # A call that cannot be sent (unpicklable, too large, the pilot gone)
+                # fails its future, as ProcessPoolExecutor reports what it cannot
+                # pickle: a submit from a done-callback would lose the exception.
+                future = SakerFuture(None, MODE_CALL)
+                future.set_exception(exc)
             self._track(future)
         return future
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import queue
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, List
@@ -577,6 +579,22 @@ def test_executor(pilot: saker.Pilot) -> None:
         executor.submit(remote_funcs.add, 1)
     # The pilot itself is still usable.
     assert pilot.call(remote_funcs.add, 5).result(30) == 5
+
+
+def test_executor_submit_of_a_call_that_cannot_be_sent_fails_its_future(pilot: saker.Pilot) -> None:
+    with pilot.executor() as executor:
+        future = executor.submit(remote_funcs.add, threading.Lock())
+        with pytest.raises(saker.SakerError, match="cannot pickle"):
+            future.result(0)
+        # Submitted from a done-callback, as a dependency executor does: the failure
+        # reaches the callback's future, not a lost exception in the callback.
+        chained: "queue.Queue[concurrent.futures.Future[int]]" = queue.Queue()
+        first = executor.submit(remote_funcs.add, 1)
+        first.add_done_callback(lambda _: chained.put(executor.submit(remote_funcs.add, threading.Lock())))
+        assert first.result(30) == 1
+        with pytest.raises(saker.SakerError, match="cannot pickle"):
+            chained.get(timeout=30).result(0)
+        assert executor.submit(remote_funcs.add, 2).result(30) == 2
 
 
 def test_executor_shutdown_cancel_futures(idle: saker.Pilot, tmp_path: Path) -> None:
