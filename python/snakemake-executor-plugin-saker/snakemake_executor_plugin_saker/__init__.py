@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncGenerator, Dict, List, Optional, Tuple
+from typing import Any, AsyncGenerator, Dict, List, Optional, Set, Tuple
 
 from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
@@ -171,6 +171,15 @@ class ExecutorSettings(ExecutorSettingsBase):
             "required": False,
         },
     )
+    strict_threads: bool = field(
+        default=False,
+        metadata={
+            "help": "Refuse a job asking for more threads than the pilot's widest node has, "
+            "rather than run it with that node's cores (the default, as Snakemake's local "
+            "executor scales threads down to --cores, with one warning per rule).",
+            "required": False,
+        },
+    )
     tag: str = field(
         default="snakemake",
         metadata={"help": "Tag of every task this run submits (saker status lists tags).", "required": False},
@@ -236,6 +245,8 @@ class Executor(RemoteExecutor):
         self._log_dir = Path(".snakemake") / "saker_logs"
         self._formatting_cores: Optional[int] = None
         self._widest: Optional[Tuple[float, Optional[int]]] = None
+        #: Rules already warned of threads scaled down to the widest node.
+        self._scaled: Set[str] = set()
         if settings.job_path not in JOB_PATHS:
             raise WorkflowError(f"--saker-job-path must be one of {', '.join(JOB_PATHS)}, "
                                 f"not {settings.job_path!r}")
@@ -276,12 +287,17 @@ class Executor(RemoteExecutor):
         except ResourceError as exc:
             self._refuse(job_info, f"Saker cannot run {self._what(job)}: {exc}")
             return
-        if job.is_group() and "cores" in options:
-            # Snakemake sums the threads of a group's jobs that could run at once;
-            # the group gets at most a whole node, and its Snakemake shares it out.
+        if "cores" in options and (job.is_group() or not self._settings.strict_threads):
+            # Snakemake sums the threads of a group's jobs that could run at once; the
+            # group gets at most a whole node, and its Snakemake shares it out. A job
+            # asking for more threads than a node has runs with a node's cores, its
+            # Snakemake scaling the rule's threads down to them, as the local executor
+            # does with --cores.
             widest = self._widest_node()
-            if widest:
-                options["cores"] = min(options["cores"], widest)
+            if widest and options["cores"] > widest:
+                if not job.is_group():
+                    self._warn_scaled(job, options["cores"], widest)
+                options["cores"] = widest
         if options.get("memory_mib"):
             options["memory_mib"] += self._settings.memory_overhead
         # The spawned Snakemake uses exactly the cores the task holds.
@@ -379,6 +395,17 @@ class Executor(RemoteExecutor):
         # RealExecutor.get_job_args passes this as the spawned Snakemake's --cores.
         formatting = getattr(self, "_formatting_cores", None)
         return super().cores if formatting is None else formatting
+
+    def _warn_scaled(self, job: JobExecutorInterface, threads: int, widest: int) -> None:
+        """Says once per rule that its jobs run with fewer threads than they ask for."""
+        rule = getattr(job, "name", None) or str(job)
+        if rule in self._scaled:
+            return
+        self._scaled.add(rule)
+        self.logger.warning(
+            f"rule {rule} asks for {threads} threads; the pilot's widest node has {widest} "
+            f"cores, so its jobs run with {widest} (--saker-strict-threads refuses them instead)"
+        )
 
     def _widest_node(self) -> Optional[int]:
         """Cores of the pilot's largest node (None: none yet), asked at most every 10 s

@@ -83,11 +83,21 @@ def test_resources_map_to_hpc_jobs_and_bad_requests_are_refused(tmp_path):
     lines = (workdir / "mpi.txt").read_text().splitlines()
     assert len(lines) == 3 and lines[-1] == "ranks=2", lines
     assert all(line.endswith("slots=1") for line in lines[:2]), lines
-    # Refused before anything was queued, each with the reason.
+    # Refused before anything was queued, with the reason.
     assert not (workdir / "unknown.txt").exists()
     assert "licence_seats have no Saker meaning" in log
+    # More threads than a node has: run with a node's cores, as the local executor
+    # does with --cores, and said once.
+    assert (workdir / "wide.txt").read_text() == "threads=1\n"
+    assert log.count("rule wide asks for 8 threads; the pilot's widest node has 1 cores") == 1
+
+    # Unless strictness is asked for: refused, with the reason.
+    (workdir / "wide.txt").unlink()
+    done = snakemake(workdir, "--executor", "saker", "--jobs", "1", "--saker-strict-threads",
+                     "--saker-agents", "2", "--saker-slots", "2", "wide.txt", timeout=120)
+    assert done.returncode != 0, done.stderr[-3000:]
     assert not (workdir / "wide.txt").exists()
-    assert "8 cores per task; the widest node has 1" in log
+    assert "8 cores per task; the widest node has 1" in done.stderr
 
 
 def test_ctrl_c_cancels_the_jobs_on_an_attached_pilot(tmp_path):
