@@ -538,6 +538,15 @@ pub struct PilotArgs {
     pub metrics: Option<String>,
     #[command(flatten)]
     pub elastic: crate::elastic::ElasticArgs,
+    /// Stop, as `saker shutdown` would, once process PID has ended: the program that
+    /// started this pilot for itself (Python's `Pilot.start`), so that nothing runs on
+    /// after it is killed.
+    #[arg(long, value_name = "PID")]
+    pub owner: Option<u32>,
+    /// Remove DIR, a temporary directory made for this pilot alone (holding --dir),
+    /// once the pilot has stopped.
+    #[arg(long, value_name = "DIR")]
+    pub remove_when_done: Option<PathBuf>,
     /// With `--app`: the program's arguments.
     #[arg(last = true, value_name = "APP_ARGS")]
     pub app_args: Vec<String>,

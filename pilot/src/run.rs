@@ -461,11 +461,22 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
         }
     };
     let stopped = pilot.stopped();
+    let owner_gone = async {
+        match args.owner {
+            Some(owner) => owner_ended(owner).await,
+            None => std::future::pending().await,
+        }
+    };
     let mut code = ExitCode::SUCCESS;
     tokio::select! {
         () = stopped => {}
         _ = tokio::signal::ctrl_c() => pilot.request_shutdown(),
         _ = terminate.recv() => pilot.request_shutdown(),
+        () = owner_gone => {
+            eprintln!("saker: process {} that owns this pilot has ended; stopping",
+                args.owner.unwrap_or_default());
+            pilot.request_shutdown();
+        }
         status = app_exit => {
             // The pilot lives as long as the program that drives it.
             code = status.map_or(ExitCode::FAILURE, crate::app::exit_code);
@@ -473,6 +484,31 @@ pub async fn pilot(args: crate::cli::PilotArgs) -> Result<ExitCode> {
         }
     }
     // A root that stops on purpose takes its standbys with it, before its lock goes.
-    pilot.wait_stopped().await?;
+    let stopped = pilot.wait_stopped().await;
+    if let Some(dir) = &args.remove_when_done
+        && let Err(error) = std::fs::remove_dir_all(dir)
+        && error.kind() != std::io::ErrorKind::NotFound
+    {
+        eprintln!("saker: cannot remove {}: {error}", dir.display());
+    }
+    stopped?;
     Ok(code)
+}
+
+/// Returns once process `pid` has ended (or never existed). Checked every half
+/// second: a signal 0 finds it while it lives (or is a zombie its parent has not
+/// reaped yet).
+async fn owner_ended(pid: u32) {
+    let Ok(pid) = i32::try_from(pid) else {
+        return;
+    };
+    let pid = nix::unistd::Pid::from_raw(pid);
+    loop {
+        match nix::sys::signal::kill(pid, None) {
+            // Alive, or alive under another user (not ours to signal).
+            Ok(()) | Err(nix::errno::Errno::EPERM) => {}
+            Err(_) => return,
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
 }

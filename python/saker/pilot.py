@@ -507,7 +507,8 @@ class Pilot(_Target):
         """Starts ``saker pilot`` on this machine and connects to it.
 
         ``dir`` must not hold a pilot yet (None: a temporary directory, removed at
-        close). Python workers run ``<this interpreter> -m saker.worker`` with this
+        close). The pilot stops when this process ends, even killed, and a temporary
+        one then removes its directory itself (``saker pilot --owner``). Python workers run ``<this interpreter> -m saker.worker`` with this
         saker package on their PYTHONPATH; ``workers`` adds or overrides worker
         commands by kind. The pilot's stdout and stderr go to ``log`` (a path or a
         binary file), else to a temporary file quoted when the start fails.
@@ -534,6 +535,11 @@ class Pilot(_Target):
         commands = {"python": f"{shlex.quote(sys.executable)} -m saker.worker"}
         commands.update(workers or {})
         argv = [binary, "pilot", "--dir", str(directory), "--agents", str(agents)]
+        # It stops when this process ends, however (killed, say), and a temporary one
+        # removes its directory then, as close() does.
+        argv += ["--owner", str(os.getpid())]
+        if temporary:
+            argv += ["--remove-when-done", temporary]
         if slots is not None:
             argv += ["--slots", str(slots)]
         for kind, command in commands.items():

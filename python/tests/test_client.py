@@ -10,6 +10,7 @@ import queue
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -172,6 +173,31 @@ def test_start_reports_the_pilots_error(saker_bin: str, pilot: saker.Pilot) -> N
 def test_start_with_a_missing_binary(tmp_path: Path) -> None:
     with pytest.raises(saker.SakerError, match="cannot run"):
         saker.Pilot.start(saker_bin=tmp_path / "no-such-saker")
+
+
+def test_an_embedded_pilot_ends_with_its_killed_driver_and_leaves_nothing(saker_bin: str) -> None:
+    driver = (
+        "import os, saker\n"
+        f"pilot = saker.Pilot.start(slots=1, saker_bin={saker_bin!r})\n"
+        "print(pilot.dir, pilot._process.pid, pilot.pilot_id, flush=True)\n"
+        "assert pilot.call(pow, 2, 3).result(30) == 8\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(saker.__file__).parent.parent))
+    done = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == -9, done.stderr
+    directory, pid, pilot_id = done.stdout.split()
+    temporary = Path(directory).parent
+    scratch = Path(tempfile.gettempdir()) / f"saker-{pilot_id}"
+
+    def gone() -> bool:
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return not temporary.exists() and not scratch.exists()
+        return False
+
+    wait_for(gone, timeout=30, what="the pilot to stop and its directories to go")
 
 
 # ---------------------------------------------------------------------------- commands
