@@ -25,6 +25,14 @@ def environment() -> Dict[str, Optional[str]]:
     return {name: os.environ.get(name) for name in ("SAKER_TASK_ID", "SAKER_ATTEMPT_ID", "SAKER_WORKER_KIND")}
 
 
+def cores_seen() -> Dict[str, Optional[str]]:
+    """What tells this call how many threads to run, and the CPUs it may run on."""
+    names = ("SAKER_CORES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+    seen: Dict[str, Optional[str]] = {name: os.environ.get(name) for name in names}
+    seen["cpus"] = str(len(os.sched_getaffinity(0)))
+    return seen
+
+
 def devices() -> Dict[str, Optional[str]]:
     """What binds this call: its GPUs and its worker's CPUs."""
     names = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "SAKER_GPUS")

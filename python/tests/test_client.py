@@ -493,6 +493,17 @@ def test_call_returns_values(pilot: saker.Pilot) -> None:
     assert int(env["SAKER_TASK_ID"]) > 0 and int(env["SAKER_ATTEMPT_ID"]) > 0
 
 
+def test_calls_see_the_cores_they_hold(pilot: saker.Pilot) -> None:
+    # Threaded libraries size their pools by these: a 1-core call's worker says 1, a
+    # 2-core call's (a worker started for it) 2, each pinned to as many CPUs.
+    names = ("SAKER_CORES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+    for cores in (1, 2, 1):
+        seen = pilot.options(cores=cores).call(remote_funcs.cores_seen).result(60)
+        assert {name: seen[name] for name in names} == {name: str(cores) for name in names}, seen
+        if os.cpu_count() == 2:  # one CPU per slot: the pilot pins
+            assert seen["cpus"] == str(cores), seen
+
+
 def test_function_tasks_see_their_own_gpus(saker_bin: str, tmp_path: Path) -> None:
     # A node declared with 2 GPUs and 4 slots: a call asking one sees exactly one; a
     # call asking none on a GPU node sees none; a third GPU no node has is refused.

@@ -65,6 +65,7 @@ pub fn task_work(
             Work::Command(Box::new(launch))
         }
         Payload::Function(_) => Work::Call(Box::new(Call {
+            cores,
             time_limit: (job.time_limit_ms > 0).then(|| Duration::from_millis(job.time_limit_ms)),
             task: assignment.task,
             attempt: assignment.attempt,

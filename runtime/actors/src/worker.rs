@@ -53,6 +53,10 @@ pub const WORKER_PROTOCOL: u32 = 1;
 /// The most a READY frame may hold.
 const MAX_READY: usize = 64 << 10;
 
+/// The variables threaded libraries (OpenMP, MKL, OpenBLAS) size their pools by: a
+/// worker's are set to the cores of its calls.
+const THREAD_VARIABLES: [&str; 3] = ["OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"];
+
 /// How long a worker may take to get ready when the call has no time limit of its own.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -64,6 +68,8 @@ pub struct Call {
     pub task: TaskId,
     pub attempt: AttemptId,
     pub node: u32,
+    /// The cores the call holds (pinned to them where the node pins).
+    pub cores: u32,
     pub time_limit: Option<Duration>,
     /// Where worker logs go (`<kind>` files per slot).
     pub log_dir: PathBuf,
@@ -219,12 +225,14 @@ impl Workers {
         };
         let deadline = call.time_limit.map(|limit| Instant::now() + limit);
         // A worker sees the GPUs it was started with (a process's CUDA devices are
-        // fixed once it has looked): one that saw others is replaced. (Slots take the
-        // GPUs they held last, so this is rare.)
+        // fixed once it has looked), and sizes its libraries' thread pools by the
+        // cores it was started with (they read `OMP_NUM_THREADS` and the like once):
+        // one started for others is replaced. (Slots take the GPUs they held last,
+        // and a run's calls mostly ask for the same cores, so this is rare.)
         let kept = self
             .by_kind
             .remove(&function.kind)
-            .filter(|worker| worker.gpus == binding.gpus);
+            .filter(|worker| worker.gpus == binding.gpus && worker.cores == call.cores);
         let mut worker = match kept {
             Some(mut worker) => {
                 worker.pin(binding);
@@ -383,6 +391,8 @@ struct Worker {
     pid: u32,
     /// The GPUs it was started seeing (see [`Binding::gpus`]).
     gpus: Option<Vec<String>>,
+    /// The cores it was started for (its threads' variables say so).
+    cores: u32,
     /// The CPUs it runs on: its slot thread's when it started, then each call's.
     cpus: Vec<u32>,
     child: Child,
@@ -476,6 +486,15 @@ impl Worker {
         if let Some(objects) = &call.objects {
             command.env("SAKER_OBJECTS", objects);
         }
+        // How many threads its calls should run: threaded libraries size their pools
+        // by these at start, unless the agent's environment sets them.
+        let cores = call.cores.max(1).to_string();
+        command.env("SAKER_CORES", &cores);
+        for name in THREAD_VARIABLES {
+            if std::env::var_os(name).is_none() {
+                command.env(name, &cores);
+            }
+        }
         let mut child = command
             .args(&argv[1..])
             .env("SAKER_WORKER_KIND", kind)
@@ -508,6 +527,7 @@ impl Worker {
             kind: kind.to_owned(),
             pid,
             gpus: binding.gpus.clone(),
+            cores: call.cores,
             cpus: binding.cpus.clone(),
             child,
             group,

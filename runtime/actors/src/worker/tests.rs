@@ -117,6 +117,7 @@ impl Fixture {
             task: TaskId(task),
             attempt: AttemptId(task * 10),
             node: 4,
+            cores: 1,
             time_limit: limit,
             log_dir: self.dir.path().join("workers"),
             scratch: self.dir.path().join("scratch"),
