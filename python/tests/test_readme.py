@@ -70,3 +70,17 @@ def test_the_objects_quick_start_runs_as_written(saker_bin: str, tmp_path: Path)
                           env=env, timeout=180, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["True 8", "(2000000, 4)"], done.stdout
+
+
+def test_the_joblib_quick_start_runs_as_written(saker_bin: str, tmp_path: Path) -> None:
+    text = (PYTHON_DIR / "README.md").read_text()
+    block = re.search(r"<!-- quickstart: joblib -->\n```python\n(.*?)```", text, flags=re.S)
+    assert block, "python/README.md has no joblib quick start"
+    script = tmp_path / "search.py"
+    script.write_text(block.group(1))
+    env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR), SAKER_BIN=os.path.abspath(saker_bin))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env=env, timeout=180, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    # The same best as joblib's own backend finds (test_joblib.py compares them all).
+    assert done.stdout.splitlines() == ["{'C': 1.0, 'gamma': 0.1} 0.98"], done.stdout
