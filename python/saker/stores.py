@@ -45,6 +45,8 @@ class Stores:
         self._listed = 0
         self._asked = -1e9
         self._next = 0
+        #: A list of stores asked for and not answered yet (visible_nodes).
+        self._asking = False
 
     def seen(self, refresh: bool = False, timeout: Optional[float] = 30.0) -> List[Tuple[int, str]]:
         """``(node, scratch directory)`` of each store this client sees, by node (see
@@ -73,18 +75,36 @@ class Stores:
             return list(self._seen)
 
     def visible_nodes(self) -> Tuple[int, ...]:
-        """The nodes whose stores this client sees, without waiting: the last list,
-        asked again (once, not waiting for a node) when stale."""
+        """The nodes whose stores this client sees, without waiting: the last list;
+        when stale, it is asked for again and the answer kept when it comes. (A call
+        made from a future's done-callback runs on the thread that reads answers:
+        waiting for one there would wait for ever.)"""
+        ask = False
         with self._lock:
-            if time.monotonic() - self._asked > _FRESH_FOR:
-                try:
-                    stores = self._ask(None)
-                except SakerError:
-                    stores = []
+            if time.monotonic() - self._asked > _FRESH_FOR and not self._asking:
+                self._asking = ask = True
+            seen = tuple(node for node, _ in self._seen)
+        if ask:
+            try:
+                self._connection.request("stores", {}).add_done_callback(self._answered)
+            except SakerError:
+                with self._lock:
+                    self._asking = False
+        return seen
+
+    def _answered(self, answer: Any) -> None:
+        """The pilot's list of stores came (see :meth:`visible_nodes`)."""
+        try:
+            stores = [(int(store["node"]), str(store["scratch"])) for store in answer.result().get("stores", [])]
+        except Exception:  # noqa: BLE001 (asked again when next stale)
+            stores = None
+        visible = self._visible(stores) if stores is not None else None
+        with self._lock:
+            self._asking = False
+            self._asked = time.monotonic()
+            if stores is not None and visible is not None:
                 self._listed = len(stores)
-                self._seen = self._visible(stores)
-                self._asked = time.monotonic()
-            return tuple(node for node, _ in self._seen)
+                self._seen = visible
 
     def _ask(self, timeout: Optional[float]) -> List[Tuple[int, str]]:
         """Every live node's store, as the pilot lists them."""

@@ -634,6 +634,21 @@ def test_executor_submit_of_a_call_that_cannot_be_sent_fails_its_future(pilot: s
         assert executor.submit(remote_funcs.add, 2).result(30) == 2
 
 
+def test_a_call_from_a_done_callback_never_waits_for_an_answer(pilot: saker.Pilot) -> None:
+    # Callbacks run on the thread that reads the pilot's answers (joblib dispatches
+    # its next batch from one): a call made there must not wait for an answer, such
+    # as the list of stores it asks for again when stale.
+    stores = pilot._object_stores()
+    chained: "queue.Queue[concurrent.futures.Future[int]]" = queue.Queue()
+
+    def then(_: Any) -> None:
+        stores._asked = -1e9  # stale: the next call asks for the list again
+        chained.put(pilot.call(remote_funcs.add, 2))
+
+    pilot.call(remote_funcs.add, 1).add_done_callback(then)
+    assert chained.get(timeout=30).result(30) == 2
+
+
 def test_executor_shutdown_cancel_futures(idle: saker.Pilot, tmp_path: Path) -> None:
     executor = idle.options(priority=5).executor()
     started, release = tmp_path / "started", tmp_path / "release"
