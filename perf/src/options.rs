@@ -84,6 +84,9 @@ pub enum Benchmark {
     /// Python objects by reference: put/get beside `numpy.copy`, large arguments and
     /// results beside ProcessPoolExecutor, a worker's memory reading a ref.
     Objects,
+    /// joblib on the `saker` backend: 10,000 short calls, and a scikit-learn grid
+    /// search, beside joblib's own (loky) backend with as many workers.
+    Joblib,
     /// No-op `python_app`s through Parsl with SakerExecutor, beside
     /// HighThroughputExecutor and ThreadPoolExecutor.
     Parsl,
@@ -133,7 +136,7 @@ pub enum Benchmark {
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 37] = [
+    pub const ALL: [Benchmark; 38] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -156,6 +159,7 @@ impl Benchmark {
         Benchmark::SlurmPolicies,
         Benchmark::Python,
         Benchmark::Objects,
+        Benchmark::Joblib,
         Benchmark::Parsl,
         Benchmark::Snakemake,
         Benchmark::SnakemakeSlurm,
@@ -198,6 +202,7 @@ impl Benchmark {
             Benchmark::SlurmPolicies => "slurm-policies",
             Benchmark::Python => "python",
             Benchmark::Objects => "objects",
+            Benchmark::Joblib => "joblib",
             Benchmark::Parsl => "parsl",
             Benchmark::Snakemake => "snakemake",
             Benchmark::SnakemakeSlurm => "snakemake-slurm",

@@ -138,6 +138,7 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::SlurmPolicies => slurm_policies::run(setup),
         Benchmark::Python => python::run(setup, benchmark, "python_rows.py", &[]),
         Benchmark::Objects => python::run(setup, benchmark, "objects_rows.py", &[]),
+        Benchmark::Joblib => python::run(setup, benchmark, "joblib_rows.py", &[]),
         Benchmark::Snakemake => python::run(setup, benchmark, "snakemake_rows.py", &[]),
         Benchmark::SnakemakeSlurm => python::run(setup, benchmark, "snakemake_slurm_rows.py", &[]),
         Benchmark::MapreduceSlurm => python::run(setup, benchmark, "mapreduce_rows.py", &[]),
