@@ -67,17 +67,26 @@ fn moved_bytes(pilot: &std::path::Path) -> u64 {
 
 /// `status`'s counts of bytes moved between nodes, and of those through the root.
 fn data_bytes(pilot: &std::path::Path) -> (u64, u64) {
+    let (moved, root, _) = relay_bytes(pilot);
+    (moved, root)
+}
+
+/// `status`'s data line, as numbers: bytes moved, through the root, relayed (0s
+/// without a data line).
+fn relay_bytes(pilot: &std::path::Path) -> (u64, u64, u64) {
     let output = run(saker().args(["status", "--dir"]).arg(pilot));
     let text = String::from_utf8_lossy(&output.stdout);
-    text.lines()
-        .find_map(|line| line.strip_prefix("data "))
-        .map(|line| {
-            let words: Vec<&str> = line.split_whitespace().collect();
-            let at = words.iter().position(|w| *w == "bytes").unwrap();
-            let root = words[at + 4].trim_start_matches('(').parse().unwrap();
-            (words[at - 1].parse().unwrap(), root)
-        })
-        .unwrap_or((0, 0))
+    let Some(line) = text.lines().find_map(|line| line.strip_prefix("data ")) else {
+        return (0, 0, 0);
+    };
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "bytes").unwrap();
+    let number = |word: &str| word.trim_start_matches('(').parse().unwrap();
+    (
+        number(words[at - 1]),
+        number(words[at + 4]),
+        number(words[at + 8]),
+    )
 }
 
 /// `saker submit --wait` of `specs` as a task file.
@@ -233,24 +242,6 @@ fn readers_elsewhere_fetch_their_data_intact_and_failures_say_why() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(said), "{flags:?}: {stderr}");
     }
-}
-
-/// `status`'s data line, as numbers: bytes moved, through the root, relayed.
-fn relay_bytes(pilot: &std::path::Path) -> (u64, u64, u64) {
-    let output = run(saker().args(["status", "--dir"]).arg(pilot));
-    let text = String::from_utf8_lossy(&output.stdout);
-    let line = text
-        .lines()
-        .find_map(|line| line.strip_prefix("data "))
-        .unwrap_or_else(|| panic!("no data line: {text}"));
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let at = words.iter().position(|w| *w == "bytes").unwrap();
-    let number = |word: &str| word.trim_start_matches('(').parse().unwrap();
-    (
-        number(words[at - 1]),
-        number(words[at + 4]),
-        number(words[at + 8]),
-    )
 }
 
 /// Readers of one item on several nodes at once get it intact, each copy moved once,

@@ -95,7 +95,7 @@ class Stores:
     def _answered(self, answer: Any) -> None:
         """The pilot's list of stores came (see :meth:`visible_nodes`)."""
         try:
-            stores = [(int(store["node"]), str(store["scratch"])) for store in answer.result().get("stores", [])]
+            stores = _listed_stores(answer.result())
         except Exception:  # noqa: BLE001 (asked again when next stale)
             stores = None
         visible = self._visible(stores) if stores is not None else None
@@ -114,7 +114,7 @@ class Stores:
             if getattr(exc, "kind", None) == "unknown_request":
                 raise ObjectError("this pilot has no object stores (it predates them): upgrade saker") from None
             raise
-        return [(int(store["node"]), str(store["scratch"])) for store in answer.get("stores", [])]
+        return _listed_stores(answer)
 
     def _visible(self, stores: List[Tuple[int, str]]) -> List[Tuple[int, Tuple[str, ...]]]:
         seen = []
@@ -186,6 +186,11 @@ class Stores:
             f"object {ref.id} is in no store visible from here (it is on a node whose "
             "scratch this client does not see)"
         )
+
+
+def _listed_stores(answer: Any) -> List[Tuple[int, str]]:
+    """``(node, scratch directory)`` of each store in the pilot's ``stores`` answer."""
+    return [(int(store["node"]), str(store["scratch"])) for store in answer.get("stores", [])]
 
 
 def discard(ref: Ref[Any]) -> None:

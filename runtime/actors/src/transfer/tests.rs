@@ -301,6 +301,14 @@ fn pair(dialer: Role) -> Pair {
     }
 }
 
+/// Another reader with the pair's endpoint, its connections its own.
+fn another_pool(pair: &Pair) -> Pool {
+    Pool {
+        direct: pair.pool.direct.clone(),
+        holders: Mutex::new(HashMap::new()),
+    }
+}
+
 fn fetch_of(read: ItemRead, addr: SocketAddr) -> Fetch {
     Fetch {
         read,
@@ -359,13 +367,8 @@ async fn a_holder_relays_what_it_is_fetching_as_it_lands() {
         .with_relays(pair.relays.clone());
     files.begin("part-2");
     let first = fetch_of(read("part-2", 1 << 20, 1 << 20), pair.holder);
-    let waiting = {
-        let pool = Pool {
-            direct: pair.pool.direct.clone(),
-            holders: Mutex::new(HashMap::new()),
-        };
-        tokio::spawn(async move { pool.fetch(&first).await })
-    };
+    let pool = another_pool(&pair);
+    let waiting = tokio::spawn(async move { pool.fetch(&first).await });
     let chunk = |offset: usize, len: usize| ItemData {
         item: "part-2".into(),
         reader: NodeId(1),
@@ -386,13 +389,8 @@ async fn a_holder_relays_what_it_is_fetching_as_it_lands() {
     );
 
     let tail = fetch_of(read("part-2", 2 << 20, 1 << 20), pair.holder);
-    let waiting = tokio::spawn({
-        let pool = Pool {
-            direct: pair.pool.direct.clone(),
-            holders: Mutex::new(HashMap::new()),
-        };
-        async move { pool.fetch(&tail).await }
-    });
+    let pool = another_pool(&pair);
+    let waiting = tokio::spawn(async move { pool.fetch(&tail).await });
     files
         .write(&chunk(2 << 20, item.len() - (2 << 20)))
         .unwrap();
@@ -407,13 +405,8 @@ async fn a_holder_relays_what_it_is_fetching_as_it_lands() {
 
     files.begin("part-3");
     let never = fetch_of(read("part-3", 0, 1 << 20), pair.holder);
-    let waiting = tokio::spawn({
-        let pool = Pool {
-            direct: pair.pool.direct.clone(),
-            holders: Mutex::new(HashMap::new()),
-        };
-        async move { pool.fetch(&never).await }
-    });
+    let pool = another_pool(&pair);
+    let waiting = tokio::spawn(async move { pool.fetch(&never).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     files.discard("part-3");
     let failed = waiting.await.unwrap();
