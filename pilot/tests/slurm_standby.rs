@@ -209,15 +209,26 @@ fn a_silent_root_is_fenced_on_its_node_and_replaced() {
     });
     let (_, second_node) = root(&pilot);
     assert_ne!(second_node, first_node, "the standby ran on another node");
-    let standby_logs: String = (0..2)
-        .map(|n| {
-            std::fs::read_to_string(pilot.join(format!("logs/standby-{n}.log"))).unwrap_or_default()
-        })
-        .collect();
-    assert!(
-        standby_logs.contains(&format!("pid {first} on {first_node}")),
-        "the standby says it fenced the root on its node:\n{standby_logs}"
-    );
+    // The notice goes to the standby's stderr, which its step forwards to the log
+    // after the fence itself may be done: wait for it rather than read once.
+    let standby_logs = || -> String {
+        (0..2)
+            .map(|n| {
+                std::fs::read_to_string(pilot.join(format!("logs/standby-{n}.log")))
+                    .unwrap_or_default()
+            })
+            .collect()
+    };
+    let said = format!("pid {first} on {first_node}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !standby_logs().contains(&said) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the standby says it fenced the root on its node:\n{}",
+            standby_logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     finish(&pilot, &ran, &job, &log);
 }
 
