@@ -55,7 +55,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Collection, Deque, Dict, Iterable, List, Optional, Set, Union
 
-from .errors import PilotClosed, ProtocolError, SpecError, error_of
+from .errors import PilotClosed, ProtocolError, SakerError, SpecError, error_of
 from .futures import SakerFuture
 from .results import Result, complete
 from .running import RunningProbe
@@ -260,7 +260,7 @@ class Connection:
     def request(self, name: str, body: Dict[str, Any]) -> "concurrent.futures.Future[Dict[str, Any]]":
         """Sends a request; the future resolves to its ``ok`` body or fails with its error."""
         self._check_open()
-        future: concurrent.futures.Future[Dict[str, Any]] = concurrent.futures.Future()
+        future: concurrent.futures.Future[Dict[str, Any]] = _Answer(self._reader)
         self._enqueue_request(name, body, future)
         return future
 
@@ -725,3 +725,20 @@ class Connection:
                 thread.join(timeout)
         self._fail(PilotClosed("the connection was closed"))
         self._transport.close()
+
+
+class _Answer(concurrent.futures.Future):  # type: ignore[type-arg]
+    """A request's answer. Waiting for it on the thread that reads answers (inside a
+    future's done-callback) would wait for ever: that raises at once instead."""
+
+    def __init__(self, reader: threading.Thread) -> None:
+        super().__init__()
+        self._reader = reader
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        if not self.done() and threading.current_thread() is self._reader:
+            raise SakerError(
+                "cannot wait for the pilot's answer inside a future's done-callback (it "
+                "would come on the thread running the callback): do it from another thread"
+            )
+        return super().result(timeout)

@@ -18,7 +18,11 @@ slot the pilot has now; a positive ``n_jobs`` is how many batches joblib keeps i
 flight (more than the slots queue on the pilot). joblib's auto-batching, its
 ``return_as="generator"`` and ``timeout``, and its cancellation of what is left after
 the first error work as with its own backends; an exception comes back as itself, the
-worker's traceback as its ``__cause__``. Each call holds one core by default
+worker's traceback as its ``__cause__``. A large argument (a numpy array, a pandas
+frame, a sparse matrix of 256 KiB or more) goes by reference when this process sees a
+node's store: put there once for every batch that passes the same object (as loky
+maps large arrays and Dask scatters them), read by workers on that node without a
+copy, fetched node to node by others, and freed once the object is garbage here. Each call holds one core by default
 (``cores=`` gives more, ``options=`` any other task option); a nested ``Parallel``
 inside a call runs as joblib runs nested calls (threads, then sequentially).
 """
@@ -28,10 +32,12 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from typing import Any, Dict, Optional, Set
+import weakref
+from typing import Any, Dict, Optional, Set, Tuple
 
 from joblib.parallel import AutoBatchingMixin, ParallelBackendBase, register_parallel_backend
 
+from .objects import BY_REFERENCE_FROM, Ref
 from .pilot import Pilot
 
 __all__ = ["SakerBackend"]
@@ -125,13 +131,38 @@ class SakerBackend(AutoBatchingMixin, ParallelBackendBase):
         return self.effective_n_jobs(n_jobs)
 
     def submit(self, func: Any, callback: Any = None) -> Any:
-        future = self._target().options(**self._options).call(func)
+        pilot = self._target()
+        items = getattr(func, "items", None)
+        if isinstance(items, list) and _any_large(items) and pilot._object_stores().seen():
+            func.items = [
+                (fn, tuple(_by_reference(pilot, a) for a in args), {k: _by_reference(pilot, v) for k, v in kwargs.items()})
+                for fn, args, kwargs in items
+            ]
+        future = pilot.options(**self._options).call(func)
         with self._lock:
             self._pending.add(future)
         future.add_done_callback(self._finished)
         if callback is not None:
             future.add_done_callback(callback)
         return future
+
+    def compute_batch_size(self) -> int:
+        """joblib's auto-batching, growing faster: up to :data:`GROWTH` times per
+        completed batch where joblib doubles. A batch here costs a round trip through
+        the pilot (two to three times loky's), and the batch size grows only as batches
+        complete, so doubling made short calls wait through ten round trips before their
+        batches were large enough. The ideal size joblib aims at stays the same, and
+        stays cautious: the duration it is computed from includes the round trip."""
+        old = self._effective_batch_size
+        duration = self._smoothed_batch_duration
+        if 0 < duration < self.MIN_IDEAL_BATCH_DURATION:
+            ideal = 2 * int(old * self.MIN_IDEAL_BATCH_DURATION / duration)
+            size = max(min(GROWTH * old, ideal), 1)
+            if size != old:
+                self._effective_batch_size = size
+                self._smoothed_batch_duration = self._DEFAULT_SMOOTHED_BATCH_DURATION
+            return size
+        return int(super().compute_batch_size())
 
     def _finished(self, future: Any) -> None:
         with self._lock:
@@ -152,6 +183,76 @@ class SakerBackend(AutoBatchingMixin, ParallelBackendBase):
         # The pilot stays for later Parallel calls; ours stops at exit.
         self.abort_everything()
         self.reset_batch_stats()
+
+
+#: How many times larger a batch may grow per completed batch (joblib: 2).
+GROWTH = 8
+
+#: Arguments put by reference, by pilot and object identity: the object (weakly, so
+#: an id reused by a later object is told apart) and its ref, dropped with the object.
+_by_identity: Dict[Tuple[int, int], Tuple["weakref.ref[Any]", Ref[Any]]] = {}
+_by_identity_lock = threading.Lock()
+
+
+# Never large, and most arguments of short calls: looked at no further.
+_SCALARS = frozenset((int, float, bool, type(None), complex, str, bytes))
+
+
+def _any_large(items: Any) -> bool:
+    """Whether an argument of a batch's calls may go by reference."""
+    scalars = _SCALARS
+    for _fn, args, kwargs in items:
+        for value in args:
+            if type(value) not in scalars and _size(value) >= BY_REFERENCE_FROM:
+                return True
+        if kwargs:
+            for value in kwargs.values():
+                if type(value) not in scalars and _size(value) >= BY_REFERENCE_FROM:
+                    return True
+    return False
+
+
+def _size(value: Any) -> int:
+    """Bytes of an array-like argument, without pickling it (0 for anything else)."""
+    size = getattr(value, "nbytes", None)  # numpy, pandas series
+    if isinstance(size, int):
+        return size
+    try:
+        if hasattr(value, "nnz"):  # scipy.sparse
+            return int(sum(getattr(value, part).nbytes for part in ("data", "indices", "indptr")))
+        if type(value).__name__ == "DataFrame" and hasattr(value, "memory_usage"):
+            return int(value.memory_usage(index=True).sum())
+    except Exception:  # noqa: BLE001 (not what it looked like: goes inline)
+        return 0
+    return 0
+
+
+def _by_reference(pilot: Pilot, value: Any) -> Any:
+    """``value``, or a ref on it if it is large (put once per object and pilot)."""
+    if _size(value) < BY_REFERENCE_FROM:
+        return value
+    key = (id(pilot), id(value))
+    with _by_identity_lock:
+        known = _by_identity.get(key)
+    if known is not None and known[0]() is value:
+        return known[1]
+    try:
+        alive = weakref.ref(value, lambda gone: _forget(key, gone))
+    except TypeError:
+        return value  # cannot tell when it goes: inline, as without a store
+    ref = pilot.put(value)
+    with _by_identity_lock:
+        _by_identity[key] = (alive, ref)
+    return ref
+
+
+def _forget(key: Tuple[int, int], gone: "weakref.ref[Any]") -> None:
+    """An object put by reference was collected: its ref goes (and the object with it,
+    once no call that reads it is left)."""
+    with _by_identity_lock:
+        known = _by_identity.get(key)
+        if known is not None and known[0] is gone:
+            del _by_identity[key]
 
 
 register_parallel_backend("saker", SakerBackend)

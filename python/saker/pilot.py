@@ -188,7 +188,9 @@ class _Target:
         objects.disown(ids)
         self._pilot._free_dropped()
         if ids:
-            self._connection().request("free_objects", {"objects": ids}).result(timeout)
+            freed = self._connection().request("free_objects", {"objects": ids})
+            if not self._connection().on_reader_thread():
+                freed.result(timeout)
 
     def get(self, ref: "Ref[T]", timeout: Optional[float] = 30.0) -> T:
         """The object ``ref`` names, read from a node's store this client sees."""

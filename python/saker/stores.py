@@ -56,7 +56,13 @@ class Stores:
     def dirs_seen(self, refresh: bool = False, timeout: Optional[float] = 30.0) -> List[Tuple[int, Tuple[str, ...]]]:
         """``(node, dirs)`` of each store this client sees, by node: its object memory
         if it has one, then its scratch directory. While the
-        pilot has no live node yet (just started), waits for one up to ``timeout``."""
+        pilot has no live node yet (just started), waits for one up to ``timeout``.
+        On the thread that reads answers (a future's done-callback) it never waits: the
+        last list, asked again in the background when stale (:meth:`visible_nodes`)."""
+        if self._connection.on_reader_thread():
+            self.visible_nodes()
+            with self._lock:
+                return list(self._seen)
         with self._lock:
             # Asked again when stale, and at once while the pilot had no node at all;
             # a client that sees none of the nodes there are asks only when stale.
@@ -154,26 +160,37 @@ class Stores:
                 self._next += 1
             id = new_id()
             path, size = write_object_in(obj, dirs, ITEM_PREFIX + id)
+            told = self._connection.request("put_object", {"object": id, "node": node, "bytes": size})
+            if self._connection.on_reader_thread():
+                # Not waited for (the answer would come on this very thread): the
+                # pilot handles a connection's requests in order, so a call sent after
+                # this finds the object recorded; if it is refused, such a call fails
+                # naming the object, and its file goes now.
+                paths = (path, os.path.join(dirs[-1], ITEM_PREFIX + id))
+                told.add_done_callback(lambda answer: _refused(answer, paths))
+                return self._made(id, size, pilot, paths)
             try:
-                self._connection.request(
-                    "put_object", {"object": id, "node": node, "bytes": size}
-                ).result(timeout)
+                told.result(timeout)
             except BaseException as exc:
                 _remove(path)
                 _remove(os.path.join(dirs[-1], ITEM_PREFIX + id))
                 if getattr(exc, "kind", None) == "unknown_node" and not refresh:
                     continue  # the node left since the list was asked: another one
                 raise
-            if hasattr(pilot, "_dropped"):
-                own(id, pilot)
-            ref: Ref[Any] = Ref(id, size, pilot)
-            ref._paths = tuple(dict.fromkeys((path, os.path.join(dirs[-1], ITEM_PREFIX + id))))
-            return ref
+            return self._made(id, size, pilot, (path, os.path.join(dirs[-1], ITEM_PREFIX + id)))
         raise ObjectError(
             "no node's store of this pilot is visible from here: put() writes objects in "
             "the scratch directory of a node this client runs on (or one on a filesystem "
             "both see); run the driver on a node of the pilot"
         )
+
+    @staticmethod
+    def _made(id: str, size: int, pilot: Any, paths: Tuple[str, ...]) -> Ref[Any]:
+        if hasattr(pilot, "_dropped"):
+            own(id, pilot)
+        ref: Ref[Any] = Ref(id, size, pilot)
+        ref._paths = tuple(dict.fromkeys(paths))
+        return ref
 
     def get(self, ref: Ref[Any], timeout: Optional[float] = 30.0) -> Any:
         """The object ``ref`` names, read from a store this client sees."""
@@ -191,6 +208,13 @@ class Stores:
 def _listed_stores(answer: Any) -> List[Tuple[int, str]]:
     """``(node, scratch directory)`` of each store in the pilot's ``stores`` answer."""
     return [(int(store["node"]), str(store["scratch"])) for store in answer.get("stores", [])]
+
+
+def _refused(answer: Any, paths: Tuple[str, ...]) -> None:
+    """A ``put_object`` not waited for was answered: if refused, the file goes."""
+    if answer.exception() is not None:
+        for path in paths:
+            _remove(path)
 
 
 def discard(ref: Ref[Any]) -> None:

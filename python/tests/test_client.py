@@ -649,6 +649,33 @@ def test_a_call_from_a_done_callback_never_waits_for_an_answer(pilot: saker.Pilo
     assert chained.get(timeout=30).result(30) == 2
 
 
+def test_a_large_argument_goes_by_reference_from_a_done_callback(pilot: saker.Pilot) -> None:
+    # From the reader thread the put is not waited for: the pilot handles the put and
+    # the call after it in order.
+    np = pytest.importorskip("numpy")
+    array = np.ones(1 << 18)  # 2 MiB
+    chained: "queue.Queue[concurrent.futures.Future[Any]]" = queue.Queue()
+    pilot.call(remote_funcs.add, 1).add_done_callback(lambda _: chained.put(pilot.call(remote_funcs.described, array)))
+    got = chained.get(timeout=30).result(30)
+    assert got["mapped"] and got["sum"] == 1 << 18
+
+
+def test_waiting_for_an_answer_in_a_done_callback_fails_at_once(pilot: saker.Pilot) -> None:
+    raised: "queue.Queue[BaseException]" = queue.Queue()
+
+    def then(_: Any) -> None:
+        try:
+            pilot.status(timeout=30)
+        except BaseException as exc:  # noqa: BLE001 (handed to the test)
+            raised.put(exc)
+
+    started = time.monotonic()
+    pilot.call(remote_funcs.add, 1).add_done_callback(then)
+    error = raised.get(timeout=30)
+    assert isinstance(error, saker.SakerError) and "done-callback" in str(error)
+    assert time.monotonic() - started < 10
+
+
 def test_executor_shutdown_cancel_futures(idle: saker.Pilot, tmp_path: Path) -> None:
     executor = idle.options(priority=5).executor()
     started, release = tmp_path / "started", tmp_path / "release"

@@ -68,3 +68,48 @@ def test_grid_search_scores_match_joblibs_own_backend(pilot: saker.Pilot) -> Non
         ours = search()
     assert list(ours.cv_results_["mean_test_score"]) == list(local.cv_results_["mean_test_score"])
     assert ours.best_params_ == local.best_params_
+
+
+def _objects_in_stores(pilot: saker.Pilot) -> set:
+    """The object files in the stores this client sees."""
+    found = set()
+    for _node, dirs in pilot._object_stores().dirs_seen(refresh=True):
+        for directory in dirs:
+            found.update(name for name in os.listdir(directory) if name.startswith("obj-"))
+    return found
+
+
+def test_a_large_argument_is_put_once_read_without_a_copy_and_freed_with_it(pilot: saker.Pilot) -> None:
+    np = pytest.importorskip("numpy")
+    before = _objects_in_stores(pilot)
+    array = np.arange(1 << 17, dtype=np.int64)  # 1 MiB
+    with joblib.parallel_config(backend="saker", pilot=pilot):
+        seen = joblib.Parallel(n_jobs=2, batch_size=1)(joblib.delayed(remote_funcs.described)(array) for _ in range(12))
+        # Beside a small argument, and as a keyword: the same object, the same ref.
+        beside = joblib.Parallel(n_jobs=2)(
+            joblib.delayed(remote_funcs.total_beside)([b"ab"], other=array) for _ in range(3))
+    assert beside == [2, 2, 2]
+    assert all(one == {"type": "ndarray", "len": 1 << 17, "mapped": True, "writeable": False,
+                       "sum": int(array.sum())} for one in seen), seen
+    put = _objects_in_stores(pilot) - before
+    assert len(put) == 1, put
+    del array
+    # Frees go with the client's next request after the garbage collector found the
+    # ref gone (here, the next Parallel call's).
+    with joblib.parallel_config(backend="saker", pilot=pilot):
+        assert joblib.Parallel(n_jobs=2)(joblib.delayed(remote_funcs.square)(i) for i in range(3)) == [0, 1, 4]
+    wait_for(lambda: not (_objects_in_stores(pilot) & put), what="the object freed once the array is garbage")
+
+
+def test_batches_grow_up_to_eight_times_per_completed_batch() -> None:
+    backend = saker.joblib.SakerBackend()
+    backend.parallel = joblib.Parallel(verbose=0)  # joblib sets it in configure()
+    # A batch of one took 1 ms: joblib would double; ideal is 400.
+    backend._smoothed_batch_duration = 0.001
+    assert backend.compute_batch_size() == 8
+    # Eight took 150 ms: the ideal (twice 0.2 s worth, 20) is below eight times.
+    backend._smoothed_batch_duration = 0.15
+    assert backend.compute_batch_size() == 20
+    # Past joblib's upper bound (2 s): joblib's own shrinking.
+    backend._smoothed_batch_duration = 4.0
+    assert backend.compute_batch_size() == 2
