@@ -173,3 +173,20 @@ def logged_range(log: str, n: int) -> list:
     with open(log, "a") as file:
         file.write("ran\n")
     return list(range(n))
+
+
+def nested_squares(n: int) -> Any:
+    """A joblib.Parallel inside a call: the backend it ran on, and its squares."""
+    import joblib
+    from joblib.parallel import get_active_backend
+
+    squares = joblib.Parallel(n_jobs=2)(joblib.delayed(square)(i) for i in range(n))
+    backend, _ = get_active_backend()
+    inner = joblib.Parallel(n_jobs=2)(joblib.delayed(active_backend)() for _ in range(2))
+    return type(backend).__name__, squares, inner
+
+
+def active_backend() -> str:
+    from joblib.parallel import get_active_backend
+
+    return type(get_active_backend()[0]).__name__

@@ -113,3 +113,13 @@ def test_batches_grow_up_to_eight_times_per_completed_batch() -> None:
     # Past joblib's upper bound (2 s): joblib's own shrinking.
     backend._smoothed_batch_duration = 4.0
     assert backend.compute_batch_size() == 2
+
+
+def test_a_nested_parallel_runs_as_under_joblibs_own_backend(pilot: saker.Pilot) -> None:
+    # joblib runs a Parallel inside a worker's call on threads, and one inside that
+    # sequentially: the same under loky and here.
+    local = joblib.Parallel(n_jobs=2)(joblib.delayed(remote_funcs.nested_squares)(n) for n in (3, 4))
+    with joblib.parallel_config(backend="saker", pilot=pilot):
+        ours = joblib.Parallel(n_jobs=2)(joblib.delayed(remote_funcs.nested_squares)(n) for n in (3, 4))
+    assert ours == local
+    assert ours[0] == ("ThreadingBackend", [0, 1, 4], ["SequentialBackend", "SequentialBackend"])

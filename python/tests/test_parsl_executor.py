@@ -176,6 +176,26 @@ def test_resource_specification_accepted(dfk):
     assert echo_spec(parsl_resource_specification=spec).result(timeout=60) == "ran"
 
 
+@python_app
+def cores_seen(parsl_resource_specification={}):
+    import os
+
+    names = ("SAKER_CORES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+    return {name: os.environ.get(name) for name in names}, len(os.sched_getaffinity(0))
+
+
+def test_an_app_gets_the_cores_it_asks_for_pinned_and_sees_them(dfk):
+    # Two cores on this two-slot pilot (the machine CI runs on has two CPUs): a
+    # threaded library in the app sizes its pools by the variables, and the app is
+    # pinned to as many CPUs when the machine has one per slot.
+    names = ("SAKER_CORES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+    for cores in (2, 1):
+        told, cpus = cores_seen(parsl_resource_specification={"cores": cores}).result(timeout=60)
+        assert told == {name: str(cores) for name in names}
+        if os.cpu_count() == 2:
+            assert cpus == cores
+
+
 @pytest.mark.parametrize("spec, key", [
     ({"cpus": 1}, "cpus"),
     ({"gpus": 1.5}, "gpus"),

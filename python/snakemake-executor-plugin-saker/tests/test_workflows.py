@@ -58,6 +58,9 @@ def test_fan_out_fan_in_matches_the_local_executor(tmp_path):
     assert (ours / "result/summary.txt").read_text().split() == [
         str(INSTANCES), str(sum(i * i for i in range(INSTANCES)))]
     assert (ours / "result/threaded.txt").read_text() == "threads=2\n"
+    # Its job held two cores, and its shell saw them (pinned when one CPU per slot).
+    cpus = "2" if os.cpu_count() == 2 else (ours / "logs/threaded.log").read_text().split("cpus=")[1].strip()
+    assert (ours / "logs/threaded.log").read_text() == f"cores=2 omp=2 cpus={cpus}\n"
 
     # flaky failed once on the pilot (its Snakemake job exits 1; the rule's exit 3 is
     # in the stderr tail) and Snakemake retried it.
