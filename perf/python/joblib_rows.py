@@ -8,7 +8,9 @@ warmed up first (its workers started); medians are reported:
 - `joblib.Parallel(n_jobs=2)` of 10,000 short calls (auto-batched), calls per second;
   target >= 1.0 x loky;
 - scikit-learn's `GridSearchCV(n_jobs=2)` of 48 fits (16 settings x 3 folds of an
-  SVC on the digits data), wall time; target <= 1.1 x loky.
+  SVC on the digits data), wall time; target <= 1.1 x loky;
+- the short calls beside Dask's and Ray's joblib backends (2 worker processes of one
+  thread each), when they are installed (they are not in CI's venv); target >= 2 x.
 """
 
 from __future__ import annotations
@@ -51,6 +53,40 @@ def search() -> float:
     return time.perf_counter() - start
 
 
+def peer_rates(count: int) -> list:
+    """``(name, median calls/s)`` of Dask's and Ray's joblib backends, those installed."""
+    found = []
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        print("joblib rows: no Dask row (dask.distributed is not installed)", file=sys.stderr)
+    else:
+        cluster = LocalCluster(n_workers=SLOTS, threads_per_worker=1, processes=True,
+                               dashboard_address=None)
+        with Client(cluster), cluster:
+            found.append(("Dask", backend_rate("dask", count)))
+    try:
+        import ray
+        from ray.util.joblib import register_ray
+    except ImportError:
+        print("joblib rows: no Ray row (ray is not installed)", file=sys.stderr)
+    else:
+        register_ray()
+        ray.init(num_cpus=SLOTS, include_dashboard=False, log_to_driver=False)
+        try:
+            found.append(("Ray", backend_rate("ray", count)))
+        finally:
+            ray.shutdown()
+    return found
+
+
+def backend_rate(backend: str, count: int) -> float:
+    """Median calls/s of ``backend``, warmed up (its workers started)."""
+    with joblib.parallel_config(backend=backend):
+        calls(200)
+        return statistics.median(calls(count) for _ in range(ROUNDS))
+
+
 def main() -> None:
     count = 2_000 if QUICK else 10_000
     with saker.Pilot.start(slots=SLOTS) as pilot:
@@ -66,6 +102,10 @@ def main() -> None:
             loky_times.append(search())
             with joblib.parallel_config(backend="saker", pilot=pilot):
                 times.append(search())
+    for name, rate in peer_rates(count):
+        row(f"joblib: Parallel of {count} short calls, beside {name}", "per_second",
+            statistics.median(rates), rate, f"{name}'s joblib backend, {SLOTS} workers",
+            {"ratio_at_least": 2.0})
     row(f"joblib: Parallel of {count} short calls", "per_second", statistics.median(rates),
         statistics.median(loky_rates), f"loky backend, n_jobs={SLOTS}", {"ratio_at_least": 1.0})
     row("joblib: GridSearchCV of 48 fits", "seconds", statistics.median(times),
