@@ -102,6 +102,16 @@ def test_resources_map_to_hpc_jobs_and_bad_requests_are_refused(tmp_path):
     assert not (workdir / "wide.txt").exists()
     assert "8 cores per task; the widest node has 1" in done.stderr
 
+    # Snakemake's own --set-threads and --max-threads apply first: the rule fits the
+    # node, so it runs even when strict, and nothing is said.
+    for flag in (["--set-threads", "wide=1"], ["--max-threads", "1"]):
+        done = snakemake(workdir, "--executor", "saker", "--jobs", "1", "--saker-strict-threads",
+                         "--saker-agents", "2", "--saker-slots", "2", "wide.txt", *flag, timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert (workdir / "wide.txt").read_text() == "threads=1\n"
+        assert "asks for 8 threads" not in done.stderr
+        (workdir / "wide.txt").unlink()
+
 
 def test_ctrl_c_cancels_the_jobs_on_an_attached_pilot(tmp_path):
     import saker
