@@ -436,6 +436,12 @@ def large_arguments(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
     return any(is_large(value) for value in itertools.chain(args, kwargs.values()))
 
 
+def value_of(value: Any, give: bool = True) -> Any:
+    """Runs on a worker: the object itself (a put or get through a call), or nothing
+    when ``give`` is false (only read there, so that its node holds a copy)."""
+    return value if give else None
+
+
 def call_stored(call: Tuple[Callable[..., Any], Tuple[Any, ...], Dict[str, Any]]) -> Any:
     """Runs on a worker: a call whose function and arguments were stored as one
     object (the worker got them mapped, buffers without a copy)."""

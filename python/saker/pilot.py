@@ -46,7 +46,8 @@ from .futures import MODE_AUTO, MODE_CALL, MODE_COMMAND, MODE_RAW, Executor, Pro
 from . import objects, serialize
 from .objects import Ref
 from .serialize import PayloadTooLarge, check_payload_size, dumps_call, prepare_chunk_function, prepare_function
-from .stores import Stores, discard
+from .results import ObjectLost
+from .stores import NotSeen, Stores, discard
 from .transport import Transport
 
 __all__ = ["Pilot"]
@@ -173,9 +174,26 @@ class _Target:
         :class:`Ref`. Pass the ref to calls instead of the object: it is not sent again
         with each, tasks run where it is, and large buffers (numpy arrays) reach the
         function without a copy.
+
+        A client that sees no node's store (it runs on no node of the pilot, and no
+        scratch is on a filesystem it shares) sends the object inline through the
+        pilot to a worker, which stores it on its node: at most 16 MiB pickled.
         """
         self._pilot._free_dropped()
-        return self._pilot._object_stores().put(obj, self._pilot, timeout)
+        try:
+            return self._pilot._object_stores().put(obj, self._pilot, timeout)
+        except NotSeen as exc:
+            not_seen = exc
+        # A client on no node of the pilot (a login node): the object travels inline
+        # through the pilot to a worker, which stores it on its node.
+        try:
+            future = self.options(ref=True).call(objects.value_of, obj)
+        except PayloadTooLarge as exc:
+            raise objects.ObjectError(
+                f"{not_seen}. From here an object travels inline through the pilot to a "
+                f"node, at most {serialize.MAX_PAYLOAD >> 20} MiB pickled: {exc}"
+            ) from None
+        return future.result(timeout)  # type: ignore[no-any-return]
 
     def free(self, *refs: "Ref[Any]", timeout: Optional[float] = 30.0) -> None:
         """Frees these objects now: each is removed from the nodes that hold it once no
@@ -193,8 +211,28 @@ class _Target:
                 freed.result(timeout)
 
     def get(self, ref: "Ref[T]", timeout: Optional[float] = 30.0) -> T:
-        """The object ``ref`` names, read from a node's store this client sees."""
-        return self._pilot._object_stores().get(ref, timeout)  # type: ignore[no-any-return]
+        """The object ``ref`` names, read from a node's store this client sees.
+
+        If none of those holds it, a call on such a node reads it, so that the node
+        fetches it from a holder (node to node), and it is read there. A client that
+        sees no store at all gets it inline through the pilot (at most 16 MiB).
+        """
+        stores = self._pilot._object_stores()
+        try:
+            return stores.get(ref, timeout)  # type: ignore[no-any-return]
+        except NotSeen as exc:
+            not_seen = exc
+        seen = stores.seen()
+        try:
+            if seen:
+                # On a node whose store this client sees, a call that reads it has
+                # that node fetch it from a holder, node to node; then it is read here.
+                self.options(node=seen[0][0]).call(objects.value_of, ref, False).result(timeout)
+                return stores.get(ref, timeout)  # type: ignore[no-any-return]
+            # On no node: the value comes back inline through the pilot.
+            return self.call(objects.value_of, ref).result(timeout)  # type: ignore[no-any-return]
+        except ObjectLost as lost:
+            raise objects.ObjectError(f"{not_seen}, and no node could give it: {lost}") from lost
 
     def map(
         self,

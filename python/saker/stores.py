@@ -25,11 +25,16 @@ from typing import Any, List, Optional, Tuple
 from .errors import SakerError
 from .objects import ITEM_PREFIX, ObjectError, Ref, new_id, own, read_object_in, write_object_in
 
-__all__ = ["Stores"]
+__all__ = ["Stores", "NotSeen"]
 
 _MARK = ".saker-node"
 # Nodes join and leave: the list is asked again when older than this (seconds).
 _FRESH_FOR = 2.0
+
+
+class NotSeen(ObjectError):
+    """No store this client sees can take or give the object (``put`` and ``get``
+    then go through a call: see :meth:`saker.Pilot.put`)."""
 
 
 class Stores:
@@ -178,7 +183,7 @@ class Stores:
                     continue  # the node left since the list was asked: another one
                 raise
             return self._made(id, size, pilot, (path, os.path.join(dirs[-1], ITEM_PREFIX + id)))
-        raise ObjectError(
+        raise NotSeen(
             "no node's store of this pilot is visible from here: put() writes objects in "
             "the scratch directory of a node this client runs on (or one on a filesystem "
             "both see); run the driver on a node of the pilot"
@@ -199,7 +204,7 @@ class Stores:
             for _node, dirs in self.dirs_seen(refresh, timeout):
                 if any(os.path.exists(os.path.join(directory, name)) for directory in dirs):
                     return read_object_in(dirs, name)
-        raise ObjectError(
+        raise NotSeen(
             f"object {ref.id} is in no store visible from here (it is on a node whose "
             "scratch this client does not see)"
         )

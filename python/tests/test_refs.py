@@ -86,13 +86,22 @@ def test_a_ref_no_store_holds_is_refused_by_name(pilot: saker.Pilot) -> None:
         pilot.get(Ref("0" * 31 + "1", 10))
 
 
-def test_put_without_a_visible_store_says_where_objects_go(
+def test_a_client_on_no_node_puts_and_gets_through_calls(
     pilot: saker.Pilot, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # As on a login node: this client sees no node's store.
     stores = saker.stores.Stores(pilot._require_connection(), pilot.pilot_id)
-    monkeypatch.setattr(stores, "_sees", lambda node, directory: False)
-    with pytest.raises(ObjectError, match="no node's store of this pilot is visible"):
+    monkeypatch.setattr(stores, "_sees", lambda node, directory: ())
+    monkeypatch.setattr(pilot, "_stores", stores)
+    with pytest.raises(saker.stores.NotSeen, match="no node's store of this pilot is visible"):
         stores.put(b"data", pilot)
+    ref = pilot.put(b"x" * 300_000)
+    assert isinstance(ref, Ref) and ref.size > 300_000
+    assert pilot.call(remote_funcs.described, ref).result(60) == {"type": "bytes", "len": 300_000}
+    assert pilot.get(ref) == b"x" * 300_000
+    # Past what a call carries inline: refused, saying why and what else to do.
+    with pytest.raises(ObjectError, match="inline through the pilot to a node, at most 16 MiB"):
+        pilot.put(b"y" * (17 << 20))
 
 
 def test_a_call_with_ref_answers_a_ref_to_its_value_which_later_calls_read(pilot: saker.Pilot) -> None:
@@ -185,6 +194,23 @@ def test_a_stored_value_that_cannot_be_read_fails_its_call_by_name(tmp_path: Pat
 def two_agents(saker_bin: str) -> Iterator[saker.Pilot]:
     with saker.Pilot.start(agents=2, slots=2, saker_bin=saker_bin) as p:
         yield p
+
+
+def test_get_of_an_object_on_a_node_this_client_does_not_see_fetches_it_to_one_it_does(
+    two_agents: saker.Pilot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As with node-local scratch: this client sees node 0's store, not node 1's.
+    pilot = two_agents
+    stores = saker.stores.Stores(pilot._require_connection(), pilot.pilot_id)
+    sees = stores._sees
+    monkeypatch.setattr(stores, "_sees", lambda node, directory: sees(node, directory) if node == 0 else ())
+    monkeypatch.setattr(pilot, "_stores", stores)
+    ref = pilot.options(node=1, ref=True).call(remote_funcs.filled, 5, 3 << 20).result(60)
+    before = pilot.status()["data_root_bytes"]
+    assert pilot.get(ref) == b"\x05" * (3 << 20)
+    assert pilot.status()["data_root_bytes"] == before  # node to node, not through the root
+    with pytest.raises(ObjectError, match="no node could give it"):
+        pilot.get(Ref("0" * 31 + "2", 10))
 
 
 def test_calls_on_any_node_read_an_object_put_on_one(two_agents: saker.Pilot) -> None:
