@@ -7,12 +7,11 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
 
 use common::run;
 use common::slurm::{
-    allocated_nodes, cluster, repo, saker_bin, sbatch, template, venv_python, wait_for_agents,
-    wait_for_state,
+    allocated_nodes, cluster, repo, sbatch, shut_down_and_complete, template, venv_python,
+    wait_for_agents,
 };
 
 /// The same search under joblib's own backend (loky, here) and under Saker's; each
@@ -96,17 +95,5 @@ fn a_grid_search_runs_its_fits_on_every_node_of_a_service_pilot() {
     assert_eq!(allocated.len(), 3);
     assert_eq!(nodes, allocated, "fits ran on every node");
 
-    let shutdown = Command::new(saker_bin())
-        .args(["shutdown", "--dir"])
-        .arg(&pilot)
-        .status()
-        .unwrap();
-    assert!(shutdown.success());
-    let state = wait_for_state(&job, Duration::from_secs(60), &log);
-    assert_eq!(
-        state,
-        "COMPLETED",
-        "job log:\n{}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
+    shut_down_and_complete(&pilot, &job, &log);
 }

@@ -13,8 +13,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::slurm::{
-    allocated_nodes, cluster, repo, saker_bin, sbatch, template, venv_python, wait_for_agents,
-    wait_for_state,
+    allocated_nodes, cluster, repo, saker_bin, sbatch, shut_down_and_complete, template,
+    venv_python, wait_for_agents, wait_for_state,
 };
 
 fn plugin() -> PathBuf {
@@ -149,19 +149,7 @@ fn snakemake_runs_a_workflow_on_a_three_node_service_pilot() {
     assert_eq!(nodes_that_ran(&pilot), allocated, "jobs on every node");
 
     // Attached, Snakemake left the pilot running: it ends when shut down.
-    let shutdown = Command::new(saker_bin())
-        .args(["shutdown", "--dir"])
-        .arg(&pilot)
-        .status()
-        .unwrap();
-    assert!(shutdown.success());
-    let state = wait_for_state(&job, Duration::from_secs(60), &log);
-    assert_eq!(
-        state,
-        "COMPLETED",
-        "job log:\n{}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
+    shut_down_and_complete(&pilot, &job, &log);
 }
 
 #[test]

@@ -292,3 +292,21 @@ pub fn allocation_records(pilot: &Path) -> Vec<AllocationRecord> {
         })
         .collect()
 }
+
+/// Shuts the service pilot in `pilot` down and waits for its batch `job` to end
+/// COMPLETED (its log in the failure).
+pub fn shut_down_and_complete(pilot: &Path, job: &str, log: &Path) {
+    let shutdown = Command::new(saker_bin())
+        .args(["shutdown", "--dir"])
+        .arg(pilot)
+        .status()
+        .unwrap();
+    assert!(shutdown.success());
+    let state = wait_for_state(job, Duration::from_secs(60), log);
+    assert_eq!(
+        state,
+        "COMPLETED",
+        "job log:\n{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+}
