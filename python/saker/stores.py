@@ -165,24 +165,25 @@ class Stores:
                 self._next += 1
             id = new_id()
             path, size = write_object_in(obj, dirs, ITEM_PREFIX + id)
+            # Where it is, and where its node may move it (from memory to the scratch).
+            paths = tuple(dict.fromkeys((path, os.path.join(dirs[-1], ITEM_PREFIX + id))))
             told = self._connection.request("put_object", {"object": id, "node": node, "bytes": size})
             if self._connection.on_reader_thread():
                 # Not waited for (the answer would come on this very thread): the
                 # pilot handles a connection's requests in order, so a call sent after
                 # this finds the object recorded; if it is refused, such a call fails
                 # naming the object, and its file goes now.
-                paths = (path, os.path.join(dirs[-1], ITEM_PREFIX + id))
                 told.add_done_callback(lambda answer: _refused(answer, paths))
                 return self._made(id, size, pilot, paths)
             try:
                 told.result(timeout)
             except BaseException as exc:
-                _remove(path)
-                _remove(os.path.join(dirs[-1], ITEM_PREFIX + id))
+                for place in paths:
+                    _remove(place)
                 if getattr(exc, "kind", None) == "unknown_node" and not refresh:
                     continue  # the node left since the list was asked: another one
                 raise
-            return self._made(id, size, pilot, (path, os.path.join(dirs[-1], ITEM_PREFIX + id)))
+            return self._made(id, size, pilot, paths)
         raise NotSeen(
             "no node's store of this pilot is visible from here: put() writes objects in "
             "the scratch directory of a node this client runs on (or one on a filesystem "
@@ -194,7 +195,7 @@ class Stores:
         if hasattr(pilot, "_dropped"):
             own(id, pilot)
         ref: Ref[Any] = Ref(id, size, pilot)
-        ref._paths = tuple(dict.fromkeys(paths))
+        ref._paths = paths
         return ref
 
     def get(self, ref: Ref[Any], timeout: Optional[float] = 30.0) -> Any:
