@@ -39,7 +39,7 @@ from joblib.parallel import AutoBatchingMixin, ParallelBackendBase, register_par
 
 from .objects import BY_REFERENCE_FROM, Ref
 from .pilot import Pilot
-from .serialize import _SIMPLE_TYPES
+from .serialize import SIMPLE_TYPES
 
 __all__ = ["SakerBackend"]
 
@@ -197,7 +197,7 @@ _by_identity_lock = threading.Lock()
 
 def _any_large(items: Any) -> bool:
     """Whether an argument of a batch's calls may go by reference."""
-    scalars = _SIMPLE_TYPES  # never large, and most arguments of short calls
+    scalars = SIMPLE_TYPES  # never large, and most arguments of short calls
     for _fn, args, kwargs in items:
         for value in args:
             if type(value) not in scalars and _size(value) >= BY_REFERENCE_FROM:

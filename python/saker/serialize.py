@@ -48,7 +48,7 @@ _TAG = bytes([FORMAT_PICKLE])
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 # Arguments of these types pickle identically with pickle and cloudpickle, and the
 # C pickler is several times faster than cloudpickle's Python-level hooks.
-_SIMPLE_TYPES = frozenset((int, float, str, bytes, bool, type(None), complex))
+SIMPLE_TYPES = frozenset((int, float, str, bytes, bool, type(None), complex))
 _MESSAGE_LIMIT = 500
 #: Most bytes of a function task's payload and of its answer (the pilot's
 #: MAX_FUNCTION_BYTES): both travel inline through the pilot, its journal and clients.
@@ -273,7 +273,7 @@ def dumps_call(fn: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bytes:
     if type(fn) is _Preloaded:
         # map's hot path: arguments of simple types pickle the same with the plain C
         # pickler, several times faster than cloudpickle's or the __main__ hook.
-        simple = _SIMPLE_TYPES
+        simple = SIMPLE_TYPES
         for arg in args:
             if type(arg) not in simple:
                 payload = _TAG + _dumps((fn, args, kwargs), fn)
