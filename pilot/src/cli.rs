@@ -50,6 +50,10 @@ pub enum Command {
     Shutdown(DirArgs),
     /// An elastic pilot's allocations: list them, or pause and resume asking for more.
     Alloc(AllocArgs),
+    /// Objects by reference from a machine that sees no node's store (a login node):
+    /// put bytes in a node's store, get them back, free them. The bytes go to and
+    /// from the nodes directly, never through the root.
+    Object(ObjectArgs),
     /// Print a Slurm batch script for a pilot, with your settings filled in.
     Template(TemplateArgs),
     /// Internal: one agent process (started by the pilot, not by users).
@@ -68,6 +72,40 @@ pub struct TopArgs {
     /// How often to ask the pilot for its status (at least 100ms).
     #[arg(long, default_value = "1s")]
     pub interval: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ObjectArgs {
+    #[command(flatten)]
+    pub dir: DirArgs,
+    #[command(subcommand)]
+    pub action: ObjectAction,
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum ObjectAction {
+    /// Store FILE's bytes (standard input: `-`) as a new object; prints its id.
+    Put {
+        /// The file to store, or `-` for standard input.
+        file: PathBuf,
+        /// The node whose store takes it (default: the live nodes in turn).
+        #[arg(long)]
+        node: Option<u32>,
+    },
+    /// Write an object's bytes to standard output (or to `--output`).
+    Get {
+        /// The object's id (32 hexadecimal digits).
+        id: String,
+        /// Write them to this file instead.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+    /// Free objects: each goes from its nodes once no unfinished task reads it.
+    Free {
+        /// The objects' ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, Args)]

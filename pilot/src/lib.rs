@@ -17,6 +17,7 @@ mod commands;
 mod elastic;
 mod metrics;
 mod nodes;
+mod objects;
 mod progress;
 pub mod report;
 mod run;
@@ -84,6 +85,7 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> ExitCode {
             Command::Report(args) => report::report(args).await,
             Command::Shutdown(args) => commands::shutdown(args).await,
             Command::Alloc(args) => alloc::alloc(args).await,
+            Command::Object(args) => objects::object(args).await,
             Command::Template(args) => commands::template(args),
             Command::Agent(_) | Command::Reaper(_) => unreachable!("served above"),
         }

@@ -127,6 +127,13 @@ def encode_object(obj: Any) -> Tuple[bytes, List[memoryview], int]:
     return head, buffers, total
 
 
+def object_chunks(obj: Any) -> Tuple[List[Any], int]:
+    """``obj``'s file as the chunks to write in order (its buffers are views of
+    ``obj``'s own memory), and the file's size."""
+    header, stream, buffers, offsets, total = _encode(obj)
+    return _chunks(header, stream, buffers, offsets), total
+
+
 def write_object(obj: Any, path: Union[str, "os.PathLike[str]"]) -> int:
     """Stores ``obj`` at ``path`` and returns the file's size in bytes.
 

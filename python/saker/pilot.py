@@ -154,11 +154,13 @@ class _Target:
             try:
                 payload, refs = _with_refs(dumps_call, fn, args, kwargs)
             except PayloadTooLarge:
-                if not stores.seen():
+                # Past what a call carries inline: by reference, on a node this client
+                # sees, else sent to one directly.
+                if not stores.seen() and stores.binary() is None:
                     raise
         if payload is None:
             # Function and arguments stored as one object; the worker maps it.
-            stored, nested = _with_refs(stores.put, (fn, args, kwargs), self._pilot)
+            stored, nested = _with_refs(stores.put_anywhere, (fn, args, kwargs), self._pilot)
             payload, refs = _with_refs(dumps_call, objects.call_stored, (stored,), {})
             refs = nested + refs
         if refs:
@@ -176,16 +178,21 @@ class _Target:
         function without a copy.
 
         A client that sees no node's store (it runs on no node of the pilot, and no
-        scratch is on a filesystem it shares) sends the object inline through the
-        pilot to a worker, which stores it on its node: at most 16 MiB pickled.
+        scratch is on a filesystem it shares) sends the object to a node's agent
+        directly with ``saker object put`` (any size, never through the pilot's root);
+        without a saker binary, inline through the pilot to a worker, which stores it
+        on its node: at most 16 MiB pickled.
         """
         self._pilot._free_dropped()
+        stores = self._pilot._object_stores()
         try:
-            return self._pilot._object_stores().put(obj, self._pilot, timeout)
+            return stores.put(obj, self._pilot, timeout)
         except NotSeen as exc:
             not_seen = exc
-        # A client on no node of the pilot (a login node): the object travels inline
-        # through the pilot to a worker, which stores it on its node.
+        if stores.binary() is not None:
+            return stores.put_remote(obj, self._pilot, timeout)
+        # No binary to reach a node with: the object travels inline through the pilot
+        # to a worker, which stores it on its node.
         try:
             future = self.options(ref=True).call(objects.value_of, obj)
         except PayloadTooLarge as exc:
@@ -215,7 +222,8 @@ class _Target:
 
         If none of those holds it, a call on such a node reads it, so that the node
         fetches it from a holder (node to node), and it is read there. A client that
-        sees no store at all gets it inline through the pilot (at most 16 MiB).
+        sees no store at all reads it from its holders directly with ``saker object
+        get``; without a saker binary, inline through the pilot (at most 16 MiB).
         """
         stores = self._pilot._object_stores()
         try:
@@ -223,6 +231,8 @@ class _Target:
         except NotSeen as exc:
             not_seen = exc
         seen = stores.seen()
+        if not seen and stores.binary() is not None:
+            return stores.get_remote(ref, timeout)
         try:
             if seen:
                 # On a node whose store this client sees, a call that reads it has
@@ -434,6 +444,14 @@ def _find_binary(saker_bin: Optional[PathLike]) -> str:
             f"or pip install {_DISTRIBUTION} (its wheel carries the binary)"
         )
     return found
+
+
+def _binary_if_any() -> Optional[str]:
+    """The ``saker`` binary as :func:`_find_binary` finds it, or None."""
+    try:
+        return _find_binary(None)
+    except SakerError:
+        return None
 
 
 def _installed_binary() -> Optional[str]:
@@ -654,7 +672,7 @@ class Pilot(_Target):
     def _object_stores(self) -> Stores:
         stores = self._stores
         if stores is None:
-            stores = self._stores = Stores(self._require_connection(), self.pilot_id)
+            stores = self._stores = Stores(self._require_connection(), self.pilot_id, _binary_if_any)
         return stores
 
     def __repr__(self) -> str:

@@ -18,12 +18,23 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from .errors import SakerError
-from .objects import ITEM_PREFIX, ObjectError, Ref, new_id, own, read_object_in, write_object_in
+from .objects import (
+    ITEM_PREFIX,
+    ObjectError,
+    Ref,
+    decode_object,
+    new_id,
+    object_chunks,
+    own,
+    read_object_in,
+    write_object_in,
+)
 
 __all__ = ["Stores", "NotSeen"]
 
@@ -40,9 +51,13 @@ class NotSeen(ObjectError):
 class Stores:
     """The stores of one connection's pilot; thread-safe."""
 
-    def __init__(self, connection: Any, pilot_id: str) -> None:
+    def __init__(self, connection: Any, pilot_id: str,
+                 binary: Callable[[], Optional[str]] = lambda: None) -> None:
         self._connection = connection
         self._pilot_id = pilot_id
+        #: The ``saker`` binary for puts and gets on nodes this client does not see
+        #: (:meth:`put_remote`), or None.
+        self.binary = binary
         self._lock = threading.Lock()
         #: ``(node, dirs)``: memory (if any) then scratch.
         self._seen: List[Tuple[int, Tuple[str, ...]]] = []
@@ -209,6 +224,82 @@ class Stores:
             f"object {ref.id} is in no store visible from here (it is on a node whose "
             "scratch this client does not see)"
         )
+
+
+    def put_anywhere(self, obj: Any, pilot: Any, timeout: Optional[float] = 30.0) -> Ref[Any]:
+        """:meth:`put` in a store this client sees, else :meth:`put_remote`."""
+        if self.dirs_seen(False, timeout):
+            return self.put(obj, pilot, timeout)
+        return self.put_remote(obj, pilot, timeout)
+
+    def put_remote(self, obj: Any, pilot: Any, timeout: Optional[float] = 30.0) -> Ref[Any]:
+        """Stores ``obj`` in the store of a node this client does not see: ``saker
+        object put`` sends its bytes to the node's agent directly (a data connection
+        with the pilot's client certificate), never through the pilot's root."""
+        chunks, size = object_chunks(obj)
+        process = self._command(["put", "-"], stdin=subprocess.PIPE)
+        assert process.stdin is not None
+        try:
+            for chunk in chunks:
+                process.stdin.write(chunk)
+        except BrokenPipeError:
+            pass  # it failed: its message says why
+        out, err = _finish(process, timeout)  # closes its standard input
+        if process.returncode != 0:
+            raise ObjectError(f"cannot put the object on a node: {_said(err)}")
+        id = out.decode("ascii", "replace").strip()
+        if hasattr(pilot, "_dropped"):
+            own(id, pilot)
+        return Ref(id, size, pilot)
+
+    def get_remote(self, ref: Ref[Any], timeout: Optional[float] = 30.0) -> Any:
+        """The object ``ref`` names, read from the nodes that hold it by ``saker object
+        get`` (data connections, as :meth:`put_remote`); its buffers are writable."""
+        process = self._command(["get", ref.id], stdout=subprocess.PIPE)
+        assert process.stdout is not None
+        data = bytearray(max(ref.size, 0))
+        view = memoryview(data)
+        got = 0
+        while got < len(data):
+            n = process.stdout.readinto(view[got:])
+            if not n:
+                break
+            got += n
+        rest = process.stdout.read()
+        view.release()
+        _, err = _finish(process, timeout)
+        if process.returncode != 0:
+            raise ObjectError(f"cannot get object {ref.id}: {_said(err)}")
+        if rest:
+            data += rest
+        elif got < len(data):
+            raise ObjectError(f"object {ref.id} came short: {got} of {len(data)} bytes")
+        return decode_object(data)
+
+    def _command(self, args: List[str], **pipes: Any) -> "subprocess.Popen[bytes]":
+        binary = self.binary()
+        if binary is None:
+            raise NotSeen("no saker binary to reach the nodes' stores from here")
+        directory = os.fspath(self._connection.directory)
+        command = [binary, "object", "--dir", directory] + args
+        pipes.setdefault("stdout", subprocess.PIPE)
+        return subprocess.Popen(command, stderr=subprocess.PIPE, **pipes)
+
+
+def _finish(process: "subprocess.Popen[bytes]", timeout: Optional[float]) -> Tuple[bytes, bytes]:
+    """Waits for a ``saker object`` command; killed past ``timeout``."""
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise ObjectError(f"saker object did not finish within {timeout} s") from None
+    return out or b"", err or b""
+
+
+def _said(err: bytes) -> str:
+    text = err.decode("utf-8", "replace").strip()
+    return text.removeprefix("saker: error: ") or "no reason given"
 
 
 def _listed_stores(answer: Any) -> List[Tuple[int, str]]:

@@ -86,15 +86,47 @@ def test_a_ref_no_store_holds_is_refused_by_name(pilot: saker.Pilot) -> None:
         pilot.get(Ref("0" * 31 + "1", 10))
 
 
-def test_a_client_on_no_node_puts_and_gets_through_calls(
+def _on_no_node(pilot: saker.Pilot, monkeypatch: pytest.MonkeyPatch, binary: bool) -> saker.stores.Stores:
+    """As on a login node: this client sees no node's store (and, unless ``binary``,
+    has no saker binary to reach one with)."""
+    stores = pilot._object_stores()
+    fresh = saker.stores.Stores(pilot._require_connection(), pilot.pilot_id, stores.binary)
+    monkeypatch.setattr(fresh, "_sees", lambda node, directory: ())
+    if not binary:
+        monkeypatch.setattr(fresh, "binary", lambda: None)
+    monkeypatch.setattr(pilot, "_stores", fresh)
+    return fresh
+
+
+def test_a_client_on_no_node_puts_and_gets_objects_on_the_nodes_directly(
     pilot: saker.Pilot, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # As on a login node: this client sees no node's store.
-    stores = saker.stores.Stores(pilot._require_connection(), pilot.pilot_id)
-    monkeypatch.setattr(stores, "_sees", lambda node, directory: ())
-    monkeypatch.setattr(pilot, "_stores", stores)
+    numpy = pytest.importorskip("numpy")
+    stores = _on_no_node(pilot, monkeypatch, binary=True)
     with pytest.raises(saker.stores.NotSeen, match="no node's store of this pilot is visible"):
         stores.put(b"data", pilot)
+    # Past the 16 MiB a call carries inline, and none of it through the root.
+    array = numpy.arange(3 << 20, dtype=numpy.float64)  # 24 MiB
+    ref = pilot.put(array)
+    assert isinstance(ref, Ref) and ref.size > array.nbytes
+    got = pilot.call(remote_funcs.described, ref).result(60)
+    assert got["mapped"] is True and got["sum"] == float(array.sum())
+    back = pilot.get(ref)
+    assert back.flags.writeable and numpy.array_equal(back, array)
+    small = pilot.put(b"x" * 300_000)
+    assert pilot.get(small) == b"x" * 300_000
+    # A call's argument past 16 MiB goes the same way, by reference.
+    assert pilot.call(remote_funcs.described, b"z" * (20 << 20)).result(60)["len"] == 20 << 20
+    assert pilot.status()["data_root_bytes"] == 0
+    pilot.free(ref)
+    with pytest.raises(ObjectError, match=f"no live node holds object {ref.id}"):
+        pilot.get(ref)
+
+
+def test_a_client_on_no_node_without_a_binary_puts_and_gets_through_calls(
+    pilot: saker.Pilot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _on_no_node(pilot, monkeypatch, binary=False)
     ref = pilot.put(b"x" * 300_000)
     assert isinstance(ref, Ref) and ref.size > 300_000
     assert pilot.call(remote_funcs.described, ref).result(60) == {"type": "bytes", "len": 300_000}
@@ -145,8 +177,7 @@ def test_a_large_argument_goes_by_reference_without_asking(pilot: saker.Pilot) -
 def test_a_client_that_sees_no_store_still_sends_calls_inline_and_refuses_huge_ones(
     pilot: saker.Pilot, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pilot, "_stores", saker.stores.Stores(pilot._require_connection(), pilot.pilot_id))
-    monkeypatch.setattr(pilot._stores, "_sees", lambda node, directory: False)
+    _on_no_node(pilot, monkeypatch, binary=False)
     assert pilot.call(remote_funcs.total, [b"a" * (1 << 20)]).result(60) == 1 << 20
     assert pilot.call(remote_funcs.described, b"a" * (1 << 20)).result(60)["len"] == 1 << 20
     with pytest.raises(saker.SakerError, match="over the 16 MiB"):

@@ -129,6 +129,9 @@ pub fn reachable(local: SocketAddr, advertise: Option<std::net::IpAddr>) -> Sock
 
 static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
 
+/// The close code of a link refused to a peer that is no agent.
+const LINK_REFUSED: quinn::VarInt = quinn::VarInt::from_u32(2);
+
 pub fn next_link_id() -> LinkId {
     LinkId(NEXT_LINK.fetch_add(1, Ordering::Relaxed))
 }
@@ -473,9 +476,22 @@ async fn accept_children(
             let Ok(connection) = crate::link::accept_connection(incoming).await else {
                 return;
             };
-            // Another agent fetching this node's items, not a child.
+            // Another agent fetching this node's items, or a client putting and
+            // getting objects: not a child.
             if saker_transport::quic::is_data_connection(&connection) {
                 crate::transfer::serve(connection, served).await;
+                return;
+            }
+            // The endpoint admits client certificates for data connections only.
+            let presented = saker_transport::quic::peer_role(&connection);
+            if presented != Some(saker_transport::Role::Agent) {
+                let refused = saker_transport::roles::RoleRefused {
+                    link: saker_transport::roles::LinkKind::Agent,
+                    presented,
+                };
+                let remote = connection.remote_address();
+                tracing::warn!(%remote, error = %refused, "refused a link");
+                connection.close(LINK_REFUSED, refused.to_string().as_bytes());
                 return;
             }
             let link = next_link_id();

@@ -4,11 +4,11 @@
 //! there, one stream per read. The root sees no byte; what cannot be had that way
 //! (no holder reachable, none serving directly) falls back to the root, as before.
 //!
-//! On a stream: the reader sends its [`ItemRead`] as a frame and ends its side; the
-//! holder answers with an [`ItemData`] frame without its bytes, the bytes' length
-//! (8 bytes, little-endian), then the bytes raw, and ends. A holder serves only plain
-//! item names in its scratch directory, reads at most [`MOST_PER_READ`] per read, and
-//! reads the file off the runtime's threads.
+//! The protocol of a stream is `saker_client::data`'s, whose dialer side agents use
+//! too. A holder serves only plain item names in its scratch directory, reads at most
+//! [`MOST_PER_READ`] per read, and reads the file off the runtime's threads. A client
+//! (the pilot's client certificate: a driver on no node of the pilot) may read items
+//! and put objects ([`ObjectPut`]) on a data connection, never open a link.
 //!
 //! Which read goes where is [`Routes`]' bookkeeping, driven by the agent's desk; this
 //! module's shell side is [`Fetcher`] (the reader's connections, one per holder,
@@ -28,11 +28,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ractor::ActorRef;
+use saker_client::data::{DataError, read_item, read_message};
 use saker_transport::credentials::Role;
 use saker_transport::quic;
-use saker_wire::frame::{FRAME_HEADER_LEN, FrameHeader, Message};
 use saker_wire::messages::{FromAgent, ToAgent};
-use saker_wire::{AlignedVec, ItemData, ItemRead, WireError};
+use saker_wire::{ItemData, ItemRead, ObjectPut, ObjectStored, WireError};
 use tokio::sync::mpsc;
 
 pub use relays::{Relayed, Relays};
@@ -41,14 +41,13 @@ pub use routes::{Fetch, Holder, Routes, Send};
 use crate::agent::AgentMsg;
 use crate::board::ItemLanded;
 
-/// Most bytes one direct read is answered with.
-pub const MOST_PER_READ: u32 = 16 << 20;
+pub use saker_client::data::MOST_PER_READ;
 
 /// Largest request frame a holder reads (an item name and a few numbers).
 const MOST_REQUEST: u32 = 4 << 10;
 
-/// Largest answer header a reader reads (the same, and a reason).
-const MOST_ANSWER_HEADER: u32 = 64 << 10;
+/// Why a put's stream was stopped (its bytes are not wanted).
+const PUT_REFUSED: quinn::VarInt = quinn::VarInt::from_u32(1);
 
 /// After failing to reach a holder, how long reads for it fail at once rather than
 /// dial again (each dial may take a handshake timeout).
@@ -77,20 +76,18 @@ pub enum TransferError {
     Unreachable,
     #[error("the holder did not answer within {DIAL_WITHIN:?}")]
     DialTimeout,
-    #[error("the data connection failed")]
-    Connection(#[source] quinn::ConnectionError),
+    #[error(transparent)]
+    Data(#[from] DataError),
     #[error("cannot send on the data connection")]
     Write(#[source] quinn::WriteError),
     #[error("the data stream was closed")]
     Closed(#[source] quinn::ClosedStream),
     #[error("cannot read from the data connection")]
-    Read(#[source] quinn::ReadExactError),
+    Read(#[source] quinn::ReadError),
     #[error("a bad frame on the data connection")]
     Wire(#[source] WireError),
     #[error("the peer broke the data protocol: {0}")]
     Protocol(&'static str),
-    #[error("the holder cannot read it: {0}")]
-    Holder(String),
     #[error("cannot write what came")]
     Local(#[source] std::io::Error),
 }
@@ -210,7 +207,7 @@ impl Pool {
 
     async fn fetch(&self, fetch: &Fetch) -> Result<ItemData, TransferError> {
         let connection = self.connection(fetch.holder.addr).await?;
-        read_from(&connection, &fetch.read).await
+        Ok(read_item(&connection, &fetch.read).await?)
     }
 
     /// [`Self::fetch`], the bytes written at their offset in `part` (which exists:
@@ -238,69 +235,6 @@ impl Pool {
     }
 }
 
-/// One read on a new stream of `connection`.
-async fn read_from(
-    connection: &quinn::Connection,
-    read: &ItemRead,
-) -> Result<ItemData, TransferError> {
-    let (mut send, mut recv) = connection
-        .open_bi()
-        .await
-        .map_err(TransferError::Connection)?;
-    let request =
-        saker_wire::encode(0, &FromAgent::ItemRead(read.clone())).map_err(TransferError::Wire)?;
-    send.write_all(&request)
-        .await
-        .map_err(TransferError::Write)?;
-    send.finish().map_err(TransferError::Closed)?;
-    let ToAgent::ItemData(mut answer) =
-        read_message::<ToAgent>(&mut recv, MOST_ANSWER_HEADER).await?
-    else {
-        return Err(TransferError::Protocol("the answer is no item data"));
-    };
-    if answer.item != read.item || answer.offset != read.offset {
-        return Err(TransferError::Protocol("the answer is for another read"));
-    }
-    if let Some(reason) = answer.error.take() {
-        return Err(TransferError::Holder(reason));
-    }
-    let mut len = [0; 8];
-    recv.read_exact(&mut len)
-        .await
-        .map_err(TransferError::Read)?;
-    let len = u64::from_le_bytes(len);
-    let most = u64::from(read.len.min(MOST_PER_READ));
-    if len > most || read.offset.saturating_add(len) > answer.total {
-        return Err(TransferError::Protocol(
-            "the answer has more bytes than asked for",
-        ));
-    }
-    let mut data = vec![0; len as usize];
-    recv.read_exact(&mut data)
-        .await
-        .map_err(TransferError::Read)?;
-    answer.data = data;
-    Ok(answer)
-}
-
-/// Reads one frame of `M` from `recv`, its payload at most `most` bytes.
-async fn read_message<M: Message>(
-    recv: &mut quinn::RecvStream,
-    most: u32,
-) -> Result<M, TransferError> {
-    let mut header = [0; FRAME_HEADER_LEN];
-    recv.read_exact(&mut header)
-        .await
-        .map_err(TransferError::Read)?;
-    let header = FrameHeader::parse(&header, most).map_err(TransferError::Wire)?;
-    let mut payload: AlignedVec = AlignedVec::with_capacity(header.padded_len());
-    payload.resize(header.padded_len(), 0);
-    recv.read_exact(&mut payload)
-        .await
-        .map_err(TransferError::Read)?;
-    saker_wire::frame::decode::<M>(&payload[..header.len as usize]).map_err(TransferError::Wire)
-}
-
 /// What a node serves to agents that fetch from it directly: the items in its
 /// directories, and what it relays of those it is fetching itself.
 #[derive(Debug, Clone)]
@@ -309,31 +243,42 @@ pub struct Served {
     pub relays: Relays,
 }
 
-/// The holder's side of a data connection another agent opened: answers each stream
-/// with the bytes of the item it asks for, from `served`, until the connection ends.
-/// An item this node is fetching itself is relayed as its bytes land.
+/// The holder's side of a data connection another agent (or a client) opened:
+/// answers each stream, a read with the bytes of the item it asks for, from `served`,
+/// and a put by storing the object; until the connection ends. An item this node is
+/// fetching itself is relayed as its bytes land.
 pub async fn serve(connection: quinn::Connection, served: Served) {
     let remote = connection.remote_address();
     while let Ok((send, recv)) = connection.accept_bi().await {
-        let Served { dirs, relays } = served.clone();
+        let served = served.clone();
         tokio::spawn(async move {
-            if let Err(error) = serve_read(send, recv, dirs, relays).await {
-                tracing::debug!(%remote, error = %crate::error_chain(&error), "a direct read failed");
+            if let Err(error) = serve_stream(send, recv, served).await {
+                tracing::debug!(%remote, error = %crate::error_chain(&error), "a data stream failed");
             }
         });
     }
 }
 
+async fn serve_stream(
+    send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    served: Served,
+) -> Result<(), TransferError> {
+    match read_message::<FromAgent>(&mut recv, MOST_REQUEST).await? {
+        FromAgent::ItemRead(read) => serve_read(send, read, served).await,
+        FromAgent::ObjectPut(put) => serve_put(send, recv, put, &served.dirs).await,
+        _ => Err(TransferError::Protocol(
+            "the request is neither a read nor a put",
+        )),
+    }
+}
+
 async fn serve_read(
     mut send: quinn::SendStream,
-    mut recv: quinn::RecvStream,
-    dirs: crate::items::ItemDirs,
-    relays: Relays,
+    read: ItemRead,
+    served: Served,
 ) -> Result<(), TransferError> {
-    let FromAgent::ItemRead(read) = read_message::<FromAgent>(&mut recv, MOST_REQUEST).await?
-    else {
-        return Err(TransferError::Protocol("the request is no item read"));
-    };
+    let Served { dirs, relays } = served;
     let mut answer = if saker_wire::valid_item_name(&read.item) {
         let gone = async {
             let _ = send.stopped().await;
@@ -377,6 +322,118 @@ async fn serve_read(
         .map_err(TransferError::Write)?;
     send.finish().map_err(TransferError::Closed)?;
     Ok(())
+}
+
+/// A client's put: the object's bytes into this node's scratch, renamed into place
+/// whole; answered with how many bytes were stored, or why none were.
+async fn serve_put(
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    put: ObjectPut,
+    dirs: &crate::items::ItemDirs,
+) -> Result<(), TransferError> {
+    let stored = match store_object(&mut recv, &put.item, dirs).await {
+        Ok(bytes) => ObjectStored {
+            item: put.item,
+            bytes,
+            error: None,
+        },
+        Err(reason) => {
+            let _ = recv.stop(PUT_REFUSED);
+            ObjectStored {
+                item: put.item,
+                bytes: 0,
+                error: Some(reason),
+            }
+        }
+    };
+    let answer =
+        saker_wire::encode(0, &ToAgent::ObjectStored(stored)).map_err(TransferError::Wire)?;
+    send.write_all(&answer)
+        .await
+        .map_err(TransferError::Write)?;
+    send.finish().map_err(TransferError::Closed)?;
+    Ok(())
+}
+
+/// Bytes written to a put's file at a time (off the runtime's threads).
+const PUT_BATCH: usize = 4 << 20;
+
+/// Writes the stream's bytes as the object `item` in the scratch: a file of its own
+/// under a partial name, renamed into place once whole. Its size, or why not.
+async fn store_object(
+    recv: &mut quinn::RecvStream,
+    item: &str,
+    dirs: &crate::items::ItemDirs,
+) -> Result<u64, String> {
+    if !crate::items::is_object(item) || !saker_wire::valid_item_name(item) {
+        return Err(format!("{item:?} names no object"));
+    }
+    if dirs.locate(item).exists() {
+        return Err(format!("this node holds {item} already"));
+    }
+    let part = dirs.scratch.join(format!(".{item}.put"));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&part)
+        .map_err(|error| format!("cannot make its file in the scratch: {error}"))?;
+    let file = std::sync::Arc::new(file);
+    let written = receive_into(recv, &file).await;
+    let whole = written.and_then(|bytes| {
+        std::fs::rename(&part, dirs.scratch.join(item))
+            .map(|()| bytes)
+            .map_err(|error| format!("cannot put its file in place: {error}"))
+    });
+    if whole.is_err() {
+        let _ = std::fs::remove_file(&part);
+    }
+    whole
+}
+
+/// The stream's bytes to the end, written in order into `file`.
+async fn receive_into(
+    recv: &mut quinn::RecvStream,
+    file: &std::sync::Arc<std::fs::File>,
+) -> Result<u64, String> {
+    let mut offset = 0u64;
+    let mut batch: Vec<bytes::Bytes> = Vec::new();
+    let mut batched = 0;
+    loop {
+        let chunk = recv
+            .read_chunk(usize::MAX, true)
+            .await
+            .map_err(|error| format!("the put's stream failed: {error}"))?;
+        let end = chunk.is_none();
+        if let Some(chunk) = chunk {
+            batched += chunk.bytes.len();
+            batch.push(chunk.bytes);
+        }
+        if batched >= PUT_BATCH || (end && batched > 0) {
+            let file = file.clone();
+            let at = offset;
+            let chunks = std::mem::take(&mut batch);
+            let wrote = tokio::task::spawn_blocking(move || {
+                use std::os::unix::fs::FileExt;
+                let mut at = at;
+                for chunk in chunks {
+                    file.write_all_at(&chunk, at)?;
+                    at += chunk.len() as u64;
+                }
+                std::io::Result::Ok(())
+            });
+            match wrote.await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => return Err(format!("cannot write its file: {error}")),
+                Err(_) => return Err("the write's thread failed".into()),
+            }
+            offset += batched as u64;
+            batched = 0;
+        }
+        if end {
+            return Ok(offset);
+        }
+    }
 }
 
 /// The send priority of the answer at `offset`: the lower the offset, the higher.

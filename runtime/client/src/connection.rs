@@ -278,6 +278,15 @@ impl Client {
         Ok(())
     }
 
+    /// The live nodes holding `object`, best first (`object_holders`).
+    pub async fn object_holders(
+        &self,
+        object: saker_core::ObjectId,
+    ) -> Result<super::protocol::ObjectHoldersReport, ClientError> {
+        let request = super::protocol::ObjectHoldersRequest { object };
+        self.call("object_holders", &request).await
+    }
+
     /// Frees these objects once no unfinished job reads them (`free_objects`).
     pub async fn free_objects(
         &self,

@@ -39,6 +39,7 @@ pub mod actors;
 pub mod attempts;
 pub mod codec;
 pub mod connection;
+pub mod data;
 pub mod endpoint;
 pub mod host;
 pub mod protocol;

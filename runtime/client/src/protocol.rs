@@ -82,6 +82,7 @@ pub enum Request {
     Stores(StoresRequest),
     PutObject(PutObjectRequest),
     FreeObjects(FreeObjectsRequest),
+    ObjectHolders(ObjectHoldersRequest),
 }
 
 impl Request {
@@ -104,6 +105,7 @@ impl Request {
             Request::Stores(_) => "stores",
             Request::PutObject(_) => "put_object",
             Request::FreeObjects(_) => "free_objects",
+            Request::ObjectHolders(_) => "object_holders",
         }
     }
 }
@@ -269,6 +271,27 @@ pub struct NodeStore {
     pub node: saker_core::NodeId,
     pub host: String,
     pub scratch: String,
+    /// Where the node's agent serves its items and objects on data connections
+    /// (`host:port`, QUIC, the pilot's CA; a client dials it with its client
+    /// certificate), or empty if it serves none. A client that sees no store reads and
+    /// puts objects there (`docs/data.md`).
+    #[serde(default)]
+    pub data: String,
+}
+
+/// `object_holders`: the live nodes holding `object`, best first, for a client
+/// that reads it from them over data connections. `ok` body: [`ObjectHoldersReport`];
+/// no node: an empty list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectHoldersRequest {
+    pub object: saker_core::ObjectId,
+}
+
+/// `ok` body of `object_holders`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectHoldersReport {
+    pub holders: Vec<NodeStore>,
 }
 
 /// `put_object`: the client wrote `object` (`bytes` long) as the file

@@ -78,13 +78,19 @@ pub fn server_config(
 }
 
 /// An agent's server config: as [`server_config`], and it also accepts data
-/// connections from other agents ([`DATA_ALPN`](crate::DATA_ALPN)); see
-/// [`is_data_connection`].
+/// connections ([`DATA_ALPN`](crate::DATA_ALPN)) from other agents and from clients
+/// ([`LinkKind::AgentEndpoint`]); see [`is_data_connection`]. The agent must refuse a
+/// connection that is no data connection from a peer whose [`peer_role`] is not an
+/// agent.
 pub fn agent_server_config(
     credentials: &Credentials,
     timeouts: &LinkTimeouts,
 ) -> Result<quinn::ServerConfig, ConfigError> {
-    let mut tls = config::server_config(credentials, &[&rustls::version::TLS13], LinkKind::Agent)?;
+    let mut tls = config::server_config(
+        credentials,
+        &[&rustls::version::TLS13],
+        LinkKind::AgentEndpoint,
+    )?;
     tls.alpn_protocols.push(config::DATA_ALPN.to_vec());
     quinn_server(tls, timeouts)
 }
@@ -139,6 +145,16 @@ pub fn is_data_connection(connection: &quinn::Connection) -> bool {
         .and_then(|data| data.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
         .and_then(|data| data.protocol)
         .is_some_and(|protocol| protocol == config::DATA_ALPN)
+}
+
+/// The role of the certificate the peer of `connection` presented (checked against
+/// the pilot CA in the handshake); `None` if it presented none with a role.
+pub fn peer_role(connection: &quinn::Connection) -> Option<Role> {
+    let chain = connection
+        .peer_identity()?
+        .downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+        .ok()?;
+    crate::roles::role_of(chain.first()?).ok().flatten()
 }
 
 /// Errors binding an endpoint.

@@ -121,14 +121,20 @@ pub enum LinkKind {
     Agent,
     /// A session on the root's client socket (CLI, Python, Parsl, the Rust API).
     Client,
+    /// An agent's endpoint: agent links from its children, and data connections
+    /// from other agents and from clients on no node of the pilot. The certificate
+    /// check admits both roles; the agent refuses a client that asks for a link once
+    /// the handshake shows what it asked for ([`crate::quic::peer_role`]).
+    AgentEndpoint,
 }
 
 impl LinkKind {
-    /// The only role whose certificate may open this kind of link.
-    pub fn admits(self) -> Role {
+    /// Whether a certificate of `role` may open this kind of link.
+    pub fn admits(self, role: Role) -> bool {
         match self {
-            LinkKind::Agent => Role::Agent,
-            LinkKind::Client => Role::Client,
+            LinkKind::Agent => role == Role::Agent,
+            LinkKind::Client => role == Role::Client,
+            LinkKind::AgentEndpoint => matches!(role, Role::Agent | Role::Client),
         }
     }
 
@@ -137,6 +143,7 @@ impl LinkKind {
         match self {
             LinkKind::Agent => matches!(role, Role::Root | Role::Agent),
             LinkKind::Client => role == Role::Root,
+            LinkKind::AgentEndpoint => role == Role::Agent,
         }
     }
 }
@@ -146,6 +153,7 @@ impl fmt::Display for LinkKind {
         formatter.write_str(match self {
             LinkKind::Agent => "an agent link",
             LinkKind::Client => "a client session",
+            LinkKind::AgentEndpoint => "a connection to an agent",
         })
     }
 }
@@ -215,7 +223,7 @@ pub fn role_of(certificate: &CertificateDer<'_>) -> Result<Option<Role>, rustls:
         .find(|role| verify_server_name(&parsed, &role.server_name()).is_ok()))
 }
 
-/// A client-certificate verifier that admits only the role of one [`LinkKind`].
+/// A client-certificate verifier that admits only the roles of one [`LinkKind`].
 ///
 /// Delegates every standard check (chain to the pilot CA, validity, client-auth
 /// purpose, handshake signatures) to rustls' webpki verifier, then reads the role.
@@ -254,7 +262,7 @@ impl ClientCertVerifier for RoleVerifier {
             .inner
             .verify_client_cert(end_entity, intermediates, now)?;
         let presented = role_of(end_entity)?;
-        if presented == Some(self.link.admits()) {
+        if presented.is_some_and(|role| self.link.admits(role)) {
             return Ok(verified);
         }
         let refused = RoleRefused {

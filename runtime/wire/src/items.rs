@@ -13,6 +13,10 @@
 //! without its bytes, then the bytes raw). The root sees no byte. A reader that
 //! cannot reach a holder that way falls back to the root. Once it has the whole item
 //! it says so ([`ItemCopied`]): its node holds a copy from then on.
+//!
+//! A client on no node of the pilot (a login node) uses the same data connections
+//! with its client certificate: it reads objects as a reader does, and puts one in a
+//! node's store ([`ObjectPut`], then the bytes raw; answered by [`ObjectStored`]).
 
 use rkyv::{Archive, Deserialize, Serialize};
 
@@ -61,6 +65,24 @@ pub struct ItemData {
     pub offset: u64,
     pub total: u64,
     pub data: Vec<u8>,
+    pub error: Option<String>,
+}
+
+/// A client puts an object in this node's store: `item` (`obj-` and its id), its
+/// bytes following the request on the stream, raw, to the stream's end.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct ObjectPut {
+    pub item: String,
+}
+
+/// The answer to an [`ObjectPut`]: the object is whole in the node's store (its file
+/// renamed into place), or why not.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct ObjectStored {
+    pub item: String,
+    pub bytes: u64,
     pub error: Option<String>,
 }
 

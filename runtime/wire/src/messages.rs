@@ -46,7 +46,9 @@ pub use saker_core::{
 /// 18: `FromAgent::StoreUsage` (object memory).
 /// 19: `FromAgent::DropCopy`/`ToAgent::CopyDrop` (fetched copies dropped, asked).
 /// 20: `ItemHolders::upstream` (copies relayed while they are fetched).
-pub const PROTOCOL_VERSION: u32 = 20;
+/// 21: `FromAgent::ObjectPut`/`ToAgent::ObjectStored` (clients put objects on a
+/// node's data connection).
+pub const PROTOCOL_VERSION: u32 = 21;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
@@ -138,6 +140,8 @@ pub enum ToAgent {
     /// To a node that asked where a data item is: its holders it may fetch from
     /// directly (none: it fetches through the root).
     ItemHolders(crate::items::ItemHolders),
+    /// On a data connection only: the answer to an [`ObjectPut`](crate::items::ObjectPut).
+    ObjectStored(crate::items::ObjectStored),
     /// To a holder: these items are freed, their files go (plain item names only).
     ItemsFreed { items: Vec<String> },
     /// To a node that asked to drop a copy ([`FromAgent::DropCopy`]): may it?
@@ -362,6 +366,8 @@ pub enum FromAgent {
     StoreUsage(crate::items::StoreUsage),
     /// This node is short of object memory: may it drop its copy of an item?
     DropCopy(crate::items::DropCopy),
+    /// On a data connection only: a client puts an object in the node's store.
+    ObjectPut(crate::items::ObjectPut),
 }
 
 /// One life of a placed actor: what to start and with which arguments. The type is

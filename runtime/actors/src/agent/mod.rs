@@ -599,6 +599,10 @@ fn on_down(
             desk.item_data(&data, now);
         }
         ToAgent::ItemHolders(holders) => lock(&state.desk).item_holders(holders)?,
+        // Answers a client reads on a data connection; a link never carries one.
+        ToAgent::ObjectStored(stored) => {
+            tracing::warn!(item = %stored.item, "an object's answer came on the link: ignored");
+        }
         ToAgent::ItemsFreed { items } => {
             let mut desk = lock(&state.desk);
             desk.files.remove(&items);

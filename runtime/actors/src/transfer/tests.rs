@@ -1,6 +1,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use saker_client::data::DataError;
 use saker_transport::credentials::{Credentials, Role};
 use saker_transport::pilot_dir::PilotDir;
 use saker_transport::quic::{self, LinkTimeouts};
@@ -411,7 +412,7 @@ async fn a_holder_relays_what_it_is_fetching_as_it_lands() {
     files.discard("part-3");
     let failed = waiting.await.unwrap();
     assert!(
-        matches!(failed, Err(TransferError::Holder(ref reason)) if reason.contains("cannot read")),
+        matches!(failed, Err(TransferError::Data(DataError::Holder(ref reason))) if reason.contains("cannot read")),
         "{failed:?}"
     );
 }
@@ -428,23 +429,62 @@ async fn a_holder_refuses_what_it_does_not_hold() {
     ] {
         let fetch = fetch_of(read(item, 0, 10), pair.holder);
         match pair.pool.fetch(&fetch).await {
-            Err(TransferError::Holder(reason)) => assert!(reason.contains(said), "{reason}"),
+            Err(TransferError::Data(DataError::Holder(reason))) => {
+                assert!(reason.contains(said), "{reason}")
+            }
             other => panic!("{item}: {other:?}"),
         }
     }
 }
 
-/// Only another agent may fetch: a client's certificate is refused in the handshake.
+/// A client (the pilot's client certificate: a driver on no node) reads items and
+/// puts objects on a data connection; a put makes the object's file whole in the
+/// scratch, and one that cannot be taken says why and leaves no file.
 #[tokio::test]
-async fn only_agents_may_fetch_items() {
+async fn a_client_reads_items_and_puts_objects() {
     let pair = pair(Role::Client);
+    std::fs::write(pair.scratch.join("part-1"), b"data").unwrap();
+    let fetch = fetch_of(read("part-1", 0, 10), pair.holder);
+    assert_eq!(pair.pool.fetch(&fetch).await.unwrap().data, b"data");
+
+    let connection = pair.pool.connection(pair.holder).await.unwrap();
+    let object = vec![7u8; 9 << 20];
+    let item = "obj-000000000000000000000000000000ab";
+    let stored = saker_client::data::put_object(&connection, item, &object[..]).await;
+    assert_eq!(stored.unwrap(), object.len() as u64);
+    assert_eq!(std::fs::read(pair.scratch.join(item)).unwrap(), object);
+    for (name, said) in [
+        (item, "holds obj-000000000000000000000000000000ab already"),
+        ("part-9", "names no object"),
+        ("obj-../x", "names no object"),
+    ] {
+        let refused = saker_client::data::put_object(&connection, name, &b"x"[..]).await;
+        match refused {
+            Err(DataError::Holder(reason)) => assert!(reason.contains(said), "{reason}"),
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    let mut left: Vec<String> = std::fs::read_dir(&pair.scratch)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["obj-000000000000000000000000000000ab", "part-1"]);
+}
+
+/// Only agents and clients may open a data connection: the root's certificate is
+/// refused in the handshake.
+#[tokio::test]
+async fn a_root_certificate_cannot_fetch() {
+    let pair = pair(Role::Root);
     std::fs::write(pair.scratch.join("part-1"), b"data").unwrap();
     let fetch = fetch_of(read("part-1", 0, 10), pair.holder);
     let answer = pair.pool.fetch(&fetch).await;
     assert!(
         matches!(
             answer,
-            Err(TransferError::Connect(_) | TransferError::Connection(_) | TransferError::Read(_))
+            Err(TransferError::Connect(_)
+                | TransferError::Data(DataError::Connection(_) | DataError::Read(_)))
         ),
         "{answer:?}"
     );

@@ -163,6 +163,10 @@ impl RootState {
                 self.items
                     .on_item_frame(&mut self.ctx, &self.nodes, link, route, message)
             }
+            // Said on an agent's data connection, never on a link.
+            ArchivedFromAgent::ObjectPut(_) => {
+                tracing::warn!(route, "an object put came on a link: ignored");
+            }
             ArchivedFromAgent::NodesLost { nodes, reason } => {
                 for node in nodes.iter().map(|node| node.to_native()) {
                     // Registered again through another link since: that life stays.

@@ -10,7 +10,7 @@ use super::replies::{disk_full, error, shutting_down};
 use super::state::RootState;
 use crate::client::{ClientRequest, Reply};
 use crate::records::Record;
-use saker_client::protocol::{NodeStore, PutObjectRequest, StoresReport};
+use saker_client::protocol::{NodeStore, ObjectHoldersReport, PutObjectRequest, StoresReport};
 use saker_client::results::JobId;
 use saker_client::spec::{JobLines, JobRequest};
 use saker_client::{CancelReport, ErrorKind, SubmitReply, SubmitWait, SubmittedLines};
@@ -92,6 +92,9 @@ impl RootState {
                 let _ = reply.send(Ok(self.stores()));
             }
             ClientRequest::PutObject { put, reply } => self.on_put_object(put, reply),
+            ClientRequest::ObjectHolders { object, reply } => {
+                let _ = reply.send(Ok(self.object_holders(object)));
+            }
             ClientRequest::FreeObjects { objects, reply } => {
                 let items = objects
                     .into_iter()
@@ -106,14 +109,23 @@ impl RootState {
         let mut stores: Vec<NodeStore> = self
             .nodes
             .iter()
-            .map(|(node, entry)| NodeStore {
-                node,
-                host: entry.hostname().to_owned(),
-                scratch: entry.scratch().to_owned(),
-            })
+            .map(|(node, entry)| node_store(node, entry))
             .collect();
         stores.sort_unstable_by_key(|store| store.node);
         StoresReport { stores }
+    }
+
+    /// The live holders of `object`, each client starting at another one (as
+    /// readers of an item do), so that many readers spread over its copies.
+    fn object_holders(&mut self, object: saker_core::ObjectId) -> ObjectHoldersReport {
+        let item = saker_client::spec::object_item(object);
+        let holders = self
+            .items
+            .holders_for_client(&self.nodes, &item)
+            .into_iter()
+            .filter_map(|node| Some(node_store(node, self.nodes.get(node)?)))
+            .collect();
+        ObjectHoldersReport { holders }
     }
 
     fn on_put_object(&mut self, put: PutObjectRequest, reply: Reply<()>) {
@@ -222,5 +234,14 @@ impl RootState {
         }
         self.ctx.append(records, AfterJournal::Nothing);
         let _ = reply.send(Ok(CancelReport { cancelled }));
+    }
+}
+
+fn node_store(node: saker_core::NodeId, entry: &super::nodes::Node) -> NodeStore {
+    NodeStore {
+        node,
+        host: entry.hostname().to_owned(),
+        scratch: entry.scratch().to_owned(),
+        data: entry.data_addr().to_owned(),
     }
 }

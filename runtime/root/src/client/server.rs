@@ -102,6 +102,11 @@ pub enum ClientRequest {
         put: saker_client::protocol::PutObjectRequest,
         reply: Reply<()>,
     },
+    /// The live nodes holding an object, for a client that reads it from them.
+    ObjectHolders {
+        object: saker_core::ObjectId,
+        reply: Reply<saker_client::protocol::ObjectHoldersReport>,
+    },
     /// A client is done with these objects: free them once no job reads them.
     FreeObjects {
         objects: Vec<saker_core::ObjectId>,
@@ -600,6 +605,12 @@ impl<Q: ToRoot> Session<Q> {
                 self.forward(id, request, answer, permit, |()| serde_json::json!({}))
                     .await;
             }
+            Request::ObjectHolders(asked) => {
+                let (reply, answer) = oneshot::channel();
+                let object = asked.object;
+                let request = ClientRequest::ObjectHolders { object, reply };
+                self.forward(id, request, answer, permit, |r| r).await;
+            }
             Request::FreeObjects(free) => {
                 let (reply, answer) = oneshot::channel();
                 let objects = free.objects;
@@ -842,6 +853,7 @@ pub(crate) fn parse_request(line: &[u8]) -> Result<(RequestId, Request), ParseFa
         "stores" => body_of(&name, body).map(Request::Stores),
         "put_object" => body_of(&name, body).map(Request::PutObject),
         "free_objects" => body_of(&name, body).map(Request::FreeObjects),
+        "object_holders" => body_of(&name, body).map(Request::ObjectHolders),
         "update" => body_of(&name, body).map(Request::Update),
         "result" => body_of(&name, body).map(Request::Result),
         "actor_spawn" => body_of(&name, body).map(Request::ActorSpawn),

@@ -168,6 +168,16 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
             item: "obj-0b".to_owned(),
             allowed: true,
         }),
+        ToAgent::ObjectStored(saker_wire::ObjectStored {
+            item: "obj-0d".to_owned(),
+            bytes: 5 << 30,
+            error: None,
+        }),
+        ToAgent::ObjectStored(saker_wire::ObjectStored {
+            item: "obj-0d".to_owned(),
+            bytes: 0,
+            error: Some("this node holds obj-0d already".to_owned()),
+        }),
         ToAgent::Dispatch(dispatch(2, 64)),
         ToAgent::Dispatch(Dispatch {
             jobs: vec![Arc::new(function_job(8)), Arc::new(minimal_job)],
@@ -339,6 +349,9 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
         FromAgent::DropCopy(saker_wire::DropCopy {
             node: NodeId(5),
             item: "obj-0c".to_owned(),
+        }),
+        FromAgent::ObjectPut(saker_wire::ObjectPut {
+            item: "obj-0d".to_owned(),
         }),
         FromAgent::StoreUsage(saker_wire::StoreUsage {
             node: NodeId(5),

@@ -108,6 +108,8 @@ pub(super) struct ItemTable {
     dropped: std::collections::HashSet<(String, NodeId)>,
     /// Which nodes are fetching each item, relaying it to the next (`relay.rs`).
     fetching: relay::Fetching,
+    /// Clients' asks for an object's holders so far (each starts at another one).
+    client_reads: usize,
 }
 
 #[derive(Debug, Default)]
@@ -285,6 +287,28 @@ impl ItemTable {
     }
 
     /// Whether a live node holds `item`.
+    /// The live holders of `item` a client may read it from (they serve data
+    /// connections), each ask starting at another one.
+    pub(super) fn holders_for_client(&mut self, nodes: &Nodes, item: &str) -> Vec<NodeId> {
+        let mut holders: Vec<NodeId> = self
+            .items
+            .get(item)
+            .into_iter()
+            .flat_map(|item| item.holders.iter().copied())
+            .filter(|holder| {
+                nodes
+                    .get(*holder)
+                    .is_some_and(|node| !node.data_addr().is_empty())
+            })
+            .collect();
+        if !holders.is_empty() {
+            self.client_reads = self.client_reads.wrapping_add(1);
+            let first = self.client_reads % holders.len();
+            holders.rotate_left(first);
+        }
+        holders
+    }
+
     fn has_live_holder(&self, nodes: &Nodes, item: &str) -> bool {
         self.items
             .get(item)

@@ -36,8 +36,44 @@ async fn stores_list_each_live_node_with_its_scratch_directory() {
         node: NodeId(node),
         host: format!("host{node}"),
         scratch: format!("/scratch/node-{node}"),
+        data: format!("10.0.0.{node}:5000"),
     };
     assert_eq!(stores.stores, [store(1), store(2)]);
+}
+
+fn holders(h: &mut Harness, object: u128) -> Vec<u32> {
+    let (reply, mut answer) = oneshot::channel();
+    let object = ObjectId(object);
+    h.handle(RootMsg::Client(ClientRequest::ObjectHolders {
+        object,
+        reply,
+    }));
+    let report = answer.try_recv().expect("answered at once").expect("ok");
+    report.holders.iter().map(|holder| holder.node.0).collect()
+}
+
+#[tokio::test]
+async fn a_clients_ask_for_an_objects_holders_names_each_live_one_in_turn() {
+    let mut h = Harness::new();
+    h.join(1, 1);
+    h.join(2, 1);
+    h.join(3, 1);
+    for node in [1, 2] {
+        let _ = put(&mut h, 0xcd, node, 64);
+        h.journal_durable();
+    }
+    let first = holders(&mut h, 0xcd);
+    let second = holders(&mut h, 0xcd);
+    let mut sorted = first.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, [1, 2], "both holders, not node 3");
+    assert_ne!(first[0], second[0], "each ask starts at another holder");
+    assert!(holders(&mut h, 0xee).is_empty(), "an unknown object: none");
+    h.handle(RootMsg::LinkDown {
+        link: saker_actors::link::LinkId(1),
+        reason: "gone".into(),
+    });
+    assert_eq!(holders(&mut h, 0xcd), [2], "a lost node holds nothing");
 }
 
 #[tokio::test]
