@@ -21,6 +21,11 @@ pub(crate) fn set_driver(link: &Link) {
     let _ = DRIVER.set(link.clone());
 }
 
+/// The driver's link, in the driver's process.
+pub(crate) fn driver() -> Option<&'static Link> {
+    DRIVER.get()
+}
+
 /// Sends a message to `actor` and waits for its reply (a cast: until it is on its
 /// way): up the tree from an agent's process, else over [`link`].
 pub(crate) async fn call(actor: u64, data: Vec<u8>, cast: bool) -> Result<Vec<u8>, ActorError> {

@@ -157,6 +157,41 @@ impl Link {
         }
     }
 
+    /// Puts the file at `path` as a new object on a node, sent to its agent directly
+    /// (a driver that sees no node's store). `None` for an embedded pilot, whose
+    /// driver has no client certificate of its own to dial with.
+    pub(crate) async fn put_remote(
+        &self,
+        path: &Path,
+    ) -> Result<Option<saker_client::data::Put>, saker_client::data::RemoteError> {
+        let Link::Client(remote) = self else {
+            return Ok(None);
+        };
+        let (data, client) = remote.data()?;
+        let file = tokio::fs::File::open(path)
+            .await
+            .map_err(saker_client::data::RemoteError::Sink)?;
+        data.put(&client, file, None).await.map(Some)
+    }
+
+    /// Writes object `object` to the file at `path`, read from its holders directly;
+    /// `false` for an embedded pilot (as [`Self::put_remote`]).
+    pub(crate) async fn get_remote(
+        &self,
+        object: ObjectId,
+        path: &Path,
+    ) -> Result<bool, saker_client::data::RemoteError> {
+        let Link::Client(remote) = self else {
+            return Ok(false);
+        };
+        let (data, client) = remote.data()?;
+        let file = tokio::fs::File::create(path)
+            .await
+            .map_err(saker_client::data::RemoteError::Sink)?;
+        data.get(&client, object, file).await?;
+        Ok(true)
+    }
+
     /// Frees objects once no unfinished job reads them.
     pub(crate) async fn free_objects(&self, objects: Vec<ObjectId>) -> Result<(), Error> {
         match self {

@@ -39,6 +39,8 @@ pub(crate) struct Remote {
     /// One reconnection at a time; the others then use its client.
     reconnecting: tokio::sync::Mutex<()>,
     patience: Duration,
+    /// Data connections to the nodes, for a driver that sees no node's store.
+    data: std::sync::OnceLock<saker_client::data::Remote>,
 }
 
 impl Remote {
@@ -50,7 +52,19 @@ impl Remote {
             client: Mutex::new(Arc::new(client)),
             reconnecting: tokio::sync::Mutex::new(()),
             patience: RECONNECT_FOR,
+            data: std::sync::OnceLock::new(),
         })
+    }
+
+    /// This driver's data connections to the nodes, opened on first use.
+    pub(crate) fn data(
+        &self,
+    ) -> Result<(&saker_client::data::Remote, Arc<Client>), saker_client::data::RemoteError> {
+        if self.data.get().is_none() {
+            let _ = self.data.set(saker_client::data::Remote::open(&self.dir)?);
+        }
+        let data = self.data.get().expect("invariant: set just above");
+        Ok((data, self.current()))
     }
 
     fn current(&self) -> Arc<Client> {

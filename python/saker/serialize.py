@@ -528,8 +528,9 @@ def run_call(payload: Any) -> Tuple[bool, bytes, str]:
     if len(output) > MAX_PAYLOAD:
         error = ValueError(
             f"the return value ({type(value).__name__}) pickles to {_mib(len(output))}, over "
-            f"the {MAX_PAYLOAD >> 20} MiB a call's answer may carry; write large results "
-            "to files (or data items: the writes= option, docs/data.md) and return their paths"
+            f"the {MAX_PAYLOAD >> 20} MiB a call's answer may carry; ask for it by reference "
+            "(pilot.options(ref=True).call(...) answers a Ref, read with pilot.get), or write "
+            "large results to files (or data items: the writes= option, docs/data.md)"
         )
         return False, dumps_exception(error), one_line(error)
     return True, output, ""

@@ -400,7 +400,7 @@ def test_a_too_large_argument_is_refused_with_a_hint(
         pilot.submit_function(b"\x01" + big)
     assert pilot.status()["jobs"] == jobs  # refused before sending
     # A return value that large fails with the same hint, from the worker.
-    with pytest.raises(ValueError, match="16 MiB a call's answer may carry; write large results to files"):
+    with pytest.raises(ValueError, match="16 MiB a call's answer may carry; ask for it by reference"):
         pilot.call(bytes, 20 << 20).result(60)
 
 

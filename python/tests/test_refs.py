@@ -115,8 +115,11 @@ def test_a_client_on_no_node_puts_and_gets_objects_on_the_nodes_directly(
     assert back.flags.writeable and numpy.array_equal(back, array)
     small = pilot.put(b"x" * 300_000)
     assert pilot.get(small) == b"x" * 300_000
-    # A call's argument past 16 MiB goes the same way, by reference.
+    # A call's argument past 16 MiB goes the same way, by reference; so does a value
+    # past 16 MiB asked for by reference.
     assert pilot.call(remote_funcs.described, b"z" * (20 << 20)).result(60)["len"] == 20 << 20
+    made = pilot.options(ref=True).call(remote_funcs.filled, 3, 20 << 20).result(60)
+    assert pilot.get(made) == b"\x03" * (20 << 20)
     assert pilot.status()["data_root_bytes"] == 0
     pilot.free(ref)
     with pytest.raises(ObjectError, match=f"no live node holds object {ref.id}"):

@@ -49,9 +49,9 @@ const HEADER: usize = 16;
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectError {
     #[error(
-        "no store of the pilot's nodes is visible from here: `put` writes objects in the store \
-         of a node this process runs on (or one on a filesystem both see); run the driver on a \
-         node of the pilot"
+        "no store of the pilot's nodes is visible from here: an embedded pilot's driver writes \
+         objects in the store of a node this process runs on (or one on a filesystem both see); \
+         run the driver on a node of the pilot, or attach it with --pilot-dir"
     )]
     NoStore,
     #[error(
@@ -82,6 +82,10 @@ pub enum ObjectError {
     },
     #[error("could not archive the object: {message}")]
     Archive { message: String },
+    /// A driver that sees no node's store could not put or read the object on a node
+    /// directly.
+    #[error(transparent)]
+    Remote(#[from] saker_client::data::RemoteError),
     #[error(transparent)]
     Pilot(#[from] Error),
 }
@@ -187,7 +191,27 @@ impl<T: Data> Ref<T> {
                 }
             }
         }
-        Err(ObjectError::NotHere { id: self.id() })
+        self.map_remote().await
+    }
+
+    /// Read from its holders directly into a file of this process's own, mapped, the
+    /// file gone once mapped (a driver that sees none of its holders' stores).
+    async fn map_remote(&self) -> Result<Mapped<T>, ObjectError> {
+        let Some(link) = crate::context::driver() else {
+            return Err(ObjectError::NotHere { id: self.id() });
+        };
+        let path = std::env::temp_dir().join(format!(".saker-get-{:032x}", new_id()));
+        let fetched = link.get_remote(self.id(), &path).await;
+        let mapped = match fetched {
+            Ok(true) => Mapped::open(&path, self.id(), self.fingerprint),
+            Ok(false) => Err(ObjectError::NotHere { id: self.id() }),
+            Err(error) => Err(error.into()),
+        };
+        let _ = std::fs::remove_file(&path);
+        match mapped {
+            Err(ObjectError::TypeMismatch { .. }) => Err(self.mismatch()),
+            other => other,
+        }
     }
 
     /// The object as a value (read in place, then deserialized).

@@ -154,7 +154,21 @@ impl Pilot {
                 }
             }
         }
-        Err(ObjectError::NoStore)
+        self.put_remote(value).await
+    }
+
+    /// A driver that sees no node's store: the object is archived into a file of
+    /// this process's own, sent to a node's agent directly, then removed here.
+    async fn put_remote<T: Data>(&self, value: &T) -> Result<Ref<T>, ObjectError> {
+        let name = format!(".saker-put-{:032x}", new_id());
+        let (path, _) = write_in(&[std::env::temp_dir()], &name, value)?;
+        let put = self.shared.link.put_remote(&path).await;
+        let _ = std::fs::remove_file(&path);
+        let Some(put) = put? else {
+            return Err(ObjectError::NoStore);
+        };
+        let owner = Owner::new(put.object.0, self.shared.queue.clone());
+        Ok(Ref::new(put.object.0, put.bytes, Some(owner)))
     }
 
     /// The object `object` names (as [`Ref::get`]).

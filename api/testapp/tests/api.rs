@@ -178,6 +178,61 @@ fn objects_by_reference_work_through_a_pilot_the_driver_attaches_to() {
     assert!(!data.contains(" 0 bytes moved"), "{status}");
 }
 
+/// A driver on no node of the pilot, as on a login node: it runs in a mount
+/// namespace of its own where the nodes' scratch is an empty tmpfs, so it sees no
+/// store. It puts, reads in place and frees the same objects, over data connections
+/// to the agents with the pilot's client certificate; no byte through the root.
+#[test]
+fn objects_by_reference_work_from_a_driver_that_sees_no_nodes_store() {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    assert!(
+        status.lines().any(|line| line.starts_with("Uid:\t0\t")),
+        "this test hides the nodes' scratch in a mount namespace: run it as root"
+    );
+    let pilot = ServicePilot::start(2);
+    let status = pilot.status();
+    let id = status
+        .lines()
+        .find_map(|line| line.strip_prefix("pilot"))
+        .map(str::trim)
+        .unwrap();
+    let scratch = std::env::temp_dir().join(format!("saker-{id}"));
+    wait_for("both nodes' scratch", Duration::from_secs(30), || {
+        scratch.join("node-0").is_dir() && scratch.join("node-1").is_dir()
+    });
+    // The shell checks that the nodes' marks are hidden before it runs the driver.
+    let hidden = format!(
+        "mount -t tmpfs none '{0}' && test ! -e '{0}/node-0/.saker-node' && exec \"$@\"",
+        scratch.display()
+    );
+    let done = output(
+        Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                &hidden,
+                "sh",
+            ])
+            .arg(env!("CARGO_BIN_EXE_saker-testapp"))
+            .env("SAKER_BIN", saker_bin())
+            .arg("--pilot-dir")
+            .arg(pilot.path())
+            .arg("objects"),
+    );
+    assert!(done.status.success(), "{}", stdout(&done));
+    assert!(stdout(&done).contains("ok objects"));
+    let status = pilot.status();
+    let data = status
+        .lines()
+        .find(|line| line.starts_with("data"))
+        .unwrap();
+    assert!(data.contains(" 0 items held"), "{status}");
+    assert!(data.contains("(0 through the root"), "{status}");
+}
+
 /// A driver attached to a pilot that goes on ends holding a ref: the object is freed
 /// all the same (its free is sent before the driver's process ends).
 #[test]

@@ -59,7 +59,7 @@ async fn a_clients_ask_for_an_objects_holders_names_each_live_one_in_turn() {
     h.join(2, 1);
     h.join(3, 1);
     for node in [1, 2] {
-        let _ = put(&mut h, 0xcd, node, 64);
+        drop(put(&mut h, 0xcd, node, 64));
         h.journal_durable();
     }
     let first = holders(&mut h, 0xcd);
