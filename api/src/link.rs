@@ -163,7 +163,7 @@ impl Link {
     pub(crate) async fn put_remote(
         &self,
         path: &Path,
-    ) -> Result<Option<saker_client::data::Put>, saker_client::data::RemoteError> {
+    ) -> Result<Option<saker_client::data::Put>, crate::objects::ObjectError> {
         let Link::Client(remote) = self else {
             return Ok(None);
         };
@@ -171,7 +171,7 @@ impl Link {
         let file = tokio::fs::File::open(path)
             .await
             .map_err(saker_client::data::RemoteError::Sink)?;
-        data.put(&client, file, None).await.map(Some)
+        Ok(Some(data.put(&client, file, None).await?))
     }
 
     /// Writes object `object` to the file at `path`, read from its holders directly;
@@ -180,7 +180,7 @@ impl Link {
         &self,
         object: ObjectId,
         path: &Path,
-    ) -> Result<bool, saker_client::data::RemoteError> {
+    ) -> Result<bool, crate::objects::ObjectError> {
         let Link::Client(remote) = self else {
             return Ok(false);
         };

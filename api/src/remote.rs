@@ -59,7 +59,7 @@ impl Remote {
     /// This driver's data connections to the nodes, opened on first use.
     pub(crate) fn data(
         &self,
-    ) -> Result<(&saker_client::data::Remote, Arc<Client>), saker_client::data::RemoteError> {
+    ) -> Result<(&saker_client::data::Remote, Arc<Client>), crate::objects::ObjectError> {
         if self.data.get().is_none() {
             let _ = self.data.set(saker_client::data::Remote::open(&self.dir)?);
         }

@@ -99,6 +99,10 @@ pub enum ObjectAction {
         /// Write them to this file instead.
         #[arg(long, short)]
         output: Option<PathBuf>,
+        /// Read it from this node's store, whether or not the pilot knows the node
+        /// holds it (instead of from the holders the pilot names).
+        #[arg(long)]
+        node: Option<u32>,
     },
     /// Free objects: each goes from its nodes once no unfinished task reads it.
     Free {

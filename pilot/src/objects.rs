@@ -29,17 +29,20 @@ pub async fn object(args: ObjectArgs) -> Result<ExitCode> {
             .context("putting the object")?;
             println!("{}", put.object);
         }
-        ObjectAction::Get { id, output } => {
+        ObjectAction::Get { id, output, node } => {
             let object = parse_id(&id)?;
             let remote = Remote::open(&args.dir.dir)?;
-            match output {
-                Some(path) => {
-                    let sink = tokio::fs::File::create(&path)
+            let sink: Box<dyn tokio::io::AsyncWrite + Unpin + Send> = match output {
+                Some(path) => Box::new(
+                    tokio::fs::File::create(&path)
                         .await
-                        .with_context(|| format!("creating {}", path.display()))?;
-                    remote.get(&client, object, sink).await
-                }
-                None => remote.get(&client, object, tokio::io::stdout()).await,
+                        .with_context(|| format!("creating {}", path.display()))?,
+                ),
+                None => Box::new(tokio::io::stdout()),
+            };
+            match node {
+                Some(node) => remote.get_from(&client, object, NodeId(node), sink).await,
+                None => remote.get(&client, object, sink).await,
             }
             .with_context(|| format!("getting object {object}"))?;
         }

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
 import mmap
 import os
 import pickle
@@ -456,18 +457,30 @@ def call_stored(call: Tuple[Callable[..., Any], Tuple[Any, ...], Dict[str, Any]]
     return fn(*args, **kwargs)
 
 
+#: For a client that sees no node's store (see :class:`Returning`): how it reads a
+#: value left on a node, by pilot id (``Stores.value_on_node`` of each open
+#: :class:`saker.Pilot` connected to it; the last opened is used).
+remote_readers: Dict[str, List[Callable[[str, int, int], Any]]] = {}
+
+
 class Returning:
     """``fn`` as a call's function, for a client that sees the stores of the nodes
     ``seen``: on a worker of one of them, a value that pickles to at least
     :data:`BY_REFERENCE_FROM` bytes is stored in the node's store and comes back by
     reference, read by the client from there (its large buffers mapped, not copied)
-    and its file removed. Other values come back inline, as without it."""
+    and its file removed. Other values come back inline, as without it.
 
-    __slots__ = ("seen", "fn")
+    With ``anywhere`` (a client that sees no store, and has a saker binary), a value
+    past what an answer carries inline (``serialize.MAX_PAYLOAD``) is stored on any
+    node and comes back as where it is: the client reads it from that node's agent
+    directly (``saker object get --node``) and has it freed."""
 
-    def __init__(self, seen: Tuple[int, ...], fn: Callable[..., Any]) -> None:
+    __slots__ = ("seen", "fn", "anywhere")
+
+    def __init__(self, seen: Tuple[int, ...], fn: Callable[..., Any], anywhere: bool = False) -> None:
         self.seen = seen
         self.fn = fn
+        self.anywhere = anywhere
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         value = self.fn(*args, **kwargs)
@@ -475,12 +488,16 @@ class Returning:
             return value
         node = os.environ.get("SAKER_NODE")
         dirs = worker_dirs()
-        if not dirs or node is None or not node.isdigit() or int(node) not in self.seen:
+        if not dirs or node is None or not node.isdigit():
+            return value
+        if self.anywhere:
+            return _MaybeStored(value, tuple(os.path.abspath(d) for d in dirs), int(node))
+        if int(node) not in self.seen:
             return value
         return _MaybeStored(value, tuple(os.path.abspath(d) for d in dirs))
 
-    def __reduce__(self) -> Tuple[Any, Tuple[Tuple[int, ...], Callable[..., Any]]]:
-        return (Returning, (self.seen, self.fn))
+    def __reduce__(self) -> Tuple[Any, Tuple[Tuple[int, ...], Callable[..., Any], bool]]:
+        return (Returning, (self.seen, self.fn, self.anywhere))
 
 
 # Values that are never large: returned as they are, at no cost.
@@ -491,17 +508,27 @@ class _MaybeStored:
     """A call's value on its worker: pickled as itself when small, else stored in the
     node's store and pickled as its path (decided once, when first pickled)."""
 
-    __slots__ = ("value", "dirs", "_reduced")
+    __slots__ = ("value", "dirs", "node", "_reduced")
 
-    def __init__(self, value: Any, dirs: Tuple[str, ...]) -> None:
+    def __init__(self, value: Any, dirs: Tuple[str, ...], node: Optional[int] = None) -> None:
         self.value = value
         self.dirs = dirs
+        #: This worker's node, for a client that sees no store (``Returning.anywhere``).
+        self.node = node
         self._reduced: Optional[Tuple[Any, Tuple[Any, ...]]] = None
 
     def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
         if self._reduced is None:
             encoded = _encode(self.value)
-            if encoded[4] < BY_REFERENCE_FROM:
+            if self.node is not None:
+                if encoded[4] <= serialize.MAX_PAYLOAD:
+                    self._reduced = (_identity, (self.value,))
+                else:
+                    id = new_id()
+                    _, size = _write_encoded_in(encoded, self.dirs, ITEM_PREFIX + id)
+                    pilot = _pilot_of(self.dirs[-1])
+                    self._reduced = (_value_on_node, (pilot, id, self.node, size))
+            elif encoded[4] < BY_REFERENCE_FROM:
                 self._reduced = (_identity, (self.value,))
             else:
                 name = ITEM_PREFIX + new_id()
@@ -513,6 +540,27 @@ class _MaybeStored:
 
 def _identity(value: Any) -> Any:
     return value
+
+
+def _pilot_of(scratch: str) -> str:
+    """The pilot id a node's mark in its ``scratch`` names."""
+    try:
+        with open(os.path.join(scratch, ".saker-node")) as mark:
+            return str(json.load(mark)["pilot_id"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ObjectError(f"cannot read the node's mark in {scratch}: {one_line(exc)}") from exc
+
+
+def _value_on_node(pilot: str, id: str, node: int, size: int) -> Any:
+    """A call's value left on node ``node`` as object ``id`` for a client that sees
+    no store, unpickled by that client: read from the node directly, then freed."""
+    readers = remote_readers.get(pilot)
+    if not readers:
+        raise ObjectError(
+            f"the call's value ({size} bytes) is object {id} on node {node} of pilot {pilot}, "
+            "and this process has no connection to that pilot to read it with"
+        )
+    return readers[-1](id, node, size)
 
 
 def _stored_value(path: str, size: int, scratch: Optional[str] = None) -> Any:

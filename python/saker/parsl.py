@@ -372,15 +372,18 @@ class SakerExecutor(ParslExecutor, RepresentationMixin):
         # large values come back so (docs/data.md), as they do for saker's own calls.
         stores = pilot._object_stores()
         seen = stores.visible_nodes()
+        # On no node, with a saker binary: arguments go to a node directly, and a value
+        # past what an answer carries comes back from its node.
+        remote = not seen and stores.sees_none() and stores.binary() is not None
         refs: list = []
-        if seen:
+        if seen or remote:
             from . import objects
 
             if objects.large_arguments(args, kwargs):
                 args, kwargs, refs = self._by_reference(pilot, args, kwargs)
                 reads = list(options.get("reads") or []) + [ref.item for ref in refs]
                 options = dict(options, reads=reads)
-            func = objects.Returning(seen, func)
+            func = objects.Returning(seen, func, anywhere=remote)
 
         try:
             buffer = pack_apply_message(func, args, kwargs, buffer_threshold=self.buffer_threshold)
@@ -406,8 +409,9 @@ class SakerExecutor(ParslExecutor, RepresentationMixin):
         # Parsl's callbacks (which submit further tasks) nor deserialize results.
         inner.add_done_callback(lambda done, fut=fut: self._done.put((fut, done)))
         for ref in refs:
-            # Each is this task's alone: its file goes when the task ends.
-            inner.add_done_callback(lambda _, ref=ref: _discard(ref))
+            # Each is this task's alone: it goes when the task ends (its file at once
+            # where this client sees it; freed on its node in any case).
+            inner.add_done_callback(lambda _, ref=ref: (_discard(ref), pilot.free(ref)))
         return fut
 
     @staticmethod

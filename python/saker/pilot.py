@@ -144,10 +144,7 @@ class _Target:
             fn, args = objects.store_result, (name, fn) + args  # type: ignore[assignment]
             options = _with_items(options, "writes", [name])
         else:
-            seen = stores.visible_nodes()
-            if seen:
-                # A large value comes back by reference from a node this client sees.
-                fn = objects.Returning(seen, fn)
+            fn = _returning(stores, fn)
         payload = stored = None
         # Inline unless a large argument can go by reference, or it must.
         if not (objects.large_arguments(args, kwargs) and stores.seen()):
@@ -167,8 +164,10 @@ class _Target:
             options = _with_items(options, "reads", [objects.ITEM_PREFIX + ref for ref in refs])
         future: SakerFuture[T] = self._function(payload, "python", options, MODE_CALL)
         if stored is not None:
-            # The stored call is this call's alone: its file goes when the call ends.
-            future.add_done_callback(lambda _: discard(stored))
+            # The stored call is this call's alone: its file goes when the call ends,
+            # and one on a node this client does not see is freed there.
+            pilot = self._pilot
+            future.add_done_callback(lambda _: discard(stored) if stored._paths else pilot.free(stored))
         return future
 
     def put(self, obj: Any, timeout: Optional[float] = 30.0) -> "Ref[Any]":
@@ -273,8 +272,7 @@ class _Target:
         spec_options, job_options = split_options(options, command=False)
         stores = self._pilot._object_stores()
         seen = () if by_ref else stores.visible_nodes()
-        # A large value comes back by reference from a node this client sees.
-        prepared = prepare_function(objects.Returning(seen, fn) if seen else fn)
+        prepared = prepare_function(fn if by_ref else _returning(stores, fn))
         call_stored = prepare_function(objects.call_stored) if seen else None
         futures: List[SakerFuture[Any]] = []
         append = futures.append
@@ -444,6 +442,18 @@ def _find_binary(saker_bin: Optional[PathLike]) -> str:
             f"or pip install {_DISTRIBUTION} (its wheel carries the binary)"
         )
     return found
+
+
+def _returning(stores: Stores, fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn``, wrapped so that a large value comes back by reference: from a node
+    whose store this client sees, or, on no node, past what an answer carries inline,
+    read from its node directly (:class:`saker.objects.Returning`)."""
+    seen = stores.visible_nodes()
+    if seen:
+        return objects.Returning(seen, fn)
+    if stores.sees_none() and stores.binary() is not None:
+        return objects.Returning((), fn, anywhere=True)
+    return fn
 
 
 def _binary_if_any() -> Optional[str]:
@@ -673,6 +683,7 @@ class Pilot(_Target):
         stores = self._stores
         if stores is None:
             stores = self._stores = Stores(self._require_connection(), self.pilot_id, _binary_if_any)
+            objects.remote_readers.setdefault(self.pilot_id, []).append(stores.value_on_node)
         return stores
 
     def __repr__(self) -> str:
@@ -776,6 +787,10 @@ class Pilot(_Target):
             process, self._process = self._process, None
         if self in objects.open_pilots:
             objects.open_pilots.remove(self)
+        if self._stores is not None:
+            readers = objects.remote_readers.get(self.pilot_id, [])
+            if self._stores.value_on_node in readers:
+                readers.remove(self._stores.value_on_node)
         asked = False
         if connection is not None and process is None and self._dropped:
             # A pilot that goes on: what this client dropped is freed (a pilot

@@ -21,7 +21,7 @@ import os
 import subprocess
 import threading
 import time
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .errors import SakerError
 from .objects import (
@@ -52,12 +52,12 @@ class Stores:
     """The stores of one connection's pilot; thread-safe."""
 
     def __init__(self, connection: Any, pilot_id: str,
-                 binary: Callable[[], Optional[str]] = lambda: None) -> None:
+                 find_binary: Callable[[], Optional[str]] = lambda: None) -> None:
         self._connection = connection
         self._pilot_id = pilot_id
-        #: The ``saker`` binary for puts and gets on nodes this client does not see
-        #: (:meth:`put_remote`), or None.
-        self.binary = binary
+        self._find_binary = find_binary
+        self._binary: Optional[str] = None
+        self._binary_looked = False
         self._lock = threading.Lock()
         #: ``(node, dirs)``: memory (if any) then scratch.
         self._seen: List[Tuple[int, Tuple[str, ...]]] = []
@@ -99,6 +99,20 @@ class Stores:
                 self._seen = self._visible(stores)
                 self._asked = time.monotonic()
             return list(self._seen)
+
+    def binary(self) -> Optional[str]:
+        """The ``saker`` binary for puts and gets on nodes this client does not see
+        (:meth:`put_remote`), or None; looked for once."""
+        if not self._binary_looked:
+            self._binary = self._find_binary()
+            self._binary_looked = True
+        return self._binary
+
+    def sees_none(self) -> bool:
+        """Whether the pilot listed nodes and this client sees none of their stores
+        (as last asked; never waits)."""
+        with self._lock:
+            return self._listed > 0 and not self._seen
 
     def visible_nodes(self) -> Tuple[int, ...]:
         """The nodes whose stores this client sees, without waiting: the last list;
@@ -252,10 +266,10 @@ class Stores:
             own(id, pilot)
         return Ref(id, size, pilot)
 
-    def get_remote(self, ref: Ref[Any], timeout: Optional[float] = 30.0) -> Any:
+    def get_remote(self, ref: Ref[Any], timeout: Optional[float] = 30.0, args: Sequence[str] = ()) -> Any:
         """The object ``ref`` names, read from the nodes that hold it by ``saker object
         get`` (data connections, as :meth:`put_remote`); its buffers are writable."""
-        process = self._command(["get", ref.id], stdout=subprocess.PIPE)
+        process = self._command(["get", ref.id, *args], stdout=subprocess.PIPE)
         assert process.stdout is not None
         data = bytearray(max(ref.size, 0))
         view = memoryview(data)
@@ -275,6 +289,18 @@ class Stores:
         elif got < len(data):
             raise ObjectError(f"object {ref.id} came short: {got} of {len(data)} bytes")
         return decode_object(data)
+
+    def value_on_node(self, id: str, node: int, size: int) -> Any:
+        """A call's value a worker left on ``node`` as object ``id`` (``size`` bytes)
+        for this client, which sees no store: read from the node's agent directly,
+        then recorded and freed, so that the node removes it. Runs where the answer
+        is unpickled (the connection's reader thread): nothing here waits for the
+        pilot."""
+        try:
+            return self.get_remote(Ref(id, size), timeout=None, args=["--node", str(node)])
+        finally:
+            self._connection.request("put_object", {"object": id, "node": node, "bytes": size})
+            self._connection.request("free_objects", {"objects": [id]})
 
     def _command(self, args: List[str], **pipes: Any) -> "subprocess.Popen[bytes]":
         binary = self.binary()

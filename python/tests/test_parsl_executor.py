@@ -126,6 +126,28 @@ def test_large_arguments_and_values_go_by_reference(dfk):
     wait_for(lambda: not left(), what="the task's stored argument and value removed")
 
 
+def test_from_a_client_on_no_node_large_arguments_and_values_go_node_to_node(dfk, monkeypatch):
+    """As on a login node (no node's store in sight): the same app's 20 MiB argument
+    and value travel to and from the nodes' agents directly, none of it through the
+    pilot's root, and the objects are freed after."""
+    import saker
+
+    executor = next(e for e in dfk.executors.values() if isinstance(e, SakerExecutor))
+    pilot = executor.pilot
+    stores = pilot._object_stores()
+    fresh = saker.stores.Stores(pilot._require_connection(), pilot.pilot_id, stores.binary)
+    monkeypatch.setattr(fresh, "_sees", lambda node, directory: ())
+    monkeypatch.setattr(pilot, "_stores", fresh)
+    assert fresh.seen() == [] and fresh.sees_none()
+    held = pilot.status()["items"]
+    assert described(b"z" * (20 << 20)).result(timeout=60)["len"] == 20 << 20
+    assert filled(4, 20 << 20).result(timeout=60) == b"\x04" * (20 << 20)
+    assert pilot.status()["data_root_bytes"] == 0
+    # Freed once their refs are garbage, with the client's next request (free()).
+    wait_for(lambda: not pilot.free() and pilot.status()["items"] == held,
+             what="the argument's and value's objects freed")
+
+
 def test_python_app(dfk):
     assert add(1, 2).result(timeout=60) == 3
     futures = [add(i, i) for i in range(200)]

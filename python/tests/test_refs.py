@@ -120,6 +120,11 @@ def test_a_client_on_no_node_puts_and_gets_objects_on_the_nodes_directly(
     assert pilot.call(remote_funcs.described, b"z" * (20 << 20)).result(60)["len"] == 20 << 20
     made = pilot.options(ref=True).call(remote_funcs.filled, 3, 20 << 20).result(60)
     assert pilot.get(made) == b"\x03" * (20 << 20)
+    # A value past 16 MiB comes back by itself, read from its node, then freed there.
+    held = pilot.status()["items"]
+    assert pilot.call(remote_funcs.filled, 4, 20 << 20).result(60) == b"\x04" * (20 << 20)
+    assert [len(v) for v in pilot.map(remote_funcs.filled, [5, 6], [1, 17 << 20])] == [1, 17 << 20]
+    wait_for(lambda: pilot.status()["items"] == held, what="the values' objects freed")
     assert pilot.status()["data_root_bytes"] == 0
     pilot.free(ref)
     with pytest.raises(ObjectError, match=f"no live node holds object {ref.id}"):

@@ -85,9 +85,15 @@ pub enum ObjectError {
     /// A driver that sees no node's store could not put or read the object on a node
     /// directly.
     #[error(transparent)]
-    Remote(#[from] saker_client::data::RemoteError),
+    Remote(Box<saker_client::data::RemoteError>),
     #[error(transparent)]
     Pilot(#[from] Error),
+}
+
+impl From<saker_client::data::RemoteError> for ObjectError {
+    fn from(error: saker_client::data::RemoteError) -> ObjectError {
+        ObjectError::Remote(Box::new(error))
+    }
 }
 
 /// A typed reference to an object in the pilot's stores. [`Data`] itself: put it in
@@ -205,7 +211,7 @@ impl<T: Data> Ref<T> {
         let mapped = match fetched {
             Ok(true) => Mapped::open(&path, self.id(), self.fingerprint),
             Ok(false) => Err(ObjectError::NotHere { id: self.id() }),
-            Err(error) => Err(error.into()),
+            Err(error) => Err(error),
         };
         let _ = std::fs::remove_file(&path);
         match mapped {

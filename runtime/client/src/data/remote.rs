@@ -169,6 +169,29 @@ impl Remote {
         Err(failed.unwrap_or(RemoteError::NoHolder(object)))
     }
 
+    /// Writes object `object` to `sink`, read from `node`'s store directly, whether or
+    /// not the pilot knows the node holds it (a call's value a worker left there for a
+    /// client on no node). Returns its size.
+    pub async fn get_from(
+        &self,
+        client: &Client,
+        object: ObjectId,
+        node: NodeId,
+        mut sink: impl AsyncWrite + Unpin,
+    ) -> Result<u64, RemoteError> {
+        let store = client
+            .stores()
+            .await?
+            .stores
+            .into_iter()
+            .find(|store| store.node == node && !store.data.is_empty())
+            .ok_or(RemoteError::NotServing(node))?;
+        let item = crate::spec::object_item(object);
+        let total = self.read_from(&store, &item, &mut 0, &mut sink).await?;
+        sink.flush().await.map_err(RemoteError::Sink)?;
+        Ok(total)
+    }
+
     /// Reads `item` from `holder` from `offset` on, [`READS_IN_FLIGHT`] reads at a
     /// time, written to `sink` in order; `offset` is how far it came.
     async fn read_from(
