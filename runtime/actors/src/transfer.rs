@@ -32,7 +32,7 @@ use saker_client::data::{DataError, read_item, read_message};
 use saker_transport::credentials::Role;
 use saker_transport::quic;
 use saker_wire::messages::{FromAgent, ToAgent};
-use saker_wire::{ItemData, ItemRead, ObjectPut, ObjectStored, WireError};
+use saker_wire::{ItemData, ItemRead, ObjectPut, ObjectStored};
 use tokio::sync::mpsc;
 
 pub use relays::{Relayed, Relays};
@@ -78,16 +78,8 @@ pub enum TransferError {
     DialTimeout,
     #[error(transparent)]
     Data(#[from] DataError),
-    #[error("cannot send on the data connection")]
-    Write(#[source] quinn::WriteError),
-    #[error("the data stream was closed")]
-    Closed(#[source] quinn::ClosedStream),
-    #[error("cannot read from the data connection")]
-    Read(#[source] quinn::ReadError),
-    #[error("a bad frame on the data connection")]
-    Wire(#[source] WireError),
-    #[error("the peer broke the data protocol: {0}")]
-    Protocol(&'static str),
+    #[error("the write's thread failed")]
+    WriteThread,
     #[error("cannot write what came")]
     Local(#[source] std::io::Error),
 }
@@ -230,7 +222,7 @@ impl Pool {
         match write.await {
             Ok(Ok(())) => Ok(landed),
             Ok(Err(error)) => Err(TransferError::Local(error)),
-            Err(_) => Err(TransferError::Protocol("the write's thread failed")),
+            Err(_) => Err(TransferError::WriteThread),
         }
     }
 }
@@ -263,11 +255,11 @@ async fn serve_stream(
     send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     served: Served,
-) -> Result<(), TransferError> {
+) -> Result<(), DataError> {
     match read_message::<FromAgent>(&mut recv, MOST_REQUEST).await? {
         FromAgent::ItemRead(read) => serve_read(send, read, served).await,
         FromAgent::ObjectPut(put) => serve_put(send, recv, put, &served.dirs).await,
-        _ => Err(TransferError::Protocol(
+        _ => Err(DataError::Protocol(
             "the request is neither a read nor a put",
         )),
     }
@@ -277,7 +269,7 @@ async fn serve_read(
     mut send: quinn::SendStream,
     read: ItemRead,
     served: Served,
-) -> Result<(), TransferError> {
+) -> Result<(), DataError> {
     let Served { dirs, relays } = served;
     let mut answer = if saker_wire::valid_item_name(&read.item) {
         let gone = async {
@@ -293,7 +285,7 @@ async fn serve_read(
         });
         chunk
             .await
-            .map_err(|_| TransferError::Protocol("the read's thread failed"))?
+            .map_err(|_| DataError::Protocol("the read's thread failed"))?
     } else {
         ItemData {
             error: Some("no such item name".into()),
@@ -310,17 +302,15 @@ async fn serve_read(
     // order, not all at once at the end of its window, and one relaying the item
     // passes each on that much sooner.
     let _ = send.set_priority(priority_of(answer.offset));
-    let header = saker_wire::encode(0, &ToAgent::ItemData(answer)).map_err(TransferError::Wire)?;
-    send.write_all(&header)
-        .await
-        .map_err(TransferError::Write)?;
+    let header = saker_wire::encode(0, &ToAgent::ItemData(answer)).map_err(DataError::Wire)?;
+    send.write_all(&header).await.map_err(DataError::Write)?;
     send.write_all(&(data.len() as u64).to_le_bytes())
         .await
-        .map_err(TransferError::Write)?;
+        .map_err(DataError::Write)?;
     send.write_chunk(bytes::Bytes::from(data))
         .await
-        .map_err(TransferError::Write)?;
-    send.finish().map_err(TransferError::Closed)?;
+        .map_err(DataError::Write)?;
+    send.finish().map_err(DataError::Closed)?;
     Ok(())
 }
 
@@ -331,7 +321,7 @@ async fn serve_put(
     mut recv: quinn::RecvStream,
     put: ObjectPut,
     dirs: &crate::items::ItemDirs,
-) -> Result<(), TransferError> {
+) -> Result<(), DataError> {
     let stored = match store_object(&mut recv, &put.item, dirs).await {
         Ok(bytes) => ObjectStored {
             item: put.item,
@@ -347,12 +337,9 @@ async fn serve_put(
             }
         }
     };
-    let answer =
-        saker_wire::encode(0, &ToAgent::ObjectStored(stored)).map_err(TransferError::Wire)?;
-    send.write_all(&answer)
-        .await
-        .map_err(TransferError::Write)?;
-    send.finish().map_err(TransferError::Closed)?;
+    let answer = saker_wire::encode(0, &ToAgent::ObjectStored(stored)).map_err(DataError::Wire)?;
+    send.write_all(&answer).await.map_err(DataError::Write)?;
+    send.finish().map_err(DataError::Closed)?;
     Ok(())
 }
 
