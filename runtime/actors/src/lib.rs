@@ -53,6 +53,7 @@ pub mod link;
 pub mod liveness;
 pub mod node;
 pub mod node_lock;
+pub mod pmi;
 pub mod process;
 pub mod reaper;
 pub mod resources;
