@@ -168,9 +168,13 @@ impl Link {
             return Ok(None);
         };
         let (data, client) = remote.data()?;
-        let file = tokio::fs::File::open(path)
-            .await
-            .map_err(saker_client::data::RemoteError::Sink)?;
+        let file = tokio::fs::File::open(path).await.map_err(|source| {
+            crate::objects::ObjectError::Io {
+                what: "open",
+                path: path.to_owned(),
+                source,
+            }
+        })?;
         Ok(Some(data.put(&client, file, None).await?))
     }
 
@@ -185,9 +189,13 @@ impl Link {
             return Ok(false);
         };
         let (data, client) = remote.data()?;
-        let file = tokio::fs::File::create(path)
-            .await
-            .map_err(saker_client::data::RemoteError::Sink)?;
+        let file = tokio::fs::File::create(path).await.map_err(|source| {
+            crate::objects::ObjectError::Io {
+                what: "create",
+                path: path.to_owned(),
+                source,
+            }
+        })?;
         data.get(&client, object, file).await?;
         Ok(true)
     }

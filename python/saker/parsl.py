@@ -409,9 +409,8 @@ class SakerExecutor(ParslExecutor, RepresentationMixin):
         # Parsl's callbacks (which submit further tasks) nor deserialize results.
         inner.add_done_callback(lambda done, fut=fut: self._done.put((fut, done)))
         for ref in refs:
-            # Each is this task's alone: it goes when the task ends (its file at once
-            # where this client sees it; freed on its node in any case).
-            inner.add_done_callback(lambda _, ref=ref: (_discard(ref), pilot.free(ref)))
+            # Each is this task's alone: it goes when the task ends.
+            inner.add_done_callback(lambda _, ref=ref: _discard(ref, pilot))
         return fut
 
     @staticmethod

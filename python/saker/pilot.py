@@ -164,10 +164,9 @@ class _Target:
             options = _with_items(options, "reads", [objects.ITEM_PREFIX + ref for ref in refs])
         future: SakerFuture[T] = self._function(payload, "python", options, MODE_CALL)
         if stored is not None:
-            # The stored call is this call's alone: its file goes when the call ends,
-            # and one on a node this client does not see is freed there.
+            # The stored call is this call's alone: it goes when the call ends.
             pilot = self._pilot
-            future.add_done_callback(lambda _: discard(stored) if stored._paths else pilot.free(stored))
+            future.add_done_callback(lambda _: discard(stored, pilot))
         return future
 
     def put(self, obj: Any, timeout: Optional[float] = 30.0) -> "Ref[Any]":
@@ -340,7 +339,7 @@ class _Target:
                     future._waits = True
                 submit_job(job, future, len(encoded))
                 if stored is not None:
-                    future.add_done_callback(lambda _, stored=stored: discard(stored))
+                    future.add_done_callback(lambda _, stored=stored: discard(stored, self._pilot))
                 if _track is not None:
                     _track(future)
                 append(future)

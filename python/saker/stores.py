@@ -239,7 +239,6 @@ class Stores:
             "scratch this client does not see)"
         )
 
-
     def put_anywhere(self, obj: Any, pilot: Any, timeout: Optional[float] = 30.0) -> Ref[Any]:
         """:meth:`put` in a store this client sees, else :meth:`put_remote`."""
         if self.dirs_seen(False, timeout):
@@ -340,9 +339,12 @@ def _refused(answer: Any, paths: Tuple[str, ...]) -> None:
             _remove(path)
 
 
-def discard(ref: Ref[Any]) -> None:
-    """Removes the file of an object this client put (the pilot still lists it),
-    wherever its node moved it."""
+def discard(ref: Ref[Any], pilot: Any) -> None:
+    """Lets go of an object this client put for one call alone, once the call ended:
+    its file removed wherever its node moved it (the pilot still lists it); one on a
+    node this client does not see (no file here) is freed there."""
+    if not ref._paths:
+        pilot.free(ref)
     for path in ref._paths:
         _remove(path)
 

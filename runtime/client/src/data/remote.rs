@@ -63,7 +63,9 @@ pub enum RemoteError {
 /// A client's data connections to the pilot's nodes, one per node, made on first use.
 #[derive(Debug)]
 pub struct Remote {
-    credentials: Credentials,
+    /// The data connections' config: the pilot's client certificate, ALPN
+    /// `saker-data/1` (each endpoint's default, so every dial uses it).
+    config: quinn::ClientConfig,
     endpoints: Mutex<HashMap<bool, quinn::Endpoint>>,
     connections: Mutex<HashMap<SocketAddr, quinn::Connection>>,
     next: AtomicUsize,
@@ -83,8 +85,10 @@ impl Remote {
         let pilot_dir = PilotDir::open(pilot_dir).map_err(RemoteError::PilotDir)?;
         let credentials =
             Credentials::load(&pilot_dir, Role::Client).map_err(RemoteError::Credentials)?;
+        let config = quic::data_client_config(&credentials, &LinkTimeouts::default())
+            .map_err(RemoteError::Config)?;
         Ok(Remote {
-            credentials,
+            config,
             endpoints: Mutex::new(HashMap::new()),
             connections: Mutex::new(HashMap::new()),
             next: AtomicUsize::new(0),
@@ -101,18 +105,9 @@ impl Remote {
         source: impl AsyncRead + Unpin,
         node: Option<NodeId>,
     ) -> Result<Put, RemoteError> {
-        let stores: Vec<NodeStore> = client
-            .stores()
-            .await?
-            .stores
-            .into_iter()
-            .filter(|store| !store.data.is_empty())
-            .collect();
+        let stores = serving(client).await?;
         let store = match node {
-            Some(node) => stores
-                .into_iter()
-                .find(|store| store.node == node)
-                .ok_or(RemoteError::NotServing(node))?,
+            Some(node) => find(stores, node)?,
             None if stores.is_empty() => return Err(RemoteError::NoNode),
             None => {
                 let at = self.next.fetch_add(1, Ordering::Relaxed) % stores.len();
@@ -179,13 +174,7 @@ impl Remote {
         node: NodeId,
         mut sink: impl AsyncWrite + Unpin,
     ) -> Result<u64, RemoteError> {
-        let store = client
-            .stores()
-            .await?
-            .stores
-            .into_iter()
-            .find(|store| store.node == node && !store.data.is_empty())
-            .ok_or(RemoteError::NotServing(node))?;
+        let store = find(serving(client).await?, node)?;
         let item = crate::spec::object_item(object);
         let total = self.read_from(&store, &item, &mut 0, &mut sink).await?;
         sink.flush().await.map_err(RemoteError::Sink)?;
@@ -257,9 +246,7 @@ impl Remote {
             return Ok(connection.clone());
         }
         let endpoint = self.endpoint(addr.is_ipv6()).await?;
-        let config = quic::data_client_config(&self.credentials, &LinkTimeouts::default())
-            .map_err(RemoteError::Config)?;
-        let connection = quic::connect_with(&endpoint, config, addr, Role::Agent)
+        let connection = quic::connect(&endpoint, addr, Role::Agent)
             .await
             .map_err(|source| RemoteError::Connect {
                 node: store.node,
@@ -277,10 +264,24 @@ impl Remote {
         let any: SocketAddr = if ipv6 { "[::]:0" } else { "0.0.0.0:0" }
             .parse()
             .expect("invariant: a literal address");
-        let config = quic::data_client_config(&self.credentials, &LinkTimeouts::default())
-            .map_err(RemoteError::Config)?;
-        let endpoint = quic::bind_endpoint(any, None, config).map_err(RemoteError::Endpoint)?;
+        let endpoint =
+            quic::bind_endpoint(any, None, self.config.clone()).map_err(RemoteError::Endpoint)?;
         endpoints.insert(ipv6, endpoint.clone());
         Ok(endpoint)
     }
+}
+
+/// The live nodes' stores that serve data connections.
+async fn serving(client: &Client) -> Result<Vec<NodeStore>, RemoteError> {
+    let mut stores = client.stores().await?.stores;
+    stores.retain(|store| !store.data.is_empty());
+    Ok(stores)
+}
+
+/// `node`'s store among `stores`.
+fn find(stores: Vec<NodeStore>, node: NodeId) -> Result<NodeStore, RemoteError> {
+    stores
+        .into_iter()
+        .find(|store| store.node == node)
+        .ok_or(RemoteError::NotServing(node))
 }

@@ -286,20 +286,28 @@ impl ItemTable {
         }
     }
 
-    /// Whether a live node holds `item`.
+    /// The live holders of `item` that serve data connections, with their address.
+    fn direct_holders<'a>(
+        &'a self,
+        nodes: &'a Nodes,
+        item: &str,
+    ) -> impl Iterator<Item = (NodeId, &'a str)> + 'a {
+        self.items
+            .get(item)
+            .into_iter()
+            .flat_map(|item| item.holders.iter().copied())
+            .filter_map(|holder| {
+                let addr = nodes.get(holder)?.data_addr();
+                (!addr.is_empty()).then_some((holder, addr))
+            })
+    }
+
     /// The live holders of `item` a client may read it from (they serve data
     /// connections), each ask starting at another one.
     pub(super) fn holders_for_client(&mut self, nodes: &Nodes, item: &str) -> Vec<NodeId> {
         let mut holders: Vec<NodeId> = self
-            .items
-            .get(item)
-            .into_iter()
-            .flat_map(|item| item.holders.iter().copied())
-            .filter(|holder| {
-                nodes
-                    .get(*holder)
-                    .is_some_and(|node| !node.data_addr().is_empty())
-            })
+            .direct_holders(nodes, item)
+            .map(|(holder, _)| holder)
             .collect();
         if !holders.is_empty() {
             self.client_reads = self.client_reads.wrapping_add(1);
@@ -309,6 +317,7 @@ impl ItemTable {
         holders
     }
 
+    /// Whether a live node holds `item`.
     fn has_live_holder(&self, nodes: &Nodes, item: &str) -> bool {
         self.items
             .get(item)
@@ -504,17 +513,11 @@ impl ItemTable {
             return;
         }
         let mut holders: Vec<ItemHolder> = self
-            .items
-            .get(&asked.item)
-            .into_iter()
-            .flat_map(|item| item.holders.iter().copied())
-            .filter(|holder| *holder != reader)
-            .filter_map(|holder| {
-                let addr = nodes.get(holder)?.data_addr();
-                (!addr.is_empty()).then(|| ItemHolder {
-                    node: holder,
-                    addr: addr.to_owned(),
-                })
+            .direct_holders(nodes, &asked.item)
+            .filter(|(holder, _)| *holder != reader)
+            .map(|(node, addr)| ItemHolder {
+                node,
+                addr: addr.to_owned(),
             })
             .collect();
         if !holders.is_empty() {
