@@ -403,8 +403,9 @@ pub struct HpcArgs {
     #[arg(long)]
     pub exclusive: bool,
     /// What starts the ranks: none (Saker, with RANK, WORLD_SIZE, MASTER_ADDR, …),
+    /// pmi (Saker, serving each rank PMI: MPICH, MVAPICH, Intel MPI; no mpiexec),
     /// openmpi (mpirun.openmpi) or mpich (mpiexec.mpich).
-    #[arg(long, value_parser = ["none", "openmpi", "mpich"])]
+    #[arg(long, value_parser = ["none", "pmi", "openmpi", "mpich"])]
     pub mpi: Option<String>,
     /// What starts the ranks' daemons: agents (Saker's, the default) or srun (one
     /// `srun --overlap --exact` step; inside a Slurm allocation).

@@ -155,6 +155,91 @@ fn openmpi_and_mpich_start_their_daemons_through_the_agents() {
     }
 }
 
+/// Every rank's stdout: rank 0's inline in the result, the others' in their files.
+fn every_ranks_stdout(pilot: &Path, result: &Value, ranks: u32) -> String {
+    let mut stdout = result["stdout"].as_str().unwrap().to_owned();
+    let files: Vec<PathBuf> = std::fs::read_dir(pilot.join("output"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    for rank in 1..ranks {
+        let suffix = format!(".r{rank}.stdout");
+        let file = files
+            .iter()
+            .find(|file| file.to_string_lossy().ends_with(&suffix))
+            .unwrap_or_else(|| panic!("rank {rank}'s output file in {files:?}"));
+        stdout.push_str(&std::fs::read_to_string(file).unwrap());
+    }
+    stdout
+}
+
+#[test]
+fn mpich_ranks_started_by_their_agents_wire_up_through_pmi_and_end_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(probe) = probe("mpich", dir.path()) else {
+        return;
+    };
+    let probe = probe.display().to_string();
+    let layout = ["--nodes", "3", "--ranks-per-node", "2", "--mpi", "pmi"];
+    // Each agent starts its two ranks and serves them PMI: no mpiexec, no daemon.
+    let pilot = dir.path().join("pilot");
+    let output = run_on_three(&pilot, &[&layout[..], &["--", &probe]].concat());
+    let result = only_result(&pilot);
+    assert!(output.status.success(), "{result}");
+    check_probe_world(&every_ranks_stdout(&pilot, &result, 6), true);
+    let processes = result["gang"]["processes"].as_array().unwrap();
+    let ranks: Vec<(u64, u64)> = processes
+        .iter()
+        .map(|p| (p["rank"].as_u64().unwrap(), p["member"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(ranks, [(0, 0), (1, 0), (2, 1), (3, 1), (4, 2), (5, 2)]);
+    assert!(processes.iter().all(|process| process["exit_code"] == 0));
+
+    // A rank's crash, its MPI_Abort, or nonsense on its PMI socket ends the whole
+    // group at once with one result naming the rank (the others wait in MPI calls,
+    // or sleep, until stopped).
+    for (case, args, reason) in [
+        (
+            "crash",
+            vec![probe.as_str(), "fail=3"],
+            "rank 3: exit 3 (on ",
+        ),
+        (
+            "abort",
+            vec![probe.as_str(), "abort=4"],
+            "rank 4: exit 7 (on ",
+        ),
+        (
+            "nonsense",
+            vec![
+                "--shell",
+                "--",
+                "if [ $RANK = 3 ]; then echo nonsense >&3; fi; sleep 60",
+            ],
+            "rank 3 broke the PMI protocol: a request without `cmd=`",
+        ),
+    ] {
+        let pilot = dir.path().join(format!("pilot-{case}"));
+        let args = match args[0] {
+            "--shell" => args,
+            _ => [&["--"][..], &args].concat(),
+        };
+        let started = std::time::Instant::now();
+        let output = run_on_three(&pilot, &[&layout[..], &args].concat());
+        assert!(!output.status.success(), "{case}");
+        let result = only_result(&pilot);
+        assert_eq!(result["state"], "failed", "{case}: {result}");
+        let said = result["reason"].as_str().unwrap();
+        assert!(said.contains(reason), "{case}: {said}");
+        assert!(
+            started.elapsed() < Duration::from_secs(50),
+            "{case}: not at once"
+        );
+        let processes = result["gang"]["processes"].as_array().unwrap();
+        assert_eq!(processes.len(), 6, "{case}: {processes:?}");
+    }
+}
+
 #[test]
 fn a_failing_rank_fails_the_attempt_and_the_retry_runs_whole() {
     let dir = tempfile::tempdir().unwrap();

@@ -48,7 +48,7 @@ def job_ids(name: str, value: Any) -> List[Any]:
         ids.append(job)
     return ids
 #: What starts an HPC job's ranks (docs/hpc-jobs.md).
-_MPI_KINDS = ("none", "openmpi", "mpich")
+_MPI_KINDS = ("none", "pmi", "openmpi", "mpich")
 _COMMAND_OPTIONS = ("env", "cwd", "shell", "inline_output")
 
 

@@ -365,7 +365,7 @@ fn launcher_alone(kind: MpiKind, probe: &Path, rsh: Option<&Path>) -> Result<Dur
             command.args(["-n", "6"]);
             command
         }
-        (MpiKind::None, _) => bail!("not an MPI"),
+        (MpiKind::None | MpiKind::Pmi, _) => bail!("not an MPI launcher"),
     };
     if kind == MpiKind::Openmpi && rustix::process::geteuid().is_root() {
         command.arg("--allow-run-as-root");

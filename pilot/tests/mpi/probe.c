@@ -13,6 +13,8 @@
  *   fail=<rank>   that rank exits with status 3 right after MPI_Init, without
  *                 MPI_Finalize, to exercise the launcher's failure handling.
  *   sleep=<secs>  every rank sleeps after the ring, for cancel/kill tests.
+ *   abort=<rank>  that rank calls MPI_Abort(MPI_COMM_WORLD, 7) after the
+ *                 allreduce, while the others wait in the ring.
  *
  * Builds warning-free with `mpicc.openmpi -O2 -Wall` and `mpicc.mpich -O2 -Wall`.
  */
@@ -35,7 +37,7 @@ int main(int argc, char **argv)
 {
     /* Taken before MPI_Init so init_ms includes the whole wire-up. */
     double t0 = now_ms();
-    int fail_rank = -1;
+    int fail_rank = -1, abort_rank = -1;
     double sleep_s = 0.0;
 
     MPI_Init(&argc, &argv);
@@ -48,6 +50,8 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strncmp(argv[i], "fail=", 5) == 0)
             fail_rank = atoi(argv[i] + 5);
+        else if (strncmp(argv[i], "abort=", 6) == 0)
+            abort_rank = atoi(argv[i] + 6);
         else if (strncmp(argv[i], "sleep=", 6) == 0)
             sleep_s = atof(argv[i] + 6);
     }
@@ -68,6 +72,8 @@ int main(int argc, char **argv)
     /* Collective: proves every rank joined the same world. */
     int one = rank + 1, sum = 0;
     MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == abort_rank)
+        MPI_Abort(MPI_COMM_WORLD, 7);
 
     /* Point-to-point ring: proves rank-to-rank transport works between
      * nodes (the collective alone might take a shortcut). Rank 0 expects

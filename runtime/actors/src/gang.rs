@@ -8,6 +8,9 @@
 //! * **none**: this node's ranks, each with the rendezvous environment
 //!   ([`process_launch`]). The part ends when they have; the first to fail stops the
 //!   others here (the root stops the other members).
+//! * **pmi**: the same ranks, each with a socket as its `PMI_FD`, which this agent
+//!   serves ([`crate::pmi::server`]); the ranks' fences go through the root to the
+//!   other members.
 //! * **OpenMPI / MPICH**, on the leader: the MPI launcher, with this agent's
 //!   [remote-shell endpoint](crate::gang::endpoint) as its `rsh`/`ssh`. The part ends
 //!   with the launcher.
@@ -75,7 +78,8 @@ pub fn process_launch(
 /// path is linked to the member's directory, where its items were fetched. (On the
 /// leader's host the path is the leader's, which holds them too.)
 pub fn link_leader_scratch(plan: &PartPlan, places: &Places) {
-    let launched = plan.hpc.mpi != MpiKind::None || plan.hpc.launcher == LauncherKind::Srun;
+    let launched = matches!(plan.hpc.mpi, MpiKind::Openmpi | MpiKind::Mpich)
+        || plan.hpc.launcher == LauncherKind::Srun;
     let Some(leader) = plan.gang.nodes.first().filter(|_| launched) else {
         return;
     };
@@ -138,7 +142,7 @@ fn srun_launch(plan: &PartPlan, places: &Places) -> Launch {
     args.push(
         match hpc.mpi {
             MpiKind::Openmpi => "--mpi=pmix",
-            MpiKind::Mpich => "--mpi=pmi2",
+            MpiKind::Mpich | MpiKind::Pmi => "--mpi=pmi2",
             MpiKind::None => "--mpi=none",
         }
         .into(),
@@ -181,6 +185,13 @@ fn rank_launch(plan: &PartPlan, rank: u32, local: u32, places: &Places) -> Launc
         launch.set_var(key.as_bytes(), value.as_bytes());
     }
     launch.set_var_number(b"SAKER_NODE", places.node.into());
+    if hpc.mpi == MpiKind::Pmi {
+        // MPICH's simple PMI client: the socket its agent serves (set by the desk).
+        launch.set_var(b"PMI_FD", b"3");
+        launch.set_var_number(b"PMI_RANK", rank.into());
+        launch.set_var_number(b"PMI_SIZE", hpc.ranks.into());
+        launch.set_var(b"PMI_SPAWNED", b"0");
+    }
     launch
 }
 
@@ -249,7 +260,7 @@ fn launcher_launch(plan: &PartPlan, places: &Places) -> Launch {
             args.push(hpc.ranks.to_string());
             args.extend(["-ppn".into(), hpc.ranks_per_node.to_string()]);
         }
-        MpiKind::None => {}
+        MpiKind::None | MpiKind::Pmi => {}
     }
     let mut launch = wrap(user, &args, places, assignment);
     launch.set_var(b"SAKER_GANG_SOCKET", socket.as_os_str().as_encoded_bytes());

@@ -1,8 +1,8 @@
-//! The PMI-1 wire protocol ("simple PMI"), the first piece of MPI ranks started by
-//! their agents (issue 42): what an MPICH-family rank says on the socket its launcher
-//! hands it (`PMI_FD`) and what it is answered. Pure: bytes in, requests out; replies
-//! to lines. The server that keeps a group's key-value space and its barriers is
-//! built on it.
+//! The PMI-1 wire protocol ("simple PMI"), which MPI ranks started by their agents
+//! speak (`--mpi pmi`): what an MPICH-family rank says on the socket its agent hands
+//! it (`PMI_FD`) and what it is answered. Pure: bytes in, requests out; replies to
+//! lines. A part's key-value space and barriers are [`group`]'s, its sockets
+//! [`server`]'s.
 //!
 //! One request per line: `cmd=NAME` then `key=value` attributes, separated by spaces
 //! (MPICH's `src/pmi/maint/pmi-1.1.txt`; Flux RFC 13). Every request but `abort` gets
@@ -10,6 +10,9 @@
 //! hold no spaces (ranks encode their business cards), so a line splits on spaces;
 //! the one exception, `abort`'s `message`, takes the rest of its line. `mcmd=spawn`
 //! (dynamic processes) is read to its `endcmd` and refused, as Flux refuses it.
+
+pub mod group;
+pub mod server;
 
 /// Longest request line read: a key and a value within [`MAXES`], and a little.
 pub const MOST_LINE: usize = 4096;

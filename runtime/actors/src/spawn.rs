@@ -65,9 +65,15 @@ pub fn start(launch: &Launch, null: Option<&File>) -> io::Result<Started> {
     }
     let named_by_path = program.to_bytes().contains(&b'/');
     let own_path = !named_by_path && launch.env().iter().any(|entry| sets(entry, b"PATH"));
+    if let Some(socket) = &launch.pmi_socket {
+        let socket = socket
+            .as_ref()
+            .map_err(|reason| io::Error::other(reason.clone()))?;
+        return start_with_socket(launch, program, named_by_path, own_path, null, socket);
+    }
     match null {
         Some(null) if launch.cwd.is_none() && !own_path => {
-            spawn(launch, program, named_by_path, null)
+            spawn(launch, program, named_by_path, null, None)
         }
         _ => command(launch, program),
     }
@@ -89,9 +95,48 @@ pub fn wait(pid: u32) -> io::Result<Ended> {
     }
 }
 
+/// Starts `launch` with `socket` as its descriptor 3, always by `posix_spawn` (only
+/// its file actions hand a descriptor to the child alone). A working directory or a
+/// `PATH` of the task's own, which `posix_spawn` cannot apply here, are a shell's:
+/// it changes to the directory and `exec`s the program, looked up on that `PATH`.
+fn start_with_socket(
+    launch: &Launch,
+    program: &CStr,
+    named_by_path: bool,
+    own_path: bool,
+    null: Option<&File>,
+    socket: &OwnedFd,
+) -> io::Result<Started> {
+    let opened;
+    let null = match null {
+        Some(null) => null,
+        None => {
+            opened = File::open("/dev/null")?;
+            &opened
+        }
+    };
+    if launch.cwd.is_none() && !own_path {
+        return spawn(launch, program, named_by_path, null, Some(socket));
+    }
+    let dir = launch
+        .cwd
+        .as_ref()
+        .map_or_else(|| b".".to_vec(), |dir| dir.as_os_str().as_bytes().to_vec());
+    let shell = b"/bin/sh".to_vec();
+    let script = b"cd -- \"$0\" && exec \"$@\"".to_vec();
+    let wrapped = launch.wrapped([shell, b"-c".to_vec(), script, dir]);
+    spawn(&wrapped, c"/bin/sh", true, null, Some(socket))
+}
+
 /// Starts `launch` by `posix_spawn`, passing its command line and variables as they
-/// are.
-fn spawn(launch: &Launch, program: &CStr, named_by_path: bool, null: &File) -> io::Result<Started> {
+/// are (and `socket`, if any, as descriptor 3).
+fn spawn(
+    launch: &Launch,
+    program: &CStr,
+    named_by_path: bool,
+    null: &File,
+    socket: Option<&OwnedFd>,
+) -> io::Result<Started> {
     let envp = environment(launch);
     let (stdout, stdout_w) = pipe2(OFlag::O_CLOEXEC)?;
     let (stderr, stderr_w) = pipe2(OFlag::O_CLOEXEC)?;
@@ -99,6 +144,17 @@ fn spawn(launch: &Launch, program: &CStr, named_by_path: bool, null: &File) -> i
     actions.add_dup2(null.as_raw_fd(), 0)?;
     actions.add_dup2(stdout_w.as_raw_fd(), 1)?;
     actions.add_dup2(stderr_w.as_raw_fd(), 2)?;
+    // A socket that is descriptor 3 already is copied first: a dup2 onto itself
+    // would leave it closed on exec.
+    let moved = match socket {
+        Some(socket) if socket.as_raw_fd() == 3 => {
+            Some(rustix::io::fcntl_dupfd_cloexec(socket, 4)?)
+        }
+        _ => None,
+    };
+    if let Some(socket) = moved.as_ref().or(socket) {
+        actions.add_dup2(socket.as_raw_fd(), 3)?;
+    }
     let mut attr = PosixSpawnAttr::init()?;
     attr.set_flags(
         PosixSpawnFlags::POSIX_SPAWN_SETPGROUP

@@ -4,8 +4,8 @@
 
 use std::str::FromStr;
 
-/// Which MPI starts an HPC job's ranks. In specs and JSON: `"none"`, `"openmpi"`,
-/// `"mpich"`.
+/// Which MPI starts an HPC job's ranks, or how they wire up. In specs and JSON:
+/// `"none"`, `"openmpi"`, `"mpich"`, `"pmi"`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
@@ -22,6 +22,9 @@ pub enum MpiKind {
     Openmpi,
     /// MPICH's `mpiexec.mpich` (hydra), with Saker's agents as its remote shell.
     Mpich,
+    /// No launcher: the agents start every rank themselves and serve it the PMI-1
+    /// wire protocol (MPICH, MVAPICH, Intel MPI). Under `srun`: `--mpi=pmi2`.
+    Pmi,
 }
 
 /// What starts an MPI job's remote daemons. In specs and JSON: `"agents"`, `"srun"`.
@@ -48,6 +51,7 @@ impl MpiKind {
             MpiKind::None => "none",
             MpiKind::Openmpi => "openmpi",
             MpiKind::Mpich => "mpich",
+            MpiKind::Pmi => "pmi",
         }
     }
 }
@@ -65,7 +69,7 @@ impl LauncherKind {
 /// A name that is no MPI, or no launcher.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UnknownKind {
-    #[error("unknown MPI {name:?}: use none, openmpi or mpich")]
+    #[error("unknown MPI {name:?}: use none, openmpi, mpich or pmi")]
     Mpi { name: String },
     #[error("unknown launcher {name:?}: use agents or srun")]
     Launcher { name: String },
@@ -75,12 +79,17 @@ impl FromStr for MpiKind {
     type Err = UnknownKind;
 
     fn from_str(text: &str) -> Result<Self, UnknownKind> {
-        [MpiKind::None, MpiKind::Openmpi, MpiKind::Mpich]
-            .into_iter()
-            .find(|kind| kind.name() == text)
-            .ok_or_else(|| UnknownKind::Mpi {
-                name: text.to_owned(),
-            })
+        [
+            MpiKind::None,
+            MpiKind::Openmpi,
+            MpiKind::Mpich,
+            MpiKind::Pmi,
+        ]
+        .into_iter()
+        .find(|kind| kind.name() == text)
+        .ok_or_else(|| UnknownKind::Mpi {
+            name: text.to_owned(),
+        })
     }
 }
 
@@ -103,7 +112,12 @@ mod tests {
 
     #[test]
     fn names_read_back_and_others_are_refused_with_the_choices() {
-        for kind in [MpiKind::None, MpiKind::Openmpi, MpiKind::Mpich] {
+        for kind in [
+            MpiKind::None,
+            MpiKind::Openmpi,
+            MpiKind::Mpich,
+            MpiKind::Pmi,
+        ] {
             assert_eq!(kind.name().parse::<MpiKind>(), Ok(kind));
         }
         for kind in [LauncherKind::Agents, LauncherKind::Srun] {
@@ -112,7 +126,7 @@ mod tests {
         let error = "mpich2".parse::<MpiKind>().unwrap_err();
         assert_eq!(
             error.to_string(),
-            "unknown MPI \"mpich2\": use none, openmpi or mpich"
+            "unknown MPI \"mpich2\": use none, openmpi, mpich or pmi"
         );
         assert!("ssh".parse::<LauncherKind>().is_err());
     }

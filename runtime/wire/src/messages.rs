@@ -48,7 +48,9 @@ pub use saker_core::{
 /// 20: `ItemHolders::upstream` (copies relayed while they are fetched).
 /// 21: `FromAgent::ObjectPut`/`ToAgent::ObjectStored` (clients put objects on a
 /// node's data connection).
-pub const PROTOCOL_VERSION: u32 = 21;
+/// 22: `MpiKind::Pmi`, `FromAgent::PmiFence`/`ToAgent::PmiFenced` (ranks started by
+/// their agents wire up through them).
+pub const PROTOCOL_VERSION: u32 = 22;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
@@ -146,6 +148,9 @@ pub enum ToAgent {
     ItemsFreed { items: Vec<String> },
     /// To a node that asked to drop a copy ([`FromAgent::DropCopy`]): may it?
     CopyDrop(crate::items::CopyDrop),
+    /// To every member of a PMI gang: each member's keys of one fence, all of them
+    /// in (`member` unused).
+    PmiFenced(PmiFence),
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -229,6 +234,20 @@ pub struct GangLaunchEnded {
     pub attempt: AttemptId,
     pub launch: u32,
     pub code: i32,
+}
+
+/// One member's keys for a fence of a PMI gang (its ranks' puts since the last one),
+/// or, going down, every member's.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct PmiFence {
+    pub attempt: AttemptId,
+    /// The member that sends it (going up).
+    pub member: u32,
+    /// Which of the gang's fences, from 0.
+    pub epoch: u32,
+    /// `(key, value)` pairs, each key put by one rank.
+    pub puts: Vec<(String, String)>,
 }
 
 /// Everything an agent needs to run any task of one submitted job.
@@ -368,6 +387,8 @@ pub enum FromAgent {
     DropCopy(crate::items::DropCopy),
     /// On a data connection only: a client puts an object in the node's store.
     ObjectPut(crate::items::ObjectPut),
+    /// A member of a PMI gang: its ranks entered a fence with these new keys.
+    PmiFence(PmiFence),
 }
 
 /// One life of a placed actor: what to start and with which arguments. The type is
@@ -695,6 +716,7 @@ const _: () = {
     assert!(align_of::<saker_core::ArchivedLauncherKind>() <= MAX);
     assert!(align_of::<ArchivedGangLaunch>() <= MAX);
     assert!(align_of::<ArchivedGangLaunchEnded>() <= MAX);
+    assert!(align_of::<ArchivedPmiFence>() <= MAX);
     assert!(align_of::<ArchivedProcessEnd>() <= MAX);
     assert!(align_of::<ArchivedActorSpawn>() <= MAX);
     assert!(align_of::<ArchivedActorCall>() <= MAX);

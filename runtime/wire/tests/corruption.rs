@@ -186,7 +186,7 @@ fn huge_length_is_rejected_from_the_header_alone_after_earlier_frames() {
 
 #[test]
 fn wrong_enum_discriminants_are_rejected() {
-    let to_agent_variants = 20;
+    let to_agent_variants = 21;
     for message in to_agent_samples() {
         let frame = encode(0, &message).unwrap();
         let header = FrameHeader::parse(frame[..8].try_into().unwrap(), u32::MAX).unwrap();
@@ -203,7 +203,7 @@ fn wrong_enum_discriminants_are_rejected() {
             probe(&mutated); // another variant's layout over these bytes: no panic
         }
     }
-    let from_agent_variants = 17;
+    let from_agent_variants = 18;
     for message in from_agent_samples() {
         let frame = encode(0, &message).unwrap();
         let header = FrameHeader::parse(frame[..8].try_into().unwrap(), u32::MAX).unwrap();

@@ -15,16 +15,21 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use saker_wire::messages::{AttemptId, FromAgent, GangLaunch, GangLaunchEnded, NodeId};
+use std::os::fd::OwnedFd;
+
+use saker_wire::messages::{
+    AttemptId, FromAgent, GangLaunch, GangLaunchEnded, MpiKind, NodeId, PmiFence,
+};
 use saker_wire::{ItemCopied, ItemData, ItemHolders, ItemRead};
 
 use super::AgentFailure;
-use crate::board::{Board, Effect, Moment, Next, Run, Start};
+use crate::board::{Board, Effect, Moment, Next, PartPlan, ProcessKind, Run, Start};
 use crate::executor::{AttemptDone, NextAttempt, Work};
 use crate::gang::endpoint::{Endpoint, Relay, RelayError};
 use crate::items::ItemFiles;
 use crate::launch::{Places, task_work};
 use crate::link::{FrameBuf, LinkTx};
+use crate::pmi::group::{Group, Layout};
 use crate::process::{StopHandle, unix_micros};
 use crate::transfer::{self, Fetched, Fetcher, Routes};
 use saker_wire::messages::Outcome;
@@ -91,6 +96,9 @@ pub(crate) struct Desk {
     stops: Vec<Option<(AttemptId, StopHandle)>>,
     /// The remote-shell endpoints of the gangs this node leads; dropping one closes it.
     endpoints: HashMap<AttemptId, Endpoint>,
+    /// The PMI services of this node's parts whose ranks it serves; dropping one
+    /// closes its ranks' sockets.
+    pmi: HashMap<AttemptId, crate::pmi::server::Server>,
     /// The remote shells waiting for a daemon's end, by (attempt, launch).
     waiters: HashMap<(AttemptId, u32), mpsc::Sender<i32>>,
     pub(crate) uplink: Uplink,
@@ -123,6 +131,7 @@ impl Desk {
                 files,
                 stops: (0..slots).map(|_| None).collect(),
                 endpoints: HashMap::new(),
+                pmi: HashMap::new(),
                 waiters: HashMap::new(),
                 uplink,
                 direct: None,
@@ -168,8 +177,10 @@ impl Desk {
                 Effect::OpenEndpoint { attempt, members } => {
                     self.open_endpoint(attempt, members, now);
                 }
+                Effect::OpenPmi { plan } => self.open_pmi(&plan),
                 Effect::PartEnded { attempt } => {
                     self.endpoints.remove(&attempt);
+                    self.pmi.remove(&attempt);
                     self.waiters.retain(|(waiting, _), _| *waiting != attempt);
                 }
                 Effect::KeepItem { item } => {
@@ -258,7 +269,13 @@ impl Desk {
                 task_work(&self.places, &assignment, job, &binding, cores)
             }
             Run::Part { plan, process } => {
-                let launch = crate::gang::process_launch(&plan, &process, &binding, &self.places);
+                let mut launch =
+                    crate::gang::process_launch(&plan, &process, &binding, &self.places);
+                if let ProcessKind::Rank { rank, .. } = process.kind
+                    && plan.hpc.mpi == MpiKind::Pmi
+                {
+                    launch.pmi_socket = Some(self.pmi_socket(attempt, rank));
+                }
                 Work::Command(Box::new(launch))
             }
         };
@@ -540,6 +557,61 @@ impl Desk {
         }
     }
 
+    /// Opens the PMI service of a part whose ranks this node serves.
+    fn open_pmi(&mut self, plan: &PartPlan) {
+        let (attempt, gang, hpc) = (plan.assignment.attempt, &plan.gang, &plan.hpc);
+        let group = Group::new(Layout {
+            kvsname: format!("saker-{attempt}"),
+            ranks: hpc.ranks,
+            ranks_per_node: hpc.ranks_per_node,
+            members: gang.nodes.len() as u32,
+            member: gang.member,
+        });
+        let up = Arc::new(DeskRelay {
+            desk: self.me.clone(),
+            uplink: self.uplink.clone(),
+        });
+        self.pmi
+            .insert(attempt, crate::pmi::server::Server::new(attempt, group, up));
+    }
+
+    /// The socket rank `rank` of `attempt` gets as its `PMI_FD`, or why it cannot.
+    fn pmi_socket(&self, attempt: AttemptId, rank: u32) -> Result<Arc<OwnedFd>, String> {
+        let server = self
+            .pmi
+            .get(&attempt)
+            .ok_or_else(|| "the part's PMI service is closed".to_owned())?;
+        let socket = server
+            .connect(rank)
+            .map_err(|error| format!("cannot make rank {rank}'s PMI socket: {error}"))?;
+        Ok(Arc::new(socket))
+    }
+
+    /// A new root hears this node: the fences its ranks wait in go to it (the one
+    /// before may have died with them).
+    pub(crate) fn resend_pmi_fences(&self) {
+        for fence in self.pmi.values().filter_map(|server| server.in_flight()) {
+            let attempt = fence.attempt;
+            if let Err(error) = self.uplink.send(&FromAgent::PmiFence(fence)) {
+                tracing::warn!(%attempt, %error, "cannot send a PMI fence again");
+            }
+        }
+    }
+
+    /// Every member's keys of a fence this node's ranks wait in: they go on.
+    pub(crate) fn pmi_fenced(&mut self, fence: PmiFence) {
+        let Some(server) = self.pmi.get(&fence.attempt) else {
+            return; // the part ended meanwhile
+        };
+        if let Err(reason) = server.fenced(fence.epoch, fence.puts) {
+            tracing::error!(attempt = %fence.attempt, %reason, "the gang's PMI fence went wrong");
+            let now = self.now();
+            self.apply(now, |board| {
+                board.handle_part_failed(fence.attempt, reason, now)
+            });
+        }
+    }
+
     /// Opens the remote-shell endpoint of an MPI gang this node leads; if it cannot,
     /// the part fails (its launcher could start no daemon).
     fn open_endpoint(&mut self, attempt: AttemptId, members: u32, now: Moment) {
@@ -571,6 +643,37 @@ impl Desk {
 struct DeskRelay {
     desk: Weak<Mutex<Desk>>,
     uplink: Uplink,
+}
+
+impl crate::pmi::server::Up for DeskRelay {
+    fn fence(&self, fence: PmiFence) {
+        let attempt = fence.attempt;
+        if let Err(error) = self.uplink.send(&FromAgent::PmiFence(fence)) {
+            // The link is gone: the gang is stopped or replayed on its own.
+            tracing::warn!(%attempt, %error, "cannot send a PMI fence up");
+        }
+    }
+
+    fn fail(&self, attempt: AttemptId, reason: String) {
+        let Some(desk) = self.desk.upgrade() else {
+            return;
+        };
+        tracing::warn!(%attempt, %reason, "a gang's PMI service fails its part");
+        let mut desk = lock(&desk);
+        let now = desk.now();
+        desk.apply(now, |board| board.handle_part_failed(attempt, reason, now));
+    }
+
+    fn abort(&self, attempt: AttemptId, local: u32, exitcode: i32) {
+        let Some(desk) = self.desk.upgrade() else {
+            return;
+        };
+        let mut desk = lock(&desk);
+        let now = desk.now();
+        desk.apply(now, |board| {
+            board.handle_rank_aborted(attempt, local, exitcode, now);
+        });
+    }
 }
 
 impl Relay for DeskRelay {

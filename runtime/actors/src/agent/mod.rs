@@ -560,6 +560,7 @@ fn register_again(state: &mut AgentState, stop_old_work: bool) -> Result<(), Age
         // Results written to disk while away are read back before the report.
         desk.apply(now, |board| board.handle_new_life());
         desk.send_report(now)?;
+        desk.resend_pmi_fences();
     }
     tracing::info!(credit = %desk.board.credit(), "registering again");
     Ok(())
@@ -631,6 +632,7 @@ fn on_down(
             });
         }
         ToAgent::GangLaunchEnded(ended) => lock(&state.desk).launch_ended(&ended),
+        ToAgent::PmiFenced(fence) => lock(&state.desk).pmi_fenced(fence),
         ToAgent::Cancel { attempts } => {
             let mut desk = lock(&state.desk);
             let now = desk.now();

@@ -46,7 +46,8 @@ pub struct PartProcess {
 /// What a part's process runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProcessKind {
-    /// Rank `rank` of a job without MPI, with the rendezvous environment.
+    /// Rank `rank` of a job without MPI, with the rendezvous environment, or of a
+    /// job whose ranks this agent serves PMI.
     Rank { rank: u32, local: u32 },
     /// The leader's MPI launcher, with this agent's remote shell.
     Launcher,
@@ -82,6 +83,9 @@ struct Part {
     /// Its processes held back while this node fetches the job's data items (they
     /// count in `live`); none once every item is here.
     staged: Option<Vec<PartProcess>>,
+    /// The process that called `PMI_Abort`, and the exit code it asked for: its end,
+    /// whatever stopped it, is that exit.
+    aborted: Option<(u32, i32)>,
 }
 
 /// The gang state of a [`Board`].
@@ -180,11 +184,12 @@ impl Board {
         // With srun, Slurm starts every rank: the leader runs srun, the others hold
         // their cores for the ranks Slurm puts there.
         let srun = hpc.launcher == LauncherKind::Srun;
-        let ranks = hpc.mpi == MpiKind::None && !srun;
+        // Started by this agent: ranks without MPI, and ranks served PMI here.
+        let ranks = matches!(hpc.mpi, MpiKind::None | MpiKind::Pmi) && !srun;
         let processes: Vec<(u32, ProcessKind)> = match hpc.mpi {
             _ if srun && leader => vec![(0, ProcessKind::Srun)],
             _ if srun => Vec::new(),
-            MpiKind::None => {
+            MpiKind::None | MpiKind::Pmi => {
                 let first = gang.member.saturating_mul(hpc.ranks_per_node);
                 let end = (first + hpc.ranks_per_node).min(hpc.ranks);
                 (first..end)
@@ -207,6 +212,11 @@ impl Board {
         if ranks {
             // Before any rank can start: the shell carries it out under the same hold.
             self.effects.push_back(Effect::WriteHostfile {
+                plan: Arc::clone(&plan),
+            });
+        }
+        if ranks && hpc.mpi == MpiKind::Pmi {
+            self.effects.push_back(Effect::OpenPmi {
                 plan: Arc::clone(&plan),
             });
         }
@@ -244,13 +254,14 @@ impl Board {
                 ends_with_processes: ranks || leader,
                 mpi: !ranks,
                 staged,
+                aborted: None,
             },
         );
         if live == 0 && ranks {
             // No rank on this node (fewer ranks than nodes × ranks per node).
             self.complete_part(attempt, now);
         }
-        if leader && hpc.mpi != MpiKind::None && !srun {
+        if leader && matches!(hpc.mpi, MpiKind::Openmpi | MpiKind::Mpich) && !srun {
             let members = gang.nodes.len() as u32;
             self.effects
                 .push_back(Effect::OpenEndpoint { attempt, members });
@@ -368,6 +379,12 @@ impl Board {
             return;
         };
         part.live = part.live.saturating_sub(1);
+        let mut finished = finished;
+        if let Some((aborted, code)) = part.aborted
+            && aborted == number
+        {
+            finished.outcome = Outcome::Exited { code };
+        }
         let ok = matches!(finished.outcome, Outcome::Exited { code: 0 });
         let daemon = part.mpi && number > 0;
         if daemon {
@@ -484,6 +501,21 @@ impl Board {
         if let Some(part) = self.parts.parts.get_mut(&attempt) {
             part.failure.get_or_insert(Outcome::SpawnFailed { reason });
         }
+        self.stop_part_processes(attempt);
+        self.complete_part_if_stopped(attempt, now);
+    }
+
+    /// Process `number` of `attempt` (a rank this node serves PMI) called `PMI_Abort`
+    /// with `code`: the part fails with that exit (1 for a code of 0), as an MPI
+    /// launcher's would, and every process of it is stopped, the aborting one too (an
+    /// MPICH rank waits to be).
+    pub fn handle_rank_aborted(&mut self, attempt: AttemptId, number: u32, code: i32, now: Moment) {
+        let Some(part) = self.parts.parts.get_mut(&attempt).filter(|p| !p.cancelled) else {
+            return;
+        };
+        let code = if code == 0 { 1 } else { code };
+        part.aborted.get_or_insert((number, code));
+        part.failure.get_or_insert(Outcome::Exited { code });
         self.stop_part_processes(attempt);
         self.complete_part_if_stopped(attempt, now);
     }

@@ -341,7 +341,11 @@ pub enum Effect {
     /// This node leads an MPI gang: open its launcher's remote-shell endpoint. If it
     /// cannot be opened, [`Board::handle_part_failed`].
     OpenEndpoint { attempt: AttemptId, members: u32 },
-    /// A gang part ended: close its endpoint; its remote shells get no more answers.
+    /// A part whose ranks this node serves PMI was taken: open its service before any
+    /// of them starts (each rank's socket is made as it starts).
+    OpenPmi { plan: Arc<PartPlan> },
+    /// A gang part ended: close its endpoint (its remote shells get no more answers)
+    /// and its PMI service.
     PartEnded { attempt: AttemptId },
     /// A fetched item is whole: keep it in place, then [`Board::handle_item_kept`].
     KeepItem { item: String },

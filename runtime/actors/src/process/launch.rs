@@ -2,7 +2,9 @@
 //! `posix_spawn` takes them, its working directory and captured output.
 
 use std::ffi::{CStr, CString, NulError};
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Everything needed to start one attempt.
@@ -27,6 +29,9 @@ pub struct Launch {
     pub spill_dir: PathBuf,
     /// File stem for spill files, unique per attempt (e.g. `t42.a7`).
     pub spill_stem: String,
+    /// A socket the process gets as its descriptor 3 (an MPI rank's `PMI_FD`), or
+    /// why none could be made: then the launch fails to start, with that reason.
+    pub pmi_socket: Option<Result<Arc<OwnedFd>, String>>,
 }
 
 impl Launch {
@@ -43,6 +48,7 @@ impl Launch {
             inline_limit: 0,
             spill_dir,
             spill_stem,
+            pmi_socket: None,
         }
     }
 

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use saker_client::AdoptionStatus;
 use saker_core::{AdoptError, AttemptId, NodeId, TaskId, Time};
-use saker_wire::messages::{GangLaunch, GangLaunchEnded, GangPart, Held, TaskResult};
+use saker_wire::messages::{GangLaunch, GangLaunchEnded, GangPart, Held, PmiFence, TaskResult};
 
 use super::ctx::Ctx;
 use super::journal::AfterJournal;
@@ -83,6 +83,7 @@ pub(super) enum Early {
     Result(NodeId, TaskResult),
     Launch(NodeId, GangLaunch),
     LaunchEnded(GangLaunchEnded),
+    Fence(NodeId, PmiFence),
 }
 
 /// What a hello's held attempts come to.

@@ -7,7 +7,7 @@ use saker_actors::link::{LinkId, LinkTx};
 use saker_core::{AttemptId, NodeId, TaskId};
 use saker_wire::messages::{
     ArchivedFromAgent, ArchivedOutcome, ArchivedReport, ArchivedResultBody, GangLaunch,
-    GangLaunchEnded, Held, HeldActor, Hello, TaskResult, ToAgent, Welcome,
+    GangLaunchEnded, Held, HeldActor, Hello, PmiFence, TaskResult, ToAgent, Welcome,
 };
 
 use super::adoption::{AdoptedGang, Early, Reconciled};
@@ -143,6 +143,20 @@ impl RootState {
                         .gangs
                         .relay_launch_end(&mut self.ctx, &self.nodes, ended),
                     Err(error) => tracing::error!(%error, route, "unreadable gang launch end"),
+                }
+            }
+            ArchivedFromAgent::PmiFence(fence) => {
+                match rkyv::deserialize::<PmiFence, rkyv::rancor::Error>(fence) {
+                    Ok(fence) if self.adoption.awaits_gang(fence.attempt) => {
+                        let attempt = fence.attempt;
+                        let early = Early::Fence(NodeId(route), fence);
+                        self.adoption.keep_early(attempt, early);
+                    }
+                    Ok(fence) => {
+                        self.gangs
+                            .on_pmi_fence(&mut self.ctx, &self.nodes, NodeId(route), fence)
+                    }
+                    Err(error) => tracing::error!(%error, route, "unreadable PMI fence"),
                 }
             }
             ArchivedFromAgent::ActorReply(_)
@@ -334,6 +348,10 @@ impl RootState {
                 Early::LaunchEnded(ended) => {
                     self.gangs
                         .relay_launch_end(&mut self.ctx, &self.nodes, ended);
+                }
+                Early::Fence(from, fence) => {
+                    self.gangs
+                        .on_pmi_fence(&mut self.ctx, &self.nodes, from, fence);
                 }
             }
         }

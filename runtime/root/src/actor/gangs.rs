@@ -14,8 +14,8 @@ use std::collections::HashMap;
 
 use saker_core::{AttemptId, AttemptOutcome, NodeId, TaskId};
 use saker_wire::messages::{
-    GangLaunch, GangLaunchEnded, GangPart, Hpc, LauncherKind, MpiKind, Outcome, ProcessEnd,
-    ResultBody, TaskResult, ToAgent,
+    GangLaunch, GangLaunchEnded, GangPart, Hpc, LauncherKind, MpiKind, Outcome, PmiFence,
+    ProcessEnd, ResultBody, TaskResult, ToAgent,
 };
 
 use super::ctx::Ctx;
@@ -28,6 +28,9 @@ use saker_client::results::{GangRecord, ProcessRecord, lossy_text};
 /// [`PORT_SPAN`], so gangs running at the same time get different ones.
 const PORT_BASE: u16 = 20_000;
 const PORT_SPAN: u64 = 40_000;
+
+/// A member's `(key, value)` pairs of one PMI fence.
+type Keys = Vec<(String, String)>;
 
 /// A gang attempt in flight.
 #[derive(Debug)]
@@ -45,6 +48,9 @@ pub(super) struct GangRun {
     ranks: u32,
     /// The parts still running were told to stop.
     stopped: bool,
+    /// The PMI fence in progress: its epoch (unknown to a root that adopted the
+    /// gang, until a member's fence says it), and each member's keys once in.
+    fence: (Option<u32>, Vec<Option<Keys>>),
 }
 
 /// A gang attempt whose every part is in: what the core and the task's record hear.
@@ -91,6 +97,9 @@ impl GangRuns {
             })
             .collect();
         self.adopt(task, attempt, members, hosts, hpc);
+        if let Some(run) = self.runs.get_mut(&attempt) {
+            run.fence.0 = Some(0); // started here: its fences are this root's from 0
+        }
         parts
     }
 
@@ -114,10 +123,12 @@ impl GangRuns {
                 parts: vec![None; count],
                 first_failure: None,
                 launched: hpc.is_some_and(|hpc| {
-                    hpc.mpi != MpiKind::None || hpc.launcher == LauncherKind::Srun
+                    matches!(hpc.mpi, MpiKind::Openmpi | MpiKind::Mpich)
+                        || hpc.launcher == LauncherKind::Srun
                 }),
                 ranks: hpc.map_or(0, |hpc| hpc.ranks),
                 stopped: false,
+                fence: (None, vec![None; count]),
             },
         );
     }
@@ -212,10 +223,24 @@ impl GangRuns {
         }
         processes.sort_by_key(|process| (process.rank, process.member));
         let (exit_code, signal, reason) = describe_owned(&outcome);
+        // Ranks Saker started: the one whose end failed its part is named.
+        let rank = run
+            .first_failure
+            .filter(|_| !run.launched)
+            .and_then(|member| match &parts[member].body {
+                ResultBody::Part { ends, .. } => ends
+                    .iter()
+                    .find(|end| end.outcome == outcome)
+                    .map(|end| rank_offset(&run, member) + end.rank),
+                _ => None,
+            })
+            .map_or_else(String::new, |rank| format!("rank {rank}: "));
         let reason = match (run.first_failure, reason) {
-            (Some(member), Some(reason)) => Some(format!("{reason} (on {})", run.hosts[member])),
+            (Some(member), Some(reason)) => {
+                Some(format!("{rank}{reason} (on {})", run.hosts[member]))
+            }
             (Some(member), None) => Some(format!(
-                "exit {} (on {})",
+                "{rank}exit {} (on {})",
                 exit_code.unwrap_or_default(),
                 run.hosts[member]
             )),
@@ -312,6 +337,51 @@ impl GangRuns {
             return;
         };
         nodes.send(ctx, leader, &ToAgent::GangLaunchEnded(ended));
+    }
+
+    /// A member's ranks entered a PMI fence: once every member's keys are in, all of
+    /// them go to every member. A fence from a node that is no member of the gang, or
+    /// of another epoch, is dropped (a stale copy of a node, or a fence resent to a
+    /// root that has it already).
+    pub(super) fn on_pmi_fence(
+        &mut self,
+        ctx: &mut Ctx,
+        nodes: &Nodes,
+        from: NodeId,
+        fence: PmiFence,
+    ) {
+        let Some(run) = self.runs.get_mut(&fence.attempt) else {
+            return; // the gang ended or is replayed
+        };
+        let member = fence.member as usize;
+        // A root that adopted the gang mid-run learns its epoch from the members,
+        // which resend the fence they wait in.
+        let epoch = match run.members.get(member) == Some(&from) {
+            true => *run.fence.0.get_or_insert(fence.epoch),
+            false => fence.epoch.wrapping_add(1), // never fits
+        };
+        if fence.epoch != epoch {
+            tracing::warn!(%from, attempt = %fence.attempt, member, epoch = fence.epoch,
+                "a PMI fence that does not fit its gang: dropped");
+            return;
+        }
+        run.fence.1[member] = Some(fence.puts);
+        if run.fence.1.iter().any(Option::is_none) {
+            return;
+        }
+        let count = run.members.len();
+        let all = std::mem::replace(&mut run.fence.1, vec![None; count]);
+        let fenced = PmiFence {
+            attempt: fence.attempt,
+            member: 0,
+            epoch,
+            puts: all.into_iter().flatten().flatten().collect(),
+        };
+        run.fence.0 = Some(epoch + 1);
+        let message = ToAgent::PmiFenced(fenced);
+        for &node in &run.members {
+            nodes.send(ctx, node, &message);
+        }
     }
 
     /// Answers a launch that cannot be relayed (its gang or member is gone) as failed.

@@ -12,8 +12,8 @@ use saker_wire::{
     Assignment, AttemptId, Command, Dispatch, EnvVar, Frame, FrameDecoder, FromAgent, Function,
     GangLaunch, GangLaunchEnded, GangPart, Held, HeldActor, Hello, Hpc, ItemData, ItemRead,
     ItemWritten, ItemsWritten, JobDef, JobId, LauncherKind, MpiKind, NamedAmount, NodeId, Outcome,
-    Output, Payload, Placement, ProcessEnd, Report, Resources, ResultBody, Started, TaskId,
-    TaskResult, ToAgent, Welcome, WireError,
+    Output, Payload, Placement, PmiFence, ProcessEnd, Report, Resources, ResultBody, Started,
+    TaskId, TaskResult, ToAgent, Welcome, WireError,
 };
 
 pub fn rng(seed: u64) -> StdRng {
@@ -72,7 +72,12 @@ pub fn job_def(job: u32) -> JobDef {
             ranks: 2 * (job + 2) - 1,
             ranks_per_node: 2,
             cores_per_rank: 2,
-            mpi: [MpiKind::None, MpiKind::Openmpi, MpiKind::Mpich][job as usize % 3],
+            mpi: [
+                MpiKind::None,
+                MpiKind::Openmpi,
+                MpiKind::Mpich,
+                MpiKind::Pmi,
+            ][job as usize % 4],
             launcher: LauncherKind::Agents,
         }),
         time_limit_ms: 3_600_000,
@@ -223,6 +228,18 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
             attempt: AttemptId(7),
             launch: 3,
             code: 255,
+        }),
+        ToAgent::PmiFenced(PmiFence {
+            attempt: AttemptId(7),
+            member: 0,
+            epoch: 2,
+            puts: vec![
+                (
+                    "P0-businesscard".into(),
+                    "description#vm$port#40123$ifname#127.0.0.1$".into(),
+                ),
+                ("bc-1".into(), String::new()),
+            ],
         }),
         ToAgent::Return {
             attempts: vec![AttemptId(11), AttemptId(12)],
@@ -476,6 +493,12 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
             attempt: AttemptId(7),
             launch: 4,
             code: 0,
+        }),
+        FromAgent::PmiFence(PmiFence {
+            attempt: AttemptId(7),
+            member: 1,
+            epoch: 0,
+            puts: vec![("bc-2".into(), "tcp://10.0.0.2:5".into())],
         }),
         FromAgent::ActorReply(ActorReply {
             call: 9,

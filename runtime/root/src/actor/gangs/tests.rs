@@ -3,7 +3,9 @@
 //! the leader's launches are relayed to members.
 
 use saker_core::TerminalState;
-use saker_wire::messages::{Assignment, GangLaunch, GangLaunchEnded, ProcessEnd, ResultBody};
+use saker_wire::messages::{
+    Assignment, GangLaunch, GangLaunchEnded, PmiFence, ProcessEnd, ResultBody,
+};
 
 use super::GangRuns;
 use crate::actor::results::Results;
@@ -230,7 +232,7 @@ fn the_first_failed_part_stops_the_others_and_decides_the_outcome() {
     assert_eq!(g.ended(), Some(TerminalState::Failed));
     let record = &g.results.unjournaled_results()[0];
     assert_eq!(record.exit_code, Some(3));
-    assert_eq!(record.reason.as_deref(), Some("exit 3 (on host2)"));
+    assert_eq!(record.reason.as_deref(), Some("rank 1: exit 3 (on host2)"));
 }
 
 #[test]
@@ -295,4 +297,61 @@ fn a_gang_that_lost_a_member_is_forgotten() {
     g.owned.ctx.core.handle_node_lost(NodeId(2), now).unwrap();
     g.gangs.forget_dead_gangs(&g.owned.ctx);
     assert!(!g.gangs.contains(&g.attempt), "the core replays it");
+}
+
+#[test]
+fn pmi_fences_go_to_every_member_once_each_members_keys_are_in() {
+    let mut g = gang(|spec| spec.mpi = Some(saker_client::spec::MpiKind::Pmi));
+    g.owned.sent();
+    let fence = |member: u32, epoch, key: &str| PmiFence {
+        attempt: g.attempt,
+        member,
+        epoch,
+        puts: vec![(key.to_owned(), format!("card-{member}"))],
+    };
+    let (ctx, nodes) = (&mut g.owned.ctx, &g.owned.nodes);
+    g.gangs
+        .on_pmi_fence(ctx, nodes, NodeId(2), fence(1, 0, "b"));
+    assert!(
+        g.owned.sent().is_empty(),
+        "the leader's keys are not in yet"
+    );
+    // From a node that is not that member, or of another epoch: dropped.
+    let (ctx, nodes) = (&mut g.owned.ctx, &g.owned.nodes);
+    g.gangs
+        .on_pmi_fence(ctx, nodes, NodeId(2), fence(0, 0, "x"));
+    g.gangs
+        .on_pmi_fence(ctx, nodes, NodeId(1), fence(0, 3, "x"));
+    assert!(g.owned.sent().is_empty());
+    let (ctx, nodes) = (&mut g.owned.ctx, &g.owned.nodes);
+    g.gangs
+        .on_pmi_fence(ctx, nodes, NodeId(1), fence(0, 0, "a"));
+    let all = PmiFence {
+        attempt: g.attempt,
+        member: 0,
+        epoch: 0,
+        puts: vec![("a".into(), "card-0".into()), ("b".into(), "card-1".into())],
+    };
+    let sent = g.owned.sent();
+    assert_eq!(
+        sent,
+        [
+            (1, ToAgent::PmiFenced(all.clone())),
+            (2, ToAgent::PmiFenced(all))
+        ],
+        "every member's keys, in member order, to every member"
+    );
+    // The next fence is epoch 1; the members' resends of epoch 0 are dropped.
+    let (ctx, nodes) = (&mut g.owned.ctx, &g.owned.nodes);
+    g.gangs
+        .on_pmi_fence(ctx, nodes, NodeId(1), fence(0, 1, "c"));
+    g.gangs
+        .on_pmi_fence(ctx, nodes, NodeId(2), fence(1, 0, "b"));
+    assert!(g.owned.sent().is_empty());
+    let (ctx, nodes) = (&mut g.owned.ctx, &g.owned.nodes);
+    g.gangs
+        .on_pmi_fence(ctx, nodes, NodeId(2), fence(1, 1, "d"));
+    let sent = g.owned.sent();
+    assert_eq!(sent.len(), 2);
+    assert!(matches!(&sent[0].1, ToAgent::PmiFenced(f) if f.epoch == 1 && f.puts.len() == 2));
 }

@@ -1,0 +1,222 @@
+//! The PMI service of one node's part: each local rank's socket served on a thread of
+//! its own, over the part's [`Group`]. The rank holds the other end as its
+//! `PMI_FD`; what the group decides for other members goes through [`Up`].
+//!
+//! Lock order: a reader takes the group's lock, writes the replies, lets go, and only
+//! then calls [`Up`] (which may take the agent's desk). The desk may hold its own
+//! lock while it calls into a server, never the other way round.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use saker_wire::messages::{AttemptId, PmiFence};
+
+use super::group::{Action, Group};
+use super::{Reply, Requests};
+
+/// A reply a rank does not read within this long ends its group: a rank that stops
+/// reading its own answers is broken. (Replies are small; a socket buffer holds many.)
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where a part's PMI service sends what is not its own.
+pub trait Up: Send + Sync {
+    /// Every rank here is in a fence: this member's keys go to the others.
+    fn fence(&self, fence: PmiFence);
+    /// The part cannot go on: a rank broke the protocol, or the gang's state did.
+    fn fail(&self, attempt: AttemptId, reason: String);
+    /// Local rank `local` called `PMI_Abort`: the part ends with `exitcode`.
+    fn abort(&self, attempt: AttemptId, local: u32, exitcode: i32);
+}
+
+/// See the module doc. Dropping it closes every rank's socket.
+pub struct Server {
+    attempt: AttemptId,
+    shared: Arc<Mutex<Shared>>,
+    up: Arc<dyn Up>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("attempt", &self.attempt)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    group: Group,
+    /// This end of each connected rank's socket, for replies.
+    writers: HashMap<u32, UnixStream>,
+    /// The part ended: no reader serves any more.
+    closed: bool,
+    /// The fence that went up and is not answered yet: sent again to a next root.
+    in_flight: Option<PmiFence>,
+}
+
+impl Server {
+    pub fn new(attempt: AttemptId, group: Group, up: Arc<dyn Up>) -> Server {
+        let shared = Shared {
+            group,
+            writers: HashMap::new(),
+            closed: false,
+            in_flight: None,
+        };
+        Server {
+            attempt,
+            shared: Arc::new(Mutex::new(shared)),
+            up,
+        }
+    }
+
+    /// A socket for rank `rank`: the returned end is to be the rank's `PMI_FD`; this
+    /// end is served from now on.
+    pub fn connect(&self, rank: u32) -> std::io::Result<OwnedFd> {
+        let (ours, theirs) = UnixStream::pair()?;
+        let writer = ours.try_clone()?;
+        writer.set_write_timeout(Some(WRITE_TIMEOUT))?;
+        lock(&self.shared).writers.insert(rank, writer);
+        let reader = Reader {
+            attempt: self.attempt,
+            rank,
+            shared: Arc::clone(&self.shared),
+            up: Arc::clone(&self.up),
+        };
+        std::thread::Builder::new()
+            .name(format!("pmi-{}-r{rank}", self.attempt))
+            .spawn(move || reader.serve(ours))?;
+        Ok(OwnedFd::from(theirs))
+    }
+
+    /// The answer to this member's fence `epoch`: every member's keys. An error is
+    /// why the part cannot go on (the caller fails it: it may hold what [`Up`] takes).
+    pub fn fenced(&self, epoch: u32, puts: Vec<(String, String)>) -> Result<(), String> {
+        let mut shared = lock(&self.shared);
+        let actions = shared
+            .group
+            .fenced(epoch, puts)
+            .map_err(|error| error.to_string())?;
+        shared.in_flight = None;
+        shared.carry_out(actions).map(drop)
+    }
+
+    /// The fence this part's ranks wait in, if its answer has not come: a root that
+    /// took over never heard it.
+    pub fn in_flight(&self) -> Option<PmiFence> {
+        lock(&self.shared).in_flight.clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let mut shared = lock(&self.shared);
+        shared.closed = true;
+        // Each reader sees its socket end and stops.
+        for (_, writer) in shared.writers.drain() {
+            let _ = writer.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    /// Writes the replies; returns what must go up (a fence, an abort), or why the
+    /// part fails.
+    fn carry_out(&mut self, actions: Vec<Action>) -> Result<Option<Action>, String> {
+        let mut up = None;
+        for action in actions {
+            match action {
+                Action::Reply { rank, reply } => self.write(rank, &reply)?,
+                Action::Abort { .. } | Action::Fence { .. } => up = Some(action),
+            }
+        }
+        Ok(up)
+    }
+
+    fn write(&mut self, rank: u32, reply: &Reply) -> Result<(), String> {
+        let Some(writer) = self.writers.get_mut(&rank) else {
+            return Ok(()); // its socket is gone: so is the rank
+        };
+        match writer.write_all(reply.to_line().as_bytes()) {
+            Ok(()) => Ok(()),
+            // A rank that ended with a request unanswered: its exit tells.
+            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            Err(error) => Err(format!("cannot answer rank {rank}'s PMI request: {error}")),
+        }
+    }
+}
+
+/// One rank's side: reads its requests until its socket ends.
+struct Reader {
+    attempt: AttemptId,
+    rank: u32,
+    shared: Arc<Mutex<Shared>>,
+    up: Arc<dyn Up>,
+}
+
+impl Reader {
+    fn serve(self, mut socket: UnixStream) {
+        let mut requests = Requests::default();
+        let mut buffer = [0u8; 4096];
+        loop {
+            let read = match socket.read(&mut buffer) {
+                Ok(0) => return,
+                Ok(read) => read,
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return, // the rank is gone; its exit tells why
+            };
+            let parsed = match requests.push(&buffer[..read]) {
+                Ok(parsed) => parsed,
+                Err(error) => {
+                    let reason = format!("rank {} broke the PMI protocol: {error}", self.rank);
+                    return self.up.fail(self.attempt, reason);
+                }
+            };
+            for request in parsed {
+                let mut shared = lock(&self.shared);
+                if shared.closed {
+                    return;
+                }
+                let actions = shared.group.request(self.rank, request);
+                let carried = shared.carry_out(actions);
+                let first_local = shared.group.layout().local_ranks().start;
+                let member = shared.group.layout().member;
+                if let Ok(Some(Action::Fence { epoch, puts })) = &carried {
+                    shared.in_flight = Some(PmiFence {
+                        attempt: self.attempt,
+                        member,
+                        epoch: *epoch,
+                        puts: puts.clone(),
+                    });
+                }
+                drop(shared);
+                match carried {
+                    Ok(Some(Action::Fence { epoch, puts })) => self.up.fence(PmiFence {
+                        attempt: self.attempt,
+                        member,
+                        epoch,
+                        puts,
+                    }),
+                    Ok(Some(Action::Abort {
+                        rank,
+                        exitcode,
+                        message,
+                    })) => {
+                        // The message is on the rank's stderr too.
+                        tracing::info!(attempt = %self.attempt, rank, exitcode, ?message,
+                            "a rank called PMI_Abort: its group ends");
+                        self.up.abort(self.attempt, rank - first_local, exitcode);
+                    }
+                    Ok(_) => {}
+                    Err(reason) => return self.up.fail(self.attempt, reason),
+                }
+            }
+        }
+    }
+}
