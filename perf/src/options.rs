@@ -103,6 +103,9 @@ pub enum Benchmark {
     /// HPC jobs: an MPI job's launch through the agents beside the launcher's own,
     /// and the start delay of a job behind a full load of small tasks.
     Hpc,
+    /// MPI ranks started by their agents (`--mpi pmi`) on 3 Slurm nodes: launch
+    /// beside an srun step and the relay, and 2-rank jobs per second.
+    Mpi,
     /// The Rust API: no-op typed tasks per second (map and submit) and a call's round
     /// trip, beside the same batches over one raw QUIC stream.
     Rust,
@@ -136,7 +139,7 @@ pub enum Benchmark {
 }
 
 impl Benchmark {
-    pub const ALL: [Benchmark; 38] = [
+    pub const ALL: [Benchmark; 39] = [
         Benchmark::Throughput,
         Benchmark::ThroughputSync,
         Benchmark::Durability,
@@ -165,6 +168,7 @@ impl Benchmark {
         Benchmark::SnakemakeSlurm,
         Benchmark::MapreduceSlurm,
         Benchmark::Hpc,
+        Benchmark::Mpi,
         Benchmark::Rust,
         Benchmark::Dags,
         Benchmark::Lateness,
@@ -208,6 +212,7 @@ impl Benchmark {
             Benchmark::SnakemakeSlurm => "snakemake-slurm",
             Benchmark::MapreduceSlurm => "mapreduce-slurm",
             Benchmark::Hpc => "hpc",
+            Benchmark::Mpi => "mpi",
             Benchmark::Rust => "rust",
             Benchmark::Dags => "dags",
             Benchmark::Lateness => "lateness",

@@ -89,7 +89,7 @@ fn wait_for_marks(marks: &Path, count: usize) -> Vec<(String, String)> {
 }
 
 #[test]
-fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_and_rendezvous_jobs() {
+fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_pmi_and_rendezvous_jobs() {
     if !cluster() {
         return;
     }
@@ -160,6 +160,15 @@ fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_and_rendezvous_jobs() {
         ],
     );
     submitted += 1;
+    // MPICH ranks started by the agents themselves and served PMI: no mpiexec, no
+    // srun. Each rank writes its line to a file of its own (stdout is kept per rank).
+    let pmi = dir.path().join("pmi");
+    std::fs::create_dir(&pmi).unwrap();
+    let probe = dir.path().join("probe-mpich").display().to_string();
+    let out = format!("out={}", pmi.display());
+    let layout = ["--nodes", "3", "--ranks-per-node", "2", "--mpi", "pmi"];
+    submit_and_wait(&pilot, &[&layout[..], &["--", &probe, &out]].concat());
+    submitted += 1;
 
     let output = saker()
         .args(["results", "--format", "jsonl", "--dir"])
@@ -191,6 +200,11 @@ fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_and_rendezvous_jobs() {
     check_world(&lines, false);
     let masters: BTreeSet<&str> = lines.iter().map(|line| field(line, "master")).collect();
     assert_eq!(masters.len(), 1, "one rendezvous address: {masters:?}");
+    assert_eq!(records[5]["state"], "succeeded", "{}", records[5]);
+    let lines: Vec<String> = (0..6)
+        .map(|rank| std::fs::read_to_string(pmi.join(format!("probe.{rank}"))).unwrap())
+        .collect();
+    check_world(&lines, true);
 
     // A member's agent killed mid-job: no rank of that attempt survives anywhere, and
     // the job is replayed on the nodes left (the one lost is not among them).

@@ -99,32 +99,7 @@ fn agents_beside_srun(
     directory: &Path,
     rounds: u32,
 ) -> Result<Row> {
-    use crate::slurm::{Batch, SlurmJob, template};
-    let pilot = directory.join(format!("slurm-pilot-{}", kind.name()));
-    let log = directory.join(format!("slurm-pilot-{}.log", kind.name()));
-    let saker = setup.saker.as_os_str();
-    let env = [("PILOT", pilot.as_os_str()), ("SAKER", saker)];
-    let mut job = SlurmJob::submit(&Batch {
-        script: &template("service.sbatch")?,
-        nodes: 3,
-        time_limit_minutes: 10,
-        log: &log,
-        env: &env,
-    })?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let status = Command::new(&setup.saker)
-            .args(["status", "--dir"])
-            .arg(&pilot)
-            .output()?;
-        if String::from_utf8_lossy(&status.stdout).contains("agents    3") {
-            break;
-        }
-        if std::time::Instant::now() > deadline {
-            bail!("the pilot never had 3 agents:\n{}", job.log_tail(20));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let (job, pilot) = service_pilot(setup, directory, kind.name())?;
     let mut submitted = 0;
     let (mut agents, mut srun) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
@@ -163,11 +138,7 @@ fn agents_beside_srun(
             ));
         }
     }
-    let _ = Command::new(&setup.saker)
-        .args(["shutdown", "--dir"])
-        .arg(&pilot)
-        .output();
-    job.wait_final(Duration::from_secs(60), Duration::from_millis(200))?;
+    stop_service_pilot(setup, &pilot, job)?;
     let (agents, srun) = (summary(&mut agents), summary(&mut srun));
     Ok(Row {
         benchmark: Benchmark::Hpc,
@@ -183,6 +154,55 @@ fn agents_beside_srun(
         ),
         target: Target::RatioAtMost(1.0),
     })
+}
+
+/// A service pilot on 3 Slurm nodes, once all its agents are in: its job and
+/// directory (`name` tells pilots of one run apart).
+pub(super) fn service_pilot(
+    setup: &Setup,
+    directory: &Path,
+    name: &str,
+) -> Result<(crate::slurm::SlurmJob, PathBuf)> {
+    use crate::slurm::{Batch, SlurmJob, template};
+    let pilot = directory.join(format!("slurm-pilot-{name}"));
+    let log = directory.join(format!("slurm-pilot-{name}.log"));
+    let saker = setup.saker.as_os_str();
+    let env = [("PILOT", pilot.as_os_str()), ("SAKER", saker)];
+    let job = SlurmJob::submit(&Batch {
+        script: &template("service.sbatch")?,
+        nodes: 3,
+        time_limit_minutes: 10,
+        log: &log,
+        env: &env,
+    })?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let status = Command::new(&setup.saker)
+            .args(["status", "--dir"])
+            .arg(&pilot)
+            .output()?;
+        if String::from_utf8_lossy(&status.stdout).contains("agents    3") {
+            return Ok((job, pilot));
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("the pilot never had 3 agents:\n{}", job.log_tail(20));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Shuts a service pilot down and waits for its Slurm job to end.
+pub(super) fn stop_service_pilot(
+    setup: &Setup,
+    pilot: &Path,
+    mut job: crate::slurm::SlurmJob,
+) -> Result<()> {
+    let _ = Command::new(&setup.saker)
+        .args(["shutdown", "--dir"])
+        .arg(pilot)
+        .output();
+    job.wait_final(Duration::from_secs(60), Duration::from_millis(200))?;
+    Ok(())
 }
 
 fn ms(duration: Duration) -> f64 {
@@ -222,7 +242,7 @@ fn launch_rows(kind: MpiKind, saker: &Summary, own: &Summary, local: &Summary) -
     ]
 }
 
-fn build_probe(kind: MpiKind, directory: &Path) -> Result<PathBuf> {
+pub(super) fn build_probe(kind: MpiKind, directory: &Path) -> Result<PathBuf> {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pilot/tests/mpi/probe.c");
     let binary = directory.join(format!("probe-{}", kind.name()));
     let compiler = format!("mpicc.{}", kind.name());
@@ -241,7 +261,7 @@ fn build_probe(kind: MpiKind, directory: &Path) -> Result<PathBuf> {
 }
 
 /// The latest `init_unix_us` of six ranks in a launcher's (or result's) output.
-fn last_init(stdout: &str) -> Result<u64> {
+pub(super) fn last_init(stdout: &str) -> Result<u64> {
     let inits: Vec<u64> = stdout
         .lines()
         .filter(|line| line.starts_with("probe rank="))

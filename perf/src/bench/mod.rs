@@ -14,6 +14,7 @@ mod hpc;
 mod latency;
 mod lateness;
 mod memory;
+mod mpi;
 mod python;
 mod report;
 mod resume;
@@ -143,6 +144,7 @@ fn run_one(setup: &Setup, benchmark: Benchmark) -> Result<Vec<Row>> {
         Benchmark::SnakemakeSlurm => python::run(setup, benchmark, "snakemake_slurm_rows.py", &[]),
         Benchmark::MapreduceSlurm => python::run(setup, benchmark, "mapreduce_rows.py", &[]),
         Benchmark::Hpc => hpc::run(setup),
+        Benchmark::Mpi => mpi::run(setup),
         Benchmark::Rust => rust_api::run(setup),
         Benchmark::Parsl => {
             let mut rows = python::run(setup, benchmark, "parsl_rows.py", &[])?;

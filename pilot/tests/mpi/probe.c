@@ -15,6 +15,8 @@
  *   sleep=<secs>  every rank sleeps after the ring, for cancel/kill tests.
  *   abort=<rank>  that rank calls MPI_Abort(MPI_COMM_WORLD, 7) after the
  *                 allreduce, while the others wait in the ring.
+ *   out=<dir>     each rank also writes its line to <dir>/probe.<rank> (ranks
+ *                 started by their agents keep their stdout per rank).
  *
  * Builds warning-free with `mpicc.openmpi -O2 -Wall` and `mpicc.mpich -O2 -Wall`.
  */
@@ -39,6 +41,7 @@ int main(int argc, char **argv)
     double t0 = now_ms();
     int fail_rank = -1, abort_rank = -1;
     double sleep_s = 0.0;
+    const char *out_dir = NULL;
 
     MPI_Init(&argc, &argv);
     double init_ms = now_ms() - t0;
@@ -52,6 +55,8 @@ int main(int argc, char **argv)
             fail_rank = atoi(argv[i] + 5);
         else if (strncmp(argv[i], "abort=", 6) == 0)
             abort_rank = atoi(argv[i] + 6);
+        else if (strncmp(argv[i], "out=", 4) == 0)
+            out_dir = argv[i] + 4;
         else if (strncmp(argv[i], "sleep=", 6) == 0)
             sleep_s = atof(argv[i] + 6);
     }
@@ -104,11 +109,23 @@ int main(int argc, char **argv)
     /* SAKER_NODE: which agent's slots the rank runs in (hosts repeat in local mode). */
     const char *saker_rank = getenv("SAKER_RANK");
     const char *saker_node = getenv("SAKER_NODE");
-    printf("probe rank=%d size=%d host=%s sum=%d ring=%d saker_rank=%s saker_node=%s "
-           "init_ms=%.3f init_unix_us=%lld\n",
-           rank, size, host, sum, ring, saker_rank ? saker_rank : "-",
-           saker_node ? saker_node : "-", init_ms, init_unix_us);
+    char line[512];
+    snprintf(line, sizeof line,
+             "probe rank=%d size=%d host=%s sum=%d ring=%d saker_rank=%s saker_node=%s "
+             "init_ms=%.3f init_unix_us=%lld\n",
+             rank, size, host, sum, ring, saker_rank ? saker_rank : "-",
+             saker_node ? saker_node : "-", init_ms, init_unix_us);
+    fputs(line, stdout);
     fflush(stdout);
+    if (out_dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/probe.%d", out_dir, rank);
+        FILE *file = fopen(path, "w");
+        if (file) {
+            fputs(line, file);
+            fclose(file);
+        }
+    }
 
     /* Barrier so "probe done" comes after every rank has printed (ordering
      * across ranks' stdout streams is still up to the launcher). */

@@ -1,0 +1,226 @@
+//! MPI ranks started by their agents (`--mpi pmi`) on 3 Slurm nodes (a service
+//! pilot), with Debian's MPICH:
+//!
+//! * start on the nodes → last rank past `MPI_Init`, 3 nodes × 2 ranks of the probe
+//!   (`pilot/tests/mpi/probe.c`), beside the same job as one `srun --mpi=pmi2` step
+//!   in the same allocation and beside today's relay (`mpiexec.mpich` with the
+//!   agents as its remote shell); the three alternate, medians compared;
+//! * the rate of 2-rank MPI jobs (the probe on 2 nodes, an array of them), beside
+//!   the same jobs as `srun` steps, and beside the same processes started as 2-rank
+//!   jobs without any wire-up (`--mpi none`: each rank its own singleton MPI), the
+//!   floor of spawning them.
+//!
+//! For context, the floor under any launcher: six probes spawned at once, each its
+//! own singleton world (MPICH's own `MPI_Init`, no wire-up).
+//!
+//! Every rank of the probe writes its `MPI_Init` time to a file of its own in the
+//! pilot's shared directory (`out=`), whichever way it was started.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use saker_client::results::ResultRecord;
+use saker_client::spec::MpiKind;
+
+use super::hpc::{build_probe, last_init, service_pilot, stop_service_pilot};
+use super::{Setup, summary};
+use crate::options::Benchmark;
+use crate::process::TempDir;
+use crate::report::{Measure, Row, Target, Unit};
+
+/// How each start is made: `--mpi`, `--launcher`, and what the row calls it.
+const STARTS: [(&str, &str, &str); 3] = [
+    ("pmi", "agents", "agents serving PMI"),
+    ("pmi", "srun", "srun --mpi=pmi2 step"),
+    ("mpich", "agents", "mpiexec.mpich through the agents"),
+];
+
+pub fn run(setup: &Setup) -> Result<Vec<Row>> {
+    if !crate::slurm::cluster_configured() {
+        eprintln!("saker-perf: mpi: no Slurm cluster, so no row");
+        return Ok(Vec::new());
+    }
+    let directory = TempDir::new("mpi").context("creating a temporary directory")?;
+    let probe = build_probe(MpiKind::Mpich, directory.path())?;
+    let (job, pilot) = service_pilot(setup, directory.path(), "mpi")?;
+    let rows = measure(setup, &pilot, &probe);
+    stop_service_pilot(setup, &pilot, job)?;
+    rows
+}
+
+fn measure(setup: &Setup, pilot: &Path, probe: &Path) -> Result<Vec<Row>> {
+    let rounds = if setup.quick { 3 } else { 7 };
+    let mut samples: [Vec<Duration>; 3] = Default::default();
+    let mut submitted = 0;
+    for round in 1..=rounds {
+        for (index, (mpi, launcher, _)) in STARTS.iter().enumerate() {
+            let out = pilot.join(format!("inits-{round}-{index}"));
+            std::fs::create_dir_all(&out)?;
+            let mut out_arg = std::ffi::OsString::from("out=");
+            out_arg.push(&out);
+            let output = saker(setup, pilot)
+                .args(["--nodes", "3", "--ranks-per-node", "2", "--mpi", mpi])
+                .args(["--launcher", launcher, "--"])
+                .arg(probe)
+                .arg(out_arg)
+                .output()?;
+            if !output.status.success() {
+                bail!(
+                    "{mpi}/{launcher}: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+            submitted += 1;
+            let start = start_of(setup, pilot, submitted)?;
+            let last = last_init(&read_inits(&out)?)?;
+            samples[index].push(Duration::from_micros(last.saturating_sub(start)));
+        }
+        eprintln!(
+            "saker-perf: mpi round {round}/{rounds}: pmi {:.1} ms, srun {:.1} ms, relay {:.1} ms",
+            ms(samples[0][samples[0].len() - 1]),
+            ms(samples[1][samples[1].len() - 1]),
+            ms(samples[2][samples[2].len() - 1]),
+        );
+    }
+    let [pmi, srun, relay] = samples.map(|mut samples| summary(&mut samples));
+    let seconds = |summary: &super::Summary| summary.median.as_secs_f64();
+    let mut rows = Vec::new();
+    for (baseline, label) in [(&srun, STARTS[1].2), (&relay, STARTS[2].2)] {
+        rows.push(Row {
+            benchmark: Benchmark::Mpi,
+            name: format!("slurm, MPICH 3×2 ranks → last MPI_Init: PMI beside {label}"),
+            saker: Measure::new(seconds(&pmi), Unit::Seconds).with_detail(pmi.detail()),
+            baseline: Some(
+                Measure::new(seconds(baseline), Unit::Seconds)
+                    .with_detail(format!("{label}, same allocation; {}", baseline.detail())),
+            ),
+            target: Target::RatioAtMost(0.5),
+        });
+    }
+    let floor = singletons(probe, rounds)?;
+    rows.push(Row {
+        benchmark: Benchmark::Mpi,
+        name: "MPICH 6 ranks → last MPI_Init: PMI beside no wire-up at all".into(),
+        saker: Measure::new(seconds(&pmi), Unit::Seconds).with_detail(pmi.detail()),
+        baseline: Some(
+            Measure::new(seconds(&floor), Unit::Seconds).with_detail(format!(
+                "6 singleton ranks spawned at once here, MPICH's own MPI_Init; {}",
+                floor.detail()
+            )),
+        ),
+        target: Target::None,
+    });
+    rows.extend(rates(setup, pilot, probe)?);
+    Ok(rows)
+}
+
+/// The floor under any launcher: six probes spawned at once on this machine, each
+/// its own singleton world (no PMI, no wire-up); spawn → last `MPI_Init`.
+fn singletons(probe: &Path, rounds: u32) -> Result<super::Summary> {
+    let mut samples = Vec::new();
+    for _ in 0..rounds {
+        let spawned = unix_micros();
+        let children: Vec<_> = (0..6)
+            .map(|_| {
+                Command::new(probe)
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+            })
+            .collect::<Result<_, _>>()?;
+        let mut text = String::new();
+        for child in children {
+            let output = child.wait_with_output()?;
+            text.push_str(&String::from_utf8_lossy(&output.stdout));
+        }
+        samples.push(Duration::from_micros(
+            last_init(&text)?.saturating_sub(spawned),
+        ));
+    }
+    Ok(summary(&mut samples))
+}
+
+fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as u64)
+}
+
+/// Jobs per second of 2-rank MPI jobs: through PMI, as srun steps, and the same
+/// processes without wire-up; two alternated rounds each, the better kept.
+fn rates(setup: &Setup, pilot: &Path, probe: &Path) -> Result<Vec<Row>> {
+    let jobs: u32 = if setup.quick { 30 } else { 100 };
+    let ways = [("pmi", "agents"), ("pmi", "srun"), ("none", "agents")];
+    let mut best = [0.0f64; 3];
+    for _round in 0..2 {
+        for (index, (mpi, launcher)) in ways.iter().enumerate() {
+            let started = Instant::now();
+            let output = saker(setup, pilot)
+                .args(["--array", &format!("1-{jobs}")])
+                .args(["--nodes", "2", "--ranks-per-node", "1", "--mpi", mpi])
+                .args(["--launcher", launcher, "--"])
+                .arg(probe)
+                .output()?;
+            let elapsed = started.elapsed();
+            if !output.status.success() {
+                bail!(
+                    "{mpi}/{launcher}: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+            let rate = f64::from(jobs) / elapsed.as_secs_f64();
+            eprintln!("saker-perf: mpi rate {mpi}/{launcher}: {rate:.1} jobs/s");
+            best[index] = best[index].max(rate);
+        }
+    }
+    let row = |baseline: f64, label: &str, target: f64| Row {
+        benchmark: Benchmark::Mpi,
+        name: format!("slurm, 2-rank MPICH jobs per second: PMI beside {label}"),
+        saker: Measure::new(best[0], Unit::PerSecond)
+            .with_detail(format!("{jobs} jobs, submit to all ended")),
+        baseline: Some(
+            Measure::new(baseline, Unit::PerSecond)
+                .with_detail(format!("{label}, same allocation, same jobs")),
+        ),
+        target: Target::RatioAtLeast(target),
+    };
+    Ok(vec![
+        row(best[1], "srun --overlap steps", 10.0),
+        row(best[2], "the same processes without wire-up", 0.5),
+    ])
+}
+
+/// `saker submit --wait` into `pilot`, with a minute's time limit.
+fn saker(setup: &Setup, pilot: &Path) -> Command {
+    let mut command = Command::new(&setup.saker);
+    command
+        .args(["submit", "--wait", "--time-limit", "60s", "--dir"])
+        .arg(pilot);
+    command
+}
+
+/// When the `nth` task submitted to `pilot` started on its nodes (µs since the epoch).
+fn start_of(setup: &Setup, pilot: &Path, nth: usize) -> Result<u64> {
+    let results = Command::new(&setup.saker)
+        .args(["results", "--format", "jsonl", "--dir"])
+        .arg(pilot)
+        .output()?;
+    let text = String::from_utf8_lossy(&results.stdout);
+    let line = text.lines().nth(nth - 1).context("the job's result")?;
+    let record: ResultRecord = serde_json::from_str(line)?;
+    Ok(record.start_time.context("no start time")?.unix_micros())
+}
+
+/// The probe's lines its ranks wrote to `out`, one file each.
+fn read_inits(out: &Path) -> Result<String> {
+    let mut text = String::new();
+    for entry in std::fs::read_dir(out)? {
+        text.push_str(&std::fs::read_to_string(entry?.path())?);
+    }
+    Ok(text)
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
