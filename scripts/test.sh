@@ -35,11 +35,12 @@ CLUSTER=$REPO/scripts/slurm-cluster
 export SLURM_ROOT=${SLURM_ROOT:-$REPO/.slurm-cluster}
 VENV=$REPO/.venv
 # OpenMPI and MPICH: HPC jobs' tests build and launch real MPI programs through the
-# pilot's agents (docs/hpc-jobs.md).
+# pilot's agents (docs/hpc-jobs.md); Slurm's libpmi2 is the PMI-2 client their PMI
+# tests run (pilot/tests/mpi/pmi2.c).
 # chromium opens `saker report`'s page in pilot/tests/report.rs.
 # nftables drops packets between namespaces in pilot/tests/partition.rs (the kernels
 # CI runs on have no sch_netem for `tc netem`).
-TEST_PKGS="build-essential pkg-config python3-venv openmpi-bin libopenmpi-dev mpich libmpich-dev tmux chromium fonts-dejavu-core nftables"
+TEST_PKGS="build-essential pkg-config python3-venv openmpi-bin libopenmpi-dev mpich libmpich-dev libpmi2-0-dev tmux chromium fonts-dejavu-core nftables"
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 log() { echo "[test.sh $(date +%T)] $*"; }

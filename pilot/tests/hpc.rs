@@ -240,6 +240,133 @@ fn mpich_ranks_started_by_their_agents_wire_up_through_pmi_and_end_whole() {
     }
 }
 
+/// `pilot/tests/mpi/pmi2.c` built against Slurm's libpmi2, if it can be.
+fn pmi2_client(dir: &Path) -> Option<PathBuf> {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/pmi2.c");
+    let binary = dir.join("pmi2");
+    let built = Command::new("cc")
+        .args(["-O2", "-Wall", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .arg("-lpmi2")
+        .status();
+    if built.as_ref().is_ok_and(|status| status.success()) {
+        return Some(binary);
+    }
+    assert!(
+        std::env::var("SAKER_REQUIRE_MPI").as_deref() != Ok("1"),
+        "SAKER_REQUIRE_MPI=1 but pmi2.c does not build ({built:?}): install libpmi2-0-dev"
+    );
+    eprintln!("skipped: pmi2.c does not build against libpmi2 ({built:?})");
+    None
+}
+
+#[test]
+fn slurms_pmi2_client_wires_up_through_the_agents_and_aborts_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(client) = pmi2_client(dir.path()) else {
+        return;
+    };
+    let run_on_two = |pilot: &Path, args: &[&str]| {
+        run(saker()
+            .args(["run", "--progress", "none", "--no-sync", "--agents", "2"])
+            .args(["--slots", "4", "--dir"])
+            .arg(pilot)
+            .args([
+                "--nodes",
+                "2",
+                "--ranks-per-node",
+                "2",
+                "--mpi",
+                "pmi",
+                "--",
+            ])
+            .arg(&client)
+            .args(args))
+    };
+    let pilot = dir.path().join("pilot");
+    let output = run_on_two(&pilot, &[]);
+    let result = only_result(&pilot);
+    assert!(output.status.success(), "{result}");
+    let stdout = every_ranks_stdout(&pilot, &result, 4);
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("pmi2 ")).collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    for (rank, line) in lines.iter().enumerate() {
+        assert_eq!(field(line, "rank"), rank.to_string(), "{line}");
+        assert_eq!(field(line, "size"), "4", "{line}");
+        assert!(field(line, "jobid").starts_with("saker-"), "{line}");
+        assert_eq!(field(line, "mapping"), "(vector,(0,2,2))", "{line}");
+        // Every other rank's key read after the fence, `;` and all.
+        assert_eq!(field(line, "cards"), "3", "{line}");
+        // The node attribute its node's first rank put, waited for by the other.
+        assert_eq!(
+            field(line, "node"),
+            format!("from-{}", rank / 2 * 2),
+            "{line}"
+        );
+    }
+    let wireup = &result["gang"]["wireup"];
+    let (init, fence) = (wireup["init_us"].as_u64(), wireup["fence_us"].as_u64());
+    assert!(
+        init.is_some_and(|init| fence.is_some_and(|fence| init <= fence)),
+        "{wireup}"
+    );
+
+    let pilot = dir.path().join("pilot-abort");
+    let output = run_on_two(&pilot, &["abort=1"]);
+    assert!(!output.status.success());
+    let result = only_result(&pilot);
+    assert_eq!(
+        result["reason"].as_str().unwrap().get(..14),
+        Some("rank 1: exit 1"),
+        "{result}"
+    );
+}
+
+#[test]
+fn small_pmi_jobs_share_a_node_each_in_a_world_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(probe) = probe("mpich", dir.path()) else {
+        return;
+    };
+    // One agent of 4 cores: two 2-rank jobs fit on it at once.
+    let pilot = dir.path().join("pilot");
+    let output = run(saker()
+        .args(["run", "--progress", "none", "--no-sync", "--agents", "1"])
+        .args(["--slots", "4", "--dir"])
+        .arg(&pilot)
+        .args(["--array", "1-4", "--nodes", "1", "--ranks-per-node", "2"])
+        .args(["--mpi", "pmi", "--"])
+        .arg(&probe)
+        .arg("sleep=1"));
+    assert!(output.status.success());
+    let records = results(&pilot);
+    assert_eq!(records.len(), 4);
+    let mut spans = Vec::new();
+    for record in &records {
+        assert_eq!(record["state"], "succeeded", "{record}");
+        let stdout = record["stdout"].as_str().unwrap();
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("probe rank="))
+            .unwrap();
+        assert_eq!(
+            (field(line, "size"), field(line, "sum")),
+            ("2", "3"),
+            "{line}"
+        );
+        let time = |key: &str| record[key].as_str().unwrap().to_owned();
+        spans.push((time("start_time"), time("end_time")));
+    }
+    // RFC 3339 times in UTC order as text.
+    let overlapping = spans.iter().enumerate().any(|(i, (start, end))| {
+        spans[i + 1..]
+            .iter()
+            .any(|(other_start, other_end)| start < other_end && other_start < end)
+    });
+    assert!(overlapping, "two jobs ran on the node at once: {spans:?}");
+}
+
 #[test]
 fn a_failing_rank_fails_the_attempt_and_the_retry_runs_whole() {
     let dir = tempfile::tempdir().unwrap();

@@ -370,16 +370,21 @@ class SakerExecutor(ParslExecutor, RepresentationMixin):
         options = self._task_options(resource_specification)
         # Where this client sees a node's store, large arguments go by reference and
         # large values come back so (docs/data.md), as they do for saker's own calls.
+        from . import objects
+
         stores = pilot._object_stores()
         seen = stores.visible_nodes()
+        large = objects.large_arguments(args, kwargs)
+        if large and not seen:
+            # Too large to go inline: worth waiting for the pilot's list of stores,
+            # which a first submit right after start has not had yet.
+            seen = tuple(node for node, _ in stores.seen())
         # On no node, with a saker binary: arguments go to a node directly, and a value
         # past what an answer carries comes back from its node.
         remote = not seen and stores.sees_none() and stores.binary() is not None
         refs: list = []
         if seen or remote:
-            from . import objects
-
-            if objects.large_arguments(args, kwargs):
+            if large:
                 args, kwargs, refs = self._by_reference(pilot, args, kwargs)
                 reads = list(options.get("reads") or []) + [ref.item for ref in refs]
                 options = dict(options, reads=reads)

@@ -123,7 +123,7 @@ pub struct TakeoverRow {
 }
 
 /// The stages of a task's life the root's timestamps tell apart.
-pub const STAGES: [(&str, &str); 7] = [
+pub const STAGES: [(&str, &str); 8] = [
     ("wait", "submitted → started (queue, dispatch, spawn)"),
     ("queue", "submitted → dispatched by the root"),
     ("launch", "dispatched → started (way down, slot, spawn)"),
@@ -132,6 +132,10 @@ pub const STAGES: [(&str, &str); 7] = [
         "of launch, waiting on the node for data items (tasks that read some)",
     ),
     ("run", "started → ended"),
+    (
+        "wireup",
+        "of run, started → every rank's first PMI fence (MPI jobs through PMI)",
+    ),
     ("deliver", "ended → result accepted by the root"),
     ("total", "submitted → result accepted"),
 ];
@@ -490,6 +494,11 @@ impl Digest {
             start.zip(dispatch).map(|(s, d)| s.saturating_sub(d)),
             result.fetch_us,
             start.map(|s| end.saturating_sub(s)),
+            result
+                .gang
+                .as_ref()
+                .and_then(|gang| gang.wireup)
+                .and_then(|wireup| wireup.fence_us),
             accept
                 .filter(|_| start.is_some())
                 .map(|a| a.saturating_sub(end)),

@@ -13,6 +13,8 @@
 
 pub mod group;
 pub mod server;
+pub mod topology;
+pub mod v2;
 
 /// Longest request line read: a key and a value within [`MAXES`], and a little.
 pub const MOST_LINE: usize = 4096;
@@ -52,6 +54,22 @@ pub enum Request {
     },
     BarrierIn,
     Finalize,
+    /// PMI-2: the rank's number, the world's size, its application.
+    FullInit,
+    /// PMI-2: an attribute of the job (`PMI_process_mapping`, `universeSize`).
+    GetJobAttr {
+        key: String,
+    },
+    /// PMI-2: an attribute the ranks of one node share, seen by them at once.
+    PutNodeAttr {
+        key: String,
+        value: String,
+    },
+    /// PMI-2: a node attribute; with `wait`, answered once some rank puts it.
+    GetNodeAttr {
+        key: String,
+        wait: bool,
+    },
     /// The rank gives up: the whole group ends (no reply).
     Abort {
         exitcode: i32,
@@ -81,6 +99,15 @@ pub enum Reply {
     GetResult(Option<String>),
     BarrierOut,
     FinalizeAck,
+    /// PMI-2 answers: `fullinit`, a job attribute, a node attribute, a node put.
+    FullInit {
+        rank: u32,
+        size: u32,
+        appnum: u32,
+    },
+    JobAttr(Option<String>),
+    NodeAttr(Option<String>),
+    NodeAttrPut,
     /// `rc=-1` under the request's reply name, with why.
     Refused {
         reply: &'static str,
@@ -109,6 +136,10 @@ pub enum PmiError {
         cmd: &'static str,
         attribute: &'static str,
     },
+    #[error("a PMI-2 frame longer than {} bytes", v2::MOST_FRAME)]
+    FrameTooLong,
+    #[error("a PMI-2 frame that cannot be read: {0:?}")]
+    BadFrame(String),
     #[error("request {cmd}: {attribute} is longer than {most} bytes")]
     Oversized {
         cmd: &'static str,
@@ -123,6 +154,10 @@ pub struct Requests {
     pending: Vec<u8>,
     /// Inside an `mcmd=spawn` block, read to its `endcmd`.
     in_spawn: bool,
+    /// The rank asked for PMI-2 in its `init`: frames follow.
+    v2: bool,
+    /// The `thrid` of each request of the last push (PMI-2 threaded clients).
+    thrids: Vec<Option<String>>,
 }
 
 impl Requests {
@@ -130,8 +165,21 @@ impl Requests {
     /// error is the rank's fault: its server ends the group.
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<Request>, PmiError> {
         self.pending.extend_from_slice(bytes);
+        self.thrids.clear();
         let mut requests = Vec::new();
-        while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+        loop {
+            if self.v2 {
+                let Some(body) = v2::take_frame(&mut self.pending)? else {
+                    break;
+                };
+                let (request, thrid) = v2::parse(&body)?;
+                requests.push(request);
+                self.thrids.push(thrid);
+                continue;
+            }
+            let Some(end) = self.pending.iter().position(|&b| b == b'\n') else {
+                break;
+            };
             let line: Vec<u8> = self.pending.drain(..=end).collect();
             let line = std::str::from_utf8(&line[..end]).map_err(|_| PmiError::NotText)?;
             let line = line.trim_end_matches('\r');
@@ -142,6 +190,7 @@ impl Requests {
                         cmd: "spawn".into(),
                         reply: "spawn_result",
                     });
+                    self.thrids.push(None);
                 }
                 continue;
             }
@@ -152,12 +201,25 @@ impl Requests {
             if line.trim().is_empty() {
                 continue;
             }
-            requests.push(parse(line)?);
+            let request = parse(line)?;
+            self.v2 = matches!(request, Request::Init { version: 2, .. });
+            requests.push(request);
+            self.thrids.push(None);
         }
-        if self.pending.len() > MOST_LINE {
+        if !self.v2 && self.pending.len() > MOST_LINE {
             return Err(PmiError::TooLong);
         }
         Ok(requests)
+    }
+
+    /// Whether the rank speaks PMI-2 (its replies are frames).
+    pub fn is_v2(&self) -> bool {
+        self.v2
+    }
+
+    /// The `thrid` of each request the last [`push`](Self::push) returned, in order.
+    pub fn thrids(&self) -> &[Option<String>] {
+        &self.thrids
     }
 }
 
@@ -289,6 +351,11 @@ impl Reply {
             Reply::GetResult(None) => "cmd=get_result rc=-1 msg=key_not_found\n".to_owned(),
             Reply::BarrierOut => "cmd=barrier_out rc=0\n".to_owned(),
             Reply::FinalizeAck => "cmd=finalize_ack rc=0\n".to_owned(),
+            // PMI-2 answers: no PMI-1 request asks for them.
+            Reply::FullInit { .. }
+            | Reply::JobAttr(_)
+            | Reply::NodeAttr(_)
+            | Reply::NodeAttrPut => "cmd=error rc=-1\n".to_owned(),
             Reply::Refused { reply, msg } => {
                 // A message is one word on the wire.
                 let msg: String = msg

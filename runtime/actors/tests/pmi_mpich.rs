@@ -69,6 +69,7 @@ fn serve(
                     reply,
                     msg: format!("{cmd} is not served"),
                 },
+                other => panic!("a PMI-2 request from a PMI-1 rank: {other:?}"),
             };
             socket.write_all(reply.to_line().as_bytes()).unwrap();
         }

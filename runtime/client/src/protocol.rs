@@ -624,8 +624,9 @@ pub struct ElasticAllocation {
 }
 
 /// Percentiles of one stage over every accepted result (hdrhistogram, 1 % precision).
-/// Stages: `wait` (submitted → started), `run` (started → ended), `deliver` (ended →
-/// accepted by the root), `total` (submitted → accepted).
+/// Stages: `wait` (submitted → started), `run` (started → ended), `wireup` (started →
+/// every rank's first PMI fence, MPI jobs through PMI), `deliver` (ended → accepted
+/// by the root), `total` (submitted → accepted).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct StageSummary {

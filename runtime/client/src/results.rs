@@ -147,6 +147,20 @@ pub struct GangRecord {
     /// Each process: the ranks Saker started, or for an MPI job the launcher (rank 0,
     /// on the leader) and the daemons each member ran.
     pub processes: Vec<ProcessRecord>,
+    /// For ranks their agents served PMI (`--mpi pmi`): how their wire-up went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wireup: Option<WireUp>,
+}
+
+/// How the ranks of an MPI job served PMI by their agents wired up, in µs after the
+/// job's start (its first node taking its part; agents' clocks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireUp {
+    /// The last rank said PMI `init` (its `MPI_Init` began talking to its agent).
+    pub init_us: u64,
+    /// The ranks' first fence (barrier) completed on every node; absent if it never
+    /// did (the job ended first).
+    pub fence_us: Option<u64>,
 }
 
 /// How one process of an HPC job ended.
@@ -517,6 +531,7 @@ mod tests {
             nodes: vec!["n1".into(), "n2".into(), "n3".into()],
             ranks: 6,
             processes: Vec::new(),
+            wireup: None,
         });
         let table = render_table(&[job]);
         let row = table.lines().nth(1).unwrap();

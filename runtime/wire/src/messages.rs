@@ -50,7 +50,8 @@ pub use saker_core::{
 /// node's data connection).
 /// 22: `MpiKind::Pmi`, `FromAgent::PmiFence`/`ToAgent::PmiFenced` (ranks started by
 /// their agents wire up through them).
-pub const PROTOCOL_VERSION: u32 = 22;
+/// 23: `ResultBody::Part::pmi` (when a part's ranks wired up), `ProcessEnd::ended_unix_us` and `aborted`.
+pub const PROTOCOL_VERSION: u32 = 23;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
@@ -597,7 +598,20 @@ pub enum ResultBody {
         stdout: Output,
         stderr: Output,
         ends: Vec<ProcessEnd>,
+        /// When this node's ranks wired up, for a part whose ranks it served PMI.
+        pmi: Option<PmiTimes>,
     },
+}
+
+/// When one node's ranks, served PMI by their agent, wired up (µs since the Unix
+/// epoch on the agent's clock; 0: never).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[rkyv(derive(Debug))]
+pub struct PmiTimes {
+    /// The last of its ranks said PMI `init`.
+    pub inited_unix_us: u64,
+    /// Its ranks' first fence (barrier) over the whole group completed.
+    pub fenced_unix_us: u64,
 }
 
 /// How one process of a gang part ended.
@@ -608,6 +622,12 @@ pub struct ProcessEnd {
     /// 1, 2, ... the daemons a member ran.
     pub rank: u32,
     pub outcome: Outcome,
+    /// When it ended (µs since the Unix epoch, the agent's clock): of a gang's
+    /// failures, the earliest decides its outcome.
+    pub ended_unix_us: u64,
+    /// It called `PMI_Abort` (its outcome is the exit it asked for): often what a
+    /// rank does when a peer failed, so any other failure decides before it.
+    pub aborted: bool,
 }
 
 impl ResultBody {
@@ -717,6 +737,7 @@ const _: () = {
     assert!(align_of::<ArchivedGangLaunch>() <= MAX);
     assert!(align_of::<ArchivedGangLaunchEnded>() <= MAX);
     assert!(align_of::<ArchivedPmiFence>() <= MAX);
+    assert!(align_of::<ArchivedPmiTimes>() <= MAX);
     assert!(align_of::<ArchivedProcessEnd>() <= MAX);
     assert!(align_of::<ArchivedActorSpawn>() <= MAX);
     assert!(align_of::<ArchivedActorCall>() <= MAX);

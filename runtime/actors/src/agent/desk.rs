@@ -23,7 +23,7 @@ use saker_wire::messages::{
 use saker_wire::{ItemCopied, ItemData, ItemHolders, ItemRead};
 
 use super::AgentFailure;
-use crate::board::{Board, Effect, Moment, Next, PartPlan, ProcessKind, Run, Start};
+use crate::board::{Board, Effect, Moment, Next, PartPlan, ProcessKind, Run, Start, Wired};
 use crate::executor::{AttemptDone, NextAttempt, Work};
 use crate::gang::endpoint::{Endpoint, Relay, RelayError};
 use crate::items::ItemFiles;
@@ -560,12 +560,14 @@ impl Desk {
     /// Opens the PMI service of a part whose ranks this node serves.
     fn open_pmi(&mut self, plan: &PartPlan) {
         let (attempt, gang, hpc) = (plan.assignment.attempt, &plan.gang, &plan.hpc);
+        let hwloc_xml = crate::pmi::topology::file(&self.places.spill_dir);
         let group = Group::new(Layout {
             kvsname: format!("saker-{attempt}"),
             ranks: hpc.ranks,
             ranks_per_node: hpc.ranks_per_node,
             members: gang.nodes.len() as u32,
             member: gang.member,
+            hwloc_xml: hwloc_xml.map(|file| file.display().to_string()),
         });
         let up = Arc::new(DeskRelay {
             desk: self.me.clone(),
@@ -603,12 +605,18 @@ impl Desk {
         let Some(server) = self.pmi.get(&fence.attempt) else {
             return; // the part ended meanwhile
         };
-        if let Err(reason) = server.fenced(fence.epoch, fence.puts) {
-            tracing::error!(attempt = %fence.attempt, %reason, "the gang's PMI fence went wrong");
-            let now = self.now();
-            self.apply(now, |board| {
-                board.handle_part_failed(fence.attempt, reason, now)
-            });
+        let now = self.now();
+        match server.fenced(fence.epoch, fence.puts) {
+            Ok(true) => self
+                .board
+                .handle_part_wired(fence.attempt, Wired::Fenced, now),
+            Ok(false) => {}
+            Err(reason) => {
+                tracing::error!(attempt = %fence.attempt, %reason, "the gang's PMI fence went wrong");
+                self.apply(now, |board| {
+                    board.handle_part_failed(fence.attempt, reason, now)
+                });
+            }
         }
     }
 
@@ -662,6 +670,15 @@ impl crate::pmi::server::Up for DeskRelay {
         let mut desk = lock(&desk);
         let now = desk.now();
         desk.apply(now, |board| board.handle_part_failed(attempt, reason, now));
+    }
+
+    fn wired(&self, attempt: AttemptId, wired: Wired) {
+        let Some(desk) = self.desk.upgrade() else {
+            return;
+        };
+        let mut desk = lock(&desk);
+        let now = desk.now();
+        desk.board.handle_part_wired(attempt, wired, now);
     }
 
     fn abort(&self, attempt: AttemptId, local: u32, exitcode: i32) {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use saker_wire::messages::{
     Assignment, AttemptId, GangLaunch, GangLaunchEnded, GangPart, Hpc, JobDef, LauncherKind,
-    MpiKind, Outcome, Output, ProcessEnd, Resources, ResultBody, Started, TaskResult,
+    MpiKind, Outcome, Output, PmiTimes, ProcessEnd, Resources, ResultBody, Started, TaskResult,
 };
 
 use super::{Board, Effect, Moment, Run, Running, Start};
@@ -86,6 +86,17 @@ struct Part {
     /// The process that called `PMI_Abort`, and the exit code it asked for: its end,
     /// whatever stopped it, is that exit.
     aborted: Option<(u32, i32)>,
+    /// When its ranks wired up, for a part whose ranks this node serves PMI.
+    pmi: Option<PmiTimes>,
+}
+
+/// A moment of a PMI part's wire-up, as its service saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wired {
+    /// The last of the node's ranks said `init`.
+    Initialized,
+    /// The ranks' first fence over the whole group completed.
+    Fenced,
 }
 
 /// The gang state of a [`Board`].
@@ -255,6 +266,7 @@ impl Board {
                 mpi: !ranks,
                 staged,
                 aborted: None,
+                pmi: (ranks && hpc.mpi == MpiKind::Pmi).then(PmiTimes::default),
             },
         );
         if live == 0 && ranks {
@@ -380,9 +392,8 @@ impl Board {
         };
         part.live = part.live.saturating_sub(1);
         let mut finished = finished;
-        if let Some((aborted, code)) = part.aborted
-            && aborted == number
-        {
+        let aborted = part.aborted.is_some_and(|(aborted, _)| aborted == number);
+        if let Some((_, code)) = part.aborted.filter(|_| aborted) {
             finished.outcome = Outcome::Exited { code };
         }
         let ok = matches!(finished.outcome, Outcome::Exited { code: 0 });
@@ -403,6 +414,8 @@ impl Board {
         part.ends.push(ProcessEnd {
             rank: number,
             outcome: finished.outcome,
+            ended_unix_us: now.unix_us,
+            aborted,
         });
         let stop_rest = part.failure.is_some() && part.live > 0;
         let done = part.live == 0 && (part.ends_with_processes || part.cancelled);
@@ -491,6 +504,7 @@ impl Board {
                 stdout,
                 stderr,
                 ends: part.ends,
+                pmi: part.pmi,
             },
         });
     }
@@ -520,6 +534,26 @@ impl Board {
         self.complete_part_if_stopped(attempt, now);
     }
 
+    /// The ranks of `attempt`'s part reached a moment of their wire-up (the first time
+    /// counts).
+    pub fn handle_part_wired(&mut self, attempt: AttemptId, wired: Wired, now: Moment) {
+        let Some(times) = self
+            .parts
+            .parts
+            .get_mut(&attempt)
+            .and_then(|part| part.pmi.as_mut())
+        else {
+            return;
+        };
+        let at = match wired {
+            Wired::Initialized => &mut times.inited_unix_us,
+            Wired::Fenced => &mut times.fenced_unix_us,
+        };
+        if *at == 0 {
+            *at = now.unix_us;
+        }
+    }
+
     /// A part that could not even be taken.
     fn fail_part_unstarted(&mut self, assignment: &Assignment, outcome: Outcome, now: Moment) {
         self.pending.results.push(TaskResult {
@@ -535,6 +569,7 @@ impl Board {
                 stdout: Output::default(),
                 stderr: Output::default(),
                 ends: Vec::new(),
+                pmi: None,
             },
         });
     }

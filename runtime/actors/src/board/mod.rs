@@ -70,7 +70,7 @@ mod slots;
 pub(crate) mod tests;
 
 pub use away::{AWAY_MEMORY_BYTES, MAX_UNACKED};
-pub use gang::{PartPlan, PartProcess, ProcessKind, exit_code};
+pub use gang::{PartPlan, PartProcess, ProcessKind, Wired, exit_code};
 pub use items::{ItemError, ItemLanded};
 pub use objects::{Role, Store, StoreEffect, StoreError, StoreUsage, Tier};
 pub use report::Flush;

@@ -24,6 +24,8 @@ pub struct Layout {
     /// Members of the gang, and this node's position among them.
     pub members: u32,
     pub member: u32,
+    /// This node's hwloc topology file, if it has one (`PMI_hwloc_xmlfile`).
+    pub hwloc_xml: Option<String>,
 }
 
 impl Layout {
@@ -97,6 +99,9 @@ pub struct Group {
     fencing: bool,
     /// Local ranks that said `init`, for the wire-up time.
     initialized: BTreeSet<u32>,
+    /// PMI-2 node attributes, and the ranks waiting for one to be put.
+    node_attrs: HashMap<String, String>,
+    awaiting: Vec<(String, u32)>,
 }
 
 impl Group {
@@ -111,6 +116,8 @@ impl Group {
             epoch: 0,
             fencing: false,
             initialized: BTreeSet::new(),
+            node_attrs: HashMap::new(),
+            awaiting: Vec::new(),
         }
     }
 
@@ -131,15 +138,41 @@ impl Group {
     /// What to do for `request` from local rank `rank`.
     pub fn request(&mut self, rank: u32, request: Request) -> Vec<Action> {
         let reply = match request {
-            Request::Init { .. } => {
+            Request::Init { version, .. } => {
                 self.initialized.insert(rank);
-                // The simple protocol's version 1.1, whatever the rank asked: a
-                // PMI-2 client that cannot speak it says so itself.
-                Reply::Init {
-                    version: 1,
-                    subversion: 1,
+                // PMI-2 (2.0) to a client that asks for it, else the simple protocol
+                // (1.1): a client that cannot speak the answer says so itself.
+                match version {
+                    2 => Reply::Init {
+                        version: 2,
+                        subversion: 0,
+                    },
+                    _ => Reply::Init {
+                        version: 1,
+                        subversion: 1,
+                    },
                 }
             }
+            Request::FullInit => Reply::FullInit {
+                rank,
+                size: self.layout.ranks,
+                appnum: 0,
+            },
+            Request::GetJobAttr { key } => Reply::JobAttr(match key.as_str() {
+                "PMI_process_mapping" => Some(self.mapping.clone()),
+                "universeSize" => Some(self.layout.ranks.to_string()),
+                "PMI_hwloc_xmlfile" => self.layout.hwloc_xml.clone(),
+                _ => None,
+            }),
+            Request::PutNodeAttr { key, value } => return self.put_node_attr(rank, key, value),
+            Request::GetNodeAttr { key, wait } => match self.node_attrs.get(&key) {
+                Some(value) => Reply::NodeAttr(Some(value.clone())),
+                None if wait => {
+                    self.awaiting.push((key, rank));
+                    return Vec::new();
+                }
+                None => Reply::NodeAttr(None),
+            },
             Request::GetMaxes => Reply::Maxes(MAXES),
             Request::GetUniverseSize => Reply::UniverseSize(self.layout.ranks),
             Request::GetAppnum => Reply::Appnum(0),
@@ -165,6 +198,27 @@ impl Group {
             },
         };
         vec![Action::Reply { rank, reply }]
+    }
+
+    /// A node attribute put: seen at once by this node's ranks, those waiting for it
+    /// answered.
+    fn put_node_attr(&mut self, rank: u32, key: String, value: String) -> Vec<Action> {
+        let mut actions = vec![Action::Reply {
+            rank,
+            reply: Reply::NodeAttrPut,
+        }];
+        self.awaiting.retain(|(waited, waiting)| {
+            let answered = *waited == key;
+            if answered {
+                actions.push(Action::Reply {
+                    rank: *waiting,
+                    reply: Reply::NodeAttr(Some(value.clone())),
+                });
+            }
+            !answered
+        });
+        self.node_attrs.insert(key, value);
+        actions
     }
 
     fn get(&self, key: &str) -> Option<String> {

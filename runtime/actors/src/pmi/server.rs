@@ -17,6 +17,7 @@ use saker_wire::messages::{AttemptId, PmiFence};
 
 use super::group::{Action, Group};
 use super::{Reply, Requests};
+use crate::board::Wired;
 
 /// A reply a rank does not read within this long ends its group: a rank that stops
 /// reading its own answers is broken. (Replies are small; a socket buffer holds many.)
@@ -30,6 +31,8 @@ pub trait Up: Send + Sync {
     fn fail(&self, attempt: AttemptId, reason: String);
     /// Local rank `local` called `PMI_Abort`: the part ends with `exitcode`.
     fn abort(&self, attempt: AttemptId, local: u32, exitcode: i32);
+    /// The part's ranks reached a moment of their wire-up.
+    fn wired(&self, attempt: AttemptId, wired: Wired);
 }
 
 /// See the module doc. Dropping it closes every rank's socket.
@@ -55,6 +58,8 @@ struct Shared {
     closed: bool,
     /// The fence that went up and is not answered yet: sent again to a next root.
     in_flight: Option<PmiFence>,
+    /// Ranks that speak PMI-2, with the `thrid` of their request in progress.
+    v2: HashMap<u32, Option<String>>,
 }
 
 impl Server {
@@ -64,6 +69,7 @@ impl Server {
             writers: HashMap::new(),
             closed: false,
             in_flight: None,
+            v2: HashMap::new(),
         };
         Server {
             attempt,
@@ -91,16 +97,19 @@ impl Server {
         Ok(OwnedFd::from(theirs))
     }
 
-    /// The answer to this member's fence `epoch`: every member's keys. An error is
-    /// why the part cannot go on (the caller fails it: it may hold what [`Up`] takes).
-    pub fn fenced(&self, epoch: u32, puts: Vec<(String, String)>) -> Result<(), String> {
+    /// The answer to this member's fence `epoch`: every member's keys; whether it was
+    /// the part's first fence. An error is why the part cannot go on. The caller
+    /// carries out both itself: it may hold what [`Up`] takes.
+    pub fn fenced(&self, epoch: u32, puts: Vec<(String, String)>) -> Result<bool, String> {
         let mut shared = lock(&self.shared);
         let actions = shared
             .group
             .fenced(epoch, puts)
             .map_err(|error| error.to_string())?;
         shared.in_flight = None;
-        shared.carry_out(actions).map(drop)
+        let first = shared.group.epoch() == 1;
+        shared.carry_out(actions)?;
+        Ok(first)
     }
 
     /// The fence this part's ranks wait in, if its answer has not come: a root that
@@ -143,7 +152,11 @@ impl Shared {
         let Some(writer) = self.writers.get_mut(&rank) else {
             return Ok(()); // its socket is gone: so is the rank
         };
-        match writer.write_all(reply.to_line().as_bytes()) {
+        let text = match self.v2.get(&rank) {
+            Some(thrid) => super::v2::render(reply, thrid.as_deref()),
+            None => reply.to_line(),
+        };
+        match writer.write_all(text.as_bytes()) {
             Ok(()) => Ok(()),
             // A rank that ended with a request unanswered: its exit tells.
             Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
@@ -178,13 +191,26 @@ impl Reader {
                     return self.up.fail(self.attempt, reason);
                 }
             };
-            for request in parsed {
+            let thrids = requests.thrids().to_vec();
+            for (request, thrid) in parsed.into_iter().zip(thrids) {
                 let mut shared = lock(&self.shared);
                 if shared.closed {
                     return;
                 }
+                if requests.is_v2() {
+                    shared.v2.insert(self.rank, thrid);
+                }
+                let (epoch, initialized) = (shared.group.epoch(), shared.group.all_initialized());
                 let actions = shared.group.request(self.rank, request);
                 let carried = shared.carry_out(actions);
+                // Moments of the wire-up, each once (a lone member fences here).
+                let wired = match (&shared.group, epoch) {
+                    (group, _) if !initialized && group.all_initialized() => {
+                        Some(Wired::Initialized)
+                    }
+                    (group, 0) if group.epoch() == 1 => Some(Wired::Fenced),
+                    _ => None,
+                };
                 let first_local = shared.group.layout().local_ranks().start;
                 let member = shared.group.layout().member;
                 if let Ok(Some(Action::Fence { epoch, puts })) = &carried {
@@ -196,6 +222,9 @@ impl Reader {
                     });
                 }
                 drop(shared);
+                if let Some(wired) = wired {
+                    self.up.wired(self.attempt, wired);
+                }
                 match carried {
                     Ok(Some(Action::Fence { epoch, puts })) => self.up.fence(PmiFence {
                         attempt: self.attempt,

@@ -80,7 +80,7 @@ pub(super) struct AdoptedGang {
 /// What a member sent of a gang before the gang was adopted.
 #[derive(Debug)]
 pub(super) enum Early {
-    Result(NodeId, TaskResult),
+    Result(NodeId, Box<TaskResult>),
     Launch(NodeId, GangLaunch),
     LaunchEnded(GangLaunchEnded),
     Fence(NodeId, PmiFence),

@@ -336,7 +336,7 @@ impl RootState {
                 Early::Result(node, result) => {
                     let settled =
                         self.gangs
-                            .on_part_result(&mut self.ctx, &self.nodes, node, result);
+                            .on_part_result(&mut self.ctx, &self.nodes, node, *result);
                     if let Some(settled) = settled {
                         self.settle_gang(settled);
                     }
@@ -390,7 +390,7 @@ impl RootState {
                 match rkyv::deserialize::<TaskResult, rkyv::rancor::Error>(result) {
                     Ok(result) => self
                         .adoption
-                        .keep_early(attempt, Early::Result(node, result)),
+                        .keep_early(attempt, Early::Result(node, Box::new(result))),
                     Err(error) => tracing::error!(%error, %node, "unreadable part result"),
                 }
                 continue;

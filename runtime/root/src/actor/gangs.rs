@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use saker_core::{AttemptId, AttemptOutcome, NodeId, TaskId};
 use saker_wire::messages::{
-    GangLaunch, GangLaunchEnded, GangPart, Hpc, LauncherKind, MpiKind, Outcome, PmiFence,
+    GangLaunch, GangLaunchEnded, GangPart, Hpc, LauncherKind, MpiKind, Outcome, PmiFence, PmiTimes,
     ProcessEnd, ResultBody, TaskResult, ToAgent,
 };
 
@@ -22,7 +22,7 @@ use super::ctx::Ctx;
 use super::nodes::Nodes;
 use super::outcomes::{describe_owned, failure_of_owned};
 use super::results::Detail;
-use saker_client::results::{GangRecord, ProcessRecord, lossy_text};
+use saker_client::results::{GangRecord, ProcessRecord, WireUp, lossy_text};
 
 /// Ports for rendezvous start here; a gang's is this plus its attempt id modulo
 /// [`PORT_SPAN`], so gangs running at the same time get different ones.
@@ -195,8 +195,18 @@ impl GangRuns {
             .into_iter()
             .flatten()
             .collect();
+        // Ranks Saker started: of the processes that failed (not those stopped), the
+        // one that ended first decides, and is named. A peer that notices a crash
+        // and aborts ends after it, whichever part's result came in first.
+        let earliest = earliest_failure(&run, &parts);
+        if let Some((member, _, _)) = earliest {
+            run.first_failure = Some(member);
+        }
         let deciding = run.first_failure.unwrap_or(0);
-        let outcome = parts[deciding].outcome.clone();
+        let outcome = match &earliest {
+            Some((_, _, outcome)) => outcome.clone(),
+            None => parts[deciding].outcome.clone(),
+        };
         let core_outcome = match &outcome {
             Outcome::Exited { code: 0 } => AttemptOutcome::Succeeded,
             Outcome::Lost { .. } => AttemptOutcome::Lost,
@@ -209,7 +219,7 @@ impl GangRuns {
                 continue;
             };
             let offset = rank_offset(&run, member);
-            for ProcessEnd { rank, outcome } in ends {
+            for ProcessEnd { rank, outcome, .. } in ends {
                 let (exit_code, signal, reason) = describe_owned(outcome);
                 processes.push(ProcessRecord {
                     node: run.hosts[member].clone(),
@@ -223,18 +233,7 @@ impl GangRuns {
         }
         processes.sort_by_key(|process| (process.rank, process.member));
         let (exit_code, signal, reason) = describe_owned(&outcome);
-        // Ranks Saker started: the one whose end failed its part is named.
-        let rank = run
-            .first_failure
-            .filter(|_| !run.launched)
-            .and_then(|member| match &parts[member].body {
-                ResultBody::Part { ends, .. } => ends
-                    .iter()
-                    .find(|end| end.outcome == outcome)
-                    .map(|end| rank_offset(&run, member) + end.rank),
-                _ => None,
-            })
-            .map_or_else(String::new, |rank| format!("rank {rank}: "));
+        let rank = earliest.map_or_else(String::new, |(_, rank, _)| format!("rank {rank}: "));
         let reason = match (run.first_failure, reason) {
             (Some(member), Some(reason)) => {
                 Some(format!("{rank}{reason} (on {})", run.hosts[member]))
@@ -275,6 +274,7 @@ impl GangRuns {
                 nodes: run.hosts.clone(),
                 ranks: run.ranks,
                 processes,
+                wireup: wireup(&parts),
             }),
         };
         let note = saker_client::attempts::AttemptNote {
@@ -399,6 +399,59 @@ impl GangRuns {
         };
         nodes.send(ctx, leader, &ToAgent::GangLaunchEnded(ended));
     }
+}
+
+/// For ranks Saker started: the member, rank and outcome of the failed process that
+/// ended first (stopped ones are not failures), one that called `PMI_Abort` only if
+/// none other failed.
+fn earliest_failure(run: &GangRun, parts: &[TaskResult]) -> Option<(usize, u32, Outcome)> {
+    if run.launched {
+        return None;
+    }
+    parts
+        .iter()
+        .enumerate()
+        .flat_map(|(member, part)| {
+            let ends = match &part.body {
+                ResultBody::Part { ends, .. } => ends.as_slice(),
+                _ => &[],
+            };
+            ends.iter().map(move |end| (member, end))
+        })
+        .filter(|(_, end)| {
+            !matches!(
+                end.outcome,
+                Outcome::Exited { code: 0 } | Outcome::Cancelled
+            )
+        })
+        .min_by_key(|(_, end)| (end.aborted, end.ended_unix_us))
+        .map(|(member, end)| {
+            let rank = rank_offset(run, member) + end.rank;
+            (member, rank, end.outcome.clone())
+        })
+}
+
+/// How a PMI job's ranks wired up, from its parts' times: the last node's last
+/// `init`, and the last node's first fence, after the first part's start. None for
+/// other jobs, and for one whose ranks did not all say `init`.
+fn wireup(parts: &[TaskResult]) -> Option<WireUp> {
+    let times: Vec<PmiTimes> = parts
+        .iter()
+        .filter_map(|part| match &part.body {
+            ResultBody::Part { pmi, .. } => *pmi,
+            _ => None,
+        })
+        .collect();
+    if times.len() != parts.len() || times.iter().any(|t| t.inited_unix_us == 0) {
+        return None;
+    }
+    let start = parts.iter().map(|p| p.start_unix_us).min().unwrap_or(0);
+    let last = |at: fn(&PmiTimes) -> u64| times.iter().map(at).max().unwrap_or(0);
+    let fenced = times.iter().all(|t| t.fenced_unix_us > 0);
+    Some(WireUp {
+        init_us: last(|t| t.inited_unix_us).saturating_sub(start),
+        fence_us: fenced.then(|| last(|t| t.fenced_unix_us).saturating_sub(start)),
+    })
 }
 
 /// The rank of `member`'s first process: ranks fill nodes in order. For an MPI

@@ -12,8 +12,8 @@ use saker_wire::{
     Assignment, AttemptId, Command, Dispatch, EnvVar, Frame, FrameDecoder, FromAgent, Function,
     GangLaunch, GangLaunchEnded, GangPart, Held, HeldActor, Hello, Hpc, ItemData, ItemRead,
     ItemWritten, ItemsWritten, JobDef, JobId, LauncherKind, MpiKind, NamedAmount, NodeId, Outcome,
-    Output, Payload, Placement, PmiFence, ProcessEnd, Report, Resources, ResultBody, Started,
-    TaskId, TaskResult, ToAgent, Welcome, WireError,
+    Output, Payload, Placement, PmiFence, PmiTimes, ProcessEnd, Report, Resources, ResultBody,
+    Started, TaskId, TaskResult, ToAgent, Welcome, WireError,
 };
 
 pub fn rng(seed: u64) -> StdRng {
@@ -473,12 +473,20 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
                         ProcessEnd {
                             rank: 0,
                             outcome: Outcome::Exited { code: 0 },
+                            ended_unix_us: 1_700_000_000_400_000,
+                            aborted: false,
                         },
                         ProcessEnd {
                             rank: 1,
                             outcome: Outcome::Signaled { signal: 15 },
+                            ended_unix_us: 1_700_000_000_500_000,
+                            aborted: true,
                         },
                     ],
+                    pmi: Some(PmiTimes {
+                        inited_unix_us: 1_700_000_000_010_000,
+                        fenced_unix_us: 1_700_000_000_020_000,
+                    }),
                 },
                 ..task_result(11, Outcome::Exited { code: 0 })
             }],

@@ -7,6 +7,7 @@ fn layout(ranks: u32, per: u32, members: u32, member: u32) -> Layout {
         ranks_per_node: per,
         members,
         member,
+        hwloc_xml: None,
     }
 }
 
@@ -173,5 +174,68 @@ fn with_other_members_a_barrier_waits_for_every_members_keys() {
             epoch: 1,
             puts: Vec::new()
         }]
+    );
+}
+
+#[test]
+fn pmi2_clients_get_their_rank_job_attributes_and_node_attributes() {
+    let mut group = Group::new(Layout {
+        hwloc_xml: Some("/scratch/hwloc.xml".into()),
+        ..layout(4, 2, 2, 1)
+    });
+    assert_eq!(
+        group.request(3, Request::FullInit),
+        reply(
+            3,
+            Reply::FullInit {
+                rank: 3,
+                size: 4,
+                appnum: 0
+            }
+        )
+    );
+    let attr = |key: &str| Request::GetJobAttr { key: key.into() };
+    for (key, value) in [
+        ("PMI_process_mapping", Some("(vector,(0,2,2))")),
+        ("universeSize", Some("4")),
+        ("PMI_hwloc_xmlfile", Some("/scratch/hwloc.xml")),
+        ("mpi_reserved_ports", None),
+    ] {
+        assert_eq!(
+            group.request(2, attr(key)),
+            reply(2, Reply::JobAttr(value.map(str::to_owned))),
+            "{key}"
+        );
+    }
+    // A node attribute: absent without waiting; waited for, answered by the put.
+    let get = |wait| Request::GetNodeAttr {
+        key: "shm".into(),
+        wait,
+    };
+    assert_eq!(
+        group.request(2, get(false)),
+        reply(2, Reply::NodeAttr(None))
+    );
+    assert_eq!(group.request(2, get(true)), [], "rank 2 waits");
+    let put = Request::PutNodeAttr {
+        key: "shm".into(),
+        value: "seg-9".into(),
+    };
+    assert_eq!(
+        group.request(3, put),
+        [
+            Action::Reply {
+                rank: 3,
+                reply: Reply::NodeAttrPut
+            },
+            Action::Reply {
+                rank: 2,
+                reply: Reply::NodeAttr(Some("seg-9".into()))
+            }
+        ]
+    );
+    assert_eq!(
+        group.request(2, get(false)),
+        reply(2, Reply::NodeAttr(Some("seg-9".into())))
     );
 }

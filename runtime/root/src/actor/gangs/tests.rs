@@ -90,6 +90,17 @@ impl Gang {
     /// attempt was a gang in flight. Once every part is in, the gang's outcome is
     /// settled, as the router does.
     fn part(&mut self, node: u32, outcome: Outcome) -> bool {
+        self.part_ended_at(
+            node,
+            outcome,
+            UNIX_ORIGIN_US + 1_000 + u64::from(node),
+            false,
+        )
+    }
+
+    /// As [`Gang::part`], its process having ended at `ended` (µs since the epoch),
+    /// after calling `PMI_Abort` if `aborted`.
+    fn part_ended_at(&mut self, node: u32, outcome: Outcome, ended: u64, aborted: bool) -> bool {
         let result = TaskResult {
             task: self.task,
             attempt: self.attempt,
@@ -105,7 +116,13 @@ impl Gang {
                     ..Output::default()
                 },
                 stderr: Output::default(),
-                ends: vec![ProcessEnd { rank: 0, outcome }],
+                ends: vec![ProcessEnd {
+                    rank: 0,
+                    outcome,
+                    ended_unix_us: ended,
+                    aborted,
+                }],
+                pmi: None,
             },
         };
         let in_flight = self.gangs.contains(&self.attempt);
@@ -354,4 +371,32 @@ fn pmi_fences_go_to_every_member_once_each_members_keys_are_in() {
     let sent = g.owned.sent();
     assert_eq!(sent.len(), 2);
     assert!(matches!(&sent[0].1, ToAgent::PmiFenced(f) if f.epoch == 1 && f.puts.len() == 2));
+}
+
+#[test]
+fn of_two_failed_ranks_the_one_that_ended_first_decides_whichever_arrives_first() {
+    // Rank 1 (node 2) crashed; rank 0 (node 1) exited non-zero after it, but its
+    // part's result reached the root first.
+    let mut g = gang(|_| {});
+    g.owned.sent();
+    let at = |ms: u64| UNIX_ORIGIN_US + ms * 1_000;
+    assert!(g.part_ended_at(1, Outcome::Exited { code: 9 }, at(5), false));
+    assert!(g.part_ended_at(2, Outcome::Signaled { signal: 11 }, at(2), false));
+    assert_eq!(g.ended(), Some(TerminalState::Failed));
+    let record = &g.results.unjournaled_results()[0];
+    assert_eq!(record.signal, Some(11));
+    assert_eq!(
+        record.reason.as_deref(),
+        Some("rank 1: killed by signal 11 (on host2)")
+    );
+
+    // A rank's MPI_Abort decides only when nothing else failed, even if it ended
+    // first (a rank's error handler often aborts on a failed peer).
+    let mut g = gang(|_| {});
+    g.owned.sent();
+    assert!(g.part_ended_at(1, Outcome::Exited { code: 7 }, at(1), true));
+    assert!(g.part_ended_at(2, Outcome::Exited { code: 3 }, at(4), false));
+    assert_eq!(g.ended(), Some(TerminalState::Failed));
+    let record = &g.results.unjournaled_results()[0];
+    assert_eq!(record.reason.as_deref(), Some("rank 1: exit 3 (on host2)"));
 }

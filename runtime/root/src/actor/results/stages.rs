@@ -9,7 +9,8 @@
 //! `launch` (dispatched → started: the way down, the slot's turn, the spawn), `run`
 //! (started → ended, as the agent timed it), `fetch` (of `launch`, the time a task
 //! that reads data items waited on its node for them to be fetched; only such
-//! tasks), `deliver` (ended → accepted by the root:
+//! tasks), `wireup` (of `run`, started → every rank's first PMI fence, for MPI jobs
+//! whose ranks their agents served PMI), `deliver` (ended → accepted by the root:
 //! the report's way up and its turn in the root), `total` (submitted → accepted).
 //! A task that never started counts in `total` only. Times come from different
 //! clocks (the root's, an agent's) and are clamped at zero.
@@ -30,6 +31,7 @@ pub(crate) struct Stages {
     launch: Histogram<u64>,
     fetch: Histogram<u64>,
     run: Histogram<u64>,
+    wireup: Histogram<u64>,
     deliver: Histogram<u64>,
     total: Histogram<u64>,
 }
@@ -47,6 +49,7 @@ impl Default for Stages {
             launch: histogram(),
             fetch: histogram(),
             run: histogram(),
+            wireup: histogram(),
             deliver: histogram(),
             total: histogram(),
         }
@@ -67,6 +70,14 @@ impl Stages {
         }
         if let Some(fetch) = record.fetch_us {
             add(&mut self.fetch, fetch);
+        }
+        if let Some(fence) = record
+            .gang
+            .as_ref()
+            .and_then(|gang| gang.wireup)
+            .and_then(|wireup| wireup.fence_us)
+        {
+            add(&mut self.wireup, fence);
         }
         if let Some(accept) = record.accept_time.map(|accept| accept.unix_micros()) {
             if record.start_time.is_some() {
@@ -89,6 +100,7 @@ impl Stages {
             ("launch", &self.launch),
             ("fetch", &self.fetch),
             ("run", &self.run),
+            ("wireup", &self.wireup),
             ("deliver", &self.deliver),
             ("total", &self.total),
         ]

@@ -56,7 +56,10 @@ fn part_result(task: u64, attempt: u64, outcome: Outcome) -> TaskResult {
             ends: vec![ProcessEnd {
                 rank: 0,
                 outcome: outcome.clone(),
+                ended_unix_us: 1_700_000_000_000_000,
+                aborted: false,
             }],
+            pmi: None,
         },
         outcome,
         ..exited(task, attempt, 0)
