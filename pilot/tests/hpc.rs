@@ -195,6 +195,24 @@ fn mpich_ranks_started_by_their_agents_wire_up_through_pmi_and_end_whole() {
     assert_eq!(ranks, [(0, 0), (1, 0), (2, 1), (3, 1), (4, 2), (5, 2)]);
     assert!(processes.iter().all(|process| process["exit_code"] == 0));
 
+    // What each rank is handed: its PMI socket and variables, Hydra's local layout,
+    // and the node's topology read once by its agent (hwloc comes with MPICH).
+    let pilot = dir.path().join("pilot-env");
+    let script = "echo $PMI_FD $PMI_RANK $PMI_SIZE $PMI_JOBID $MPI_LOCALNRANKS \
+                  $MPI_LOCALRANKID $HWLOC_THISSYSTEM $HWLOC_XMLFILE";
+    let output = run_on_three(&pilot, &[&layout[..], &["--shell", "--", script]].concat());
+    let result = only_result(&pilot);
+    assert!(output.status.success(), "{result}");
+    for (rank, line) in every_ranks_stdout(&pilot, &result, 6).lines().enumerate() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let expected = ["3", &rank.to_string(), "6"];
+        assert_eq!(words[..3], expected, "{line}");
+        assert!(words[3].starts_with("saker-"), "{line}");
+        assert_eq!(words[4..7], ["2", &(rank % 2).to_string(), "1"], "{line}");
+        let topology = Path::new(words[7]);
+        assert!(topology.is_absolute() && topology.is_file(), "{line}");
+    }
+
     // A rank's crash, its MPI_Abort, or nonsense on its PMI socket ends the whole
     // group at once with one result naming the rank (the others wait in MPI calls,
     // or sleep, until stopped).

@@ -876,3 +876,23 @@ def test_an_hpc_job_runs_its_ranks_on_several_agents(saker_bin: str) -> None:
         with pytest.raises(saker.SpecError) as info:
             hpc.submit("true", nodes=4).result(30)
         assert "at most 3" in str(info.value)
+
+
+def test_an_mpi_job_started_by_the_agents_through_pmi(saker_bin: str, tmp_path: Path) -> None:
+    # MPICH ranks that the agents start and serve PMI themselves: no mpiexec.
+    probe = tmp_path / "probe"
+    source = Path(__file__).resolve().parents[2] / "pilot" / "tests" / "mpi" / "probe.c"
+    try:
+        subprocess.run(["mpicc.mpich", "-O2", "-o", str(probe), str(source)], check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        if os.environ.get("SAKER_REQUIRE_MPI") == "1":
+            raise
+        pytest.skip(f"no MPICH to build the probe with: {exc}")
+    with saker.Pilot.start(agents=2, slots=4, saker_bin=saker_bin) as hpc:
+        result = hpc.submit([str(probe)], nodes=2, ranks_per_node=2, mpi="pmi").result(60)
+        line = next(line for line in result.stdout.splitlines() if line.startswith("probe rank=0"))
+        assert " size=4 " in line and " sum=10 " in line, line
+        wireup = result.gang["wireup"]
+        assert 0 < wireup["init_us"] <= wireup["fence_us"]
+        with pytest.raises(ValueError, match="option mpi must be one of none, pmi"):
+            hpc.submit("true", nodes=2, mpi="pmix")

@@ -10,6 +10,9 @@
 //!   jobs without any wire-up (`--mpi none`: each rank its own singleton MPI), the
 //!   floor of spawning them.
 //!
+//! * a ring of 2 ranks over a message size sweep (`pilot/tests/mpi/ring.c`) through
+//!   PMI and as an srun step: the same sums, and the same bandwidth and hop time.
+//!
 //! For context, the floor under any launcher: six probes spawned at once, each its
 //! own singleton world (MPICH's own `MPI_Init`, no wire-up).
 //!
@@ -113,7 +116,132 @@ fn measure(setup: &Setup, pilot: &Path, probe: &Path) -> Result<Vec<Row>> {
         target: Target::None,
     });
     rows.extend(rates(setup, pilot, probe)?);
+    rows.extend(rings(setup, pilot)?);
     Ok(rows)
+}
+
+/// The ring of `pilot/tests/mpi/ring.c` on 2 nodes × 1 rank, through PMI and as an
+/// srun step, alternated (3 rounds, the best of each): the same sums, and the
+/// bandwidth of one link at the sweep's largest message and the time of a hop at
+/// its smallest.
+fn rings(setup: &Setup, pilot: &Path) -> Result<Vec<Row>> {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pilot/tests/mpi/ring.c");
+    let ring = pilot.join("ring");
+    let built = Command::new("mpicc.mpich")
+        .args(["-O2", "-o"])
+        .arg(&ring)
+        .arg(&source)
+        .status()?;
+    if !built.success() {
+        bail!("mpicc.mpich failed on {}", source.display());
+    }
+    let mut best: [Option<Ring>; 2] = [None, None];
+    for _round in 0..3 {
+        for (index, launcher) in ["agents", "srun"].into_iter().enumerate() {
+            let output = saker(setup, pilot)
+                .args(["--nodes", "2", "--ranks-per-node", "1", "--mpi", "pmi"])
+                .args(["--launcher", launcher, "--"])
+                .arg(&ring)
+                .output()?;
+            if !output.status.success() {
+                bail!(
+                    "ring/{launcher}: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+            let text = last_stdout(setup, pilot)?;
+            let ring = Ring::read(&text)?;
+            best[index] = Some(match best[index].take() {
+                Some(other) => other.better(ring),
+                None => ring,
+            });
+        }
+    }
+    let [Some(pmi), Some(srun)] = best else {
+        bail!("no ring ran");
+    };
+    if pmi.sums != srun.sums {
+        bail!(
+            "the rings computed different sums: {:?} beside {:?}",
+            pmi.sums,
+            srun.sums
+        );
+    }
+    let label = "srun --mpi=pmi2 step, same allocation, same ring; best of 3";
+    Ok(vec![
+        Row {
+            benchmark: Benchmark::Mpi,
+            name: "slurm, MPICH ring of 2, 2 MiB messages: PMI beside srun".into(),
+            saker: Measure::new(pmi.mibps, Unit::MebibytesPerSecond)
+                .with_detail(format!("sums equal ({} sizes)", pmi.sums.len())),
+            baseline: Some(Measure::new(srun.mibps, Unit::MebibytesPerSecond).with_detail(label)),
+            target: Target::RatioAtLeast(0.9),
+        },
+        Row {
+            benchmark: Benchmark::Mpi,
+            name: "slurm, MPICH ring of 2, 8-byte messages: a hop, PMI beside srun".into(),
+            saker: Measure::new(pmi.hop_us, Unit::Microseconds),
+            baseline: Some(Measure::new(srun.hop_us, Unit::Microseconds).with_detail(label)),
+            target: Target::RatioAtMost(1.1),
+        },
+    ])
+}
+
+/// What rank 0 of a ring printed: each size's sum, the largest size's bandwidth
+/// (MiB/s) and the smallest size's time per hop (µs).
+#[derive(Debug)]
+struct Ring {
+    sums: Vec<u64>,
+    mibps: f64,
+    hop_us: f64,
+}
+
+impl Ring {
+    fn read(stdout: &str) -> Result<Ring> {
+        let field = |line: &str, key: &str| -> Option<f64> {
+            line.split_whitespace()
+                .find_map(|word| word.strip_prefix(key)?.strip_prefix('='))?
+                .parse()
+                .ok()
+        };
+        let lines: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.starts_with("ring size="))
+            .collect();
+        let (Some(first), Some(last)) = (lines.first(), lines.last()) else {
+            bail!("no ring lines in:\n{stdout}");
+        };
+        let sums = lines
+            .iter()
+            .map(|line| field(line, "sum").map(|sum| sum as u64))
+            .collect::<Option<Vec<u64>>>()
+            .context("a ring line without its sum")?;
+        let hop = field(first, "seconds").zip(field(first, "iters"));
+        Ok(Ring {
+            sums,
+            mibps: field(last, "mibps").context("no bandwidth")?,
+            hop_us: hop.map(|(s, i)| s / i * 1e6).context("no hop time")?,
+        })
+    }
+
+    fn better(self, other: Ring) -> Ring {
+        Ring {
+            mibps: self.mibps.max(other.mibps),
+            hop_us: self.hop_us.min(other.hop_us),
+            sums: self.sums,
+        }
+    }
+}
+
+/// The stdout of the last result in `pilot`.
+fn last_stdout(setup: &Setup, pilot: &Path) -> Result<String> {
+    let results = Command::new(&setup.saker)
+        .args(["results", "--format", "jsonl", "--dir"])
+        .arg(pilot)
+        .output()?;
+    let text = String::from_utf8_lossy(&results.stdout);
+    let record: ResultRecord = serde_json::from_str(text.lines().last().context("no result")?)?;
+    Ok(record.stdout)
 }
 
 /// The floor under any launcher: six probes spawned at once on this machine, each

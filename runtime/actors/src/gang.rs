@@ -191,6 +191,9 @@ fn rank_launch(plan: &PartPlan, rank: u32, local: u32, places: &Places) -> Launc
         launch.set_var_number(b"PMI_RANK", rank.into());
         launch.set_var_number(b"PMI_SIZE", hpc.ranks.into());
         launch.set_var(b"PMI_SPAWNED", b"0");
+        // Hydra's: MPICH takes its node-local layout from them when set.
+        launch.set_var_number(b"MPI_LOCALNRANKS", (end - first).into());
+        launch.set_var_number(b"MPI_LOCALRANKID", local.into());
         let kvsname = format!("saker-{}", assignment.attempt);
         launch.set_var(b"PMI_JOBID", kvsname.as_bytes());
         // The node's topology, read once by its agent, not probed again by each rank.

@@ -30,6 +30,8 @@ pub fn file(dir: &Path) -> Option<&'static Path> {
 fn make(dir: &Path) -> std::io::Result<PathBuf> {
     let host = nix::unistd::gethostname()?;
     let host = host.to_string_lossy();
+    // Absolute: a rank's working directory is its job's.
+    let dir = std::path::absolute(dir)?;
     let file = dir.join(format!("hwloc-topology.{host}.xml"));
     if file.is_file() {
         return Ok(file);
@@ -45,7 +47,7 @@ fn make(dir: &Path) -> std::io::Result<PathBuf> {
             output.status
         )));
     }
-    std::fs::create_dir_all(dir)?;
+    std::fs::create_dir_all(&dir)?;
     // Written whole, then renamed: agents of one machine may share the directory.
     let partial = dir.join(format!(
         "hwloc-topology.{host}.{}.partial",
