@@ -315,18 +315,26 @@ impl<'a> Attributes<'a> {
         attribute: &'static str,
         most: usize,
     ) -> Result<String, PmiError> {
-        let value = self
-            .get(attribute)
-            .ok_or(PmiError::Missing { cmd, attribute })?;
-        if value.len() > most {
-            return Err(PmiError::Oversized {
-                cmd,
-                attribute,
-                most,
-            });
-        }
-        Ok(value.to_owned())
+        bounded(cmd, attribute, self.get(attribute), most)
     }
+}
+
+/// `attribute`'s `value` in request `cmd`: present, and within `most` bytes.
+fn bounded(
+    cmd: &'static str,
+    attribute: &'static str,
+    value: Option<&str>,
+    most: usize,
+) -> Result<String, PmiError> {
+    let value = value.ok_or(PmiError::Missing { cmd, attribute })?;
+    if value.len() > most {
+        return Err(PmiError::Oversized {
+            cmd,
+            attribute,
+            most,
+        });
+    }
+    Ok(value.to_owned())
 }
 
 impl Reply {

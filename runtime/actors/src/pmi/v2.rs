@@ -9,7 +9,7 @@
 //! From MPICH's `doc/wiki/design/PMI_v2_Wire_Protocol.md`, checked against Slurm's
 //! `contribs/pmi2` client.
 
-use super::{MAXES, PmiError, Reply, Request};
+use super::{MAXES, PmiError, Reply, Request, bounded};
 
 /// The longest frame body read: a client never builds one longer.
 pub const MOST_FRAME: usize = 64 * 1024;
@@ -53,17 +53,7 @@ pub(super) fn parse(body: &str) -> Result<(Request, Option<String>), PmiError> {
     let Some(&(cmd, reply)) = KNOWN.iter().find(|(known, _)| *known == name) else {
         return Err(PmiError::Unknown(name.chars().take(64).collect()));
     };
-    let text = |attribute: &'static str, most: usize| -> Result<String, PmiError> {
-        let value = get(attribute).ok_or(PmiError::Missing { cmd, attribute })?;
-        if value.len() > most {
-            return Err(PmiError::Oversized {
-                cmd,
-                attribute,
-                most,
-            });
-        }
-        Ok(value.to_owned())
-    };
+    let text = |attribute, most| bounded(cmd, attribute, get(attribute), most);
     let request = match cmd {
         "fullinit" => Request::FullInit,
         "job-getid" => Request::GetMyKvsname,
