@@ -193,59 +193,70 @@ impl Reader {
             };
             let thrids = requests.thrids().to_vec();
             for (request, thrid) in parsed.into_iter().zip(thrids) {
-                let mut shared = lock(&self.shared);
-                if shared.closed {
-                    return;
-                }
-                if requests.is_v2() {
-                    shared.v2.insert(self.rank, thrid);
-                }
-                let (epoch, initialized) = (shared.group.epoch(), shared.group.all_initialized());
-                let actions = shared.group.request(self.rank, request);
-                let carried = shared.carry_out(actions);
-                // Moments of the wire-up, each once (a lone member fences here).
-                let wired = match (&shared.group, epoch) {
-                    (group, _) if !initialized && group.all_initialized() => {
-                        Some(Wired::Initialized)
-                    }
-                    (group, 0) if group.epoch() == 1 => Some(Wired::Fenced),
-                    _ => None,
-                };
-                let first_local = shared.group.layout().local_ranks().start;
-                let member = shared.group.layout().member;
-                if let Ok(Some(Action::Fence { epoch, puts })) = &carried {
-                    shared.in_flight = Some(PmiFence {
-                        attempt: self.attempt,
-                        member,
-                        epoch: *epoch,
-                        puts: puts.clone(),
-                    });
-                }
-                drop(shared);
-                if let Some(wired) = wired {
-                    self.up.wired(self.attempt, wired);
-                }
-                match carried {
-                    Ok(Some(Action::Fence { epoch, puts })) => self.up.fence(PmiFence {
-                        attempt: self.attempt,
-                        member,
-                        epoch,
-                        puts,
-                    }),
-                    Ok(Some(Action::Abort {
-                        rank,
-                        exitcode,
-                        message,
-                    })) => {
-                        // The message is on the rank's stderr too.
-                        tracing::info!(attempt = %self.attempt, rank, exitcode, ?message,
-                            "a rank called PMI_Abort: its group ends");
-                        self.up.abort(self.attempt, rank - first_local, exitcode);
-                    }
-                    Ok(_) => {}
+                let v2 = requests.is_v2().then_some(thrid);
+                match self.handle(request, v2) {
+                    Ok(true) => {}
+                    Ok(false) => return,
                     Err(reason) => return self.up.fail(self.attempt, reason),
                 }
             }
         }
+    }
+
+    /// One request (`v2`: its `thrid`, for a PMI-2 rank): the replies are written
+    /// under the group's lock, what goes up is told after it. False once the part
+    /// ended; an error is why it must.
+    fn handle(&self, request: super::Request, v2: Option<Option<String>>) -> Result<bool, String> {
+        let mut shared = lock(&self.shared);
+        if shared.closed {
+            return Ok(false);
+        }
+        if let Some(thrid) = v2 {
+            shared.v2.insert(self.rank, thrid);
+        }
+        let (epoch, initialized) = (shared.group.epoch(), shared.group.all_initialized());
+        let actions = shared.group.request(self.rank, request);
+        let up = shared.carry_out(actions)?;
+        // Moments of the wire-up, each once (a lone member fences here).
+        let group = &shared.group;
+        let wired = match epoch {
+            _ if !initialized && group.all_initialized() => Some(Wired::Initialized),
+            0 if group.epoch() == 1 => Some(Wired::Fenced),
+            _ => None,
+        };
+        let (first_local, member) = (group.layout().local_ranks().start, group.layout().member);
+        let fence = match up {
+            Some(Action::Fence { epoch, puts }) => {
+                let fence = PmiFence {
+                    attempt: self.attempt,
+                    member,
+                    epoch,
+                    puts,
+                };
+                shared.in_flight = Some(fence.clone());
+                Some(fence)
+            }
+            Some(Action::Abort {
+                rank,
+                exitcode,
+                message,
+            }) => {
+                drop(shared);
+                // The message is on the rank's stderr too.
+                tracing::info!(attempt = %self.attempt, rank, exitcode, ?message,
+                    "a rank called PMI_Abort: its group ends");
+                self.up.abort(self.attempt, rank - first_local, exitcode);
+                return Ok(true);
+            }
+            _ => None,
+        };
+        drop(shared);
+        if let Some(wired) = wired {
+            self.up.wired(self.attempt, wired);
+        }
+        if let Some(fence) = fence {
+            self.up.fence(fence);
+        }
+        Ok(true)
     }
 }
