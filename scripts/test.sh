@@ -3,7 +3,7 @@
 #
 # Steps, each logged with a timestamp and its duration:
 #   1. packages  Debian packages the tests need; apt only runs when one is missing
-#                (build-essential, pkg-config, python3-venv, OpenMPI, MPICH, tmux,
+#                (build-essential, pkg-config, python3-venv, OpenMPI, MPICH, libpmi2, tmux,
 #                chromium, nftables, and through scripts/slurm-cluster/up.sh the Slurm
 #                cluster's packages)
 #   2. venv      Python venv at <repo>/.venv; installs python/requirements-test.txt if present

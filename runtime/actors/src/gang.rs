@@ -197,7 +197,7 @@ fn rank_launch(plan: &PartPlan, rank: u32, local: u32, places: &Places) -> Launc
         let kvsname = format!("saker-{}", assignment.attempt);
         launch.set_var(b"PMI_JOBID", kvsname.as_bytes());
         // The node's topology, read once by its agent, not probed again by each rank.
-        if let Some(file) = crate::pmi::topology::file(&places.spill_dir)
+        if let Some(file) = crate::pmi::topology::made()
             && !launch.sets_var(b"HWLOC_XMLFILE")
         {
             launch.set_var(b"HWLOC_XMLFILE", file.as_os_str().as_encoded_bytes());

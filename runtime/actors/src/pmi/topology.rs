@@ -27,6 +27,12 @@ pub fn file(dir: &Path) -> Option<&'static Path> {
     .as_deref()
 }
 
+/// The file, if [`file`] made it already; never makes it (for launches, built
+/// after their part's service opened).
+pub fn made() -> Option<&'static Path> {
+    MADE.get().and_then(|made| made.as_deref())
+}
+
 fn make(dir: &Path) -> std::io::Result<PathBuf> {
     let host = nix::unistd::gethostname()?;
     let host = host.to_string_lossy();

@@ -356,11 +356,10 @@ impl GangRuns {
         let member = fence.member as usize;
         // A root that adopted the gang mid-run learns its epoch from the members,
         // which resend the fence they wait in.
-        let epoch = match run.members.get(member) == Some(&from) {
-            true => *run.fence.0.get_or_insert(fence.epoch),
-            false => fence.epoch.wrapping_add(1), // never fits
-        };
-        if fence.epoch != epoch {
+        let fits = run.members.get(member) == Some(&from)
+            && *run.fence.0.get_or_insert(fence.epoch) == fence.epoch;
+        let epoch = fence.epoch;
+        if !fits {
             tracing::warn!(%from, attempt = %fence.attempt, member, epoch = fence.epoch,
                 "a PMI fence that does not fit its gang: dropped");
             return;
