@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{agent_pid, alive, field, mpi_probe as probe, results, run, saker, sigkill, wait_for};
+use common::{
+    agent_pid, alive, field, mpi_probe as probe, probe_lines, results, run, saker, sigkill,
+    wait_for,
+};
 use serde_json::Value;
 
 /// `saker run` on 3 agents of 2 slots each, plus `args`.
@@ -31,10 +34,7 @@ fn only_result(pilot: &Path) -> Value {
 /// Every rank of a 3 × 2 probe saw the whole world: 6 ranks, the right sum, the ring
 /// closed, and two ranks on each of three agents (when `nodes_visible`).
 fn check_probe_world(stdout: &str, nodes_visible: bool) {
-    let lines: Vec<&str> = stdout
-        .lines()
-        .filter(|line| line.starts_with("probe rank="))
-        .collect();
+    let lines = probe_lines(stdout);
     assert_eq!(lines.len(), 6, "{stdout}");
     let ranks: BTreeSet<&str> = lines.iter().map(|line| field(line, "rank")).collect();
     assert_eq!(ranks, ["0", "1", "2", "3", "4", "5"].into_iter().collect());
@@ -364,10 +364,7 @@ fn small_pmi_jobs_share_a_node_each_in_a_world_of_its_own() {
     for record in &records {
         assert_eq!(record["state"], "succeeded", "{record}");
         let stdout = record["stdout"].as_str().unwrap();
-        let line = stdout
-            .lines()
-            .find(|l| l.starts_with("probe rank="))
-            .unwrap();
+        let line = probe_lines(stdout)[0];
         assert_eq!(
             (field(line, "size"), field(line, "sum")),
             ("2", "3"),

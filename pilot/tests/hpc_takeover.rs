@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Service, field, mpi_probe, results, run, saker, standbys, wait_for};
+use common::{Service, field, mpi_probe, probe_lines, results, run, saker, standbys, wait_for};
 
 /// How many processes named `name` run (the probe's ranks).
 fn running(name: &str) -> usize {
@@ -50,10 +50,7 @@ fn survives_a_takeover(dir: &Path, kind: &str, probe: &Path) {
     assert_eq!(record["state"], "succeeded", "{kind}: {record}");
     assert_eq!(record["attempts"], 1, "{kind}: started once: {record}");
     let stdout = record["stdout"].as_str().unwrap();
-    let ranks: Vec<&str> = stdout
-        .lines()
-        .filter(|line| line.starts_with("probe rank="))
-        .collect();
+    let ranks = probe_lines(stdout);
     assert_eq!(ranks.len(), 4, "{kind}: every rank's line: {stdout}");
     for line in &ranks {
         assert_eq!(field(line, "size"), "4", "{kind}: {line}");

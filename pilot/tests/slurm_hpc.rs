@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::slurm::{
     cluster, saker_bin, sbatch, slurm_agent_on, template, wait_for_agents, wait_for_state,
 };
-use common::{alive, field, wait_for};
+use common::{alive, field, probe_lines, wait_for};
 
 fn saker() -> Command {
     Command::new(saker_bin())
@@ -182,11 +182,8 @@ fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_pmi_and_rendezvous_jobs() {
     assert_eq!(records.len(), submitted);
     for record in &records[..4] {
         assert_eq!(record["state"], "succeeded", "{record}");
-        let lines: Vec<String> = record["stdout"]
-            .as_str()
-            .unwrap()
-            .lines()
-            .filter(|line| line.starts_with("probe rank="))
+        let lines: Vec<String> = probe_lines(record["stdout"].as_str().unwrap())
+            .into_iter()
             .map(str::to_owned)
             .collect();
         check_world(&lines, true);

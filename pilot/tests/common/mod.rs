@@ -141,6 +141,16 @@ pub fn alive(pid: u32) -> bool {
 }
 
 /// `key=value` of one line of words (a probe's or a rank's report).
+/// Every rank's `probe rank=…` line in a job's output. A launcher that merges its
+/// ranks' streams (Hydra) may put another rank's line right after a write that had
+/// no newline yet, so a line is found where it starts, not only at a line's start.
+pub fn probe_lines(stdout: &str) -> Vec<&str> {
+    stdout
+        .match_indices("probe rank=")
+        .map(|(at, _)| stdout[at..].lines().next().unwrap_or_default())
+        .collect()
+}
+
 pub fn field<'a>(line: &'a str, key: &str) -> &'a str {
     line.split_whitespace()
         .find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
