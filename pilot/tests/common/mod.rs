@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod hpc;
 mod service;
 pub mod slurm;
 pub mod tmpfs;

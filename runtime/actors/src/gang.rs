@@ -203,6 +203,23 @@ fn rank_launch(plan: &PartPlan, rank: u32, local: u32, places: &Places) -> Launc
             launch.set_var(b"HWLOC_XMLFILE", file.as_os_str().as_encoded_bytes());
             launch.set_var(b"HWLOC_THISSYSTEM", b"1");
         }
+        // Open MPI: its `pmix/flux` component, given a PMI-1 library and a numeric
+        // job id, wires up through this same socket (pmi::openmpi).
+        if let Some(library) = crate::pmi::openmpi::library_written()
+            && !launch.sets_var(b"FLUX_PMI_LIBRARY_PATH")
+        {
+            launch.set_var(
+                b"FLUX_PMI_LIBRARY_PATH",
+                library.as_os_str().as_encoded_bytes(),
+            );
+            launch.set_var(b"OMPI_MCA_pmix", b"flux");
+            launch.set_var_number(b"FLUX_JOB_ID", assignment.attempt.0 & u64::from(u32::MAX));
+        }
+        if !launch.sets_var(b"OMPI_MCA_btl_vader_backing_directory") {
+            let shared = crate::pmi::openmpi::shared_memory_dir(assignment.attempt.0);
+            let key = b"OMPI_MCA_btl_vader_backing_directory";
+            launch.set_var(key, shared.as_os_str().as_encoded_bytes());
+        }
     }
     launch
 }

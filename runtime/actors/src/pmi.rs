@@ -12,6 +12,7 @@
 //! (dynamic processes) is read to its `endcmd` and refused, as Flux refuses it.
 
 pub mod group;
+pub mod openmpi;
 pub mod server;
 pub mod topology;
 pub mod v2;
@@ -248,10 +249,18 @@ pub fn parse(line: &str) -> Result<Request, PmiError> {
         "get_universe_size" => Request::GetUniverseSize,
         "get_appnum" => Request::GetAppnum,
         "get_my_kvsname" => Request::GetMyKvsname,
-        "put" => Request::Put {
-            key: attributes.text("put", "key", MAXES.key)?,
-            value: attributes.text("put", "value", MAXES.value)?,
-        },
+        "put" => {
+            // The value is last and runs to the line's end: Open MPI pads its
+            // base64 with blanks, which split words would lose.
+            let (before, value) = match rest.split_once(" value=") {
+                Some((before, value)) => (before, Some(value)),
+                None => (rest, attributes.get("value")),
+            };
+            Request::Put {
+                key: Attributes::of(before).text("put", "key", MAXES.key)?,
+                value: bounded("put", "value", value, MAXES.value)?,
+            }
+        }
         "get" => Request::Get {
             key: attributes.text("get", "key", MAXES.key)?,
         },

@@ -180,7 +180,10 @@ impl Desk {
                 Effect::OpenPmi { plan } => self.open_pmi(&plan),
                 Effect::PartEnded { attempt } => {
                     self.endpoints.remove(&attempt);
-                    self.pmi.remove(&attempt);
+                    if self.pmi.remove(&attempt).is_some() {
+                        let shared = crate::pmi::openmpi::shared_memory_dir(attempt.0);
+                        let _ = std::fs::remove_dir_all(shared);
+                    }
                     self.waiters.retain(|(waiting, _), _| *waiting != attempt);
                 }
                 Effect::KeepItem { item } => {
@@ -561,6 +564,11 @@ impl Desk {
     fn open_pmi(&mut self, plan: &PartPlan) {
         let (attempt, gang, hpc) = (plan.assignment.attempt, &plan.gang, &plan.hpc);
         let hwloc_xml = crate::pmi::topology::file(&self.places.spill_dir);
+        crate::pmi::openmpi::library(&self.places.spill_dir);
+        let shared = crate::pmi::openmpi::shared_memory_dir(attempt.0);
+        if let Err(error) = std::fs::create_dir_all(&shared) {
+            tracing::warn!(%error, dir = %shared.display(), "no shared-memory directory for Open MPI ranks");
+        }
         let group = Group::new(Layout {
             kvsname: format!("saker-{attempt}"),
             ranks: hpc.ranks,

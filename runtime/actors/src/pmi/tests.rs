@@ -144,6 +144,20 @@ cmd=lookup_name service=s\ncmd=barrier_in\n",
 }
 
 #[test]
+fn a_value_runs_to_the_end_of_its_line_blanks_and_all() {
+    // Open MPI's values through Saker's PMI library: base64 padded with blanks.
+    assert_eq!(
+        parse("cmd=put kvsname=saker-7 key=1-0 value=AAEC k=v  ").unwrap(),
+        Request::Put {
+            key: "1-0".into(),
+            value: "AAEC k=v  ".into(),
+        }
+    );
+    let line = Reply::GetResult(Some("AAEC k=v  ".into())).to_line();
+    assert_eq!(line, "cmd=get_result rc=0 value=AAEC k=v  \n");
+}
+
+#[test]
 fn bad_lines_are_refused_by_what_is_wrong() {
     let long_value = format!("cmd=put kvsname=k key=a value={}", "v".repeat(1025));
     for (line, error) in [

@@ -1,0 +1,65 @@
+//! What Open MPI's ranks need to wire up through their agent as MPICH's do.
+//!
+//! - A PMI-1 library: Debian's Open MPI finds its PMI in one named by
+//!   `FLUX_PMI_LIBRARY_PATH` (its `pmix/flux` component, which Flux uses the same
+//!   way). Saker's (`bindings/pmi`) is carried inside this binary and written once
+//!   per agent beside its spilled outputs; it speaks the wire served on `PMI_FD`.
+//! - A shared-memory directory of the part's own: Open MPI names its shared-memory
+//!   segments by host, job and *node-local* rank, so two agents of one job on one
+//!   host (a test cluster, several agents per node) would map each other's.
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The library's bytes, built by this crate's build script.
+pub static BYTES: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libsaker_pmi.so"));
+
+static WRITTEN: OnceLock<Option<PathBuf>> = OnceLock::new();
+
+/// The library's file in `dir`, written first if needed (once per process).
+pub fn library(dir: &Path) -> Option<&'static Path> {
+    WRITTEN
+        .get_or_init(|| {
+            write(dir)
+                .inspect_err(|error| tracing::warn!(%error, "no PMI library for Open MPI ranks"))
+                .ok()
+        })
+        .as_deref()
+}
+
+/// The library's file, if [`library`] wrote it already; never writes it (for
+/// launches).
+pub fn library_written() -> Option<&'static Path> {
+    WRITTEN.get().and_then(|written| written.as_deref())
+}
+
+/// Where this agent's part of `attempt` keeps its ranks' shared-memory segments
+/// (`btl_vader_backing_directory`): in /dev/shm, Open MPI's own default, named by
+/// the agent's process (agents of one job, or of two pilots, may share a host).
+pub fn shared_memory_dir(attempt: u64) -> PathBuf {
+    let root = Path::new("/dev/shm");
+    let root = match root.is_dir() {
+        true => root.to_path_buf(),
+        false => std::env::temp_dir(),
+    };
+    root.join(format!("saker-mpi.{}.{attempt}", std::process::id()))
+}
+
+fn write(dir: &Path) -> std::io::Result<PathBuf> {
+    // Named by its content: agents of different builds may share a directory.
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    BYTES.hash(&mut hasher);
+    // Absolute: a rank's working directory is its job's.
+    let dir = std::path::absolute(dir)?;
+    let file = dir.join(format!("libsaker_pmi.{:016x}.so", hasher.finish()));
+    if std::fs::metadata(&file).is_ok_and(|meta| meta.len() == BYTES.len() as u64) {
+        return Ok(file);
+    }
+    std::fs::create_dir_all(&dir)?;
+    // Written whole, then renamed: agents of one machine may share the directory.
+    let partial = dir.join(format!("libsaker_pmi.{}.partial", std::process::id()));
+    std::fs::write(&partial, BYTES)?;
+    std::fs::rename(&partial, &file)?;
+    Ok(file)
+}
