@@ -160,15 +160,28 @@ fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_pmi_and_rendezvous_jobs() {
         ],
     );
     submitted += 1;
-    // MPICH ranks started by the agents themselves and served PMI: no mpiexec, no
-    // srun. Each rank writes its line to a file of its own (stdout is kept per rank).
-    let pmi = dir.path().join("pmi");
-    std::fs::create_dir(&pmi).unwrap();
-    let probe = dir.path().join("probe-mpich").display().to_string();
-    let out = format!("out={}", pmi.display());
+    // MPICH's and Open MPI's ranks started by the agents themselves and served PMI:
+    // no mpiexec, no mpirun, no srun. Each rank writes its line to a file of its own
+    // (stdout is kept per rank). Open MPI gets the retry its TCP BTL's race needs.
     let layout = ["--nodes", "3", "--ranks-per-node", "2", "--mpi", "pmi"];
-    submit_and_wait(&pilot, &[&layout[..], &["--", &probe, &out]].concat());
-    submitted += 1;
+    let mut pmi = Vec::new();
+    for (kind, retries) in [("mpich", "0"), ("openmpi", "1")] {
+        let out_dir = dir.path().join(format!("pmi-{kind}"));
+        std::fs::create_dir(&out_dir).unwrap();
+        let probe = dir
+            .path()
+            .join(format!("probe-{kind}"))
+            .display()
+            .to_string();
+        let out = format!("out={}", out_dir.display());
+        let retries = ["--retries", retries];
+        submit_and_wait(
+            &pilot,
+            &[&layout[..], &retries, &["--", &probe, &out]].concat(),
+        );
+        submitted += 1;
+        pmi.push(out_dir);
+    }
 
     let output = saker()
         .args(["results", "--format", "jsonl", "--dir"])
@@ -197,11 +210,13 @@ fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_pmi_and_rendezvous_jobs() {
     check_world(&lines, false);
     let masters: BTreeSet<&str> = lines.iter().map(|line| field(line, "master")).collect();
     assert_eq!(masters.len(), 1, "one rendezvous address: {masters:?}");
-    assert_eq!(records[5]["state"], "succeeded", "{}", records[5]);
-    let lines: Vec<String> = (0..6)
-        .map(|rank| std::fs::read_to_string(pmi.join(format!("probe.{rank}"))).unwrap())
-        .collect();
-    check_world(&lines, true);
+    for (record, out_dir) in records[5..].iter().zip(&pmi) {
+        assert_eq!(record["state"], "succeeded", "{record}");
+        let lines: Vec<String> = (0..6)
+            .map(|rank| std::fs::read_to_string(out_dir.join(format!("probe.{rank}"))).unwrap())
+            .collect();
+        check_world(&lines, true);
+    }
 
     // A member's agent killed mid-job: no rank of that attempt survives anywhere, and
     // the job is replayed on the nodes left (the one lost is not among them).

@@ -878,16 +878,18 @@ def test_an_hpc_job_runs_its_ranks_on_several_agents(saker_bin: str) -> None:
         assert "at most 3" in str(info.value)
 
 
-def test_an_mpi_job_started_by_the_agents_through_pmi(saker_bin: str, tmp_path: Path) -> None:
-    # MPICH ranks that the agents start and serve PMI themselves: no mpiexec.
+@pytest.mark.parametrize("mpi", ["mpich", "openmpi"])
+def test_an_mpi_job_started_by_the_agents_through_pmi(saker_bin: str, tmp_path: Path, mpi: str) -> None:
+    # Ranks that the agents start and serve PMI themselves: no mpiexec, no mpirun
+    # (Open MPI's through Saker's PMI library).
     probe = tmp_path / "probe"
     source = Path(__file__).resolve().parents[2] / "pilot" / "tests" / "mpi" / "probe.c"
     try:
-        subprocess.run(["mpicc.mpich", "-O2", "-o", str(probe), str(source)], check=True)
+        subprocess.run([f"mpicc.{mpi}", "-O2", "-o", str(probe), str(source)], check=True)
     except (OSError, subprocess.CalledProcessError) as exc:
         if os.environ.get("SAKER_REQUIRE_MPI") == "1":
             raise
-        pytest.skip(f"no MPICH to build the probe with: {exc}")
+        pytest.skip(f"no {mpi} to build the probe with: {exc}")
     with saker.Pilot.start(agents=2, slots=4, saker_bin=saker_bin) as hpc:
         result = hpc.submit([str(probe)], nodes=2, ranks_per_node=2, mpi="pmi").result(60)
         line = next(line for line in result.stdout.splitlines() if line.startswith("probe rank=0"))

@@ -1,10 +1,11 @@
 //! MPI ranks started by their agents (`--mpi pmi`) on 3 Slurm nodes (a service
-//! pilot), with Debian's MPICH:
+//! pilot), with Debian's MPICH and Open MPI:
 //!
 //! * start on the nodes → last rank past `MPI_Init`, 3 nodes × 2 ranks of the probe
-//!   (`pilot/tests/mpi/probe.c`), beside the same job as one `srun --mpi=pmi2` step
-//!   in the same allocation and beside today's relay (`mpiexec.mpich` with the
-//!   agents as its remote shell); the three alternate, medians compared;
+//!   (`pilot/tests/mpi/probe.c`), beside the same job as one `srun` step in the same
+//!   allocation (`--mpi=pmi2` for MPICH, `--mpi=pmix` for Open MPI) and beside today's
+//!   relay (`mpiexec.mpich` or `mpirun` with the agents as its remote shell); the
+//!   three alternate, medians compared;
 //! * the rate of 2-rank MPI jobs (the probe on 2 nodes, an array of them), beside
 //!   the same jobs as `srun` steps, and beside the same processes started as 2-rank
 //!   jobs without any wire-up (`--mpi none`: each rank its own singleton MPI), the
@@ -33,11 +34,44 @@ use crate::options::Benchmark;
 use crate::process::TempDir;
 use crate::report::{Measure, Row, Target, Unit};
 
-/// How each start is made: `--mpi`, `--launcher`, and what the row calls it.
-const STARTS: [(&str, &str, &str); 3] = [
-    ("pmi", "agents", "agents serving PMI"),
-    ("pmi", "srun", "srun --mpi=pmi2 step"),
-    ("mpich", "agents", "mpiexec.mpich through the agents"),
+/// One MPI measured: how its probe is built, and how each start is made (`--mpi`,
+/// `--launcher`, and what the row calls it): through PMI, as an srun step, through
+/// the relay.
+struct Mpi {
+    name: &'static str,
+    kind: MpiKind,
+    starts: [(&'static str, &'static str, &'static str); 3],
+    /// Retries per job: Open MPI 4.1's TCP BTL now and then crashes a rank in
+    /// `MPI_Init` on a loaded machine (pilot/tests/slurm_hpc.rs), whatever started it.
+    retries: &'static str,
+    /// A variable the agents set for PMI jobs on this node that a baseline lacks,
+    /// for one more start: the srun step given it too (a row without a target).
+    same_as_pmi: Option<&'static str>,
+}
+
+const MPIS: [Mpi; 2] = [
+    Mpi {
+        name: "MPICH",
+        kind: MpiKind::Mpich,
+        starts: [
+            ("pmi", "agents", "agents serving PMI"),
+            ("pmi", "srun", "srun --mpi=pmi2 step"),
+            ("mpich", "agents", "mpiexec.mpich through the agents"),
+        ],
+        retries: "0",
+        same_as_pmi: None,
+    },
+    Mpi {
+        name: "Open MPI",
+        kind: MpiKind::Openmpi,
+        starts: [
+            ("pmi", "agents", "agents serving PMI"),
+            ("openmpi", "srun", "srun --mpi=pmix step"),
+            ("openmpi", "agents", "mpirun through the agents"),
+        ],
+        retries: "1",
+        same_as_pmi: Some("OMPI_MCA_pml=ob1"),
+    },
 ];
 
 pub fn run(setup: &Setup) -> Result<Vec<Row>> {
@@ -46,77 +80,137 @@ pub fn run(setup: &Setup) -> Result<Vec<Row>> {
         return Ok(Vec::new());
     }
     let directory = TempDir::new("mpi").context("creating a temporary directory")?;
-    let probe = build_probe(MpiKind::Mpich, directory.path())?;
     let (job, pilot) = service_pilot(setup, directory.path(), "mpi")?;
-    let rows = measure(setup, &pilot, &probe);
+    let mut rows = Vec::new();
+    let mut submitted = 0;
+    for mpi in &MPIS {
+        let measured = build_probe(mpi.kind, directory.path())
+            .and_then(|probe| measure(setup, &pilot, mpi, &probe, &mut submitted));
+        match measured {
+            Ok(more) => rows.extend(more),
+            Err(error) => {
+                let _ = stop_service_pilot(setup, &pilot, job);
+                return Err(error);
+            }
+        }
+    }
+    let rings = rings(setup, &pilot);
     stop_service_pilot(setup, &pilot, job)?;
-    rows
+    rows.extend(rings?);
+    Ok(rows)
 }
 
-fn measure(setup: &Setup, pilot: &Path, probe: &Path) -> Result<Vec<Row>> {
+/// `mpi`'s start rows and rate rows; `submitted` counts the pilot's jobs so far.
+fn measure(
+    setup: &Setup,
+    pilot: &Path,
+    mpi: &Mpi,
+    probe: &Path,
+    submitted: &mut usize,
+) -> Result<Vec<Row>> {
     let rounds = if setup.quick { 3 } else { 7 };
-    let mut samples: [Vec<Duration>; 3] = Default::default();
-    let mut submitted = 0;
+    let mut starts: Vec<(&str, &str, Option<&str>)> = mpi
+        .starts
+        .iter()
+        .map(|&(kind, launcher, _)| (kind, launcher, None))
+        .collect();
+    if let Some(variable) = mpi.same_as_pmi {
+        starts.push((mpi.starts[1].0, "srun", Some(variable)));
+    }
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); starts.len()];
     for round in 1..=rounds {
-        for (index, (mpi, launcher, _)) in STARTS.iter().enumerate() {
-            let out = pilot.join(format!("inits-{round}-{index}"));
+        for (index, &(kind, launcher, variable)) in starts.iter().enumerate() {
+            let out = pilot.join(format!("inits-{}-{round}-{index}", mpi.kind.name()));
             std::fs::create_dir_all(&out)?;
             let mut out_arg = std::ffi::OsString::from("out=");
             out_arg.push(&out);
-            let output = saker(setup, pilot)
-                .args(["--nodes", "3", "--ranks-per-node", "2", "--mpi", mpi])
+            let mut command = saker(setup, pilot);
+            if let Some(variable) = variable {
+                command.args(["--env", variable]);
+            }
+            let output = command
+                .args(["--retries", mpi.retries])
+                .args(["--nodes", "3", "--ranks-per-node", "2", "--mpi", kind])
                 .args(["--launcher", launcher, "--"])
                 .arg(probe)
                 .arg(out_arg)
                 .output()?;
             if !output.status.success() {
                 bail!(
-                    "{mpi}/{launcher}: {}",
+                    "{}: {kind}/{launcher}: {}",
+                    mpi.name,
                     String::from_utf8_lossy(&output.stderr)
                 );
             }
-            submitted += 1;
-            let start = start_of(setup, pilot, submitted)?;
+            *submitted += 1;
+            let start = start_of(setup, pilot, *submitted)?;
             let last = last_init(&read_inits(&out)?)?;
             samples[index].push(Duration::from_micros(last.saturating_sub(start)));
         }
         eprintln!(
-            "saker-perf: mpi round {round}/{rounds}: pmi {:.1} ms, srun {:.1} ms, relay {:.1} ms",
+            "saker-perf: mpi {} round {round}/{rounds}: pmi {:.1} ms, srun {:.1} ms, relay {:.1} ms",
+            mpi.name,
             ms(samples[0][samples[0].len() - 1]),
             ms(samples[1][samples[1].len() - 1]),
             ms(samples[2][samples[2].len() - 1]),
         );
     }
-    let [pmi, srun, relay] = samples.map(|mut samples| summary(&mut samples));
+    let summaries: Vec<super::Summary> = samples
+        .into_iter()
+        .map(|mut samples| summary(&mut samples))
+        .collect();
+    let pmi = &summaries[0];
     let seconds = |summary: &super::Summary| summary.median.as_secs_f64();
     let mut rows = Vec::new();
-    for (baseline, label) in [(&srun, STARTS[1].2), (&relay, STARTS[2].2)] {
+    let mut baselines = vec![
+        (
+            &summaries[1],
+            mpi.starts[1].2.to_owned(),
+            Target::RatioAtMost(0.5),
+        ),
+        (
+            &summaries[2],
+            mpi.starts[2].2.to_owned(),
+            Target::RatioAtMost(0.5),
+        ),
+    ];
+    if let (Some(variable), Some(same)) = (mpi.same_as_pmi, summaries.get(3)) {
+        let label = format!("{} given {variable} too", mpi.starts[1].2);
+        baselines.push((same, label, Target::None));
+    }
+    for (baseline, label, target) in baselines {
         rows.push(Row {
             benchmark: Benchmark::Mpi,
-            name: format!("slurm, MPICH 3×2 ranks → last MPI_Init: PMI beside {label}"),
-            saker: Measure::new(seconds(&pmi), Unit::Seconds).with_detail(pmi.detail()),
+            name: format!(
+                "slurm, {} 3×2 ranks → last MPI_Init: PMI beside {label}",
+                mpi.name
+            ),
+            saker: Measure::new(seconds(pmi), Unit::Seconds).with_detail(pmi.detail()),
             baseline: Some(
                 Measure::new(seconds(baseline), Unit::Seconds)
                     .with_detail(format!("{label}, same allocation; {}", baseline.detail())),
             ),
-            target: Target::RatioAtMost(0.5),
+            target,
         });
     }
     let floor = singletons(probe, rounds)?;
     rows.push(Row {
         benchmark: Benchmark::Mpi,
-        name: "MPICH 6 ranks → last MPI_Init: PMI beside no wire-up at all".into(),
-        saker: Measure::new(seconds(&pmi), Unit::Seconds).with_detail(pmi.detail()),
+        name: format!(
+            "{} 6 ranks → last MPI_Init: PMI beside no wire-up at all",
+            mpi.name
+        ),
+        saker: Measure::new(seconds(pmi), Unit::Seconds).with_detail(pmi.detail()),
         baseline: Some(
             Measure::new(seconds(&floor), Unit::Seconds).with_detail(format!(
-                "6 singleton ranks spawned at once here, MPICH's own MPI_Init; {}",
+                "6 singleton ranks spawned at once here, {}'s own MPI_Init; {}",
+                mpi.name,
                 floor.detail()
             )),
         ),
         target: Target::None,
     });
-    rows.extend(rates(setup, pilot, probe)?);
-    rows.extend(rings(setup, pilot)?);
+    rows.extend(rates(setup, pilot, mpi, probe, submitted)?);
     Ok(rows)
 }
 
@@ -277,34 +371,54 @@ fn unix_micros() -> u64 {
 
 /// Jobs per second of 2-rank MPI jobs: through PMI, as srun steps, and the same
 /// processes without wire-up; two alternated rounds each, the better kept.
-fn rates(setup: &Setup, pilot: &Path, probe: &Path) -> Result<Vec<Row>> {
+fn rates(
+    setup: &Setup,
+    pilot: &Path,
+    mpi: &Mpi,
+    probe: &Path,
+    submitted: &mut usize,
+) -> Result<Vec<Row>> {
     let jobs: u32 = if setup.quick { 30 } else { 100 };
-    let ways = [("pmi", "agents"), ("pmi", "srun"), ("none", "agents")];
-    let mut best = [0.0f64; 3];
+    // The floor, the same processes without wire-up (each rank a singleton), is
+    // MPICH's only: an Open MPI singleton starts an `orted` of its own, and under
+    // Slurm's variables it fails outright.
+    let mut ways = vec![("pmi", "agents"), (mpi.starts[1].0, "srun")];
+    if mpi.kind == MpiKind::Mpich {
+        ways.push(("none", "agents"));
+    }
+    let mut best = vec![0.0f64; ways.len()];
     for _round in 0..2 {
-        for (index, (mpi, launcher)) in ways.iter().enumerate() {
+        for (index, (kind, launcher)) in ways.iter().enumerate() {
             let started = Instant::now();
             let output = saker(setup, pilot)
-                .args(["--array", &format!("1-{jobs}")])
-                .args(["--nodes", "2", "--ranks-per-node", "1", "--mpi", mpi])
+                .args(["--retries", mpi.retries, "--array", &format!("1-{jobs}")])
+                .args(["--nodes", "2", "--ranks-per-node", "1", "--mpi", kind])
                 .args(["--launcher", launcher, "--"])
                 .arg(probe)
                 .output()?;
             let elapsed = started.elapsed();
             if !output.status.success() {
                 bail!(
-                    "{mpi}/{launcher}: {}",
+                    "{}: {kind}/{launcher}: {}",
+                    mpi.name,
                     String::from_utf8_lossy(&output.stderr)
                 );
             }
+            *submitted += jobs as usize;
             let rate = f64::from(jobs) / elapsed.as_secs_f64();
-            eprintln!("saker-perf: mpi rate {mpi}/{launcher}: {rate:.1} jobs/s");
+            eprintln!(
+                "saker-perf: mpi rate {} {kind}/{launcher}: {rate:.1} jobs/s",
+                mpi.name
+            );
             best[index] = best[index].max(rate);
         }
     }
     let row = |baseline: f64, label: &str, target: f64| Row {
         benchmark: Benchmark::Mpi,
-        name: format!("slurm, 2-rank MPICH jobs per second: PMI beside {label}"),
+        name: format!(
+            "slurm, 2-rank {} jobs per second: PMI beside {label}",
+            mpi.name
+        ),
         saker: Measure::new(best[0], Unit::PerSecond)
             .with_detail(format!("{jobs} jobs, submit to all ended")),
         baseline: Some(
@@ -313,10 +427,11 @@ fn rates(setup: &Setup, pilot: &Path, probe: &Path) -> Result<Vec<Row>> {
         ),
         target: Target::RatioAtLeast(target),
     };
-    Ok(vec![
-        row(best[1], "srun --overlap steps", 10.0),
-        row(best[2], "the same processes without wire-up", 0.5),
-    ])
+    let mut rows = vec![row(best[1], "srun --overlap steps", 10.0)];
+    if let Some(&floor) = best.get(2) {
+        rows.push(row(floor, "the same processes without wire-up", 0.5));
+    }
+    Ok(rows)
 }
 
 /// `saker submit --wait` into `pilot`, with a minute's time limit.

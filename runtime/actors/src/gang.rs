@@ -215,6 +215,9 @@ fn rank_launch(plan: &PartPlan, rank: u32, local: u32, places: &Places) -> Launc
             launch.set_var(b"OMPI_MCA_pmix", b"flux");
             launch.set_var_number(b"FLUX_JOB_ID", assignment.attempt.0 & u64::from(u32::MAX));
         }
+        if crate::pmi::openmpi::no_fabric() && !launch.sets_var(b"OMPI_MCA_pml") {
+            launch.set_var(b"OMPI_MCA_pml", b"ob1");
+        }
         if !launch.sets_var(b"OMPI_MCA_btl_vader_backing_directory") {
             let shared = crate::pmi::openmpi::shared_memory_dir(assignment.attempt.0);
             let key = b"OMPI_MCA_btl_vader_backing_directory";
