@@ -185,6 +185,12 @@ impl Pilot {
         }
     }
 
+    /// Runs a command job (a program, or an MPI program on several nodes) with the
+    /// default options: see [`crate::Command`] and [`crate::Submitter::command`].
+    pub fn command(&self, command: crate::Command) -> crate::TaskHandle<crate::CommandOutput> {
+        self.with(TaskOptions::new()).command(command)
+    }
+
     /// Submits one call of `T` with the default options; see [`crate::Submitter::submit`].
     pub fn submit<T: crate::Task>(&self, input: T::Input) -> crate::TaskHandle<T::Output> {
         self.with(TaskOptions::default()).submit::<T>(input)

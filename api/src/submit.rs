@@ -330,6 +330,13 @@ pub struct TaskHandle<O> {
 }
 
 impl<O> TaskHandle<O> {
+    pub(crate) fn new(
+        receiver: oneshot::Receiver<Result<O, TaskError>>,
+        job: Option<Arc<JobCell>>,
+    ) -> TaskHandle<O> {
+        TaskHandle { receiver, job }
+    }
+
     /// The pilot's id of this task's job, once its submission is answered: for
     /// [`TaskOptions::after`] and [`TaskOptions::after_any`]. Fails if the pilot
     /// refused the submission (the handle's output then says why too).

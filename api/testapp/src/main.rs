@@ -13,6 +13,7 @@ use std::time::Duration;
 use saker::{App, Task, TaskError, TaskOptions};
 
 mod actors;
+mod commands;
 mod objects;
 
 struct Square;
@@ -249,6 +250,7 @@ async fn scenario(pilot: saker::Pilot, args: &[String]) -> Result<(), String> {
         "when" => when(&pilot).await,
         "big" => big(&pilot).await,
         "objects" => objects::objects(&pilot).await,
+        "commands" => commands::commands(&pilot, args.get(1).map(String::as_str)).await,
         "put-and-go" => objects::put_and_go(&pilot).await,
         "actors" => actors::actors(&pilot).await,
         "actor-loss" => actors::loss(&pilot).await,

@@ -247,6 +247,33 @@ fn objects_a_driver_holds_as_it_ends_are_freed_on_a_pilot_that_goes_on() {
 }
 
 #[test]
+fn command_and_mpi_jobs_run_from_the_rust_api() {
+    let scratch = tempfile::tempdir().unwrap();
+    // An MPICH probe for the PMI part, where MPICH is installed.
+    let probe = scratch.path().join("probe");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../pilot/tests/mpi/probe.c");
+    let built = Command::new("mpicc.mpich")
+        .args(["-O2", "-o"])
+        .arg(&probe)
+        .arg(&source)
+        .status()
+        .is_ok_and(|status| status.success());
+    assert!(
+        built || std::env::var("SAKER_REQUIRE_MPI").as_deref() != Ok("1"),
+        "SAKER_REQUIRE_MPI=1 but mpicc.mpich cannot build probe.c"
+    );
+    let mut command = testapp();
+    command.arg("commands");
+    if built {
+        command.arg(&probe);
+    }
+    let done = output(&mut command);
+    assert!(done.status.success(), "{}", stdout(&done));
+    assert!(stdout(&done).contains("ok commands"));
+    assert_eq!(stdout(&done).contains("ok mpi through pmi"), built);
+}
+
+#[test]
 fn panics_retries_and_time_limits_come_back_typed() {
     let scratch = tempfile::tempdir().unwrap();
     let done = output(testapp().arg("failures").arg(scratch.path()));

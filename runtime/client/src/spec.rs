@@ -108,7 +108,8 @@ pub struct TaskSpec {
     /// HPC: hold the whole of each node.
     #[serde(default, skip_serializing_if = "is_false")]
     pub exclusive: bool,
-    /// HPC: `none` (Saker starts the ranks), `openmpi` or `mpich`.
+    /// HPC: what starts the ranks: `none` (Saker, with rendezvous variables),
+    /// `pmi` (Saker, serving them PMI), `openmpi` or `mpich` (the MPI's launcher).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mpi: Option<MpiKind>,
     /// HPC: what starts an MPI job's daemons: `agents` (default) or `srun`.
