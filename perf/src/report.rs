@@ -53,6 +53,8 @@ impl Unit {
             Unit::PerSecond if value < 10.0 => format!("{value:.2}/s"),
             Unit::PerSecond => format!("{value:.0}/s"),
             Unit::Microseconds if value >= 1000.0 => format!("{:.2} ms", value / 1000.0),
+            // Sub-10 µs figures (a ring's hop) would all print as 0 to 9.
+            Unit::Microseconds if value.abs() < 10.0 => format!("{value:.2} µs"),
             Unit::Microseconds => format!("{value:.0} µs"),
             Unit::Efficiency => format!("{value:.3}"),
             Unit::BytesPerTask if value.abs() < 10.0 => format!("{value:.1} B/task"),

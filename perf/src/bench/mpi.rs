@@ -94,9 +94,7 @@ pub fn run(setup: &Setup) -> Result<Vec<Row>> {
             }
         }
     }
-    let rings = rings(setup, &pilot);
     stop_service_pilot(setup, &pilot, job)?;
-    rows.extend(rings?);
     Ok(rows)
 }
 
@@ -211,6 +209,8 @@ fn measure(
         target: Target::None,
     });
     rows.extend(rates(setup, pilot, mpi, probe, submitted)?);
+    rows.extend(rings(setup, pilot, mpi)?);
+    *submitted += 6;
     Ok(rows)
 }
 
@@ -218,28 +218,35 @@ fn measure(
 /// srun step, alternated (3 rounds, the best of each): the same sums, and the
 /// bandwidth of one link at the sweep's largest message and the time of a hop at
 /// its smallest.
-fn rings(setup: &Setup, pilot: &Path) -> Result<Vec<Row>> {
+fn rings(setup: &Setup, pilot: &Path, mpi: &Mpi) -> Result<Vec<Row>> {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pilot/tests/mpi/ring.c");
-    let ring = pilot.join("ring");
-    let built = Command::new("mpicc.mpich")
+    let ring = pilot.join(format!("ring-{}", mpi.kind.name()));
+    let compiler = format!("mpicc.{}", mpi.kind.name());
+    let built = Command::new(&compiler)
         .args(["-O2", "-o"])
         .arg(&ring)
         .arg(&source)
         .status()?;
     if !built.success() {
-        bail!("mpicc.mpich failed on {}", source.display());
+        bail!("{compiler} failed on {}", source.display());
     }
+    let (srun_kind, _, srun_label) = mpi.starts[1];
     let mut best: [Option<Ring>; 2] = [None, None];
     for _round in 0..3 {
-        for (index, launcher) in ["agents", "srun"].into_iter().enumerate() {
+        for (index, (kind, launcher)) in [("pmi", "agents"), (srun_kind, "srun")]
+            .into_iter()
+            .enumerate()
+        {
             let output = saker(setup, pilot)
-                .args(["--nodes", "2", "--ranks-per-node", "1", "--mpi", "pmi"])
+                .args(["--retries", mpi.retries])
+                .args(["--nodes", "2", "--ranks-per-node", "1", "--mpi", kind])
                 .args(["--launcher", launcher, "--"])
                 .arg(&ring)
                 .output()?;
             if !output.status.success() {
                 bail!(
-                    "ring/{launcher}: {}",
+                    "{} ring/{launcher}: {}",
+                    mpi.name,
                     String::from_utf8_lossy(&output.stderr)
                 );
             }
@@ -261,19 +268,27 @@ fn rings(setup: &Setup, pilot: &Path) -> Result<Vec<Row>> {
             srun.sums
         );
     }
-    let label = "srun --mpi=pmi2 step, same allocation, same ring; best of 3";
+    let label = format!("{srun_label}, same allocation, same ring; best of 3");
     Ok(vec![
         Row {
             benchmark: Benchmark::Mpi,
-            name: "slurm, MPICH ring of 2, 2 MiB messages: PMI beside srun".into(),
+            name: format!(
+                "slurm, {} ring of 2, 2 MiB messages: PMI beside srun",
+                mpi.name
+            ),
             saker: Measure::new(pmi.mibps, Unit::MebibytesPerSecond)
                 .with_detail(format!("sums equal ({} sizes)", pmi.sums.len())),
-            baseline: Some(Measure::new(srun.mibps, Unit::MebibytesPerSecond).with_detail(label)),
+            baseline: Some(
+                Measure::new(srun.mibps, Unit::MebibytesPerSecond).with_detail(label.clone()),
+            ),
             target: Target::RatioAtLeast(0.9),
         },
         Row {
             benchmark: Benchmark::Mpi,
-            name: "slurm, MPICH ring of 2, 8-byte messages: a hop, PMI beside srun".into(),
+            name: format!(
+                "slurm, {} ring of 2, 8-byte messages: a hop, PMI beside srun",
+                mpi.name
+            ),
             saker: Measure::new(pmi.hop_us, Unit::Microseconds),
             baseline: Some(Measure::new(srun.hop_us, Unit::Microseconds).with_detail(label)),
             target: Target::RatioAtMost(1.1),
