@@ -1,7 +1,7 @@
 //! MPI jobs whose ranks Saker's agents start and serve PMI themselves (`--mpi pmi`),
 //! end to end in local mode: MPICH's PMI-1 client, Slurm's PMI-2 client, Open MPI
 //! through Saker's PMI library; failures that end a group whole; small jobs side by
-//! side on one node.
+//! side on one node; fences gathered at the job's leader, without the root.
 
 mod common;
 
@@ -10,7 +10,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::hpc::{check_probe_world, every_ranks_stdout, only_result, run_on_three};
-use common::{field, mpi_probe as probe, probe_lines, results, run, saker};
+use common::{Service, field, mpi_probe as probe, probe_lines, results, run, saker, wait_for};
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
 
 #[test]
 fn mpich_ranks_started_by_their_agents_wire_up_through_pmi_and_end_whole() {
@@ -278,4 +280,61 @@ fn small_pmi_jobs_share_a_node_each_in_a_world_of_its_own() {
             .any(|(other_start, other_end)| start < other_end && other_start < end)
     });
     assert!(overlapping, "two jobs ran on the node at once: {spans:?}");
+}
+
+#[test]
+fn a_pmi_jobs_fences_gather_at_its_leader_while_the_root_is_frozen() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(probe) = probe("mpich", dir.path()) else {
+        return;
+    };
+    let service = Service::start_args(dir.path(), &["--agents", "2", "--slots", "4"]);
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    // Each rank says it started, then waits a moment before MPI_Init: time to freeze
+    // the root, so that every fence of the wire-up happens while it hears nothing.
+    let script = format!(
+        "touch {out}/started.$RANK; sleep 2; exec {probe} out={out}",
+        out = out.display(),
+        probe = probe.display()
+    );
+    let submitted = run(saker()
+        .args(["submit", "--dir"])
+        .arg(&service.pilot)
+        .args(["--nodes", "2", "--ranks-per-node", "2", "--mpi", "pmi"])
+        .args(["--shell", "--", &script]));
+    assert!(submitted.status.success(), "{submitted:?}");
+    let count = |prefix: &str| {
+        std::fs::read_dir(&out)
+            .unwrap()
+            .filter(|entry| {
+                let name = entry.as_ref().unwrap().file_name();
+                name.to_string_lossy().starts_with(prefix)
+            })
+            .count()
+    };
+    wait_for("four ranks started", Duration::from_secs(60), || {
+        count("started.") == 4
+    });
+    let root = Pid::from_raw(service.child.id() as i32);
+    signal::kill(root, Signal::SIGSTOP).unwrap();
+    // Past MPI_Init and a ring through every rank: the fences went agent to agent.
+    let inits = std::panic::catch_unwind(|| {
+        wait_for("every rank past MPI_Init", Duration::from_secs(20), || {
+            count("probe.") == 4
+        })
+    });
+    signal::kill(root, Signal::SIGCONT).unwrap();
+    assert!(inits.is_ok(), "the ranks wired up only through the root");
+    let waited = run(saker().args(["wait", "--dir"]).arg(&service.pilot));
+    assert!(waited.status.success(), "{waited:?}");
+    let records = results(&service.pilot);
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0]["state"], "succeeded", "{}", records[0]);
+    assert_eq!(records[0]["attempts"], 1, "{}", records[0]);
+    for rank in 0..4 {
+        let line = std::fs::read_to_string(out.join(format!("probe.{rank}"))).unwrap();
+        assert_eq!(field(&line, "size"), "4", "{line}");
+        assert_eq!(field(&line, "sum"), "10", "{line}");
+    }
 }

@@ -234,6 +234,7 @@ pub async fn run_agent(options: AgentOptions) -> Result<AgentExit, NodeError> {
     let served = crate::transfer::Served {
         dirs: options.config.item_dirs(),
         relays: direct.relays.clone(),
+        agent: None, // set once the agent runs (accept_children)
     };
     let (agent, agent_handle) = Actor::spawn(
         None,
@@ -466,6 +467,10 @@ async fn accept_children(
     liveness: Liveness,
     served: crate::transfer::Served,
 ) {
+    let served = crate::transfer::Served {
+        agent: Some(agent.clone()),
+        ..served
+    };
     while let Some(incoming) = endpoint.accept().await {
         let router = router.clone();
         let parent = parent.clone();

@@ -12,6 +12,7 @@
 //! (dynamic processes) is read to its `endcmd` and refused, as Flux refuses it.
 
 pub mod group;
+pub mod hub;
 pub mod openmpi;
 pub mod server;
 pub mod topology;

@@ -28,10 +28,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ractor::ActorRef;
-use saker_client::data::{DataError, read_item, read_message};
+use saker_client::data::{DataError, MOST_FENCE, read_item, read_message};
 use saker_transport::credentials::Role;
 use saker_transport::quic;
-use saker_wire::messages::{FromAgent, ToAgent};
+use saker_wire::messages::{FromAgent, PmiFence, ToAgent};
 use saker_wire::{ItemData, ItemRead, ObjectPut, ObjectStored};
 use tokio::sync::mpsc;
 
@@ -97,11 +97,17 @@ pub struct Direct {
 }
 
 /// The reader's side: carries out [`Fetch`]es on tasks of their own and tells the
-/// agent how each ended ([`AgentMsg::Fetched`]).
+/// agent how each ended ([`AgentMsg::Fetched`]); and sends PMI fences to their job's
+/// hub ([`Fetcher::fence`]), over the same connections.
 #[derive(Debug, Clone)]
 pub struct Fetcher {
     queue: mpsc::UnboundedSender<(Fetch, PathBuf)>,
+    fences: mpsc::UnboundedSender<(SocketAddr, PmiFence)>,
 }
+
+/// How long a member waits before it sends a fence its hub did not answer again
+/// (the hub's part not open yet, or its agent not reached).
+const FENCE_AGAIN_AFTER: Duration = Duration::from_millis(50);
 
 /// How a direct read ended: its bytes written in the item's partial file, or why
 /// not.
@@ -120,6 +126,8 @@ impl Fetcher {
             direct,
             holders: Mutex::new(HashMap::new()),
         });
+        let (fences, mut to_fence) = mpsc::unbounded_channel::<(SocketAddr, PmiFence)>();
+        let (fence_pool, fence_agent) = (pool.clone(), agent.clone());
         tokio::spawn(async move {
             while let Some((fetch, part)) = fetches.recv().await {
                 let pool = pool.clone();
@@ -132,7 +140,30 @@ impl Fetcher {
                 });
             }
         });
-        Fetcher { queue }
+        tokio::spawn(async move {
+            while let Some((hub, fence)) = to_fence.recv().await {
+                let pool = fence_pool.clone();
+                let agent = fence_agent.clone();
+                tokio::spawn(async move {
+                    let answer = match pool.fence(hub, &fence).await {
+                        Ok(all) => Ok(all),
+                        Err(error) => {
+                            tokio::time::sleep(FENCE_AGAIN_AFTER).await;
+                            Err((fence, crate::error_chain(&error)))
+                        }
+                    };
+                    let _ = agent.send_message(AgentMsg::HubFenced(answer));
+                });
+            }
+        });
+        Fetcher { queue, fences }
+    }
+
+    /// Sends this member's keys of a PMI fence to the job's `hub`; the agent hears
+    /// every member's ([`AgentMsg::HubFenced`]), or that the hub did not answer.
+    pub fn fence(&self, hub: SocketAddr, fence: PmiFence) {
+        // The receiving task lives as long as the runtime.
+        let _ = self.fences.send((hub, fence));
     }
 
     /// Sends `fetch` on its way: its bytes go to `part`, the item's partial file.
@@ -197,6 +228,11 @@ impl Pool {
         }
     }
 
+    async fn fence(&self, hub: SocketAddr, fence: &PmiFence) -> Result<PmiFence, TransferError> {
+        let connection = self.connection(hub).await?;
+        Ok(saker_client::data::fence(&connection, fence).await?)
+    }
+
     async fn fetch(&self, fetch: &Fetch) -> Result<ItemData, TransferError> {
         let connection = self.connection(fetch.holder.addr).await?;
         Ok(read_item(&connection, &fetch.read).await?)
@@ -233,6 +269,9 @@ impl Pool {
 pub struct Served {
     pub dirs: crate::items::ItemDirs,
     pub relays: Relays,
+    /// The agent, which gathers the fences of PMI jobs it leads (none: no fences
+    /// are taken here).
+    pub agent: Option<ActorRef<AgentMsg>>,
 }
 
 /// The holder's side of a data connection another agent (or a client) opened:
@@ -241,10 +280,12 @@ pub struct Served {
 /// fetching itself is relayed as its bytes land.
 pub async fn serve(connection: quinn::Connection, served: Served) {
     let remote = connection.remote_address();
+    // Only agents take part in PMI fences; a client may read and put.
+    let agent = quic::peer_role(&connection) == Some(Role::Agent);
     while let Ok((send, recv)) = connection.accept_bi().await {
         let served = served.clone();
         tokio::spawn(async move {
-            if let Err(error) = serve_stream(send, recv, served).await {
+            if let Err(error) = serve_stream(send, recv, served, agent).await {
                 tracing::debug!(%remote, error = %crate::error_chain(&error), "a data stream failed");
             }
         });
@@ -255,14 +296,39 @@ async fn serve_stream(
     send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     served: Served,
+    agent: bool,
 ) -> Result<(), DataError> {
-    match read_message::<FromAgent>(&mut recv, MOST_REQUEST).await? {
+    // A fence carries a member's keys: more than a read's few names.
+    let most = if agent { MOST_FENCE } else { MOST_REQUEST };
+    match read_message::<FromAgent>(&mut recv, most).await? {
         FromAgent::ItemRead(read) => serve_read(send, read, served).await,
         FromAgent::ObjectPut(put) => serve_put(send, recv, put, &served.dirs).await,
+        FromAgent::PmiFence(fence) if agent => serve_fence(send, fence, served.agent).await,
         _ => Err(DataError::Protocol(
-            "the request is neither a read nor a put",
+            "the request is neither a read, a put nor an agent's fence",
         )),
     }
+}
+
+/// A member's keys of a PMI fence, for the job this node leads: answered with every
+/// member's once all are in. Closed unanswered if no fence of that job gathers here
+/// (the member sends it again).
+async fn serve_fence(
+    mut send: quinn::SendStream,
+    fence: PmiFence,
+    agent: Option<ActorRef<AgentMsg>>,
+) -> Result<(), DataError> {
+    let agent = agent.ok_or(DataError::Protocol("this node gathers no fences"))?;
+    let (answer, all) = tokio::sync::oneshot::channel();
+    agent
+        .send_message(AgentMsg::HubFence(fence, answer))
+        .map_err(|_| DataError::Protocol("the agent has stopped"))?;
+    let all = all
+        .await
+        .map_err(|_| DataError::Protocol("no fence of that job gathers here"))?;
+    let frame = saker_wire::encode(0, &ToAgent::PmiFenced(all)).map_err(DataError::Wire)?;
+    send.write_all(&frame).await.map_err(DataError::Write)?;
+    send.finish().map_err(DataError::Closed)
 }
 
 async fn serve_read(
@@ -270,7 +336,7 @@ async fn serve_read(
     read: ItemRead,
     served: Served,
 ) -> Result<(), DataError> {
-    let Served { dirs, relays } = served;
+    let Served { dirs, relays, .. } = served;
     let mut answer = if saker_wire::valid_item_name(&read.item) {
         let gone = async {
             let _ = send.stopped().await;

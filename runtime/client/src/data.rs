@@ -8,12 +8,14 @@
 //! its side; the holder answers with an [`ItemData`] frame without its bytes, their
 //! length (8 bytes, little-endian), then the bytes raw. A put: an [`ObjectPut`] frame,
 //! the object's bytes raw, the side ended; the node answers with an [`ObjectStored`]
-//! frame once the object's file is whole in its store.
+//! frame once the object's file is whole in its store. A PMI fence (agents only): a
+//! member's [`PmiFence`] frame, the side ended; the job's leader answers with every
+//! member's keys once all are in ([`fence`]).
 
 mod remote;
 
 use saker_wire::frame::{FRAME_HEADER_LEN, FrameHeader, Message};
-use saker_wire::messages::{FromAgent, ToAgent};
+use saker_wire::messages::{FromAgent, PmiFence, ToAgent};
 use saker_wire::{AlignedVec, ItemData, ItemRead, ObjectPut, ObjectStored, WireError};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
@@ -129,6 +131,30 @@ pub async fn put_object(
         return Err(DataError::Protocol("the node stored something else"));
     }
     Ok(bytes)
+}
+
+/// Most bytes of a PMI fence's frame, either way (every member's keys, going down).
+pub const MOST_FENCE: u32 = 64 << 20;
+
+/// A member's keys of a PMI job's fence sent to the job's hub (its leader's agent)
+/// on a new stream of `connection`; the answer, every member's keys, comes once all
+/// are in (the stream waits as long as the fence does).
+pub async fn fence(
+    connection: &quinn::Connection,
+    fence: &PmiFence,
+) -> Result<PmiFence, DataError> {
+    let (mut send, mut recv) = connection.open_bi().await.map_err(DataError::Connection)?;
+    let request =
+        saker_wire::encode(0, &FromAgent::PmiFence(fence.clone())).map_err(DataError::Wire)?;
+    send.write_all(&request).await.map_err(DataError::Write)?;
+    send.finish().map_err(DataError::Closed)?;
+    let ToAgent::PmiFenced(all) = read_message::<ToAgent>(&mut recv, MOST_FENCE).await? else {
+        return Err(DataError::Protocol("the answer is no fence"));
+    };
+    if all.attempt != fence.attempt || all.epoch != fence.epoch {
+        return Err(DataError::Protocol("the answer is for another fence"));
+    }
+    Ok(all)
 }
 
 /// Reads one frame of `M` from `recv`, its payload at most `most` bytes.

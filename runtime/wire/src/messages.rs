@@ -51,7 +51,9 @@ pub use saker_core::{
 /// 22: `MpiKind::Pmi`, `FromAgent::PmiFence`/`ToAgent::PmiFenced` (ranks started by
 /// their agents wire up through them).
 /// 23: `ResultBody::Part::pmi` (when a part's ranks wired up), `ProcessEnd::ended_unix_us` and `aborted`.
-pub const PROTOCOL_VERSION: u32 = 23;
+/// 24: `GangPart::hub` (a PMI job's fences gather at its leader, over data
+/// connections: `FromAgent::PmiFence` up a stream, `ToAgent::PmiFenced` back).
+pub const PROTOCOL_VERSION: u32 = 24;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
@@ -200,6 +202,10 @@ pub struct GangPart {
     /// A TCP port for the job's rendezvous (`MASTER_PORT`), distinct among the
     /// pilot's running gangs.
     pub port: u16,
+    /// Where a PMI job's fences gather: the leader's data address (`host:port`),
+    /// which each other member sends its keys to and hears every member's from. Empty:
+    /// through the root (a job of one member, or a leader that serves no data).
+    pub hub: String,
 }
 
 /// How an HPC job's ranks are laid out and started.

@@ -15,24 +15,21 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use std::os::fd::OwnedFd;
-
-use saker_wire::messages::{
-    AttemptId, FromAgent, GangLaunch, GangLaunchEnded, MpiKind, NodeId, PmiFence,
-};
+use saker_wire::messages::{AttemptId, FromAgent, GangLaunch, GangLaunchEnded, MpiKind, NodeId};
 use saker_wire::{ItemCopied, ItemData, ItemHolders, ItemRead};
 
 use super::AgentFailure;
-use crate::board::{Board, Effect, Moment, Next, PartPlan, ProcessKind, Run, Start, Wired};
+use crate::board::{Board, Effect, Moment, Next, ProcessKind, Run, Start};
 use crate::executor::{AttemptDone, NextAttempt, Work};
 use crate::gang::endpoint::{Endpoint, Relay, RelayError};
 use crate::items::ItemFiles;
 use crate::launch::{Places, task_work};
 use crate::link::{FrameBuf, LinkTx};
-use crate::pmi::group::{Group, Layout};
 use crate::process::{StopHandle, unix_micros};
 use crate::transfer::{self, Fetched, Fetcher, Routes};
 use saker_wire::messages::Outcome;
+
+mod pmi;
 
 /// The desk, shared by the agent and the slots' threads.
 pub(crate) type SharedDesk = Arc<Mutex<Desk>>;
@@ -99,6 +96,8 @@ pub(crate) struct Desk {
     /// The PMI services of this node's parts whose ranks it serves; dropping one
     /// closes its ranks' sockets.
     pmi: HashMap<AttemptId, crate::pmi::server::Server>,
+    /// Where each of those parts' fences go, and those gathered here.
+    fences: HashMap<AttemptId, pmi::Fences>,
     /// The remote shells waiting for a daemon's end, by (attempt, launch).
     waiters: HashMap<(AttemptId, u32), mpsc::Sender<i32>>,
     pub(crate) uplink: Uplink,
@@ -132,6 +131,7 @@ impl Desk {
                 stops: (0..slots).map(|_| None).collect(),
                 endpoints: HashMap::new(),
                 pmi: HashMap::new(),
+                fences: HashMap::new(),
                 waiters: HashMap::new(),
                 uplink,
                 direct: None,
@@ -180,10 +180,7 @@ impl Desk {
                 Effect::OpenPmi { plan } => self.open_pmi(&plan),
                 Effect::PartEnded { attempt } => {
                     self.endpoints.remove(&attempt);
-                    if self.pmi.remove(&attempt).is_some() {
-                        let shared = crate::pmi::openmpi::shared_memory_dir(attempt.0);
-                        let _ = std::fs::remove_dir_all(shared);
-                    }
+                    self.close_pmi(attempt);
                     self.waiters.retain(|(waiting, _), _| *waiting != attempt);
                 }
                 Effect::KeepItem { item } => {
@@ -560,74 +557,6 @@ impl Desk {
         }
     }
 
-    /// Opens the PMI service of a part whose ranks this node serves.
-    fn open_pmi(&mut self, plan: &PartPlan) {
-        let (attempt, gang, hpc) = (plan.assignment.attempt, &plan.gang, &plan.hpc);
-        let hwloc_xml = crate::pmi::topology::file(&self.places.spill_dir);
-        crate::pmi::openmpi::library(&self.places.spill_dir);
-        let shared = crate::pmi::openmpi::shared_memory_dir(attempt.0);
-        if let Err(error) = std::fs::create_dir_all(&shared) {
-            tracing::warn!(%error, dir = %shared.display(), "no shared-memory directory for Open MPI ranks");
-        }
-        let group = Group::new(Layout {
-            kvsname: format!("saker-{attempt}"),
-            ranks: hpc.ranks,
-            ranks_per_node: hpc.ranks_per_node,
-            members: gang.nodes.len() as u32,
-            member: gang.member,
-            hwloc_xml: hwloc_xml.map(|file| file.display().to_string()),
-        });
-        let up = Arc::new(DeskRelay {
-            desk: self.me.clone(),
-            uplink: self.uplink.clone(),
-        });
-        self.pmi
-            .insert(attempt, crate::pmi::server::Server::new(attempt, group, up));
-    }
-
-    /// The socket rank `rank` of `attempt` gets as its `PMI_FD`, or why it cannot.
-    fn pmi_socket(&self, attempt: AttemptId, rank: u32) -> Result<Arc<OwnedFd>, String> {
-        let server = self
-            .pmi
-            .get(&attempt)
-            .ok_or_else(|| "the part's PMI service is closed".to_owned())?;
-        let socket = server
-            .connect(rank)
-            .map_err(|error| format!("cannot make rank {rank}'s PMI socket: {error}"))?;
-        Ok(Arc::new(socket))
-    }
-
-    /// A new root hears this node: the fences its ranks wait in go to it (the one
-    /// before may have died with them).
-    pub(crate) fn resend_pmi_fences(&self) {
-        for fence in self.pmi.values().filter_map(|server| server.in_flight()) {
-            let attempt = fence.attempt;
-            if let Err(error) = self.uplink.send(&FromAgent::PmiFence(fence)) {
-                tracing::warn!(%attempt, %error, "cannot send a PMI fence again");
-            }
-        }
-    }
-
-    /// Every member's keys of a fence this node's ranks wait in: they go on.
-    pub(crate) fn pmi_fenced(&mut self, fence: PmiFence) {
-        let Some(server) = self.pmi.get(&fence.attempt) else {
-            return; // the part ended meanwhile
-        };
-        let now = self.now();
-        match server.fenced(fence.epoch, fence.puts) {
-            Ok(true) => self
-                .board
-                .handle_part_wired(fence.attempt, Wired::Fenced, now),
-            Ok(false) => {}
-            Err(reason) => {
-                tracing::error!(attempt = %fence.attempt, %reason, "the gang's PMI fence went wrong");
-                self.apply(now, |board| {
-                    board.handle_part_failed(fence.attempt, reason, now)
-                });
-            }
-        }
-    }
-
     /// Opens the remote-shell endpoint of an MPI gang this node leads; if it cannot,
     /// the part fails (its launcher could start no daemon).
     fn open_endpoint(&mut self, attempt: AttemptId, members: u32, now: Moment) {
@@ -659,46 +588,6 @@ impl Desk {
 struct DeskRelay {
     desk: Weak<Mutex<Desk>>,
     uplink: Uplink,
-}
-
-impl crate::pmi::server::Up for DeskRelay {
-    fn fence(&self, fence: PmiFence) {
-        let attempt = fence.attempt;
-        if let Err(error) = self.uplink.send(&FromAgent::PmiFence(fence)) {
-            // The link is gone: the gang is stopped or replayed on its own.
-            tracing::warn!(%attempt, %error, "cannot send a PMI fence up");
-        }
-    }
-
-    fn fail(&self, attempt: AttemptId, reason: String) {
-        let Some(desk) = self.desk.upgrade() else {
-            return;
-        };
-        tracing::warn!(%attempt, %reason, "a gang's PMI service fails its part");
-        let mut desk = lock(&desk);
-        let now = desk.now();
-        desk.apply(now, |board| board.handle_part_failed(attempt, reason, now));
-    }
-
-    fn wired(&self, attempt: AttemptId, wired: Wired) {
-        let Some(desk) = self.desk.upgrade() else {
-            return;
-        };
-        let mut desk = lock(&desk);
-        let now = desk.now();
-        desk.board.handle_part_wired(attempt, wired, now);
-    }
-
-    fn abort(&self, attempt: AttemptId, local: u32, exitcode: i32) {
-        let Some(desk) = self.desk.upgrade() else {
-            return;
-        };
-        let mut desk = lock(&desk);
-        let now = desk.now();
-        desk.apply(now, |board| {
-            board.handle_rank_aborted(attempt, local, exitcode, now);
-        });
-    }
 }
 
 impl Relay for DeskRelay {

@@ -117,6 +117,15 @@ impl AgentConfig {
 pub enum AgentMsg {
     /// A message from the root addressed to this node.
     Down(ToAgent),
+    /// A member's keys of a PMI fence of a job this node leads, from its data
+    /// connection; answered with every member's once all are in.
+    HubFence(
+        saker_wire::messages::PmiFence,
+        tokio::sync::oneshot::Sender<saker_wire::messages::PmiFence>,
+    ),
+    /// Every member's keys of a fence this node sent its job's hub, or the fence
+    /// again with why the hub did not answer.
+    HubFenced(Result<saker_wire::messages::PmiFence, (saker_wire::messages::PmiFence, String)>),
     /// Time to look for objects clients put in this node's memory.
     LookAtStore,
     /// A move of an object out of memory has ended.
@@ -420,6 +429,11 @@ fn on_message(
                 store.spilled(spilled);
             }
             desk.say_store();
+        }
+        AgentMsg::HubFence(fence, answer) => lock(&state.desk).gather_fence(fence, Some(answer)),
+        AgentMsg::HubFenced(Ok(all)) => lock(&state.desk).pmi_fenced(all),
+        AgentMsg::HubFenced(Err((fence, reason))) => {
+            lock(&state.desk).fence_unanswered(fence, &reason);
         }
         AgentMsg::Fetched(fetched) => {
             let mut desk = lock(&state.desk);

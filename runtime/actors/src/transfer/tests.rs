@@ -274,6 +274,7 @@ fn pair(dialer: Role) -> Pair {
                     Served {
                         dirs,
                         relays: relayed,
+                        agent: None,
                     },
                 )
                 .await;

@@ -78,7 +78,9 @@ impl GangRuns {
 
 impl GangRuns {
     /// A gang attempt of `task` starts on `members` (hosts `hosts`, the leader
-    /// first), running a job laid out as `hpc`: each member's part, in order.
+    /// first), running a job laid out as `hpc`: each member's part, in order. A PMI
+    /// job of several members gathers its fences at `hub`, the leader's data address
+    /// (empty: here, at the root).
     pub(super) fn start(
         &mut self,
         task: TaskId,
@@ -86,14 +88,18 @@ impl GangRuns {
         members: Vec<NodeId>,
         hosts: Vec<String>,
         hpc: Option<Hpc>,
+        hub: &str,
     ) -> Vec<GangPart> {
         let port = PORT_BASE + (attempt.0 % PORT_SPAN) as u16;
+        let pmi = hpc.is_some_and(|hpc| hpc.mpi == MpiKind::Pmi) && members.len() > 1;
+        let hub = if pmi { hub.to_owned() } else { String::new() };
         let parts = (0..members.len())
             .map(|member| GangPart {
                 member: member as u32,
                 nodes: members.clone(),
                 hosts: hosts.clone(),
                 port,
+                hub: hub.clone(),
             })
             .collect();
         self.adopt(task, attempt, members, hosts, hpc);

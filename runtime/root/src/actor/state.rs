@@ -303,12 +303,18 @@ impl RootState {
             .map(|node| self.nodes.hostname(*node))
             .collect();
         let members = dispatch.members;
+        let hub = members
+            .first()
+            .and_then(|leader| self.nodes.get(*leader))
+            .map(|leader| leader.data_addr().to_owned())
+            .unwrap_or_default();
         let parts = self.gangs.start(
             assignment.task,
             assignment.attempt,
             members.clone(),
             hosts,
             def.hpc,
+            &hub,
         );
         let task = Assignment {
             task: assignment.task,

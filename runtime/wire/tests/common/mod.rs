@@ -215,6 +215,7 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
                 nodes: vec![NodeId(4), NodeId(9), NodeId(1)],
                 hosts: vec!["n4".into(), "n9".into(), "nid001".into()],
                 port: 29_500,
+                hub: String::new(),
             }),
             ..dispatch(1, 1)
         }),
@@ -336,6 +337,7 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
                     nodes: vec![NodeId(2), NodeId(3)],
                     hosts: vec!["n2".to_owned(), "n3".to_owned()],
                     port: 20_007,
+                    hub: "10.0.0.1:4001".into(),
                 }),
             }],
             actors: vec![HeldActor { actor: 5, life: 2 }],

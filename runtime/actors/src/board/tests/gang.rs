@@ -32,6 +32,7 @@ fn member(member: u32, members: u32) -> GangPart {
         nodes: (0..members).map(NodeId).collect(),
         hosts: (0..members).map(|m| format!("host{m}")).collect(),
         port: 29_500,
+        hub: String::new(),
     }
 }
 

@@ -69,6 +69,7 @@ fn send_gang(
         dispatch.members.clone(),
         hosts,
         def.hpc,
+        "", // fences through the root, which these tests drive
     );
     let task = Assignment {
         task: first.task,
