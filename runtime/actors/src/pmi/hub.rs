@@ -3,7 +3,8 @@
 //! back once all are in. The root takes no part (it gathers only for jobs whose
 //! leader serves no data connections): one hop each way between agents, and nothing
 //! to send again when a standby root takes over. Pure: the desk keeps one
-//! [`Gathering`] per job it leads and who waits on it.
+//! [`Gathering`] per job it leads and who waits on it; the root keeps one per job
+//! whose leader serves no data connections.
 
 use saker_wire::messages::PmiFence;
 
@@ -49,8 +50,14 @@ pub enum HubError {
 impl Gathering {
     /// The gathering of a job of `members` members, at its first fence.
     pub fn new(members: u32) -> Gathering {
+        Gathering::at(members, 0)
+    }
+
+    /// The gathering of a job of `members` members, at fence `epoch` (a root that
+    /// adopted a running job learns it from the first member that resends its keys).
+    pub fn at(members: u32, epoch: u32) -> Gathering {
         Gathering {
-            epoch: 0,
+            epoch,
             puts: vec![None; members as usize],
             last: None,
         }

@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 
+use saker_actors::pmi::hub::{Gathered, Gathering};
 use saker_core::{AttemptId, AttemptOutcome, NodeId, TaskId};
 use saker_wire::messages::{
     GangLaunch, GangLaunchEnded, GangPart, Hpc, LauncherKind, MpiKind, Outcome, PmiFence, PmiTimes,
@@ -29,9 +30,6 @@ use saker_client::results::{GangRecord, ProcessRecord, WireUp, lossy_text};
 const PORT_BASE: u16 = 20_000;
 const PORT_SPAN: u64 = 40_000;
 
-/// A member's `(key, value)` pairs of one PMI fence.
-type Keys = Vec<(String, String)>;
-
 /// A gang attempt in flight.
 #[derive(Debug)]
 pub(super) struct GangRun {
@@ -48,9 +46,9 @@ pub(super) struct GangRun {
     ranks: u32,
     /// The parts still running were told to stop.
     stopped: bool,
-    /// The PMI fence in progress: its epoch (unknown to a root that adopted the
-    /// gang, until a member's fence says it), and each member's keys once in.
-    fence: (Option<u32>, Vec<Option<Keys>>),
+    /// The PMI fence in progress, when gathered here (none yet in a root that
+    /// adopted the gang, until a member's fence says which it is).
+    fence: Option<Gathering>,
 }
 
 /// A gang attempt whose every part is in: what the core and the task's record hear.
@@ -104,7 +102,8 @@ impl GangRuns {
             .collect();
         self.adopt(task, attempt, members, hosts, hpc);
         if let Some(run) = self.runs.get_mut(&attempt) {
-            run.fence.0 = Some(0); // started here: its fences are this root's from 0
+            // Started here: its fences are this root's from the first.
+            run.fence = Some(Gathering::new(run.members.len() as u32));
         }
         parts
     }
@@ -134,7 +133,7 @@ impl GangRuns {
                 }),
                 ranks: hpc.map_or(0, |hpc| hpc.ranks),
                 stopped: false,
-                fence: (None, vec![None; count]),
+                fence: None,
             },
         );
     }
@@ -346,9 +345,11 @@ impl GangRuns {
     }
 
     /// A member's ranks entered a PMI fence: once every member's keys are in, all of
-    /// them go to every member. A fence from a node that is no member of the gang, or
-    /// of another epoch, is dropped (a stale copy of a node, or a fence resent to a
-    /// root that has it already).
+    /// them go to every member (see `saker_actors::pmi::hub`, which gathers them the
+    /// same way at a job's leader). A fence from a node that is no member of the
+    /// gang, or that does not fit the one gathering, is dropped (a stale copy of a
+    /// node); keys sent again count once, and those of the fence gathered last are
+    /// answered again to their member (which missed the answer).
     pub(super) fn on_pmi_fence(
         &mut self,
         ctx: &mut Ctx,
@@ -359,33 +360,29 @@ impl GangRuns {
         let Some(run) = self.runs.get_mut(&fence.attempt) else {
             return; // the gang ended or is replayed
         };
-        let member = fence.member as usize;
+        let (attempt, member, epoch) = (fence.attempt, fence.member, fence.epoch);
+        if run.members.get(member as usize) != Some(&from) {
+            tracing::warn!(%from, %attempt, member, epoch, "a PMI fence from no member: dropped");
+            return;
+        }
+        let count = run.members.len() as u32;
         // A root that adopted the gang mid-run learns its epoch from the members,
         // which resend the fence they wait in.
-        let fits = run.members.get(member) == Some(&from)
-            && *run.fence.0.get_or_insert(fence.epoch) == fence.epoch;
-        let epoch = fence.epoch;
-        if !fits {
-            tracing::warn!(%from, attempt = %fence.attempt, member, epoch = fence.epoch,
-                "a PMI fence that does not fit its gang: dropped");
-            return;
-        }
-        run.fence.1[member] = Some(fence.puts);
-        if run.fence.1.iter().any(Option::is_none) {
-            return;
-        }
-        let count = run.members.len();
-        let all = std::mem::replace(&mut run.fence.1, vec![None; count]);
-        let fenced = PmiFence {
-            attempt: fence.attempt,
-            member: 0,
-            epoch,
-            puts: all.into_iter().flatten().flatten().collect(),
-        };
-        run.fence.0 = Some(epoch + 1);
-        let message = ToAgent::PmiFenced(fenced);
-        for &node in &run.members {
-            nodes.send(ctx, node, &message);
+        let gathering = run.fence.get_or_insert_with(|| Gathering::at(count, epoch));
+        match gathering.add(fence) {
+            Ok(Gathered::Waiting) => {}
+            Ok(Gathered::Again(last)) => {
+                nodes.send(ctx, from, &ToAgent::PmiFenced(last));
+            }
+            Ok(Gathered::All(all)) => {
+                let message = ToAgent::PmiFenced(all);
+                for &node in &run.members {
+                    nodes.send(ctx, node, &message);
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%from, %attempt, %error, "a PMI fence that does not fit: dropped");
+            }
         }
     }
 

@@ -355,17 +355,20 @@ fn pmi_fences_go_to_every_member_once_each_members_keys_are_in() {
         sent,
         [
             (1, ToAgent::PmiFenced(all.clone())),
-            (2, ToAgent::PmiFenced(all))
+            (2, ToAgent::PmiFenced(all.clone()))
         ],
         "every member's keys, in member order, to every member"
     );
-    // The next fence is epoch 1; the members' resends of epoch 0 are dropped.
+    // The next fence is epoch 1. A member that sends epoch 0 again (it missed the
+    // answer: its link broke) hears it again, alone.
     let (ctx, nodes) = (&mut g.owned.ctx, &g.owned.nodes);
     g.gangs
         .on_pmi_fence(ctx, nodes, NodeId(1), fence(0, 1, "c"));
+    assert!(g.owned.sent().is_empty());
+    let (ctx, nodes) = (&mut g.owned.ctx, &g.owned.nodes);
     g.gangs
         .on_pmi_fence(ctx, nodes, NodeId(2), fence(1, 0, "b"));
-    assert!(g.owned.sent().is_empty());
+    assert_eq!(g.owned.sent(), [(2, ToAgent::PmiFenced(all))]);
     let (ctx, nodes) = (&mut g.owned.ctx, &g.owned.nodes);
     g.gangs
         .on_pmi_fence(ctx, nodes, NodeId(2), fence(1, 1, "d"));
