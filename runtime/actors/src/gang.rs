@@ -212,7 +212,9 @@ fn rank_launch(plan: &PartPlan, rank: u32, local: u32, places: &Places) -> Launc
                 b"FLUX_PMI_LIBRARY_PATH",
                 library.as_os_str().as_encoded_bytes(),
             );
-            launch.set_var(b"OMPI_MCA_pmix", b"flux");
+            if !launch.sets_var(b"OMPI_MCA_pmix") {
+                launch.set_var(b"OMPI_MCA_pmix", b"flux");
+            }
             launch.set_var_number(b"FLUX_JOB_ID", assignment.attempt.0 & u64::from(u32::MAX));
         }
         if crate::pmi::openmpi::no_fabric() && !launch.sets_var(b"OMPI_MCA_pml") {

@@ -8,7 +8,10 @@
 //! too. A holder serves only plain item names in its scratch directory, reads at most
 //! [`MOST_PER_READ`] per read, and reads the file off the runtime's threads. A client
 //! (the pilot's client certificate: a driver on no node of the pilot) may read items
-//! and put objects ([`ObjectPut`]) on a data connection, never open a link.
+//! and put objects ([`ObjectPut`]) on a data connection, never open a link. Agents
+//! also send the fences of the PMI jobs they serve to each job's leader on them
+//! (`agent::desk::pmi`, [`crate::pmi::hub`]): one stream per fence, answered once
+//! every member's keys are in.
 //!
 //! Which read goes where is [`Routes`]' bookkeeping, driven by the agent's desk; this
 //! module's shell side is [`Fetcher`] (the reader's connections, one per holder,
