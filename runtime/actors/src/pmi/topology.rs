@@ -27,7 +27,7 @@ pub fn file(dir: &Path) -> Option<&'static Path> {
     .as_deref()
 }
 
-/// The file, if [`file`] made it already; never makes it (for launches, built
+/// The file, if [`file()`] made it already; never makes it (for launches, built
 /// after their part's service opened).
 pub fn made() -> Option<&'static Path> {
     MADE.get().and_then(|made| made.as_deref())
