@@ -13,21 +13,29 @@ use common::hpc::{check_probe_world, every_ranks_stdout, only_result, run_on_thr
 use common::{Service, field, mpi_probe as probe, probe_lines, results, run, saker, wait_for};
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
+use serde_json::Value;
+
+/// `kind`'s probe as a 3 × 2 job through PMI, each agent starting its two ranks and
+/// serving them (no launcher, no daemon): every rank saw the whole world. The
+/// probe's path and the job's result, or `None` without that MPI.
+fn a_world_through_pmi(dir: &Path, kind: &str) -> Option<(String, Value)> {
+    let probe = probe(kind, dir)?.display().to_string();
+    let layout = ["--nodes", "3", "--ranks-per-node", "2", "--mpi", "pmi"];
+    let pilot = dir.join("pilot");
+    let output = run_on_three(&pilot, &[&layout[..], &["--", &probe]].concat());
+    let result = only_result(&pilot);
+    assert!(output.status.success(), "{kind}: {result}");
+    check_probe_world(&every_ranks_stdout(&pilot, &result, 6), true);
+    Some((probe, result))
+}
 
 #[test]
 fn mpich_ranks_started_by_their_agents_wire_up_through_pmi_and_end_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(probe) = probe("mpich", dir.path()) else {
+    let Some((probe, result)) = a_world_through_pmi(dir.path(), "mpich") else {
         return;
     };
-    let probe = probe.display().to_string();
     let layout = ["--nodes", "3", "--ranks-per-node", "2", "--mpi", "pmi"];
-    // Each agent starts its two ranks and serves them PMI: no mpiexec, no daemon.
-    let pilot = dir.path().join("pilot");
-    let output = run_on_three(&pilot, &[&layout[..], &["--", &probe]].concat());
-    let result = only_result(&pilot);
-    assert!(output.status.success(), "{result}");
-    check_probe_world(&every_ranks_stdout(&pilot, &result, 6), true);
     let processes = result["gang"]["processes"].as_array().unwrap();
     let ranks: Vec<(u64, u64)> = processes
         .iter()
@@ -109,18 +117,12 @@ fn end_whole(dir: &Path, cases: Vec<Case<'_>>) {
 #[test]
 fn openmpi_ranks_wire_up_through_sakers_pmi_library_and_end_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(probe) = probe("openmpi", dir.path()) else {
-        return;
-    };
-    let probe = probe.display().to_string();
-    let layout = ["--nodes", "3", "--ranks-per-node", "2", "--mpi", "pmi"];
     // No mpirun, no orted: Open MPI's pmix/flux component loads Saker's PMI library,
     // which talks to the rank's agent over PMI_FD.
-    let pilot = dir.path().join("pilot");
-    let output = run_on_three(&pilot, &[&layout[..], &["--", &probe]].concat());
-    let result = only_result(&pilot);
-    assert!(output.status.success(), "{result}");
-    check_probe_world(&every_ranks_stdout(&pilot, &result, 6), true);
+    let Some((probe, _)) = a_world_through_pmi(dir.path(), "openmpi") else {
+        return;
+    };
+    let layout = ["--nodes", "3", "--ranks-per-node", "2", "--mpi", "pmi"];
 
     // What each rank is handed: the library, a numeric job id, and a shared-memory
     // directory of its agent's own (agents of one host would otherwise map each
