@@ -1,6 +1,7 @@
 //! A running MPI job outlives its root: a standby takes over while OpenMPI's and
-//! MPICH's ranks run on two agents, adopts the job on both members, and the job ends
-//! once, with every rank's output, never started again.
+//! MPICH's ranks run on two agents (under their launchers, or started by the agents
+//! and served PMI), adopts the job on both members, and the job ends once, with
+//! every rank's output, never started again.
 
 mod common;
 
@@ -8,6 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use common::hpc::every_ranks_stdout;
 use common::{Service, field, mpi_probe, probe_lines, results, run, saker, standbys, wait_for};
 
 /// How many processes named `name` run (the probe's ranks).
@@ -16,8 +18,8 @@ fn running(name: &str) -> usize {
     String::from_utf8_lossy(&output.stdout).lines().count()
 }
 
-/// One 2 × 2 job of `probe` under `kind`'s launcher, its root killed while the ranks
-/// sleep past `MPI_Init`.
+/// One 2 × 2 job of `probe` under `kind` (an MPI's launcher, or `pmi`: the agents),
+/// its root killed while the ranks sleep past `MPI_Init`.
 fn survives_a_takeover(dir: &Path, kind: &str, probe: &Path) {
     let mut service = Service::start_args(
         &dir.join(kind),
@@ -49,7 +51,12 @@ fn survives_a_takeover(dir: &Path, kind: &str, probe: &Path) {
     let record = &records[0];
     assert_eq!(record["state"], "succeeded", "{kind}: {record}");
     assert_eq!(record["attempts"], 1, "{kind}: started once: {record}");
-    let stdout = record["stdout"].as_str().unwrap();
+    // A launcher merges its ranks' output; ranks the agents start keep their own.
+    let stdout = match kind {
+        "pmi" => every_ranks_stdout(&pilot, record, 4),
+        _ => record["stdout"].as_str().unwrap().to_owned(),
+    };
+    let stdout = stdout.as_str();
     let ranks = probe_lines(stdout);
     assert_eq!(ranks.len(), 4, "{kind}: every rank's line: {stdout}");
     for line in &ranks {
@@ -68,8 +75,10 @@ fn survives_a_takeover(dir: &Path, kind: &str, probe: &Path) {
 #[test]
 fn a_running_mpi_job_survives_a_takeover_and_runs_once() {
     let dir = tempfile::tempdir().unwrap();
-    for kind in ["openmpi", "mpich"] {
-        let Some(built) = mpi_probe(kind, dir.path()) else {
+    // MPICH's ranks also as the agents start them and serve them PMI: their fences
+    // (MPI_Finalize's among them) gather at the job's leader, root or no root.
+    for (kind, mpi) in [("openmpi", "openmpi"), ("mpich", "mpich"), ("pmi", "mpich")] {
+        let Some(built) = mpi_probe(mpi, dir.path()) else {
             continue;
         };
         // A name of its own: ranks of other tests (run beside this one) are not
