@@ -130,28 +130,30 @@ pub extern "C" fn PMI_Abort(exit_code: c_int, message: *const c_char) -> c_int {
     std::process::exit(if exit_code == 0 { 1 } else { exit_code })
 }
 
+/// What `pick` reads of the initialized client, written to `out`.
+fn get_int(out: *mut c_int, pick: impl Fn(&Client) -> i64) -> c_int {
+    let value = client().as_ref().map(pick);
+    value.map_or(code::ERR_INIT, |value| put_int(out, value))
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn PMI_Get_size(size: *mut c_int) -> c_int {
-    let value = client().as_ref().map(|client| client.size);
-    value.map_or(code::ERR_INIT, |value| put_int(size, value.into()))
+    get_int(size, |client| client.size.into())
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn PMI_Get_rank(rank: *mut c_int) -> c_int {
-    let value = client().as_ref().map(|client| client.rank);
-    value.map_or(code::ERR_INIT, |value| put_int(rank, value.into()))
+    get_int(rank, |client| client.rank.into())
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn PMI_Get_universe_size(size: *mut c_int) -> c_int {
-    let value = client().as_ref().map(|client| client.universe);
-    value.map_or(code::ERR_INIT, |value| put_int(size, value.into()))
+    get_int(size, |client| client.universe.into())
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn PMI_Get_appnum(appnum: *mut c_int) -> c_int {
-    let value = client().as_ref().map(|client| client.appnum);
-    value.map_or(code::ERR_INIT, |value| put_int(appnum, value.into()))
+    get_int(appnum, |client| client.appnum.into())
 }
 
 #[unsafe(no_mangle)]
@@ -168,8 +170,7 @@ pub extern "C" fn PMI_KVS_Get_my_name(kvsname: *mut c_char, length: c_int) -> c_
 /// The server's limit, as MPICH's client reports it (Open MPI sizes its chunks of
 /// encoded values by it, so one more would overrun the server's).
 fn max_length(out: *mut c_int, pick: impl Fn(&crate::Maxes) -> usize) -> c_int {
-    let most = client().as_ref().map(|client| pick(&client.maxes));
-    most.map_or(code::ERR_INIT, |most| put_int(out, most as i64))
+    get_int(out, |client| pick(&client.maxes) as i64)
 }
 
 #[unsafe(no_mangle)]

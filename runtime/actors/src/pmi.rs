@@ -6,13 +6,15 @@
 //!
 //! One request per line: `cmd=NAME` then `key=value` attributes, separated by spaces
 //! (MPICH's `src/pmi/maint/pmi-1.1.txt`; Flux RFC 13). Every request but `abort` gets
-//! one reply line, `cmd=REPLY` with `rc=0` or, on an error, `rc=-1 msg=...`. Values
-//! hold no spaces (ranks encode their business cards), so a line splits on spaces;
-//! the one exception, `abort`'s `message`, takes the rest of its line. `mcmd=spawn`
+//! one reply line, `cmd=REPLY` with `rc=0` or, on an error, `rc=-1 msg=...`. A line
+//! splits on spaces, but for the two attributes that come last and take the rest of
+//! it: `put`'s `value` (Open MPI pads its base64 with blanks) and `abort`'s
+//! `message`. `mcmd=spawn`
 //! (dynamic processes) is read to its `endcmd` and refused, as Flux refuses it.
 
 pub mod group;
 pub mod hub;
+pub mod node_file;
 pub mod openmpi;
 pub mod server;
 pub mod topology;

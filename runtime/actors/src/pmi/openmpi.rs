@@ -12,30 +12,34 @@
 //!   fabric's library: Debian's Open MPI tries PSM and PSM2 (Omni-Path) in each
 //!   rank, ~200 ms of a 3 × 2 job's 280 ms to the last `MPI_Init` on the test VM.
 
+use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use super::node_file::NodeFile;
+
 /// The library's bytes, built by this crate's build script.
 pub static BYTES: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libsaker_pmi.so"));
 
-static WRITTEN: OnceLock<Option<PathBuf>> = OnceLock::new();
+static LIBRARY: NodeFile = NodeFile::new("PMI library for Open MPI");
 
 /// The library's file in `dir`, written first if needed (once per process).
 pub fn library(dir: &Path) -> Option<&'static Path> {
-    WRITTEN
-        .get_or_init(|| {
-            write(dir)
-                .inspect_err(|error| tracing::warn!(%error, "no PMI library for Open MPI ranks"))
-                .ok()
-        })
-        .as_deref()
+    LIBRARY.get_or_make(dir, library_name, || Ok(Cow::Borrowed(BYTES)))
 }
 
 /// The library's file, if [`library`] wrote it already; never writes it (for
 /// launches).
 pub fn library_written() -> Option<&'static Path> {
-    WRITTEN.get().and_then(|written| written.as_deref())
+    LIBRARY.made()
+}
+
+/// Named by its content: agents of different builds may share a directory.
+fn library_name() -> std::io::Result<String> {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    BYTES.hash(&mut hasher);
+    Ok(format!("libsaker_pmi.{:016x}.so", hasher.finish()))
 }
 
 /// Where this agent's part of `attempt` keeps its ranks' shared-memory segments
@@ -70,24 +74,6 @@ fn no_fabric_in(rdma: &Path, dev: &Path) -> bool {
         })
     };
     !any(rdma, &[""]) && !any(dev, &["hfi1", "ipath", "cxi", "kgni"])
-}
-
-fn write(dir: &Path) -> std::io::Result<PathBuf> {
-    // Named by its content: agents of different builds may share a directory.
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    BYTES.hash(&mut hasher);
-    // Absolute: a rank's working directory is its job's.
-    let dir = std::path::absolute(dir)?;
-    let file = dir.join(format!("libsaker_pmi.{:016x}.so", hasher.finish()));
-    if std::fs::metadata(&file).is_ok_and(|meta| meta.len() == BYTES.len() as u64) {
-        return Ok(file);
-    }
-    std::fs::create_dir_all(&dir)?;
-    // Written whole, then renamed: agents of one machine may share the directory.
-    let partial = dir.join(format!("libsaker_pmi.{}.partial", std::process::id()));
-    std::fs::write(&partial, BYTES)?;
-    std::fs::rename(&partial, &file)?;
-    Ok(file)
 }
 
 #[cfg(test)]

@@ -10,38 +10,32 @@
 //! start (10-20 ms, once), or taken as it is when an agent of the same pilot on the
 //! same host made it already. Without hwloc, ranks simply probe for themselves.
 
-use std::path::{Path, PathBuf};
+use std::borrow::Cow;
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
-/// The file once made (`None` inside: it could not be).
-static MADE: OnceLock<Option<PathBuf>> = OnceLock::new();
+use super::node_file::NodeFile;
+
+static TOPOLOGY: NodeFile = NodeFile::new("hwloc topology file");
 
 /// The file in `dir` for this host, made first if needed (once per process).
 pub fn file(dir: &Path) -> Option<&'static Path> {
-    MADE.get_or_init(|| {
-        make(dir)
-            .inspect_err(|error| tracing::info!(%error, "no hwloc topology file for ranks"))
-            .ok()
-    })
-    .as_deref()
+    TOPOLOGY.get_or_make(dir, name, lstopo)
 }
 
 /// The file, if [`file()`] made it already; never makes it (for launches, built
 /// after their part's service opened).
 pub fn made() -> Option<&'static Path> {
-    MADE.get().and_then(|made| made.as_deref())
+    TOPOLOGY.made()
 }
 
-fn make(dir: &Path) -> std::io::Result<PathBuf> {
+/// Named by the host: agents of one pilot on one host share it.
+fn name() -> std::io::Result<String> {
     let host = nix::unistd::gethostname()?;
-    let host = host.to_string_lossy();
-    // Absolute: a rank's working directory is its job's.
-    let dir = std::path::absolute(dir)?;
-    let file = dir.join(format!("hwloc-topology.{host}.xml"));
-    if file.is_file() {
-        return Ok(file);
-    }
+    Ok(format!("hwloc-topology.{}.xml", host.to_string_lossy()))
+}
+
+fn lstopo() -> std::io::Result<Cow<'static, [u8]>> {
     let output = Command::new("lstopo-no-graphics")
         .args(["--of", "xml", "-"])
         .stdin(Stdio::null())
@@ -53,13 +47,5 @@ fn make(dir: &Path) -> std::io::Result<PathBuf> {
             output.status
         )));
     }
-    std::fs::create_dir_all(&dir)?;
-    // Written whole, then renamed: agents of one machine may share the directory.
-    let partial = dir.join(format!(
-        "hwloc-topology.{host}.{}.partial",
-        std::process::id()
-    ));
-    std::fs::write(&partial, &output.stdout)?;
-    std::fs::rename(&partial, &file)?;
-    Ok(file)
+    Ok(Cow::Owned(output.stdout))
 }
