@@ -407,9 +407,11 @@ pub struct HpcArgs {
     /// openmpi (mpirun.openmpi) or mpich (mpiexec.mpich).
     #[arg(long, value_parser = ["none", "pmi", "openmpi", "mpich"])]
     pub mpi: Option<String>,
-    /// What starts the ranks' daemons: agents (Saker's, the default) or srun (one
-    /// `srun --overlap --exact` step; inside a Slurm allocation).
-    #[arg(long, value_parser = ["agents", "srun"])]
+    /// What starts the ranks' daemons: agents (Saker's, the default), srun (one
+    /// `srun --overlap --exact` step; inside a Slurm allocation), or script (with
+    /// --mpi pmi: the command runs once on the first node and starts the ranks with
+    /// `saker mpiexec`, as many times as it likes).
+    #[arg(long, value_parser = ["agents", "srun", "script"])]
     pub launcher: Option<String>,
 }
 

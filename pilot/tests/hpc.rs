@@ -110,6 +110,26 @@ fn openmpi_and_mpich_start_their_daemons_through_the_agents() {
     }
 }
 
+/// Four relay jobs of one rank per node at once, two of them led by one agent of
+/// two slots: their launchers run off the slots, so the daemon each launcher starts
+/// on its own node finds the slot of the core its part holds (with the launchers on
+/// the slots, both waited for ever on daemons that waited for a slot).
+#[test]
+fn relay_jobs_led_by_one_agent_never_wait_on_each_others_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(probe) = probe("mpich", dir.path()) else {
+        return;
+    };
+    let pilot = dir.path().join("pilot");
+    let probe = probe.display().to_string();
+    let layout = ["--array", "1-4", "--nodes", "3", "--mpi", "mpich", "--"];
+    let output = run_on_three(&pilot, &[&layout[..], &[&probe]].concat());
+    let records = results(&pilot);
+    assert!(output.status.success(), "{records:?}");
+    assert_eq!(records.len(), 4);
+    assert!(records.iter().all(|record| record["state"] == "succeeded"));
+}
+
 #[test]
 fn a_failing_rank_fails_the_attempt_and_the_retry_runs_whole() {
     let dir = tempfile::tempdir().unwrap();

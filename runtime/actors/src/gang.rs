@@ -35,13 +35,14 @@
 //! [`ResultBody::Part`]: saker_wire::messages::ResultBody::Part
 
 pub mod endpoint;
+pub mod mpiexec;
 
 use std::fmt::Write as _;
 
 use saker_wire::messages::{Assignment, LauncherKind, MpiKind};
 
 pub use crate::board::exit_code;
-use crate::board::{PartPlan, PartProcess, ProcessKind};
+use crate::board::{LaunchPlan, PartPlan, PartProcess, ProcessKind};
 use crate::launch::{Places, bind_launch, build_launch};
 use crate::process::Launch;
 use crate::process::launch::sets;
@@ -58,6 +59,12 @@ pub fn process_launch(
     let mut launch = match &process.kind {
         ProcessKind::Rank { rank, local } => rank_launch(plan, *rank, *local, places),
         ProcessKind::Launcher => launcher_launch(plan, places),
+        ProcessKind::Script => script_launch(plan, places),
+        ProcessKind::LaunchRank {
+            rank,
+            local,
+            launch,
+        } => launch_rank_launch(plan, launch, *rank, *local, places),
         ProcessKind::Srun => srun_launch(plan, places),
         ProcessKind::Daemon { command } => {
             return daemon_launch(plan, process.number, command, binding, places);
@@ -153,21 +160,127 @@ fn srun_launch(plan: &PartPlan, places: &Places) -> Launch {
 /// Rank `rank` (`local` on this node) of a job without MPI, with the rendezvous
 /// variables.
 fn rank_launch(plan: &PartPlan, rank: u32, local: u32, places: &Places) -> Launch {
-    let (assignment, gang, hpc) = (&plan.assignment, &plan.gang, &plan.hpc);
-    let member = gang.member;
-    let first = member.saturating_mul(hpc.ranks_per_node);
-    let end = (first + hpc.ranks_per_node).min(hpc.ranks);
-    let nodes = gang.hosts.join(",");
-    let leader = gang.hosts.first().map_or("localhost", String::as_str);
+    let (assignment, hpc) = (&plan.assignment, &plan.hpc);
     let mut launch = build_launch(&plan.job, assignment, &places.spill_dir);
     launch.spill_stem = format!("t{}.a{}.r{rank}", assignment.task, assignment.attempt);
     if rank > 0 {
         launch.inline_limit = 0; // only rank 0's is inline: the rest to files
     }
+    let world = World {
+        ranks: hpc.ranks,
+        ranks_per_node: hpc.ranks_per_node,
+        kvsname: format!("saker-{}", assignment.attempt),
+        job_id: assignment.attempt.0 & u64::from(u32::MAX),
+    };
+    rank_vars(&mut launch, plan, &world, rank, local, places);
+    if hpc.mpi == MpiKind::Pmi {
+        pmi_vars(&mut launch, &world, rank, local, assignment.attempt);
+    }
+    launch
+}
+
+/// The PMI world a rank belongs to: a PMI job's ranks, or one `saker mpiexec`'s.
+struct World {
+    ranks: u32,
+    ranks_per_node: u32,
+    kvsname: String,
+    /// Open MPI's job id (`FLUX_JOB_ID`).
+    job_id: u64,
+}
+
+/// The PMI world of launch `launch` of `attempt`'s script: named apart from the
+/// job's own and from the script's other launches.
+pub fn launch_kvsname(attempt: saker_wire::messages::AttemptId, world: u32) -> String {
+    format!("saker-{attempt}-{world}")
+}
+
+/// Rank `rank` of a script's `saker mpiexec`: its command in `saker mpiexec`'s
+/// directory and environment (over the job's), served PMI. Each rank's output is
+/// kept inline up to the job's limit (it goes back to `saker mpiexec`), the rest in
+/// its file.
+fn launch_rank_launch(
+    plan: &PartPlan,
+    launch_plan: &LaunchPlan,
+    rank: u32,
+    local: u32,
+    places: &Places,
+) -> Launch {
+    let assignment = &plan.assignment;
+    let ranks = &launch_plan.ranks;
+    let user = build_launch(&plan.job, assignment, &places.spill_dir);
+    let mut launch = Launch::new(
+        3,
+        user.env().len() + ranks.env.len() + 24,
+        places.spill_dir.clone(),
+        format!(
+            "t{}.a{}.w{}.r{rank}",
+            assignment.task, assignment.attempt, ranks.world
+        ),
+    );
+    launch.arg(b"/bin/sh");
+    launch.arg(b"-c");
+    launch.arg(launch_plan.command.as_bytes());
+    for entry in user.env() {
+        let bytes = entry.to_bytes();
+        if let Some(at) = bytes.iter().position(|&b| b == b'=') {
+            launch.set_var(&bytes[..at], &bytes[at + 1..]);
+        }
+    }
+    for var in &ranks.env {
+        launch.set_var(var.key.as_bytes(), var.value.as_bytes());
+    }
+    launch.cwd = (!ranks.cwd.is_empty()).then(|| ranks.cwd.clone().into());
+    launch.inline_limit = user.inline_limit;
+    let world = World {
+        ranks: ranks.ranks,
+        ranks_per_node: ranks.ranks_per_node,
+        kvsname: launch_kvsname(assignment.attempt, ranks.world),
+        // Apart from the job's and its other launches' (Open MPI names its
+        // shared-memory segments by it).
+        job_id: (assignment.attempt.0 & 0xff_ffff) | (u64::from(ranks.world & 0xff) << 24),
+    };
+    rank_vars(&mut launch, plan, &world, rank, local, places);
+    pmi_vars(&mut launch, &world, rank, local, assignment.attempt);
+    launch
+}
+
+/// The script of a job of launcher script: the job's command, on the leader, with
+/// what `saker mpiexec` needs to reach this agent and lay out its ranks.
+fn script_launch(plan: &PartPlan, places: &Places) -> Launch {
+    let (assignment, gang, hpc) = (&plan.assignment, &plan.gang, &plan.hpc);
+    let user = build_launch(&plan.job, assignment, &places.spill_dir);
+    let mut launch = wrap(user, &[], places, assignment);
+    let socket = endpoint::socket_path(assignment.attempt);
+    launch.set_var(b"SAKER_GANG_SOCKET", socket.as_os_str().as_encoded_bytes());
+    launch.set_var(
+        mpiexec::COMMAND_VAR.as_bytes(),
+        mpiexec::command_line().as_bytes(),
+    );
+    launch.set_var_number(b"SAKER_WORLD_SIZE", hpc.ranks.into());
+    launch.set_var_number(b"SAKER_RANKS_PER_NODE", hpc.ranks_per_node.into());
+    launch.set_var(b"SAKER_NODES", gang.hosts.join(",").as_bytes());
+    launch
+}
+
+/// The rendezvous variables of rank `rank` of `world`, on this member.
+fn rank_vars(
+    launch: &mut Launch,
+    plan: &PartPlan,
+    world: &World,
+    rank: u32,
+    local: u32,
+    places: &Places,
+) {
+    let gang = &plan.gang;
+    let member = gang.member;
+    let first = member.saturating_mul(world.ranks_per_node);
+    let end = (first + world.ranks_per_node).min(world.ranks);
+    let nodes = gang.hosts.join(",");
+    let leader = gang.hosts.first().map_or("localhost", String::as_str);
     for (key, value) in [
         ("SAKER_RANK", rank.to_string()),
         ("SAKER_LOCAL_RANK", local.to_string()),
-        ("SAKER_WORLD_SIZE", hpc.ranks.to_string()),
+        ("SAKER_WORLD_SIZE", world.ranks.to_string()),
         ("SAKER_NODE_RANK", member.to_string()),
         ("SAKER_NODES", nodes),
         (
@@ -176,7 +289,7 @@ fn rank_launch(plan: &PartPlan, rank: u32, local: u32, places: &Places) -> Launc
         ),
         ("RANK", rank.to_string()),
         ("LOCAL_RANK", local.to_string()),
-        ("WORLD_SIZE", hpc.ranks.to_string()),
+        ("WORLD_SIZE", world.ranks.to_string()),
         ("LOCAL_WORLD_SIZE", (end - first).to_string()),
         ("NODE_RANK", member.to_string()),
         ("MASTER_ADDR", leader.to_string()),
@@ -185,17 +298,29 @@ fn rank_launch(plan: &PartPlan, rank: u32, local: u32, places: &Places) -> Launc
         launch.set_var(key.as_bytes(), value.as_bytes());
     }
     launch.set_var_number(b"SAKER_NODE", places.node.into());
-    if hpc.mpi == MpiKind::Pmi {
+}
+
+/// What a rank served PMI by this agent needs: its socket, rank and world, and Open
+/// MPI's way in.
+fn pmi_vars(
+    launch: &mut Launch,
+    world: &World,
+    rank: u32,
+    local: u32,
+    attempt: saker_wire::messages::AttemptId,
+) {
+    let first = rank - local;
+    let end = (first + world.ranks_per_node).min(world.ranks);
+    {
         // MPICH's simple PMI client: the socket its agent serves (set by the desk).
         launch.set_var(b"PMI_FD", b"3");
         launch.set_var_number(b"PMI_RANK", rank.into());
-        launch.set_var_number(b"PMI_SIZE", hpc.ranks.into());
+        launch.set_var_number(b"PMI_SIZE", world.ranks.into());
         launch.set_var(b"PMI_SPAWNED", b"0");
         // Hydra's: MPICH takes its node-local layout from them when set.
         launch.set_var_number(b"MPI_LOCALNRANKS", (end - first).into());
         launch.set_var_number(b"MPI_LOCALRANKID", local.into());
-        let kvsname = format!("saker-{}", assignment.attempt);
-        launch.set_var(b"PMI_JOBID", kvsname.as_bytes());
+        launch.set_var(b"PMI_JOBID", world.kvsname.as_bytes());
         // The node's topology, read once by its agent, not probed again by each rank.
         if let Some(file) = crate::pmi::topology::made()
             && !launch.sets_var(b"HWLOC_XMLFILE")
@@ -215,18 +340,17 @@ fn rank_launch(plan: &PartPlan, rank: u32, local: u32, places: &Places) -> Launc
             if !launch.sets_var(b"OMPI_MCA_pmix") {
                 launch.set_var(b"OMPI_MCA_pmix", b"flux");
             }
-            launch.set_var_number(b"FLUX_JOB_ID", assignment.attempt.0 & u64::from(u32::MAX));
+            launch.set_var_number(b"FLUX_JOB_ID", world.job_id);
         }
         if crate::pmi::openmpi::no_fabric() && !launch.sets_var(b"OMPI_MCA_pml") {
             launch.set_var(b"OMPI_MCA_pml", b"ob1");
         }
         if !launch.sets_var(b"OMPI_MCA_btl_vader_backing_directory") {
-            let shared = crate::pmi::openmpi::shared_memory_dir(assignment.attempt.0);
+            let shared = crate::pmi::openmpi::shared_memory_dir(attempt.0);
             let key = b"OMPI_MCA_btl_vader_backing_directory";
             launch.set_var(key, shared.as_os_str().as_encoded_bytes());
         }
     }
-    launch
 }
 
 /// The leader's MPI launcher around the job's command line.

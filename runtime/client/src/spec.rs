@@ -580,6 +580,8 @@ pub enum SpecError {
     },
     #[error("a function task cannot be an HPC job (nodes, ranks, mpi)")]
     FunctionAsHpc,
+    #[error("launcher script starts its ranks with `saker mpiexec`, served PMI: give mpi pmi")]
+    ScriptWithoutPmi,
     #[error("invalid resource name {name:?}: use letters, digits, '_', '-' and '.', at most 64")]
     InvalidResourceName { name: String },
     #[error(

@@ -42,6 +42,9 @@ pub enum LauncherKind {
     Agents,
     /// One `srun --overlap --exact` step on the job's nodes (inside Slurm).
     Srun,
+    /// The job's command runs once, on the first node, as a batch script does; each
+    /// `saker mpiexec` in it has the agents start the ranks (PMI jobs only).
+    Script,
 }
 
 impl MpiKind {
@@ -62,6 +65,7 @@ impl LauncherKind {
         match self {
             LauncherKind::Agents => "agents",
             LauncherKind::Srun => "srun",
+            LauncherKind::Script => "script",
         }
     }
 }
@@ -71,7 +75,7 @@ impl LauncherKind {
 pub enum UnknownKind {
     #[error("unknown MPI {name:?}: use none, openmpi, mpich or pmi")]
     Mpi { name: String },
-    #[error("unknown launcher {name:?}: use agents or srun")]
+    #[error("unknown launcher {name:?}: use agents, srun or script")]
     Launcher { name: String },
 }
 
@@ -97,12 +101,16 @@ impl FromStr for LauncherKind {
     type Err = UnknownKind;
 
     fn from_str(text: &str) -> Result<Self, UnknownKind> {
-        [LauncherKind::Agents, LauncherKind::Srun]
-            .into_iter()
-            .find(|kind| kind.name() == text)
-            .ok_or_else(|| UnknownKind::Launcher {
-                name: text.to_owned(),
-            })
+        [
+            LauncherKind::Agents,
+            LauncherKind::Srun,
+            LauncherKind::Script,
+        ]
+        .into_iter()
+        .find(|kind| kind.name() == text)
+        .ok_or_else(|| UnknownKind::Launcher {
+            name: text.to_owned(),
+        })
     }
 }
 
@@ -120,7 +128,11 @@ mod tests {
         ] {
             assert_eq!(kind.name().parse::<MpiKind>(), Ok(kind));
         }
-        for kind in [LauncherKind::Agents, LauncherKind::Srun] {
+        for kind in [
+            LauncherKind::Agents,
+            LauncherKind::Srun,
+            LauncherKind::Script,
+        ] {
             assert_eq!(kind.name().parse::<LauncherKind>(), Ok(kind));
         }
         let error = "mpich2".parse::<MpiKind>().unwrap_err();

@@ -1,6 +1,7 @@
 //! The roles a node's process plays, as a library: the **agent** (`agent`), its
 //! watchdog (`reaper`), the remote shell of an HPC job's MPI launcher (`rsh-agent`),
-//! and the first step of a memory-limited task (`cgroup-exec`). [`serve`] takes a
+//! a script job's launcher of ranks (`mpiexec`), and the first step of a
+//! memory-limited task (`cgroup-exec`). [`serve`] takes a
 //! command line whose first argument names one of them.
 //!
 //! It exists so that two binaries can serve these roles without either carrying the
@@ -46,15 +47,18 @@ pub enum Role {
     RemoteShell,
     /// A memory-limited task's first step: join its cgroup, become the task.
     CgroupExec,
+    /// `saker mpiexec`: a script job's ranks, started by the agents.
+    Mpiexec,
 }
 
 impl Role {
     /// Every role, in the order usage lists them.
-    pub const ALL: [Role; 4] = [
+    pub const ALL: [Role; 5] = [
         Role::Agent,
         Role::Reaper,
         Role::RemoteShell,
         Role::CgroupExec,
+        Role::Mpiexec,
     ];
 
     /// The argument that names this role.
@@ -64,6 +68,7 @@ impl Role {
             Role::Reaper => saker_actors::reaper::SUBCOMMAND,
             Role::RemoteShell => REMOTE_SHELL,
             Role::CgroupExec => saker_actors::resources::cgroup::EXEC_SUBCOMMAND,
+            Role::Mpiexec => "mpiexec",
         }
     }
 
@@ -92,6 +97,14 @@ pub fn serve(args: Vec<OsString>) -> Option<ExitCode> {
             exit_code(saker_actors::gang::endpoint::rsh_agent_main(&rest))
         }
         Role::CgroupExec => exit_code(saker_actors::resources::cgroup::exec_main(rest)),
+        Role::Mpiexec => {
+            // An MPI launcher's arguments, not flags of ours.
+            let rest: Vec<String> = rest
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            exit_code(saker_actors::gang::mpiexec::mpiexec_main(&rest))
+        }
     };
     Some(code)
 }

@@ -53,7 +53,9 @@ pub use saker_core::{
 /// 23: `ResultBody::Part::pmi` (when a part's ranks wired up), `ProcessEnd::ended_unix_us` and `aborted`.
 /// 24: `GangPart::hub` (a PMI job's fences gather at its leader, over data
 /// connections: `FromAgent::PmiFence` up a stream, `ToAgent::PmiFenced` back).
-pub const PROTOCOL_VERSION: u32 = 24;
+/// 25: `LauncherKind::Script`; `GangLaunch::ranks` (a script's `saker mpiexec`: ranks
+/// on a member, served PMI) and `GangLaunchEnded::stdout`/`stderr` (theirs).
+pub const PROTOCOL_VERSION: u32 = 25;
 
 /// Most bytes of one function payload, and of one function's output: both travel
 /// inline through the tree, the journal and client lines.
@@ -231,16 +233,39 @@ pub struct GangLaunch {
     pub launch: u32,
     /// A `/bin/sh -c` command line.
     pub command: String,
+    /// None: one command (an MPI launcher's daemon). Some: the command as ranks of a
+    /// script job's `saker mpiexec`, each served PMI by the member's agent.
+    pub ranks: Option<LaunchRanks>,
+}
+
+/// The ranks a script job's `saker mpiexec` starts: a PMI world of its own (`world`,
+/// counted per attempt), laid out as an HPC job's ranks are (node after node,
+/// `ranks_per_node` on each), over the first members of the gang.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct LaunchRanks {
+    pub world: u32,
+    pub ranks: u32,
+    pub ranks_per_node: u32,
+    /// The directory and environment of `saker mpiexec`, which its ranks get (on top
+    /// of the job's and the PMI variables), as an MPI launcher passes its own on.
+    pub cwd: String,
+    pub env: Vec<EnvVar>,
 }
 
 /// How a [`GangLaunch`] ended: its exit code, or 128 + the signal that killed it, or
 /// 255 if it could not run.
-#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[rkyv(derive(Debug))]
 pub struct GangLaunchEnded {
     pub attempt: AttemptId,
     pub launch: u32,
     pub code: i32,
+    /// A launch of ranks: their output, rank after rank (the first bytes of each, up
+    /// to the job's inline limit, and where the rest is on the member). Empty for a
+    /// daemon.
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
 }
 
 /// One member's keys for a fence of a PMI gang (its ranks' puts since the last one),
@@ -333,7 +358,7 @@ pub struct Command {
     pub cwd: Option<String>,
 }
 
-#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[rkyv(derive(Debug))]
 pub struct EnvVar {
     pub key: String,
@@ -742,6 +767,7 @@ const _: () = {
     assert!(align_of::<saker_core::ArchivedLauncherKind>() <= MAX);
     assert!(align_of::<ArchivedGangLaunch>() <= MAX);
     assert!(align_of::<ArchivedGangLaunchEnded>() <= MAX);
+    assert!(align_of::<ArchivedLaunchRanks>() <= MAX);
     assert!(align_of::<ArchivedPmiFence>() <= MAX);
     assert!(align_of::<ArchivedPmiTimes>() <= MAX);
     assert!(align_of::<ArchivedProcessEnd>() <= MAX);

@@ -29,6 +29,7 @@ use crate::process::{StopHandle, unix_micros};
 use crate::transfer::{self, Fetched, Fetcher, Routes};
 use saker_wire::messages::Outcome;
 
+mod own;
 mod pmi;
 
 /// The desk, shared by the agent and the slots' threads.
@@ -93,13 +94,15 @@ pub(crate) struct Desk {
     stops: Vec<Option<(AttemptId, StopHandle)>>,
     /// The remote-shell endpoints of the gangs this node leads; dropping one closes it.
     endpoints: HashMap<AttemptId, Endpoint>,
+    /// The stop handles of the parts' processes that run on threads of their own.
+    own: HashMap<AttemptId, StopHandle>,
     /// The PMI services of this node's parts whose ranks it serves; dropping one
     /// closes its ranks' sockets.
     pmi: HashMap<AttemptId, crate::pmi::server::Server>,
     /// Where each of those parts' fences go, and those gathered here.
     fences: HashMap<AttemptId, pmi::Fences>,
     /// The remote shells waiting for a daemon's end, by (attempt, launch).
-    waiters: HashMap<(AttemptId, u32), mpsc::Sender<i32>>,
+    waiters: HashMap<(AttemptId, u32), mpsc::Sender<GangLaunchEnded>>,
     pub(crate) uplink: Uplink,
     /// Where each item's reads go, and the fetcher of those sent to holders directly;
     /// none: every read goes through the root.
@@ -130,6 +133,7 @@ impl Desk {
                 files,
                 stops: (0..slots).map(|_| None).collect(),
                 endpoints: HashMap::new(),
+                own: HashMap::new(),
                 pmi: HashMap::new(),
                 fences: HashMap::new(),
                 waiters: HashMap::new(),
@@ -177,7 +181,13 @@ impl Desk {
                 Effect::OpenEndpoint { attempt, members } => {
                     self.open_endpoint(attempt, members, now);
                 }
-                Effect::OpenPmi { plan } => self.open_pmi(&plan),
+                Effect::OpenPmi { plan, launch } => self.open_pmi(&plan, launch.as_deref()),
+                Effect::RunOwn {
+                    plan,
+                    process,
+                    binding,
+                } => self.run_own(&plan, process, &binding),
+                Effect::StopOwn { attempt } => self.stop_own(attempt),
                 Effect::PartEnded { attempt } => {
                     self.endpoints.remove(&attempt);
                     self.close_pmi(attempt);
@@ -271,9 +281,12 @@ impl Desk {
             Run::Part { plan, process } => {
                 let mut launch =
                     crate::gang::process_launch(&plan, &process, &binding, &self.places);
-                if let ProcessKind::Rank { rank, .. } = process.kind
-                    && plan.hpc.mpi == MpiKind::Pmi
-                {
+                let served = match process.kind {
+                    ProcessKind::Rank { rank, .. } if plan.hpc.mpi == MpiKind::Pmi => Some(rank),
+                    ProcessKind::LaunchRank { rank, .. } => Some(rank),
+                    _ => None,
+                };
+                if let Some(rank) = served {
                     launch.pmi_socket = Some(self.pmi_socket(attempt, rank));
                 }
                 Work::Command(Box::new(launch))
@@ -553,7 +566,7 @@ impl Desk {
     pub(crate) fn launch_ended(&mut self, ended: &GangLaunchEnded) {
         // A waiter gone (its part ended) needs no answer.
         if let Some(waiter) = self.waiters.remove(&(ended.attempt, ended.launch)) {
-            let _ = waiter.send(ended.code);
+            let _ = waiter.send(ended.clone());
         }
     }
 
@@ -591,7 +604,21 @@ struct DeskRelay {
 }
 
 impl Relay for DeskRelay {
-    fn relay(&self, launch: GangLaunch, waiter: mpsc::Sender<i32>) -> Result<(), RelayError> {
+    fn open_world(&self, attempt: AttemptId, world: u32, members: u32) -> Result<(), RelayError> {
+        let desk = self.desk.upgrade().ok_or(RelayError::PartEnded)?;
+        let mut desk = lock(&desk);
+        if !desk.board.has_part(attempt) {
+            return Err(RelayError::PartEnded);
+        }
+        desk.open_world(attempt, world, members);
+        Ok(())
+    }
+
+    fn relay(
+        &self,
+        launch: GangLaunch,
+        waiter: mpsc::Sender<GangLaunchEnded>,
+    ) -> Result<(), RelayError> {
         let desk = self.desk.upgrade().ok_or(RelayError::PartEnded)?;
         let mut desk = lock(&desk);
         if !desk.board.has_part(launch.attempt) {

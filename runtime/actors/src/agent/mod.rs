@@ -605,8 +605,10 @@ fn on_down(
         }
         ToAgent::GangLaunch(launch) => {
             let (attempt, number) = (launch.attempt, launch.launch);
-            tracing::debug!(%attempt, launch = number, "running a daemon for the gang's leader");
-            lock(&state.desk).board.handle_gang_launch(launch);
+            tracing::debug!(%attempt, launch = number, "running a launch for the gang's leader");
+            let mut desk = lock(&state.desk);
+            let now = desk.now();
+            desk.apply(now, |board| board.handle_gang_launch(launch));
         }
         ToAgent::ItemData(data) => {
             let mut desk = lock(&state.desk);

@@ -11,8 +11,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use saker_wire::messages::{
-    Assignment, AttemptId, GangLaunch, GangLaunchEnded, GangPart, Hpc, JobDef, LauncherKind,
-    MpiKind, Outcome, Output, PmiTimes, ProcessEnd, Resources, ResultBody, Started, TaskResult,
+    Assignment, AttemptId, GangLaunch, GangLaunchEnded, GangPart, Hpc, JobDef, LaunchRanks,
+    LauncherKind, MpiKind, Outcome, Output, PmiTimes, ProcessEnd, Resources, ResultBody, Started,
+    TaskResult,
 };
 
 use super::{Board, Effect, Moment, Run, Running, Start};
@@ -55,6 +56,57 @@ pub enum ProcessKind {
     Srun,
     /// A command the leader's launcher asked this member to run (an MPI daemon).
     Daemon { command: String },
+    /// The job's command, on the leader of a job of launcher script.
+    Script,
+    /// Rank `rank` (`local` on this node) of one `saker mpiexec` of a script.
+    LaunchRank {
+        rank: u32,
+        local: u32,
+        launch: Arc<LaunchPlan>,
+    },
+}
+
+impl ProcessKind {
+    /// Whether it waits on other processes of its part (a launcher, `srun`, a
+    /// script): it runs on a thread of its own, never on a slot, so that the
+    /// processes it waits for always have the slots of the cores the part holds.
+    pub fn waits_on_others(&self) -> bool {
+        matches!(
+            self,
+            ProcessKind::Launcher | ProcessKind::Srun | ProcessKind::Script
+        )
+    }
+}
+
+/// One `saker mpiexec` of a script job, as this member runs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchPlan {
+    /// The leader's number for it (its end goes back under it).
+    pub number: u32,
+    /// The ranks' `/bin/sh -c` command line.
+    pub command: String,
+    pub ranks: LaunchRanks,
+}
+
+impl LaunchPlan {
+    /// The world's ranks that run on `member`.
+    pub fn local_ranks(&self, member: u32) -> std::ops::Range<u32> {
+        let (ranks, per) = (self.ranks.ranks, self.ranks.ranks_per_node);
+        let first = member.saturating_mul(per).min(ranks);
+        first..first.saturating_add(per).min(ranks)
+    }
+}
+
+/// The ranks of a script's `saker mpiexec` running on this node.
+#[derive(Debug)]
+struct Launch {
+    plan: Arc<LaunchPlan>,
+    first_rank: u32,
+    live: u32,
+    /// The first failure's exit code (0 while none failed).
+    code: i32,
+    /// Each ended rank's output.
+    outputs: Vec<(u32, Output, Output)>,
 }
 
 /// One part in progress.
@@ -88,6 +140,12 @@ struct Part {
     aborted: Option<(u32, i32)>,
     /// When its ranks wired up, for a part whose ranks this node serves PMI.
     pmi: Option<PmiTimes>,
+    /// A part of a job of launcher script: process 0 is the leader's script, the
+    /// others ranks of its `saker mpiexec` (one at a time).
+    script: bool,
+    launch: Option<Launch>,
+    /// Its process that waits on others runs, on a thread of its own.
+    own: bool,
 }
 
 /// A moment of a PMI part's wire-up, as its service saw it.
@@ -195,11 +253,15 @@ impl Board {
         // With srun, Slurm starts every rank: the leader runs srun, the others hold
         // their cores for the ranks Slurm puts there.
         let srun = hpc.launcher == LauncherKind::Srun;
+        // The script runs on the leader; ranks start when it asks.
+        let script = hpc.launcher == LauncherKind::Script;
         // Started by this agent: ranks without MPI, and ranks served PMI here.
-        let ranks = matches!(hpc.mpi, MpiKind::None | MpiKind::Pmi) && !srun;
+        let ranks = matches!(hpc.mpi, MpiKind::None | MpiKind::Pmi) && !srun && !script;
         let processes: Vec<(u32, ProcessKind)> = match hpc.mpi {
             _ if srun && leader => vec![(0, ProcessKind::Srun)],
             _ if srun => Vec::new(),
+            _ if script && leader => vec![(0, ProcessKind::Script)],
+            _ if script => Vec::new(),
             MpiKind::None | MpiKind::Pmi => {
                 let first = gang.member.saturating_mul(hpc.ranks_per_node);
                 let end = (first + hpc.ranks_per_node).min(hpc.ranks);
@@ -229,6 +291,7 @@ impl Board {
         if ranks && hpc.mpi == MpiKind::Pmi {
             self.effects.push_back(Effect::OpenPmi {
                 plan: Arc::clone(&plan),
+                launch: None,
             });
         }
         let attempt = assignment.attempt;
@@ -247,7 +310,16 @@ impl Board {
             });
             Some(processes.collect())
         } else {
-            self.parts.queue.extend(processes);
+            let (own, queued): (Vec<_>, Vec<_>) =
+                processes.partition(|process| process.kind.waits_on_others());
+            self.parts.queue.extend(queued);
+            for process in own {
+                self.effects.push_back(Effect::RunOwn {
+                    plan: Arc::clone(&plan),
+                    process,
+                    binding: binding.clone(),
+                });
+            }
             None
         };
         self.parts.parts.insert(
@@ -263,17 +335,20 @@ impl Board {
                 failure: None,
                 cancelled: false,
                 ends_with_processes: ranks || leader,
-                mpi: !ranks,
+                mpi: !ranks && !script,
                 staged,
                 aborted: None,
-                pmi: (ranks && hpc.mpi == MpiKind::Pmi).then(PmiTimes::default),
+                pmi: (hpc.mpi == MpiKind::Pmi && (ranks || script)).then(PmiTimes::default),
+                script,
+                launch: None,
+                own: leader && (srun || script || !ranks) && !stage,
             },
         );
         if live == 0 && ranks {
             // No rank on this node (fewer ranks than nodes × ranks per node).
             self.complete_part(attempt, now);
         }
-        if leader && matches!(hpc.mpi, MpiKind::Openmpi | MpiKind::Mpich) && !srun {
+        if leader && (matches!(hpc.mpi, MpiKind::Openmpi | MpiKind::Mpich) || script) && !srun {
             let members = gang.nodes.len() as u32;
             self.effects
                 .push_back(Effect::OpenEndpoint { attempt, members });
@@ -291,13 +366,19 @@ impl Board {
     pub fn handle_gang_launch(&mut self, launch: GangLaunch) {
         let attempt = launch.attempt;
         let Some(part) = self.parts.parts.get_mut(&attempt).filter(|p| !p.cancelled) else {
-            self.parts.launch_ends.push(GangLaunchEnded {
-                attempt,
-                launch: launch.launch,
-                code: 255,
-            });
+            self.parts
+                .launch_ends
+                .push(launch_refused(attempt, launch.launch, ""));
             return;
         };
+        if let Some(ranks) = launch.ranks {
+            let plan = Arc::new(LaunchPlan {
+                number: launch.launch,
+                command: launch.command,
+                ranks,
+            });
+            return self.start_launch(attempt, plan);
+        }
         part.live += 1;
         let process = PartProcess {
             attempt,
@@ -309,6 +390,65 @@ impl Board {
         match &mut part.staged {
             Some(staged) => staged.push(process),
             None => self.parts.queue.push_back(process),
+        }
+    }
+
+    /// Starts this member's ranks of a script's `saker mpiexec`, or answers at once
+    /// why it cannot (code 255).
+    fn start_launch(&mut self, attempt: AttemptId, plan: Arc<LaunchPlan>) {
+        let Some(part) = self.parts.parts.get_mut(&attempt) else {
+            return;
+        };
+        let held = part.plan.hpc.ranks_per_node;
+        let refused = if !part.script {
+            Some("the job is not of launcher script".to_owned())
+        } else if part.launch.is_some() {
+            Some("another `saker mpiexec` of this job runs: one at a time".to_owned())
+        } else if plan.ranks.ranks_per_node > held || plan.ranks.ranks_per_node == 0 {
+            Some(format!(
+                "{} ranks per node asked; the job holds cores for {held}",
+                plan.ranks.ranks_per_node
+            ))
+        } else {
+            None
+        };
+        if let Some(reason) = refused {
+            let end = launch_refused(attempt, plan.number, &reason);
+            self.parts.launch_ends.push(end);
+            return;
+        }
+        let local = plan.local_ranks(part.plan.gang.member);
+        if local.is_empty() {
+            let end = launch_refused(attempt, plan.number, "");
+            self.parts
+                .launch_ends
+                .push(GangLaunchEnded { code: 0, ..end });
+            return;
+        }
+        self.effects.push_back(Effect::OpenPmi {
+            plan: Arc::clone(&part.plan),
+            launch: Some(Arc::clone(&plan)),
+        });
+        let processes = local.clone().map(|rank| PartProcess {
+            attempt,
+            number: 1 + rank - local.start,
+            kind: ProcessKind::LaunchRank {
+                rank,
+                local: rank - local.start,
+                launch: Arc::clone(&plan),
+            },
+        });
+        part.live += local.len() as u32;
+        part.launch = Some(Launch {
+            plan: Arc::clone(&plan),
+            first_rank: local.start,
+            live: local.len() as u32,
+            code: 0,
+            outputs: Vec::new(),
+        });
+        match &mut part.staged {
+            Some(staged) => staged.extend(processes),
+            None => self.parts.queue.extend(processes),
         }
     }
 
@@ -326,7 +466,18 @@ impl Board {
             Some(item) => self.fetches.stage_part(&item, attempt),
             None => {
                 let staged = part.staged.take().unwrap_or_default();
-                self.parts.queue.extend(staged);
+                for process in staged {
+                    if process.kind.waits_on_others() {
+                        part.own = true;
+                        self.effects.push_back(Effect::RunOwn {
+                            plan: Arc::clone(&part.plan),
+                            process,
+                            binding: part.binding.clone(),
+                        });
+                    } else {
+                        self.parts.queue.push_back(process);
+                    }
+                }
             }
         }
     }
@@ -398,11 +549,21 @@ impl Board {
         }
         let ok = matches!(finished.outcome, Outcome::Exited { code: 0 });
         let daemon = part.mpi && number > 0;
+        let mut rank = number;
+        if part.script && number > 0 {
+            let ended = launch_rank_ended(part, attempt, number, &finished);
+            if let Some((global, end)) = ended {
+                rank = global;
+                self.parts.launch_ends.extend(end);
+            }
+        }
         if daemon {
             self.parts.launch_ends.push(GangLaunchEnded {
                 attempt,
                 launch: number,
                 code: exit_code(&finished.outcome),
+                stdout: Vec::new(),
+                stderr: Vec::new(),
             });
         }
         if number == 0 && part.first.is_none() {
@@ -412,13 +573,18 @@ impl Board {
             part.failure = Some(finished.outcome.clone());
         }
         part.ends.push(ProcessEnd {
-            rank: number,
+            rank,
             outcome: finished.outcome,
             ended_unix_us: now.unix_us,
             aborted,
         });
-        let stop_rest = part.failure.is_some() && part.live > 0;
-        let done = part.live == 0 && (part.ends_with_processes || part.cancelled);
+        // A script that ended leaves no ranks behind (as a batch script's steps end
+        // with it).
+        let script_ended = part.script && number == 0;
+        let stop_rest = (part.failure.is_some() || script_ended) && part.live > 0;
+        // A failed rank of a script job fails its part, as a PMI job's does.
+        let failed_here = part.script && part.failure.is_some();
+        let done = part.live == 0 && (part.ends_with_processes || part.cancelled || failed_here);
         if stop_rest {
             self.stop_part_processes(attempt);
         }
@@ -439,6 +605,20 @@ impl Board {
         true
     }
 
+    /// A process of `attempt`'s part that ran on a thread of its own ended.
+    pub fn handle_own_ended(
+        &mut self,
+        attempt: AttemptId,
+        number: u32,
+        finished: Finished,
+        now: Moment,
+    ) {
+        if let Some(part) = self.parts.parts.get_mut(&attempt) {
+            part.own = false;
+        }
+        self.part_process_ended(number, attempt, finished, now);
+    }
+
     /// Drops a part's waiting processes and stops its running ones.
     fn stop_part_processes(&mut self, attempt: AttemptId) {
         let before = self.parts.queue.len();
@@ -449,6 +629,9 @@ impl Board {
         if let Some(part) = self.parts.parts.get_mut(&attempt) {
             dropped += part.staged.take().map_or(0, |staged| staged.len() as u32);
             part.live -= dropped.min(part.live);
+            if part.own {
+                self.effects.push_back(Effect::StopOwn { attempt });
+            }
         }
         for (slot, running) in self.slots.iter().enumerate() {
             if running
@@ -528,6 +711,8 @@ impl Board {
             return;
         };
         let code = if code == 0 { 1 } else { code };
+        // A script's ranks are its processes 1 and on.
+        let number = number + u32::from(part.script);
         part.aborted.get_or_insert((number, code));
         part.failure.get_or_insert(Outcome::Exited { code });
         self.stop_part_processes(attempt);
@@ -580,6 +765,84 @@ impl Board {
         for attempt in attempts {
             self.cancel_part(attempt, now);
         }
+    }
+}
+
+/// Rank process `number` of a script part's launch ended: noted, with its global
+/// rank; once the launch's last rank here has ended, its end for the leader.
+fn launch_rank_ended(
+    part: &mut Part,
+    attempt: AttemptId,
+    number: u32,
+    finished: &Finished,
+) -> Option<(u32, Option<GangLaunchEnded>)> {
+    let launch = part.launch.as_mut()?;
+    let rank = launch.first_rank + number - 1;
+    launch.live = launch.live.saturating_sub(1);
+    let code = exit_code(&finished.outcome);
+    if code != 0 && launch.code == 0 {
+        launch.code = code;
+    }
+    launch
+        .outputs
+        .push((rank, finished.stdout.clone(), finished.stderr.clone()));
+    if launch.live > 0 {
+        return Some((rank, None));
+    }
+    let mut launch = part.launch.take()?;
+    launch.outputs.sort_by_key(|(rank, _, _)| *rank);
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    for (rank, out, err) in &launch.outputs {
+        gather_output(&mut stdout, *rank, "stdout", out);
+        gather_output(&mut stderr, *rank, "stderr", err);
+    }
+    let end = GangLaunchEnded {
+        attempt,
+        launch: launch.plan.number,
+        code: launch.code,
+        stdout,
+        stderr,
+    };
+    Some((rank, Some(end)))
+}
+
+/// Most bytes of its ranks' output one member sends back for a launch; the rest
+/// stays in the ranks' files on the member.
+const MAX_LAUNCH_OUTPUT: usize = 8 << 20;
+
+/// Appends a rank's output (what it kept inline), and where the rest is.
+fn gather_output(into: &mut Vec<u8>, rank: u32, stream: &str, output: &Output) {
+    let room = MAX_LAUNCH_OUTPUT.saturating_sub(into.len());
+    into.extend_from_slice(&output.inline[..output.inline.len().min(room)]);
+    let whole = output.inline.len() as u64 >= output.total_bytes;
+    if !whole || output.inline.len() > room {
+        if into.last().is_some_and(|byte| *byte != b'\n') {
+            into.push(b'\n');
+        }
+        let rest = match &output.spill_path {
+            Some(path) => format!("in {path} on its node"),
+            None => "not kept".to_owned(),
+        };
+        let note = format!(
+            "[saker: rank {rank}'s {stream} has {} bytes; the rest is {rest}]\n",
+            output.total_bytes
+        );
+        into.extend_from_slice(note.as_bytes());
+    }
+}
+
+/// A launch answered without running (code 255, with why on its stderr).
+fn launch_refused(attempt: AttemptId, launch: u32, reason: &str) -> GangLaunchEnded {
+    let stderr = match reason {
+        "" => Vec::new(),
+        reason => format!("saker: {reason}\n").into_bytes(),
+    };
+    GangLaunchEnded {
+        attempt,
+        launch,
+        code: 255,
+        stdout: Vec::new(),
+        stderr,
     }
 }
 

@@ -70,7 +70,7 @@ mod slots;
 pub(crate) mod tests;
 
 pub use away::{AWAY_MEMORY_BYTES, MAX_UNACKED};
-pub use gang::{PartPlan, PartProcess, ProcessKind, Wired, exit_code};
+pub use gang::{LaunchPlan, PartPlan, PartProcess, ProcessKind, Wired, exit_code};
 pub use items::{ItemError, ItemLanded};
 pub use objects::{Role, Store, StoreEffect, StoreError, StoreUsage, Tier};
 pub use report::Flush;
@@ -343,7 +343,22 @@ pub enum Effect {
     OpenEndpoint { attempt: AttemptId, members: u32 },
     /// A part whose ranks this node serves PMI was taken: open its service before any
     /// of them starts (each rank's socket is made as it starts).
-    OpenPmi { plan: Arc<PartPlan> },
+    OpenPmi {
+        plan: Arc<PartPlan>,
+        /// A script's `saker mpiexec`: the service is that launch's (replacing the
+        /// last one's).
+        launch: Option<Arc<gang::LaunchPlan>>,
+    },
+    /// Run a part's `process` that waits on others (see
+    /// [`ProcessKind::waits_on_others`]) on a thread of its own; when it ends,
+    /// [`Board::handle_own_ended`].
+    RunOwn {
+        plan: Arc<PartPlan>,
+        process: PartProcess,
+        binding: Binding,
+    },
+    /// Stop `attempt`'s process that runs on a thread of its own.
+    StopOwn { attempt: AttemptId },
     /// A gang part ended: close its endpoint (its remote shells get no more answers)
     /// and its PMI service.
     PartEnded { attempt: AttemptId },

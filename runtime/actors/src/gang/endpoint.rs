@@ -25,7 +25,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use std::sync::mpsc;
 
-use saker_wire::messages::{AttemptId, GangLaunch};
+use saker_wire::messages::{AttemptId, GangLaunch, GangLaunchEnded, LaunchRanks};
+
+use super::mpiexec::{self, REQUEST_TAG, Request};
 
 /// The variable that tells the remote shell where the endpoint is.
 pub const SOCKET_VAR: &str = "SAKER_GANG_SOCKET";
@@ -90,7 +92,16 @@ pub trait Relay: Send + Sync + 'static {
     /// Sends `launch` up, with `waiter` to answer when it ends, at once with the check
     /// that its part still runs (else a part that ended meanwhile would leave the
     /// waiter hanging).
-    fn relay(&self, launch: GangLaunch, waiter: mpsc::Sender<i32>) -> Result<(), RelayError>;
+    fn relay(
+        &self,
+        launch: GangLaunch,
+        waiter: mpsc::Sender<GangLaunchEnded>,
+    ) -> Result<(), RelayError>;
+
+    /// A script's `saker mpiexec` is about to start world `world` over `members`
+    /// members: this node (the leader) gathers its fences from now on, before any
+    /// member can send one.
+    fn open_world(&self, attempt: AttemptId, world: u32, members: u32) -> Result<(), RelayError>;
 }
 
 /// Why a remote shell's request was not sent on.
@@ -135,6 +146,8 @@ impl Endpoint {
             attempt,
             members,
             launches: Arc::new(AtomicU32::new(0)),
+            worlds: Arc::new(AtomicU32::new(0)),
+            running: Arc::new(AtomicBool::new(false)),
         };
         let stop = Arc::clone(&closed);
         std::thread::Builder::new()
@@ -190,10 +203,14 @@ struct Serve {
     attempt: AttemptId,
     members: u32,
     launches: Arc<AtomicU32>,
+    /// `saker mpiexec` worlds started, and whether one runs.
+    worlds: Arc<AtomicU32>,
+    running: Arc<AtomicBool>,
 }
 
 impl Serve {
     /// One remote-shell request: relay it, wait for its end, answer with the code.
+    /// Or a `saker mpiexec`'s: its ranks' code and output.
     fn answer(self, mut stream: UnixStream) {
         let mut request = Vec::new();
         if (&mut stream)
@@ -201,6 +218,19 @@ impl Serve {
             .read_to_end(&mut request)
             .is_err()
         {
+            return;
+        }
+        if request.starts_with(format!("{REQUEST_TAG}\0").as_bytes()) {
+            let (code, stdout, stderr) = self.launch_ranks(&request).unwrap_or_else(|problem| {
+                let problem = crate::error_chain(&problem);
+                tracing::warn!(attempt = %self.attempt, %problem, "saker mpiexec refused");
+                (
+                    255,
+                    Vec::new(),
+                    format!("saker mpiexec: {problem}\n").into_bytes(),
+                )
+            });
+            let _ = stream.write_all(&mpiexec::encode_answer(code, &stdout, &stderr));
             return;
         }
         let code = self.relay(&request).unwrap_or_else(|problem| {
@@ -228,10 +258,76 @@ impl Serve {
             member,
             launch,
             command: command.to_owned(),
+            ranks: None,
         };
         self.relay.relay(request, tx)?;
         // The part's end drops the sender: the launcher then sees a failed daemon.
-        rx.recv().map_err(|_| Refused::EndedFirst)
+        rx.recv()
+            .map(|end| end.code)
+            .map_err(|_| Refused::EndedFirst)
+    }
+
+    /// A `saker mpiexec`: its ranks start on each member they fit on; once every
+    /// member's have ended, their first failure's code and their output, in rank
+    /// order.
+    fn launch_ranks(&self, request: &[u8]) -> Result<(i32, Vec<u8>, Vec<u8>), Refused> {
+        let text = std::str::from_utf8(request).map_err(|_| Refused::NotUtf8)?;
+        let request = Request::decode(text).map_err(Refused::Unreadable)?;
+        let members = request.members();
+        if members > self.members {
+            return Err(Refused::TooFewMembers {
+                ranks: request.ranks,
+                per_node: request.ranks_per_node,
+                members: self.members,
+            });
+        }
+        if self.running.swap(true, Ordering::AcqRel) {
+            return Err(Refused::OneAtATime);
+        }
+        let running = Arc::clone(&self.running);
+        let _running = Running(running);
+        let world = self.worlds.fetch_add(1, Ordering::Relaxed) + 1;
+        self.relay.open_world(self.attempt, world, members)?;
+        let ranks = LaunchRanks {
+            world,
+            ranks: request.ranks,
+            ranks_per_node: request.ranks_per_node,
+            cwd: request.cwd,
+            env: request.env,
+        };
+        let mut ends = Vec::new();
+        for member in 0..members {
+            let launch = self.launches.fetch_add(1, Ordering::Relaxed) + 1;
+            let (tx, rx) = mpsc::channel();
+            let request = GangLaunch {
+                attempt: self.attempt,
+                member,
+                launch,
+                command: request.command.clone(),
+                ranks: Some(ranks.clone()),
+            };
+            self.relay.relay(request, tx)?;
+            ends.push(rx);
+        }
+        let (mut code, mut stdout, mut stderr) = (0, Vec::new(), Vec::new());
+        for end in ends {
+            let end = end.recv().map_err(|_| Refused::EndedFirst)?;
+            if code == 0 {
+                code = end.code;
+            }
+            stdout.extend_from_slice(&end.stdout);
+            stderr.extend_from_slice(&end.stderr);
+        }
+        Ok((code, stdout, stderr))
+    }
+}
+
+/// Marks the script's launch as over when dropped, however it ended.
+struct Running(Arc<AtomicBool>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -248,6 +344,16 @@ enum Refused {
     Relay(#[from] RelayError),
     #[error("the gang's part ended first")]
     EndedFirst,
+    #[error("an unreadable request: {0}")]
+    Unreadable(String),
+    #[error("{ranks} ranks at {per_node} per node need more than the job's {members} nodes")]
+    TooFewMembers {
+        ranks: u32,
+        per_node: u32,
+        members: u32,
+    },
+    #[error("another `saker mpiexec` of this job runs: they run one at a time")]
+    OneAtATime,
 }
 
 /// The remote shell an MPI launcher runs (`saker rsh-agent [ssh options] HOST

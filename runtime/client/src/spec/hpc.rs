@@ -77,14 +77,19 @@ impl TaskSpec {
                 ranks_per_node,
             });
         }
+        let mpi = self.mpi.unwrap_or(MpiKind::None);
+        let launcher = self.launcher.unwrap_or(LauncherKind::Agents);
+        if launcher == LauncherKind::Script && mpi != MpiKind::Pmi {
+            return Err(SpecError::ScriptWithoutPmi);
+        }
         Ok(Some(Layout {
             nodes,
             ranks,
             ranks_per_node,
             cores_per_rank: self.cores_per_rank.unwrap_or(self.cores.max(1)),
             exclusive: self.exclusive,
-            mpi: self.mpi.unwrap_or(MpiKind::None),
-            launcher: self.launcher.unwrap_or(LauncherKind::Agents),
+            mpi,
+            launcher,
         }))
     }
 }
@@ -155,6 +160,13 @@ mod tests {
         hpc.launcher = Some(LauncherKind::Srun);
         hpc.nodes = 2;
         assert_eq!(hpc.layout().unwrap().unwrap().launcher, LauncherKind::Srun);
+        hpc.launcher = Some(LauncherKind::Script);
+        assert_eq!(hpc.layout(), Err(SpecError::ScriptWithoutPmi));
+        hpc.mpi = Some(MpiKind::Pmi);
+        assert_eq!(
+            hpc.layout().unwrap().unwrap().launcher,
+            LauncherKind::Script
+        );
         assert!("mpich2".parse::<MpiKind>().is_err());
         let json = r#"{"argv": ["./ring"], "nodes": 2, "mpi": "lam"}"#;
         let error = serde_json::from_str::<TaskSpec>(json)

@@ -129,7 +129,7 @@ impl GangRuns {
                 first_failure: None,
                 launched: hpc.is_some_and(|hpc| {
                     matches!(hpc.mpi, MpiKind::Openmpi | MpiKind::Mpich)
-                        || hpc.launcher == LauncherKind::Srun
+                        || matches!(hpc.launcher, LauncherKind::Srun | LauncherKind::Script)
                 }),
                 ranks: hpc.map_or(0, |hpc| hpc.ranks),
                 stopped: false,
@@ -398,6 +398,8 @@ impl GangRuns {
             attempt,
             launch,
             code: 255,
+            stdout: Vec::new(),
+            stderr: b"saker: the job's member is gone\n".to_vec(),
         };
         nodes.send(ctx, leader, &ToAgent::GangLaunchEnded(ended));
     }

@@ -11,9 +11,9 @@ use saker_wire::{
     ActorAnswer, ActorCall, ActorEvent, ActorFault, ActorReply, ActorSpawn, ActorStatus,
     Assignment, AttemptId, Command, Dispatch, EnvVar, Frame, FrameDecoder, FromAgent, Function,
     GangLaunch, GangLaunchEnded, GangPart, Held, HeldActor, Hello, Hpc, ItemData, ItemRead,
-    ItemWritten, ItemsWritten, JobDef, JobId, LauncherKind, MpiKind, NamedAmount, NodeId, Outcome,
-    Output, Payload, Placement, PmiFence, PmiTimes, ProcessEnd, Report, Resources, ResultBody,
-    Started, TaskId, TaskResult, ToAgent, Welcome, WireError,
+    ItemWritten, ItemsWritten, JobDef, JobId, LaunchRanks, LauncherKind, MpiKind, NamedAmount,
+    NodeId, Outcome, Output, Payload, Placement, PmiFence, PmiTimes, ProcessEnd, Report, Resources,
+    ResultBody, Started, TaskId, TaskResult, ToAgent, Welcome, WireError,
 };
 
 pub fn rng(seed: u64) -> StdRng {
@@ -224,11 +224,30 @@ pub fn to_agent_samples() -> Vec<ToAgent> {
             member: 1,
             launch: 3,
             command: " orted -mca ess \"env\" -mca orte_hnp_uri \"1.0;tcp://10.0.0.1:4\"".into(),
+            ranks: None,
+        }),
+        ToAgent::GangLaunch(GangLaunch {
+            attempt: AttemptId(7),
+            member: 1,
+            launch: 5,
+            command: "./ring 'a b'".into(),
+            ranks: Some(LaunchRanks {
+                world: 2,
+                ranks: 4,
+                ranks_per_node: 2,
+                cwd: "/work".into(),
+                env: vec![EnvVar {
+                    key: "OMP_PLACES".into(),
+                    value: "cores".into(),
+                }],
+            }),
         }),
         ToAgent::GangLaunchEnded(GangLaunchEnded {
             attempt: AttemptId(7),
             launch: 3,
             code: 255,
+            stdout: b"rank 0\nrank 1\n".to_vec(),
+            stderr: Vec::new(),
         }),
         ToAgent::PmiFenced(PmiFence {
             attempt: AttemptId(7),
@@ -498,11 +517,14 @@ pub fn from_agent_samples() -> Vec<FromAgent> {
             member: 2,
             launch: 4,
             command: "/usr/bin/hydra_pmi_proxy --control-port vm:39937 --proxy-id 2".into(),
+            ranks: None,
         }),
         FromAgent::GangLaunchEnded(GangLaunchEnded {
             attempt: AttemptId(7),
             launch: 4,
             code: 0,
+            stdout: Vec::new(),
+            stderr: b"saker: another\n".to_vec(),
         }),
         FromAgent::PmiFence(PmiFence {
             attempt: AttemptId(7),

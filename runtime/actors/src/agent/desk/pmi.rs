@@ -14,7 +14,7 @@ use saker_wire::messages::{AttemptId, FromAgent, PmiFence};
 use tokio::sync::oneshot;
 
 use super::{Desk, DeskRelay, lock};
-use crate::board::{PartPlan, Wired};
+use crate::board::{LaunchPlan, PartPlan, Wired};
 use crate::pmi::group::{Group, Layout};
 use crate::pmi::hub::{Gathered, Gathering};
 
@@ -26,6 +26,8 @@ pub(super) enum Fences {
     /// Here: this node leads the job. The fence being gathered, and the members
     /// waiting on it on their streams.
     Hub {
+        /// The script launch gathered (0: the job's own ranks).
+        world: u32,
         gathering: Gathering,
         waiting: HashMap<u32, oneshot::Sender<PmiFence>>,
     },
@@ -34,8 +36,20 @@ pub(super) enum Fences {
 }
 
 impl Desk {
-    /// Opens the PMI service of a part whose ranks this node serves.
-    pub(super) fn open_pmi(&mut self, plan: &PartPlan) {
+    /// A script's `saker mpiexec` starts world `world` on `members` members: this
+    /// node, its leader, gathers the world's fences from now on.
+    pub(crate) fn open_world(&mut self, attempt: AttemptId, world: u32, members: u32) {
+        let hub = Fences::Hub {
+            world,
+            gathering: Gathering::new(members),
+            waiting: HashMap::new(),
+        };
+        self.fences.insert(attempt, hub);
+    }
+
+    /// Opens the PMI service of a part whose ranks this node serves: the job's ranks,
+    /// or those of one `saker mpiexec` of its script (`launch`), replacing the last's.
+    pub(super) fn open_pmi(&mut self, plan: &PartPlan, launch: Option<&LaunchPlan>) {
         let (attempt, gang, hpc) = (plan.assignment.attempt, &plan.gang, &plan.hpc);
         let hwloc_xml = crate::pmi::topology::file(&self.places.spill_dir);
         crate::pmi::openmpi::library(&self.places.spill_dir);
@@ -43,18 +57,49 @@ impl Desk {
         if let Err(error) = std::fs::create_dir_all(&shared) {
             tracing::warn!(%error, dir = %shared.display(), "no shared-memory directory for Open MPI ranks");
         }
-        let members = gang.nodes.len() as u32;
+        let (kvsname, ranks, ranks_per_node, world) = match launch {
+            None => (format!("saker-{attempt}"), hpc.ranks, hpc.ranks_per_node, 0),
+            Some(launch) => {
+                let world = launch.ranks.world;
+                let name = crate::gang::launch_kvsname(attempt, world);
+                (name, launch.ranks.ranks, launch.ranks.ranks_per_node, world)
+            }
+        };
+        let members = match launch {
+            None => gang.nodes.len() as u32,
+            Some(_) => ranks.div_ceil(ranks_per_node.max(1)),
+        };
         let group = Group::new(Layout {
-            kvsname: format!("saker-{attempt}"),
-            ranks: hpc.ranks,
-            ranks_per_node: hpc.ranks_per_node,
+            kvsname,
+            ranks,
+            ranks_per_node,
             members,
             member: gang.member,
             hwloc_xml: hwloc_xml.map(|file| file.display().to_string()),
         });
+        let gathered_here = matches!(
+            self.fences.get(&attempt),
+            Some(Fences::Hub { world: at, .. }) if *at == world
+        );
         let fences = match (gang.hub.as_str(), gang.member) {
+            ("", _) if launch.is_some() && members > 1 => {
+                // The root gathers one world per job: a script's worlds gather at its
+                // leader, over data connections.
+                let reason = "a script job's ranks on several nodes need agents that \
+                              serve data connections (their fences gather at the leader)"
+                    .to_owned();
+                let now = self.now();
+                // Within the board's effects: its next ones carry this out.
+                self.board.handle_part_failed(attempt, reason, now);
+                return;
+            }
             ("", _) => Fences::Root,
+            (_, 0) if gathered_here => match self.fences.remove(&attempt) {
+                Some(fences) => fences,
+                None => return,
+            },
             (_, 0) => Fences::Hub {
+                world,
                 gathering: Gathering::new(members),
                 waiting: HashMap::new(),
             },
@@ -149,7 +194,10 @@ impl Desk {
         answer: Option<oneshot::Sender<PmiFence>>,
     ) {
         let (attempt, member) = (fence.attempt, fence.member);
-        let Some(Fences::Hub { gathering, waiting }) = self.fences.get_mut(&attempt) else {
+        let Some(Fences::Hub {
+            gathering, waiting, ..
+        }) = self.fences.get_mut(&attempt)
+        else {
             return;
         };
         match gathering.add(fence) {

@@ -8,14 +8,14 @@ use saker_wire::messages::{
 use super::*;
 
 /// Job `job`, a gang needing `cores` cores on each member, laid out as `hpc`.
-fn gang_job(job: u32, cores: u32, hpc: Option<Hpc>) -> Arc<JobDef> {
+pub(super) fn gang_job(job: u32, cores: u32, hpc: Option<Hpc>) -> Arc<JobDef> {
     let mut def = job_def(job, cores);
     def.placement = Placement::Gang { nodes: 2 };
     def.hpc = hpc;
     Arc::new(def)
 }
 
-fn hpc(ranks: u32, ranks_per_node: u32, mpi: MpiKind) -> Hpc {
+pub(super) fn hpc(ranks: u32, ranks_per_node: u32, mpi: MpiKind) -> Hpc {
     Hpc {
         ranks,
         ranks_per_node,
@@ -26,7 +26,7 @@ fn hpc(ranks: u32, ranks_per_node: u32, mpi: MpiKind) -> Hpc {
 }
 
 /// This node as `member` of a gang of `members` nodes on distinct hosts.
-fn member(member: u32, members: u32) -> GangPart {
+pub(super) fn member(member: u32, members: u32) -> GangPart {
     GangPart {
         member,
         nodes: (0..members).map(NodeId).collect(),
@@ -37,7 +37,7 @@ fn member(member: u32, members: u32) -> GangPart {
 }
 
 /// The root sends this node its part of gang attempt `task * 10` of `job`.
-fn take(board: &mut Board, job: Arc<JobDef>, task_id: u64, gang: GangPart, now: Moment) {
+pub(super) fn take(board: &mut Board, job: Arc<JobDef>, task_id: u64, gang: GangPart, now: Moment) {
     let dispatch = Dispatch {
         tasks: vec![task(task_id, job.job.0)],
         jobs: vec![job],
@@ -48,14 +48,21 @@ fn take(board: &mut Board, job: Arc<JobDef>, task_id: u64, gang: GangPart, now: 
     board.handle_dispatch(dispatch, now);
 }
 
-fn process_of(start: &Start) -> &PartProcess {
+pub(super) fn process_of(start: &Start) -> &PartProcess {
     match &start.run {
         Run::Part { process, .. } => process,
         Run::Task { .. } => panic!("a task, not a part's process: {start:?}"),
     }
 }
 
-fn exit(code: i32) -> Finished {
+pub(super) fn own_process(effect: &Effect) -> &PartProcess {
+    match effect {
+        Effect::RunOwn { process, .. } => process,
+        other => panic!("not a process on its own thread: {other:?}"),
+    }
+}
+
+pub(super) fn exit(code: i32) -> Finished {
     Finished {
         outcome: Outcome::Exited { code },
         ..exited()
@@ -63,7 +70,7 @@ fn exit(code: i32) -> Finished {
 }
 
 /// The one result of a part, with how each of its processes ended.
-fn part_result(board: &mut Board) -> (TaskResult, Vec<ProcessEnd>) {
+pub(super) fn part_result(board: &mut Board) -> (TaskResult, Vec<ProcessEnd>) {
     let report = board.take_report();
     let [result] = report.results.as_slice() else {
         panic!("one result: {:?}", report.results);
@@ -172,18 +179,19 @@ fn a_leader_of_an_mpi_gang_opens_its_endpoint_and_ends_with_its_launcher() {
         member(0, 2),
         at(0),
     );
+    let effects = effects(&mut board);
     assert_eq!(
-        effects(&mut board),
-        [Effect::OpenEndpoint {
+        effects[1],
+        Effect::OpenEndpoint {
             attempt: AttemptId(50),
             members: 2
-        }]
+        }
     );
+    // The launcher waits on its daemons: on a thread of its own, never on a slot.
+    assert_eq!(own_process(&effects[0]).kind, ProcessKind::Launcher);
     assert!(board.has_part(AttemptId(50)));
-    let launcher = start(&mut board, 0, at(1)).unwrap();
-    assert_eq!(process_of(&launcher).kind, ProcessKind::Launcher);
-    assert_eq!(board.part_process_on(0), Some(0));
-    finish(&mut board, 0, 0, AttemptId(50), exit(0), at(2));
+    assert!(start(&mut board, 0, at(1)).is_none(), "no slot taken");
+    board.handle_own_ended(AttemptId(50), 0, exit(0), at(2));
     assert!(!board.has_part(AttemptId(50)));
     assert_eq!(
         part_result(&mut board).0.outcome,
@@ -204,16 +212,14 @@ fn a_leader_without_its_endpoint_fails_its_part() {
         at(0),
     );
     effects(&mut board);
-    start(&mut board, 0, at(1)).unwrap();
     board.handle_part_failed(AttemptId(50), "cannot open it".into(), at(1));
     assert_eq!(
         effects(&mut board),
-        [Effect::Cancel {
-            slot: 0,
+        [Effect::StopOwn {
             attempt: AttemptId(50)
         }]
     );
-    finish(&mut board, 0, 0, AttemptId(50), exit(137), at(2));
+    board.handle_own_ended(AttemptId(50), 0, exit(137), at(2));
     assert_eq!(
         part_result(&mut board).0.outcome,
         Outcome::SpawnFailed {
@@ -239,6 +245,7 @@ fn a_member_runs_the_daemons_its_leader_asks_for_and_reports_their_ends() {
         member: 1,
         launch: 1,
         command: "orted --x".into(),
+        ranks: None,
     });
     let daemon = start(&mut board, 0, at(1)).unwrap();
     assert_eq!(
@@ -272,6 +279,7 @@ fn a_member_runs_the_daemons_its_leader_asks_for_and_reports_their_ends() {
         member: 1,
         launch: 2,
         command: "orted".into(),
+        ranks: None,
     });
     assert_eq!(board.parts.launch_ends[0].code, 255);
 }
@@ -371,10 +379,9 @@ fn a_part_runs_on_while_away_and_the_next_hello_lists_it_with_its_gang() {
         member(0, 2),
         at(0),
     );
-    effects(&mut board);
+    let launcher = effects(&mut board);
+    assert_eq!(own_process(&launcher[0]).kind, ProcessKind::Launcher);
     board.take_report();
-    let launcher = start(&mut board, 0, at(1)).unwrap();
-    assert_eq!(process_of(&launcher).kind, ProcessKind::Launcher);
 
     board.handle_parent_lost();
     assert_eq!(effects(&mut board), [], "nothing of the part is stopped");
@@ -384,6 +391,7 @@ fn a_part_runs_on_while_away_and_the_next_hello_lists_it_with_its_gang() {
         member: 1,
         launch: 1,
         command: "orted".to_owned(),
+        ranks: None,
     };
     board.hold_launch(launch.clone());
     let listed = |ended| Held {
@@ -396,7 +404,7 @@ fn a_part_runs_on_while_away_and_the_next_hello_lists_it_with_its_gang() {
     assert_eq!(board.held(), [listed(false)]);
     assert!(report_at(&mut board, at(2)).is_empty(), "nothing goes up");
 
-    finish(&mut board, 0, 0, AttemptId(50), exit(0), at(3));
+    board.handle_own_ended(AttemptId(50), 0, exit(0), at(3));
     assert!(!board.has_part(AttemptId(50)));
     assert_eq!(board.held(), [listed(true)], "ended, still with its gang");
 
@@ -431,6 +439,7 @@ fn a_part_starts_nothing_until_the_items_its_job_reads_are_here() {
         member: 1,
         launch: 1,
         command: "orted".into(),
+        ranks: None,
     });
     assert!(start(&mut board, 0, at(1)).is_none(), "held back");
     board.handle_part_items_checked(AttemptId(50), Some("table".into()));

@@ -20,6 +20,7 @@ mod gang;
 mod items;
 mod objects;
 mod reports;
+mod script;
 mod slots;
 
 /// The manual clock: `ms` milliseconds after the board was made (at 0).

@@ -184,6 +184,7 @@ fn a_report_sends_launch_ends_then_items_written_then_item_requests_then_the_rep
         member: 1,
         launch: 4,
         command: "orted".into(),
+        ranks: None,
     });
     let messages = report_at(&mut board, at(2));
     let kinds: Vec<&str> = messages

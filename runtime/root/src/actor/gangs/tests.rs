@@ -280,6 +280,7 @@ fn launches_are_relayed_from_the_leader_to_members_and_back() {
         member,
         launch,
         command: "orted".into(),
+        ranks: None,
     };
     g.gangs
         .relay_launch(&mut g.owned.ctx, &g.owned.nodes, NodeId(1), launch(1, 7));
@@ -288,15 +289,19 @@ fn launches_are_relayed_from_the_leader_to_members_and_back() {
         attempt: g.attempt,
         launch: 7,
         code: 0,
+        stdout: b"rank 0\n".to_vec(),
+        stderr: Vec::new(),
     };
     g.gangs
-        .relay_launch_end(&mut g.owned.ctx, &g.owned.nodes, ended);
+        .relay_launch_end(&mut g.owned.ctx, &g.owned.nodes, ended.clone());
     assert_eq!(g.owned.sent(), [(1, ToAgent::GangLaunchEnded(ended))]);
     // Not from the leader, or to no member: answered as failed, to the asker.
     let failed = |launch| GangLaunchEnded {
         attempt: g.attempt,
         launch,
         code: 255,
+        stdout: Vec::new(),
+        stderr: b"saker: the job's member is gone\n".to_vec(),
     };
     g.gangs
         .relay_launch(&mut g.owned.ctx, &g.owned.nodes, NodeId(2), launch(0, 8));
