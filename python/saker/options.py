@@ -49,6 +49,8 @@ def job_ids(name: str, value: Any) -> List[Any]:
     return ids
 #: What starts an HPC job's ranks (docs/hpc-jobs.md).
 _MPI_KINDS = ("none", "pmi", "openmpi", "mpich")
+#: Who starts them.
+_LAUNCHERS = ("agents", "srun", "script")
 _COMMAND_OPTIONS = ("env", "cwd", "shell", "inline_output")
 
 
@@ -74,6 +76,9 @@ def normalize_options(options: Mapping[str, Any]) -> Dict[str, Any]:
         elif name == "mpi":
             if value not in _MPI_KINDS:
                 raise ValueError(f"option mpi must be one of {', '.join(_MPI_KINDS)}, not {value!r}")
+        elif name == "launcher":
+            if value not in _LAUNCHERS:
+                raise ValueError(f"option launcher must be one of {', '.join(_LAUNCHERS)}, not {value!r}")
         elif name == "time_limit":
             if isinstance(value, datetime.timedelta):
                 value = value.total_seconds()

@@ -51,8 +51,18 @@ _I32_MAX = 2**31 - 1
 
 #: Resource specification keys the executor understands (see _task_options).
 ACCEPTED_RESOURCE_KEYS = frozenset(
-    {"cores", "priority", "walltime", "running_time_min", "num_nodes", "memory", "gpus"}
+    {"cores", "priority", "walltime", "running_time_min", "num_nodes", "memory", "gpus",
+     "num_ranks", "ranks_per_node", "launcher_options"}
 )
+
+#: Resource specification keys that make a task an MPI app (see _mpi_layout).
+MPI_RESOURCE_KEYS = frozenset({"num_nodes", "num_ranks", "ranks_per_node"})
+
+#: Most bytes of an MPI app's function and arguments: they travel on its command line.
+MAX_MPI_PAYLOAD = 1 << 20
+
+#: An MPI app's answer comes back in its job's inline output.
+_MPI_ANSWER_BYTES = 16 << 20
 
 
 class SakerTaskError(ExecutorError):
@@ -156,6 +166,10 @@ class SakerExecutor(ParslExecutor, RepresentationMixin):
         workers' nodes, as a pilot directory is).
     buffer_threshold : int
         Passed to ``pack_apply_message`` (Parsl logs a warning above it).
+    mpi_python : str or None
+        The Python that runs an MPI app's function on its job's first node (None:
+        this interpreter, with this process's import paths, as the embedded pilot's
+        workers have). See ``docs/parsl.md``, "MPI apps".
     """
 
     def __init__(
@@ -177,6 +191,7 @@ class SakerExecutor(ParslExecutor, RepresentationMixin):
         working_dir: Optional[str] = None,
         remote_monitoring_radio: Optional[RadioConfig] = None,
         buffer_threshold: int = 1 << 20,
+        mpi_python: Optional[str] = None,
     ):
         ParslExecutor.__init__(self)
         self.label = label
@@ -188,6 +203,7 @@ class SakerExecutor(ParslExecutor, RepresentationMixin):
         self.worker_command = worker_command
         self.pilot_log = pilot_log
         self.pilot_args = tuple(pilot_args)
+        self.mpi_python = mpi_python
         self.sync = sync
         self.worker_kind = worker_kind
         self.task_options = dict(task_options or {})
@@ -298,7 +314,8 @@ class SakerExecutor(ParslExecutor, RepresentationMixin):
                            one (HTEX's order), unless default_priority
         walltime         → time_limit in seconds
         running_time_min → time_limit in minutes × 60 (the smaller of both if both)
-        num_nodes        → must be 1
+        num_nodes, num_ranks, ranks_per_node, launcher_options
+                         → an MPI app: see _mpi_layout
         memory           → memory_mib (MB, rounded up): placed where that much is
                            free, and limited to it where the agent can
         gpus             → gpus (whole number ≥ 0): the task sees exactly its own;
@@ -344,8 +361,13 @@ class SakerExecutor(ParslExecutor, RepresentationMixin):
             limit = min(limits)
             options["time_limit"] = int(limit) if limit == int(limit) else limit
 
-        if "num_nodes" in spec and spec["num_nodes"] != 1:
-            raise bad("num_nodes", "Saker runs a Parsl task on one node (num_nodes must be 1)")
+        layout = self._mpi_layout(spec)
+        if layout is not None:
+            nodes, ranks, per_node = layout
+            options.update(nodes=nodes, ranks=ranks, ranks_per_node=per_node, mpi="pmi",
+                           launcher="script")
+            if "cores" in options:
+                options["cores_per_rank"] = options.pop("cores")
 
         if "gpus" in spec:
             gpus = spec["gpus"]
@@ -363,11 +385,44 @@ class SakerExecutor(ParslExecutor, RepresentationMixin):
 
         return options
 
+    @staticmethod
+    def _mpi_layout(spec: Dict[str, Any]) -> Optional[tuple]:
+        """``(nodes, ranks, ranks_per_node)`` of an MPI app, or None for a task that
+        asks for none of ``num_nodes`` (above 1), ``num_ranks``, ``ranks_per_node``.
+
+        As HTEX's MPI mode reads them: ``num_ranks`` defaults to ``num_nodes ×
+        ranks_per_node``, ``ranks_per_node`` to ``num_ranks / num_nodes`` (rounded up),
+        ``num_nodes`` to 1. The ranks must fill the nodes in order, each node getting at
+        least one.
+        """
+        asked = {key: spec[key] for key in MPI_RESOURCE_KEYS if key in spec}
+        if not asked or asked == {"num_nodes": 1}:
+            return None
+        for key, value in asked.items():
+            if not _is_number(value) or value != int(value) or int(value) < 1:
+                raise InvalidResourceSpecification({key}, f"{key}={value!r}: must be a whole number ≥ 1")
+        nodes = int(asked.get("num_nodes", 1))
+        ranks = asked.get("num_ranks")
+        per_node = asked.get("ranks_per_node")
+        if per_node is None:
+            per_node = -(-int(ranks) // nodes) if ranks is not None else 1
+        per_node = int(per_node)
+        ranks = int(ranks) if ranks is not None else nodes * per_node
+        if not (nodes - 1) * per_node < ranks <= nodes * per_node:
+            raise InvalidResourceSpecification(
+                set(asked), f"{ranks} ranks at {per_node} per node do not fill {nodes} nodes "
+                "(every node needs at least one rank)")
+        if "launcher_options" in spec and not isinstance(spec["launcher_options"], str):
+            raise InvalidResourceSpecification({"launcher_options"}, "launcher_options must be a string")
+        return nodes, ranks, per_node
+
     def submit(self, func: Callable, resource_specification: Dict[str, Any], *args: Any, **kwargs: Any) -> Future:
         pilot = self.pilot
         if pilot is None:
             raise ExecutorError(self, "submit after shutdown" if self._closed else "submit before start")
         options = self._task_options(resource_specification)
+        if options.get("launcher") == "script":
+            return self._submit_mpi(pilot, func, resource_specification, options, args, kwargs)
         # Where this client sees a node's store, large arguments go by reference and
         # large values come back so (docs/data.md), as they do for saker's own calls.
         from . import objects
@@ -416,6 +471,44 @@ class SakerExecutor(ParslExecutor, RepresentationMixin):
         for ref in refs:
             # Each is this task's alone: it goes when the task ends.
             inner.add_done_callback(lambda _, ref=ref: _discard(ref, pilot))
+        return fut
+
+    def _submit_mpi(self, pilot: Any, func: Callable, spec: Dict[str, Any], options: Dict[str, Any],
+                    args: Sequence[Any], kwargs: Dict[str, Any]) -> Future:
+        """An MPI app: a Saker job of ``mpi="pmi"``, ``launcher="script"`` whose
+        command runs the function once on the job's first node, with the variables
+        Parsl's MPI apps read (``saker._parsl_mpi``)."""
+        import sys
+
+        from . import _parsl_mpi
+        from .pilot import python_path
+
+        try:
+            buffer = pack_apply_message(func, args, kwargs, buffer_threshold=self.buffer_threshold)
+        except TypeError:
+            raise SerializationError(getattr(func, "__name__", repr(func)))
+        if len(buffer) > MAX_MPI_PAYLOAD:
+            raise ExecutorError(
+                self,
+                f"MPI app {getattr(func, '__name__', func)!s} serializes to {len(buffer)} bytes, above "
+                f"the {MAX_MPI_PAYLOAD} bytes an MPI app's command line carries: pass large data as files",
+            )
+        env = {
+            "PYTHONPATH": python_path(),
+            _parsl_mpi.RANKS_VAR: str(options["ranks"]),
+            _parsl_mpi.PER_NODE_VAR: str(options["ranks_per_node"]),
+            _parsl_mpi.OPTIONS_VAR: spec.get("launcher_options", ""),
+        }
+        python = self.mpi_python or sys.executable
+        argv = [python, "-m", "saker._parsl_mpi", *_parsl_mpi.chunks(buffer)]
+        inner = pilot.submit(argv, env=env, inline_output=_MPI_ANSWER_BYTES, **options)
+        fut: Future = Future()
+        with self._lock:
+            self._counter += 1
+            fut.parsl_executor_task_id = self._counter  # type: ignore[attr-defined]
+            fut._saker_mpi = True  # type: ignore[attr-defined]
+            self._outstanding[fut] = inner
+        inner.add_done_callback(lambda done, fut=fut: self._done.put((fut, done)))
         return fut
 
     @staticmethod
@@ -480,6 +573,17 @@ class SakerExecutor(ParslExecutor, RepresentationMixin):
             self._set_exception(fut, SakerTaskError(self, f"task {task}: {type(e).__name__}: {e}"))
             return
 
+        if getattr(fut, "_saker_mpi", False):
+            from . import _parsl_mpi
+
+            try:
+                ok, output, message = _parsl_mpi.read_answer(output.stdout)
+            except ValueError as e:
+                self._set_exception(fut, SakerTaskError(self, f"task {task}: {e}", output))
+                return
+            if not ok:
+                self._set_remote_exception(fut, output, f"task {task} failed: {message}")
+                return
         try:
             value = deserialize(output)
         except Exception as e:

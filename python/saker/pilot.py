@@ -493,7 +493,7 @@ def _installed_binary() -> Optional[str]:
     return None
 
 
-def _python_path() -> str:
+def python_path() -> str:
     """PYTHONPATH for workers: this saker package first, then the caller's own paths.
 
     Functions travel by reference (module and name), so workers must import what the
@@ -623,7 +623,7 @@ class Pilot(_Target):
                 argv += ["--object-memory-dir", os.fspath(object_memory_dir)]
         argv += list(extra_args)
         env = dict(os.environ)
-        env["PYTHONPATH"] = _python_path()
+        env["PYTHONPATH"] = python_path()
 
         log_file: IO[bytes]
         log_path: Optional[str] = None

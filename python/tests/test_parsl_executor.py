@@ -221,7 +221,7 @@ def test_an_app_gets_the_cores_it_asks_for_pinned_and_sees_them(dfk):
 @pytest.mark.parametrize("spec, key", [
     ({"cpus": 1}, "cpus"),
     ({"gpus": 1.5}, "gpus"),
-    ({"num_nodes": 2}, "num_nodes"),
+    ({"num_nodes": 0}, "num_nodes"),
     ({"cores": 0}, "cores"),
     ({"walltime": -1}, "walltime"),
 ])
@@ -284,7 +284,7 @@ def test_mapping_priority_follows_htex_order():
 
 
 def test_mapping_refusals():
-    for spec in ({"cpus": 1}, {"gpus": 0.5}, {"gpus": -1}, {"num_nodes": 3}, {"cores": 1.5}, {"priority": "high"},
+    for spec in ({"cpus": 1}, {"gpus": 0.5}, {"gpus": -1}, {"num_nodes": 3, "num_ranks": 2}, {"cores": 1.5}, {"priority": "high"},
                  {"running_time_min": 0}, {"memory": -1}):
         with pytest.raises(InvalidResourceSpecification):
             options(spec)
