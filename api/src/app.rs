@@ -32,7 +32,7 @@ use crate::task::Task;
 use crate::worker::Registry;
 
 /// The hidden first argument under which the binary serves a node's roles
-/// (`myapp __saker agent …`, `reaper`, `rsh-agent`, `cgroup-exec`).
+/// (`myapp __saker agent …`, `reaper`, `rsh-agent`, `mpiexec`, `cgroup-exec`).
 pub const CLI_ARGUMENT: &str = saker_actors::self_exe::APP_PREFIX;
 /// The worker kind of an application's tasks unless [`App::kind`] says otherwise.
 pub const DEFAULT_KIND: &str = "rust";

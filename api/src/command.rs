@@ -20,6 +20,7 @@ use saker_client::results::{ResultRecord, TerminalState};
 use saker_client::spec::{JobRequest, TaskSpec};
 use tokio::sync::oneshot;
 
+pub use saker_client::spec::LauncherKind as Launcher;
 pub use saker_client::spec::MpiKind as Mpi;
 
 use crate::error::TaskError;
@@ -38,6 +39,7 @@ pub struct Command {
     nodes: u32,
     ranks_per_node: Option<u32>,
     mpi: Option<Mpi>,
+    launcher: Option<Launcher>,
 }
 
 impl Command {
@@ -51,6 +53,7 @@ impl Command {
             nodes: 1,
             ranks_per_node: None,
             mpi: None,
+            launcher: None,
         }
     }
 
@@ -109,6 +112,15 @@ impl Command {
         self
     }
 
+    /// Who starts the ranks: the agents (the default), one `srun` step
+    /// ([`Launcher::Srun`]), or, with [`Mpi::Pmi`], the command itself, run once on
+    /// the first node, through `$SAKER_MPIEXEC` ([`Launcher::Script`]; each run's
+    /// ranks are started by the agents, its output written to the command's).
+    pub fn launcher(mut self, launcher: Launcher) -> Command {
+        self.launcher = Some(launcher);
+        self
+    }
+
     /// The job's spec: the options' (`template`) with this command in it.
     fn spec(self, template: &TaskSpec) -> TaskSpec {
         TaskSpec {
@@ -119,6 +131,7 @@ impl Command {
             nodes: self.nodes,
             ranks_per_node: self.ranks_per_node,
             mpi: self.mpi,
+            launcher: self.launcher,
             ..template.clone()
         }
     }

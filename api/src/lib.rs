@@ -77,7 +77,7 @@ mod worker;
 
 pub use actor::{Actor, ActorId, MAX_ACTOR_NAME_LEN, Placement, RemoteRef, Restart, Spawn, spawn};
 pub use app::{App, CLI_ARGUMENT, DEFAULT_KIND, PILOT_DIR_VAR};
-pub use command::{Command, CommandOutput, Mpi};
+pub use command::{Command, CommandOutput, Launcher, Mpi};
 pub use error::{ActorError, Error, TaskError};
 pub use host::node;
 pub use objects::{Mapped, ObjectError, Ref};

@@ -1,7 +1,7 @@
 //! The `saker` command line as a library: parses the command line, wires logging, runs the command, maps the exit
 //! code. The library crates do the work: `saker-root` (the root, clients, starting a
 //! pilot), `saker-actors` (the agent) and `saker-node` (the roles a node's process
-//! plays: `saker agent`, `reaper`, `rsh-agent`, `cgroup-exec`, with their own flags).
+//! plays: `saker agent`, `reaper`, `rsh-agent`, `mpiexec`, `cgroup-exec`, with their own flags).
 //!
 //! The modules here turn flags into library options and results into output for
 //! people: [`cli`] (the flags), [`run`] (`saker run` and `saker pilot`), [`commands`]
@@ -34,7 +34,7 @@ use cli::{Cli, Command};
 /// Runs the `saker` command line `args` (`args[0]` is the program name) and
 /// returns its exit code.
 pub fn main_with(args: Vec<std::ffi::OsString>) -> ExitCode {
-    // A node's roles (`saker agent …`, `reaper`, `rsh-agent`, `cgroup-exec`) take
+    // A node's roles (`saker agent …`, `reaper`, `rsh-agent`, `mpiexec`, `cgroup-exec`) take
     // saker-node's flags, not clap's: served before parsing.
     if let Some(code) = args
         .get(1..)

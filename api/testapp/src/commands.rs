@@ -1,7 +1,7 @@
 //! Command jobs from the Rust API: a program's exit and output, ranks on both
 //! nodes, an MPI program started by the agents through PMI, a refusal.
 
-use saker::{Command, Mpi, TaskError, TaskOptions};
+use saker::{Command, Launcher, Mpi, TaskError, TaskOptions};
 
 use crate::check;
 
@@ -48,6 +48,23 @@ pub(crate) async fn commands(pilot: &saker::Pilot, probe: Option<&str>) -> Resul
             &mpi.stdout,
         )?;
         println!("ok mpi through pmi");
+
+        // A script run once on the first node, starting ranks twice through this
+        // application's own binary (`$SAKER_MPIEXEC`): their output is the script's.
+        let script = format!("$SAKER_MPIEXEC {probe} && $SAKER_MPIEXEC -n 1 {probe}");
+        let runs = Command::shell(script)
+            .nodes(2)
+            .ranks_per_node(1)
+            .mpi(Mpi::Pmi)
+            .launcher(Launcher::Script);
+        let runs = pilot.command(runs).await.map_err(|e| e.to_string())?;
+        check(runs.success(), format!("{runs:?}"))?;
+        check(
+            runs.stdout.matches(" size=2 ").count() == 2
+                && runs.stdout.matches(" size=1 ").count() == 1,
+            &runs.stdout,
+        )?;
+        println!("ok mpi runs from a script");
     }
 
     // More nodes than the pilot has: refused, an error.

@@ -271,6 +271,7 @@ fn command_and_mpi_jobs_run_from_the_rust_api() {
     assert!(done.status.success(), "{}", stdout(&done));
     assert!(stdout(&done).contains("ok commands"));
     assert_eq!(stdout(&done).contains("ok mpi through pmi"), built);
+    assert_eq!(stdout(&done).contains("ok mpi runs from a script"), built);
 }
 
 #[test]
