@@ -54,6 +54,33 @@ fn a_script_starts_mpi_ranks_through_the_agents_as_often_as_it_likes() {
     assert!(stderr.contains("7 ranks do not fit"), "{stderr}");
 }
 
+/// Open MPI through Saker's PMI library, twice in one job: each run is a job of its
+/// own to Open MPI (its own `FLUX_JOB_ID` and PMI world).
+#[test]
+fn a_script_runs_open_mpi_worlds_one_after_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(probe) = probe("openmpi", dir.path()) else {
+        return;
+    };
+    let probe = probe.display();
+    let script = format!(
+        "$SAKER_MPIEXEC sh -c 'echo job=$FLUX_JOB_ID' | sort -u; $SAKER_MPIEXEC {probe} && \
+         $SAKER_MPIEXEC sh -c 'echo job=$FLUX_JOB_ID' | sort -u; $SAKER_MPIEXEC {probe}"
+    );
+    let pilot = dir.path().join("pilot");
+    // Open MPI's TCP BTL race (see slurm_hpc.rs) gets the retry a user would give it.
+    let retry = ["--retries", "1", "--shell", "--", &script];
+    let output = run_on_three(&pilot, &[&LAYOUT[..], &retry].concat());
+    let result = only_result(&pilot);
+    assert!(output.status.success(), "{result}");
+    let stdout = result["stdout"].as_str().unwrap();
+    let jobs: Vec<&str> = stdout.lines().filter(|l| l.starts_with("job=")).collect();
+    assert_eq!(jobs.len(), 2, "one job id per run: {stdout}");
+    assert_ne!(jobs[0], jobs[1], "{stdout}");
+    assert_eq!(stdout.matches("probe done").count(), 2, "{stdout}");
+    assert_eq!(stdout.matches(" sum=21 ").count(), 12, "{stdout}");
+}
+
 #[test]
 fn a_failed_rank_of_a_script_ends_the_job_at_once() {
     let dir = tempfile::tempdir().unwrap();

@@ -89,7 +89,7 @@ fn wait_for_marks(marks: &Path, count: usize) -> Vec<(String, String)> {
 }
 
 #[test]
-fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_pmi_and_rendezvous_jobs() {
+fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_pmi_script_and_rendezvous_jobs() {
     if !cluster() {
         return;
     }
@@ -182,6 +182,21 @@ fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_pmi_and_rendezvous_jobs() {
         submitted += 1;
         pmi.push(out_dir);
     }
+    // A script run once on the first node, starting MPICH ranks twice through the
+    // agents (`saker mpiexec`): the job's 3 × 2, then 3 × 1.
+    let runs = [dir.path().join("script-6"), dir.path().join("script-3")];
+    for run in &runs {
+        std::fs::create_dir(run).unwrap();
+    }
+    let probe = dir.path().join("probe-mpich").display().to_string();
+    let script = format!(
+        "$SAKER_MPIEXEC {probe} out={} && $SAKER_MPIEXEC -n 3 -ppn 1 {probe} out={}",
+        runs[0].display(),
+        runs[1].display()
+    );
+    let script_layout = [&layout[..], &["--launcher", "script", "--shell", "--"]].concat();
+    submit_and_wait(&pilot, &[&script_layout[..], &[&script]].concat());
+    submitted += 1;
 
     let output = saker()
         .args(["results", "--format", "jsonl", "--dir"])
@@ -216,6 +231,15 @@ fn a_service_pilot_on_three_nodes_runs_openmpi_mpich_pmi_and_rendezvous_jobs() {
             .map(|rank| std::fs::read_to_string(out_dir.join(format!("probe.{rank}"))).unwrap())
             .collect();
         check_world(&lines, true);
+    }
+    assert_eq!(records[7]["state"], "succeeded", "{}", records[7]);
+    let lines: Vec<String> = (0..6)
+        .map(|rank| std::fs::read_to_string(runs[0].join(format!("probe.{rank}"))).unwrap())
+        .collect();
+    check_world(&lines, true);
+    for rank in 0..3 {
+        let line = std::fs::read_to_string(runs[1].join(format!("probe.{rank}"))).unwrap();
+        assert_eq!(field(&line, "size"), "3", "{line}");
     }
 
     // A member's agent killed mid-job: no rank of that attempt survives anywhere, and
