@@ -116,6 +116,7 @@ fn measure(
         starts.push((mpi.starts[1].0, "srun", Some(variable)));
     }
     let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); starts.len()];
+    let mut scripts: Vec<Duration> = Vec::new();
     for round in 1..=rounds {
         for (index, &(kind, launcher, variable)) in starts.iter().enumerate() {
             let out = pilot.join(format!("inits-{}-{round}-{index}", mpi.kind.name()));
@@ -145,14 +146,18 @@ fn measure(
             let last = last_init(&read_inits(&out)?)?;
             samples[index].push(Duration::from_micros(last.saturating_sub(start)));
         }
+        scripts.push(script_start(setup, pilot, mpi, probe, round, submitted)?);
         eprintln!(
-            "saker-perf: mpi {} round {round}/{rounds}: pmi {:.1} ms, srun {:.1} ms, relay {:.1} ms",
+            "saker-perf: mpi {} round {round}/{rounds}: pmi {:.1} ms, srun {:.1} ms, relay {:.1} ms, \
+             script {:.1} ms",
             mpi.name,
             ms(samples[0][samples[0].len() - 1]),
             ms(samples[1][samples[1].len() - 1]),
             ms(samples[2][samples[2].len() - 1]),
+            ms(scripts[scripts.len() - 1]),
         );
     }
+    let script = summary(&mut scripts);
     let summaries: Vec<super::Summary> = samples
         .into_iter()
         .map(|mut samples| summary(&mut samples))
@@ -191,6 +196,22 @@ fn measure(
             target,
         });
     }
+    rows.push(Row {
+        benchmark: Benchmark::Mpi,
+        name: format!(
+            "slurm, {} 3×2 ranks → last MPI_Init: a script's saker mpiexec beside PMI",
+            mpi.name
+        ),
+        saker: Measure::new(seconds(&script), Unit::Seconds).with_detail(format!(
+            "--launcher script, the script's shell and the launch relayed by the root; {}",
+            script.detail()
+        )),
+        baseline: Some(
+            Measure::new(seconds(pmi), Unit::Seconds)
+                .with_detail(format!("--mpi pmi, same allocation; {}", pmi.detail())),
+        ),
+        target: Target::None,
+    });
     let floor = singletons(probe, rounds)?;
     rows.push(Row {
         benchmark: Benchmark::Mpi,
@@ -212,6 +233,41 @@ fn measure(
     rows.extend(rings(setup, pilot, mpi)?);
     *submitted += 6;
     Ok(rows)
+}
+
+/// One script job whose script starts the probe's 3 × 2 ranks with `saker mpiexec`:
+/// from the job's start to its last rank past `MPI_Init`.
+fn script_start(
+    setup: &Setup,
+    pilot: &Path,
+    mpi: &Mpi,
+    probe: &Path,
+    round: u32,
+    submitted: &mut usize,
+) -> Result<Duration> {
+    let out = pilot.join(format!("inits-{}-{round}-script", mpi.kind.name()));
+    std::fs::create_dir_all(&out)?;
+    let script = format!(
+        "exec $SAKER_MPIEXEC '{}' 'out={}'",
+        probe.display(),
+        out.display()
+    );
+    let output = saker(setup, pilot)
+        .args(["--retries", mpi.retries])
+        .args(["--nodes", "3", "--ranks-per-node", "2", "--mpi", "pmi"])
+        .args(["--launcher", "script", "--shell", "--", &script])
+        .output()?;
+    if !output.status.success() {
+        bail!(
+            "{}: script: {}",
+            mpi.name,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    *submitted += 1;
+    let start = start_of(setup, pilot, *submitted)?;
+    let last = last_init(&read_inits(&out)?)?;
+    Ok(Duration::from_micros(last.saturating_sub(start)))
 }
 
 /// The ring of `pilot/tests/mpi/ring.c` on 2 nodes × 1 rank, through PMI and as an
