@@ -6,10 +6,11 @@ when it is missing the tests that need it skip, except under CI=true, where they
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import time
-from typing import Callable, Iterator, Optional, TypeVar
+from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import pytest
 
@@ -60,3 +61,21 @@ def idle(pilot: saker.Pilot) -> saker.Pilot:
     wait_for(lambda: pilot.status()["busy_slots"] == 0 and pilot.status()["queued"] == 0,
              what="an idle pilot")
     return pilot
+
+
+@contextlib.contextmanager
+def parsl_kernel(run_dir: pathlib.Path, saker_bin: str, **executor_args: Any) -> Iterator[Any]:
+    """A Parsl DataFlowKernel on a SakerExecutor's embedded pilot (no replays, so a
+    lost task fails at once), cleaned up on leaving."""
+    import parsl
+    from parsl.config import Config
+
+    from saker.parsl import SakerExecutor
+
+    executor = SakerExecutor(label="saker", saker_bin=saker_bin, task_options={"max_replays": 0},
+                             **executor_args)
+    kernel = parsl.load(Config(executors=[executor], run_dir=str(run_dir), strategy="none"))
+    try:
+        yield kernel
+    finally:
+        kernel.cleanup()

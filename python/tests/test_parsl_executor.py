@@ -10,13 +10,12 @@ import os
 import time
 
 import pytest
-from conftest import wait_for
+from conftest import parsl_kernel, wait_for
 
 parsl = pytest.importorskip("parsl")
 
 from parsl.app.app import bash_app, join_app, python_app  # noqa: E402
 from parsl.app.errors import BashExitFailure  # noqa: E402
-from parsl.config import Config  # noqa: E402
 from parsl.executors.errors import InvalidResourceSpecification  # noqa: E402
 
 from saker.parsl import SakerExecutor, SakerTaskError  # noqa: E402
@@ -24,15 +23,8 @@ from saker.parsl import SakerExecutor, SakerTaskError  # noqa: E402
 
 @pytest.fixture(scope="module")
 def dfk(tmp_path_factory, saker_bin):
-    run_dir = tmp_path_factory.mktemp("parsl-run")
-    executor = SakerExecutor(label="saker", slots=2, saker_bin=saker_bin,
-                             task_options={"max_replays": 0})
-    config = Config(executors=[executor], run_dir=str(run_dir), strategy="none")
-    kernel = parsl.load(config)
-    try:
+    with parsl_kernel(tmp_path_factory.mktemp("parsl-run"), saker_bin, slots=2) as kernel:
         yield kernel
-    finally:
-        kernel.cleanup()
 
 
 @python_app

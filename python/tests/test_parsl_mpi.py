@@ -12,11 +12,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import parsl_kernel
 
 parsl = pytest.importorskip("parsl")
 
 from parsl.app.app import bash_app, python_app  # noqa: E402
-from parsl.config import Config  # noqa: E402
 from parsl.executors.errors import InvalidResourceSpecification  # noqa: E402
 
 from saker.parsl import SakerExecutor, SakerTaskError  # noqa: E402
@@ -38,15 +38,8 @@ def probe(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def dfk(tmp_path_factory, saker_bin):
-    run_dir = tmp_path_factory.mktemp("parsl-mpi-run")
-    executor = SakerExecutor(label="saker", agents=2, slots=4, saker_bin=saker_bin,
-                             task_options={"max_replays": 0})
-    config = Config(executors=[executor], run_dir=str(run_dir), strategy="none")
-    kernel = parsl.load(config)
-    try:
+    with parsl_kernel(tmp_path_factory.mktemp("parsl-mpi-run"), saker_bin, agents=2, slots=4) as kernel:
         yield kernel
-    finally:
-        kernel.cleanup()
 
 
 @bash_app

@@ -88,25 +88,20 @@ pub fn serve(args: Vec<OsString>) -> Option<ExitCode> {
     let code = match Role::named(first)? {
         Role::Agent => serve_agent(rest.to_vec()),
         Role::Reaper => serve_reaper(rest.to_vec()),
-        Role::RemoteShell => {
-            // ssh's arguments, not flags of ours (see saker_actors::gang::endpoint).
-            let rest: Vec<String> = rest
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect();
-            exit_code(saker_actors::gang::endpoint::rsh_agent_main(&rest))
-        }
+        // ssh's arguments, not flags of ours (see saker_actors::gang::endpoint).
+        Role::RemoteShell => exit_code(saker_actors::gang::endpoint::rsh_agent_main(&lossy(rest))),
         Role::CgroupExec => exit_code(saker_actors::resources::cgroup::exec_main(rest)),
-        Role::Mpiexec => {
-            // An MPI launcher's arguments, not flags of ours.
-            let rest: Vec<String> = rest
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect();
-            exit_code(saker_actors::gang::mpiexec::mpiexec_main(&rest))
-        }
+        // An MPI launcher's arguments, not flags of ours.
+        Role::Mpiexec => exit_code(saker_actors::gang::mpiexec::mpiexec_main(&lossy(rest))),
     };
     Some(code)
+}
+
+/// Arguments as text, for roles that take another program's (not flags of ours).
+fn lossy(args: &[OsString]) -> Vec<String> {
+    args.iter()
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect()
 }
 
 fn serve_agent(args: Vec<OsString>) -> ExitCode {
