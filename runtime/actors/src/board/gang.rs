@@ -379,6 +379,13 @@ impl Board {
             });
             return self.start_launch(attempt, plan);
         }
+        if part.script {
+            // Its process numbers are its ranks': a daemon's would be taken for one.
+            let reason = "a script job starts its ranks with `saker mpiexec`, not a remote shell";
+            let end = launch_refused(attempt, launch.launch, reason);
+            self.parts.launch_ends.push(end);
+            return;
+        }
         part.live += 1;
         let process = PartProcess {
             attempt,

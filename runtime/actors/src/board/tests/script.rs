@@ -151,6 +151,20 @@ fn a_member_refuses_what_its_cores_cannot_hold_and_a_failed_rank_fails_its_part(
 }
 
 #[test]
+fn a_script_part_refuses_a_remote_shells_daemon() {
+    let mut board = board(2);
+    take(&mut board, script_job(), 5, member(1, 2), at(0));
+    board.handle_gang_launch(GangLaunch {
+        ranks: None,
+        ..launch(3, 0, 0, 0)
+    });
+    let [refused] = launch_ends(&mut board).try_into().unwrap();
+    assert_eq!((refused.launch, refused.code), (3, 255));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("not a remote shell"));
+    assert!(start(&mut board, 0, at(1)).is_none(), "nothing started");
+}
+
+#[test]
 fn a_launch_asks_nothing_of_a_member_past_its_ranks() {
     let mut board = board(2);
     take(&mut board, script_job(), 5, member(1, 2), at(0));
