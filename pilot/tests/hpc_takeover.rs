@@ -1,7 +1,7 @@
 //! A running MPI job outlives its root: a standby takes over while OpenMPI's and
 //! MPICH's ranks run on two agents (under their launchers, or started by the agents
-//! and served PMI), adopts the job on both members, and the job ends once, with
-//! every rank's output, never started again.
+//! and served PMI, or by a script's `saker mpiexec`), adopts the job on both members,
+//! and the job ends once, with every rank's output, never started again.
 
 mod common;
 
@@ -18,8 +18,9 @@ fn running(name: &str) -> usize {
     String::from_utf8_lossy(&output.stdout).lines().count()
 }
 
-/// One 2 × 2 job of `probe` under `kind` (an MPI's launcher, or `pmi`: the agents),
-/// its root killed while the ranks sleep past `MPI_Init`.
+/// One 2 × 2 job of `probe` under `kind` (an MPI's launcher, `pmi`: the agents, or
+/// `script`: a script's two runs, 2 × 2 then 2 × 1), its root killed while the (first
+/// run's) ranks sleep past `MPI_Init`.
 fn survives_a_takeover(dir: &Path, kind: &str, probe: &Path) {
     let mut service = Service::start_args(
         &dir.join(kind),
@@ -30,13 +31,27 @@ fn survives_a_takeover(dir: &Path, kind: &str, probe: &Path) {
         standbys(&pilot).len() == 1
     });
     let name = probe.file_name().unwrap().to_str().unwrap().to_owned();
-    let submitted = run(saker()
-        .args(["submit", "--dir"])
-        .arg(&pilot)
-        .args(["--nodes", "2", "--ranks-per-node", "2", "--mpi", kind])
-        .arg("--")
-        .arg(probe)
-        .arg("sleep=6"));
+    let mut submit = saker();
+    submit.args(["submit", "--dir"]).arg(&pilot);
+    submit.args(["--nodes", "2", "--ranks-per-node", "2"]);
+    if kind == "script" {
+        // The second run is asked for through the root that took over.
+        let probe = probe.display();
+        let script =
+            format!("$SAKER_MPIEXEC {probe} sleep=6 && $SAKER_MPIEXEC -n 2 -ppn 1 {probe}");
+        submit.args([
+            "--mpi",
+            "pmi",
+            "--launcher",
+            "script",
+            "--shell",
+            "--",
+            &script,
+        ]);
+    } else {
+        submit.args(["--mpi", kind, "--"]).arg(probe).arg("sleep=6");
+    }
+    let submitted = run(&mut submit);
     assert!(submitted.status.success(), "{submitted:?}");
     wait_for("four ranks", Duration::from_secs(60), || {
         running(&name) == 4
@@ -58,10 +73,12 @@ fn survives_a_takeover(dir: &Path, kind: &str, probe: &Path) {
     };
     let stdout = stdout.as_str();
     let ranks = probe_lines(stdout);
-    assert_eq!(ranks.len(), 4, "{kind}: every rank's line: {stdout}");
-    for line in &ranks {
-        assert_eq!(field(line, "size"), "4", "{kind}: {line}");
-    }
+    let sizes: Vec<&str> = ranks.iter().map(|line| field(line, "size")).collect();
+    let expected: &[&str] = match kind {
+        "script" => &["4", "4", "4", "4", "2", "2"],
+        _ => &["4", "4", "4", "4"],
+    };
+    assert_eq!(sizes, expected, "{kind}: every rank's line: {stdout}");
     assert!(stdout.contains("probe done"), "{kind}: {stdout}");
     let status = run(saker().args(["status", "--dir"]).arg(&pilot));
     let status = String::from_utf8_lossy(&status.stdout);
@@ -77,7 +94,12 @@ fn a_running_mpi_job_survives_a_takeover_and_runs_once() {
     let dir = tempfile::tempdir().unwrap();
     // MPICH's ranks also as the agents start them and serve them PMI: their fences
     // (MPI_Finalize's among them) gather at the job's leader, root or no root.
-    for (kind, mpi) in [("openmpi", "openmpi"), ("mpich", "mpich"), ("pmi", "mpich")] {
+    for (kind, mpi) in [
+        ("openmpi", "openmpi"),
+        ("mpich", "mpich"),
+        ("pmi", "mpich"),
+        ("script", "mpich"),
+    ] {
         let Some(built) = mpi_probe(mpi, dir.path()) else {
             continue;
         };
