@@ -415,7 +415,112 @@ pub fn split_remote_command(args: &[String]) -> Option<(&str, String)> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    use super::mpiexec::{ask, decode_answer};
     use super::*;
+
+    /// A relay that keeps what it is asked, for the test to answer.
+    #[derive(Default)]
+    struct Recorder {
+        opened: Mutex<Vec<(u32, u32)>>,
+        asked: Mutex<Vec<(GangLaunch, mpsc::Sender<GangLaunchEnded>)>>,
+    }
+
+    impl Relay for Recorder {
+        fn relay(
+            &self,
+            launch: GangLaunch,
+            waiter: mpsc::Sender<GangLaunchEnded>,
+        ) -> Result<(), RelayError> {
+            self.asked.lock().unwrap().push((launch, waiter));
+            Ok(())
+        }
+
+        fn open_world(&self, _: AttemptId, world: u32, members: u32) -> Result<(), RelayError> {
+            self.opened.lock().unwrap().push((world, members));
+            Ok(())
+        }
+    }
+
+    fn ranks(ranks: u32, ranks_per_node: u32) -> Request {
+        Request {
+            ranks,
+            ranks_per_node,
+            cwd: "/".into(),
+            command: "./ring".into(),
+            env: Vec::new(),
+        }
+    }
+
+    /// A `saker mpiexec` run opens its world, then asks each member it needs; a
+    /// second meanwhile is refused; the members' ends come back as one answer, in
+    /// member (so rank) order, with the first failure's code.
+    #[test]
+    fn mpiexec_runs_open_a_world_ask_each_member_and_go_one_at_a_time() {
+        let relay = Arc::new(Recorder::default());
+        let spill = tempfile::tempdir().unwrap();
+        let attempt = AttemptId(917_000 + u64::from(std::process::id() % 1000));
+        let _endpoint = Endpoint::open(
+            Arc::clone(&relay) as Arc<dyn Relay>,
+            attempt,
+            3,
+            spill.path(),
+            Path::new("/bin/false"),
+        )
+        .unwrap();
+        let socket = socket_path(attempt);
+        let first = {
+            let socket = socket.clone();
+            std::thread::spawn(move || ask(&socket, &ranks(4, 2)).unwrap())
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while relay.asked.lock().unwrap().len() < 2 {
+            assert!(Instant::now() < deadline, "both members asked");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(*relay.opened.lock().unwrap(), [(1, 2)]);
+        let members: Vec<u32> = relay
+            .asked
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(l, _)| l.member)
+            .collect();
+        assert_eq!(members, [0, 1], "the third member holds no rank");
+
+        let second = ask(&socket, &ranks(2, 1)).unwrap();
+        let (code, _, stderr) = decode_answer(&second).unwrap();
+        assert_eq!(code, 255);
+        assert!(String::from_utf8_lossy(stderr).contains("one at a time"));
+        let too_many = ranks(8, 2);
+
+        let asked: Vec<_> = relay.asked.lock().unwrap().drain(..).collect();
+        for (launch, waiter) in asked.into_iter().rev() {
+            let ranks = launch.ranks.expect("a run's ranks");
+            assert_eq!((ranks.world, ranks.ranks, ranks.ranks_per_node), (1, 4, 2));
+            let end = GangLaunchEnded {
+                attempt,
+                launch: launch.launch,
+                code: if launch.member == 1 { 3 } else { 0 },
+                stdout: format!("m{}\n", launch.member).into_bytes(),
+                stderr: Vec::new(),
+            };
+            waiter.send(end).unwrap();
+        }
+        let answer = first.join().unwrap();
+        assert_eq!(
+            decode_answer(&answer),
+            Some((3, &b"m0\nm1\n"[..], &b""[..]))
+        );
+
+        // Done: the next run may start, and one that needs more members is refused.
+        let refused = ask(&socket, &too_many).unwrap();
+        let (code, _, stderr) = decode_answer(&refused).unwrap();
+        assert_eq!(code, 255);
+        assert!(String::from_utf8_lossy(stderr).contains("more than the job's 3 nodes"));
+    }
 
     fn strings(args: &[&str]) -> Vec<String> {
         args.iter().map(|arg| (*arg).to_owned()).collect()

@@ -109,7 +109,7 @@ pub(super) fn encode_answer(code: i32, stdout: &[u8], stderr: &[u8]) -> Vec<u8> 
     answer
 }
 
-fn decode_answer(answer: &[u8]) -> Option<(i32, &[u8], &[u8])> {
+pub(super) fn decode_answer(answer: &[u8]) -> Option<(i32, &[u8], &[u8])> {
     let end = answer.iter().position(|&b| b == b'\n')?;
     let head = std::str::from_utf8(&answer[..end]).ok()?;
     let mut parts = head.split(' ');
@@ -285,7 +285,7 @@ fn run(args: &[String]) -> Result<i32, Problem> {
     Ok(code)
 }
 
-fn ask(socket: &Path, request: &Request) -> io::Result<Vec<u8>> {
+pub(super) fn ask(socket: &Path, request: &Request) -> io::Result<Vec<u8>> {
     let mut stream = UnixStream::connect(socket)?;
     stream.write_all(&request.encode())?;
     stream.shutdown(std::net::Shutdown::Write)?;
