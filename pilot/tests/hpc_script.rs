@@ -27,9 +27,11 @@ fn a_script_starts_mpi_ranks_through_the_agents_as_often_as_it_likes() {
         return;
     };
     let probe = probe.display();
-    // Three launches: the job's whole layout, a smaller one, and one that cannot fit.
+    // Three launches: the job's whole layout, a smaller one, and one that cannot fit;
+    // a variable that is not UTF-8 in the script's environment stays behind.
     let script = format!(
-        "echo script node=$SAKER_NODE; $SAKER_MPIEXEC {probe}; echo first=$?; \
+        "export NOT_UTF8=$(printf '\\377'); \
+         echo script node=$SAKER_NODE; $SAKER_MPIEXEC {probe}; echo first=$?; \
          $SAKER_MPIEXEC -n 2 -ppn 1 sh -c 'echo small rank=$PMI_RANK size=$PMI_SIZE'; \
          echo second=$?; $SAKER_MPIEXEC -n 7 true; echo third=$?"
     );

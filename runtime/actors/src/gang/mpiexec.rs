@@ -260,7 +260,9 @@ fn run(args: &[String]) -> Result<i32, Problem> {
     let cwd = std::env::current_dir()
         .map(|dir| dir.display().to_string())
         .unwrap_or_default();
-    let env = std::env::vars()
+    // A variable that is not UTF-8 cannot travel (the wire's are text): left out.
+    let env = std::env::vars_os()
+        .filter_map(|(key, value)| Some((key.into_string().ok()?, value.into_string().ok()?)))
         .filter(|(key, _)| passed_on(key))
         .map(|(key, value)| EnvVar { key, value })
         .collect();
