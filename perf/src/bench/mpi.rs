@@ -127,24 +127,15 @@ fn measure(
             if let Some(variable) = variable {
                 command.args(["--env", variable]);
             }
-            let output = command
+            command
                 .args(["--retries", mpi.retries])
                 .args(["--nodes", "3", "--ranks-per-node", "2", "--mpi", kind])
                 .args(["--launcher", launcher, "--"])
                 .arg(probe)
-                .arg(out_arg)
-                .output()?;
-            if !output.status.success() {
-                bail!(
-                    "{}: {kind}/{launcher}: {}",
-                    mpi.name,
-                    String::from_utf8_lossy(&output.stderr)
-                );
-            }
-            *submitted += 1;
-            let start = start_of(setup, pilot, *submitted)?;
-            let last = last_init(&read_inits(&out)?)?;
-            samples[index].push(Duration::from_micros(last.saturating_sub(start)));
+                .arg(out_arg);
+            let what = format!("{}: {kind}/{launcher}", mpi.name);
+            let took = to_last_init(setup, pilot, &mut command, &what, &out, submitted)?;
+            samples[index].push(took);
         }
         scripts.push(script_start(setup, pilot, mpi, probe, round, submitted)?);
         eprintln!(
@@ -252,21 +243,32 @@ fn script_start(
         probe.display(),
         out.display()
     );
-    let output = saker(setup, pilot)
+    let mut command = saker(setup, pilot);
+    command
         .args(["--retries", mpi.retries])
         .args(["--nodes", "3", "--ranks-per-node", "2", "--mpi", "pmi"])
-        .args(["--launcher", "script", "--shell", "--", &script])
-        .output()?;
+        .args(["--launcher", "script", "--shell", "--", &script]);
+    let what = format!("{}: script", mpi.name);
+    to_last_init(setup, pilot, &mut command, &what, &out, submitted)
+}
+
+/// Runs `command` (a `saker submit --wait` of a probe job whose ranks write their
+/// lines to `out`): from the job's start to its last rank past `MPI_Init`.
+fn to_last_init(
+    setup: &Setup,
+    pilot: &Path,
+    command: &mut Command,
+    what: &str,
+    out: &Path,
+    submitted: &mut usize,
+) -> Result<Duration> {
+    let output = command.output()?;
     if !output.status.success() {
-        bail!(
-            "{}: script: {}",
-            mpi.name,
-            String::from_utf8_lossy(&output.stderr)
-        );
+        bail!("{what}: {}", String::from_utf8_lossy(&output.stderr));
     }
     *submitted += 1;
     let start = start_of(setup, pilot, *submitted)?;
-    let last = last_init(&read_inits(&out)?)?;
+    let last = last_init(&read_inits(out)?)?;
     Ok(Duration::from_micros(last.saturating_sub(start)))
 }
 

@@ -220,11 +220,8 @@ fn launch_rank_launch(
     launch.arg(b"/bin/sh");
     launch.arg(b"-c");
     launch.arg(launch_plan.command.as_bytes());
-    for entry in user.env() {
-        let bytes = entry.to_bytes();
-        if let Some(at) = bytes.iter().position(|&b| b == b'=') {
-            launch.set_var(&bytes[..at], &bytes[at + 1..]);
-        }
+    for (key, value) in env_pairs(&user) {
+        launch.set_var(&key, &value);
     }
     for var in &ranks.env {
         launch.set_var(var.key.as_bytes(), var.value.as_bytes());
@@ -471,15 +468,7 @@ fn daemon_launch(
 /// The job's command line behind `prefix` (a launcher and its options), with the
 /// job's environment, directory, time limit and output limit.
 fn wrap(user: Launch, prefix: &[String], places: &Places, assignment: &Assignment) -> Launch {
-    let env: Vec<(Vec<u8>, Vec<u8>)> = user
-        .env()
-        .iter()
-        .filter_map(|entry| {
-            let bytes = entry.to_bytes();
-            let at = bytes.iter().position(|&b| b == b'=')?;
-            Some((bytes[..at].to_vec(), bytes[at + 1..].to_vec()))
-        })
-        .collect();
+    let env = env_pairs(&user);
     let mut launch = Launch::new(
         prefix.len() + user.argv().len(),
         env.len() + 4,
@@ -500,4 +489,17 @@ fn wrap(user: Launch, prefix: &[String], places: &Places, assignment: &Assignmen
     launch.time_limit = user.time_limit;
     launch.inline_limit = user.inline_limit;
     launch
+}
+
+/// A launch's variables as (key, value) pairs, to set on another launch.
+fn env_pairs(launch: &Launch) -> Vec<(Vec<u8>, Vec<u8>)> {
+    launch
+        .env()
+        .iter()
+        .filter_map(|entry| {
+            let bytes = entry.to_bytes();
+            let at = bytes.iter().position(|&b| b == b'=')?;
+            Some((bytes[..at].to_vec(), bytes[at + 1..].to_vec()))
+        })
+        .collect()
 }

@@ -416,16 +416,17 @@ pub fn split_remote_command(args: &[String]) -> Option<(&str, String)> {
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use super::mpiexec::{ask, decode_answer};
     use super::*;
 
-    /// A relay that keeps what it is asked, for the test to answer.
-    #[derive(Default)]
+    /// A relay that keeps what it is asked, for the test to answer, and says so on
+    /// `told`.
     struct Recorder {
         opened: Mutex<Vec<(u32, u32)>>,
         asked: Mutex<Vec<(GangLaunch, mpsc::Sender<GangLaunchEnded>)>>,
+        told: Mutex<mpsc::Sender<()>>,
     }
 
     impl Relay for Recorder {
@@ -435,6 +436,7 @@ mod tests {
             waiter: mpsc::Sender<GangLaunchEnded>,
         ) -> Result<(), RelayError> {
             self.asked.lock().unwrap().push((launch, waiter));
+            let _ = self.told.lock().unwrap().send(());
             Ok(())
         }
 
@@ -459,7 +461,12 @@ mod tests {
     /// member (so rank) order, with the first failure's code.
     #[test]
     fn mpiexec_runs_open_a_world_ask_each_member_and_go_one_at_a_time() {
-        let relay = Arc::new(Recorder::default());
+        let (told, asked) = mpsc::channel();
+        let relay = Arc::new(Recorder {
+            opened: Mutex::default(),
+            asked: Mutex::default(),
+            told: Mutex::new(told),
+        });
         let spill = tempfile::tempdir().unwrap();
         let attempt = AttemptId(917_000 + u64::from(std::process::id() % 1000));
         let _endpoint = Endpoint::open(
@@ -475,10 +482,9 @@ mod tests {
             let socket = socket.clone();
             std::thread::spawn(move || ask(&socket, &ranks(4, 2)).unwrap())
         };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while relay.asked.lock().unwrap().len() < 2 {
-            assert!(Instant::now() < deadline, "both members asked");
-            std::thread::sleep(Duration::from_millis(5));
+        for member in 0..2 {
+            let heard = asked.recv_timeout(Duration::from_secs(20));
+            assert!(heard.is_ok(), "member {member} asked");
         }
         assert_eq!(*relay.opened.lock().unwrap(), [(1, 2)]);
         let members: Vec<u32> = relay
